@@ -1,0 +1,59 @@
+package task
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Id prefixes.
+const (
+	TaskIDPrefix = "task_"
+	RunIDPrefix  = "run_"
+)
+
+var (
+	entropyMu sync.Mutex
+	entropy   = ulid.Monotonic(rand.Reader, 0)
+)
+
+func newULID(now time.Time) string {
+	entropyMu.Lock()
+	defer entropyMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), entropy).String()
+}
+
+// NewTaskID returns a new, unique, time-sortable task id ("task_" + ULID).
+func NewTaskID(now time.Time) string { return TaskIDPrefix + newULID(now) }
+
+// NewRunID returns a new, unique, time-sortable run id ("run_" + ULID).
+func NewRunID(now time.Time) string { return RunIDPrefix + newULID(now) }
+
+// ValidID reports whether id has the prefix and a well-formed ULID.
+func ValidID(id, prefix string) bool {
+	if !strings.HasPrefix(id, prefix) {
+		return false
+	}
+	_, err := ulid.ParseStrict(id[len(prefix):])
+	return err == nil
+}
+
+// EventID is the deterministic id of a transition event.
+func EventID(taskID string, attempt int, from, to State) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s", taskID, attempt, from, to)))
+	return "evt_" + hex.EncodeToString(sum[:12])
+}
+
+// DispatchName is the deterministic Cloud Tasks task id for an attempt:
+// enqueueing the same attempt twice yields ALREADY_EXISTS, never a second
+// delivery. The hash spreads names over the keyspace as Cloud Tasks advises.
+func DispatchName(taskID string, attempt int) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d", taskID, attempt)))
+	return hex.EncodeToString(sum[:16]) + "-" + strings.ToLower(strings.TrimPrefix(taskID, TaskIDPrefix)) + fmt.Sprintf("-a%d", attempt)
+}

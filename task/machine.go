@@ -1,0 +1,482 @@
+package task
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventKind names an input to the state machine.
+type EventKind string
+
+// Event kinds. Callbacks send Started, Heartbeat and Completed; the
+// dispatcher sends Enqueued and Cancel; the sweeper sends Redrive,
+// LeaseExpired, CancelTimeout and DeadlineExceeded.
+const (
+	EventEnqueued         EventKind = "ENQUEUED"
+	EventRedrive          EventKind = "REDRIVE"
+	EventStarted          EventKind = "STARTED"
+	EventHeartbeat        EventKind = "HEARTBEAT"
+	EventCompleted        EventKind = "COMPLETED"
+	EventCancel           EventKind = "CANCEL"
+	EventLeaseExpired     EventKind = "LEASE_EXPIRED"
+	EventCancelTimeout    EventKind = "CANCEL_TIMEOUT"
+	EventDeadlineExceeded EventKind = "DEADLINE_EXCEEDED"
+)
+
+// EventKinds lists every kind.
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded}
+
+// Edges is the transition table: for each state and event, the states the
+// task may be in afterwards. A pair that is absent leaves the state as it is
+// (the event is a no-op or is rejected). Terminal states have no edges.
+var Edges = map[State]map[EventKind][]State{
+	Pending: {
+		EventEnqueued:         {Queued},
+		EventRedrive:          {Pending, Failed},
+		EventStarted:          {Running},
+		EventHeartbeat:        {Running},
+		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
+		EventCancel:           {Cancelled},
+		EventDeadlineExceeded: {Failed},
+	},
+	Queued: {
+		EventRedrive:          {Queued, Failed},
+		EventStarted:          {Running},
+		EventHeartbeat:        {Running},
+		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
+		EventCancel:           {Cancelled},
+		EventDeadlineExceeded: {Failed},
+	},
+	Running: {
+		// A started/heartbeat/completed that finds the lease expired applies
+		// the zombie transition itself (retry → QUEUED, or FAILED).
+		EventStarted:          {Running, Queued, Failed},
+		EventHeartbeat:        {Running, Queued, Failed},
+		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
+		EventCancel:           {Cancelling},
+		EventLeaseExpired:     {Queued, Failed},
+		EventDeadlineExceeded: {Failed},
+	},
+	Cancelling: {
+		EventStarted:          {Cancelling, Failed},
+		EventHeartbeat:        {Cancelling, Failed},
+		EventCompleted:        {Succeeded, Failed, Cancelled},
+		EventCancel:           {Cancelling},
+		EventLeaseExpired:     {Failed},
+		EventCancelTimeout:    {Failed},
+		EventDeadlineExceeded: {Failed},
+	},
+}
+
+// Event is one input to the state machine.
+type Event struct {
+	Kind EventKind
+	// Attempt is the attempt the event concerns: the token's attempt for
+	// callbacks, the attempt the sweeper observed, the enqueued attempt.
+	// Zero (Cancel only) means the current attempt.
+	Attempt int
+	// Now is the server time of the event.
+	Now time.Time
+	// WorkerID is the reporting worker (callbacks).
+	WorkerID string
+	// Heartbeat is the heartbeat body (EventHeartbeat).
+	Heartbeat *HeartbeatRequest
+	// Completed is the completed body (EventCompleted).
+	Completed *CompletedRequest
+	// Reason is the cancel reason (EventCancel).
+	Reason string
+	// Jitter in [0, 1) draws the full-jitter retry delay.
+	Jitter float64
+	// MaxRedrives bounds sweeper re-drives before DISPATCH_TIMEOUT.
+	MaxRedrives int
+}
+
+// Rejection is why the machine refused a callback or a cancel.
+type Rejection struct {
+	// Code is one of the Code* constants.
+	Code string
+	// State is the task's state (task_already_terminal).
+	State State
+	// Expected and Received are attempts (attempt_mismatch).
+	Expected, Received int
+	// Message is for people.
+	Message string
+}
+
+func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
+
+// Result is the effect of an event: the new task and attempt records to
+// write, the transitions to publish, and what the caller must do next.
+type Result struct {
+	// Task is the task after the event.
+	Task Task
+	// Attempt is the event's attempt record after the event.
+	Attempt *Attempt
+	// Next is a new attempt record to create (a retry).
+	Next *Attempt
+	// Write says Task, Attempt and Next must be written.
+	Write bool
+	// Transitions are the state changes, in order, for the outbox.
+	Transitions []Transition
+	// Rejection, when set, is the refusal to answer; the result may still
+	// need writing (an expired lease is applied, then refused).
+	Rejection *Rejection
+	// Replay marks an identical repeat of an accepted completion.
+	Replay bool
+	// Enqueue asks the caller to enqueue the task's current attempt after commit.
+	Enqueue bool
+	// Dequeue asks the caller to delete the current attempt's Cloud Task (best effort).
+	Dequeue bool
+	// ShouldCancel and CancelReason answer a heartbeat while CANCELLING.
+	ShouldCancel bool
+	CancelReason string
+	// FinalState, RetryScheduled and NextAttempt answer a completion.
+	FinalState     State
+	RetryScheduled bool
+	NextAttempt    int
+}
+
+// Apply computes the effect of ev on t, whose record for ev's attempt (or
+// the current attempt, for a zero ev.Attempt) is cur (nil if absent). It is
+// pure: the store calls it inside a transaction that re-read t and cur.
+func Apply(t Task, cur *Attempt, ev Event) Result {
+	r := Result{Task: t}
+	if cur != nil {
+		c := *cur
+		r.Attempt = &c
+	}
+	m := machine{r: &r, ev: ev, now: ev.Now.UTC()}
+	m.apply()
+	if r.Write {
+		r.Task.UpdatedAt = m.now
+	}
+	return r
+}
+
+type machine struct {
+	r   *Result
+	ev  Event
+	now time.Time
+}
+
+func (m *machine) t() *Task { return &m.r.Task }
+
+func (m *machine) reject(code, msg string) {
+	m.r.Rejection = &Rejection{Code: code, Message: msg}
+}
+
+func (m *machine) apply() {
+	t := m.t()
+	switch m.ev.Kind {
+	case EventStarted, EventHeartbeat, EventCompleted:
+		if !m.guardCallback() {
+			return
+		}
+		switch m.ev.Kind {
+		case EventStarted:
+			if t.State == Pending || t.State == Queued {
+				m.start()
+			}
+		case EventHeartbeat:
+			m.heartbeat()
+		case EventCompleted:
+			m.complete()
+		}
+	case EventCancel:
+		m.cancel()
+	case EventEnqueued:
+		if m.ev.Attempt == t.Attempt && t.State == Pending {
+			m.transition(Queued, ReasonEnqueued, "")
+			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
+			t.DispatchCheckAt = &check
+		}
+	case EventRedrive:
+		if m.ev.Attempt != t.Attempt || (t.State != Pending && t.State != Queued) || !due(t.DispatchCheckAt, m.now) {
+			return
+		}
+		if t.Redrives >= m.ev.MaxRedrives {
+			m.endAttempt(OutcomeTimedOut, nil)
+			m.transition(Failed, ReasonDispatchTimeout, OutcomeTimedOut)
+			return
+		}
+		t.Redrives++
+		check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
+		t.DispatchCheckAt = &check
+		m.r.Write, m.r.Enqueue = true, true
+	case EventLeaseExpired:
+		if m.ev.Attempt == t.Attempt && (t.State == Running || t.State == Cancelling) && due(t.LeaseExpiresAt, m.now) {
+			m.expire()
+		}
+	case EventCancelTimeout:
+		if m.ev.Attempt == t.Attempt && t.State == Cancelling && due(t.CancelDeadline, m.now) {
+			m.endAttempt(OutcomeCancelTimeout, nil)
+			m.transition(Failed, ReasonCancelTimeout, OutcomeCancelTimeout)
+		}
+	case EventDeadlineExceeded:
+		if m.ev.Attempt == t.Attempt && !t.State.Terminal() && due(t.Deadline, m.now) {
+			m.endAttempt(OutcomeTimedOut, nil)
+			m.transition(Failed, ReasonDeadlineExceeded, OutcomeTimedOut)
+		}
+	}
+}
+
+// guardCallback applies the attempt guard and PRODUCT §4's precedence; it
+// reports whether the callback may proceed.
+func (m *machine) guardCallback() bool {
+	t, cur := m.t(), m.r.Attempt
+	// An accepted completion for this attempt: replay or conflict.
+	if m.ev.Kind == EventCompleted && cur != nil && cur.CompletionDigest != "" {
+		if cur.CompletionDigest != m.ev.Completed.Digest() {
+			m.reject(CodeCompletionConflict, fmt.Sprintf("attempt %d already completed with a different report", cur.Attempt))
+			return false
+		}
+		m.r.Replay = true
+		if cur.Attempt < t.Attempt {
+			m.r.FinalState, m.r.RetryScheduled, m.r.NextAttempt = Queued, true, cur.Attempt+1
+		} else {
+			m.r.FinalState = t.State
+		}
+		return false
+	}
+	if m.ev.Attempt != t.Attempt {
+		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
+		return false
+	}
+	if t.State.Terminal() {
+		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+		return false
+	}
+	if t.State == Running || t.State == Cancelling {
+		if cur != nil && cur.WorkerID != "" && cur.WorkerID != m.ev.WorkerID {
+			m.reject(CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was started by another worker", t.Attempt))
+			return false
+		}
+		if due(t.LeaseExpiresAt, m.now) {
+			m.expire()
+			m.reject(CodeTaskExpired, "task exceeded its heartbeat timeout")
+			return false
+		}
+	}
+	return true
+}
+
+func (m *machine) attempt() *Attempt {
+	if m.r.Attempt == nil {
+		m.r.Attempt = &Attempt{Attempt: m.t().Attempt, CreatedAt: m.now}
+	}
+	return m.r.Attempt
+}
+
+func (m *machine) start() {
+	t, a := m.t(), m.attempt()
+	now := m.now
+	a.WorkerID, a.StartedAt = m.ev.WorkerID, &now
+	m.transition(Running, ReasonStarted, "")
+	lease := now.Add(t.Timing.HeartbeatTimeout())
+	t.LeaseExpiresAt = &lease
+}
+
+func (m *machine) heartbeat() {
+	t := m.t()
+	if t.State == Pending || t.State == Queued {
+		m.start()
+	}
+	a, hb, now := m.attempt(), m.ev.Heartbeat, m.now
+	a.LastHeartbeatAt = &now
+	if hb != nil {
+		if hb.ProgressPct != nil {
+			p := *hb.ProgressPct
+			a.ProgressPct = &p
+		}
+		if hb.Message != "" {
+			a.Message = hb.Message
+		}
+		if len(hb.Checkpoint) > 0 {
+			a.Checkpoint = hb.Checkpoint
+		}
+	}
+	lease := now.Add(t.Timing.HeartbeatTimeout())
+	t.LeaseExpiresAt = &lease
+	m.r.Write = true
+	if t.State == Cancelling {
+		m.r.ShouldCancel, m.r.CancelReason = true, t.CancelReason
+	}
+}
+
+func (m *machine) complete() {
+	t := m.t()
+	if t.State == Pending || t.State == Queued {
+		m.start()
+	}
+	c, a, now := m.ev.Completed, m.attempt(), m.now
+	a.CompletedAt, a.ReportedAt = &now, c.CompletedAt
+	a.Output, a.Error, a.Metrics = c.Output, c.Error, c.Metrics
+	a.CancelledDuringPhase, a.PartialProgress = c.CancelledDuringPhase, c.PartialProgress
+	a.CompletionDigest = c.Digest()
+	a.Outcome = c.Outcome
+	switch c.Outcome {
+	case OutcomeSucceeded:
+		m.transition(Succeeded, ReasonSucceeded, c.Outcome)
+	case OutcomeCancelled:
+		reason := ReasonWorkerCancelled
+		if t.State == Cancelling && t.CancelReason != "" {
+			reason = t.CancelReason
+		}
+		m.transition(Cancelled, reason, c.Outcome)
+	case OutcomeFailed:
+		if t.State == Cancelling {
+			m.transition(Failed, ReasonFailedCancelling, c.Outcome)
+			break
+		}
+		retryable := c.Error != nil && c.Error.Category.RetryableByDefault() && (c.Error.Retryable == nil || *c.Error.Retryable)
+		m.retryOrFail(retryable, ReasonRetriesExhausted, c.Outcome)
+	}
+	m.r.FinalState = t.State
+}
+
+// expire applies the zombie transition for a lease that ran out.
+func (m *machine) expire() {
+	t := m.t()
+	cancelling := t.State == Cancelling
+	m.endAttempt(OutcomeZombie, &ErrorInfo{Category: CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"})
+	if cancelling {
+		m.transition(Failed, ReasonCancelTimeout, OutcomeZombie)
+		return
+	}
+	m.retryOrFail(true, ReasonHeartbeatTimeout, OutcomeZombie)
+}
+
+// retryOrFail ends the current (already ended) attempt's task: a new
+// attempt when the policy, the attempts left and the deadline allow it,
+// FAILED otherwise.
+func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome Outcome) {
+	t := m.t()
+	switch {
+	case !retryable:
+		m.transition(Failed, ReasonNonRetryable, outcome)
+		return
+	case t.Attempt >= t.Retry.MaxAttempts:
+		m.transition(Failed, exhaustedReason, outcome)
+		return
+	}
+	at := m.now.Add(t.Retry.Backoff(t.Attempt, m.ev.Jitter))
+	if t.Deadline != nil && !at.Before(*t.Deadline) {
+		m.transition(Failed, ReasonDeadlineExceeded, outcome)
+		return
+	}
+	prev := m.attempt()
+	m.transition(Queued, ReasonRetryScheduled, outcome)
+	m.r.Transitions[len(m.r.Transitions)-1].NextAttempt = t.Attempt + 1
+	if len(prev.Checkpoint) > 0 {
+		t.ResumeFrom = prev.Checkpoint
+	}
+	t.Attempt++
+	t.NotBefore = &at
+	t.Redrives = 0
+	check := at.Add(t.Timing.StartTimeout())
+	t.DispatchCheckAt = &check
+	m.r.Next = &Attempt{Attempt: t.Attempt, CreatedAt: m.now, ScheduledAt: &at}
+	m.r.Enqueue, m.r.RetryScheduled, m.r.NextAttempt = true, true, t.Attempt
+}
+
+func (m *machine) cancel() {
+	t := m.t()
+	reason := m.ev.Reason
+	if reason == "" {
+		reason = ReasonUserRequested
+	}
+	switch t.State {
+	case Pending, Queued:
+		m.endAttempt(OutcomeCancelled, nil)
+		t.CancelReason = reason
+		m.transition(Cancelled, reason, OutcomeCancelled)
+		m.r.Dequeue = true
+	case Running:
+		t.CancelReason = reason
+		deadline := m.now.Add(t.Timing.CancelGracePeriod())
+		m.transition(Cancelling, reason, "")
+		t.CancelDeadline = &deadline
+	case Cancelling:
+		// Already cancelling: idempotent.
+	default:
+		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+	}
+}
+
+// endAttempt gives the current attempt an outcome if it has none.
+func (m *machine) endAttempt(o Outcome, e *ErrorInfo) {
+	a := m.attempt()
+	if a.Ended() {
+		return
+	}
+	now := m.now
+	a.Outcome, a.CompletedAt = o, &now
+	if e != nil && a.Error == nil {
+		a.Error = e
+	}
+	m.r.Write = true
+}
+
+// transition moves the task to state to, records the event, and sets the
+// timers that state uses.
+func (m *machine) transition(to State, reason string, outcome Outcome) {
+	t := m.t()
+	from := t.State
+	t.Seq++
+	tr := Transition{
+		EventID: EventID(t.ID, t.Attempt, from, to), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
+		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, From: from, To: to,
+		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == Failed,
+	}
+	if outcome != "" && m.r.Attempt != nil {
+		tr.Error = m.r.Attempt.Error
+	}
+	m.r.Transitions = append(m.r.Transitions, tr)
+	t.State = to
+	m.r.Write = true
+	switch to {
+	case Running:
+		t.DispatchCheckAt, t.CancelDeadline = nil, nil
+	case Cancelling:
+		t.DispatchCheckAt = nil
+	case Queued, Pending:
+		t.LeaseExpiresAt, t.CancelDeadline = nil, nil
+	}
+	if to.Terminal() {
+		now := m.now
+		t.EndedAt = &now
+		t.Reason = reason
+		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt = nil, nil, nil
+	} else if to == Cancelling {
+		t.Reason = reason
+	}
+}
+
+func due(at *time.Time, now time.Time) bool { return at != nil && !now.Before(*at) }
+
+func laterOf(now time.Time, at *time.Time) time.Time {
+	if at != nil && at.After(now) {
+		return *at
+	}
+	return now
+}
+
+// NewTask builds the stored form of a submitted task: state PENDING,
+// attempt 1, defaults applied, the creation transition recorded.
+func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
+	now = now.UTC()
+	t.State, t.Attempt, t.Seq = Pending, 1, 1
+	t.Timing = t.Timing.WithDefaults()
+	t.Retry = t.Retry.WithDefaults()
+	t.CreatedAt, t.UpdatedAt = now, now
+	check := now.Add(t.Timing.StartTimeout())
+	t.DispatchCheckAt = &check
+	a := Attempt{Attempt: 1, CreatedAt: now}
+	tr := Transition{
+		EventID: EventID(t.ID, 1, "", Pending), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
+		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: Pending, Reason: ReasonSubmitted,
+		Seq: 1, OccurredAt: now,
+	}
+	return t, a, tr
+}

@@ -1,0 +1,378 @@
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 15, 10, 0, 0, 0, time.UTC)
+
+func newTestTask() (Task, Attempt) {
+	tk, a, _ := NewTask(Task{ID: NewTaskID(t0), RunID: NewRunID(t0), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w"}, t0)
+	return tk, a
+}
+
+// taskIn returns a task in state s at t0 (attempt 1, lease and cancel
+// deadline in the future) and its current attempt record.
+func taskIn(s State) (Task, *Attempt) {
+	tk, a := newTestTask()
+	step := func(ev Event) {
+		r := Apply(tk, &a, ev)
+		tk = r.Task
+		if r.Attempt != nil {
+			a = *r.Attempt
+		}
+	}
+	switch s {
+	case Pending:
+	case Queued:
+		step(Event{Kind: EventEnqueued, Attempt: 1, Now: t0})
+	case Running:
+		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
+	case Cancelling:
+		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
+		step(Event{Kind: EventCancel, Now: t0, Reason: "user_requested"})
+	case Succeeded, Failed, Cancelled:
+		o := map[State]Outcome{Succeeded: OutcomeSucceeded, Failed: OutcomeFailed, Cancelled: OutcomeCancelled}[s]
+		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
+		step(Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0, Completed: completion(o, CategoryDataQuality)})
+	}
+	if tk.State != s {
+		panic(fmt.Sprintf("setup: want %s, got %s", s, tk.State))
+	}
+	return tk, &a
+}
+
+func completion(o Outcome, c Category) *CompletedRequest {
+	r := &CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: o}
+	if o == OutcomeFailed {
+		r.Error = &ErrorInfo{Category: c, Message: "boom"}
+	}
+	return r
+}
+
+// eventFor builds an event of kind k for attempt 1 at time now.
+func eventFor(k EventKind, now time.Time) Event {
+	ev := Event{Kind: k, Attempt: 1, Now: now, WorkerID: "w1", MaxRedrives: 3}
+	switch k {
+	case EventHeartbeat:
+		p := 50
+		ev.Heartbeat = &HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p}
+	case EventCompleted:
+		ev.Completed = completion(OutcomeSucceeded, "")
+	case EventCancel:
+		ev.Attempt = 0
+	}
+	return ev
+}
+
+// TestEveryStateEventPair applies every event to every state, both before
+// and after every timer is due, and checks the result against Edges.
+func TestEveryStateEventPair(t *testing.T) {
+	for _, s := range States {
+		for _, k := range EventKinds {
+			for _, late := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%s/late=%v", s, k, late)
+				t.Run(name, func(t *testing.T) {
+					tk, a := taskIn(s)
+					now := t0.Add(time.Second)
+					if late {
+						now = t0.Add(48 * time.Hour)
+						d := t0.Add(24 * time.Hour)
+						tk.Deadline = &d
+					}
+					r := Apply(tk, a, eventFor(k, now))
+					allowed := append([]State{s}, Edges[s][k]...)
+					if !slices.Contains(allowed, r.Task.State) {
+						t.Fatalf("%s --%s--> %s: not in Edges (allowed %v)", s, k, r.Task.State, allowed)
+					}
+					if s.Terminal() && (r.Write || r.Task.State != s) {
+						t.Fatalf("terminal state %s changed by %s", s, k)
+					}
+					if r.Task.Attempt < tk.Attempt {
+						t.Fatalf("attempt decreased")
+					}
+					if len(r.Transitions) == 0 && r.Task.State != s {
+						t.Fatalf("state changed without a transition")
+					}
+					for _, tr := range r.Transitions {
+						if tr.To != Pending && !slices.Contains(append(allEdgeTargets(tr.From), tr.From), tr.To) {
+							t.Fatalf("transition %s→%s not in Edges", tr.From, tr.To)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func allEdgeTargets(s State) []State {
+	var out []State
+	for _, to := range Edges[s] {
+		out = append(out, to...)
+	}
+	return out
+}
+
+func TestCallbackPrecedence(t *testing.T) {
+	cases := []struct {
+		name  string
+		state State
+		ev    func(Event) Event
+		code  string
+	}{
+		{"terminal task", Cancelled, func(e Event) Event { e.Kind = EventStarted; return e }, CodeTaskAlreadyTerminal},
+		{"older attempt", Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Attempt = 0; return e }, CodeAttemptMismatch},
+		{"other worker", Running, func(e Event) Event { e.Kind = EventStarted; e.WorkerID = "w2"; return e }, CodeAttemptAlreadyStarted},
+		{"lease expired", Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Now = t0.Add(time.Hour); return e }, CodeTaskExpired},
+		{"other worker beats expiry", Running, func(e Event) Event {
+			e.Kind = EventHeartbeat
+			e.WorkerID = "w2"
+			e.Now = t0.Add(time.Hour)
+			return e
+		}, CodeAttemptAlreadyStarted},
+		{"different completion", Succeeded, func(e Event) Event {
+			e.Kind = EventCompleted
+			e.Completed = completion(OutcomeFailed, CategoryUserCode)
+			return e
+		}, CodeCompletionConflict},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tk, a := taskIn(c.state)
+			ev := c.ev(eventFor(EventHeartbeat, t0.Add(time.Second)))
+			if ev.Attempt == 0 {
+				tk.Attempt = 2 // the event is for an older attempt
+			}
+			r := Apply(tk, a, ev)
+			if r.Rejection == nil || r.Rejection.Code != c.code {
+				t.Fatalf("got %+v, want %s", r.Rejection, c.code)
+			}
+		})
+	}
+}
+
+func TestIdenticalCompletionReplays(t *testing.T) {
+	tk, a := taskIn(Succeeded)
+	r := Apply(tk, a, Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0.Add(time.Minute), Completed: completion(OutcomeSucceeded, "")})
+	if !r.Replay || r.Write || r.Rejection != nil || r.FinalState != Succeeded {
+		t.Fatalf("want replay without write, got %+v", r)
+	}
+}
+
+func TestRetryDecisions(t *testing.T) {
+	deadlineSoon := t0.Add(2 * time.Second)
+	no := false
+	cases := []struct {
+		name       string
+		category   Category
+		retryable  *bool
+		attempt    int
+		deadline   *time.Time
+		wantState  State
+		wantReason string
+	}{
+		{"user code retries", CategoryUserCode, nil, 1, nil, Queued, ReasonRetryScheduled},
+		{"infrastructure retries", CategoryInfrastructure, nil, 2, nil, Queued, ReasonRetryScheduled},
+		{"data quality never", CategoryDataQuality, nil, 1, nil, Failed, ReasonNonRetryable},
+		{"configuration never", CategoryConfiguration, nil, 1, nil, Failed, ReasonNonRetryable},
+		{"worker advises no", CategoryUserCode, &no, 1, nil, Failed, ReasonNonRetryable},
+		{"attempts exhausted", CategoryUserCode, nil, 3, nil, Failed, ReasonRetriesExhausted},
+		{"deadline before retry", CategoryTimeout, nil, 1, &deadlineSoon, Failed, ReasonDeadlineExceeded},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tk, a := taskIn(Running)
+			tk.Attempt, a.Attempt = c.attempt, c.attempt
+			tk.Deadline = c.deadline
+			tk.Retry = RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000}
+			a.Checkpoint = json.RawMessage(`{"partition":4}`)
+			cr := completion(OutcomeFailed, c.category)
+			cr.Attempt = c.attempt
+			cr.Error.Retryable = c.retryable
+			r := Apply(tk, a, Event{Kind: EventCompleted, Attempt: c.attempt, WorkerID: "w1", Now: t0.Add(time.Second), Completed: cr, Jitter: 0.999})
+			if r.Task.State != c.wantState || r.Transitions[len(r.Transitions)-1].Reason != c.wantReason {
+				t.Fatalf("got %s/%s, want %s/%s", r.Task.State, r.Transitions[len(r.Transitions)-1].Reason, c.wantState, c.wantReason)
+			}
+			if c.wantState == Queued {
+				if r.Next == nil || r.Task.Attempt != c.attempt+1 || !r.Enqueue || !r.RetryScheduled || r.NextAttempt != c.attempt+1 {
+					t.Fatalf("retry not scheduled: %+v", r)
+				}
+				if string(r.Task.ResumeFrom) != `{"partition":4}` {
+					t.Fatalf("checkpoint not carried: %s", r.Task.ResumeFrom)
+				}
+				if r.Task.NotBefore == nil || !r.Task.NotBefore.After(t0) {
+					t.Fatalf("no schedule time")
+				}
+			} else if !r.Transitions[len(r.Transitions)-1].DeadLetter {
+				t.Fatalf("FAILED must be a dead letter")
+			}
+		})
+	}
+}
+
+func TestBackoffSchedule(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 10, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 5000}
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {4, 5 * time.Second}, {60, 5 * time.Second}, {10000, 5 * time.Second}} {
+		if got := p.BackoffCap(c.n); got != c.want {
+			t.Errorf("BackoffCap(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+	if got := p.Backoff(3, 0); got != 0 {
+		t.Errorf("jitter 0: %v", got)
+	}
+	if got := p.Backoff(3, 1); got >= 4*time.Second || got < 3*time.Second {
+		t.Errorf("jitter 1 clamps below cap: %v", got)
+	}
+	if got := p.Backoff(3, 0.5); got != 2*time.Second {
+		t.Errorf("jitter 0.5: %v", got)
+	}
+}
+
+// TestRandomSequencesKeepInvariants drives tasks through long random event
+// sequences, including stale attempts and late timers, and checks the
+// invariants after every step.
+func TestRandomSequencesKeepInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for seq := 0; seq < 300; seq++ {
+		tk, a0 := newTestTask()
+		tk.Retry.InitialBackoffMs = 1000
+		attempts := map[int]*Attempt{1: &a0}
+		now := t0
+		terminalSeen := State("")
+		for step := 0; step < 200; step++ {
+			now = now.Add(time.Duration(rng.IntN(120_000)) * time.Millisecond)
+			k := EventKinds[rng.IntN(len(EventKinds))]
+			ev := eventFor(k, now)
+			ev.Attempt = max(1, tk.Attempt-rng.IntN(2))
+			if k == EventCancel {
+				ev.Attempt = 0
+			}
+			ev.WorkerID = []string{"w1", "w2"}[rng.IntN(2)]
+			ev.Jitter = rng.Float64()
+			if k == EventCompleted {
+				o := []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeCancelled}[rng.IntN(3)]
+				ev.Completed = completion(o, Categories[rng.IntN(len(Categories))])
+				ev.Completed.Attempt, ev.Completed.WorkerID = ev.Attempt, ev.WorkerID
+			}
+			which := ev.Attempt
+			if which == 0 {
+				which = tk.Attempt
+			}
+			before := tk
+			r := Apply(tk, attempts[which], ev)
+			// Invariants.
+			if before.State.Terminal() && (r.Write || r.Task.State != before.State) {
+				t.Fatalf("seq %d step %d: terminal %s changed by %s", seq, step, before.State, k)
+			}
+			if r.Task.Attempt < before.Attempt || r.Task.Seq < before.Seq {
+				t.Fatalf("seq %d step %d: attempt or seq decreased", seq, step)
+			}
+			if ev.Attempt != 0 && ev.Attempt < before.Attempt && (r.Write || r.Task.State != before.State) {
+				t.Fatalf("seq %d step %d: older attempt %d changed the task (current %d) with %s", seq, step, ev.Attempt, before.Attempt, k)
+			}
+			if before.LeaseExpiresAt != nil && !now.Before(*before.LeaseExpiresAt) && r.Task.Attempt == before.Attempt &&
+				r.Task.LeaseExpiresAt != nil && r.Task.LeaseExpiresAt.After(*before.LeaseExpiresAt) {
+				t.Fatalf("seq %d step %d: an expired lease came back via %s", seq, step, k)
+			}
+			if !slices.Contains(append([]State{before.State}, Edges[before.State][k]...), r.Task.State) {
+				t.Fatalf("seq %d step %d: %s --%s--> %s not in Edges", seq, step, before.State, k, r.Task.State)
+			}
+			if r.Task.State.Terminal() {
+				if terminalSeen != "" && terminalSeen != r.Task.State {
+					t.Fatalf("two terminal outcomes")
+				}
+				terminalSeen = r.Task.State
+			}
+			tk = r.Task
+			if r.Attempt != nil {
+				c := *r.Attempt
+				attempts[c.Attempt] = &c
+			}
+			if r.Next != nil {
+				n := *r.Next
+				attempts[n.Attempt] = &n
+			}
+		}
+	}
+}
+
+func FuzzApply(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+		rng := rand.New(rand.NewPCG(s1, s2))
+		tk, a := taskIn(States[rng.IntN(len(States))])
+		for i := 0; i < 20; i++ {
+			ev := eventFor(EventKinds[rng.IntN(len(EventKinds))], t0.Add(time.Duration(rng.IntN(300))*time.Second))
+			r := Apply(tk, a, ev)
+			if tk.State.Terminal() && r.Write {
+				t.Fatal("terminal changed")
+			}
+			if r.Task.Attempt < tk.Attempt {
+				t.Fatal("attempt decreased")
+			}
+			tk = r.Task
+			if r.Next != nil {
+				a = r.Next
+			} else if r.Attempt != nil {
+				a = r.Attempt
+			}
+		}
+	})
+}
+
+func TestTimingValidation(t *testing.T) {
+	cases := []struct {
+		name  string
+		t     Timing
+		min   time.Duration
+		field string
+	}{
+		{"defaults", Timing{}.WithDefaults(), MinTimerProduction, ""},
+		{"timeout below 2x", Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 1999, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatTimeoutMs"},
+		{"100ms locally", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerLocal, ""},
+		{"100ms in production", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerProduction, "heartbeatIntervalMs"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.t.Validate(c.min)
+			if (err == nil) != (c.field == "") || (err != nil && err.Field != c.field) {
+				t.Fatalf("got %v, want field %q", err, c.field)
+			}
+		})
+	}
+}
+
+func TestTokenTTLCoversDeadline(t *testing.T) {
+	d1 := t0.Add(90 * time.Minute)
+	d2 := t0.Add(5 * time.Hour)
+	if got := TokenTTL(t0, nil); got != DefaultTokenTTL {
+		t.Errorf("no deadline: %v", got)
+	}
+	if got := TokenTTL(t0, &d1); got != 91*time.Minute {
+		t.Errorf("deadline in 90m: %v", got)
+	}
+	if got := TokenTTL(t0, &d2); got != MaxTokenTTL {
+		t.Errorf("deadline beyond max: %v", got)
+	}
+}
+
+func TestIDs(t *testing.T) {
+	a, b := NewTaskID(t0), NewTaskID(t0)
+	if a == b || a > b || !ValidID(a, TaskIDPrefix) || ValidID(a, RunIDPrefix) || ValidID("task_nope", TaskIDPrefix) {
+		t.Fatalf("ids: %s %s", a, b)
+	}
+	if DispatchName(a, 1) != DispatchName(a, 1) || DispatchName(a, 1) == DispatchName(a, 2) {
+		t.Fatal("dispatch names must be deterministic per attempt")
+	}
+	if EventID(a, 1, Queued, Running) == EventID(a, 1, Running, Succeeded) {
+		t.Fatal("event ids must differ per transition")
+	}
+}

@@ -1,0 +1,128 @@
+package task
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task is the control plane's record of one unit of work. It is the
+// Firestore document tasks/{taskId} (field names are the firestore tags)
+// and, with its attempts, the control API's JSON.
+type Task struct {
+	ID             string          `json:"taskId" firestore:"taskId"`
+	RunID          string          `json:"runId" firestore:"runId"`
+	TenantID       string          `json:"tenantId" firestore:"tenantId"`
+	WorkspaceID    string          `json:"workspaceId" firestore:"workspaceId"`
+	TaskKey        string          `json:"taskKey" firestore:"taskKey"`
+	AssetID        string          `json:"assetId,omitempty" firestore:"assetId"`
+	Worker         string          `json:"worker" firestore:"worker"`
+	Payload        json.RawMessage `json:"payload,omitempty" firestore:"payload"`
+	Resources      json.RawMessage `json:"resources,omitempty" firestore:"resources"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty" firestore:"idempotencyKey"`
+
+	State State `json:"state" firestore:"state"`
+	// Reason says why the task ended (or is cancelling).
+	Reason string `json:"reason,omitempty" firestore:"reason"`
+	// CancelReason is the reason given to cancel, handed to the worker.
+	CancelReason string `json:"cancelReason,omitempty" firestore:"cancelReason"`
+	// Attempt is the current attempt number, from 1; it only grows.
+	Attempt int `json:"attempt" firestore:"attempt"`
+	// Seq counts transitions; the next transition has Seq+1.
+	Seq int64 `json:"seq" firestore:"seq"`
+
+	Timing   Timing      `json:"timing" firestore:"timing"`
+	Retry    RetryPolicy `json:"retry" firestore:"retry"`
+	Deadline *time.Time  `json:"deadline,omitempty" firestore:"deadline"`
+
+	CreatedAt time.Time  `json:"createdAt" firestore:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt" firestore:"updatedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty" firestore:"endedAt"`
+
+	// NotBefore is the schedule time of the current attempt (retries).
+	NotBefore *time.Time `json:"notBefore,omitempty" firestore:"notBefore"`
+	// LeaseExpiresAt is when a RUNNING/CANCELLING attempt becomes a zombie.
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty" firestore:"leaseExpiresAt"`
+	// CancelDeadline is when a CANCELLING task times out.
+	CancelDeadline *time.Time `json:"cancelDeadline,omitempty" firestore:"cancelDeadline"`
+	// DispatchCheckAt is when a PENDING/QUEUED task counts as stuck.
+	DispatchCheckAt *time.Time `json:"dispatchCheckAt,omitempty" firestore:"dispatchCheckAt"`
+	// Redrives counts re-enqueues of the current attempt by the sweeper.
+	Redrives int `json:"redrives" firestore:"redrives"`
+	// ResumeFrom is the last checkpoint of an earlier attempt, handed to
+	// the current attempt in its envelope.
+	ResumeFrom json.RawMessage `json:"resumeFrom,omitempty" firestore:"resumeFrom"`
+
+	// Attempts is the per-attempt history; filled by reads that ask for it
+	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
+	Attempts []Attempt `json:"attempts,omitempty" firestore:"-"`
+}
+
+// Attempt is the record of one attempt: tasks/{taskId}/attempts/{n}.
+type Attempt struct {
+	Attempt         int             `json:"attempt" firestore:"attempt"`
+	Outcome         Outcome         `json:"outcome,omitempty" firestore:"outcome"`
+	WorkerID        string          `json:"workerId,omitempty" firestore:"workerId"`
+	CreatedAt       time.Time       `json:"createdAt" firestore:"createdAt"`
+	ScheduledAt     *time.Time      `json:"scheduledAt,omitempty" firestore:"scheduledAt"`
+	StartedAt       *time.Time      `json:"startedAt,omitempty" firestore:"startedAt"`
+	CompletedAt     *time.Time      `json:"completedAt,omitempty" firestore:"completedAt"`
+	LastHeartbeatAt *time.Time      `json:"lastHeartbeatAt,omitempty" firestore:"lastHeartbeatAt"`
+	ProgressPct     *int            `json:"progressPct,omitempty" firestore:"progressPct"`
+	Message         string          `json:"message,omitempty" firestore:"message"`
+	Checkpoint      json.RawMessage `json:"checkpoint,omitempty" firestore:"checkpoint"`
+	Error           *ErrorInfo      `json:"error,omitempty" firestore:"error"`
+	Output          json.RawMessage `json:"output,omitempty" firestore:"output"`
+	Metrics         *Metrics        `json:"metrics,omitempty" firestore:"metrics"`
+	// CancelledDuringPhase and PartialProgress come with a CANCELLED report.
+	CancelledDuringPhase string          `json:"cancelledDuringPhase,omitempty" firestore:"cancelledDuringPhase"`
+	PartialProgress      json.RawMessage `json:"partialProgress,omitempty" firestore:"partialProgress"`
+	// ReportedAt is the worker's own completedAt (informational).
+	ReportedAt *time.Time `json:"reportedAt,omitempty" firestore:"reportedAt"`
+	// CompletionDigest identifies the accepted `completed` report, so an
+	// identical repeat replays and a different one conflicts.
+	CompletionDigest string `json:"-" firestore:"completionDigest"`
+}
+
+// Ended reports whether the attempt has an outcome.
+func (a *Attempt) Ended() bool { return a.Outcome != "" }
+
+// ErrorInfo is a worker-reported failure (ADR-023 §3.3).
+type ErrorInfo struct {
+	Category   Category `json:"category" firestore:"category"`
+	Message    string   `json:"message,omitempty" firestore:"message"`
+	StackTrace string   `json:"stackTrace,omitempty" firestore:"stackTrace"`
+	// Retryable is the worker's advice; the control plane decides.
+	Retryable *bool `json:"retryable,omitempty" firestore:"retryable"`
+}
+
+// Metrics are a worker's resource figures for an attempt.
+type Metrics struct {
+	CPUTimeMs       int64 `json:"cpuTimeMs,omitempty" firestore:"cpuTimeMs"`
+	PeakMemoryBytes int64 `json:"peakMemoryBytes,omitempty" firestore:"peakMemoryBytes"`
+	IOReadBytes     int64 `json:"ioReadBytes,omitempty" firestore:"ioReadBytes"`
+	IOWriteBytes    int64 `json:"ioWriteBytes,omitempty" firestore:"ioWriteBytes"`
+}
+
+// Transition is the event every state change produces (PRODUCT §7). It is
+// written to the outbox in the transaction that makes the change.
+type Transition struct {
+	// EventID is deterministic from (task, attempt, from, to): a repeat
+	// delivery carries the same id.
+	EventID     string     `json:"eventId" firestore:"eventId"`
+	TaskID      string     `json:"taskId" firestore:"taskId"`
+	RunID       string     `json:"runId" firestore:"runId"`
+	TenantID    string     `json:"tenantId" firestore:"tenantId"`
+	WorkspaceID string     `json:"workspaceId" firestore:"workspaceId"`
+	Worker      string     `json:"worker,omitempty" firestore:"worker"`
+	Attempt     int        `json:"attempt" firestore:"attempt"`
+	From        State      `json:"from,omitempty" firestore:"from"`
+	To          State      `json:"to" firestore:"to"`
+	Reason      string     `json:"reason,omitempty" firestore:"reason"`
+	Outcome     Outcome    `json:"outcome,omitempty" firestore:"outcome"`
+	Error       *ErrorInfo `json:"error,omitempty" firestore:"error"`
+	NextAttempt int        `json:"nextAttempt,omitempty" firestore:"nextAttempt"`
+	Seq         int64      `json:"seq" firestore:"seq"`
+	OccurredAt  time.Time  `json:"occurredAt" firestore:"occurredAt"`
+	// DeadLetter marks a task that ended FAILED with no retry left.
+	DeadLetter bool `json:"deadLetter,omitempty" firestore:"deadLetter"`
+}
