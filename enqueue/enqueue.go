@@ -1,0 +1,197 @@
+// Package enqueue hands a task's current attempt to Cloud Tasks: it signs
+// the attempt's token, builds the ADR-023 envelope, and creates an HTTP task
+// with a name derived from (task id, attempt), so repeating an enqueue is
+// safe (ALREADY_EXISTS counts as success). The dispatcher uses it on
+// submit, the callbacks and the sweeper for retries and re-drives.
+package enqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+)
+
+// Limits of Cloud Tasks HTTP tasks.
+const (
+	// MaxTaskBytes is Cloud Tasks' task size limit; the envelope must fit.
+	MaxTaskBytes = 1 << 20
+	// MinDispatchDeadline and MaxDispatchDeadline bound dispatch_deadline.
+	MinDispatchDeadline = 15 * time.Second
+	MaxDispatchDeadline = 30 * time.Minute
+)
+
+// Errors.
+var (
+	// ErrEnvelopeTooLarge: the envelope would exceed MaxTaskBytes.
+	ErrEnvelopeTooLarge = fmt.Errorf("envelope exceeds the Cloud Tasks task size limit of %d bytes", MaxTaskBytes)
+	// ErrCloudTasks: Cloud Tasks refused or could not be reached; the task
+	// stays as stored and the sweeper re-drives it.
+	ErrCloudTasks = errors.New("cloud tasks enqueue failed")
+)
+
+// Config configures an Enqueuer.
+type Config struct {
+	Store           *store.Store
+	Tasks           *cloudtasks.Client
+	Keys            *token.KeyRing
+	Workers         Workers
+	CallbackBaseURL string
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Enqueuer enqueues attempts. It is safe for concurrent use.
+type Enqueuer struct{ cfg Config }
+
+// New returns an Enqueuer.
+func New(cfg Config) (*Enqueuer, error) {
+	if cfg.Store == nil || cfg.Tasks == nil || cfg.Keys == nil {
+		return nil, errors.New("enqueue: Store, Tasks and Keys are required")
+	}
+	if cfg.CallbackBaseURL == "" {
+		return nil, errors.New("enqueue: CallbackBaseURL is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Enqueuer{cfg: cfg}, nil
+}
+
+// Workers returns the configured workers.
+func (e *Enqueuer) Workers() Workers { return e.cfg.Workers }
+
+// Keys returns the token key ring.
+func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
+
+// Envelope signs a token for t's current attempt and returns the envelope
+// and its JSON.
+func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte, error) {
+	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
+	tok, exp, err := e.cfg.Keys.Sign(scope, task.TokenTTL(now, t.Deadline), now)
+	if err != nil {
+		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
+	}
+	env := t.Envelope(e.cfg.CallbackBaseURL, tok, exp, now)
+	body, err := json.Marshal(env)
+	if err != nil {
+		return task.Envelope{}, nil, fmt.Errorf("enqueue: encode envelope: %w", err)
+	}
+	if len(body) > MaxTaskBytes {
+		return env, nil, fmt.Errorf("%w (envelope is %d bytes)", ErrEnvelopeTooLarge, len(body))
+	}
+	return env, body, nil
+}
+
+// TaskName is the Cloud Tasks task name for t's current attempt.
+func TaskName(queue string, t *task.Task) string {
+	return queue + "/tasks/" + task.DispatchName(t.ID, t.Attempt)
+}
+
+// DispatchDeadline is how long Cloud Tasks waits for the worker: the time
+// to the task deadline, else the maximum, clamped to Cloud Tasks' range.
+func DispatchDeadline(t *task.Task, now time.Time) time.Duration {
+	d := MaxDispatchDeadline
+	if t.Deadline != nil {
+		d = t.Deadline.Sub(now)
+	}
+	return min(max(d, MinDispatchDeadline), MaxDispatchDeadline)
+}
+
+// Enqueue creates the Cloud Task for t's current attempt (a repeat is a
+// no-op) and, when t is PENDING, records that it is QUEUED.
+func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
+	w, err := e.cfg.Workers.Lookup(t.Worker)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", t.ID, err)
+	}
+	now := e.cfg.Now().UTC()
+	_, body, err := e.Envelope(&t, now)
+	if err != nil {
+		return err
+	}
+	req := &ctpb.HttpRequest{
+		Url: w.URL, HttpMethod: ctpb.HttpMethod_POST, Body: body,
+		Headers: map[string]string{"Content-Type": "application/json"},
+	}
+	if w.ServiceAccount != "" {
+		aud := w.Audience
+		if aud == "" {
+			aud = w.URL
+		}
+		req.AuthorizationHeader = &ctpb.HttpRequest_OidcToken{OidcToken: &ctpb.OidcToken{ServiceAccountEmail: w.ServiceAccount, Audience: aud}}
+	}
+	ct := &ctpb.Task{
+		Name:             TaskName(w.Queue, &t),
+		MessageType:      &ctpb.Task_HttpRequest{HttpRequest: req},
+		DispatchDeadline: durationpb.New(DispatchDeadline(&t, now)),
+	}
+	if t.NotBefore != nil && t.NotBefore.After(now) {
+		ct.ScheduleTime = timestamppb.New(*t.NotBefore)
+	}
+	log := e.cfg.Logger.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "worker", t.Worker)
+	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: w.Queue, Task: ct})
+	switch status.Code(err) {
+	case codes.OK:
+		log.InfoContext(ctx, "attempt enqueued", "cloudTask", ct.Name)
+	case codes.AlreadyExists:
+		log.InfoContext(ctx, "attempt already enqueued", "cloudTask", ct.Name)
+	default:
+		log.WarnContext(ctx, "enqueue failed; the sweeper will re-drive", "error", err)
+		return fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+	}
+	if t.State == task.Pending {
+		if _, err := e.cfg.Store.Apply(ctx, t.ID, task.Event{Kind: task.EventEnqueued, Attempt: t.Attempt, Now: e.cfg.Now().UTC()}); err != nil {
+			return fmt.Errorf("enqueue %s: record QUEUED: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+// Dequeue deletes the Cloud Task of t's current attempt; a task already
+// gone is not an error.
+func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
+	w, err := e.cfg.Workers.Lookup(t.Worker)
+	if err != nil {
+		return err
+	}
+	err = e.cfg.Tasks.DeleteTask(ctx, &ctpb.DeleteTaskRequest{Name: TaskName(w.Queue, &t)})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("%w: delete %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+	}
+	return nil
+}
+
+// FollowUp performs what a committed result asks for: enqueue the next
+// attempt (a retry or re-drive) or delete a cancelled attempt's Cloud Task.
+// A failure is logged and returned; the sweeper recovers it.
+func (e *Enqueuer) FollowUp(ctx context.Context, r task.Result) error {
+	switch {
+	case r.Enqueue:
+		return e.Enqueue(ctx, r.Task)
+	case r.Dequeue:
+		if err := e.Dequeue(ctx, r.Task); err != nil {
+			e.cfg.Logger.WarnContext(ctx, "could not delete the cancelled attempt's Cloud Task", "taskId", r.Task.ID, "attempt", r.Task.Attempt, "tenantId", r.Task.TenantID, "error", err)
+			return err
+		}
+	}
+	return nil
+}

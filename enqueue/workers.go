@@ -1,0 +1,123 @@
+package enqueue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+)
+
+// WorkersEnv holds the worker configuration as JSON:
+//
+//	{"render": {"url": "https://render-abc.a.run.app/", "queue": "projects/P/locations/L/queues/render",
+//	            "serviceAccount": "tasks-invoker@P.iam.gserviceaccount.com"}}
+const WorkersEnv = "SERVO_WORKERS"
+
+// ErrUnknownWorker: the worker name is not configured.
+var ErrUnknownWorker = errors.New("unknown worker")
+
+// Worker is where tasks for a named worker go. Callers name workers; they
+// never supply URLs (no SSRF).
+type Worker struct {
+	// URL is the worker's HTTPS endpoint (http:// only on loopback, locally).
+	URL string `json:"url"`
+	// Queue is the Cloud Tasks queue: projects/P/locations/L/queues/Q.
+	Queue string `json:"queue"`
+	// ServiceAccount is the account whose OIDC token Cloud Tasks attaches;
+	// empty sends no token (local stack).
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// Audience of the OIDC token; defaults to URL.
+	Audience string `json:"audience,omitempty"`
+}
+
+// Workers maps worker names to their configuration.
+type Workers map[string]Worker
+
+var (
+	queueRE = regexp.MustCompile(`^projects/[a-z][a-z0-9-]{4,61}[a-z0-9]/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}$`)
+	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9-_]{0,62}$`)
+)
+
+// ParseWorkers parses and validates the JSON worker configuration. With
+// allowLoopbackHTTP (the local stack), http:// URLs on loopback are accepted.
+func ParseWorkers(data []byte, allowLoopbackHTTP bool) (Workers, error) {
+	var ws Workers
+	if err := json.Unmarshal(data, &ws); err != nil {
+		return nil, fmt.Errorf("%s: %w", WorkersEnv, err)
+	}
+	return ws, ws.Validate(allowLoopbackHTTP)
+}
+
+// LoadWorkers reads SERVO_WORKERS; an unset variable is no workers.
+func LoadWorkers(allowLoopbackHTTP bool) (Workers, error) {
+	v := os.Getenv(WorkersEnv)
+	if v == "" {
+		return Workers{}, nil
+	}
+	return ParseWorkers([]byte(v), allowLoopbackHTTP)
+}
+
+// Validate checks every worker.
+func (ws Workers) Validate(allowLoopbackHTTP bool) error {
+	for _, name := range ws.Names() {
+		w := ws[name]
+		if !nameRE.MatchString(name) {
+			return fmt.Errorf("worker %q: name must match %s", name, nameRE)
+		}
+		if err := checkURL(w.URL, allowLoopbackHTTP); err != nil {
+			return fmt.Errorf("worker %q: %w", name, err)
+		}
+		if !queueRE.MatchString(w.Queue) {
+			return fmt.Errorf("worker %q: queue %q must be projects/PROJECT/locations/LOCATION/queues/QUEUE", name, w.Queue)
+		}
+	}
+	return nil
+}
+
+// Names returns the worker names, sorted.
+func (ws Workers) Names() []string {
+	out := make([]string, 0, len(ws))
+	for n := range ws {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup returns the named worker or ErrUnknownWorker.
+func (ws Workers) Lookup(name string) (Worker, error) {
+	w, ok := ws[name]
+	if !ok {
+		return Worker{}, fmt.Errorf("%w %q", ErrUnknownWorker, name)
+	}
+	return w, nil
+}
+
+func checkURL(raw string, allowLoopbackHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("url %q is not an absolute URL", raw)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if allowLoopbackHTTP && isLoopback(u.Hostname()) {
+			return nil
+		}
+		return fmt.Errorf("url %q must be https (http is accepted only on loopback in the local stack)", raw)
+	}
+	return fmt.Errorf("url %q must be https", raw)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,124 @@
+// Package functions registers Servo's Cloud Functions with
+// functions-framework-go: ServoAPI (HTTP, the control API), ServoCallbacks
+// (HTTP, worker callbacks) and ServoSweeper (CloudEvent from Pub/Sub).
+// It is thin wiring: each function builds its dependencies from the
+// environment once per instance and serves the same handler the local
+// stack serves.
+//
+// Environment:
+//
+//	SERVO_PROJECT              Google Cloud project (default: GOOGLE_CLOUD_PROJECT)
+//	SERVO_FIRESTORE_DATABASE   Firestore database id (default "(default)")
+//	SERVO_TOKEN_KEYS           signing key ring JSON (or SERVO_TOKEN_KEYS_FILE)
+//	SERVO_CALLBACK_BASE_URL    base URL of ServoCallbacks, put in envelopes
+//	SERVO_WORKERS              worker configuration JSON (see package enqueue)
+//	SERVO_EVENTS_TOPIC         transition events topic (default servo-task-events)
+//	SERVO_DEAD_LETTER_TOPIC    dead-letter topic (default servo-dead-letter)
+//	SERVO_SWEEP_EVERY          sweep cadence within one invocation (default 15s)
+//	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
+//	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
+package functions
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/token"
+)
+
+// Deps are the dependencies shared by the functions of one instance.
+type Deps struct {
+	Project  string
+	Store    *store.Store
+	Keys     *token.KeyRing
+	Enqueuer *enqueue.Enqueuer
+	Logger   *slog.Logger
+}
+
+var (
+	depsOnce sync.Once
+	deps     *Deps
+	depsErr  error
+)
+
+// dependencies builds Deps from the environment once per instance.
+func dependencies(ctx context.Context) (*Deps, error) {
+	depsOnce.Do(func() { deps, depsErr = loadDeps(ctx) })
+	return deps, depsErr
+}
+
+// Env returns the variable's value or def.
+func Env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// EnvDuration returns the variable parsed as a duration, or def.
+func EnvDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}
+
+// EnvInt returns the variable parsed as an integer, or def.
+func EnvInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return n, nil
+}
+
+func loadDeps(ctx context.Context) (*Deps, error) {
+	log := logs.Default()
+	project := Env("SERVO_PROJECT", os.Getenv("GOOGLE_CLOUD_PROJECT"))
+	if project == "" {
+		return nil, fmt.Errorf("functions: set SERVO_PROJECT (or GOOGLE_CLOUD_PROJECT)")
+	}
+	keys, err := token.LoadKeyRing()
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	workers, err := enqueue.LoadWorkers(false)
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")))
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	tasks, err := cloudtasks.NewClient(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("functions: cloud tasks client: %w", err)
+	}
+	callbackBase := os.Getenv("SERVO_CALLBACK_BASE_URL")
+	if callbackBase == "" {
+		return nil, fmt.Errorf("functions: set SERVO_CALLBACK_BASE_URL to the ServoCallbacks URL")
+	}
+	enq, err := enqueue.New(enqueue.Config{Store: st, Tasks: tasks, Keys: keys, Workers: workers, CallbackBaseURL: callbackBase, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Logger: log}, nil
+}

@@ -1,0 +1,103 @@
+// Package logs configures log/slog for Cloud Logging: JSON lines with
+// "severity", "message" and "time", and the request's trace fields
+// ("logging.googleapis.com/trace", ".../spanId") when a handler put them in
+// the context with WithTrace.
+package logs
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// Field names Cloud Logging reads from a JSON log line.
+const (
+	TraceKey  = "logging.googleapis.com/trace"
+	SpanKey   = "logging.googleapis.com/spanId"
+	ProjectID = "GOOGLE_CLOUD_PROJECT"
+)
+
+// New returns a JSON logger in Cloud Logging's shape writing to w.
+func New(w io.Writer, level slog.Leveler) *slog.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) > 0 {
+				return a
+			}
+			switch a.Key {
+			case slog.MessageKey:
+				a.Key = "message"
+			case slog.LevelKey:
+				a.Key = "severity"
+				lvl, _ := a.Value.Any().(slog.Level)
+				a.Value = slog.StringValue(severity(lvl))
+			}
+			return a
+		},
+	})
+	return slog.New(traceHandler{h})
+}
+
+// Default is New(os.Stderr, slog.LevelInfo).
+func Default() *slog.Logger { return New(os.Stderr, slog.LevelInfo) }
+
+func severity(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "ERROR"
+	case l >= slog.LevelWarn:
+		return "WARNING"
+	case l >= slog.LevelInfo:
+		return "INFO"
+	}
+	return "DEBUG"
+}
+
+type traceKey struct{}
+
+type trace struct{ trace, span string }
+
+// WithTrace returns ctx carrying the trace of r's X-Cloud-Trace-Context (or
+// W3C traceparent) header, for project.
+func WithTrace(ctx context.Context, r *http.Request, project string) context.Context {
+	var id, span string
+	if tp := r.Header.Get("traceparent"); tp != "" {
+		if parts := strings.Split(tp, "-"); len(parts) == 4 {
+			id, span = parts[1], parts[2]
+		}
+	} else if h := r.Header.Get("X-Cloud-Trace-Context"); h != "" {
+		id, span, _ = strings.Cut(h, "/")
+		span, _, _ = strings.Cut(span, ";")
+	}
+	if id == "" {
+		return ctx
+	}
+	if project != "" {
+		id = "projects/" + project + "/traces/" + id
+	}
+	return context.WithValue(ctx, traceKey{}, trace{id, span})
+}
+
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if t, ok := ctx.Value(traceKey{}).(trace); ok {
+		r.AddAttrs(slog.String(TraceKey, t.trace))
+		if t.span != "" {
+			r.AddAttrs(slog.String(SpanKey, t.span))
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}

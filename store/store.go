@@ -1,0 +1,729 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"reflect"
+	"slices"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	firestoreapi "cloud.google.com/go/firestore/apiv1"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servo-dev/servo/task"
+)
+
+// Sentinel errors.
+var (
+	// ErrNotFound: no such task.
+	ErrNotFound = errors.New("store: task not found")
+	// ErrUnavailable: Firestore failed or contention outlasted the retries;
+	// the caller may retry the same request.
+	ErrUnavailable = errors.New("store: firestore unavailable")
+	// ErrInvalidPageToken: a list page token that this store did not issue.
+	ErrInvalidPageToken = errors.New("store: invalid page token")
+)
+
+// EmulatorHostEnv is the variable the Firestore emulator's address is read from.
+const EmulatorHostEnv = "FIRESTORE_EMULATOR_HOST"
+
+// IdempotencyRetention is how long an idempotency key maps to its task
+// before Firestore's TTL policy may delete the mapping.
+const IdempotencyRetention = 30 * 24 * time.Hour
+
+// OutboxRetention is how long a delivered outbox entry is kept.
+const OutboxRetention = 7 * 24 * time.Hour
+
+// Store is Servo's Firestore state. It is safe for concurrent use.
+type Store struct {
+	client     *firestoreapi.Client
+	db         string // projects/P/databases/D
+	docs       string // db + "/documents"
+	maxRetries int
+	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
+}
+
+// OnCommit registers fn to run after every commit that wrote transitions
+// (Create and Apply), with those transitions in order: the events publisher
+// delivers them at once; what it misses stays in the outbox for re-drive.
+// fn must not block for long; it runs on the caller's goroutine.
+func (s *Store) OnCommit(fn func(context.Context, []task.Transition)) { s.onCommit.Store(&fn) }
+
+func (s *Store) committed(ctx context.Context, trs []task.Transition) {
+	if fn := s.onCommit.Load(); fn != nil && *fn != nil && len(trs) > 0 {
+		(*fn)(ctx, trs)
+	}
+}
+
+type config struct {
+	database   string
+	counter    *RPCCounter
+	clientOpts []option.ClientOption
+	maxRetries int
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithDatabase selects a database other than "(default)".
+func WithDatabase(id string) Option { return func(c *config) { c.database = id } }
+
+// WithRPCCounter counts every Firestore RPC the store makes.
+func WithRPCCounter(rc *RPCCounter) Option { return func(c *config) { c.counter = rc } }
+
+// WithClientOptions passes options to the Firestore client.
+func WithClientOptions(opts ...option.ClientOption) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithMaxRetries bounds transaction retries on contention (default 25).
+func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
+
+// New connects to Firestore for project; it honours FIRESTORE_EMULATOR_HOST.
+func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
+	if project == "" {
+		return nil, errors.New("store: project id is required")
+	}
+	cfg := config{database: "(default)", maxRetries: 25}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var copts []option.ClientOption
+	if host := os.Getenv(EmulatorHostEnv); host != "" {
+		copts = append(copts, option.WithEndpoint(host), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			option.WithGRPCDialOption(grpc.WithPerRPCCredentials(emulatorCreds{})))
+	}
+	if cfg.counter != nil {
+		copts = append(copts,
+			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(cfg.counter.unary)),
+			option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(cfg.counter.stream)))
+	}
+	copts = append(copts, cfg.clientOpts...)
+	client, err := firestoreapi.NewClient(ctx, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect to firestore: %w", err)
+	}
+	db := "projects/" + project + "/databases/" + cfg.database
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries}, nil
+}
+
+// Close releases the connection.
+func (s *Store) Close() error { return s.client.Close() }
+
+// emulatorCreds authenticates to the emulator as its owner, as the official
+// client does.
+type emulatorCreds struct{}
+
+func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+func (emulatorCreds) RequireTransportSecurity() bool { return false }
+
+func (s *Store) taskName(id string) string { return s.docs + "/" + TasksCollection + "/" + id }
+func (s *Store) attemptName(id string, n int) string {
+	return s.taskName(id) + "/attempts/" + strconv.Itoa(n)
+}
+func (s *Store) outboxName(eventID string) string { return s.docs + "/" + OutboxCollection + "/" + eventID }
+func (s *Store) idemName(tenant, key string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return s.docs + "/" + IdempotencyCollection + "/" + hex.EncodeToString(sum[:])
+}
+
+// wrap maps a Firestore error to the store's sentinels.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fmt.Errorf("store: %s: %w", op, ErrNotFound)
+	case codes.Canceled:
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	return fmt.Errorf("store: %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// outboxDoc is an outbox entry as stored.
+type outboxDoc struct {
+	task.Transition
+	Delivered   bool       `firestore:"delivered"`
+	CreatedAt   time.Time  `firestore:"createdAt"`
+	DeliveredAt *time.Time `firestore:"deliveredAt"`
+	ExpireAt    *time.Time `firestore:"expireAt"`
+}
+
+func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
+	doc := outboxDoc{Transition: tr, CreatedAt: tr.OccurredAt}
+	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
+}
+
+// flatten inlines the embedded Transition's fields into the outbox document.
+func flatten(f map[string]*pb.Value) map[string]*pb.Value {
+	if tr, ok := f["Transition"]; ok {
+		delete(f, "Transition")
+		for k, v := range tr.GetMapValue().GetFields() {
+			f[k] = v
+		}
+	}
+	return f
+}
+
+func setWrite(name string, v any, mustNotExist bool) *pb.Write {
+	w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: encodeFields(v)}}}
+	if mustNotExist {
+		w.CurrentDocument = &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: false}}
+	}
+	return w
+}
+
+// Create stores a submitted task (ID set, fields validated) as PENDING with
+// its first attempt record and creation event, in one commit. When the task
+// has an idempotency key and a task already exists for (tenant, key), that
+// task is returned with existed = true and nothing is written.
+func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created task.Task, existed bool, err error) {
+	nt, a, tr := task.NewTask(t, now)
+	writes := []*pb.Write{
+		setWrite(s.taskName(nt.ID), nt, true),
+		setWrite(s.attemptName(nt.ID, 1), a, true),
+		s.outboxWrite(tr),
+	}
+	if nt.IdempotencyKey != "" {
+		exp := nt.CreatedAt.Add(IdempotencyRetention)
+		writes = append(writes, setWrite(s.idemName(nt.TenantID, nt.IdempotencyKey), idemDoc{
+			TenantID: nt.TenantID, Key: nt.IdempotencyKey, TaskID: nt.ID, CreatedAt: nt.CreatedAt, ExpireAt: exp,
+		}, true))
+	}
+	_, err = s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	if err == nil {
+		s.committed(ctx, []task.Transition{tr})
+		return nt, false, nil
+	}
+	if c := status.Code(err); nt.IdempotencyKey != "" && (c == codes.AlreadyExists || c == codes.FailedPrecondition) {
+		var d idemDoc
+		found, gerr := s.getDoc(ctx, s.idemName(nt.TenantID, nt.IdempotencyKey), &d)
+		if gerr != nil {
+			return task.Task{}, false, gerr
+		}
+		if !found {
+			return task.Task{}, false, fmt.Errorf("store: create: idempotency record vanished: %w", ErrUnavailable)
+		}
+		existing, gerr := s.GetTask(ctx, d.TaskID)
+		return existing, true, gerr
+	}
+	return task.Task{}, false, wrap("create", err)
+}
+
+type idemDoc struct {
+	TenantID  string    `firestore:"tenantId"`
+	Key       string    `firestore:"key"`
+	TaskID    string    `firestore:"taskId"`
+	CreatedAt time.Time `firestore:"createdAt"`
+	ExpireAt  time.Time `firestore:"expireAt"`
+}
+
+// getDoc reads one document outside a transaction.
+func (s *Store) getDoc(ctx context.Context, name string, out any) (bool, error) {
+	docs, _, err := s.batchGet(ctx, []string{name}, nil)
+	if err != nil {
+		return false, err
+	}
+	if docs[name] == nil {
+		return false, nil
+	}
+	return true, decodeFields(docs[name].GetFields(), out)
+}
+
+// batchGet reads documents in one RPC. With sel it runs inside (or begins)
+// a transaction and returns the transaction id.
+func (s *Store) batchGet(ctx context.Context, names []string, sel any) (map[string]*pb.Document, []byte, error) {
+	req := &pb.BatchGetDocumentsRequest{Database: s.db, Documents: names}
+	switch v := sel.(type) {
+	case *pb.BatchGetDocumentsRequest_NewTransaction:
+		req.ConsistencySelector = v
+	case *pb.BatchGetDocumentsRequest_Transaction:
+		req.ConsistencySelector = v
+	}
+	stream, err := s.client.BatchGetDocuments(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]*pb.Document, len(names))
+	var tx []byte
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, tx, err
+		}
+		if len(res.GetTransaction()) > 0 {
+			tx = res.GetTransaction()
+		}
+		if d := res.GetFound(); d != nil {
+			out[d.GetName()] = d
+		}
+	}
+	return out, tx, nil
+}
+
+// GetTask reads a task document without its attempts (1 RPC).
+func (s *Store) GetTask(ctx context.Context, id string) (task.Task, error) {
+	var t task.Task
+	found, err := s.getDoc(ctx, s.taskName(id), &t)
+	if err != nil {
+		return task.Task{}, wrap("get task", err)
+	}
+	if !found {
+		return task.Task{}, ErrNotFound
+	}
+	return t, nil
+}
+
+// Get reads a task with its attempts, oldest first (2 RPCs).
+func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
+	t, err := s.GetTask(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	t.Attempts, err = s.Attempts(ctx, id)
+	return t, err
+}
+
+// Attempts reads a task's attempt records, oldest first.
+func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: "attempts"}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
+	}
+	var out []task.Attempt
+	err := s.runQuery(ctx, s.taskName(id), q, func(d *pb.Document) error {
+		var a task.Attempt
+		if err := decodeFields(d.GetFields(), &a); err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	})
+	return out, wrap("attempts", err)
+}
+
+func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
+	stream, err := s.client.RunQuery(ctx, &pb.RunQueryRequest{Parent: parent, QueryType: &pb.RunQueryRequest_StructuredQuery{StructuredQuery: q}})
+	if err != nil {
+		return err
+	}
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d := res.GetDocument(); d != nil {
+			if err := each(d); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func fieldRef(path string) *pb.StructuredQuery_FieldReference {
+	return &pb.StructuredQuery_FieldReference{FieldPath: path}
+}
+
+func fieldFilter(path string, op pb.StructuredQuery_FieldFilter_Operator, v *pb.Value) *pb.StructuredQuery_Filter {
+	return &pb.StructuredQuery_Filter{FilterType: &pb.StructuredQuery_Filter_FieldFilter{FieldFilter: &pb.StructuredQuery_FieldFilter{Field: fieldRef(path), Op: op, Value: v}}}
+}
+
+func and(filters ...*pb.StructuredQuery_Filter) *pb.StructuredQuery_Filter {
+	if len(filters) == 1 {
+		return filters[0]
+	}
+	return &pb.StructuredQuery_Filter{FilterType: &pb.StructuredQuery_Filter_CompositeFilter{CompositeFilter: &pb.StructuredQuery_CompositeFilter{Op: pb.StructuredQuery_CompositeFilter_AND, Filters: filters}}}
+}
+
+func strVal(s string) *pb.Value { return &pb.Value{ValueType: &pb.Value_StringValue{StringValue: s}} }
+
+func statesVal(states []task.State) *pb.Value {
+	vals := make([]*pb.Value, len(states))
+	for i, st := range states {
+		vals[i] = strVal(string(st))
+	}
+	return &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: vals}}}
+}
+
+func refVal(name string) *pb.Value {
+	return &pb.Value{ValueType: &pb.Value_ReferenceValue{ReferenceValue: name}}
+}
+
+// ListFilter selects tasks for List; empty fields match everything.
+type ListFilter struct {
+	TenantID string
+	RunID    string
+	State    task.State
+	// PageSize defaults to 50 and is capped at 500.
+	PageSize int
+	// PageToken continues a previous listing.
+	PageToken string
+}
+
+// List returns tasks matching f in id order (creation order), and the
+// token of the next page ("" on the last page). Pages are stable: a task
+// created during the listing appears after the ones already returned.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, error) {
+	size := f.PageSize
+	if size <= 0 {
+		size = 50
+	}
+	size = min(size, 500)
+	var filters []*pb.StructuredQuery_Filter
+	if f.TenantID != "" {
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID)))
+	}
+	if f.RunID != "" {
+		filters = append(filters, fieldFilter("runId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.RunID)))
+	}
+	if f.State != "" {
+		filters = append(filters, fieldFilter("state", pb.StructuredQuery_FieldFilter_EQUAL, strVal(string(f.State))))
+	}
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING}},
+		Limit:   wrapInt(size + 1),
+	}
+	if len(filters) > 0 {
+		q.Where = and(filters...)
+	}
+	if f.PageToken != "" {
+		after, err := base64.RawURLEncoding.DecodeString(f.PageToken)
+		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
+			return nil, "", ErrInvalidPageToken
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(s.taskName(string(after)))}, Before: false}
+	}
+	var out []task.Task
+	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(d.GetFields(), &t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, "", wrap("list", err)
+	}
+	next := ""
+	if len(out) > size {
+		out = out[:size]
+		next = base64.RawURLEncoding.EncodeToString([]byte(out[size-1].ID))
+	}
+	return out, next, nil
+}
+
+// Apply runs ev against task id in one transaction and returns the
+// machine's result. When the result has a Rejection, the caller answers
+// with it; anything the machine wrote alongside (an expired lease) is
+// committed. The task is re-read on every retry after contention.
+func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Result, error) {
+	var retryTx []byte
+	for try := 0; ; try++ {
+		r, tx, err := s.applyOnce(ctx, id, ev, retryTx)
+		if err == nil {
+			if r.Write {
+				s.committed(ctx, r.Transitions)
+			}
+			return r, nil
+		}
+		if status.Code(err) != codes.Aborted || try >= s.maxRetries {
+			if status.Code(err) == codes.Aborted {
+				return task.Result{}, fmt.Errorf("store: apply %s: contention outlasted %d retries: %w", ev.Kind, try, ErrUnavailable)
+			}
+			return task.Result{}, wrap("apply "+string(ev.Kind), err)
+		}
+		retryTx = tx
+		backoff := min(time.Duration(5<<min(try, 6))*time.Millisecond, 300*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return task.Result{}, wrap("apply", ctx.Err())
+		case <-time.After(time.Duration(rand.Int64N(int64(backoff)) + int64(time.Millisecond))):
+		}
+	}
+}
+
+func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+	names := []string{s.taskName(id)}
+	if ev.Attempt > 0 {
+		names = append(names, s.attemptName(id, ev.Attempt))
+	}
+	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
+	docs, tx, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_NewTransaction{
+		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	if err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, err
+	}
+	td := docs[names[0]]
+	if td == nil {
+		s.rollback(tx)
+		return task.Result{}, tx, ErrNotFound
+	}
+	var t task.Task
+	if err := decodeFields(td.GetFields(), &t); err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, fmt.Errorf("decode task %s: %w", id, err)
+	}
+	want := ev.Attempt
+	if want == 0 {
+		// The event concerns the current attempt, unknown before the read.
+		want = t.Attempt
+		more, _, err := s.batchGet(ctx, []string{s.attemptName(id, want)}, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		for k, v := range more {
+			docs[k] = v
+		}
+	}
+	var cur *task.Attempt
+	if ad := docs[s.attemptName(id, want)]; ad != nil {
+		cur = new(task.Attempt)
+		if err := decodeFields(ad.GetFields(), cur); err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
+		}
+	}
+	r := task.Apply(t, cur, ev)
+	if !r.Write {
+		s.rollback(tx)
+		return r, tx, nil
+	}
+	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
+	if r.Attempt != nil {
+		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
+	}
+	if r.Next != nil {
+		writes = append(writes, setWrite(s.attemptName(id, r.Next.Attempt), r.Next, true))
+	}
+	for _, tr := range r.Transitions {
+		writes = append(writes, s.outboxWrite(tr))
+	}
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
+		return task.Result{}, tx, err
+	}
+	return r, tx, nil
+}
+
+// rollback releases a transaction's locks; it is best effort and runs even
+// when the request's context is done.
+func (s *Store) rollback(tx []byte) {
+	if len(tx) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.client.Rollback(ctx, &pb.RollbackRequest{Database: s.db, Transaction: tx})
+}
+
+func wrapInt(n int) *wrapperspb.Int32Value { return wrapperspb.Int32(int32(n)) }
+
+func reflectValue(v any) reflect.Value { return reflect.ValueOf(v) }
+
+func sortBySeq(es []OutboxEntry) {
+	slices.SortFunc(es, func(a, b OutboxEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+}
+
+// Due names a sweeper duty's query.
+type Due string
+
+// The sweeper's duties, each one indexed query (see Indexes).
+const (
+	DueLease    Due = "leaseExpiresAt"  // RUNNING, CANCELLING past the lease
+	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
+	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
+	DueDeadline Due = "deadline"        // any active state past the task deadline
+)
+
+// DueStates are the states each duty's query selects.
+var DueStates = map[Due][]task.State{
+	DueLease:    {task.Running, task.Cancelling},
+	DueCancel:   {task.Cancelling},
+	DueDispatch: {task.Pending, task.Queued},
+	DueDeadline: task.ActiveStates,
+}
+
+// DueCursor continues a due query after the last task of a page.
+type DueCursor struct {
+	At time.Time
+	ID string
+}
+
+// DueTasks returns up to limit tasks whose duty d is due at now, ordered by
+// the due time, after cursor (nil for the first page). The query reads only
+// due tasks: its cost grows with their number, not with the running ones.
+func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	states, ok := DueStates[d]
+	if !ok {
+		return nil, fmt.Errorf("store: unknown duty %q", d)
+	}
+	op := pb.StructuredQuery_FieldFilter_EQUAL
+	var sv *pb.Value = strVal(string(states[0]))
+	if len(states) > 1 {
+		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
+	}
+	q := &pb.StructuredQuery{
+		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(fieldFilter("state", op, sv),
+			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflectValue(now.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{
+			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
+		},
+		Limit: wrapInt(limit),
+	}
+	if after != nil {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflectValue(after.At)), refVal(s.taskName(after.ID))}, Before: false}
+	}
+	var out []task.Task
+	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(doc.GetFields(), &t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, wrap("due "+string(d), err)
+}
+
+// DueTime is the time the duty d looks at on t (nil if unset).
+func DueTime(d Due, t *task.Task) *time.Time {
+	switch d {
+	case DueLease:
+		return t.LeaseExpiresAt
+	case DueCancel:
+		return t.CancelDeadline
+	case DueDispatch:
+		return t.DispatchCheckAt
+	case DueDeadline:
+		return t.Deadline
+	}
+	return nil
+}
+
+// OutboxEntry is a transition event waiting for, or past, delivery.
+type OutboxEntry struct {
+	task.Transition
+	Delivered bool
+	CreatedAt time.Time
+}
+
+// Undelivered returns up to limit outbox entries not yet delivered that were
+// written at or before olderThan, oldest first.
+func (s *Store) Undelivered(ctx context.Context, olderThan time.Time, limit int) ([]OutboxEntry, error) {
+	q := &pb.StructuredQuery{
+		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
+			fieldFilter("createdAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflectValue(olderThan.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{
+			{Field: fieldRef("createdAt"), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
+		},
+		Limit: wrapInt(limit),
+	}
+	var out []OutboxEntry
+	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var o outboxDoc
+		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+			return err
+		}
+		if err := decodeFields(doc.GetFields(), &o); err != nil {
+			return err
+		}
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
+		return nil
+	})
+	return out, wrap("undelivered", err)
+}
+
+// OutboxEntries returns every outbox entry of a task, delivered or not, in
+// transition order (for tests and tools).
+func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
+	q := &pb.StructuredQuery{
+		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: fieldFilter("taskId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(taskID)),
+	}
+	var out []OutboxEntry
+	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var o outboxDoc
+		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+			return err
+		}
+		if err := decodeFields(doc.GetFields(), &o); err != nil {
+			return err
+		}
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
+		return nil
+	})
+	sortBySeq(out)
+	return out, wrap("outbox entries", err)
+}
+
+// MarkDelivered records that the events were published, in one commit; the
+// entries expire after OutboxRetention.
+func (s *Store) MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	now = now.UTC()
+	exp := now.Add(OutboxRetention)
+	fields := encodeFields(struct {
+		Delivered   bool      `firestore:"delivered"`
+		DeliveredAt time.Time `firestore:"deliveredAt"`
+		ExpireAt    time.Time `firestore:"expireAt"`
+	}{true, now, exp})
+	writes := make([]*pb.Write, 0, len(eventIDs))
+	for _, id := range eventIDs {
+		writes = append(writes, &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(id), Fields: fields}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"delivered", "deliveredAt", "expireAt"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
+		})
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return wrap("mark delivered", err)
+}
+
+// Project returns the project id of the store's database.
+func (s *Store) Project() string {
+	p := strings.TrimPrefix(s.db, "projects/")
+	p, _, _ = strings.Cut(p, "/")
+	return p
+}
