@@ -3,8 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"reflect"
-	"slices"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -13,6 +11,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -141,7 +141,9 @@ func (s *Store) taskName(id string) string { return s.docs + "/" + TasksCollecti
 func (s *Store) attemptName(id string, n int) string {
 	return s.taskName(id) + "/attempts/" + strconv.Itoa(n)
 }
-func (s *Store) outboxName(eventID string) string { return s.docs + "/" + OutboxCollection + "/" + eventID }
+func (s *Store) outboxName(eventID string) string {
+	return s.docs + "/" + OutboxCollection + "/" + eventID
+}
 func (s *Store) idemName(tenant, key string) string {
 	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
 	return s.docs + "/" + IdempotencyCollection + "/" + hex.EncodeToString(sum[:])
