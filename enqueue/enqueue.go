@@ -6,6 +6,7 @@
 package enqueue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,10 +92,13 @@ func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte,
 		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
 	}
 	env := t.Envelope(e.cfg.CallbackBaseURL, tok, exp, now)
-	body, err := json.Marshal(env)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // payloads pass through as sent, without growth
+	if err := enc.Encode(env); err != nil {
 		return task.Envelope{}, nil, fmt.Errorf("enqueue: encode envelope: %w", err)
 	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > MaxTaskBytes {
 		return env, nil, fmt.Errorf("%w (envelope is %d bytes)", ErrEnvelopeTooLarge, len(body))
 	}

@@ -37,6 +37,9 @@ var (
 	// ErrUnavailable: Firestore failed or contention outlasted the retries;
 	// the caller may retry the same request.
 	ErrUnavailable = errors.New("store: firestore unavailable")
+	// ErrRejected: Firestore refused the write as invalid (for example a
+	// document over its size limit); retrying the same request cannot help.
+	ErrRejected = errors.New("store: firestore rejected the write")
 	// ErrInvalidPageToken: a list page token that this store did not issue.
 	ErrInvalidPageToken = errors.New("store: invalid page token")
 )
@@ -57,6 +60,7 @@ type Store struct {
 	db         string // projects/P/databases/D
 	docs       string // db + "/documents"
 	maxRetries int
+	perTask    keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
 
@@ -162,6 +166,8 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("store: %s: %w", op, ErrNotFound)
 	case codes.Canceled:
 		return fmt.Errorf("store: %s: %w", op, err)
+	case codes.InvalidArgument:
+		return fmt.Errorf("store: %s: %w: %w", op, ErrRejected, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("store: %s: %w", op, err)
@@ -453,7 +459,10 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 // machine's result. When the result has a Rejection, the caller answers
 // with it; anything the machine wrote alongside (an expired lease) is
 // committed. The task is re-read on every retry after contention.
+//
+// Within one process, Apply runs one transaction per task at a time.
 func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Result, error) {
+	defer s.perTask.lock(id)()
 	var retryTx []byte
 	for try := 0; ; try++ {
 		r, tx, err := s.applyOnce(ctx, id, ev, retryTx)
