@@ -1,0 +1,259 @@
+package token
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Issuer is the iss claim of every task token.
+const Issuer = "servo"
+
+// Token lifetimes and clock-skew tolerance (ADR-023 §2).
+const (
+	// DefaultTTL is the lifetime of a token when the caller asks for none.
+	DefaultTTL = 3600 * time.Second
+	// MaxTTL is the longest lifetime a token may have.
+	MaxTTL = 7200 * time.Second
+	// Leeway is the clock skew tolerated when checking exp, nbf and iat.
+	Leeway = 2 * time.Second
+)
+
+// maxTokenLen bounds the size of a token Verify will look at. Real tokens
+// are a few hundred bytes; anything this long is rejected unparsed.
+const maxTokenLen = 4096
+
+// Errors returned by Verify. Every rejection wraps exactly one of them.
+var (
+	// ErrInvalid means the token is malformed, not signed by a key of the
+	// ring, uses another algorithm, or lacks or has a bad claim.
+	// Callbacks answer it with HTTP 401 invalid_token.
+	ErrInvalid = errors.New("invalid task token")
+	// ErrExpired means the token is otherwise valid but past its exp.
+	// Callbacks answer it with HTTP 401 token_expired.
+	ErrExpired = errors.New("task token expired")
+)
+
+// Scope is what a token authorises: one attempt of one task.
+type Scope struct {
+	TenantID    string `json:"tenantId"`
+	WorkspaceID string `json:"workspaceId"`
+	RunID       string `json:"runId"`
+	TaskID      string `json:"taskId"`
+	Attempt     int    `json:"attempt"`
+}
+
+// missing returns the JSON name of the first absent scope claim, or "".
+func (s Scope) missing() string {
+	switch {
+	case s.TenantID == "":
+		return "tenantId"
+	case s.WorkspaceID == "":
+		return "workspaceId"
+	case s.RunID == "":
+		return "runId"
+	case s.TaskID == "":
+		return "taskId"
+	case s.Attempt < 1:
+		return "attempt"
+	}
+	return ""
+}
+
+// Claims are a verified token's claims: the Scope plus the registered
+// claims iss, iat, nbf, exp and jti.
+type Claims struct {
+	Scope
+	jwt.RegisteredClaims
+}
+
+// IssuedAtTime returns the iat claim, or the zero time if it is absent.
+func (c *Claims) IssuedAtTime() time.Time { return numericTime(c.IssuedAt) }
+
+// ExpiresAtTime returns the exp claim, or the zero time if it is absent.
+func (c *Claims) ExpiresAtTime() time.Time { return numericTime(c.ExpiresAt) }
+
+// NotBeforeTime returns the nbf claim, or the zero time if it is absent.
+func (c *Claims) NotBeforeTime() time.Time { return numericTime(c.NotBefore) }
+
+func numericTime(d *jwt.NumericDate) time.Time {
+	if d == nil {
+		return time.Time{}
+	}
+	return d.Time
+}
+
+// wireClaims is Claims as the parser sees it: it adds the checks the jwt
+// library has no option for (see jwt.ClaimsValidator).
+type wireClaims Claims
+
+// Validate reports the first required claim that is absent or empty, and rejects
+// lifetimes longer than MaxTTL, which no Servo signer produces.
+func (c *wireClaims) Validate() error {
+	name := c.Scope.missing()
+	switch {
+	case name != "":
+	case c.Issuer == "":
+		name = "iss"
+	case c.ExpiresAt == nil:
+		name = "exp"
+	case c.IssuedAt == nil:
+		name = "iat"
+	case c.ID == "":
+		name = "jti"
+	}
+	if name != "" {
+		return &claimError{name: name}
+	}
+	if c.ExpiresAt.Sub(c.IssuedAt.Time) > MaxTTL {
+		return errLifetime
+	}
+	return nil
+}
+
+// claimError names a required claim that is absent or empty.
+type claimError struct{ name string }
+
+func (e *claimError) Error() string { return "missing claim " + e.name }
+func (e *claimError) Unwrap() error { return jwt.ErrTokenRequiredClaimMissing }
+
+var errLifetime = errors.New("lifetime exceeds " + MaxTTL.String())
+
+// Sign issues a token for s signed with the active key, valid from now for
+// ttl (DefaultTTL when ttl <= 0). It returns the token and its expiry, which
+// is whole seconds as encoded in the exp claim.
+func (r *KeyRing) Sign(s Scope, ttl time.Duration, now time.Time) (token string, expiresAt time.Time, err error) {
+	if name := s.missing(); name != "" {
+		return "", time.Time{}, fmt.Errorf("token: sign: scope has no %s", name)
+	}
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	if ttl > MaxTTL {
+		return "", time.Time{}, fmt.Errorf("token: sign: ttl %v exceeds maximum %v", ttl, MaxTTL)
+	}
+	iat := jwt.NewNumericDate(now)
+	exp := jwt.NewNumericDate(iat.Add(ttl))
+	c := Claims{
+		Scope: s,
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    Issuer,
+			IssuedAt:  iat,
+			NotBefore: iat,
+			ExpiresAt: exp,
+			ID:        rand.Text(),
+		},
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
+	t.Header["kid"] = r.active
+	token, err = t.SignedString(r.keys[r.active])
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("token: sign: %w", err)
+	}
+	return token, exp.Time, nil
+}
+
+// Verify checks token against the ring at time now and returns its claims.
+// Every error wraps ErrExpired (only for a token that is valid but for its
+// exp) or ErrInvalid; its text never contains the token or a key.
+func (r *KeyRing) Verify(token string, now time.Time) (*Claims, error) {
+	if len(token) > maxTokenLen {
+		return nil, reject(ErrInvalid, "malformed: too long", jwt.ErrTokenMalformed)
+	}
+	p := jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(Issuer),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithStrictDecoding(),
+	)
+	var c wireClaims
+	t, err := p.ParseWithClaims(token, &c, r.keyFunc)
+	if err == nil {
+		return (*Claims)(&c), nil
+	}
+	return nil, classify(t, err)
+}
+
+// keyFunc selects the verification key by the kid header.
+func (r *KeyRing) keyFunc(t *jwt.Token) (any, error) {
+	kid, ok := t.Header["kid"].(string)
+	if !ok || kid == "" {
+		return nil, errNoKid
+	}
+	key, ok := r.keys[kid]
+	if !ok {
+		return nil, errUnknownKid
+	}
+	return key, nil
+}
+
+var (
+	errNoKid      = errors.New("missing kid")
+	errUnknownKid = errors.New("unknown kid")
+)
+
+// classify turns a parser error into ErrInvalid or ErrExpired with a fixed,
+// token-free reason. The parser's own texts are not passed on: some quote
+// header fields, which are attacker-chosen parts of the token.
+func classify(t *jwt.Token, err error) error {
+	var ce *claimError
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return reject(ErrInvalid, "malformed", jwt.ErrTokenMalformed)
+	case errors.Is(err, errNoKid):
+		return reject(ErrInvalid, "missing key id", jwt.ErrTokenUnverifiable)
+	case errors.Is(err, errUnknownKid):
+		return reject(ErrInvalid, "unknown key id", jwt.ErrTokenUnverifiable)
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return reject(ErrInvalid, "algorithm not allowed", jwt.ErrTokenUnverifiable)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		if t == nil || t.Method == nil || t.Method.Alg() != jwt.SigningMethodHS256.Alg() {
+			return reject(ErrInvalid, "algorithm not allowed", jwt.ErrTokenSignatureInvalid)
+		}
+		return reject(ErrInvalid, "signature invalid", jwt.ErrTokenSignatureInvalid)
+	case errors.As(err, &ce):
+		return reject(ErrInvalid, ce.Error(), jwt.ErrTokenRequiredClaimMissing)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return reject(ErrInvalid, "missing claim", jwt.ErrTokenRequiredClaimMissing)
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return reject(ErrInvalid, "wrong issuer", jwt.ErrTokenInvalidIssuer)
+	case errors.Is(err, errLifetime):
+		return reject(ErrInvalid, errLifetime.Error(), jwt.ErrTokenInvalidClaims)
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return reject(ErrInvalid, "not valid yet", jwt.ErrTokenNotValidYet)
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return reject(ErrInvalid, "issued in the future", jwt.ErrTokenUsedBeforeIssued)
+	case errors.Is(err, jwt.ErrTokenExpired):
+		// Checked last: a token that is expired and also wrong in some other
+		// way is invalid, not merely expired.
+		return reject(ErrExpired, "", jwt.ErrTokenExpired)
+	}
+	return reject(ErrInvalid, "rejected", jwt.ErrTokenInvalidClaims)
+}
+
+// rejection is a Verify error: a kind (ErrInvalid or ErrExpired), a fixed
+// reason for humans, and the jwt sentinel describing the cause.
+type rejection struct {
+	kind   error
+	reason string
+	cause  error
+}
+
+func reject(kind error, reason string, cause error) error {
+	return &rejection{kind: kind, reason: reason, cause: cause}
+}
+
+func (e *rejection) Error() string {
+	if e.reason == "" {
+		return e.kind.Error()
+	}
+	return e.kind.Error() + ": " + e.reason
+}
+
+func (e *rejection) Unwrap() []error { return []error{e.kind, e.cause} }
