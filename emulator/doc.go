@@ -1,0 +1,36 @@
+// Package emulator starts and stops the official Google Cloud emulators
+// (Firestore and Pub/Sub) for tests and the local stack.
+//
+// [Start] runs `gcloud emulators firestore start` or
+// `gcloud beta emulators pubsub start` on a free port of 127.0.0.1 and waits
+// until the emulator answers HTTP GET / with 200. It needs gcloud with the
+// emulator components, a Java 11+ runtime and bash on PATH; when one is
+// missing it fails with an error wrapping [ErrMissingTool] that names what
+// to install.
+//
+// Emulators must never outlive the process that started them, however it
+// ends:
+//
+//   - gcloud is started as the leader of a new session and process group;
+//     the Java emulator it spawns stays in that group. (gcloud moves itself
+//     into a new group unless it leads its session, so a plain Setpgid would
+//     leave Java out of reach.)
+//   - [Process.Stop] sends SIGTERM to the whole group, waits up to
+//     [StopTimeout], then sends SIGKILL to the group. Killing gcloud alone
+//     would leave Java running.
+//   - A small bash watchdog, in a group of its own, polls this process; when
+//     it is gone (killed with SIGKILL, crashed, or exited after a
+//     `go test -timeout` panic) the watchdog kills the emulator's group, and
+//     exits once the group is gone.
+//   - On Linux the kernel also signals gcloud (SIGKILL) and the watchdog
+//     (SIGTERM, which triggers the same clean-up) the moment this process
+//     dies (PR_SET_PDEATHSIG).
+//
+// The harness only ever signals process groups it created.
+//
+// Tests sharing one emulator isolate themselves by project id (see package
+// emulatortest) or clear the Firestore emulator with [ResetFirestore].
+//
+// The harness needs a Unix system with bash; CI and the local stack run it
+// on Linux.
+package emulator
