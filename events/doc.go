@@ -1,0 +1,25 @@
+// Package events delivers Servo's task transition events and dead letters
+// to Pub/Sub from the transactional outbox (PRODUCT §7).
+//
+// Every transition is written to the outbox (outbox/{eventId}) in the
+// Firestore transaction that makes it (package store). A [Publisher]
+// delivers the entries:
+//
+//   - right after each commit, through the store's post-commit hook
+//     (st.OnCommit(p.Hook())): publish with ordering key = task id, wait for
+//     Pub/Sub's acks, mark the entries delivered in one commit;
+//   - later, from the outbox, for whatever that missed (a crash, a timeout,
+//     a Pub/Sub outage): [Publisher.Redrive], called by the sweeper on every
+//     pass, publishes the entries still undelivered after a grace period, in
+//     seq order per task.
+//
+// Delivery is at least once: a duplicate carries the same eventId. Tasks
+// that end FAILED also publish a [DeadLetter] with the error and the
+// attempt history to the dead-letter topic.
+//
+// [Tail] prints the events as they arrive (`servo events tail`);
+// [EnsureTopics], [EnsureSubscriptions] and [EnsureLocal] create what the
+// local stack needs on the Pub/Sub emulator (PUBSUB_EMULATOR_HOST).
+//
+// See README.md for the message schema.
+package events

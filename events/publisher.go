@@ -1,0 +1,336 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// Defaults of Config.
+const (
+	// DefaultGrace is how old an undelivered outbox entry must be before
+	// Redrive publishes it: younger ones are still being published by the
+	// writer that committed them.
+	DefaultGrace = 10 * time.Second
+	// DefaultPublishTimeout bounds one Publish or one Redrive batch waiting
+	// for Pub/Sub (and, separately, the commit that marks it delivered). The
+	// hook runs on the writer's critical path: during a Pub/Sub outage each
+	// commit waits this long before its events are left to Redrive.
+	DefaultPublishTimeout = 5 * time.Second
+	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
+	DefaultRedriveBatch = 200
+	// DefaultRedriveMaxBatches bounds the batches of one Redrive call; the
+	// next sweeper pass continues.
+	DefaultRedriveMaxBatches = 10
+)
+
+// maxWritesPerCommit is Firestore's limit of writes in one commit.
+const maxWritesPerCommit = 500
+
+// ErrUndelivered is wrapped by Publish and Redrive when some events were
+// not delivered (or not marked delivered); they stay in the outbox.
+var ErrUndelivered = errors.New("events: not delivered")
+
+// Outbox is the part of the store the publisher uses; *store.Store
+// implements it.
+type Outbox interface {
+	// Undelivered returns undelivered entries written at or before olderThan.
+	Undelivered(ctx context.Context, olderThan time.Time, limit int) ([]store.OutboxEntry, error)
+	// MarkDelivered marks entries delivered, in one commit.
+	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
+	// Attempts returns a task's attempt records, oldest first.
+	Attempts(ctx context.Context, taskID string) ([]task.Attempt, error)
+}
+
+var _ Outbox = (*store.Store)(nil)
+
+// Config configures New.
+type Config struct {
+	// Store is the outbox; required.
+	Store Outbox
+	// Client is the Pub/Sub client; required. The caller closes it after
+	// the Publisher.
+	Client *pubsub.Client
+	// EventsTopic is the topic id (or full name) of transition events;
+	// default DefaultEventsTopic.
+	EventsTopic string
+	// DeadLetterTopic is the topic id (or full name) of dead letters;
+	// default DefaultDeadLetterTopic.
+	DeadLetterTopic string
+	// Logger defaults to a logger that discards.
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Grace is the age an undelivered entry must reach before Redrive
+	// publishes it; default DefaultGrace.
+	Grace time.Duration
+	// PublishTimeout bounds waiting for Pub/Sub; default DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	// RedriveBatch is the number of entries Redrive reads at once; default
+	// DefaultRedriveBatch.
+	RedriveBatch int
+	// RedriveMaxBatches bounds the batches of one Redrive call; default
+	// DefaultRedriveMaxBatches.
+	RedriveMaxBatches int
+}
+
+// Publisher delivers the outbox's transition events to Pub/Sub: right after
+// each commit (Hook) and, for what that missed, from the outbox (Redrive).
+// It is safe for concurrent use.
+type Publisher struct {
+	outbox     Outbox
+	events     *pubsub.Publisher
+	dead       *pubsub.Publisher
+	log        *slog.Logger
+	now        func() time.Time
+	grace      time.Duration
+	timeout    time.Duration
+	batch      int
+	maxBatches int
+	redriveMu  sync.Mutex
+}
+
+// New returns a Publisher. It does not check that the topics exist: a
+// missing topic makes publishing fail, which leaves events in the outbox
+// until Redrive succeeds. Register it with the store:
+//
+//	st.OnCommit(p.Hook())
+func New(ctx context.Context, cfg Config) (*Publisher, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("events: Config.Store is required")
+	}
+	if cfg.Client == nil {
+		return nil, errors.New("events: Config.Client is required")
+	}
+	p := &Publisher{
+		outbox: cfg.Store, log: cfg.Logger, now: cfg.Now, grace: cfg.Grace, timeout: cfg.PublishTimeout,
+		batch: cfg.RedriveBatch, maxBatches: cfg.RedriveMaxBatches,
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.grace <= 0 {
+		p.grace = DefaultGrace
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultPublishTimeout
+	}
+	if p.batch <= 0 {
+		p.batch = DefaultRedriveBatch
+	}
+	if p.maxBatches <= 0 {
+		p.maxBatches = DefaultRedriveMaxBatches
+	}
+	project := cfg.Client.Project()
+	p.events = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.EventsTopic, DefaultEventsTopic)))
+	p.events.EnableMessageOrdering = true
+	p.dead = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.DeadLetterTopic, DefaultDeadLetterTopic)))
+	for _, t := range []*pubsub.Publisher{p.events, p.dead} {
+		// Publish sits on the caller's critical path: send at once rather
+		// than wait for the default 10 ms bundling delay.
+		t.PublishSettings.DelayThreshold = time.Millisecond
+		t.PublishSettings.Timeout = p.timeout
+	}
+	return p, nil
+}
+
+// Close flushes and stops the Pub/Sub publishers. Events published after
+// Close fail and stay in the outbox. It does not close the client.
+func (p *Publisher) Close() {
+	p.events.Stop()
+	p.dead.Stop()
+}
+
+// Hook returns the function to register with store.OnCommit: it publishes
+// the committed transitions and never fails the caller (what it cannot
+// deliver stays in the outbox for Redrive).
+func (p *Publisher) Hook() func(context.Context, []task.Transition) {
+	return func(ctx context.Context, trs []task.Transition) { _ = p.Publish(ctx, trs) }
+}
+
+// Publish delivers committed transitions: it publishes them (in seq order
+// per task, ordering key = task id) and their dead letters, waits for
+// Pub/Sub's acks, and marks the delivered ones in one commit. It costs one
+// Firestore RPC (MarkDelivered), plus one read of the attempt history per
+// dead letter. It runs even when ctx is cancelled (the transitions are
+// committed), bounded by the publish timeout. Failures are logged and
+// returned wrapping ErrUndelivered; the entries stay undelivered.
+func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
+	if len(trs) == 0 {
+		return nil
+	}
+	_, err := p.deliver(context.WithoutCancel(ctx), sortedCopy(trs), "publish")
+	return err
+}
+
+// Redrive publishes the outbox entries still undelivered after the grace
+// period, in seq order per task, and marks them delivered: the events a
+// crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
+// it every pass. It reads batches until the outbox has no entry past the
+// grace period, a batch fails, or RedriveMaxBatches batches were read.
+// Concurrent calls on one Publisher run one at a time.
+func (p *Publisher) Redrive(ctx context.Context) error {
+	p.redriveMu.Lock()
+	defer p.redriveMu.Unlock()
+	cutoff := p.now().Add(-p.grace)
+	total := 0
+	defer func() {
+		if total > 0 {
+			p.log.InfoContext(ctx, "events: re-drove outbox entries", "delivered", total)
+		}
+	}()
+	for range p.maxBatches {
+		entries, err := p.outbox.Undelivered(ctx, cutoff, p.batch)
+		if err != nil {
+			return fmt.Errorf("events: redrive: read outbox: %w", err)
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		trs := make([]task.Transition, len(entries))
+		for i, e := range entries {
+			trs[i] = e.Transition
+		}
+		n, err := p.deliver(ctx, sortedCopy(trs), "redrive")
+		total += n
+		if err != nil {
+			return fmt.Errorf("events: redrive: %w", err)
+		}
+		if len(entries) < p.batch {
+			return nil
+		}
+	}
+	return nil
+}
+
+// sortedCopy orders transitions by task, then seq.
+func sortedCopy(trs []task.Transition) []task.Transition {
+	out := slices.Clone(trs)
+	slices.SortStableFunc(out, func(a, b task.Transition) int {
+		return cmp.Or(cmp.Compare(a.TaskID, b.TaskID), cmp.Compare(a.Seq, b.Seq))
+	})
+	return out
+}
+
+// pending is one transition in flight.
+type pending struct {
+	tr  task.Transition
+	ev  *pubsub.PublishResult
+	dl  *pubsub.PublishResult
+	err error // set when a message could not even be built or sent
+}
+
+// deliver publishes trs (ordered by task and seq), waits for the acks and
+// marks the delivered ones. Publishing and waiting are bounded by the
+// publish timeout, marking by another. It returns how many were marked.
+func (p *Publisher) deliver(ctx context.Context, trs []task.Transition, op string) (int, error) {
+	marked, err := p.publishAll(ctx, trs, op)
+	mctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	n, markErr := p.markDelivered(mctx, marked)
+	if markErr != nil {
+		p.log.WarnContext(ctx, "events: published events not marked delivered; they will be re-published",
+			"op", op, "events", len(marked)-n, "error", markErr.Error())
+		markErr = fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(marked)-n, markErr)
+	}
+	return n, errors.Join(err, markErr)
+}
+
+// publishAll publishes trs and their dead letters and waits for the acks;
+// it returns the ids of the events fully delivered.
+func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	ps := make([]pending, len(trs))
+	// Publish every event first: they are in flight while dead letters
+	// read their attempt histories.
+	for i, tr := range trs {
+		ps[i].tr = tr
+		msg, err := EventMessage(tr)
+		if err != nil {
+			ps[i].err = err
+			continue
+		}
+		ps[i].ev = p.events.Publish(ctx, msg)
+	}
+	for i := range ps {
+		if !ps[i].tr.DeadLetter || ps[i].err != nil {
+			continue
+		}
+		attempts, err := p.outbox.Attempts(ctx, ps[i].tr.TaskID)
+		if err != nil {
+			ps[i].err = fmt.Errorf("read attempts for the dead letter: %w", err)
+			continue
+		}
+		msg, err := DeadLetterMessage(DeadLetterOf(ps[i].tr, attempts))
+		if err != nil {
+			ps[i].err = err
+			continue
+		}
+		ps[i].dl = p.dead.Publish(ctx, msg)
+	}
+	var (
+		delivered []string
+		failed    int
+		firstErr  error
+		paused    = map[string]bool{}
+	)
+	for i := range ps {
+		pe := &ps[i]
+		if pe.ev != nil {
+			if _, err := pe.ev.Get(ctx); err != nil {
+				// With ordering, a failure pauses the key: later messages
+				// for it fail too until ResumePublish.
+				paused[pe.tr.TaskID] = true
+				pe.err = cmp.Or(pe.err, fmt.Errorf("publish to %s: %w", p.events, err))
+			}
+		}
+		if pe.dl != nil {
+			if _, err := pe.dl.Get(ctx); err != nil {
+				pe.err = cmp.Or(pe.err, fmt.Errorf("publish dead letter to %s: %w", p.dead, err))
+			}
+		}
+		if pe.err != nil {
+			failed++
+			firstErr = cmp.Or(firstErr, pe.err)
+			p.log.WarnContext(ctx, "events: event not delivered; it stays in the outbox",
+				"op", op, "taskId", pe.tr.TaskID, "attempt", pe.tr.Attempt, "tenantId", pe.tr.TenantID,
+				"eventId", pe.tr.EventID, "seq", pe.tr.Seq, "to", pe.tr.To, "error", pe.err.Error())
+			continue
+		}
+		delivered = append(delivered, pe.tr.EventID)
+	}
+	for key := range paused {
+		p.events.ResumePublish(key)
+	}
+	if failed > 0 {
+		return delivered, fmt.Errorf("%w: %d of %d events: %w", ErrUndelivered, failed, len(ps), firstErr)
+	}
+	return delivered, nil
+}
+
+// markDelivered marks ids delivered, one commit per Firestore's write limit.
+func (p *Publisher) markDelivered(ctx context.Context, ids []string) (int, error) {
+	done := 0
+	for chunk := range slices.Chunk(ids, maxWritesPerCommit) {
+		if err := p.outbox.MarkDelivered(ctx, chunk, p.now()); err != nil {
+			return done, err
+		}
+		done += len(chunk)
+	}
+	return done, nil
+}
