@@ -1,0 +1,193 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// CancelRequest is the optional body of POST /v1/tasks/{id}/cancel and
+// POST /v1/runs/{runId}/cancel. An empty body cancels with reason
+// "user_requested".
+type CancelRequest struct {
+	// Reason is recorded as the task's reason and handed to the worker.
+	Reason string `json:"reason,omitempty"`
+}
+
+// RunCancelResponse answers POST /v1/runs/{runId}/cancel with counts.
+type RunCancelResponse struct {
+	RunID string `json:"runId"`
+	// Matched counts the run's tasks, terminal ones included.
+	Matched int `json:"matched"`
+	// Cancelled counts tasks that became CANCELLED (they were PENDING or QUEUED).
+	Cancelled int `json:"cancelled"`
+	// Cancelling counts tasks that are now CANCELLING (they were running).
+	Cancelling int `json:"cancelling"`
+	// AlreadyTerminal counts tasks that had ended before the cancel.
+	AlreadyTerminal int `json:"alreadyTerminal"`
+	// Failed counts tasks the store could not cancel now; retry the request.
+	Failed int `json:"failed"`
+	// Error and Message are set with a 503: some tasks were not cancelled.
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// cancelReason reads the optional cancel body.
+func (h *handler) cancelReason(w http.ResponseWriter, r *http.Request) (string, *apiError) {
+	body, e := readBody(w, r, h.cfg.MaxBodyBytes, true)
+	if e != nil {
+		return "", e
+	}
+	var req CancelRequest
+	if body != nil {
+		if e := decodeObject(body, &req, ""); e != nil {
+			return "", e
+		}
+	}
+	if e := checkText("reason", req.Reason, false, MaxReasonBytes); e != nil {
+		return "", e
+	}
+	if req.Reason == "" {
+		req.Reason = task.ReasonUserRequested
+	}
+	return req.Reason, nil
+}
+
+// cancel serves POST /v1/tasks/{id}/cancel: PENDING and QUEUED tasks become
+// CANCELLED at once (their Cloud Task is deleted, best effort), RUNNING ones
+// CANCELLING with a cancel deadline, terminal ones answer 409.
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	reason, e := h.cancelReason(w, r)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	if !task.ValidID(id, task.TaskIDPrefix) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		return
+	}
+	res, err := h.cancelOne(r.Context(), id, reason)
+	if err != nil {
+		h.storeError(w, r, err, "taskId", id)
+		return
+	}
+	if rej := res.Rejection; rej != nil {
+		writeError(w, http.StatusConflict, &ErrorResponse{Error: rej.Code, State: rej.State, Message: rej.Message})
+		return
+	}
+	t := res.Task
+	if as, err := h.cfg.Store.Attempts(r.Context(), id); err == nil {
+		t.Attempts = as
+	} else {
+		// The cancel is committed: answer with what is known rather than
+		// inviting a retry that would now be refused.
+		h.log.WarnContext(r.Context(), "could not read attempts after cancel", append(taskAttrs(&t), "error", err)...)
+		if res.Attempt != nil {
+			t.Attempts = []task.Attempt{*res.Attempt}
+		}
+	}
+	writeJSON(w, http.StatusOK, ViewOf(&t))
+}
+
+// cancelOne applies a cancel to task id and deletes the Cloud Task of a
+// task it cancelled (best effort, bounded by CloudTasksTimeout).
+func (h *handler) cancelOne(ctx context.Context, id, reason string) (task.Result, error) {
+	res, err := h.cfg.Store.Apply(ctx, id, task.Event{Kind: task.EventCancel, Reason: reason, Now: h.cfg.Now().UTC()})
+	if err != nil {
+		return res, err
+	}
+	t := &res.Task
+	if res.Rejection != nil {
+		h.log.InfoContext(ctx, "cancel refused", append(taskAttrs(t), "code", res.Rejection.Code, "state", res.Rejection.State)...)
+		return res, nil
+	}
+	h.log.InfoContext(ctx, "cancel applied", append(taskAttrs(t), "state", t.State, "reason", reason)...)
+	if res.Dequeue {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CloudTasksTimeout)
+		defer cancel()
+		// FollowUp logs its own failure; a Cloud Task left behind is
+		// delivered to a worker whose `started` is refused with 409.
+		_ = h.cfg.Enqueuer.FollowUp(fctx, res)
+	}
+	return res, nil
+}
+
+// cancelRun serves POST /v1/runs/{runId}/cancel: every non-terminal task of
+// the run is cancelled as by POST /v1/tasks/{id}/cancel.
+func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("runId")
+	reason, e := h.cancelReason(w, r)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	if !task.ValidID(runID, task.RunIDPrefix) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
+		return
+	}
+	resp := RunCancelResponse{RunID: runID}
+	var mu sync.Mutex
+	count := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}
+	ctx := r.Context()
+	page := ""
+	for {
+		tasks, next, err := h.cfg.Store.List(ctx, store.ListFilter{RunID: runID, PageSize: h.runPageSize, PageToken: page})
+		if err != nil {
+			h.storeError(w, r, err, "runId", runID)
+			return
+		}
+		resp.Matched += len(tasks)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, h.cfg.BatchParallelism)
+		for _, t := range tasks {
+			if t.State.Terminal() {
+				count(func() { resp.AlreadyTerminal++ })
+				continue
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				res, err := h.cancelOne(ctx, t.ID, reason)
+				switch {
+				case err != nil:
+					h.log.WarnContext(ctx, "run cancel: task not cancelled", append(taskAttrs(&t), "runId", runID, "error", err)...)
+					count(func() { resp.Failed++ })
+				case res.Rejection != nil:
+					count(func() { resp.AlreadyTerminal++ })
+				case res.Task.State == task.Cancelled:
+					count(func() { resp.Cancelled++ })
+				case res.Task.State == task.Cancelling:
+					count(func() { resp.Cancelling++ })
+				default:
+					// Only a terminal task keeps another state; counted above.
+					count(func() { resp.AlreadyTerminal++ })
+				}
+			})
+		}
+		wg.Wait()
+		if next == "" {
+			break
+		}
+		page = next
+	}
+	switch {
+	case resp.Matched == 0:
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "the run has no tasks"})
+	case resp.Failed > 0:
+		// Retrying is safe: cancelled tasks are skipped, cancelling ones unchanged.
+		resp.Error, resp.Message = task.CodeUnavailable, fmt.Sprintf("%d tasks could not be cancelled now; retry the same request", resp.Failed)
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		writeJSON(w, http.StatusServiceUnavailable, resp)
+	default:
+		writeJSON(w, http.StatusOK, resp)
+	}
+}

@@ -1,0 +1,246 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// Limits and defaults of the control API.
+const (
+	// MaxBatchTasks is the most tasks one POST /v1/tasks:batch may hold.
+	MaxBatchTasks = 500
+	// DefaultMaxBodyBytes caps the body of a single submit or cancel.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxBatchBodyBytes caps the body of a batch submit (the HTTP
+	// request limit of Cloud Functions).
+	DefaultMaxBatchBodyBytes = 32 << 20
+	// DefaultBatchParallelism bounds the concurrent submits of one batch
+	// (and the concurrent cancels of one run).
+	DefaultBatchParallelism = 16
+	// DefaultCloudTasksTimeout bounds one enqueue or Cloud Task deletion.
+	DefaultCloudTasksTimeout = 10 * time.Second
+	// DefaultRequestTimeout bounds the store work of one request.
+	DefaultRequestTimeout = 50 * time.Second
+	// RetryAfter is the Retry-After, in seconds, of a 503 answer.
+	RetryAfter = 2
+)
+
+// Error codes of the control API that are not in package task.
+const (
+	// CodeRunNotFound: POST /v1/runs/{runId}/cancel for a run with no tasks.
+	CodeRunNotFound = "run_not_found"
+	// CodeInternal: an unexpected server error.
+	CodeInternal = "internal"
+)
+
+// Config configures the control API handler.
+type Config struct {
+	// Store is the task store (required).
+	Store *store.Store
+	// Enqueuer hands attempts to Cloud Tasks and knows the configured
+	// workers and the signing keys (required).
+	Enqueuer *enqueue.Enqueuer
+	// Now is the server clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives the handler's logs; nil means logs.Default().
+	Logger *slog.Logger
+	// MinTimer is the smallest timer and backoff a submit may ask for:
+	// task.MinTimerProduction (the default) or task.MinTimerLocal for the
+	// local stack and tests.
+	MinTimer time.Duration
+	// DefaultStartTimeout is how long a new task may stay PENDING or QUEUED
+	// before the sweeper re-drives it; 0 means task.DefaultStartTimeout.
+	DefaultStartTimeout time.Duration
+	// MaxBodyBytes caps a submit or cancel body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxBatchBodyBytes caps a batch body; 0 means DefaultMaxBatchBodyBytes.
+	MaxBatchBodyBytes int64
+	// BatchParallelism bounds the concurrent submits of a batch and the
+	// concurrent cancels of a run; 0 means DefaultBatchParallelism.
+	BatchParallelism int
+	// CloudTasksTimeout bounds each call to Cloud Tasks made while
+	// answering (enqueue, delete); 0 means DefaultCloudTasksTimeout.
+	CloudTasksTimeout time.Duration
+	// RequestTimeout bounds the store work of one request, so that a
+	// Firestore outage is answered 503 instead of hanging; 0 means
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Project, when set, puts the request's trace into log lines.
+	Project string
+}
+
+// handler serves the control API.
+type handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// runPageSize is the page size of a run cancel's listing.
+	runPageSize int
+}
+
+// NewHandler returns the control API handler. It panics when cfg.Store or
+// cfg.Enqueuer is nil.
+func NewHandler(cfg Config) http.Handler {
+	return newHandler(cfg)
+}
+
+func newHandler(cfg Config) *handler {
+	if cfg.Store == nil || cfg.Enqueuer == nil {
+		panic("dispatcher: Config.Store and Config.Enqueuer are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logs.Default()
+	}
+	if cfg.MinTimer <= 0 {
+		cfg.MinTimer = task.MinTimerProduction
+	}
+	if cfg.DefaultStartTimeout <= 0 {
+		cfg.DefaultStartTimeout = task.DefaultStartTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxBatchBodyBytes <= 0 {
+		cfg.MaxBatchBodyBytes = DefaultMaxBatchBodyBytes
+	}
+	if cfg.BatchParallelism <= 0 {
+		cfg.BatchParallelism = DefaultBatchParallelism
+	}
+	if cfg.CloudTasksTimeout <= 0 {
+		cfg.CloudTasksTimeout = DefaultCloudTasksTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	h := &handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), runPageSize: 500}
+	h.routes()
+	return h
+}
+
+// routes registers the API. Each path also has a method-less pattern that
+// answers 405 in JSON with the Allow header; everything else is 404.
+func (h *handler) routes() {
+	m := h.mux
+	m.HandleFunc("POST /v1/tasks", h.submit)
+	m.HandleFunc("GET /v1/tasks", h.list)
+	m.HandleFunc("/v1/tasks", methodNotAllowed("GET, HEAD, POST"))
+	m.HandleFunc("POST /v1/tasks:batch", h.submitBatch)
+	m.HandleFunc("/v1/tasks:batch", methodNotAllowed("POST"))
+	m.HandleFunc("GET /v1/tasks/{id}", h.get)
+	m.HandleFunc("/v1/tasks/{id}", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("POST /v1/tasks/{id}/cancel", h.cancel)
+	m.HandleFunc("/v1/tasks/{id}/cancel", methodNotAllowed("POST"))
+	m.HandleFunc("POST /v1/runs/{runId}/cancel", h.cancelRun)
+	m.HandleFunc("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+	})
+}
+
+// ServeHTTP serves the API.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	defer cancel()
+	if h.cfg.Project != "" {
+		ctx = logs.WithTrace(ctx, r, h.cfg.Project)
+	}
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: task.CodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
+	}
+}
+
+// ErrorResponse is the JSON body of every error answer.
+type ErrorResponse struct {
+	// Error is a machine-readable code (invalid_request, task_not_found, ...).
+	Error string `json:"error"`
+	// Field names the offending request field (invalid_request).
+	Field string `json:"field,omitempty"`
+	// Message is for people.
+	Message string `json:"message"`
+	// State is the task's state (task_already_terminal).
+	State task.State `json:"state,omitempty"`
+	// LimitBytes is the limit that was exceeded (payload_too_large).
+	LimitBytes int64 `json:"limitBytes,omitempty"`
+}
+
+// apiError is an error answer: a status and its body.
+type apiError struct {
+	status int
+	body   ErrorResponse
+}
+
+func (e *apiError) Error() string { return e.body.Error + ": " + e.body.Message }
+
+func invalid(field, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, body: ErrorResponse{Error: task.CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}}
+}
+
+func fromFieldError(prefix string, fe *task.FieldError) *apiError {
+	return invalid(prefix+fe.Field, "%s", fe.Message)
+}
+
+func tooLarge(field string, limit int64, what string) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{Error: task.CodePayloadTooLarge, Field: field, LimitBytes: limit,
+		Message: fmt.Sprintf("%s exceeds the limit of %d bytes", what, limit)}}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, body *ErrorResponse) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+	}
+	writeJSON(w, status, body)
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
+	writeError(w, e.status, &e.body)
+}
+
+// storeError answers a store error: 404 for ErrNotFound, 503 with
+// Retry-After for ErrUnavailable (and a request whose context ended), 500
+// otherwise.
+func (h *handler) storeError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
+	status, body := h.storeStatus(r, err, attrs...)
+	writeError(w, status, body)
+}
+
+func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *ErrorResponse) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task"}
+	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
+		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)
+		return http.StatusServiceUnavailable, &ErrorResponse{Error: task.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
+	}
+	h.log.ErrorContext(r.Context(), "control API failed", append(attrs, "error", err)...)
+	return http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error"}
+}
+
+func taskAttrs(t *task.Task) []any {
+	return []any{"taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID}
+}

@@ -1,0 +1,143 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// TaskView is a task as the control API shows it (PRODUCT §5): identity,
+// payload, state, the reason it ended, the current attempt, timers, retry
+// policy, times, and (GET /v1/tasks/{id} only) every attempt's record.
+type TaskView struct {
+	TaskID         string          `json:"taskId"`
+	RunID          string          `json:"runId"`
+	TenantID       string          `json:"tenantId"`
+	WorkspaceID    string          `json:"workspaceId"`
+	TaskKey        string          `json:"taskKey"`
+	AssetID        string          `json:"assetId,omitempty"`
+	Worker         string          `json:"worker"`
+	State          task.State      `json:"state"`
+	Reason         string          `json:"reason,omitempty"`
+	CancelReason   string          `json:"cancelReason,omitempty"`
+	Attempt        int             `json:"attempt"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Resources      json.RawMessage `json:"resources,omitempty"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+
+	HeartbeatIntervalMs int64            `json:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64            `json:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64            `json:"cancelGracePeriodMs"`
+	StartTimeoutMs      int64            `json:"startTimeoutMs"`
+	Retry               task.RetryPolicy `json:"retry"`
+	Deadline            *time.Time       `json:"deadline,omitempty"`
+
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// ScheduledAt is when a QUEUED retry attempt is due to be delivered.
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	// CancelDeadline is when a CANCELLING task's grace period ends.
+	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
+
+	// Attempts are the attempt records, oldest first: outcome, worker id,
+	// times, last heartbeat, progress, message, error, output, metrics.
+	Attempts []task.Attempt `json:"attempts,omitempty"`
+}
+
+// ViewOf returns the API view of t (with t.Attempts, if read).
+func ViewOf(t *task.Task) TaskView {
+	v := TaskView{
+		TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
+		AssetID: t.AssetID, Worker: t.Worker, State: t.State, Reason: t.Reason, CancelReason: t.CancelReason,
+		Attempt: t.Attempt, Payload: t.Payload, Resources: t.Resources, IdempotencyKey: t.IdempotencyKey,
+		HeartbeatIntervalMs: t.Timing.HeartbeatIntervalMs, HeartbeatTimeoutMs: t.Timing.HeartbeatTimeoutMs,
+		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs, StartTimeoutMs: t.Timing.StartTimeoutMs,
+		Retry: t.Retry, Deadline: t.Deadline, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt,
+		CancelDeadline: t.CancelDeadline, Attempts: t.Attempts,
+	}
+	if t.State == task.Queued || t.State == task.Pending {
+		v.ScheduledAt = t.NotBefore
+	}
+	return v
+}
+
+// ListResponse answers GET /v1/tasks: a page of tasks (without attempts)
+// in creation order, and the token of the next page ("" on the last).
+type ListResponse struct {
+	Tasks         []TaskView `json:"tasks"`
+	NextPageToken string     `json:"nextPageToken,omitempty"`
+}
+
+// get serves GET /v1/tasks/{id}.
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !task.ValidID(id, task.TaskIDPrefix) {
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		return
+	}
+	t, err := h.cfg.Store.Get(r.Context(), id)
+	if err != nil {
+		h.storeError(w, r, err, "taskId", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, ViewOf(&t))
+}
+
+// listParams are the query parameters GET /v1/tasks accepts.
+var listParams = map[string]bool{"tenantId": true, "runId": true, "state": true, "pageSize": true, "pageToken": true}
+
+// list serves GET /v1/tasks.
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k, vs := range q {
+		if !listParams[k] {
+			h.fail(w, r, invalid(k, "is not a known parameter (tenantId, runId, state, pageSize, pageToken)"))
+			return
+		}
+		if len(vs) > 1 {
+			h.fail(w, r, invalid(k, "must be given at most once"))
+			return
+		}
+	}
+	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: task.State(q.Get("state")), PageToken: q.Get("pageToken")}
+	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	if f.RunID != "" && !task.ValidID(f.RunID, task.RunIDPrefix) {
+		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
+		return
+	}
+	if f.State != "" && !f.State.Valid() {
+		h.fail(w, r, invalid("state", "must be one of PENDING, QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED"))
+		return
+	}
+	if s := q.Get("pageSize"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 500 {
+			h.fail(w, r, invalid("pageSize", "must be an integer from 1 to 500"))
+			return
+		}
+		f.PageSize = n
+	}
+	tasks, next, err := h.cfg.Store.List(r.Context(), f)
+	if errors.Is(err, store.ErrInvalidPageToken) {
+		h.fail(w, r, invalid("pageToken", "is not a page token this API issued"))
+		return
+	}
+	if err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	resp := ListResponse{Tasks: make([]TaskView, 0, len(tasks)), NextPageToken: next}
+	for i := range tasks {
+		resp.Tasks = append(resp.Tasks, ViewOf(&tasks[i]))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}

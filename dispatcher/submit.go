@@ -1,0 +1,450 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/task"
+)
+
+// Bounds of the caller-supplied strings, in bytes.
+const (
+	MaxTenantIDBytes       = 128
+	MaxWorkspaceIDBytes    = 128
+	MaxTaskKeyBytes        = 512
+	MaxAssetIDBytes        = 512
+	MaxIdempotencyKeyBytes = 256
+	MaxReasonBytes         = 1024
+)
+
+// MaxEnvelopeBytes is the largest envelope a submit may produce: Cloud
+// Tasks' task size limit (enqueue.MaxTaskBytes) less room for what a retry
+// adds (the checkpoint to resume from, up to task.MaxCheckpointBytes) and
+// for the task's other fields, so that every later attempt's envelope fits
+// in a Cloud Task and the task in a Firestore document (also 1 MiB).
+const MaxEnvelopeBytes = enqueue.MaxTaskBytes - task.MaxCheckpointBytes - 8<<10
+
+// SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
+// milliseconds; absent ones take the defaults (heartbeat interval 30 s,
+// heartbeat timeout max(90 s, 3 × interval), cancel grace 30 s).
+type SubmitRequest struct {
+	TenantID    string `json:"tenantId"`
+	WorkspaceID string `json:"workspaceId"`
+	// RunID groups tasks; a new one is generated when absent. When given it
+	// must be a Servo run id ("run_" + ULID).
+	RunID   string `json:"runId,omitempty"`
+	TaskKey string `json:"taskKey"`
+	AssetID string `json:"assetId,omitempty"`
+	// Worker is a configured worker name; URLs are never accepted.
+	Worker string `json:"worker"`
+	// Payload is handed to the worker in the envelope.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Resources is a JSON object passed through to the envelope.
+	Resources json.RawMessage `json:"resources,omitempty"`
+	// Deadline is an RFC 3339 time in the future.
+	Deadline            string        `json:"deadline,omitempty"`
+	HeartbeatIntervalMs *int64        `json:"heartbeatIntervalMs,omitempty"`
+	HeartbeatTimeoutMs  *int64        `json:"heartbeatTimeoutMs,omitempty"`
+	CancelGracePeriodMs *int64        `json:"cancelGracePeriodMs,omitempty"`
+	Retry               *RetryRequest `json:"retry,omitempty"`
+	// IdempotencyKey makes a repeated submit (same tenant, same key) return
+	// the task the first one created.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// RetryRequest is a submit's retry policy (PRODUCT §6); absent fields take
+// the defaults (3 attempts, 30 s initial backoff, coefficient 2, 10 min
+// maximum backoff).
+type RetryRequest struct {
+	MaxAttempts        *int     `json:"maxAttempts,omitempty"`
+	InitialBackoffMs   *int64   `json:"initialBackoffMs,omitempty"`
+	BackoffCoefficient *float64 `json:"backoffCoefficient,omitempty"`
+	MaxBackoffMs       *int64   `json:"maxBackoffMs,omitempty"`
+}
+
+// SubmitResponse answers a submit: 201 for a new task, 200 for a repeated
+// idempotency key.
+type SubmitResponse struct {
+	TaskID  string     `json:"taskId"`
+	RunID   string     `json:"runId"`
+	Attempt int        `json:"attempt"`
+	State   task.State `json:"state"`
+}
+
+// BatchRequest is the body of POST /v1/tasks:batch. Tasks without a runId
+// join RunID, which is generated once when absent: a batch is one run
+// unless its tasks say otherwise.
+type BatchRequest struct {
+	RunID string          `json:"runId,omitempty"`
+	Tasks []SubmitRequest `json:"tasks"`
+}
+
+// BatchResult is one task's outcome in a BatchResponse, in request order.
+type BatchResult struct {
+	TaskID  string     `json:"taskId"`
+	RunID   string     `json:"runId"`
+	Attempt int        `json:"attempt,omitempty"`
+	State   task.State `json:"state,omitempty"`
+	// Status is the HTTP status the task would have had on its own: 201
+	// created, 200 repeated idempotency key, 503 not stored (retry).
+	Status  int    `json:"status"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// BatchResponse answers a batch: 201 when every task was stored and at
+// least one is new, 200 when all were repeats, 207 when some failed (see
+// each result's status), 503 when none could be stored.
+type BatchResponse struct {
+	RunID    string        `json:"runId"`
+	Created  int           `json:"created"`
+	Existing int           `json:"existing"`
+	Failed   int           `json:"failed"`
+	Tasks    []BatchResult `json:"tasks"`
+	// Error and Message are set when no task could be stored (503).
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// submit serves POST /v1/tasks.
+func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
+	body, e := readBody(w, r, h.cfg.MaxBodyBytes, false)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	var req SubmitRequest
+	if e := decodeObject(body, &req, ""); e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	now := h.cfg.Now().UTC()
+	t, e := h.prepare(&req, "", now, "")
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	resp, created, err := h.submitOne(r.Context(), t, now)
+	if err != nil {
+		h.storeError(w, r, err, taskAttrs(&t)...)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, resp)
+}
+
+// submitBatch serves POST /v1/tasks:batch.
+func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
+	body, e := readBody(w, r, h.cfg.MaxBatchBodyBytes, false)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	var raw struct {
+		RunID string            `json:"runId"`
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if e := decodeObject(body, &raw, ""); e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	if n := len(raw.Tasks); n == 0 || n > MaxBatchTasks {
+		h.fail(w, r, invalid("tasks", "must hold 1 to %d tasks (got %d)", MaxBatchTasks, n))
+		return
+	}
+	now := h.cfg.Now().UTC()
+	runID := raw.RunID
+	if runID != "" && !task.ValidID(runID, task.RunIDPrefix) {
+		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
+		return
+	}
+	if runID == "" {
+		runID = task.NewRunID(now)
+	}
+	// Validate every task before storing any: a bad batch changes nothing.
+	tasks := make([]task.Task, len(raw.Tasks))
+	keys := make(map[[2]string]int)
+	for i, item := range raw.Tasks {
+		prefix := fmt.Sprintf("tasks[%d].", i)
+		var req SubmitRequest
+		if e := decodeObject(item, &req, prefix); e != nil {
+			h.fail(w, r, e)
+			return
+		}
+		t, e := h.prepare(&req, runID, now, prefix)
+		if e != nil {
+			h.fail(w, r, e)
+			return
+		}
+		if t.IdempotencyKey != "" {
+			k := [2]string{t.TenantID, t.IdempotencyKey}
+			if j, dup := keys[k]; dup {
+				h.fail(w, r, invalid(prefix+"idempotencyKey", "repeats tasks[%d].idempotencyKey for the same tenant", j))
+				return
+			}
+			keys[k] = i
+		}
+		tasks[i] = t
+	}
+
+	resp := BatchResponse{RunID: runID, Tasks: make([]BatchResult, len(tasks))}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, h.cfg.BatchParallelism)
+	for i := range tasks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t := tasks[i]
+			res := BatchResult{TaskID: t.ID, RunID: t.RunID}
+			sr, created, err := h.submitOne(r.Context(), t, now)
+			switch {
+			case err != nil:
+				status, eb := h.storeStatus(r, err, taskAttrs(&t)...)
+				res.Status, res.Error, res.Message = status, eb.Error, eb.Message
+			default:
+				res.TaskID, res.RunID, res.Attempt, res.State = sr.TaskID, sr.RunID, sr.Attempt, sr.State
+				res.Status = http.StatusOK
+				if created {
+					res.Status = http.StatusCreated
+				}
+			}
+			resp.Tasks[i] = res
+		})
+	}
+	wg.Wait()
+	unavailable := 0
+	for _, res := range resp.Tasks {
+		switch res.Status {
+		case http.StatusCreated:
+			resp.Created++
+		case http.StatusOK:
+			resp.Existing++
+		case http.StatusServiceUnavailable:
+			unavailable++
+			resp.Failed++
+		default:
+			resp.Failed++
+		}
+	}
+	status := http.StatusCreated
+	switch {
+	case resp.Failed == len(tasks) && unavailable < resp.Failed:
+		status = http.StatusInternalServerError
+		resp.Error, resp.Message = CodeInternal, "no task could be stored"
+	case resp.Failed == len(tasks):
+		status = http.StatusServiceUnavailable
+		resp.Error, resp.Message = task.CodeUnavailable, "no task could be stored; retry the same request"
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+	case resp.Failed > 0:
+		status = http.StatusMultiStatus
+	case resp.Created == 0:
+		status = http.StatusOK
+	}
+	writeJSON(w, status, resp)
+}
+
+// prepare validates req and builds the task to store. defaultRunID is used
+// when req names no run (a new run id is generated when both are empty);
+// prefix is prepended to field names ("tasks[3].").
+func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time, prefix string) (task.Task, *apiError) {
+	pf := func(e *apiError) *apiError {
+		if e != nil {
+			e.body.Field = prefix + e.body.Field
+		}
+		return e
+	}
+	for _, c := range []struct {
+		field    string
+		v        string
+		required bool
+		max      int
+	}{
+		{"tenantId", req.TenantID, true, MaxTenantIDBytes},
+		{"workspaceId", req.WorkspaceID, true, MaxWorkspaceIDBytes},
+		{"taskKey", req.TaskKey, true, MaxTaskKeyBytes},
+		{"assetId", req.AssetID, false, MaxAssetIDBytes},
+		{"idempotencyKey", req.IdempotencyKey, false, MaxIdempotencyKeyBytes},
+	} {
+		if e := checkText(c.field, c.v, c.required, c.max); e != nil {
+			return task.Task{}, pf(e)
+		}
+	}
+	runID := req.RunID
+	switch {
+	case runID != "" && !task.ValidID(runID, task.RunIDPrefix):
+		return task.Task{}, pf(invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
+	case runID == "" && defaultRunID != "":
+		runID = defaultRunID
+	case runID == "":
+		runID = task.NewRunID(now)
+	}
+	if req.Worker == "" {
+		return task.Task{}, pf(invalid("worker", "is required: name a configured worker"))
+	}
+	workers := h.cfg.Enqueuer.Workers()
+	if _, err := workers.Lookup(req.Worker); err != nil {
+		return task.Task{}, pf(invalid("worker", "unknown worker %q: name one of the configured workers (%s); URLs are not accepted",
+			truncate(req.Worker, 64), strings.Join(workers.Names(), ", ")))
+	}
+	payload, e := compactJSON("payload", req.Payload)
+	if e != nil {
+		return task.Task{}, pf(e)
+	}
+	resources, e := compactJSON("resources", req.Resources)
+	if e != nil {
+		return task.Task{}, pf(e)
+	}
+	if len(resources) > 0 && resources[0] != '{' {
+		return task.Task{}, pf(invalid("resources", "must be a JSON object"))
+	}
+	var deadline *time.Time
+	if req.Deadline != "" {
+		d, err := time.Parse(time.RFC3339, req.Deadline)
+		if err != nil {
+			return task.Task{}, pf(invalid("deadline", "must be an RFC 3339 time such as 2030-01-15T12:00:00Z"))
+		}
+		if !d.After(now) {
+			return task.Task{}, pf(invalid("deadline", "must be in the future (server time %s)", now.Format(time.RFC3339)))
+		}
+		d = d.UTC()
+		deadline = &d
+	}
+	timing := h.timing(req)
+	if fe := timing.Validate(h.cfg.MinTimer); fe != nil {
+		return task.Task{}, fromFieldError(prefix, fe)
+	}
+	retry := retryPolicy(req.Retry)
+	if fe := retry.Validate(h.cfg.MinTimer); fe != nil {
+		return task.Task{}, fromFieldError(prefix, fe)
+	}
+	t := task.Task{
+		ID: task.NewTaskID(now), RunID: runID, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
+		TaskKey: req.TaskKey, AssetID: req.AssetID, Worker: req.Worker, Payload: payload, Resources: resources,
+		IdempotencyKey: req.IdempotencyKey, Timing: timing, Retry: retry, Deadline: deadline,
+	}
+	// The envelope must fit in a Cloud Task, now and on a retry that adds
+	// a checkpoint: check it before storing.
+	stored, _, _ := task.NewTask(t, now)
+	_, body, err := h.cfg.Enqueuer.Envelope(&stored, now)
+	switch {
+	case errors.Is(err, enqueue.ErrEnvelopeTooLarge) || (err == nil && len(body) > MaxEnvelopeBytes):
+		return task.Task{}, &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{
+			Error: task.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
+			Message: fmt.Sprintf("the task envelope (payload, resources and task fields) would exceed %d bytes: "+
+				"Cloud Tasks' task size limit is %d bytes, and %d are reserved for a retry's checkpoint and bookkeeping",
+				MaxEnvelopeBytes, enqueue.MaxTaskBytes, enqueue.MaxTaskBytes-MaxEnvelopeBytes)}}
+	case err != nil:
+		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: ErrorResponse{Error: CodeInternal, Message: "could not build the task envelope"}}
+	}
+	return t, nil
+}
+
+// timing builds the task's timers: explicit values as given (Validate
+// rejects zero and negative ones), defaults for the rest.
+func (h *handler) timing(req *SubmitRequest) task.Timing {
+	t := task.Timing{
+		HeartbeatIntervalMs: task.DefaultHeartbeatInterval.Milliseconds(),
+		CancelGracePeriodMs: task.DefaultCancelGracePeriod.Milliseconds(),
+		StartTimeoutMs:      h.cfg.DefaultStartTimeout.Milliseconds(),
+	}
+	if req.HeartbeatIntervalMs != nil {
+		t.HeartbeatIntervalMs = *req.HeartbeatIntervalMs
+	}
+	t.HeartbeatTimeoutMs = max(task.DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
+	if req.HeartbeatTimeoutMs != nil {
+		t.HeartbeatTimeoutMs = *req.HeartbeatTimeoutMs
+	}
+	if req.CancelGracePeriodMs != nil {
+		t.CancelGracePeriodMs = *req.CancelGracePeriodMs
+	}
+	return t
+}
+
+// retryPolicy builds the task's retry policy: explicit values as given,
+// defaults for the rest.
+func retryPolicy(r *RetryRequest) task.RetryPolicy {
+	p := task.RetryPolicy{
+		MaxAttempts:        task.DefaultMaxAttempts,
+		InitialBackoffMs:   task.DefaultInitialBackoff.Milliseconds(),
+		BackoffCoefficient: task.DefaultBackoffCoefficient,
+	}
+	if r == nil {
+		r = &RetryRequest{}
+	}
+	if r.MaxAttempts != nil {
+		p.MaxAttempts = *r.MaxAttempts
+	}
+	if r.InitialBackoffMs != nil {
+		p.InitialBackoffMs = *r.InitialBackoffMs
+	}
+	if r.BackoffCoefficient != nil {
+		p.BackoffCoefficient = *r.BackoffCoefficient
+	}
+	p.MaxBackoffMs = max(task.DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
+	if r.MaxBackoffMs != nil {
+		p.MaxBackoffMs = *r.MaxBackoffMs
+	}
+	return p
+}
+
+// compactJSON returns raw compacted, or nil for an absent or null value.
+func compactJSON(field string, raw json.RawMessage) (json.RawMessage, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, invalid(field, "must be valid JSON")
+	}
+	return buf.Bytes(), nil
+}
+
+// submitOne stores t (or finds the task its idempotency key names) and
+// enqueues it when it is PENDING. created is false for a repeat.
+func (h *handler) submitOne(ctx context.Context, t task.Task, now time.Time) (SubmitResponse, bool, error) {
+	stored, existed, err := h.cfg.Store.Create(ctx, t, now)
+	if err != nil {
+		return SubmitResponse{}, false, err
+	}
+	state := stored.State
+	if state == task.Pending {
+		// A repeat of a task still PENDING re-drives its enqueue: safe, the
+		// Cloud Task name is deterministic.
+		state = h.enqueue(ctx, stored)
+	}
+	h.log.InfoContext(ctx, "task submitted", append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker,
+		"state", state, "repeat", existed)...)
+	return SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !existed, nil
+}
+
+// enqueue hands a PENDING task to Cloud Tasks and returns its state: QUEUED,
+// or PENDING when Cloud Tasks (or recording QUEUED) failed — the task is
+// stored, and the sweeper re-drives it. The enqueue outlives a caller that
+// hangs up, bounded by CloudTasksTimeout.
+func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CloudTasksTimeout)
+	defer cancel()
+	if err := h.cfg.Enqueuer.Enqueue(ctx, t); err != nil {
+		h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
+		return task.Pending
+	}
+	return task.Queued
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,278 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+)
+
+// A submitted task reaches the worker through Cloud Tasks with a complete
+// envelope, a token the key ring verifies for exactly that attempt, the
+// Cloud Tasks headers and an OIDC token for the worker URL.
+func TestSubmitDeliversEnvelope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	body := validSubmit("acme")
+	body["assetId"] = "raw.events"
+	body["resources"] = map[string]any{"cpu": 2, "memoryMb": 4096}
+	body["deadline"] = deadline.Format(time.RFC3339)
+	body["heartbeatIntervalMs"] = 1000
+	body["heartbeatTimeoutMs"] = 3000
+	body["cancelGracePeriodMs"] = 2000
+	body["retry"] = map[string]any{"maxAttempts": 5, "initialBackoffMs": 200, "backoffCoefficient": 3, "maxBackoffMs": 5000}
+
+	sr := e.submit(body, http.StatusCreated)
+	if !task.ValidID(sr.TaskID, task.TaskIDPrefix) || !task.ValidID(sr.RunID, task.RunIDPrefix) || sr.Attempt != 1 || sr.State != task.Queued {
+		t.Fatalf("submit answer = %+v, want new ids, attempt 1, QUEUED", sr)
+	}
+
+	d := e.waitDeliveries(1)[0]
+	if got := d.header.Get("Content-Type"); got != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", got)
+	}
+	stored := e.storedTask(sr.TaskID)
+	for h, want := range map[string]string{
+		cloudtasks.HeaderQueueName:      "servo-test",
+		cloudtasks.HeaderTaskName:       task.DispatchName(sr.TaskID, 1),
+		cloudtasks.HeaderRetryCount:     "0",
+		cloudtasks.HeaderExecutionCount: "0",
+	} {
+		if got := d.header.Get(h); got != want {
+			t.Errorf("%s = %q, want %q", h, got, want)
+		}
+	}
+	if d.header.Get(cloudtasks.HeaderETA) == "" {
+		t.Errorf("%s missing", cloudtasks.HeaderETA)
+	}
+
+	// The OIDC token Cloud Tasks attaches: the worker's service account,
+	// audience = the worker URL.
+	bearer, ok := strings.CutPrefix(d.header.Get("Authorization"), "Bearer ")
+	if !ok {
+		t.Fatalf("Authorization = %q, want a bearer token", d.header.Get("Authorization"))
+	}
+	var oidc cloudtasks.OIDCClaims
+	if _, err := jwt.ParseWithClaims(bearer, &oidc, func(*jwt.Token) (any, error) { return e.ct.PublicKey(), nil },
+		jwt.WithValidMethods([]string{"RS256"})); err != nil {
+		t.Fatalf("OIDC token: %v", err)
+	}
+	if oidc.Email != workerSA || len(oidc.Audience) != 1 || oidc.Audience[0] != e.workers["render"].URL {
+		t.Errorf("OIDC claims email=%q aud=%v, want %q and [%s]", oidc.Email, oidc.Audience, workerSA, e.workers["render"].URL)
+	}
+
+	var env task.Envelope
+	if err := json.Unmarshal(d.body, &env); err != nil {
+		t.Fatalf("envelope: %v: %s", err, d.body)
+	}
+	want := task.Envelope{
+		TaskID: sr.TaskID, RunID: sr.RunID, AssetID: "raw.events", TaskKey: "raw.events/2030-01-15", TenantID: "acme",
+		WorkspaceID: "ws-1", Attempt: 1, Worker: "render", CallbackBaseURL: "http://127.0.0.1:1/callbacks",
+		HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 2000,
+	}
+	if env.TaskID != want.TaskID || env.RunID != want.RunID || env.AssetID != want.AssetID || env.TaskKey != want.TaskKey ||
+		env.TenantID != want.TenantID || env.WorkspaceID != want.WorkspaceID || env.Attempt != 1 || env.Worker != want.Worker ||
+		env.CallbackBaseURL != want.CallbackBaseURL || env.HeartbeatIntervalMs != 1000 || env.HeartbeatTimeoutMs != 3000 ||
+		env.CancelGracePeriodMs != 2000 {
+		t.Errorf("envelope = %+v, want %+v", env, want)
+	}
+	if string(env.Payload) != `{"partition":5}` || string(env.Resources) != `{"cpu":2,"memoryMb":4096}` {
+		t.Errorf("payload %s resources %s", env.Payload, env.Resources)
+	}
+	if env.Deadline == nil || !env.Deadline.Equal(deadline) {
+		t.Errorf("deadline = %v, want %v", env.Deadline, deadline)
+	}
+	if env.EnqueuedAt.IsZero() {
+		t.Error("enqueuedAt missing")
+	}
+	claims, err := e.keys.Verify(env.TaskToken, time.Now())
+	if err != nil {
+		t.Fatalf("task token: %v", err)
+	}
+	wantScope := token.Scope{TenantID: "acme", WorkspaceID: "ws-1", RunID: sr.RunID, TaskID: sr.TaskID, Attempt: 1}
+	if claims.Scope != wantScope {
+		t.Errorf("token scope = %+v, want %+v", claims.Scope, wantScope)
+	}
+	if !claims.ExpiresAtTime().Equal(env.TokenExpiresAt) {
+		t.Errorf("tokenExpiresAt = %v, token exp = %v", env.TokenExpiresAt, claims.ExpiresAtTime())
+	}
+	if !claims.ExpiresAtTime().After(deadline) {
+		t.Errorf("token expires %v, before the deadline %v", claims.ExpiresAtTime(), deadline)
+	}
+
+	// The stored task: QUEUED, policy and timers as submitted.
+	if stored.State != task.Queued || stored.Retry.MaxAttempts != 5 || stored.Retry.BackoffCoefficient != 3 ||
+		stored.Timing.HeartbeatTimeoutMs != 3000 || stored.Timing.StartTimeoutMs != task.DefaultStartTimeout.Milliseconds() {
+		t.Errorf("stored = %+v", stored)
+	}
+	if v := e.getTask(sr.TaskID); v.State != task.Queued || len(v.Attempts) != 1 || v.Attempts[0].Attempt != 1 {
+		t.Errorf("GET = %+v", v)
+	}
+}
+
+// Defaults apply to absent timers and retry fields.
+func TestSubmitDefaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{paused: true})
+	body := validSubmit("acme")
+	body["heartbeatIntervalMs"] = 40000
+	body["retry"] = map[string]any{"initialBackoffMs": 900000}
+	sr := e.submit(body, http.StatusCreated)
+	v := e.getTask(sr.TaskID)
+	if v.HeartbeatIntervalMs != 40000 || v.HeartbeatTimeoutMs != 120000 || v.CancelGracePeriodMs != 30000 {
+		t.Errorf("timers = %d/%d/%d, want 40000/120000 (3 × interval)/30000", v.HeartbeatIntervalMs, v.HeartbeatTimeoutMs, v.CancelGracePeriodMs)
+	}
+	want := task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 900000, BackoffCoefficient: 2, MaxBackoffMs: 900000}
+	if v.Retry != want {
+		t.Errorf("retry = %+v, want %+v (maxBackoff raised to the initial backoff)", v.Retry, want)
+	}
+}
+
+// The same idempotency key for the same tenant answers 200 with the same
+// task; another tenant's key is its own.
+func TestSubmitIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	body := validSubmit("acme")
+	body["idempotencyKey"] = "order-42"
+	first := e.submit(body, http.StatusCreated)
+	again := e.submit(body, http.StatusOK)
+	if again.TaskID != first.TaskID || again.RunID != first.RunID || again.Attempt != 1 {
+		t.Fatalf("repeat = %+v, want the task of %+v", again, first)
+	}
+	// A repeat with other fields still names the first task.
+	body["taskKey"] = "something-else"
+	if other := e.submit(body, http.StatusOK); other.TaskID != first.TaskID {
+		t.Fatalf("repeat with another body = %s, want %s", other.TaskID, first.TaskID)
+	}
+	body["tenantId"] = "globex"
+	if other := e.submit(body, http.StatusCreated); other.TaskID == first.TaskID {
+		t.Fatal("another tenant's key returned acme's task")
+	}
+	if n := len(e.tenantTasks("acme")); n != 1 {
+		t.Errorf("acme has %d tasks, want 1", n)
+	}
+	e.waitDeliveries(2)
+}
+
+// Concurrent submits with one key create one task: one 201, the rest 200.
+func TestSubmitIdempotentConcurrent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	body := validSubmit("acme")
+	body["idempotencyKey"] = "concurrent-1"
+	const n = 8
+	var wg sync.WaitGroup
+	got := make([]response, n)
+	for i := range n {
+		wg.Go(func() { got[i] = e.do("POST", "/v1/tasks", body, "") })
+	}
+	wg.Wait()
+	created, ids := 0, map[string]bool{}
+	for _, r := range got {
+		switch r.status {
+		case http.StatusCreated:
+			created++
+		case http.StatusOK:
+		default:
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		var sr SubmitResponse
+		r.decode(t, &sr)
+		ids[sr.TaskID] = true
+	}
+	if created != 1 || len(ids) != 1 {
+		t.Fatalf("%d created, %d distinct task ids; want 1 and 1", created, len(ids))
+	}
+	if ts := e.tenantTasks("acme"); len(ts) != 1 {
+		t.Fatalf("acme has %d tasks, want 1", len(ts))
+	}
+	d := e.waitDeliveries(1)
+	if d[0].header.Get(cloudtasks.HeaderTaskName) == "" {
+		t.Error("delivery without a task name")
+	}
+}
+
+// With Cloud Tasks unreachable the submit still answers 201 PENDING; a
+// later Enqueue (the sweeper's re-drive) or a repeated submit queues it.
+func TestSubmitCloudTasksDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{ctDown: true})
+	a := e.submit(validSubmit("acme"), http.StatusCreated)
+	keyed := validSubmit("acme")
+	keyed["idempotencyKey"] = "k-1"
+	b := e.submit(keyed, http.StatusCreated)
+	for _, sr := range []SubmitResponse{a, b} {
+		if sr.State != task.Pending || sr.Attempt != 1 {
+			t.Fatalf("submit with Cloud Tasks down = %+v, want PENDING attempt 1", sr)
+		}
+		if v := e.getTask(sr.TaskID); v.State != task.Pending {
+			t.Fatalf("stored state %s, want PENDING", v.State)
+		}
+	}
+
+	// Cloud Tasks is back: the sweeper's re-drive is Enqueuer.Enqueue.
+	live := e.newEnqueuer(e.tasks)
+	if err := live.Enqueue(e.ctx, e.storedTask(a.TaskID)); err != nil {
+		t.Fatalf("re-drive: %v", err)
+	}
+	if v := e.getTask(a.TaskID); v.State != task.Queued {
+		t.Fatalf("after re-drive: %s, want QUEUED", v.State)
+	}
+
+	// A repeated submit of the PENDING task re-drives it too.
+	e.h.cfg.Enqueuer = live
+	again := e.submit(keyed, http.StatusOK)
+	if again.TaskID != b.TaskID || again.State != task.Queued {
+		t.Fatalf("repeat after recovery = %+v, want %s QUEUED", again, b.TaskID)
+	}
+	ds := e.waitDeliveries(2)
+	names := map[string]bool{}
+	for _, d := range ds {
+		names[d.header.Get(cloudtasks.HeaderTaskName)] = true
+	}
+	for _, id := range []string{a.TaskID, b.TaskID} {
+		if !names[task.DispatchName(id, 1)] {
+			t.Errorf("task %s not delivered (got %v)", id, names)
+		}
+	}
+}
+
+// A Firestore outage is 503 unavailable with Retry-After, on every route.
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{store: []store.Option{deadStore(t)}, config: func(c *Config) { c.RequestTimeout = 300 * time.Millisecond }})
+	id := task.NewTaskID(time.Now())
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/tasks", validSubmit("acme")},
+		{"POST", "/v1/tasks:batch", map[string]any{"tasks": []any{validSubmit("acme")}}},
+		{"GET", "/v1/tasks/" + id, nil},
+		{"GET", "/v1/tasks?tenantId=acme", nil},
+		{"POST", "/v1/tasks/" + id + "/cancel", nil},
+		{"POST", "/v1/runs/" + task.NewRunID(time.Now()) + "/cancel", nil},
+	} {
+		r := e.do(c.method, c.path, c.body, "")
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: %d (Retry-After %q), want 503 with Retry-After: %s", c.method, c.path, r.status, r.header.Get("Retry-After"), r.body)
+			continue
+		}
+		var eb struct{ Error string }
+		r.decode(t, &eb)
+		if eb.Error != task.CodeUnavailable {
+			t.Errorf("%s %s: error %q, want unavailable", c.method, c.path, eb.Error)
+		}
+	}
+}
