@@ -1,0 +1,280 @@
+package zombie_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// lastTransition returns the last outbox entry of a task.
+func lastTransition(t *testing.T, e *env, id string) (last task.Transition, n int) {
+	t.Helper()
+	ob := e.outbox(id)
+	if len(ob) == 0 {
+		t.Fatalf("no outbox entries for %s", id)
+	}
+	return ob[len(ob)-1].Transition, len(ob)
+}
+
+// TestLeaseExpired: a RUNNING attempt whose lease ran out is a ZOMBIE; with
+// attempts left the task is retried (attempt 2 enqueued to Cloud Tasks and
+// delivered to the worker), otherwise it ends FAILED HEARTBEAT_TIMEOUT and
+// is a dead letter.
+func TestLeaseExpired(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxAttempts int
+		retry       bool
+	}{
+		{"retry", 2, true},
+		{"no retry", 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			sw := e.sweeper(nil)
+			tk := e.running(spec{maxAttempts: tc.maxAttempts}, true)
+			eventually(t, "attempt 1 delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
+			// Just before the lease runs out the sweeper leaves it alone.
+			early := e.sweeper(func(c *zombie.Config) {
+				c.Now = func() time.Time { return tk.LeaseExpiresAt.Add(-time.Millisecond) }
+			})
+			if st := e.sweep(early); st.Total().Due != 0 || st.Total().Applied != 0 {
+				t.Fatalf("swept a live task: %+v", st)
+			}
+			waitPast(t, tk.LeaseExpiresAt)
+			st := e.sweep(sw)
+			if st.Lease.Due != 1 || st.Lease.Applied != 1 || st.Total().Applied != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+			got := e.get(tk.ID)
+			a1 := got.Attempts[0]
+			if a1.Outcome != task.OutcomeZombie || a1.Error == nil || a1.Error.Category != task.CategoryInfrastructure {
+				t.Fatalf("attempt 1: %+v", a1)
+			}
+			tr, _ := lastTransition(t, e, tk.ID)
+			if tc.retry {
+				if got.State != task.Queued || got.Attempt != 2 || len(got.Attempts) != 2 || got.LeaseExpiresAt != nil || got.DispatchCheckAt == nil {
+					t.Fatalf("after retry: %s attempt %d attempts %d", got.State, got.Attempt, len(got.Attempts))
+				}
+				if tr.From != task.Running || tr.To != task.Queued || tr.Reason != task.ReasonRetryScheduled || tr.Outcome != task.OutcomeZombie || tr.NextAttempt != 2 || tr.DeadLetter {
+					t.Fatalf("retry transition %+v", tr)
+				}
+				if calls := e.rec.calls()[tk.ID]; len(calls) != 1 || !calls[0].Enqueue {
+					t.Fatalf("follow-ups %+v", calls)
+				}
+				eventually(t, "attempt 2 delivered", func() bool { return len(e.worker.of(tk.ID)) == 2 })
+				d := e.worker.of(tk.ID)[1]
+				if d.Attempt != 2 || d.TaskName != task.DispatchName(tk.ID, 2) {
+					t.Fatalf("attempt 2 delivery %+v", d)
+				}
+				return
+			}
+			if got.State != task.Failed || got.Reason != task.ReasonHeartbeatTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.EndedAt == nil {
+				t.Fatalf("after zombie: %s %s attempt %d", got.State, got.Reason, got.Attempt)
+			}
+			if tr.To != task.Failed || tr.Reason != task.ReasonHeartbeatTimeout || tr.Outcome != task.OutcomeZombie || !tr.DeadLetter {
+				t.Fatalf("failure transition %+v", tr)
+			}
+			if n := len(e.rec.calls()[tk.ID]); n != 0 {
+				t.Fatalf("%d follow-ups for a failed task", n)
+			}
+			if ct := e.cloudTask(tk.ID, 2); ct != nil {
+				t.Fatalf("a Cloud Task exists for attempt 2: %s", ct.Name)
+			}
+			// A second pass finds nothing.
+			if st := e.sweep(sw); st.Total().Due != 0 {
+				t.Fatalf("second pass %+v", st)
+			}
+		})
+	}
+}
+
+// TestCancellingTimesOut: a CANCELLING task is never retried; when its
+// lease runs out first the attempt is a ZOMBIE, when its grace period runs
+// out first the attempt's outcome is CANCEL_TIMEOUT; either way the task
+// ends FAILED CANCEL_TIMEOUT.
+func TestCancellingTimesOut(t *testing.T) {
+	tests := []struct {
+		name    string
+		timing  task.Timing
+		outcome task.Outcome
+		lease   bool // the lease duty applies, else the cancel duty
+	}{
+		{"lease runs out first", task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}, task.OutcomeZombie, true},
+		{"grace period runs out first", task.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 300, StartTimeoutMs: 60_000}, task.OutcomeCancelTimeout, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			sw := e.sweeper(nil)
+			tk := e.running(spec{maxAttempts: 3, timing: tc.timing}, false)
+			c := e.apply(tk.ID, task.Event{Kind: task.EventCancel, Reason: "user_requested"}).Task
+			if c.State != task.Cancelling {
+				t.Fatalf("state %s", c.State)
+			}
+			if tc.lease {
+				waitPast(t, c.LeaseExpiresAt)
+			} else {
+				waitPast(t, c.CancelDeadline)
+			}
+			st := e.sweep(sw)
+			if (tc.lease && st.Lease.Applied != 1) || (!tc.lease && st.Cancel.Applied != 1) || st.Total().Applied != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+			got := e.get(tk.ID)
+			if got.State != task.Failed || got.Reason != task.ReasonCancelTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != tc.outcome {
+				t.Fatalf("got %s %s attempt %d outcome %s", got.State, got.Reason, got.Attempt, got.Attempts[0].Outcome)
+			}
+			tr, _ := lastTransition(t, e, tk.ID)
+			if tr.From != task.Cancelling || tr.To != task.Failed || tr.Reason != task.ReasonCancelTimeout || !tr.DeadLetter {
+				t.Fatalf("transition %+v", tr)
+			}
+			if e.rec.count() != 0 {
+				t.Fatalf("follow-ups for a cancelled task: %d", e.rec.count())
+			}
+		})
+	}
+}
+
+// TestStuckDispatchRedriven: a task stuck PENDING (the dispatcher never
+// enqueued it) or QUEUED without a `started` is re-driven after its start
+// timeout under the same deterministic Cloud Tasks name (the real enqueuer
+// against the Cloud Tasks emulator, which de-duplicates by name), and after
+// MaxRedrives re-drives it ends FAILED DISPATCH_TIMEOUT.
+func TestStuckDispatchRedriven(t *testing.T) {
+	const maxRedrives = 2
+	for _, start := range []task.State{task.Pending, task.Queued} {
+		t.Run(string(start), func(t *testing.T) {
+			e := newEnv(t)
+			sw := e.sweeper(func(c *zombie.Config) { c.MaxRedrives = maxRedrives })
+			tk := e.create(spec{maxAttempts: 3})
+			if start == task.Queued {
+				if err := e.enq.Enqueue(e.ctx, tk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := task.DispatchName(tk.ID, 1)
+			for i := 1; i <= maxRedrives; i++ {
+				cur := e.get(tk.ID)
+				waitPast(t, cur.DispatchCheckAt)
+				st := e.sweep(sw)
+				if st.Dispatch.Due != 1 || st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
+					t.Fatalf("re-drive %d: stats %+v", i, st)
+				}
+				got := e.get(tk.ID)
+				if got.State != task.Queued || got.Redrives != i || got.Attempt != 1 {
+					t.Fatalf("re-drive %d: %s redrives %d attempt %d", i, got.State, got.Redrives, got.Attempt)
+				}
+				eventually(t, "the Cloud Task delivered", func() bool { return len(e.worker.of(tk.ID)) >= 1 })
+			}
+			calls := e.rec.calls()[tk.ID]
+			if len(calls) != maxRedrives {
+				t.Fatalf("follow-ups %d, want %d", len(calls), maxRedrives)
+			}
+			for _, c := range calls {
+				if !c.Enqueue || c.Task.Attempt != 1 {
+					t.Fatalf("follow-up %+v", c)
+				}
+			}
+			waitPast(t, e.get(tk.ID).DispatchCheckAt)
+			if st := e.sweep(sw); st.Dispatch.Applied != 1 {
+				t.Fatalf("final pass %+v", st)
+			}
+			got := e.get(tk.ID)
+			if got.State != task.Failed || got.Reason != task.ReasonDispatchTimeout || got.Attempts[0].Outcome != task.OutcomeTimedOut || got.DispatchCheckAt != nil {
+				t.Fatalf("final: %s %s outcome %s", got.State, got.Reason, got.Attempts[0].Outcome)
+			}
+			tr, _ := lastTransition(t, e, tk.ID)
+			if tr.To != task.Failed || tr.Reason != task.ReasonDispatchTimeout || !tr.DeadLetter {
+				t.Fatalf("transition %+v", tr)
+			}
+			// Every enqueue used one name: Cloud Tasks delivered it once.
+			ds := e.worker.of(tk.ID)
+			if len(ds) != 1 || ds[0].TaskName != name || ds[0].Attempt != 1 {
+				t.Fatalf("deliveries %+v, want one of %s", ds, name)
+			}
+		})
+	}
+}
+
+// TestRetryWhoseEnqueueFailedIsRedriven: the zombie's retry commits but its
+// enqueue fails; the task waits QUEUED for attempt 2 and the dispatch duty
+// enqueues it after the start timeout.
+func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
+	e := newEnv(t)
+	ff := &failingFollowUps{next: e.enq}
+	ff.n.Store(1)
+	e.rec.next = ff
+	sw := e.sweeper(nil)
+	tk := e.running(spec{maxAttempts: 2}, false)
+	waitPast(t, tk.LeaseExpiresAt)
+	st := e.sweep(sw)
+	if st.Lease.Applied != 1 || st.Lease.FollowUpErrors != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	got := e.get(tk.ID)
+	if got.State != task.Queued || got.Attempt != 2 || e.cloudTask(tk.ID, 2) != nil {
+		t.Fatalf("after failed enqueue: %s attempt %d", got.State, got.Attempt)
+	}
+	waitPast(t, got.DispatchCheckAt)
+	st = e.sweep(sw)
+	if st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
+		t.Fatalf("re-drive stats %+v", st)
+	}
+	eventually(t, "attempt 2 delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
+	if d := e.worker.of(tk.ID)[0]; d.Attempt != 2 || d.TaskName != task.DispatchName(tk.ID, 2) {
+		t.Fatalf("delivery %+v", d)
+	}
+	if got := e.get(tk.ID); got.State != task.Queued || got.Redrives != 1 {
+		t.Fatalf("after re-drive: %s redrives %d", got.State, got.Redrives)
+	}
+}
+
+// TestDeadlineExceeded: past its deadline a task ends FAILED
+// DEADLINE_EXCEEDED with the running attempt TIMED_OUT and no retry, even
+// when its lease ran out too (the deadline duty runs first) and whatever its
+// state.
+func TestDeadlineExceeded(t *testing.T) {
+	long := task.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}
+	tests := []struct {
+		name   string
+		timing task.Timing
+		setup  func(e *env, s spec) task.Task
+	}{
+		{"running", long, func(e *env, s spec) task.Task { return e.running(s, false) }},
+		{"running, lease expired too", shortTiming, func(e *env, s spec) task.Task { return e.running(s, false) }},
+		{"queued", long, func(e *env, s spec) task.Task {
+			tk := e.create(s)
+			return e.apply(tk.ID, task.Event{Kind: task.EventEnqueued}).Task
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			sw := e.sweeper(nil)
+			tk := tc.setup(e, spec{maxAttempts: 3, timing: tc.timing, deadline: 400 * time.Millisecond})
+			waitPast(t, tk.Deadline)
+			if tk.LeaseExpiresAt != nil && tc.timing == shortTiming {
+				waitPast(t, tk.LeaseExpiresAt)
+			}
+			st := e.sweep(sw)
+			if st.Deadline.Applied != 1 || st.Total().Applied != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+			got := e.get(tk.ID)
+			if got.State != task.Failed || got.Reason != task.ReasonDeadlineExceeded || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != task.OutcomeTimedOut {
+				t.Fatalf("got %s %s attempt %d attempts %d", got.State, got.Reason, got.Attempt, len(got.Attempts))
+			}
+			tr, _ := lastTransition(t, e, tk.ID)
+			if tr.To != task.Failed || tr.Reason != task.ReasonDeadlineExceeded || tr.Outcome != task.OutcomeTimedOut || !tr.DeadLetter {
+				t.Fatalf("transition %+v", tr)
+			}
+			if e.rec.count() != 0 {
+				t.Fatalf("follow-ups after a deadline: %d", e.rec.count())
+			}
+		})
+	}
+}

@@ -1,0 +1,478 @@
+// Package zombie is Servo's sweeper: it finds the tasks whose timers have
+// run out and applies the state machine's timer events to them.
+//
+// Each duty is one indexed Firestore query that returns only the tasks that
+// are due ([store.Store.DueTasks]), paginated, followed by one transaction
+// per task ([store.Store.Apply]) that re-reads the task and lets the state
+// machine re-check the condition (a heartbeat may have arrived since the
+// query). The sweeper never decides a transition itself:
+//
+//	duty      query (store.Due*)   event (task.Event*)   machine's decision
+//	deadline  DueDeadline          DeadlineExceeded      attempt TIMED_OUT, FAILED DEADLINE_EXCEEDED, no retry
+//	cancel    DueCancel            CancelTimeout         attempt CANCEL_TIMEOUT, FAILED CANCEL_TIMEOUT
+//	lease     DueLease             LeaseExpired          attempt ZOMBIE; retry (QUEUED, attempt+1) or FAILED
+//	                                                     HEARTBEAT_TIMEOUT; CANCELLING → FAILED CANCEL_TIMEOUT
+//	dispatch  DueDispatch          Redrive               re-enqueue under the same Cloud Tasks name, or after
+//	                                                     MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
+//
+// After a committed result the sweeper calls Enqueuer.FollowUp, which
+// enqueues retries and re-drives. A retry whose enqueue failed after commit
+// stays QUEUED with a dispatch check time, so the dispatch duty re-drives it.
+//
+// One Cloud Scheduler tick (at most once a minute) starts one invocation,
+// which sweeps every [Config.Every] until [Config.Window] has elapsed; see
+// README.md.
+package zombie
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// Defaults of Config.
+const (
+	DefaultPageSize    = 200
+	DefaultConcurrency = 8
+	DefaultMaxRedrives = 5
+	DefaultEvery       = 15 * time.Second
+	// DefaultWindow keeps one invocation sweeping until just before the next
+	// once-a-minute Scheduler tick. Config's zero Window means one pass; the
+	// function sets this default.
+	DefaultWindow = 55 * time.Second
+)
+
+// Store is what the sweeper needs from the store; *store.Store has it.
+type Store interface {
+	DueTasks(ctx context.Context, d store.Due, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
+	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)
+}
+
+// Enqueuer performs what a committed result asks for (enqueue a retry or
+// re-drive, dequeue a cancelled attempt); *enqueue.Enqueuer is one.
+type Enqueuer interface {
+	FollowUp(ctx context.Context, r task.Result) error
+}
+
+// Redriver re-delivers transition events left undelivered in the outbox
+// (the events publisher). The sweeper calls it once per pass.
+type Redriver interface {
+	Redrive(ctx context.Context) error
+}
+
+// Config configures a Sweeper.
+type Config struct {
+	// Store is required.
+	Store Store
+	// Enqueuer is required: retries and re-drives go through it.
+	Enqueuer Enqueuer
+	// Redriver, when set, re-drives the outbox once per pass.
+	Redriver Redriver
+	// Now is the server clock given to the state machine; default time.Now.
+	Now func() time.Time
+	// Jitter draws the full-jitter retry delay in [0, 1); default rand.Float64.
+	Jitter func() float64
+	// Logger defaults to logs.Default().
+	Logger *slog.Logger
+	// PageSize is the number of due tasks read per query page (default 200).
+	PageSize int
+	// Concurrency bounds the transactions in flight (default 8).
+	Concurrency int
+	// MaxRedrives bounds the re-drives of one attempt before it fails with
+	// DISPATCH_TIMEOUT (default 5).
+	MaxRedrives int
+	// Every is the cadence of passes within one Run (default 15 s). Use
+	// heartbeat interval / 2 or less (ADR-023 §4).
+	Every time.Duration
+	// Window is how long one Run keeps sweeping, e.g. 55 s to stop just
+	// before the next once-a-minute Scheduler tick. Zero means one pass.
+	Window time.Duration
+}
+
+// Duty is one of the sweeper's checks: a due query and the event it applies.
+type Duty struct {
+	// Name is the duty's name in logs and Stats.
+	Name string
+	// Due selects the indexed query.
+	Due store.Due
+	// Event is the state machine event applied to each due task.
+	Event task.EventKind
+}
+
+// Duties are run in this order in every pass. Deadline comes first so that
+// a task past both its deadline and its lease ends DEADLINE_EXCEEDED rather
+// than being retried; cancel timeouts come before leases so that a
+// CANCELLING task whose grace period ran out ends with outcome
+// CANCEL_TIMEOUT.
+var Duties = []Duty{
+	{Name: "deadline", Due: store.DueDeadline, Event: task.EventDeadlineExceeded},
+	{Name: "cancel", Due: store.DueCancel, Event: task.EventCancelTimeout},
+	{Name: "lease", Due: store.DueLease, Event: task.EventLeaseExpired},
+	{Name: "dispatch", Due: store.DueDispatch, Event: task.EventRedrive},
+}
+
+// DutyStats counts one duty's work.
+type DutyStats struct {
+	// Due is the number of tasks the due query returned.
+	Due int `json:"due"`
+	// Applied is the number of committed results (transitions, re-drives).
+	Applied int `json:"applied"`
+	// NoOp is the number of due tasks whose condition no longer held inside
+	// the transaction (a heartbeat arrived, another sweeper was first).
+	NoOp int `json:"noOp"`
+	// Errors is the number of transactions that failed.
+	Errors int `json:"errors"`
+	// FollowUpErrors is the number of committed results whose follow-up
+	// (enqueue) failed; the dispatch duty recovers them.
+	FollowUpErrors int `json:"followUpErrors"`
+	// QueryErrors is the number of due queries that failed.
+	QueryErrors int `json:"queryErrors"`
+}
+
+func (d *DutyStats) add(o DutyStats) {
+	d.Due += o.Due
+	d.Applied += o.Applied
+	d.NoOp += o.NoOp
+	d.Errors += o.Errors
+	d.FollowUpErrors += o.FollowUpErrors
+	d.QueryErrors += o.QueryErrors
+}
+
+// Stats counts the work of one or more passes.
+type Stats struct {
+	// Passes is the number of passes counted.
+	Passes   int       `json:"passes"`
+	Deadline DutyStats `json:"deadline"`
+	Cancel   DutyStats `json:"cancel"`
+	Lease    DutyStats `json:"lease"`
+	Dispatch DutyStats `json:"dispatch"`
+	// RedriveErrors counts failed outbox re-drives.
+	RedriveErrors int `json:"redriveErrors"`
+}
+
+// Duty returns the counters of the duty whose query is d (nil if unknown).
+func (s *Stats) Duty(d store.Due) *DutyStats {
+	switch d {
+	case store.DueDeadline:
+		return &s.Deadline
+	case store.DueCancel:
+		return &s.Cancel
+	case store.DueLease:
+		return &s.Lease
+	case store.DueDispatch:
+		return &s.Dispatch
+	}
+	return nil
+}
+
+// Total sums the duties' counters.
+func (s Stats) Total() DutyStats {
+	var t DutyStats
+	for _, d := range []DutyStats{s.Deadline, s.Cancel, s.Lease, s.Dispatch} {
+		t.add(d)
+	}
+	return t
+}
+
+// Add adds o's counters to s.
+func (s *Stats) Add(o Stats) {
+	s.Passes += o.Passes
+	s.Deadline.add(o.Deadline)
+	s.Cancel.add(o.Cancel)
+	s.Lease.add(o.Lease)
+	s.Dispatch.add(o.Dispatch)
+	s.RedriveErrors += o.RedriveErrors
+}
+
+// Sweeper runs the duties. It holds no state between passes, so any number
+// of sweepers may run at once: every transition is its own transaction.
+type Sweeper struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Sweeper; Store and Enqueuer are required.
+func New(cfg Config) (*Sweeper, error) {
+	if cfg.Store == nil || cfg.Enqueuer == nil {
+		return nil, errors.New("zombie: Store and Enqueuer are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Jitter == nil {
+		cfg.Jitter = rand.Float64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logs.Default()
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.MaxRedrives <= 0 {
+		cfg.MaxRedrives = DefaultMaxRedrives
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.Window < 0 {
+		cfg.Window = 0
+	}
+	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweeper")}, nil
+}
+
+// Config returns the sweeper's configuration with defaults applied.
+func (s *Sweeper) Config() Config { return s.cfg }
+
+// Sweep runs one pass of every duty and the outbox re-drive. A failed
+// transaction does not stop the pass; the error reports every failure and
+// Stats counts them.
+func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
+	return s.sweep(ctx, time.Time{})
+}
+
+// sweep runs one pass; past stop (when set) it starts no new transaction.
+func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
+	st := Stats{Passes: 1}
+	var errs []error
+	for _, d := range Duties {
+		if ctx.Err() != nil || past(stop) {
+			break
+		}
+		ds, err := s.duty(ctx, d, stop)
+		*st.Duty(d.Due) = ds
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.cfg.Redriver != nil && ctx.Err() == nil {
+		if err := s.cfg.Redriver.Redrive(ctx); err != nil {
+			st.RedriveErrors++
+			errs = append(errs, fmt.Errorf("zombie: outbox re-drive: %w", err))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return st, errors.Join(errs...)
+}
+
+func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
+
+// duty reads the duty's due tasks page by page and applies its event to
+// each, at most Concurrency at a time.
+func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (DutyStats, error) {
+	var (
+		ds       DutyStats
+		firstErr error
+		cursor   *store.DueCursor
+	)
+	now := s.cfg.Now().UTC()
+	for ctx.Err() == nil && !past(stop) {
+		page, err := s.cfg.Store.DueTasks(ctx, d.Due, now, s.cfg.PageSize, cursor)
+		if err != nil {
+			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "error", err)
+			ds.QueryErrors++
+			return ds, fmt.Errorf("zombie: %s query: %w", d.Name, err)
+		}
+		ds.Due += len(page)
+		ps, err := s.applyPage(ctx, d, page, stop)
+		ds.add(ps)
+		if firstErr == nil {
+			firstErr = err
+		}
+		if len(page) < s.cfg.PageSize {
+			break
+		}
+		last := page[len(page)-1]
+		at := store.DueTime(d.Due, &last)
+		if at == nil {
+			// The query only returns tasks with the due time set.
+			return ds, fmt.Errorf("zombie: %s query returned task %s without %s", d.Name, last.ID, d.Due)
+		}
+		cursor = &store.DueCursor{At: *at, ID: last.ID}
+	}
+	if ds.Errors > 0 {
+		return ds, fmt.Errorf("zombie: %s: %d of %d transactions failed, first: %w", d.Name, ds.Errors, ds.Due, firstErr)
+	}
+	return ds, nil
+}
+
+// applyPage applies d's event to every task of page with bounded
+// concurrency and returns the counts and the first error.
+func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop time.Time) (DutyStats, error) {
+	var (
+		mu       sync.Mutex
+		ds       DutyStats
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	for i := range page {
+		if ctx.Err() != nil || past(stop) {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := s.apply(ctx, d, &page[i])
+			mu.Lock()
+			defer mu.Unlock()
+			ds.add(out)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	return ds, firstErr
+}
+
+// apply runs one transaction for t and the follow-up of its result.
+func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, error) {
+	log := s.log.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "duty", d.Name)
+	ev := task.Event{
+		Kind:        d.Event,
+		Attempt:     t.Attempt,
+		Now:         s.cfg.Now().UTC(),
+		Jitter:      s.cfg.Jitter(),
+		MaxRedrives: s.cfg.MaxRedrives,
+	}
+	r, err := s.cfg.Store.Apply(ctx, t.ID, ev)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		log.DebugContext(ctx, "due task is gone")
+		return DutyStats{NoOp: 1}, nil
+	case err != nil:
+		log.ErrorContext(ctx, "sweep transaction failed", "event", d.Event, "error", err)
+		return DutyStats{Errors: 1}, fmt.Errorf("task %s: %w", t.ID, err)
+	case !r.Write:
+		log.DebugContext(ctx, "no longer due", "state", r.Task.State)
+		return DutyStats{NoOp: 1}, nil
+	}
+	out := DutyStats{Applied: 1}
+	attrs := []any{"event", d.Event, "from", t.State, "to", r.Task.State}
+	if r.Task.State.Terminal() {
+		attrs = append(attrs, "reason", r.Task.Reason)
+	}
+	if r.Attempt != nil && r.Attempt.Outcome != "" {
+		attrs = append(attrs, "outcome", r.Attempt.Outcome)
+	}
+	if r.RetryScheduled {
+		attrs = append(attrs, "nextAttempt", r.NextAttempt)
+	}
+	if d.Event == task.EventRedrive && r.Enqueue {
+		attrs = append(attrs, "redrives", r.Task.Redrives)
+	}
+	log.InfoContext(ctx, "sweeper applied "+string(d.Event), attrs...)
+	if r.Enqueue || r.Dequeue {
+		if err := s.cfg.Enqueuer.FollowUp(ctx, r); err != nil {
+			// Not an error of the sweep: the transition is committed and the
+			// dispatch duty re-drives the attempt after its start timeout.
+			log.WarnContext(ctx, "follow-up failed; the dispatch duty will re-drive", "error", err)
+			out.FollowUpErrors++
+		}
+	}
+	return out, nil
+}
+
+// Run sweeps at once and then every Every until Window has elapsed (one
+// pass when Window is zero) or ctx ends. It returns the summed Stats and
+// the last pass's error, or ctx's error when ctx ended first.
+func (s *Sweeper) Run(ctx context.Context) (Stats, error) {
+	if s.cfg.Window <= 0 {
+		return s.runUntil(ctx, time.Time{})
+	}
+	return s.runUntil(ctx, time.Now().Add(s.cfg.Window))
+}
+
+// runUntil sweeps every Every; it starts no pass at or after end, and no
+// transaction after end. A zero end means one pass.
+func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
+	var (
+		total Stats
+		err   error
+	)
+	for {
+		start := time.Now()
+		var st Stats
+		st, err = s.sweep(ctx, end)
+		total.Add(st)
+		s.logPass(ctx, st, err)
+		if ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+		next := start.Add(s.cfg.Every)
+		if end.IsZero() || !next.Before(end) {
+			return total, err
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return total, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sweeper) logPass(ctx context.Context, st Stats, err error) {
+	tot := st.Total()
+	switch {
+	case err != nil:
+		s.log.ErrorContext(ctx, "sweep pass had errors", "stats", st, "error", err)
+	case tot.Due > 0:
+		s.log.InfoContext(ctx, "sweep pass", "stats", st)
+	default:
+		s.log.DebugContext(ctx, "sweep pass: nothing due")
+	}
+}
+
+// HandleEvent is the body of the ServoSweeper CloudEvent function: one
+// Scheduler tick (a Pub/Sub message) starts a Run whose window is measured
+// from the tick's time, so that a tick delivered late does one pass instead
+// of overlapping the next tick's window. Failed queries and transactions
+// are logged and counted, not returned: the tick is not work to retry (a
+// redelivered tick would only add an overlapping invocation), and the next
+// tick sweeps again. It returns an error only when ctx ended before the
+// window did (the invocation was cut short).
+func (s *Sweeper) HandleEvent(ctx context.Context, e cloudevents.Event) error {
+	log := s.log.With("eventId", e.ID(), "eventType", e.Type(), "eventSource", e.Source())
+	now := time.Now()
+	var end time.Time
+	if s.cfg.Window > 0 {
+		end = now.Add(s.cfg.Window)
+		if at := e.Time(); !at.IsZero() && at.Before(now) {
+			if tickEnd := at.Add(s.cfg.Window); tickEnd.Before(end) {
+				end = tickEnd
+			}
+			if !end.After(now) {
+				log.InfoContext(ctx, "late tick: sweeping once", "eventTime", at)
+				end = time.Time{}
+			}
+		}
+	}
+	st, err := s.runUntil(ctx, end)
+	if cerr := ctx.Err(); cerr != nil {
+		log.WarnContext(ctx, "sweeper invocation cut short", "stats", st, "error", cerr)
+		return fmt.Errorf("zombie: sweep: %w", cerr)
+	}
+	if err != nil {
+		log.WarnContext(ctx, "sweeper invocation done; its last pass had errors", "stats", st, "error", err)
+		return nil
+	}
+	log.InfoContext(ctx, "sweeper invocation done", "stats", st)
+	return nil
+}
