@@ -21,6 +21,8 @@ package functions
 
 import (
 	"context"
+
+	"cloud.google.com/go/pubsub/v2"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/token"
@@ -41,7 +44,10 @@ type Deps struct {
 	Store    *store.Store
 	Keys     *token.KeyRing
 	Enqueuer *enqueue.Enqueuer
-	Logger   *slog.Logger
+	// Publisher delivers transition events after each commit and re-drives
+	// the outbox from the sweeper.
+	Publisher *events.Publisher
+	Logger    *slog.Logger
 }
 
 var (
@@ -120,5 +126,18 @@ func loadDeps(ctx context.Context) (*Deps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Logger: log}, nil
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		return nil, fmt.Errorf("functions: pubsub client: %w", err)
+	}
+	pub, err := events.New(ctx, events.Config{
+		Store: st, Client: ps, Logger: log,
+		EventsTopic:     Env("SERVO_EVENTS_TOPIC", events.DefaultEventsTopic),
+		DeadLetterTopic: Env("SERVO_DEAD_LETTER_TOPIC", events.DefaultDeadLetterTopic),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	st.OnCommit(pub.Hook())
+	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log}, nil
 }

@@ -74,6 +74,7 @@ func loadSweeper(ctx context.Context) (*zombie.Sweeper, error) {
 	sw, err := zombie.New(zombie.Config{
 		Store:       d.Store,
 		Enqueuer:    d.Enqueuer,
+		Redriver:    d.Publisher,
 		Logger:      d.Logger,
 		Every:       every,
 		Window:      window,
