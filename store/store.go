@@ -547,6 +547,7 @@ func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx
 		writes = append(writes, s.outboxWrite(tr))
 	}
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
+		s.rollback(tx) // releases the locks if the commit never reached Firestore
 		return task.Result{}, tx, err
 	}
 	return r, tx, nil

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -79,6 +80,23 @@ type OIDCClaims struct {
 	EmailVerified bool `json:"email_verified"`
 	// AuthorizedParty is the service account's stable numeric id.
 	AuthorizedParty string `json:"azp,omitempty"`
+}
+
+// MarshalJSON writes a single audience as a string, as Google's ID tokens
+// do (google.golang.org/api/idtoken reads "aud" as a string), rather than
+// golang-jwt's default one-element array.
+func (c OIDCClaims) MarshalJSON() ([]byte, error) {
+	type plain OIDCClaims
+	b, err := json.Marshal(plain(c))
+	if err != nil || len(c.Audience) != 1 {
+		return b, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["aud"] = c.Audience[0]
+	return json.Marshal(m)
 }
 
 // OAuthClaims are the claims of the access token attached to a task request

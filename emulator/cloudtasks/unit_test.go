@@ -1,6 +1,7 @@
 package cloudtasks
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -106,5 +107,21 @@ func TestParseNames(t *testing.T) {
 		if _, err := parseTaskName(n); err == nil {
 			t.Errorf("parseTaskName(%q) accepted", n)
 		}
+	}
+}
+
+func TestOIDCAudienceIsAString(t *testing.T) {
+	c := OIDCClaims{Email: "sa@p.iam.gserviceaccount.com"}
+	c.Audience = []string{"https://worker.example/"}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if aud, ok := m["aud"].(string); !ok || aud != "https://worker.example/" || m["email"] != c.Email {
+		t.Fatalf("claims %s: aud must be a plain string", b)
 	}
 }
