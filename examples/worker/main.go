@@ -1,0 +1,72 @@
+// Command worker is an example Servo worker for Cloud Run: it serves
+// partitions.Process with the worker SDK on $PORT (default 8080).
+//
+// Environment:
+//
+//	PORT                  listen port (Cloud Run sets it)
+//	SERVO_OIDC_AUDIENCE   if set, verify the Cloud Tasks OIDC token for this audience
+//	SERVO_OIDC_SA         if set (with the audience), also require this service account
+//	LOG_LEVEL             debug, info (default), warn, error
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/worker"
+)
+
+func main() {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
+		level = slog.LevelInfo
+	}
+	log := logs.New(os.Stderr, level)
+	opts := []worker.Option{worker.WithLogger(log)}
+	if aud := os.Getenv("SERVO_OIDC_AUDIENCE"); aud != "" {
+		opts = append(opts, worker.WithOIDCAudience(aud))
+		if sa := os.Getenv("SERVO_OIDC_SA"); sa != "" {
+			opts = append(opts, worker.WithOIDCServiceAccount(sa))
+		}
+	}
+	mux := newMux(opts...)
+
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		// Cloud Run allows 10 s after SIGTERM. Attempts still running then
+		// are lost; Servo's lease expiry retries them from their checkpoint.
+		sctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown with attempts still running", "error", err)
+		}
+	}()
+	log.Info("worker listening", "port", port)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("server failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+// newMux serves the worker on / and a health check on GET /healthz.
+func newMux(opts ...worker.Option) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/", worker.Handler(partitions.Process, opts...))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	return mux
+}

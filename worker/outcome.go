@@ -1,0 +1,98 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/servo-dev/servo/task"
+)
+
+// panicked is a recovered panic of a Func.
+type panicked struct {
+	value any
+	stack []byte
+}
+
+// invoke calls fn, recovering a panic.
+func invoke(ctx context.Context, fn Func, t *Task) (out any, err error, p *panicked) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &panicked{value: v, stack: debug.Stack()}
+		}
+	}()
+	out, err = fn(ctx, t)
+	return out, err, nil
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+// outcome maps what a Func returned to the `completed` report (without
+// attempt, worker, time and metrics). cause is context.Cause of the Func's
+// context (nil while it had not ended).
+//
+//   - a panic: FAILED, USER_CODE, "panic: <value>" with the stack;
+//   - nil error: SUCCEEDED with the output (an output that cannot be encoded
+//     or exceeds task.MaxOutputBytes is FAILED/USER_CODE, not retryable);
+//   - an error after Servo asked to cancel: CANCELLED with the last
+//     checkpoint as partialProgress, unless the error carries an explicit
+//     [Error] category other than CANCELLED and is not a context
+//     cancellation (then FAILED with it: a real failure found while winding
+//     down);
+//   - an [Error] of category CANCELLED: CANCELLED (the worker's own cancel);
+//   - an [Error] of another category: FAILED with it and its advice;
+//   - any other error after the task's deadline passed: FAILED/TIMEOUT;
+//   - any other error: FAILED/USER_CODE.
+func outcome(cause error, out any, ferr error, p *panicked, t *Task) task.CompletedRequest {
+	var req task.CompletedRequest
+	fail := func(c task.Category, msg, stack string, retryable *bool) {
+		req.Outcome = task.OutcomeFailed
+		req.Error = &task.ErrorInfo{Category: c, Message: truncate(msg, task.MaxMessageBytes),
+			StackTrace: truncate(stack, task.MaxStackTraceBytes), Retryable: retryable}
+	}
+	cancelled := func() {
+		req.Outcome = task.OutcomeCancelled
+		req.CancelledDuringPhase, req.PartialProgress = t.phaseAndCheckpoint()
+	}
+	switch {
+	case p != nil:
+		fail(task.CategoryUserCode, fmt.Sprintf("panic: %v", p.value), string(p.stack), nil)
+	case ferr == nil:
+		req.Outcome = task.OutcomeSucceeded
+		if raw, ok := out.(json.RawMessage); out == nil || (ok && len(raw) == 0) {
+			break
+		}
+		b, err := encodeJSON(out)
+		switch {
+		case err != nil:
+			fail(task.CategoryUserCode, "encode output: "+err.Error(), "", boolPtr(false))
+		case len(b) > task.MaxOutputBytes:
+			fail(task.CategoryUserCode, fmt.Sprintf("output is %d bytes; the limit is %d", len(b), task.MaxOutputBytes), "", boolPtr(false))
+		default:
+			req.Output = b
+		}
+	default:
+		var we *Error
+		explicit := errors.As(ferr, &we) && we.Category.Valid()
+		msg := ferr.Error()
+		if e, ok := ferr.(*Error); ok && e.Err != nil {
+			msg = e.Err.Error()
+		}
+		switch {
+		case errors.Is(cause, ErrCancelled) && (!explicit || we.Category == task.CategoryCancelled ||
+			errors.Is(ferr, context.Canceled) || errors.Is(ferr, ErrCancelled)):
+			cancelled()
+		case explicit && we.Category == task.CategoryCancelled:
+			cancelled()
+		case explicit:
+			fail(we.Category, msg, "", we.Retryable)
+		case errors.Is(cause, ErrDeadlineExceeded):
+			fail(task.CategoryTimeout, msg, "", nil)
+		default:
+			fail(task.CategoryUserCode, msg, "", nil)
+		}
+	}
+	return req
+}

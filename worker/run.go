@@ -1,0 +1,322 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/servo-dev/servo/task"
+)
+
+// run is one attempt in this process: the protocol around one call of the
+// Func.
+type run struct {
+	h   *handler
+	env task.Envelope
+	log *slog.Logger
+	t   *Task
+
+	// done is closed when status and ans are final.
+	done   chan struct{}
+	status int
+	ans    answer
+
+	// flushCh asks the heartbeat loop for an early heartbeat.
+	flushCh chan struct{}
+
+	mu         sync.Mutex
+	tok        string
+	tokExp     time.Time
+	cancelFn   context.CancelCauseFunc
+	stop       error // why the attempt lost its authority; nothing is reported after it
+	cancelSeen bool  // Servo said shouldCancel
+}
+
+func newRun(h *handler, env task.Envelope) *run {
+	log := h.cfg.logger.With("taskId", env.TaskID, "attempt", env.Attempt, "tenantId", env.TenantID,
+		"runId", env.RunID, "workerId", h.cfg.workerID)
+	r := &run{h: h, env: env, log: log, done: make(chan struct{}), flushCh: make(chan struct{}, 1),
+		tok: env.TaskToken, tokExp: env.TokenExpiresAt}
+	r.t = newTask(env, h.cfg.workerID, log, r.flush)
+	return r
+}
+
+func (r *run) flush() {
+	select {
+	case r.flushCh <- struct{}{}:
+	default:
+	}
+}
+
+func (r *run) token() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tok
+}
+
+func (r *run) tokenUntil() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tokExp
+}
+
+// adopt takes a refreshed token from a callback response.
+func (r *run) adopt(resp task.CallbackResponse) {
+	if resp.TaskToken == "" {
+		return
+	}
+	exp, ok := time.Time{}, false
+	if resp.TokenExpiresAt != nil {
+		exp, ok = *resp.TokenExpiresAt, true
+	} else {
+		exp, ok = tokenExpiry(resp.TaskToken)
+	}
+	r.mu.Lock()
+	r.tok = resp.TaskToken
+	if ok {
+		r.tokExp = exp
+	}
+	r.mu.Unlock()
+	r.log.Info("adopted a refreshed task token", "tokenExpiresAt", exp)
+}
+
+// lose records that the attempt lost its authority and cancels the Func.
+func (r *run) lose(cause error) {
+	r.mu.Lock()
+	first := r.stop == nil
+	if first {
+		r.stop = cause
+	}
+	cancel := r.cancelFn
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("attempt lost its authority: cancelling the function; nothing more will be reported", "cause", cause.Error())
+	}
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+func (r *run) stopped() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stop
+}
+
+// cancelBy passes Servo's cancel request to the Func (once).
+func (r *run) cancelBy(reason string) {
+	r.mu.Lock()
+	first := !r.cancelSeen
+	r.cancelSeen = true
+	cancel := r.cancelFn
+	r.mu.Unlock()
+	if first && cancel != nil {
+		r.log.Info("Servo asked to cancel the attempt; cancelling the function", "cancelReason", reason)
+		cancel(&CancelledError{Reason: reason})
+	}
+}
+
+func fixedBody(b []byte) func() ([]byte, error) { return func() ([]byte, error) { return b, nil } }
+
+// execute runs the attempt: started, the Func with heartbeats, completed.
+// It returns the answer to Cloud Tasks.
+func (r *run) execute(ctx context.Context) (int, answer) {
+	// Cloud Tasks closing the connection does not end the attempt.
+	ctx = context.WithoutCancel(ctx)
+	cfg := &r.h.cfg
+	startedAt := cfg.now().UTC()
+	body, err := json.Marshal(task.StartedRequest{Attempt: r.env.Attempt, WorkerID: cfg.workerID, StartedAt: &startedAt})
+	if err != nil {
+		return http.StatusInternalServerError, answer{Result: resultInternal, Detail: err.Error()}
+	}
+	startUntil := func() time.Time {
+		return minTime(startedAt.Add(cfg.startRetryWindow), r.tokenUntil())
+	}
+	rep, err := r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
+	if err != nil {
+		r.log.ErrorContext(ctx, "could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it", "error", err)
+		return http.StatusServiceUnavailable, answer{Result: resultUnreachable, Detail: err.Error()}
+	}
+	r.adopt(rep.resp)
+	switch rep.disp {
+	case task.Continue:
+	case task.Cancel:
+		r.log.InfoContext(ctx, "Servo declined the attempt; the function is not run",
+			"status", rep.status, "code", rep.resp.Error, "state", rep.resp.State, "message", rep.resp.Message)
+		return http.StatusOK, answer{Result: resultNotStarted, Code: rep.resp.Error, FinalState: rep.resp.State}
+	default:
+		r.log.ErrorContext(ctx, "Servo rejected `started`; the function is not run (protocol error, not retried)",
+			"status", rep.status, "code", rep.resp.Error, "field", rep.resp.Field, "message", rep.resp.Message)
+		return http.StatusOK, answer{Result: resultRejected, Code: rep.resp.Error, Detail: rep.resp.Message}
+	}
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if d := r.env.Deadline; d != nil {
+		var stopDeadline context.CancelFunc
+		fnCtx, stopDeadline = context.WithDeadlineCause(fnCtx, *d, ErrDeadlineExceeded)
+		defer stopDeadline()
+	}
+	r.mu.Lock()
+	r.cancelFn = cancel
+	r.mu.Unlock()
+
+	stopHB := make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		r.heartbeatLoop(ctx, stopHB)
+	}()
+	r.log.InfoContext(ctx, "attempt started")
+	m := startMeter()
+	out, ferr, pnc := invoke(fnCtx, r.h.fn, r.t)
+	// Why the Func's context ended, as the Func saw it (a cancel request
+	// answered after it returned does not count).
+	cause := context.Cause(fnCtx)
+	metrics := m.finish()
+	// No new heartbeat; one in flight finishes (its answer counts: a 410
+	// means nothing may be reported).
+	close(stopHB)
+	<-hbDone
+
+	if stop := r.stopped(); stop != nil {
+		return http.StatusOK, lostAnswer(stop)
+	}
+	req := outcome(cause, out, ferr, pnc, r.t)
+	completedAt := cfg.now().UTC()
+	req.Attempt, req.WorkerID, req.CompletedAt, req.Metrics = r.env.Attempt, cfg.workerID, &completedAt, metrics
+	if pnc != nil {
+		r.log.ErrorContext(ctx, "the function panicked", "panic", req.Error.Message)
+	}
+	if req.Outcome == task.OutcomeFailed && r.t.dirty() {
+		// Store the last checkpoint first: a retry resumes from it.
+		if !r.heartbeatOnce(ctx, nil) {
+			if stop := r.stopped(); stop != nil {
+				return http.StatusOK, lostAnswer(stop)
+			}
+		}
+	}
+	body, err = json.Marshal(req)
+	if err != nil {
+		return http.StatusInternalServerError, answer{Result: resultInternal, Detail: err.Error()}
+	}
+	rep, err = r.post(ctx, opCompleted, fixedBody(body), r.tokenUntil, nil)
+	if err != nil {
+		// Servo may have committed a try whose answer was lost; the
+		// redelivery is settled by Servo (409 or 410 at started).
+		r.log.ErrorContext(ctx, "could not report `completed`; answering 503 so Cloud Tasks redelivers", "outcome", req.Outcome, "error", err)
+		return http.StatusServiceUnavailable, answer{Result: resultUnreachable, Outcome: string(req.Outcome), Detail: err.Error()}
+	}
+	switch rep.disp {
+	case task.Committed:
+		r.log.InfoContext(ctx, "attempt reported", "outcome", req.Outcome, "finalState", rep.resp.FinalState,
+			"retryScheduled", rep.resp.RetryScheduled, "nextAttempt", rep.resp.NextAttempt)
+		return http.StatusOK, answer{Result: resultCommitted, Outcome: string(req.Outcome), FinalState: rep.resp.FinalState}
+	case task.Cancel:
+		r.log.WarnContext(ctx, "Servo discarded the attempt's result: the attempt had no authority any more",
+			"outcome", req.Outcome, "status", rep.status, "code", rep.resp.Error, "message", rep.resp.Message)
+		return http.StatusOK, answer{Result: resultDiscarded, Outcome: string(req.Outcome), Code: rep.resp.Error}
+	default:
+		r.log.ErrorContext(ctx, "Servo rejected `completed` (protocol error, not retried)", "outcome", req.Outcome,
+			"status", rep.status, "code", rep.resp.Error, "field", rep.resp.Field, "message", rep.resp.Message)
+		return http.StatusOK, answer{Result: resultRejected, Outcome: string(req.Outcome), Code: rep.resp.Error, Detail: rep.resp.Message}
+	}
+}
+
+func lostAnswer(stop error) answer {
+	switch e := stop.(type) {
+	case *RejectedError:
+		return answer{Result: resultRejected, Code: e.Code, Detail: e.Error()}
+	case *LeaseLostError:
+		return answer{Result: resultLeaseLost, Code: e.Code, Detail: e.Error()}
+	}
+	return answer{Result: resultLeaseLost, Detail: stop.Error()}
+}
+
+// heartbeatLoop sends heartbeats every interval (jittered down by up to
+// 15%), early after a checkpoint (at most every interval/4), until ctx ends
+// or the attempt loses its authority, or stop closes.
+func (r *run) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
+	interval := time.Duration(r.env.HeartbeatIntervalMs) * time.Millisecond
+	gap := interval / 4
+	last := time.Now()
+	next := last.Add(jitter(interval))
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-r.flushCh:
+			early := last.Add(gap)
+			if now := time.Now(); early.Before(now) {
+				early = now
+			}
+			if early.Before(next) {
+				next = early
+				t.Reset(time.Until(next))
+			}
+			continue
+		case <-t.C:
+		}
+		if !r.heartbeatOnce(ctx, stop) {
+			return
+		}
+		last = time.Now()
+		next = last.Add(jitter(interval))
+		t.Reset(time.Until(next))
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d - time.Duration(rand.Float64()*0.15*float64(d))
+}
+
+// heartbeatOnce sends one heartbeat with the latest progress and any
+// unstored checkpoint, retrying until the token expires or stop closes. It
+// reports whether the attempt may go on; when it may not, either it was
+// stopped or the attempt lost its authority (r.stopped() says why).
+func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
+	var version int
+	body := func() ([]byte, error) {
+		req, v := r.t.heartbeat(r.env.Attempt, r.h.cfg.workerID, r.h.cfg.now().UTC())
+		version = v
+		return json.Marshal(req)
+	}
+	rep, err := r.post(ctx, opHeartbeat, body, r.tokenUntil, stop)
+	if err != nil {
+		if errors.Is(err, errStopped) || ctx.Err() != nil {
+			return false
+		}
+		r.lose(&LeaseLostError{Code: "servo_unreachable", Message: "Servo could not be reached before the task token expired: " + err.Error()})
+		return false
+	}
+	r.adopt(rep.resp)
+	switch rep.disp {
+	case task.Continue:
+		r.t.acked(version)
+		if rep.resp.ShouldCancel != nil && *rep.resp.ShouldCancel {
+			r.cancelBy(rep.resp.CancelReason)
+		}
+		return true
+	case task.Cancel:
+		r.lose(&LeaseLostError{Status: rep.status, Code: rep.resp.Error, Message: rep.resp.Message})
+	default:
+		r.lose(&RejectedError{Op: opHeartbeat, Status: rep.status, Code: rep.resp.Error, Field: rep.resp.Field, Message: rep.resp.Message})
+	}
+	return false
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
