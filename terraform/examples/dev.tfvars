@@ -1,0 +1,38 @@
+# A development deployment. Copy it, set project_id (and the rest), then:
+#   terraform apply -var-file=examples/dev.tfvars
+# Every variable is described in variables.tf.
+
+project_id          = "my-servo-dev"
+region              = "europe-west1"
+firestore_location  = "eur3"
+deletion_protection = false
+
+# Who may call the control API (never allUsers).
+api_invokers = [
+  "group:servo-dev@example.com",
+]
+
+# One worker. The image is Google's public sample until you push your own
+# (README.md, "Deploy a worker"); cloudbuild.yaml overrides it with the
+# example worker it builds, through worker_images.
+workers = {
+  example = {
+    image           = "us-docker.pkg.dev/cloudrun/container/hello"
+    memory          = "512Mi"
+    timeout_seconds = 900
+    max_instances   = 5
+    queue = {
+      max_attempts              = 10
+      min_backoff               = "1s"
+      max_backoff               = "300s"
+      max_doublings             = 5
+      max_dispatches_per_second = 5
+      max_concurrent_dispatches = 20
+    }
+  }
+}
+
+functions = {
+  api       = { max_instances = 5 }
+  callbacks = { max_instances = 10 }
+}

@@ -1,0 +1,344 @@
+# Servo on Google Cloud: the root module wires the components together.
+#
+#   modules/firestore     the database, its composite indexes and TTL policies
+#   modules/signing_keys  the Secret Manager secret with the token key ring
+#   modules/worker        one Cloud Run worker service + Cloud Tasks queue + runtime account
+#   modules/function      one Cloud Function (2nd gen) built from the zipped source
+#
+# Service accounts and every IAM grant live in iam.tf, in one table.
+
+locals {
+  source_dir = coalesce(var.function_source_dir, "${path.module}/..")
+
+  # The callbacks function's URL is deterministic for 2nd gen functions, which
+  # lets the callbacks function (which re-enqueues retries) carry its own URL
+  # without a dependency cycle. A postcondition in the function module checks
+  # it against the URL Google reports.
+  callbacks_name = "${var.name_prefix}-callbacks"
+  callbacks_url  = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
+
+  topics = {
+    events      = var.events_topic
+    dead_letter = var.dead_letter_topic
+    sweep       = var.sweep_topic
+  }
+
+  worker_images = { for name, w in var.workers : name => lookup(var.worker_images, name, w.image) }
+
+  # SERVO_WORKERS: where each named worker's tasks go (package enqueue).
+  servo_workers = {
+    for name, w in module.worker : name => {
+      url            = w.url
+      queue          = w.queue_id
+      serviceAccount = google_service_account.component["tasks-invoker"].email
+    }
+  }
+
+  # The environment every function reads (package functions); the signing
+  # key ring is mounted from Secret Manager as SERVO_TOKEN_KEYS.
+  function_env = {
+    SERVO_PROJECT            = var.project_id
+    SERVO_FIRESTORE_DATABASE = var.firestore_database
+    SERVO_CALLBACK_BASE_URL  = local.callbacks_url
+    SERVO_WORKERS            = jsonencode(local.servo_workers)
+    SERVO_EVENTS_TOPIC       = var.events_topic
+    SERVO_DEAD_LETTER_TOPIC  = var.dead_letter_topic
+    SERVO_SWEEP_EVERY        = var.sweep_every
+    SERVO_START_TIMEOUT      = var.start_timeout
+  }
+
+  # The three entry points registered with functions-framework-go in package
+  # github.com/servo-dev/servo/functions; all are built from the same zip.
+  functions = {
+    api = {
+      name        = "${var.name_prefix}-api"
+      entry_point = "ServoAPI"
+      description = "Servo control API: submit, get, list and cancel tasks (IAM-protected)."
+      sizing      = var.functions.api
+      pubsub      = null
+    }
+    callbacks = {
+      name        = local.callbacks_name
+      entry_point = "ServoCallbacks"
+      description = "Servo worker callbacks: started, heartbeat, completed (public; the task token authenticates)."
+      sizing      = var.functions.callbacks
+      pubsub      = null
+    }
+    sweeper = {
+      name        = "${var.name_prefix}-sweeper"
+      entry_point = "ServoSweeper"
+      description = "Servo sweeper: zombies, cancel timeouts, stuck dispatches, deadlines, due retries."
+      sizing      = var.functions.sweeper
+      pubsub = {
+        topic           = google_pubsub_topic.topic["sweep"].id
+        service_account = google_service_account.component["sweep-trigger"].email
+      }
+    }
+  }
+}
+
+# --- APIs ------------------------------------------------------------------
+
+resource "google_project_service" "apis" {
+  for_each = toset([
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "cloudtasks.googleapis.com",
+    "eventarc.googleapis.com",
+    "firestore.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+  ])
+
+  project = var.project_id
+  service = each.value
+  # Leave APIs on at teardown: other things in the project may use them.
+  disable_on_destroy = false
+}
+
+# --- Service accounts (roles: iam.tf) ----------------------------------------
+
+resource "google_service_account" "component" {
+  for_each = local.service_accounts
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-${each.key}"
+  display_name = "Servo ${each.key}"
+  description  = each.value
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- State -------------------------------------------------------------------
+
+module "firestore" {
+  source = "./modules/firestore"
+
+  project_id          = var.project_id
+  location            = var.firestore_location
+  database            = var.firestore_database
+  deletion_protection = var.deletion_protection
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- Events ------------------------------------------------------------------
+
+resource "google_pubsub_topic" "topic" {
+  for_each = local.topics
+
+  project = var.project_id
+  name    = each.value
+  # Events and dead letters are kept even before anyone subscribes; sweep
+  # ticks are worthless a minute later.
+  message_retention_duration = each.key == "sweep" ? null : var.topic_message_retention
+
+  depends_on = [google_project_service.apis]
+}
+
+# Cloud Scheduler publishes one tick a minute to the sweep topic. It calls
+# the Pub/Sub publish API as the scheduler service account (an OAuth token),
+# rather than using a pubsub_target, which always publishes as Cloud
+# Scheduler's own service agent: this way the only identity that can publish
+# ticks is one that holds roles/pubsub.publisher on this one topic.
+resource "google_cloud_scheduler_job" "sweep" {
+  project          = var.project_id
+  region           = var.region
+  name             = "${var.name_prefix}-sweep"
+  description      = "Publishes a sweep tick to ${var.sweep_topic}; the tick triggers the Servo sweeper."
+  schedule         = var.sweep_schedule
+  time_zone        = "Etc/UTC"
+  attempt_deadline = "30s"
+
+  retry_config {
+    # A missed tick is covered by the next one.
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "https://pubsub.googleapis.com/v1/${google_pubsub_topic.topic["sweep"].id}:publish"
+    headers = {
+      "Content-Type" = "application/json"
+    }
+    # The sweeper ignores the message content: every message is a tick.
+    body = base64encode(jsonencode({
+      messages = [{
+        data       = base64encode("{}")
+        attributes = { source = "${var.name_prefix}-sweep" }
+      }]
+    }))
+
+    oauth_token {
+      service_account_email = google_service_account.component["scheduler"].email
+      scope                 = "https://www.googleapis.com/auth/pubsub"
+    }
+  }
+
+  depends_on = [google_pubsub_topic_iam_member.grant]
+}
+
+# --- Token signing keys ------------------------------------------------------
+
+module "signing_keys" {
+  source = "./modules/signing_keys"
+
+  project_id          = var.project_id
+  secret_id           = "${var.name_prefix}-token-keys"
+  active              = var.signing_keys.active
+  ids                 = var.signing_keys.ids
+  deletion_protection = var.deletion_protection
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- Images ------------------------------------------------------------------
+
+resource "google_artifact_registry_repository" "images" {
+  project       = var.project_id
+  location      = var.region
+  repository_id = var.artifact_repository
+  format        = "DOCKER"
+  description   = "Servo worker images and the images Cloud Build makes of the functions."
+
+  cleanup_policies {
+    id     = "delete-untagged-after-30d"
+    action = "DELETE"
+    condition {
+      tag_state  = "UNTAGGED"
+      older_than = "2592000s"
+    }
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- Workers and their queues ------------------------------------------------
+
+module "worker" {
+  source   = "./modules/worker"
+  for_each = var.workers
+
+  project_id          = var.project_id
+  region              = var.region
+  name                = each.key
+  name_prefix         = var.name_prefix
+  image               = local.worker_images[each.key]
+  cpu                 = each.value.cpu
+  memory              = each.value.memory
+  timeout_seconds     = each.value.timeout_seconds
+  concurrency         = each.value.concurrency
+  min_instances       = each.value.min_instances
+  max_instances       = each.value.max_instances
+  env                 = each.value.env
+  queue               = each.value.queue
+  deletion_protection = var.deletion_protection
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- Function source ---------------------------------------------------------
+
+resource "google_storage_bucket" "function_source" {
+  project                     = var.project_id
+  name                        = "${var.project_id}-${var.name_prefix}-fn-source"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  # Only build inputs live here; Terraform re-uploads a missing source zip.
+  force_destroy = true
+
+  lifecycle_rule {
+    condition {
+      age = 30
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+# The Go buildpack builds the package at the root of this zip (see README.md,
+# "Function source"): the Servo module root with a root package that imports
+# ./functions. Test files, Terraform, CI and examples stay out.
+data "archive_file" "function_source" {
+  type             = "zip"
+  source_dir       = local.source_dir
+  output_path      = "${path.module}/.build/function-source.zip"
+  output_file_mode = "0644"
+  excludes         = var.function_source_excludes
+
+  lifecycle {
+    precondition {
+      condition     = fileexists("${local.source_dir}/go.mod") && fileexists("${local.source_dir}/go.sum")
+      error_message = "function_source_dir (${local.source_dir}) must be the root of the Servo Go module, with go.mod and go.sum."
+    }
+    precondition {
+      condition     = length([for f in fileset(local.source_dir, "*.go") : f if !endswith(f, "_test.go")]) > 0
+      error_message = "The Go buildpack builds the Go package at the root of the function source, and ${local.source_dir} has none: add the root package file described in terraform/README.md (\"Function source\")."
+    }
+  }
+}
+
+resource "google_storage_bucket_object" "function_source" {
+  # A new name per content: a changed zip redeploys the functions.
+  name         = "function-source-${data.archive_file.function_source.output_md5}.zip"
+  bucket       = google_storage_bucket.function_source.name
+  source       = data.archive_file.function_source.output_path
+  content_type = "application/zip"
+}
+
+# --- Functions ---------------------------------------------------------------
+
+module "function" {
+  source   = "./modules/function"
+  for_each = local.functions
+
+  project_id            = var.project_id
+  region                = var.region
+  name                  = each.value.name
+  description           = each.value.description
+  entry_point           = each.value.entry_point
+  runtime               = var.functions_runtime
+  source_bucket         = google_storage_bucket.function_source.name
+  source_object         = google_storage_bucket_object.function_source.name
+  build_service_account = google_service_account.component["fn-build"].id
+  docker_repository     = google_artifact_registry_repository.images.id
+  service_account_email = google_service_account.component[each.key].email
+  environment           = local.function_env
+  secret_environment = {
+    SERVO_TOKEN_KEYS = {
+      secret  = module.signing_keys.secret_id
+      version = module.signing_keys.version
+    }
+  }
+  memory          = each.value.sizing.memory
+  cpu             = each.value.sizing.cpu
+  timeout_seconds = each.value.sizing.timeout_seconds
+  min_instances   = each.value.sizing.min_instances
+  max_instances   = each.value.sizing.max_instances
+  concurrency     = each.value.sizing.concurrency
+  pubsub_trigger  = each.value.pubsub
+  expected_url    = each.key == "callbacks" ? local.callbacks_url : null
+
+  # The runtime accounts' grants (secret, topics, queues, actAs) and the
+  # builder's must exist before the first revision starts or builds.
+  depends_on = [
+    google_project_iam_member.grant,
+    google_secret_manager_secret_iam_member.grant,
+    google_pubsub_topic_iam_member.grant,
+    google_service_account_iam_member.grant,
+    google_cloud_tasks_queue_iam_member.grant,
+    google_artifact_registry_repository_iam_member.grant,
+    google_storage_bucket_iam_member.grant,
+  ]
+}

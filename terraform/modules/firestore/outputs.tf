@@ -1,0 +1,4 @@
+output "database" {
+  description = "Firestore database ID."
+  value       = google_firestore_database.this.name
+}

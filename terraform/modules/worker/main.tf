@@ -1,0 +1,71 @@
+# One Servo worker: a Cloud Run service that executes tasks, the Cloud Tasks
+# queue that pushes envelopes to it, and the service's own runtime account.
+#
+# Ingress is open (Cloud Tasks calls from outside the VPC), but only the
+# tasks-invoker account holds roles/run.invoker on the service (root
+# iam.tf), so every other caller gets 403 from Cloud Run itself.
+
+resource "google_service_account" "worker" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-w-${var.name}"
+  display_name = "Servo worker ${var.name}"
+  description  = "Runtime identity of the ${var.name} worker service. It holds no roles; grant what the worker's own work needs."
+}
+
+resource "google_cloud_run_v2_service" "worker" {
+  project             = var.project_id
+  location            = var.region
+  name                = "${var.name_prefix}-${var.name}"
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  deletion_protection = var.deletion_protection
+
+  template {
+    service_account                  = google_service_account.worker.email
+    timeout                          = "${var.timeout_seconds}s"
+    max_instance_request_concurrency = var.concurrency
+
+    scaling {
+      min_instance_count = var.min_instances
+      max_instance_count = var.max_instances
+    }
+
+    containers {
+      image = var.image
+
+      resources {
+        limits = {
+          cpu    = var.cpu
+          memory = var.memory
+        }
+      }
+
+      dynamic "env" {
+        for_each = var.env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+    }
+  }
+}
+
+resource "google_cloud_tasks_queue" "worker" {
+  project  = var.project_id
+  location = var.region
+  name     = "${var.name_prefix}-${var.name}"
+
+  rate_limits {
+    max_dispatches_per_second = var.queue.max_dispatches_per_second
+    max_concurrent_dispatches = var.queue.max_concurrent_dispatches
+  }
+
+  # Transport retries of one attempt's push. Servo's own retry policy (new
+  # attempts, new tokens) is applied by the control plane, not here.
+  retry_config {
+    max_attempts  = var.queue.max_attempts
+    min_backoff   = var.queue.min_backoff
+    max_backoff   = var.queue.max_backoff
+    max_doublings = var.queue.max_doublings
+  }
+}

@@ -1,0 +1,360 @@
+# Inputs of the Servo root module. Every variable has a type and a
+# description (deploy/terraform_test.go checks), and every one that is not a
+# plain bool is validated here so that a typo fails at plan time, not halfway
+# through an apply.
+
+variable "project_id" {
+  description = "ID of the Google Cloud project Servo is deployed into (it should be dedicated to Servo, or at least to one team)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project ID: 6-30 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, worker services, Cloud Tasks queues, Cloud Scheduler job, Artifact Registry repository and source bucket."
+  type        = string
+  default     = "us-central1"
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Google Cloud region such as us-central1 or europe-west1."
+  }
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name Servo creates (service accounts, functions, queues, services). Keep it short: service account IDs are limited to 30 characters."
+  type        = string
+  default     = "servo"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,10}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 3-12 lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen."
+  }
+}
+
+variable "deletion_protection" {
+  description = "Protect the worker services, the Firestore database and the signing-key secret from deletion. Set to false (and apply) before terraform destroy."
+  type        = bool
+  default     = true
+}
+
+# --- Firestore -----------------------------------------------------------
+
+variable "firestore_location" {
+  description = "Location of the Firestore database (a multi-region such as nam5 or eur3, or a region). It cannot be changed after creation."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]*[0-9]$", var.firestore_location))
+    error_message = "firestore_location must be a Firestore location such as nam5, eur3 or europe-west1."
+  }
+}
+
+variable "firestore_database" {
+  description = "Firestore database ID (native mode). Passed to the functions as SERVO_FIRESTORE_DATABASE."
+  type        = string
+  default     = "(default)"
+
+  validation {
+    condition     = var.firestore_database == "(default)" || can(regex("^[a-z][a-z0-9-]{2,61}[a-z0-9]$", var.firestore_database))
+    error_message = "firestore_database must be \"(default)\" or 4-63 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+# --- Pub/Sub -------------------------------------------------------------
+
+variable "events_topic" {
+  description = "Pub/Sub topic ID of task transition events (SERVO_EVENTS_TOPIC)."
+  type        = string
+  default     = "servo-task-events"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.events_topic)) && !startswith(var.events_topic, "goog")
+    error_message = "events_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
+  }
+}
+
+variable "dead_letter_topic" {
+  description = "Pub/Sub topic ID of dead letters: tasks that failed for good (SERVO_DEAD_LETTER_TOPIC)."
+  type        = string
+  default     = "servo-dead-letter"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.dead_letter_topic)) && !startswith(var.dead_letter_topic, "goog")
+    error_message = "dead_letter_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
+  }
+}
+
+variable "sweep_topic" {
+  description = "Pub/Sub topic ID Cloud Scheduler publishes sweep ticks to; it triggers the sweeper function."
+  type        = string
+  default     = "servo-sweep"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.sweep_topic)) && !startswith(var.sweep_topic, "goog")
+    error_message = "sweep_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
+  }
+}
+
+variable "topic_message_retention" {
+  description = "How long the events and dead-letter topics retain messages even without a subscription, so that a consumer created later can seek back (10 minutes to 31 days, in seconds with an \"s\" suffix)."
+  type        = string
+  default     = "604800s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.topic_message_retention)) && try(tonumber(trimsuffix(var.topic_message_retention, "s")) >= 600 && tonumber(trimsuffix(var.topic_message_retention, "s")) <= 2678400, false)
+    error_message = "topic_message_retention must be between \"600s\" and \"2678400s\"."
+  }
+}
+
+# --- Sweeper and timers --------------------------------------------------
+
+variable "sweep_schedule" {
+  description = "Cron schedule (UTC) of the Cloud Scheduler job that publishes a sweep tick. Once a minute is the most Cloud Scheduler allows; the sweeper sweeps several times per tick (sweep_every)."
+  type        = string
+  default     = "* * * * *"
+
+  validation {
+    condition     = length(split(" ", trimspace(var.sweep_schedule))) == 5
+    error_message = "sweep_schedule must be a five-field cron expression, e.g. \"* * * * *\"."
+  }
+}
+
+variable "sweep_every" {
+  description = "Cadence of sweep passes within one sweeper invocation (SERVO_SWEEP_EVERY), a Go duration such as 15s."
+  type        = string
+  default     = "15s"
+
+  validation {
+    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.sweep_every))
+    error_message = "sweep_every must be a Go duration such as \"15s\"."
+  }
+}
+
+variable "start_timeout" {
+  description = "Default time a task may stay PENDING/QUEUED before the sweeper re-drives it (SERVO_START_TIMEOUT), a Go duration such as 10m."
+  type        = string
+  default     = "10m"
+
+  validation {
+    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.start_timeout))
+    error_message = "start_timeout must be a Go duration such as \"10m\"."
+  }
+}
+
+# --- Token signing keys --------------------------------------------------
+
+variable "signing_keys" {
+  description = <<-EOT
+    Key IDs (kid) of the task-token signing key ring and the one that signs.
+    Terraform generates 32 random bytes per kid and stores the ring JSON
+    {"active":"<kid>","keys":{"<kid>":"<base64>"}} in Secret Manager
+    (SERVO_TOKEN_KEYS). Rotate by adding a kid, then making it active, then
+    removing the old one, one apply each (README.md).
+  EOT
+  type = object({
+    active = string
+    ids    = list(string)
+  })
+  default = {
+    active = "k1"
+    ids    = ["k1"]
+  }
+
+  validation {
+    condition     = contains(var.signing_keys.ids, var.signing_keys.active)
+    error_message = "signing_keys.active must be one of signing_keys.ids."
+  }
+  validation {
+    condition     = length(var.signing_keys.ids) == length(distinct(var.signing_keys.ids)) && alltrue([for id in var.signing_keys.ids : can(regex("^[A-Za-z0-9_-]{1,32}$", id))])
+    error_message = "signing_keys.ids must be distinct kids of 1-32 letters, digits, '_' or '-'."
+  }
+}
+
+# --- Functions -----------------------------------------------------------
+
+variable "functions_runtime" {
+  description = "Cloud Functions Go runtime. go.mod declares go 1.26.x, so go126 or newer: an older runtime would have to download a newer toolchain during the build."
+  type        = string
+  default     = "go126"
+
+  validation {
+    condition     = can(regex("^go1(2[6-9]|[3-9][0-9])$", var.functions_runtime))
+    error_message = "functions_runtime must be go126 or a newer Go runtime ID (go.mod requires Go 1.26)."
+  }
+}
+
+variable "functions" {
+  description = "Sizing of the three functions. Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie)."
+  type = object({
+    api = optional(object({
+      memory          = optional(string, "512Mi")
+      cpu             = optional(string, "1")
+      timeout_seconds = optional(number, 60)
+      min_instances   = optional(number, 0)
+      max_instances   = optional(number, 20)
+      concurrency     = optional(number, 80)
+    }), {})
+    callbacks = optional(object({
+      memory          = optional(string, "512Mi")
+      cpu             = optional(string, "1")
+      timeout_seconds = optional(number, 60)
+      min_instances   = optional(number, 0)
+      max_instances   = optional(number, 50)
+      concurrency     = optional(number, 80)
+    }), {})
+    sweeper = optional(object({
+      memory          = optional(string, "512Mi")
+      cpu             = optional(string, "1")
+      timeout_seconds = optional(number, 120)
+      min_instances   = optional(number, 0)
+      max_instances   = optional(number, 2)
+      concurrency     = optional(number, 1)
+    }), {})
+  })
+  default = {}
+
+  validation {
+    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper] :
+      can(regex("^[0-9]+(Mi|Gi|M|G)$", f.memory)) &&
+      can(regex("^([0-9]+(\\.[0-9]+)?|[0-9]+m)$", f.cpu)) &&
+      f.timeout_seconds >= 1 && f.timeout_seconds <= 3600 &&
+      f.min_instances >= 0 && f.max_instances >= 1 && f.min_instances <= f.max_instances &&
+      f.concurrency >= 1 && f.concurrency <= 1000
+    ])
+    error_message = "functions: memory like \"512Mi\", cpu like \"1\", timeout_seconds 1-3600, 0 <= min_instances <= max_instances, max_instances >= 1, concurrency 1-1000."
+  }
+  validation {
+    condition     = var.functions.sweeper.timeout_seconds >= 60 && var.functions.sweeper.timeout_seconds <= 540
+    error_message = "functions.sweeper.timeout_seconds must be 60-540: an event-driven function may run at most 540s, and one invocation sweeps for up to 55s."
+  }
+}
+
+variable "api_invokers" {
+  description = "IAM principals allowed to call the control API (roles/run.invoker on its service), e.g. [\"group:platform@example.com\", \"serviceAccount:ci@my-project.iam.gserviceaccount.com\"]. The control API is never public."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.api_invokers : can(regex("^(user|group|serviceAccount|domain|principal|principalSet):.+$", m))])
+    error_message = "api_invokers must be IAM principals such as user:…, group:…, serviceAccount:…, domain:…; allUsers and allAuthenticatedUsers are refused."
+  }
+}
+
+variable "function_source_dir" {
+  description = "Directory zipped as the function source: the root of the Servo Go module (go.mod). Null means the parent of this module's directory. Relative paths are relative to the directory terraform runs in."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.function_source_dir == null || try(length(var.function_source_dir) > 0, false)
+    error_message = "function_source_dir must be null or a non-empty path."
+  }
+}
+
+variable "function_source_excludes" {
+  description = "Paths left out of the function source zip. Each is either a name at the source root (file or directory, no wildcards) or \"**/<glob>\" matching a file or directory name at any depth. Test files are excluded on purpose: the Go buildpack parses every .go file at the root, tests included, and insists on one package."
+  type        = list(string)
+  default = [
+    ".git",
+    ".github",
+    ".ci",
+    "terraform",
+    "deploy",
+    "examples",
+    "cloudbuild.yaml",
+    "**/*_test.go",
+    "**/testdata",
+    "**/.terraform",
+  ]
+
+  validation {
+    condition     = alltrue([for p in var.function_source_excludes : can(regex("^([^/*?\\[]+|\\*\\*/[^/]+)$", p))])
+    error_message = "function_source_excludes entries must be a root-level name without wildcards or \"**/<glob>\" (no further slashes)."
+  }
+}
+
+# --- Workers -------------------------------------------------------------
+
+variable "artifact_repository" {
+  description = "ID of the Artifact Registry Docker repository for worker images (and the function images Cloud Build produces)."
+  type        = string
+  default     = "servo"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,61}[a-z0-9]$", var.artifact_repository))
+    error_message = "artifact_repository must be 2-63 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "workers" {
+  description = <<-EOT
+    Workers by name: each gets a Cloud Run service (its own runtime service
+    account, ingress from anywhere but invocable only by the Cloud Tasks
+    invoker account) and a Cloud Tasks queue. Queue retries are transport
+    retries of one attempt's push; Servo's own retry policy decides new
+    attempts. Durations are seconds with an "s" suffix.
+  EOT
+  type = map(object({
+    image           = string
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 900)
+    concurrency     = optional(number, 1)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+    env             = optional(map(string), {})
+    queue = optional(object({
+      max_attempts              = optional(number, 10)
+      min_backoff               = optional(string, "1s")
+      max_backoff               = optional(string, "300s")
+      max_doublings             = optional(number, 5)
+      max_dispatches_per_second = optional(number, 10)
+      max_concurrent_dispatches = optional(number, 100)
+    }), {})
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.workers) : can(regex("^[a-z][a-z0-9-]{0,13}[a-z0-9]$", name))])
+    error_message = "Worker names must be 2-15 lowercase letters, digits and hyphens, starting with a letter (they become service account, service and queue names)."
+  }
+  validation {
+    condition = alltrue([for w in values(var.workers) :
+      length(w.image) > 0 &&
+      can(regex("^[0-9]+(Mi|Gi|M|G)$", w.memory)) &&
+      can(regex("^([0-9]+(\\.[0-9]+)?|[0-9]+m)$", w.cpu)) &&
+      w.timeout_seconds >= 1 && w.timeout_seconds <= 3600 &&
+      w.concurrency >= 1 && w.concurrency <= 1000 &&
+      w.min_instances >= 0 && w.max_instances >= 1 && w.min_instances <= w.max_instances &&
+      alltrue([for k in keys(w.env) : can(regex("^[A-Za-z_][A-Za-z0-9_]*$", k))])
+    ])
+    error_message = "Each worker needs an image; memory like \"512Mi\"; cpu like \"1\"; timeout_seconds 1-3600; concurrency 1-1000; 0 <= min_instances <= max_instances, max_instances >= 1; env names like FOO_BAR."
+  }
+  validation {
+    condition = alltrue([for w in values(var.workers) :
+      (w.queue.max_attempts == -1 || w.queue.max_attempts >= 1) &&
+      can(regex("^[0-9]+(\\.[0-9]+)?s$", w.queue.min_backoff)) &&
+      can(regex("^[0-9]+(\\.[0-9]+)?s$", w.queue.max_backoff)) &&
+      try(tonumber(trimsuffix(w.queue.min_backoff, "s")) <= tonumber(trimsuffix(w.queue.max_backoff, "s")), false) &&
+      w.queue.max_doublings >= 0 &&
+      w.queue.max_dispatches_per_second > 0 && w.queue.max_dispatches_per_second <= 500 &&
+      w.queue.max_concurrent_dispatches >= 1 && w.queue.max_concurrent_dispatches <= 5000
+    ])
+    error_message = "Worker queues: max_attempts -1 (unlimited) or >= 1; min_backoff <= max_backoff, both like \"10s\"; max_doublings >= 0; max_dispatches_per_second in (0, 500]; max_concurrent_dispatches 1-5000."
+  }
+}
+
+variable "worker_images" {
+  description = "Image overrides by worker name, taking precedence over workers[name].image; cloudbuild.yaml passes the image it just built. Every key must be a worker."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for image in values(var.worker_images) : length(trimspace(image)) > 0])
+    error_message = "worker_images values must be non-empty image references."
+  }
+}
