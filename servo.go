@@ -8,5 +8,5 @@ package servo
 
 import (
 	_ "github.com/GoogleCloudPlatform/functions-framework-go/functions" // the buildpack's "registered by name" main
-	_ "github.com/servo-dev/servo/functions"                           // ServoAPI, ServoCallbacks, ServoSweeper
+	_ "github.com/servo-dev/servo/functions"                            // ServoAPI, ServoCallbacks, ServoSweeper
 )
