@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // keyedMutex serialises work per key within one process. Store.Apply uses
 // it per task: transactions on one task from one process would only
@@ -12,30 +15,36 @@ type keyedMutex struct {
 }
 
 type keyedEntry struct {
-	mu   sync.Mutex
+	held chan struct{} // a one-slot semaphore
 	refs int
 }
 
-// lock locks key and returns its unlock function.
-func (k *keyedMutex) lock(key string) func() {
+// lock locks key, or gives up when ctx ends; on success it returns the
+// unlock function.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = map[string]*keyedEntry{}
 	}
 	e := k.m[key]
 	if e == nil {
-		e = &keyedEntry{}
+		e = &keyedEntry{held: make(chan struct{}, 1)}
 		k.m[key] = e
 	}
 	e.refs++
 	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		if e.refs--; e.refs == 0 {
 			delete(k.m, key)
 		}
 		k.mu.Unlock()
+	}
+	select {
+	case e.held <- struct{}{}:
+		return func() { <-e.held; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
 	}
 }

@@ -462,7 +462,11 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 //
 // Within one process, Apply runs one transaction per task at a time.
 func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Result, error) {
-	defer s.perTask.lock(id)()
+	unlock, err := s.perTask.lock(ctx, id)
+	if err != nil {
+		return task.Result{}, wrap("apply "+string(ev.Kind), err)
+	}
+	defer unlock()
 	var retryTx []byte
 	for try := 0; ; try++ {
 		r, tx, err := s.applyOnce(ctx, id, ev, retryTx)

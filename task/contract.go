@@ -92,6 +92,9 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
 	CodeNotFound              = "not_found"
+	// CodeInternal answers a failure that retrying the same request cannot
+	// fix (Firestore refused the write as invalid).
+	CodeInternal = "internal"
 )
 
 // CallbackResponse is the JSON body of every callback response. Fields that

@@ -79,6 +79,10 @@ type Event struct {
 	Now time.Time
 	// WorkerID is the reporting worker (callbacks).
 	WorkerID string
+	// TenantID, WorkspaceID and RunID are the scope the callback's token
+	// names. When TenantID is set, a task with another scope refuses the
+	// callback with token_scope_mismatch before anything else is decided.
+	TenantID, WorkspaceID, RunID string
 	// Heartbeat is the heartbeat body (EventHeartbeat).
 	Heartbeat *HeartbeatRequest
 	// Completed is the completed body (EventCompleted).
@@ -224,6 +228,10 @@ func (m *machine) apply() {
 // reports whether the callback may proceed.
 func (m *machine) guardCallback() bool {
 	t, cur := m.t(), m.r.Attempt
+	if m.ev.TenantID != "" && (m.ev.TenantID != t.TenantID || m.ev.WorkspaceID != t.WorkspaceID || m.ev.RunID != t.RunID) {
+		m.reject(CodeTokenScopeMismatch, "the task token is for another tenant, workspace or run")
+		return false
+	}
 	// An accepted completion for this attempt: replay or conflict.
 	if m.ev.Kind == EventCompleted && cur != nil && cur.CompletionDigest != "" {
 		if cur.CompletionDigest != m.ev.Completed.Digest() {

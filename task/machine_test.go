@@ -135,6 +135,11 @@ func TestCallbackPrecedence(t *testing.T) {
 			e.Now = t0.Add(time.Hour)
 			return e
 		}, CodeAttemptAlreadyStarted},
+		{"another tenant's token", Running, func(e Event) Event {
+			e.Kind = EventHeartbeat
+			e.TenantID, e.WorkspaceID, e.RunID = "globex", "ws", "run_x"
+			return e
+		}, CodeTokenScopeMismatch},
 		{"different completion", Succeeded, func(e Event) Event {
 			e.Kind = EventCompleted
 			e.Completed = completion(OutcomeFailed, CategoryUserCode)
