@@ -1,0 +1,410 @@
+package callbacks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes caps a callback body (413 above it).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultStoreTimeout bounds the one transaction of a callback; when it
+	// runs out the callback answers 503 unavailable.
+	DefaultStoreTimeout = 20 * time.Second
+	// DefaultFollowUpTimeout bounds the enqueue of a scheduled retry.
+	DefaultFollowUpTimeout = 10 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 503 answer.
+	DefaultRetryAfter = time.Second
+)
+
+// PathPrefix is where the callbacks live: PathPrefix + "{taskId}/{kind}".
+// The handler also accepts the path behind any prefix (a Cloud Functions
+// URL that keeps the function name, a reverse proxy), so it can be mounted
+// anywhere.
+const PathPrefix = "/v1/tasks/"
+
+// Enqueuer performs what a committed result asks for after the commit
+// (enqueue a retry). *enqueue.Enqueuer satisfies it.
+type Enqueuer interface {
+	FollowUp(ctx context.Context, r task.Result) error
+}
+
+// Config configures the callbacks handler.
+type Config struct {
+	// Store is the task state (required).
+	Store *store.Store
+	// Keys verifies task tokens and signs refreshed ones (required).
+	Keys *token.KeyRing
+	// Enqueuer enqueues the attempts that callbacks schedule (a retry after
+	// FAILED, or after a lease found expired). Nil leaves them to the
+	// sweeper's re-drive.
+	Enqueuer Enqueuer
+	// Now is the server clock; defaults to time.Now.
+	Now func() time.Time
+	// Logger receives one line per callback; defaults to logs.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes caps request bodies; defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Project is the Google Cloud project, for trace fields in logs.
+	Project string
+	// StoreTimeout bounds the transaction; defaults to DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// FollowUpTimeout bounds Enqueuer.FollowUp; defaults to
+	// DefaultFollowUpTimeout.
+	FollowUpTimeout time.Duration
+	// RetryAfter is the Retry-After of 503 answers; defaults to
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+}
+
+type handler struct{ cfg Config }
+
+// NewHandler returns the handler of POST /v1/tasks/{taskId}/started,
+// /heartbeat and /completed. It panics if cfg has no Store or Keys.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Store == nil || cfg.Keys == nil {
+		panic("callbacks: Config.Store and Config.Keys are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logs.Default()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.FollowUpTimeout <= 0 {
+		cfg.FollowUpTimeout = DefaultFollowUpTimeout
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	return &handler{cfg: cfg}
+}
+
+// SplitPath returns the task id and callback kind of a callback path
+// ".../v1/tasks/{taskId}/{kind}"; ok is false for any other path.
+func SplitPath(path string) (taskID string, kind Kind, ok bool) {
+	i := strings.LastIndex(path, PathPrefix)
+	if i < 0 {
+		return "", "", false
+	}
+	id, k, found := strings.Cut(path[i+len(PathPrefix):], "/")
+	if !found || id == "" || strings.Contains(k, "/") {
+		return "", "", false
+	}
+	if _, known := Kind(k).event(); !known {
+		return "", "", false
+	}
+	return id, Kind(k), true
+}
+
+// exchange is one callback as it goes through the handler: what the log
+// line and the answer are made of.
+type exchange struct {
+	now      time.Time
+	taskID   string
+	kind     Kind
+	attempt  int
+	tenantID string
+	workerID string
+	status   int
+	resp     task.CallbackResponse
+	header   http.Header
+	// logged only
+	followUpErr error
+	storeErr    error
+	alarm       bool // log at ERROR whatever the status
+}
+
+func (x *exchange) answer(status int, resp task.CallbackResponse) {
+	x.status = status
+	resp.ServerTime = x.now
+	x.resp = resp
+}
+
+func (x *exchange) reject(status int, disp task.Disposition, code, msg string) {
+	x.answer(status, task.CallbackResponse{Disposition: disp, Error: code, Message: msg})
+}
+
+// ServeHTTP runs the checks of PRODUCT §4 in their order: path (404),
+// method (405), content type (415), size (413), token (401), scope (403),
+// body (400); then one transaction (store.Apply).
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	x := &exchange{now: h.cfg.Now().UTC(), header: w.Header()}
+	ctx := logs.WithTrace(r.Context(), r, h.cfg.Project)
+	h.serve(ctx, r, x)
+	h.write(w, x)
+	h.log(ctx, x, time.Since(start))
+}
+
+func (h *handler) serve(ctx context.Context, r *http.Request, x *exchange) {
+	taskID, kind, ok := SplitPath(r.URL.Path)
+	x.taskID, x.kind = taskID, kind
+	if !ok {
+		x.reject(http.StatusNotFound, task.Rejected, task.CodeNotFound, "no such callback; POST /v1/tasks/{taskId}/started, /heartbeat or /completed")
+		return
+	}
+	if r.Method != http.MethodPost {
+		x.header.Set("Allow", http.MethodPost)
+		x.reject(http.StatusMethodNotAllowed, task.Rejected, task.CodeMethodNotAllowed, "use POST")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		x.reject(http.StatusUnsupportedMediaType, task.Rejected, task.CodeUnsupportedMediaType, "Content-Type must be application/json")
+		return
+	}
+	body, ok := h.readBody(r, x)
+	if !ok {
+		return
+	}
+	claims, ok := h.verify(r, x)
+	if !ok {
+		return
+	}
+	x.attempt, x.tenantID = claims.Attempt, claims.TenantID
+	req, decodeErr := DecodeRequest(kind, body)
+	x.workerID = req.WorkerID
+	// Scope: the token names this task, and the body (when it names an
+	// attempt at all) the token's attempt. Checked before the body is
+	// judged, so that a body for another attempt is 403 whatever else is
+	// wrong with it.
+	if claims.TaskID != taskID || (req.Attempt != 0 && req.Attempt != claims.Attempt) {
+		x.reject(http.StatusForbidden, task.Rejected, task.CodeTokenScopeMismatch, "the task token is for another task or attempt")
+		return
+	}
+	if decodeErr == nil {
+		decodeErr = req.Validate()
+	}
+	if decodeErr != nil {
+		x.answer(http.StatusBadRequest, task.CallbackResponse{Disposition: task.Rejected, Error: task.CodeInvalidRequest,
+			Field: decodeErr.Field, Message: decodeErr.Error()})
+		return
+	}
+	h.apply(ctx, x, claims, req)
+}
+
+// readBody reads at most MaxBodyBytes; more is 413.
+func (h *handler) readBody(r *http.Request, x *exchange) ([]byte, bool) {
+	limit := h.cfg.MaxBodyBytes
+	if r.ContentLength <= limit {
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil {
+			x.reject(http.StatusBadRequest, task.Rejected, task.CodeInvalidRequest, "could not read the body")
+			x.resp.Field = "body"
+			return nil, false
+		}
+		if int64(len(body)) <= limit {
+			return body, true
+		}
+	}
+	x.reject(http.StatusRequestEntityTooLarge, task.Rejected, task.CodePayloadTooLarge,
+		"the body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
+	return nil, false
+}
+
+// verify checks the bearer token; it never reads the store.
+func (h *handler) verify(r *http.Request, x *exchange) (*token.Claims, bool) {
+	const bearer = "bearer "
+	authz := r.Header.Get("Authorization")
+	if len(authz) <= len(bearer) || !strings.EqualFold(authz[:len(bearer)], bearer) {
+		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeInvalidToken, "Authorization: Bearer <task token> is required")
+		return nil, false
+	}
+	claims, err := h.cfg.Keys.Verify(strings.TrimSpace(authz[len(bearer):]), x.now)
+	switch {
+	case err == nil:
+		return claims, true
+	case errors.Is(err, token.ErrExpired):
+		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="expired"`)
+		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeTokenExpired, "the task token has expired")
+	default:
+		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		// err's text is token-free by contract (token.Verify).
+		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeInvalidToken, err.Error())
+	}
+	return nil, false
+}
+
+// apply runs the one transaction and maps its result to the answer.
+func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, req Request) {
+	kind, _ := req.Kind.event()
+	ev := task.Event{
+		Kind: kind, Attempt: claims.Attempt, Now: x.now, WorkerID: req.WorkerID,
+		TenantID: claims.TenantID, WorkspaceID: claims.WorkspaceID, RunID: claims.RunID,
+		Heartbeat: req.Heartbeat, Completed: req.Completed, Jitter: rand.Float64(),
+	}
+	// A worker that hangs up must not abort the transaction half way.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)
+	res, err := h.cfg.Store.Apply(tctx, x.taskID, ev)
+	cancel()
+	if err != nil {
+		x.storeErr = err
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			x.reject(http.StatusNotFound, task.Rejected, task.CodeTaskNotFound, "no such task")
+			return
+		case errors.Is(err, store.ErrRejected):
+			// Firestore refused the write as invalid: the same body would
+			// fail again. Nothing was written; the lease runs out and the
+			// sweeper retries the task.
+			x.reject(http.StatusInternalServerError, task.Rejected, task.CodeInternal, "the task store refused the write")
+			return
+		}
+		// ErrUnavailable (Firestore errors, contention outlasting the
+		// retries, the store timeout) and anything else: the worker retries
+		// the same body, which is safe whatever happened.
+		x.header.Set("Retry-After", strconv.Itoa(int(max(1, h.cfg.RetryAfter.Round(time.Second)/time.Second))))
+		x.reject(http.StatusServiceUnavailable, task.Retry, task.CodeUnavailable, "the task store is unavailable; retry with the same body")
+		return
+	}
+	if res.Write && (res.Enqueue || res.Dequeue) && h.cfg.Enqueuer != nil {
+		// Committed: the retry exists in Firestore. Enqueue it before
+		// answering; a failure changes nothing in the answer, since the
+		// sweeper re-drives a QUEUED attempt that Cloud Tasks never got.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.FollowUpTimeout)
+		x.followUpErr = h.cfg.Enqueuer.FollowUp(fctx, res)
+		cancel()
+	}
+	t := &res.Task
+	if rej := res.Rejection; rej != nil {
+		// A token for this task but another tenant, workspace or run is
+		// unreachable with tokens this control plane signed (task ids are
+		// unique, and the signer copies the task's scope): the machine
+		// refuses it before any write, and it is logged loudly.
+		x.alarm = rej.Code == task.CodeTokenScopeMismatch
+		h.rejection(x, rej)
+		return
+	}
+	resp := task.CallbackResponse{Acknowledged: true, Disposition: task.Continue}
+	switch req.Kind {
+	case KindHeartbeat:
+		should := res.ShouldCancel
+		resp.ShouldCancel, resp.CancelReason = &should, res.CancelReason
+		h.refreshToken(x, claims, t, &resp)
+	case KindCompleted:
+		resp.Disposition = task.Committed
+		resp.FinalState, resp.RetryScheduled, resp.NextAttempt = res.FinalState, res.RetryScheduled, res.NextAttempt
+	}
+	x.answer(http.StatusOK, resp)
+}
+
+// rejection maps a state-machine refusal to PRODUCT §4's row.
+func (h *handler) rejection(x *exchange, rej *task.Rejection) {
+	resp := task.CallbackResponse{Disposition: task.Cancel, Error: rej.Code, Message: rej.Message}
+	status := http.StatusConflict
+	switch rej.Code {
+	case task.CodeTaskAlreadyTerminal:
+		resp.State = rej.State
+	case task.CodeAttemptMismatch:
+		resp.ExpectedAttempt, resp.ReceivedAttempt = rej.Expected, rej.Received
+	case task.CodeAttemptAlreadyStarted:
+	case task.CodeTaskExpired:
+		status = http.StatusGone
+	case task.CodeCompletionConflict:
+		resp.Disposition = task.Rejected
+	case task.CodeTokenScopeMismatch:
+		status, resp.Disposition = http.StatusForbidden, task.Rejected
+	default:
+		resp.Disposition = task.Rejected
+	}
+	x.answer(status, resp)
+}
+
+// refreshToken signs a fresh token for the same scope when the one the
+// worker used has less than a quarter of its lifetime left.
+func (h *handler) refreshToken(x *exchange, claims *token.Claims, t *task.Task, resp *task.CallbackResponse) {
+	exp, iat := claims.ExpiresAtTime(), claims.IssuedAtTime()
+	if exp.Sub(x.now) >= exp.Sub(iat)/4 {
+		return
+	}
+	tok, expires, err := h.cfg.Keys.Sign(claims.Scope, task.TokenTTL(x.now, t.Deadline), x.now)
+	if err != nil {
+		h.cfg.Logger.ErrorContext(context.Background(), "could not refresh the task token", "taskId", t.ID, "attempt", claims.Attempt, "tenantId", t.TenantID, "error", err)
+		return
+	}
+	expires = expires.UTC()
+	resp.TaskToken, resp.TokenExpiresAt = tok, &expires
+}
+
+func (h *handler) write(w http.ResponseWriter, x *exchange) {
+	body, err := json.Marshal(x.resp)
+	if err != nil { // cannot happen: the response has only plain fields
+		body = []byte(`{"acknowledged":false,"disposition":"RETRY","error":"unavailable"}`)
+		x.status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(x.status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// log writes the one line of a callback: never the token, never the body.
+func (h *handler) log(ctx context.Context, x *exchange, latency time.Duration) {
+	level := slog.LevelInfo
+	switch {
+	case x.alarm || x.status >= 500:
+		level = slog.LevelError
+	case x.status >= 400:
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("taskId", x.taskID),
+		slog.Int("attempt", x.attempt),
+		slog.String("tenantId", x.tenantID),
+		slog.String("kind", string(x.kind)),
+		slog.Int("status", x.status),
+		slog.String("disposition", string(x.resp.Disposition)),
+		slog.Float64("latencyMs", float64(latency.Microseconds())/1000),
+	}
+	if x.workerID != "" {
+		attrs = append(attrs, slog.String("workerId", x.workerID))
+	}
+	if x.resp.Error != "" {
+		attrs = append(attrs, slog.String("error", x.resp.Error))
+	}
+	if x.resp.Field != "" {
+		attrs = append(attrs, slog.String("field", x.resp.Field))
+	}
+	if x.resp.FinalState != "" {
+		attrs = append(attrs, slog.String("finalState", string(x.resp.FinalState)))
+	}
+	if x.resp.RetryScheduled {
+		attrs = append(attrs, slog.Int("nextAttempt", x.resp.NextAttempt))
+	}
+	if x.resp.ShouldCancel != nil && *x.resp.ShouldCancel {
+		attrs = append(attrs, slog.Bool("shouldCancel", true))
+	}
+	if x.resp.TaskToken != "" {
+		attrs = append(attrs, slog.Bool("tokenRefreshed", true))
+	}
+	if x.storeErr != nil {
+		attrs = append(attrs, slog.String("storeError", x.storeErr.Error()))
+	}
+	if x.followUpErr != nil {
+		attrs = append(attrs, slog.String("followUpError", x.followUpErr.Error()))
+	}
+	h.cfg.Logger.LogAttrs(ctx, level, "callback", attrs...)
+}

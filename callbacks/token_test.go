@@ -1,0 +1,227 @@
+package callbacks_test
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+)
+
+// claimsFor are the claims the control plane signs for tk's attempt.
+func claimsFor(tk task.Task, attempt int, now time.Time) token.Claims {
+	return token.Claims{
+		Scope: scopeOf(tk, attempt),
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer: token.Issuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), ID: rand.Text(),
+		},
+	}
+}
+
+func signWith(t *testing.T, m jwt.SigningMethod, kid string, key any, c token.Claims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// algNone builds an unsigned token ("alg":"none") with valid claims.
+func algNone(t *testing.T, kid string, c token.Claims) string {
+	t.Helper()
+	header := map[string]string{"alg": "none", "typ": "JWT"}
+	if kid != "" {
+		header["kid"] = kid
+	}
+	h, _ := json.Marshal(header)
+	p, _ := json.Marshal(c)
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc(h) + "." + enc(p) + "."
+}
+
+// TestForgedTokens presents tokens an attacker could make. Every one is
+// refused before Firestore is touched (no RPC, no write): 401 for tokens
+// that do not verify, 403 for genuine tokens used outside their scope.
+func TestForgedTokens(t *testing.T) {
+	e := newEnv(t, nil)
+	tk := e.running("w1")
+	other := e.running("w1")
+	now := e.clock.Now()
+	secretOf := func(ringJSON []byte) []byte {
+		var ring struct {
+			Keys map[string]string `json:"keys"`
+		}
+		if err := json.Unmarshal(ringJSON, &ring); err != nil {
+			t.Fatal(err)
+		}
+		b, err := base64.StdEncoding.DecodeString(ring.Keys["k1"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	secret := secretOf(e.keysJSON) // the real signing secret
+	otherRing, otherJSON, err := token.GenerateKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongSecret := secretOf(otherJSON)
+	genuine := e.token(tk, 1)
+	parts := strings.Split(genuine, ".")
+	tamperedClaims := claimsFor(tk, 2, now)
+	tp, _ := json.Marshal(tamperedClaims)
+
+	tests := []struct {
+		name   string
+		tok    string
+		body   any
+		status int
+		code   string
+	}{
+		{"alg none", algNone(t, "k1", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"alg none without kid", algNone(t, "", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"alg none with the genuine signature", strings.Replace(genuine, parts[0], base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"k1","typ":"JWT"}`)), 1), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"wrong key under the right kid", signWith(t, jwt.SigningMethodHS256, "k1", wrongSecret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"another deployment's genuine token", func() string {
+			s, _, _ := otherRing.Sign(scopeOf(tk, 1), time.Hour, now)
+			return s
+		}(), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"unknown kid", signWith(t, jwt.SigningMethodHS256, "k9", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"HS512 with the real secret", signWith(t, jwt.SigningMethodHS512, "k1", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"HS256 with the real secret but no issuer", func() string {
+			c := claimsFor(tk, 1, now)
+			c.Issuer = ""
+			return signWith(t, jwt.SigningMethodHS256, "k1", secret, c)
+		}(), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"claims tampered (attempt 1 → 2)", parts[0] + "." + base64.RawURLEncoding.EncodeToString(tp) + "." + parts[2], heartbeatReq(2, "w1"), 401, task.CodeInvalidToken},
+		{"signature stripped", parts[0] + "." + parts[1] + ".", heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-token.Leeway-time.Second)), heartbeatReq(1, "w1"), 401, task.CodeTokenExpired},
+		{"not valid yet", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(time.Minute)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"another task's token", e.token(other, 1), heartbeatReq(1, "w1"), 403, task.CodeTokenScopeMismatch},
+		{"body attempt is not the token's", genuine, heartbeatReq(2, "w1"), 403, task.CodeTokenScopeMismatch},
+		{"token of a later attempt, body of this one", e.token(tk, 2), heartbeatReq(1, "w1"), 403, task.CodeTokenScopeMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.t = t
+			before := e.snapshot(tk.ID)
+			e.rpc.Reset()
+			rp := e.post(callbacks.KindHeartbeat, tk.ID, tt.tok, tt.body)
+			if rp.status != tt.status || rp.resp.Error != tt.code || rp.resp.Disposition != task.Rejected {
+				t.Fatalf("got %d %s, want %d %s REJECTED", rp.status, rp.raw, tt.status, tt.code)
+			}
+			if got := e.rpc.Counts(); !maps.Equal(got, map[string]int{}) {
+				t.Errorf("Firestore RPCs %v before the token was accepted", got)
+			}
+			if !sameSnapshot(before, e.snapshot(tk.ID)) {
+				t.Errorf("a rejected request wrote")
+			}
+		})
+	}
+	// The genuine token still works, for contrast.
+	e.t = t
+	if rp := e.post(callbacks.KindHeartbeat, tk.ID, genuine, heartbeatReq(1, "w1")); rp.status != http.StatusOK {
+		t.Fatalf("genuine token: %d %s", rp.status, rp.raw)
+	}
+}
+
+// TestTokenScopeCheckedAgainstTheTask covers a token that verifies and
+// names the task but another tenant, workspace or run: only a signer bug
+// or a stolen key can make one (task ids are unique, and the control plane
+// copies the scope from the task). The answer is 403, logged at ERROR.
+// The check runs after the transaction (see the package's known gap in
+// the report); here it is exercised on a callback that changes nothing.
+func TestTokenScopeCheckedAgainstTheTask(t *testing.T) {
+	e := newEnv(t, nil)
+	tk := e.running("w1")
+	for _, mutate := range []func(*token.Scope){
+		func(s *token.Scope) { s.TenantID = "globex" },
+		func(s *token.Scope) { s.WorkspaceID = "ws9" },
+		func(s *token.Scope) { s.RunID = "run_other" },
+	} {
+		s := scopeOf(tk, 1)
+		mutate(&s)
+		rp := e.post(callbacks.KindStarted, tk.ID, e.tokenFor(s, time.Hour, e.clock.Now()), startedReq(1, "w1"))
+		if rp.status != http.StatusForbidden || rp.resp.Error != task.CodeTokenScopeMismatch || rp.resp.Disposition != task.Rejected {
+			t.Fatalf("scope %+v: %d %s", s, rp.status, rp.raw)
+		}
+	}
+	if n := strings.Count(e.logs.String(), `"severity":"ERROR"`); n != 3 {
+		t.Errorf("%d ERROR lines, want 3:\n%s", n, e.logs.String())
+	}
+}
+
+// TestHeartbeatRefreshesToken: a heartbeat whose token has less than a
+// quarter of its lifetime left gets a fresh token for the same scope,
+// valid for task.TokenTTL (covering the deadline when it can); with more
+// left, none.
+func TestHeartbeatRefreshesToken(t *testing.T) {
+	e := newEnv(t, nil)
+	now := e.clock.Now()
+	deadline := now.Add(100 * time.Minute)
+	tests := []struct {
+		name     string
+		deadline *time.Time
+		issued   time.Duration // before now, for a one-hour token
+		want     bool
+	}{
+		{"half the lifetime left", nil, 30 * time.Minute, false},
+		{"just over a quarter left", nil, 44 * time.Minute, false},
+		{"less than a quarter left", nil, 46 * time.Minute, true},
+		{"minutes left, with a deadline", &deadline, 58 * time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.t = t
+			tk := e.create(func(tk *task.Task) { tk.Deadline = tt.deadline })
+			old := e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-tt.issued))
+			rp := e.post(callbacks.KindHeartbeat, tk.ID, old, heartbeatReq(1, "w1"))
+			if rp.status != http.StatusOK {
+				t.Fatalf("%d %s", rp.status, rp.raw)
+			}
+			if got := rp.resp.TaskToken != ""; got != tt.want {
+				t.Fatalf("refreshed = %v, want %v: %s", got, tt.want, rp.raw)
+			}
+			if !tt.want {
+				if _, ok := rp.fields["tokenExpiresAt"]; ok {
+					t.Errorf("tokenExpiresAt without a token: %s", rp.raw)
+				}
+				return
+			}
+			claims, err := e.keys.Verify(rp.resp.TaskToken, now)
+			if err != nil {
+				t.Fatalf("fresh token does not verify: %v", err)
+			}
+			if claims.Scope != scopeOf(tk, 1) {
+				t.Errorf("fresh token scope %+v", claims.Scope)
+			}
+			wantExp := now.Add(task.TokenTTL(now, tt.deadline)).Truncate(time.Second)
+			if !claims.ExpiresAtTime().Equal(wantExp) || rp.resp.TokenExpiresAt == nil || !rp.resp.TokenExpiresAt.Equal(wantExp) {
+				t.Errorf("fresh token expires %v (answer says %v), want %v", claims.ExpiresAtTime(), rp.resp.TokenExpiresAt, wantExp)
+			}
+			if tt.deadline != nil && claims.ExpiresAtTime().Before(*tt.deadline) {
+				t.Errorf("fresh token expires %v, before the deadline %v", claims.ExpiresAtTime(), tt.deadline)
+			}
+			// The fresh token works, and is not refreshed again.
+			rp = e.post(callbacks.KindHeartbeat, tk.ID, rp.resp.TaskToken, heartbeatReq(1, "w1"))
+			if rp.status != http.StatusOK || rp.resp.TaskToken != "" {
+				t.Errorf("fresh token: %d %s", rp.status, rp.raw)
+			}
+		})
+	}
+}

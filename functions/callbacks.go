@@ -1,0 +1,78 @@
+package functions
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+
+	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/task"
+)
+
+func init() { functions.HTTP("ServoCallbacks", ServoCallbacks) }
+
+// CallbacksRetryAfter is the Retry-After of the 503 that ServoCallbacks
+// answers while its dependencies cannot be built.
+const CallbacksRetryAfter = 5 * time.Second
+
+var (
+	callbacksOnce    sync.Once
+	callbacksHandler http.Handler
+	callbacksErr     error
+)
+
+// ServoCallbacks is the worker callbacks function (HTTP; public, every
+// request is authenticated by its task token): POST
+// /v1/tasks/{taskId}/started|heartbeat|completed, served by
+// callbacks.NewHandler with the instance's shared dependencies (built on
+// the first request). When those cannot be built it answers 503
+// unavailable with disposition RETRY, so workers retry rather than give
+// up; the reason is logged, never sent to the (unauthenticated) caller.
+func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
+	h, err := servoCallbacksHandler(r.Context())
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Retry-After", strconv.Itoa(int(CallbacksRetryAfter/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(task.CallbackResponse{
+			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
+			Message: "the callbacks service is not configured or cannot reach its dependencies; retry with the same body",
+		})
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// servoCallbacksHandler builds the callbacks handler once per instance.
+func servoCallbacksHandler(ctx context.Context) (http.Handler, error) {
+	callbacksOnce.Do(func() {
+		// The clients built here outlive the request that triggered them.
+		callbacksHandler, callbacksErr = newServoCallbacks(context.WithoutCancel(ctx))
+		if callbacksErr != nil {
+			logs.Default().ErrorContext(ctx, "ServoCallbacks: configuration failed", "error", callbacksErr)
+		}
+	})
+	return callbacksHandler, callbacksErr
+}
+
+func newServoCallbacks(ctx context.Context) (http.Handler, error) {
+	d, err := dependencies(ctx)
+	if err != nil {
+		return nil, err
+	}
+	maxBody, err := EnvInt("SERVO_MAX_BODY_BYTES", callbacks.DefaultMaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	return callbacks.NewHandler(callbacks.Config{
+		Store: d.Store, Keys: d.Keys, Enqueuer: d.Enqueuer, Logger: d.Logger,
+		MaxBodyBytes: int64(maxBody), Project: d.Project,
+	}), nil
+}
