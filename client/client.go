@@ -1,0 +1,188 @@
+// Package client is a Go client for Servo's control API, used by the servo
+// CLI. Against a deployed (HTTPS) API it authenticates with an ID token from
+// Application Default Credentials; against a loopback http:// API (the
+// local stack) it sends no credentials.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/api/idtoken"
+
+	"github.com/servo-dev/servo/dispatcher"
+)
+
+// APIEnv names the variable holding the API's base URL.
+const APIEnv = "SERVO_API"
+
+// Client calls the control API.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// New returns a client for the API at base (e.g. http://127.0.0.1:8080).
+func New(ctx context.Context, base string) (*Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("api url %q must be http(s)://host[:port]", base)
+	}
+	hc := &http.Client{Timeout: 60 * time.Second}
+	if u.Scheme == "https" && !isLoopback(u.Hostname()) {
+		hc, err = idtoken.NewClient(ctx, strings.TrimRight(base, "/"))
+		if err != nil {
+			return nil, fmt.Errorf("authenticate to %s with Application Default Credentials (run `gcloud auth application-default login`, or use a service account): %w", base, err)
+		}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), http: hc}, nil
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// APIError is a non-2xx answer from the API.
+type APIError struct {
+	Status  int
+	Code    string `json:"error"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("%d %s", e.Status, e.Code)
+	if e.Field != "" {
+		s += " (" + e.Field + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// ErrNotFound matches an APIError with status 404.
+var ErrNotFound = errors.New("not found")
+
+// Is lets errors.Is(err, ErrNotFound) match a 404.
+func (e *APIError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
+
+// Do sends a request and decodes a 2xx JSON answer into out (if non-nil).
+// It returns the raw body too, for --json output.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) ([]byte, int, error) {
+	var body io.Reader
+	if in != nil {
+		switch v := in.(type) {
+		case []byte:
+			body = bytes.NewReader(v)
+		default:
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, 0, err
+			}
+			body = bytes.NewReader(b)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		return nil, res.StatusCode, err
+	}
+	if res.StatusCode/100 != 2 {
+		e := &APIError{Status: res.StatusCode}
+		_ = json.Unmarshal(raw, e)
+		return raw, res.StatusCode, e
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return raw, res.StatusCode, fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return raw, res.StatusCode, nil
+}
+
+// Wire types are the control API's own (package dispatcher).
+type (
+	// Task is a task as the API returns it.
+	Task = dispatcher.TaskView
+	// SubmitResponse is the answer to a submit.
+	SubmitResponse = dispatcher.SubmitResponse
+	// ListResponse is a page of tasks.
+	ListResponse = dispatcher.ListResponse
+)
+
+// Submit posts a task (a JSON object as PRODUCT §5 describes).
+func (c *Client) Submit(ctx context.Context, body []byte) (SubmitResponse, []byte, error) {
+	var r SubmitResponse
+	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &r)
+	return r, raw, err
+}
+
+// Get reads a task with its attempts.
+func (c *Client) Get(ctx context.Context, id string) (Task, []byte, error) {
+	var t Task
+	raw, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t)
+	return t, raw, err
+}
+
+// List reads one page of tasks.
+func (c *Client) List(ctx context.Context, q url.Values) (ListResponse, []byte, error) {
+	var r ListResponse
+	raw, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks?"+q.Encode(), nil, &r)
+	return r, raw, err
+}
+
+// ListAll reads every page.
+func (c *Client) ListAll(ctx context.Context, q url.Values) ([]Task, error) {
+	var all []Task
+	q = cloneValues(q)
+	for {
+		page, _, err := c.List(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Tasks...)
+		if page.NextPageToken == "" {
+			return all, nil
+		}
+		q.Set("pageToken", page.NextPageToken)
+	}
+}
+
+func cloneValues(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// Cancel asks for a task's cancellation.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (Task, []byte, error) {
+	var t Task
+	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", map[string]string{"reason": reason}, &t)
+	return t, raw, err
+}

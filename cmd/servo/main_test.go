@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/task"
+)
+
+// TestServoDevBinary runs what a newcomer runs: the built servo binary's
+// dev command as a subprocess (it starts its own emulators), then the
+// client commands against it, then Ctrl-C.
+func TestServoDevBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "servo")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+
+	dev := exec.Command(bin, "dev", "--addr", addr, "--no-demo", "--project", "servo-e2e", "--log", filepath.Join(t.TempDir(), "dev.log"))
+	dev.Env = withoutEmulatorEnv(os.Environ())
+	stdout, _ := dev.StdoutPipe()
+	var stderr bytes.Buffer
+	dev.Stderr = &stderr
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	stopped := false
+	defer func() {
+		if !stopped {
+			dev.Process.Signal(syscall.SIGINT)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				dev.Process.Kill()
+			}
+		}
+	}()
+	ready := make(chan string, 1)
+	var exports []string
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.HasPrefix(line, "servo dev ready") {
+				ready <- line
+			}
+			if strings.HasPrefix(line, "export ") {
+				exports = append(exports, line)
+			}
+		}
+		exited <- dev.Wait()
+	}()
+	select {
+	case line := <-ready:
+		if !strings.Contains(line, "http://"+addr) {
+			t.Fatalf("ready line %q does not name the API", line)
+		}
+	case err := <-exited:
+		t.Fatalf("servo dev exited before it was ready: %v\n%s", err, stderr.String())
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("servo dev not ready\n%s", stderr.String())
+	}
+	api := "http://" + addr
+	res, err := http.Get(api + "/healthz")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", res, err)
+	}
+	res.Body.Close()
+
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, append(args, "--api", api)...)
+		out, err := cmd.Output()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	out, code := run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "k1", "--worker", "example",
+		"--payload", `{"partitions": 3, "partitionMs": 50}`)
+	var sub client.SubmitResponse
+	if code != 0 || json.Unmarshal([]byte(out), &sub) != nil || sub.TaskID == "" {
+		t.Fatalf("submit: exit %d, %s", code, out)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code = run("get", sub.TaskID, "--json")
+		var v client.Task
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+			t.Fatalf("get: exit %d, %s", code, out)
+		}
+		if v.State == task.Succeeded {
+			break
+		}
+		if v.State.Terminal() || time.Now().After(deadline) {
+			t.Fatalf("task is %s (%s)", v.State, v.Reason)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, code := run("get", "task_01HGW5N7XHJM4GX29KZRXQP6N9"); code != exitNotFound {
+		t.Fatalf("get of an unknown task: exit %d, want %d", code, exitNotFound)
+	}
+	if _, code := run("cancel", sub.TaskID); code != exitConflict {
+		t.Fatalf("cancel of a finished task: exit %d, want %d", code, exitConflict)
+	}
+	if out, code := run("watch", sub.TaskID); code != 0 || !strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("watch: exit %d, %s", code, out)
+	}
+
+	// Ctrl-C stops everything, emulators included.
+	stopped = true
+	dev.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("servo dev exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		dev.Process.Kill()
+		t.Fatal("servo dev did not stop on SIGINT")
+	}
+	for _, e := range exports {
+		if host, ok := strings.CutPrefix(e, "export FIRESTORE_EMULATOR_HOST="); ok {
+			if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
+				c.Close()
+				t.Fatalf("the Firestore emulator at %s still answers after Ctrl-C", host)
+			}
+		}
+	}
+}
+
+func withoutEmulatorEnv(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "FIRESTORE_EMULATOR_HOST=") && !strings.HasPrefix(e, "PUBSUB_EMULATOR_HOST=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{nil, exitUsage},
+		{[]string{"frobnicate"}, exitUsage},
+		{[]string{"get"}, exitUsage},
+		{[]string{"get", "a", "b", "--api", "http://127.0.0.1:1"}, exitUsage},
+		{[]string{"watch", "--api", "http://127.0.0.1:1"}, exitUsage},
+		{[]string{"list", "--state", "NOPE", "--api", "http://127.0.0.1:1"}, exitUsage},
+		{[]string{"get", "x"}, exitUsage}, // no API configured
+		{[]string{"get", "x", "--api", "http://127.0.0.1:1"}, exitFailure},
+		{[]string{"events"}, exitUsage},
+	}
+	t.Setenv(client.APIEnv, "")
+	for _, c := range cases {
+		if got := report(run(context.Background(), c.args)); got != c.code {
+			t.Errorf("servo %v: exit %d, want %d", c.args, got, c.code)
+		}
+	}
+}
+
+func TestWatcherPlainOutput(t *testing.T) {
+	var buf bytes.Buffer
+	w := newWatcher(&buf, false, false)
+	p := 40
+	tk := client.Task{TaskID: "task_1", State: task.Running, Attempt: 1, Attempts: []task.Attempt{{Attempt: 1, ProgressPct: &p, Message: "partition 4"}}}
+	w.render([]client.Task{tk})
+	w.render([]client.Task{tk}) // unchanged: no new line
+	tk.State = task.Succeeded
+	w.render([]client.Task{tk})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], " 40% partition 4") || !strings.Contains(lines[1], "SUCCEEDED") || !strings.Contains(lines[1], "100%") {
+		t.Fatalf("output:\n%s", buf.String())
+	}
+}

@@ -1,0 +1,405 @@
+// Package devstack runs Servo's whole local stack in one process: the
+// official Firestore and Pub/Sub emulators, Servo's Cloud Tasks emulator,
+// the control API, the callbacks, the sweeper (driven the production way:
+// a ticker publishes to a Pub/Sub topic whose push subscription calls the
+// CloudEvent function through functions-framework-go), the events
+// publisher, one Cloud Tasks queue per worker, and the example worker as
+// worker "example". `servo dev` and the end-to-end tests use it.
+package devstack
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/worker"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// Defaults.
+const (
+	DefaultAddr       = "127.0.0.1:8080"
+	DefaultProject    = "servo-local"
+	DefaultSweepEvery = time.Second
+	// ExampleWorker is the name of the built-in example worker.
+	ExampleWorker = "example"
+	// SweepTopic is the topic the scheduler ticker publishes to.
+	SweepTopic = "servo-sweep"
+	// Location is the Cloud Tasks location of the local queues.
+	Location = "local"
+)
+
+// Options configure a Stack.
+type Options struct {
+	// Addr is where the API, callbacks, sweeper push endpoint and example
+	// worker listen; default DefaultAddr ("127.0.0.1:0" picks a free port).
+	Addr string
+	// Project is the Google Cloud project id used with the emulators.
+	Project string
+	// Workers are external workers, name → URL (http:// on loopback is
+	// accepted); each gets its own queue.
+	Workers map[string]string
+	// SweepEvery is the scheduler ticker's period; default 1 s.
+	SweepEvery time.Duration
+	// StartTimeout is the default start timeout of new tasks (re-drive);
+	// default task.DefaultStartTimeout.
+	StartTimeout time.Duration
+	// MaxRedrives bounds re-drives before DISPATCH_TIMEOUT; default 5.
+	MaxRedrives int
+	// ReuseEmulators uses the emulators named by FIRESTORE_EMULATOR_HOST and
+	// PUBSUB_EMULATOR_HOST instead of starting new ones (tests).
+	ReuseEmulators bool
+	// Log receives the components' JSON logs; default io.Discard.
+	Log io.Writer
+	// WorkerOptions are passed to the example worker's handler.
+	WorkerOptions []worker.Option
+}
+
+// Stack is a running local stack.
+type Stack struct {
+	// URL is the base URL of the API, callbacks and example worker.
+	URL string
+	// Project is the project id used with the emulators.
+	Project string
+	// FirestoreHost, PubSubHost and CloudTasksHost are the emulators.
+	FirestoreHost, PubSubHost, CloudTasksHost string
+	// Store, Keys and Enqueuer are the stack's own, for tests.
+	Store    *store.Store
+	Keys     *token.KeyRing
+	Enqueuer *enqueue.Enqueuer
+	// Workers is the worker configuration in force.
+	Workers enqueue.Workers
+	// PubSub is the Pub/Sub client.
+	PubSub *pubsub.Client
+
+	id        string
+	log       *slog.Logger
+	ready     atomic.Bool
+	server    *http.Server
+	emulators []*emulator.Process
+	tasksSrv  *cloudtasks.Server
+	tasks     *cloudtasksapi.Client
+	pub       *events.Publisher
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Start starts the stack; Close stops it and everything it started.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	o.Addr = cmp.Or(o.Addr, DefaultAddr)
+	o.Project = cmp.Or(o.Project, DefaultProject)
+	o.SweepEvery = cmp.Or(o.SweepEvery, DefaultSweepEvery)
+	o.StartTimeout = cmp.Or(o.StartTimeout, task.DefaultStartTimeout)
+	o.MaxRedrives = cmp.Or(o.MaxRedrives, zombie.DefaultMaxRedrives)
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s = &Stack{Project: o.Project, id: task.NewRunID(time.Now()), log: logs.New(o.Log, slog.LevelInfo), cancel: cancel}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	// 1. Emulators.
+	if err := s.startEmulators(ctx, o.ReuseEmulators); err != nil {
+		return nil, err
+	}
+	s.tasksSrv = cloudtasks.NewServer(cloudtasks.Options{Logger: s.log})
+	if s.CloudTasksHost, err = s.tasksSrv.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("devstack: cloud tasks emulator: %w", err)
+	}
+	if s.tasks, err = cloudtasks.NewClient(ctx, cloudtasks.ClientOptions(s.CloudTasksHost)...); err != nil {
+		return nil, fmt.Errorf("devstack: cloud tasks client: %w", err)
+	}
+
+	// 2. The address everything is served on.
+	lis, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: listen on %s: %w (pass another --addr)", o.Addr, err)
+	}
+	s.URL = "http://" + lis.Addr().String()
+
+	// 3. State, keys, events.
+	if s.Store, err = store.New(ctx, o.Project); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if s.Keys, _, err = token.GenerateKeyRing("local-1"); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if s.PubSub, err = pubsub.NewClient(ctx, o.Project); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: pubsub client: %w", err)
+	}
+	if err := events.EnsureLocal(ctx, s.PubSub, "", ""); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: pubsub topics: %w", err)
+	}
+	if s.pub, err = events.New(ctx, events.Config{Store: s.Store, Client: s.PubSub, Logger: s.log}); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	s.Store.OnCommit(s.pub.Hook())
+
+	// 4. Workers and their queues.
+	s.Workers = enqueue.Workers{ExampleWorker: s.worker(ExampleWorker, s.URL+"/workers/"+ExampleWorker)}
+	for name, u := range o.Workers {
+		s.Workers[name] = s.worker(name, u)
+	}
+	if err := s.Workers.Validate(true); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	for _, name := range s.Workers.Names() {
+		if err := s.createQueue(ctx, s.Workers[name].Queue); err != nil {
+			lis.Close()
+			return nil, err
+		}
+	}
+	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log}); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+
+	// 5. Handlers on one address.
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	routerURL, err := registerSweeper(s.id, sweeper)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project})
+	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project})
+	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
+	example := worker.Handler(partitions.Process, wopts...)
+	target, _ := url.Parse(routerURL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, `{"status":"starting"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"ok"}`)
+	})
+	for _, kind := range []string{"started", "heartbeat", "completed"} {
+		mux.Handle("/v1/tasks/{taskId}/"+kind, cb)
+	}
+	mux.Handle("/workers/"+ExampleWorker, example)
+	mux.Handle("POST "+sweepPath, proxy)
+	mux.Handle("/", api)
+	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.server.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("server stopped", "error", err)
+		}
+	}()
+
+	// 6. The scheduler ticker and the push subscription that drive the sweeper.
+	if err := s.startTicker(ctx, runCtx, o.SweepEvery); err != nil {
+		return nil, err
+	}
+	s.ready.Store(true)
+	return s, nil
+}
+
+func (s *Stack) worker(name, u string) enqueue.Worker {
+	return enqueue.Worker{URL: u, Queue: fmt.Sprintf("projects/%s/locations/%s/queues/%s", s.Project, Location, name)}
+}
+
+func (s *Stack) startEmulators(ctx context.Context, reuse bool) error {
+	if reuse {
+		s.FirestoreHost, s.PubSubHost = os.Getenv(emulator.Firestore.EnvVar()), os.Getenv(emulator.PubSub.EnvVar())
+		if s.FirestoreHost == "" || s.PubSubHost == "" {
+			return errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+		}
+		return nil
+	}
+	type started struct {
+		p   *emulator.Process
+		err error
+	}
+	ch := make(chan started, 2)
+	for _, k := range []emulator.Kind{emulator.Firestore, emulator.PubSub} {
+		go func(k emulator.Kind) {
+			p, err := emulator.Start(ctx, k)
+			ch <- started{p, err}
+		}(k)
+	}
+	var errs []error
+	for i := 0; i < 2; i++ {
+		r := <-ch
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		s.emulators = append(s.emulators, r.p)
+		os.Setenv(r.p.EnvVar(), r.p.Host)
+		if r.p.Kind == emulator.Firestore {
+			s.FirestoreHost = r.p.Host
+		} else {
+			s.PubSubHost = r.p.Host
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("devstack: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (s *Stack) createQueue(ctx context.Context, name string) error {
+	parent := name[:strings.Index(name, "/queues/")]
+	_, err := s.tasks.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{
+		Name: name,
+		RetryConfig: &ctpb.RetryConfig{MaxAttempts: 20, MinBackoff: durationpb.New(100 * time.Millisecond),
+			MaxBackoff: durationpb.New(5 * time.Second), MaxDoublings: 5},
+	}})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("devstack: create queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// startTicker creates the sweep topic and its push subscription to this
+// stack's address, and publishes a tick every period, as Cloud Scheduler
+// does once a minute in production.
+func (s *Stack) startTicker(ctx, runCtx context.Context, every time.Duration) error {
+	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
+		return fmt.Errorf("devstack: sweep topic: %w", err)
+	}
+	subName := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
+	_, err := s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: 60,
+		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
+	})
+	if err != nil {
+		return fmt.Errorf("devstack: sweep push subscription: %w", err)
+	}
+	pubr := s.PubSub.Publisher(SweepTopic)
+	tick := func() {
+		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id}})
+		if _, err := res.Get(runCtx); err != nil && runCtx.Err() == nil {
+			s.log.Warn("sweep tick not published", "error", err)
+		}
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			pubr.Stop()
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName})
+		}()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				tick()
+			}
+		}
+	}()
+	return nil
+}
+
+// Ready reports whether the stack serves.
+func (s *Stack) Ready() bool { return s.ready.Load() }
+
+// Exports are the shell lines a second shell needs.
+func (s *Stack) Exports() []string {
+	env := map[string]string{
+		emulator.Firestore.EnvVar(): s.FirestoreHost,
+		emulator.PubSub.EnvVar():    s.PubSubHost,
+		cloudtasks.EnvVar:           s.CloudTasksHost,
+		"SERVO_API":                 s.URL,
+		"SERVO_PROJECT":             s.Project,
+	}
+	var out []string
+	for k, v := range env {
+		out = append(out, "export "+k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close stops the stack and everything it started.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.ready.Store(false)
+		unregisterSweeper(s.id)
+		s.cancel()
+		if s.server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.server.Shutdown(ctx)
+			cancel()
+		}
+		s.wg.Wait()
+		if s.pub != nil {
+			s.pub.Close()
+		}
+		if s.PubSub != nil {
+			s.PubSub.Close()
+		}
+		if s.Store != nil {
+			s.Store.Close()
+		}
+		if s.tasks != nil {
+			s.tasks.Close()
+		}
+		if s.tasksSrv != nil {
+			s.tasksSrv.Stop()
+		}
+		for _, p := range s.emulators {
+			_ = p.Stop()
+		}
+	})
+	return nil
+}

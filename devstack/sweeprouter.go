@@ -1,0 +1,93 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+
+	"github.com/servo-dev/servo/zombie"
+)
+
+// The sweeper is served by functions-framework-go, as on Cloud Functions,
+// so the Pub/Sub emulator's raw push body is turned into a CloudEvent by
+// the framework itself. The framework serves one global registry and
+// cannot be stopped, so one process-wide server carries a single function
+// that routes each tick to its stack's sweeper by a message attribute.
+const (
+	// sweepPath names the topic, as the framework wants for raw pushes.
+	sweepPath = "/projects/servo-dev/topics/servo-sweep"
+	stackAttr = "servoStack"
+)
+
+var router struct {
+	once    sync.Once
+	url     string
+	err     error
+	mu      sync.Mutex
+	targets map[string]*zombie.Sweeper
+}
+
+func registerSweeper(id string, sw *zombie.Sweeper) (string, error) {
+	router.once.Do(func() { router.url, router.err = startRouter() })
+	if router.err != nil {
+		return "", router.err
+	}
+	router.mu.Lock()
+	router.targets[id] = sw
+	router.mu.Unlock()
+	return router.url, nil
+}
+
+func unregisterSweeper(id string) {
+	router.mu.Lock()
+	delete(router.targets, id)
+	router.mu.Unlock()
+}
+
+func startRouter() (string, error) {
+	router.targets = map[string]*zombie.Sweeper{}
+	if err := funcframework.RegisterCloudEventFunctionContext(context.Background(), sweepPath, routeTick); err != nil {
+		return "", fmt.Errorf("devstack: register sweeper: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	go funcframework.StartHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr, nil
+		}
+	}
+	return "", fmt.Errorf("devstack: the sweeper's functions-framework server did not start on %s", addr)
+}
+
+// routeTick is the registered CloudEvent function: a Pub/Sub
+// messagePublished event whose message names the stack.
+func routeTick(ctx context.Context, e cloudevents.Event) error {
+	var msg struct {
+		Message struct {
+			Attributes map[string]string `json:"attributes"`
+		} `json:"message"`
+	}
+	if err := e.DataAs(&msg); err != nil {
+		return fmt.Errorf("devstack: sweep tick: %w", err)
+	}
+	router.mu.Lock()
+	sw := router.targets[msg.Message.Attributes[stackAttr]]
+	router.mu.Unlock()
+	if sw == nil {
+		return nil // a tick for a stack that has stopped
+	}
+	return sw.HandleEvent(ctx, e)
+}
