@@ -12,13 +12,13 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -36,42 +36,6 @@ func TestMain(m *testing.M) {
 	emulatortest.Main(m, emulator.Firestore)
 }
 
-// clock is the handler's server clock in tests.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // env is a handler over a store of its own project on the emulator.
 type env struct {
 	t       testing.TB
@@ -82,8 +46,8 @@ type env struct {
 	keys    *token.KeyRing
 	// keysJSON is the ring with its secret, to forge tokens in tests.
 	keysJSON []byte
-	clock    *clock
-	logs     *syncBuffer
+	clock    *servotest.Clock
+	logs     *servotest.Buffer
 	cfg      callbacks.Config
 	h        http.Handler
 }
@@ -93,7 +57,7 @@ type env struct {
 func newEnv(t testing.TB, mutate func(*callbacks.Config)) *env {
 	t.Helper()
 	emulatortest.FirestoreHost(t) // fails clearly when no emulator runs
-	e := &env{t: t, ctx: context.Background(), rpc: store.NewRPCCounter(), logs: &syncBuffer{}}
+	e := &env{t: t, ctx: context.Background(), rpc: store.NewRPCCounter(), logs: &servotest.Buffer{}}
 	var err error
 	e.project = emulatortest.ProjectID(t)
 	e.st, err = store.New(e.ctx, e.project, store.WithRPCCounter(e.rpc))
@@ -105,7 +69,7 @@ func newEnv(t testing.TB, mutate func(*callbacks.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.clock = &clock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	e.clock = servotest.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	e.cfg = callbacks.Config{Store: e.st, Keys: e.keys, Now: e.clock.Now, Logger: logs.New(e.logs, nil), Project: "servo-test"}
 	if mutate != nil {
 		mutate(&e.cfg)

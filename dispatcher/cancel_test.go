@@ -7,26 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/task"
 )
-
-// clock is a settable Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
 
 func (e *env) cancelTask(id, reason string, want int) response {
 	e.t.Helper()
@@ -92,7 +75,7 @@ func TestCancelPending(t *testing.T) {
 // which a cancel is 409.
 func TestCancelRunning(t *testing.T) {
 	t.Parallel()
-	clk := &clock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	clk := servotest.NewClock(time.Now().UTC().Truncate(time.Millisecond))
 	e := newEnv(t, envOptions{paused: true, config: func(c *Config) { c.Now = clk.Now }})
 	body := validSubmit("acme")
 	body["cancelGracePeriodMs"] = 4500

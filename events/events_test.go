@@ -25,6 +25,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -639,24 +640,6 @@ func TestDeadLetters(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer safe for Tail's goroutines and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(b.buf.String(), "\n"), "\n")
-}
-
 // TestTail: Tail prints, until its context ends, the events of the
 // selected task or run (JSON lines or table rows, in order per task), and
 // deletes its temporary subscription on return.
@@ -683,14 +666,14 @@ func TestTail(t *testing.T) {
 		{"run as table", events.TailOptions{RunID: "run_A"}, []task.Task{a, b}},
 	}
 	type tail struct {
-		out    *syncBuffer
+		out    *servotest.Buffer
 		sub    string
 		cancel context.CancelFunc
 		done   chan error
 	}
 	tails := make([]*tail, len(tests))
 	for i, tt := range tests {
-		tl := &tail{out: &syncBuffer{}, done: make(chan error, 1)}
+		tl := &tail{out: &servotest.Buffer{}, done: make(chan error, 1)}
 		tails[i] = tl
 		tctx, cancel := context.WithCancel(ctx)
 		tl.cancel = cancel
@@ -717,7 +700,7 @@ func TestTail(t *testing.T) {
 				want++ // the header
 			}
 			deadline := time.Now().Add(waitTimeout)
-			for len(tl.out.lines()) < want && time.Now().Before(deadline) {
+			for len(tl.out.Lines()) < want && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			// Events of other tasks would arrive with these; give them a moment.
@@ -726,7 +709,7 @@ func TestTail(t *testing.T) {
 			if err := <-tl.done; err != nil {
 				t.Fatalf("Tail: %v", err)
 			}
-			lines := tl.out.lines()
+			lines := tl.out.Lines()
 			if len(lines) != want {
 				t.Fatalf("%d lines, want %d:\n%s", len(lines), want, strings.Join(lines, "\n"))
 			}

@@ -361,6 +361,37 @@ func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQue
 	}
 }
 
+// queryTasks runs a query over the tasks collection.
+func (s *Store) queryTasks(ctx context.Context, q *pb.StructuredQuery) ([]task.Task, error) {
+	var out []task.Task
+	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(d.GetFields(), &t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
+}
+
+// queryOutbox runs a query over the outbox collection.
+func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]OutboxEntry, error) {
+	var out []OutboxEntry
+	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var o outboxDoc
+		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+			return err
+		}
+		if err := decodeFields(doc.GetFields(), &o); err != nil {
+			return err
+		}
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
+		return nil
+	})
+	return out, err
+}
+
 func fieldRef(path string) *pb.StructuredQuery_FieldReference {
 	return &pb.StructuredQuery_FieldReference{FieldPath: path}
 }
@@ -435,15 +466,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 		}
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(s.taskName(string(after)))}, Before: false}
 	}
-	var out []task.Task
-	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
-		var t task.Task
-		if err := decodeFields(d.GetFields(), &t); err != nil {
-			return err
-		}
-		out = append(out, t)
-		return nil
-	})
+	out, err := s.queryTasks(ctx, q)
 	if err != nil {
 		return nil, "", wrap("list", err)
 	}
@@ -627,15 +650,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if after != nil {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflectValue(after.At)), refVal(s.taskName(after.ID))}, Before: false}
 	}
-	var out []task.Task
-	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		var t task.Task
-		if err := decodeFields(doc.GetFields(), &t); err != nil {
-			return err
-		}
-		out = append(out, t)
-		return nil
-	})
+	out, err := s.queryTasks(ctx, q)
 	return out, wrap("due "+string(d), err)
 }
 
@@ -674,18 +689,7 @@ func (s *Store) Undelivered(ctx context.Context, olderThan time.Time, limit int)
 		},
 		Limit: wrapInt(limit),
 	}
-	var out []OutboxEntry
-	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		var o outboxDoc
-		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
-			return err
-		}
-		if err := decodeFields(doc.GetFields(), &o); err != nil {
-			return err
-		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
-		return nil
-	})
+	out, err := s.queryOutbox(ctx, q)
 	return out, wrap("undelivered", err)
 }
 
@@ -696,18 +700,7 @@ func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry
 		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
 		Where: fieldFilter("taskId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(taskID)),
 	}
-	var out []OutboxEntry
-	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		var o outboxDoc
-		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
-			return err
-		}
-		if err := decodeFields(doc.GetFields(), &o); err != nil {
-			return err
-		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
-		return nil
-	})
+	out, err := s.queryOutbox(ctx, q)
 	sortBySeq(out)
 	return out, wrap("outbox entries", err)
 }

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -30,6 +29,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -492,24 +492,6 @@ func functionEnv(t *testing.T, project, tasksAddr string) []string {
 	)
 }
 
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -523,10 +505,10 @@ func freePort(t *testing.T) string {
 
 // start runs bin with FUNCTION_TARGET=target on a free port; the process
 // is killed when the test ends. exited is closed when it exits.
-func start(t *testing.T, bin, target string, env []string) (port string, out *lockedBuffer, exited chan struct{}, waitErr *error) {
+func start(t *testing.T, bin, target string, env []string) (port string, out *servotest.Buffer, exited chan struct{}, waitErr *error) {
 	t.Helper()
 	port = freePort(t)
-	out = &lockedBuffer{}
+	out = &servotest.Buffer{}
 	cmd := exec.Command(bin)
 	cmd.Env = append(append([]string(nil), env...), "PORT="+port, "FUNCTION_TARGET="+target, "K_SERVICE="+strings.ToLower(target))
 	cmd.Stdout, cmd.Stderr = out, out
