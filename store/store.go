@@ -593,8 +593,6 @@ func (s *Store) rollback(tx []byte) {
 
 func wrapInt(n int) *wrapperspb.Int32Value { return wrapperspb.Int32(int32(n)) }
 
-func reflectValue(v any) reflect.Value { return reflect.ValueOf(v) }
-
 func sortBySeq(es []OutboxEntry) {
 	slices.SortFunc(es, func(a, b OutboxEntry) int { return cmp.Compare(a.Seq, b.Seq) })
 }
@@ -640,7 +638,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	q := &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
 		Where: and(fieldFilter("state", op, sv),
-			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflectValue(now.UTC())))),
+			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
 			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
@@ -648,7 +646,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 		Limit: wrapInt(limit),
 	}
 	if after != nil {
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflectValue(after.At)), refVal(s.taskName(after.ID))}, Before: false}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
 	}
 	out, err := s.queryTasks(ctx, q)
 	return out, wrap("due "+string(d), err)
@@ -682,7 +680,7 @@ func (s *Store) Undelivered(ctx context.Context, olderThan time.Time, limit int)
 	q := &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
 		Where: and(fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
-			fieldFilter("createdAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflectValue(olderThan.UTC())))),
+			fieldFilter("createdAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(olderThan.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef("createdAt"), Direction: pb.StructuredQuery_ASCENDING},
 			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,18 +98,7 @@ func demo(ctx context.Context, api string) error {
 		}
 	}
 	w := newWatcher(os.Stdout, isTerminal(os.Stdout), false)
-	final, err := Watch(ctx, func() ([]client.Task, error) {
-		ts, err := c.ListAll(ctx, url.Values{"runId": {run}})
-		if err != nil {
-			return nil, err
-		}
-		for i := range ts {
-			if full, _, err := c.Get(ctx, ts[i].TaskID); err == nil {
-				ts[i] = full
-			}
-		}
-		return ts, nil
-	}, w, 250*time.Millisecond)
+	final, err := Watch(ctx, func() ([]client.Task, error) { return runTasks(ctx, c, run) }, w, 250*time.Millisecond)
 	if err != nil {
 		return err
 	}

@@ -35,19 +35,7 @@ func cmdWatch(ctx context.Context, args []string) error {
 	w := newWatcher(os.Stdout, isTerminal(os.Stdout), cf.json)
 	fetch := func() ([]client.Task, error) {
 		if *run != "" {
-			tasks, err := c.ListAll(ctx, url.Values{"runId": {*run}})
-			if err != nil {
-				return nil, err
-			}
-			// The list has no attempts; read each task for its progress.
-			for i := range tasks {
-				if !tasks[i].State.Terminal() {
-					if full, _, err := c.Get(ctx, tasks[i].TaskID); err == nil {
-						tasks[i] = full
-					}
-				}
-			}
-			return tasks, nil
+			return runTasks(ctx, c, *run)
 		}
 		t, _, err := c.Get(ctx, pos[0])
 		return []client.Task{t}, err
@@ -64,6 +52,23 @@ func cmdWatch(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runTasks lists a run's tasks; the list has no attempts, so each
+// unfinished task is read for its progress.
+func runTasks(ctx context.Context, c *client.Client, run string) ([]client.Task, error) {
+	tasks, err := c.ListAll(ctx, url.Values{"runId": {run}})
+	if err != nil {
+		return nil, err
+	}
+	for i := range tasks {
+		if !tasks[i].State.Terminal() {
+			if full, _, err := c.Get(ctx, tasks[i].TaskID); err == nil {
+				tasks[i] = full
+			}
+		}
+	}
+	return tasks, nil
+}
+
 // Watch polls fetch every interval and renders the tasks with w until
 // every task is terminal or ctx ends; it returns the last tasks seen.
 func Watch(ctx context.Context, fetch func() ([]client.Task, error), w *watcher, every time.Duration) ([]client.Task, error) {
@@ -78,12 +83,10 @@ func Watch(ctx context.Context, fetch func() ([]client.Task, error), w *watcher,
 			done = done && t.State.Terminal()
 		}
 		if done {
-			w.finish()
 			return tasks, nil
 		}
 		select {
 		case <-ctx.Done():
-			w.finish()
 			return tasks, ctx.Err()
 		case <-time.After(every):
 		}
@@ -157,5 +160,3 @@ func (w *watcher) render(tasks []client.Task) {
 		w.last[t.TaskID] = line
 	}
 }
-
-func (w *watcher) finish() {}
