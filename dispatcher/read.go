@@ -90,41 +90,59 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 // listParams are the query parameters GET /v1/tasks accepts.
-var listParams = map[string]bool{"tenantId": true, "runId": true, "state": true, "pageSize": true, "pageToken": true}
+var listParams = map[string]bool{"tenantId": true, "runId": true, "state": true, "worker": true, "order": true, "pageSize": true, "pageToken": true}
 
-// list serves GET /v1/tasks.
-func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+// listParamNames is listParams for error messages.
+const listParamNames = "tenantId, runId, state, worker, order, pageSize, pageToken"
+
+// listFilter parses and checks the query of GET /v1/tasks (and, without
+// pageSize, pageToken and order, of GET /v1/tasks:counts).
+func listFilter(r *http.Request, allowed map[string]bool, names string) (store.ListFilter, *apiError) {
 	q := r.URL.Query()
 	for k, vs := range q {
-		if !listParams[k] {
-			h.fail(w, r, invalid(k, "is not a known parameter (tenantId, runId, state, pageSize, pageToken)"))
-			return
+		if !allowed[k] {
+			return store.ListFilter{}, invalid(k, "is not a known parameter (%s)", names)
 		}
 		if len(vs) > 1 {
-			h.fail(w, r, invalid(k, "must be given at most once"))
-			return
+			return store.ListFilter{}, invalid(k, "must be given at most once")
 		}
 	}
-	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: task.State(q.Get("state")), PageToken: q.Get("pageToken")}
+	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: task.State(q.Get("state")), Worker: q.Get("worker"), PageToken: q.Get("pageToken")}
 	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
-		h.fail(w, r, e)
-		return
+		return f, e
+	}
+	if e := checkText("worker", f.Worker, false, MaxWorkerNameBytes); e != nil {
+		return f, e
 	}
 	if f.RunID != "" && !task.ValidID(f.RunID, task.RunIDPrefix) {
-		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
-		return
+		return f, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix)
 	}
 	if f.State != "" && !f.State.Valid() {
-		h.fail(w, r, invalid("state", "must be one of PENDING, QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED"))
-		return
+		return f, invalid("state", "must be one of PENDING, QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED")
+	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.NewestFirst = true
+	default:
+		return f, invalid("order", "must be newest or oldest")
 	}
 	if s := q.Get("pageSize"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 500 {
-			h.fail(w, r, invalid("pageSize", "must be an integer from 1 to 500"))
-			return
+			return f, invalid("pageSize", "must be an integer from 1 to 500")
 		}
 		f.PageSize = n
+	}
+	return f, nil
+}
+
+// list serves GET /v1/tasks.
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	f, e := listFilter(r, listParams, listParamNames)
+	if e != nil {
+		h.fail(w, r, e)
+		return
 	}
 	tasks, next, err := h.cfg.Store.List(r.Context(), f)
 	if errors.Is(err, store.ErrInvalidPageToken) {

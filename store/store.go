@@ -426,34 +426,45 @@ type ListFilter struct {
 	TenantID string
 	RunID    string
 	State    task.State
+	// Worker is the task's worker name.
+	Worker string
+	// NewestFirst lists in reverse creation order.
+	NewestFirst bool
 	// PageSize defaults to 50 and is capped at 500.
 	PageSize int
 	// PageToken continues a previous listing.
 	PageToken string
 }
 
-// List returns tasks matching f in id order (creation order), and the
-// token of the next page ("" on the last page). Pages are stable: a task
-// created during the listing appears after the ones already returned.
+// filters are f's equality filters.
+func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
+	var filters []*pb.StructuredQuery_Filter
+	for _, c := range []struct{ field, v string }{{"tenantId", f.TenantID}, {"runId", f.RunID}, {"state", string(f.State)}, {"worker", f.Worker}} {
+		if c.v != "" {
+			filters = append(filters, fieldFilter(c.field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.v)))
+		}
+	}
+	return filters
+}
+
+// List returns tasks matching f in id order (creation order; newest first
+// with f.NewestFirst), and the token of the next page ("" on the last
+// page). Pages are stable: a task created during an oldest-first listing
+// appears after the ones already returned.
 func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, error) {
 	size := f.PageSize
 	if size <= 0 {
 		size = 50
 	}
 	size = min(size, 500)
-	var filters []*pb.StructuredQuery_Filter
-	if f.TenantID != "" {
-		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID)))
-	}
-	if f.RunID != "" {
-		filters = append(filters, fieldFilter("runId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.RunID)))
-	}
-	if f.State != "" {
-		filters = append(filters, fieldFilter("state", pb.StructuredQuery_FieldFilter_EQUAL, strVal(string(f.State))))
+	filters := f.filters()
+	dir := pb.StructuredQuery_ASCENDING
+	if f.NewestFirst {
+		dir = pb.StructuredQuery_DESCENDING
 	}
 	q := &pb.StructuredQuery{
 		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
 		Limit:   wrapInt(size + 1),
 	}
 	if len(filters) > 0 {
