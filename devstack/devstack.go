@@ -78,6 +78,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// MaxRedrives bounds re-drives before DISPATCH_TIMEOUT; default 5.
 	MaxRedrives int
+	// FirestoreHost and PubSubHost (HOST:PORT) name emulators that are
+	// already running: the stack uses them instead of starting its own, and
+	// leaves them running when it closes. Each is used alone too: an empty
+	// one is started as usual.
+	FirestoreHost, PubSubHost string
 	// ReuseEmulators uses the emulators named by FIRESTORE_EMULATOR_HOST and
 	// PUBSUB_EMULATOR_HOST instead of starting new ones (tests).
 	ReuseEmulators bool
@@ -129,14 +134,17 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s = &Stack{Project: o.Project, id: task.NewRunID(time.Now()), log: logs.New(o.Log, slog.LevelInfo), cancel: cancel}
+	// The error returns below set s to nil: close what was started through
+	// its own reference.
+	partial := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			partial.Close()
 		}
 	}()
 
 	// 1. Emulators.
-	if err := s.startEmulators(ctx, o.ReuseEmulators); err != nil {
+	if err := s.startEmulators(ctx, o); err != nil {
 		return nil, err
 	}
 	s.tasksSrv = cloudtasks.NewServer(cloudtasks.Options{Logger: s.log})
@@ -251,44 +259,73 @@ func (s *Stack) worker(name, u string) enqueue.Worker {
 	return enqueue.Worker{URL: u, Queue: fmt.Sprintf("projects/%s/locations/%s/queues/%s", s.Project, Location, name)}
 }
 
-func (s *Stack) startEmulators(ctx context.Context, reuse bool) error {
-	if reuse {
-		s.FirestoreHost, s.PubSubHost = os.Getenv(emulator.Firestore.EnvVar()), os.Getenv(emulator.PubSub.EnvVar())
-		if s.FirestoreHost == "" || s.PubSubHost == "" {
-			return errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+func (s *Stack) startEmulators(ctx context.Context, o Options) error {
+	given := map[emulator.Kind]string{emulator.Firestore: o.FirestoreHost, emulator.PubSub: o.PubSubHost}
+	if o.ReuseEmulators {
+		for k := range given {
+			given[k] = cmp.Or(given[k], os.Getenv(k.EnvVar()))
+			if given[k] == "" {
+				return errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+			}
 		}
-		return nil
+	}
+	use := func(k emulator.Kind, host string) {
+		os.Setenv(k.EnvVar(), host)
+		if k == emulator.Firestore {
+			s.FirestoreHost = host
+		} else {
+			s.PubSubHost = host
+		}
 	}
 	type started struct {
 		p   *emulator.Process
 		err error
 	}
-	ch := make(chan started, 2)
-	for _, k := range []emulator.Kind{emulator.Firestore, emulator.PubSub} {
+	ch := make(chan started, len(given))
+	var errs []error
+	n := 0
+	for k, host := range given {
+		if host != "" {
+			if err := checkEmulator(k, host); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			use(k, host)
+			continue
+		}
+		n++
 		go func(k emulator.Kind) {
 			p, err := emulator.Start(ctx, k)
 			ch <- started{p, err}
 		}(k)
 	}
-	var errs []error
-	for i := 0; i < 2; i++ {
+	for range n {
 		r := <-ch
 		if r.err != nil {
 			errs = append(errs, r.err)
 			continue
 		}
 		s.emulators = append(s.emulators, r.p)
-		os.Setenv(r.p.EnvVar(), r.p.Host)
-		if r.p.Kind == emulator.Firestore {
-			s.FirestoreHost = r.p.Host
-		} else {
-			s.PubSubHost = r.p.Host
-		}
+		use(r.p.Kind, r.p.Host)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("devstack: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// checkEmulator checks that host is a HOST:PORT on which something accepts
+// connections, so that a wrong --firestore or --pubsub fails at start with
+// its name rather than as a timeout on the first request.
+func checkEmulator(k emulator.Kind, host string) error {
+	if _, port, err := net.SplitHostPort(host); err != nil || port == "" {
+		return fmt.Errorf("the %s emulator address %q is not HOST:PORT", k, host)
+	}
+	c, err := net.DialTimeout("tcp", host, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("no %s emulator answers at %s: %w", k, host, err)
+	}
+	return c.Close()
 }
 
 func (s *Stack) createQueue(ctx context.Context, name string) error {

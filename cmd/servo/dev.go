@@ -36,6 +36,8 @@ func cmdDev(ctx context.Context, args []string) error {
 	noDemo := fs.Bool("no-demo", false, "do not submit the demo run")
 	sweepEvery := fs.Duration("sweep-every", devstack.DefaultSweepEvery, "sweeper cadence")
 	project := fs.String("project", devstack.DefaultProject, "project id used with the emulators")
+	firestoreHost := fs.String("firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
+	pubsubHost := fs.String("pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	logFile := fs.String("log", filepath.Join(os.TempDir(), "servo-dev.log"), "where the components' JSON logs go")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -49,8 +51,9 @@ func cmdDev(ctx context.Context, args []string) error {
 	}
 	defer lf.Close()
 
-	fmt.Fprintln(os.Stderr, "servo dev: starting the Firestore and Pub/Sub emulators, the Cloud Tasks emulator and Servo...")
-	stack, err := devstack.Start(ctx, devstack.Options{Addr: *addr, Project: *project, Workers: workers, SweepEvery: *sweepEvery, Log: lf})
+	fmt.Fprintln(os.Stderr, "servo dev: starting "+startingWhat(*firestoreHost, *pubsubHost)+"...")
+	stack, err := devstack.Start(ctx, devstack.Options{Addr: *addr, Project: *project, Workers: workers, SweepEvery: *sweepEvery, Log: lf,
+		FirestoreHost: *firestoreHost, PubSubHost: *pubsubHost})
 	if err != nil {
 		return err
 	}
@@ -74,6 +77,19 @@ func cmdDev(ctx context.Context, args []string) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// startingWhat names what servo dev starts itself.
+func startingWhat(firestoreHost, pubsubHost string) string {
+	switch {
+	case firestoreHost == "" && pubsubHost == "":
+		return "the Firestore and Pub/Sub emulators, the Cloud Tasks emulator and Servo"
+	case firestoreHost == "":
+		return "the Firestore emulator, the Cloud Tasks emulator and Servo (Pub/Sub emulator at " + pubsubHost + ")"
+	case pubsubHost == "":
+		return "the Pub/Sub emulator, the Cloud Tasks emulator and Servo (Firestore emulator at " + firestoreHost + ")"
+	}
+	return "the Cloud Tasks emulator and Servo (Firestore emulator at " + firestoreHost + ", Pub/Sub emulator at " + pubsubHost + ")"
 }
 
 // demo submits a small run to the example worker and shows it progressing.

@@ -24,10 +24,7 @@ import (
 // dev command as a subprocess (it starts its own emulators), then the
 // client commands against it, then Ctrl-C.
 func TestServoDevBinary(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "servo")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := servoBinary(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
