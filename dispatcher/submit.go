@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -199,6 +200,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 
 	resp := BatchResponse{RunID: runID, Tasks: make([]BatchResult, len(tasks))}
+	stored := h.cfg.Store.CreateMany(r.Context(), tasks, now, true)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, h.cfg.BatchParallelism)
 	for i := range tasks {
@@ -207,7 +209,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 			defer func() { <-sem }()
 			t := tasks[i]
 			res := BatchResult{TaskID: t.ID, RunID: t.RunID}
-			sr, created, err := h.submitOne(r.Context(), t, now)
+			sr, created, err := h.afterCreate(r.Context(), stored[i])
 			switch {
 			case err != nil:
 				status, eb := h.storeStatus(r, err, taskAttrs(&t)...)
@@ -411,35 +413,59 @@ func compactJSON(field string, raw json.RawMessage) (json.RawMessage, *apiError)
 }
 
 // submitOne stores t (or finds the task its idempotency key names) and
-// enqueues it when it is PENDING. created is false for a repeat.
+// enqueues it. created is false for a repeat.
 func (h *handler) submitOne(ctx context.Context, t task.Task, now time.Time) (SubmitResponse, bool, error) {
-	stored, existed, err := h.cfg.Store.Create(ctx, t, now)
-	if err != nil {
-		return SubmitResponse{}, false, err
+	return h.afterCreate(ctx, h.cfg.Store.CreateMany(ctx, []task.Task{t}, now, true)[0])
+}
+
+// afterCreate creates the Cloud Task of a task just stored QUEUED (one
+// commit, then one CreateTask), or re-drives the enqueue of a repeat that is
+// still PENDING, and logs the submit. created is false for a repeat.
+func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (SubmitResponse, bool, error) {
+	if c.Err != nil {
+		return SubmitResponse{}, false, c.Err
 	}
+	stored := c.Task
 	state := stored.State
-	if state == task.Pending {
+	switch {
+	case !c.Existed:
+		state = h.enqueue(ctx, stored)
+	case state == task.Pending:
 		// A repeat of a task still PENDING re-drives its enqueue: safe, the
 		// Cloud Task name is deterministic.
 		state = h.enqueue(ctx, stored)
 	}
 	h.log.InfoContext(ctx, "task submitted", append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker,
-		"state", state, "repeat", existed)...)
-	return SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !existed, nil
+		"state", state, "repeat", c.Existed)...)
+	return SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !c.Existed, nil
 }
 
-// enqueue hands a PENDING task to Cloud Tasks and returns its state: QUEUED,
-// or PENDING when Cloud Tasks (or recording QUEUED) failed — the task is
-// stored, and the sweeper re-drives it. The enqueue outlives a caller that
+// enqueue creates the Cloud Task of a stored task (QUEUED by the submit's
+// commit, or PENDING) and returns its state: QUEUED, or PENDING when Cloud
+// Tasks failed. A task stored QUEUED whose Cloud Task could not be created
+// goes back to PENDING with its dispatch check due (one more transaction,
+// on this failure path only), so the sweeper's next pass re-drives it;
+// should that transaction fail too, the dispatch check of the QUEUED task
+// re-drives it after the start timeout. The enqueue outlives a caller that
 // hangs up, bounded by CloudTasksTimeout.
 func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CloudTasksTimeout)
 	defer cancel()
-	if err := h.cfg.Enqueuer.Enqueue(ctx, t); err != nil {
-		h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
-		return task.Pending
+	err := h.cfg.Enqueuer.Enqueue(ctx, t)
+	if err == nil {
+		return task.Queued
 	}
-	return task.Queued
+	h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
+	if t.State == task.Queued {
+		ev := task.Event{Kind: task.EventDispatchFailed, Attempt: t.Attempt, Now: h.cfg.Now().UTC()}
+		r, aerr := h.cfg.Store.Apply(ctx, t.ID, ev)
+		if aerr != nil {
+			h.log.WarnContext(ctx, "could not record the failed enqueue; the dispatch check re-drives it", append(taskAttrs(&t), "error", aerr)...)
+			return task.Queued
+		}
+		return r.Task.State
+	}
+	return task.Pending
 }
 
 func truncate(s string, n int) string {

@@ -203,7 +203,8 @@ func TestSubmitIdempotentConcurrent(t *testing.T) {
 	}
 }
 
-// With Cloud Tasks unreachable the submit still answers 201 PENDING; a
+// With Cloud Tasks unreachable the submit still answers 201 PENDING (the
+// task was stored QUEUED and is recorded back as PENDING, DISPATCH_FAILED); a
 // later Enqueue (the sweeper's re-drive) or a repeated submit queues it.
 func TestSubmitCloudTasksDown(t *testing.T) {
 	t.Parallel()
@@ -218,6 +219,12 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 		}
 		if v := e.getTask(sr.TaskID); v.State != task.Pending {
 			t.Fatalf("stored state %s, want PENDING", v.State)
+		}
+		// Stored QUEUED by the submit's commit, then back to PENDING with
+		// its dispatch check due at once: the next sweep re-drives it.
+		st := e.storedTask(sr.TaskID)
+		if st.DispatchCheckAt == nil || st.DispatchCheckAt.After(time.Now()) || st.Seq != 3 {
+			t.Fatalf("stored %+v: want the dispatch check due now after →PENDING, →QUEUED, →PENDING", st)
 		}
 	}
 

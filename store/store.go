@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servo-dev/servo/task"
@@ -208,16 +209,120 @@ func setWrite(name string, v any, mustNotExist bool) *pb.Write {
 	return w
 }
 
+// Limits of one Firestore commit that CreateMany keeps within.
+const (
+	// MaxCommitWrites is the most writes CreateMany puts in one commit.
+	MaxCommitWrites = 500
+	// MaxCommitBytes is the most encoded bytes CreateMany puts in one commit,
+	// below Firestore's 10 MiB request limit.
+	MaxCommitBytes = 9 << 20
+)
+
 // Create stores a submitted task (ID set, fields validated) as PENDING with
 // its first attempt record and creation event, in one commit. When the task
 // has an idempotency key and a task already exists for (tenant, key), that
 // task is returned with existed = true and nothing is written.
 func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created task.Task, existed bool, err error) {
+	r := s.CreateMany(ctx, []task.Task{t}, now, false)[0]
+	return r.Task, r.Existed, r.Err
+}
+
+// CreateResult is one task's outcome in CreateMany, in input order.
+type CreateResult struct {
+	// Task is the stored task: the new one, or the one an idempotency key
+	// already named (Existed).
+	Task    task.Task
+	Existed bool
+	Err     error
+}
+
+// CreateMany stores submitted tasks (IDs set, fields validated) with their
+// first attempt records, idempotency records and events, in as few commits
+// as Firestore's limits allow (MaxCommitWrites, MaxCommitBytes): a single
+// task is one Commit RPC. With queued, each task is stored already QUEUED
+// (the creation and ENQUEUED transitions both recorded): the caller creates
+// its Cloud Task right after, and a Cloud Task that is never created is
+// re-driven by the sweeper (the dispatch check), or sooner when the caller
+// reports the failure (task.EventDispatchFailed).
+//
+// A task whose idempotency key already names a task is not written; that
+// task is returned with Existed. When a commit of several tasks fails
+// because of such a key, its tasks are committed one by one.
+func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
+	out := make([]CreateResult, len(ts))
+	type prepared struct {
+		i      int
+		t      task.Task
+		trs    []task.Transition
+		writes []*pb.Write
+	}
+	var chunk []prepared
+	nWrites, nBytes := 0, 0
+	flush := func() {
+		if len(chunk) == 0 {
+			return
+		}
+		var writes []*pb.Write
+		var trs []task.Transition
+		for _, p := range chunk {
+			writes = append(writes, p.writes...)
+			trs = append(trs, p.trs...)
+		}
+		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+		switch c := status.Code(err); {
+		case err == nil:
+			s.committed(ctx, trs)
+			for _, p := range chunk {
+				out[p.i] = CreateResult{Task: p.t}
+			}
+		case (c == codes.AlreadyExists || c == codes.FailedPrecondition) && len(chunk) > 1:
+			// One of the tasks repeats an idempotency key (or, never in
+			// practice, an id): commit them one by one.
+			for _, p := range chunk {
+				out[p.i] = s.createOne(ctx, p.t, p.writes, p.trs)
+			}
+		case c == codes.AlreadyExists || c == codes.FailedPrecondition:
+			out[chunk[0].i] = s.existing(ctx, chunk[0].t, err)
+		default:
+			for _, p := range chunk {
+				out[p.i] = CreateResult{Err: wrap("create", err)}
+			}
+		}
+		chunk, nWrites, nBytes = nil, 0, 0
+	}
+	for i, t := range ts {
+		nt, writes, trs := s.creationWrites(t, now, queued)
+		size := 0
+		for _, w := range writes {
+			size += proto.Size(w)
+		}
+		if len(chunk) > 0 && (nWrites+len(writes) > MaxCommitWrites || nBytes+size > MaxCommitBytes) {
+			flush()
+		}
+		chunk = append(chunk, prepared{i: i, t: nt, trs: trs, writes: writes})
+		nWrites += len(writes)
+		nBytes += size
+	}
+	flush()
+	return out
+}
+
+// creationWrites builds the stored form of a submitted task and the writes
+// that create it.
+func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
 	nt, a, tr := task.NewTask(t, now)
+	trs := []task.Transition{tr}
+	if queued {
+		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now})
+		nt = r.Task
+		trs = append(trs, r.Transitions...)
+	}
 	writes := []*pb.Write{
 		setWrite(s.taskName(nt.ID), nt, true),
 		setWrite(s.attemptName(nt.ID, 1), a, true),
-		s.outboxWrite(tr),
+	}
+	for _, tr := range trs {
+		writes = append(writes, s.outboxWrite(tr))
 	}
 	if nt.IdempotencyKey != "" {
 		exp := nt.CreatedAt.Add(IdempotencyRetention)
@@ -225,24 +330,41 @@ func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created
 			TenantID: nt.TenantID, Key: nt.IdempotencyKey, TaskID: nt.ID, CreatedAt: nt.CreatedAt, ExpireAt: exp,
 		}, true))
 	}
-	_, err = s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return nt, writes, trs
+}
+
+// createOne commits one task's writes.
+func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 	if err == nil {
-		s.committed(ctx, []task.Transition{tr})
-		return nt, false, nil
+		s.committed(ctx, trs)
+		return CreateResult{Task: t}
 	}
-	if c := status.Code(err); nt.IdempotencyKey != "" && (c == codes.AlreadyExists || c == codes.FailedPrecondition) {
-		var d idemDoc
-		found, gerr := s.getDoc(ctx, s.idemName(nt.TenantID, nt.IdempotencyKey), &d)
-		if gerr != nil {
-			return task.Task{}, false, gerr
-		}
-		if !found {
-			return task.Task{}, false, fmt.Errorf("store: create: idempotency record vanished: %w", ErrUnavailable)
-		}
-		existing, gerr := s.GetTask(ctx, d.TaskID)
-		return existing, true, gerr
+	if c := status.Code(err); c == codes.AlreadyExists || c == codes.FailedPrecondition {
+		return s.existing(ctx, t, err)
 	}
-	return task.Task{}, false, wrap("create", err)
+	return CreateResult{Err: wrap("create", err)}
+}
+
+// existing answers a create refused because a document already existed: the
+// task t's idempotency key names.
+func (s *Store) existing(ctx context.Context, t task.Task, err error) CreateResult {
+	if t.IdempotencyKey == "" {
+		return CreateResult{Err: wrap("create", err)}
+	}
+	var d idemDoc
+	found, gerr := s.getDoc(ctx, s.idemName(t.TenantID, t.IdempotencyKey), &d)
+	if gerr != nil {
+		return CreateResult{Err: wrap("create: read idempotency record", gerr)}
+	}
+	if !found {
+		return CreateResult{Err: fmt.Errorf("store: create: idempotency record vanished: %w", ErrUnavailable)}
+	}
+	got, gerr := s.GetTask(ctx, d.TaskID)
+	if gerr != nil {
+		return CreateResult{Err: gerr}
+	}
+	return CreateResult{Task: got, Existed: true}
 }
 
 type idemDoc struct {

@@ -9,7 +9,7 @@ import (
 type EventKind string
 
 // Event kinds. Callbacks send Started, Heartbeat and Completed; the
-// dispatcher sends Enqueued and Cancel; the sweeper sends Redrive,
+// dispatcher sends Enqueued, DispatchFailed and Cancel; the sweeper sends Redrive,
 // LeaseExpired, CancelTimeout and DeadlineExceeded.
 const (
 	EventEnqueued         EventKind = "ENQUEUED"
@@ -21,10 +21,14 @@ const (
 	EventLeaseExpired     EventKind = "LEASE_EXPIRED"
 	EventCancelTimeout    EventKind = "CANCEL_TIMEOUT"
 	EventDeadlineExceeded EventKind = "DEADLINE_EXCEEDED"
+	// EventDispatchFailed: the Cloud Task of a task stored QUEUED at submit
+	// could not be created; the task goes back to PENDING with its dispatch
+	// check due at once, so the sweeper's next pass re-drives it.
+	EventDispatchFailed EventKind = "DISPATCH_FAILED"
 )
 
 // EventKinds lists every kind.
-var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded}
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed}
 
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
@@ -40,6 +44,7 @@ var Edges = map[State]map[EventKind][]State{
 		EventDeadlineExceeded: {Failed},
 	},
 	Queued: {
+		EventDispatchFailed:   {Pending},
 		EventRedrive:          {Queued, Failed},
 		EventStarted:          {Running},
 		EventHeartbeat:        {Running},
@@ -207,6 +212,12 @@ func (m *machine) apply() {
 		check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
 		t.DispatchCheckAt = &check
 		m.r.Write, m.r.Enqueue = true, true
+	case EventDispatchFailed:
+		if m.ev.Attempt == t.Attempt && t.State == Queued {
+			m.transition(Pending, ReasonDispatchFailed, "")
+			now := m.now
+			t.DispatchCheckAt = &now
+		}
 	case EventLeaseExpired:
 		if m.ev.Attempt == t.Attempt && (t.State == Running || t.State == Cancelling) && due(t.LeaseExpiresAt, m.now) {
 			m.expire()

@@ -72,6 +72,7 @@ const (
 	ReasonRetryScheduled    = "RETRY_SCHEDULED"
 	ReasonSubmitted         = "SUBMITTED"
 	ReasonEnqueued          = "ENQUEUED"
+	ReasonDispatchFailed    = "DISPATCH_FAILED"
 	ReasonStarted           = "STARTED"
 	ReasonCancelRequested   = "CANCEL_REQUESTED"
 	ReasonSucceeded         = "SUCCEEDED"

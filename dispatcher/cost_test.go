@@ -1,0 +1,92 @@
+package dispatcher
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"testing"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+// A submit is one Firestore commit (the task, its first attempt, its
+// idempotency record and both of its events) and one CreateTask; a batch
+// is as few commits as Firestore's limits allow.
+func TestSubmitRoundTrips(t *testing.T) {
+	t.Parallel()
+	rc := store.NewRPCCounter()
+	e := newEnv(t, envOptions{store: []store.Option{store.WithRPCCounter(rc)}})
+	commit := map[string]int{"Commit": 1}
+
+	keyed := validSubmit("acme")
+	keyed["idempotencyKey"] = "cost-1"
+	for _, c := range []struct {
+		name   string
+		body   map[string]any
+		status int
+		want   map[string]int
+	}{
+		{"submit", validSubmit("acme"), http.StatusCreated, commit},
+		{"submit with an idempotency key", keyed, http.StatusCreated, commit},
+		// The refused commit, the idempotency record, the task.
+		{"repeat", keyed, http.StatusOK, map[string]int{"Commit": 1, "BatchGetDocuments": 2}},
+	} {
+		rc.Reset()
+		sr := e.submit(c.body, c.status)
+		if got := rc.Counts(); !maps.Equal(got, c.want) {
+			t.Errorf("%s: Firestore RPCs %v, want %v", c.name, got, c.want)
+		}
+		if sr.State != task.Queued {
+			t.Errorf("%s: state %s, want QUEUED", c.name, sr.State)
+		}
+		// Both transitions are recorded, in order, by that one commit.
+		entries, err := e.st.OutboxEntries(e.ctx, sr.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 2 || entries[0].To != task.Pending || entries[1].From != task.Pending || entries[1].To != task.Queued || entries[1].Seq != 2 {
+			t.Errorf("%s: outbox %+v, want →PENDING then PENDING→QUEUED", c.name, entries)
+		}
+	}
+
+	// 250 tasks with idempotency keys are 5 writes each: 1 250 writes, so
+	// three commits of at most store.MaxCommitWrites.
+	var items []any
+	for i := range 250 {
+		b := validSubmit("acme")
+		b["taskKey"] = fmt.Sprintf("p-%d", i)
+		b["idempotencyKey"] = fmt.Sprintf("cost-batch-%d", i)
+		items = append(items, b)
+	}
+	rc.Reset()
+	r := e.do("POST", "/v1/tasks:batch", map[string]any{"tasks": items}, "")
+	if r.status != http.StatusCreated {
+		t.Fatalf("batch: %d %s", r.status, r.body)
+	}
+	if got, want := rc.Counts(), map[string]int{"Commit": 3}; !maps.Equal(got, want) {
+		t.Errorf("batch of 250: Firestore RPCs %v, want %v", got, want)
+	}
+	if n := len(e.tenantTasks("acme")); n != 252 {
+		t.Errorf("%d tasks stored, want 252", n)
+	}
+
+	// A batch that repeats one key among new ones: the shared commit is
+	// refused, and its tasks are committed one by one; nothing is doubled.
+	mixed := []any{items[0]}
+	for i := range 3 {
+		b := validSubmit("acme")
+		b["taskKey"] = fmt.Sprintf("m-%d", i)
+		b["idempotencyKey"] = fmt.Sprintf("cost-mixed-%d", i)
+		mixed = append(mixed, b)
+	}
+	r = e.do("POST", "/v1/tasks:batch", map[string]any{"tasks": mixed}, "")
+	var br BatchResponse
+	r.decode(t, &br)
+	if r.status != http.StatusCreated || br.Created != 3 || br.Existing != 1 || br.Tasks[0].Status != http.StatusOK {
+		t.Fatalf("mixed batch: %d %+v", r.status, br)
+	}
+	if n := len(e.tenantTasks("acme")); n != 255 {
+		t.Errorf("%d tasks stored, want 255", n)
+	}
+}
