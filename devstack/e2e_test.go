@@ -247,11 +247,12 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 	if v.Attempts[0].Outcome != task.OutcomeZombie {
 		t.Fatalf("attempt 1 outcome %s", v.Attempts[0].Outcome)
 	}
-	// Attempt 1's worker comes back late.
+	// Attempt 1's worker comes back late: the task has ended, and the
+	// terminal rows come before attempt_mismatch (PRODUCT §4).
 	st, res = e.callback(d1.env, "completed", succeeded(d1.env, "w1"))
-	expect(t, "late attempt 1", st, res, 409, task.CodeAttemptMismatch, task.Cancel)
-	if res.ExpectedAttempt != 2 || res.ReceivedAttempt != 1 {
-		t.Fatalf("attempt_mismatch body %+v", res)
+	expect(t, "late attempt 1", st, res, 409, task.CodeTaskAlreadyTerminal, task.Cancel)
+	if res.State != task.Succeeded {
+		t.Fatalf("task_already_terminal body %+v", res)
 	}
 }
 
