@@ -132,17 +132,29 @@
 //
 // # Round trips
 //
-// A callback costs at most one transaction of 2 Firestore RPCs, measured
-// with [store.RPCCounter] in the tests:
+// A callback costs one transaction of 2 Firestore RPCs, measured with
+// [store.RPCCounter] in the tests; a heartbeat that changes the task's state
+// costs one read more:
 //
 //	accepted (a write: started, heartbeat, completed), or refused after
 //	applying an expired lease or cancel grace
 //	                        BatchGetDocuments (begins the transaction) + Commit = 2
+//	heartbeat that makes a transition (the first one of an attempt that
+//	never said started; past the lease or the cancel grace)
+//	                        BatchGetDocuments × 2 + Commit = 3
 //	refused or no-op (terminal, attempt mismatch, replay, conflict,
 //	repeated started, unknown task)
 //	                        BatchGetDocuments + Rollback = 2
 //	refused before the transaction (steps 1–7)
 //	                        0
+//
+// An ordinary heartbeat reads the task document through a field mask (never
+// the payload, resources, resumeFrom or checkpoint) and writes only the
+// fields it changes (lease, progress, message, checkpoint when sent), in
+// that one document: what it costs does not grow with the payload. The
+// running attempt's heartbeat state lives on the task document and is
+// folded into the attempt record at the attempt's next transition (see
+// store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the same.
 //
 // Contention (ABORTED) retries the transaction, which costs 2 RPCs again.
 // Within one process the store runs one transaction per task at a time, so

@@ -390,7 +390,16 @@ func (s *Store) getDoc(ctx context.Context, name string, out any) (bool, error) 
 // batchGet reads documents in one RPC. With sel it runs inside (or begins)
 // a transaction and returns the transaction id.
 func (s *Store) batchGet(ctx context.Context, names []string, sel any) (map[string]*pb.Document, []byte, error) {
+	return s.batchGetMasked(ctx, names, nil, sel)
+}
+
+// batchGetMasked is batchGet returning only the fields mask names (all
+// when mask is nil).
+func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel any) (map[string]*pb.Document, []byte, error) {
 	req := &pb.BatchGetDocumentsRequest{Database: s.db, Documents: names}
+	if mask != nil {
+		req.Mask = &pb.DocumentMask{FieldPaths: mask}
+	}
 	switch v := sel.(type) {
 	case *pb.BatchGetDocumentsRequest_NewTransaction:
 		req.ConsistencySelector = v
@@ -441,6 +450,9 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 		return t, err
 	}
 	t.Attempts, err = s.Attempts(ctx, id)
+	for i := range t.Attempts {
+		overlay(&t.Attempts[i], t.Live)
+	}
 	return t, err
 }
 
@@ -648,14 +660,34 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Resul
 	}
 }
 
+// applyOnce is one try of Apply's transaction: a heartbeat takes its own
+// small path (heartbeatOnce), every other event reads the whole task and
+// attempt record.
 func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+	if ev.Kind == task.EventHeartbeat && ev.Attempt > 0 {
+		return s.heartbeatOnce(ctx, id, ev, retryTx)
+	}
+	return s.fullOnce(ctx, id, ev, nil, retryTx)
+}
+
+// fullOnce reads the task and the event's attempt record whole, applies
+// the event, and writes both whole. It begins a transaction (retrying
+// retryTx), or continues tx when one is given.
+func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retryTx []byte) (task.Result, []byte, error) {
 	names := []string{s.taskName(id)}
 	if ev.Attempt > 0 {
 		names = append(names, s.attemptName(id, ev.Attempt))
 	}
-	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
-	docs, tx, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_NewTransaction{
-		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	var sel any = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
+	if tx == nil {
+		rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
+		sel = &pb.BatchGetDocumentsRequest_NewTransaction{
+			NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}}
+	}
+	docs, newTx, err := s.batchGet(ctx, names, sel)
+	if len(newTx) > 0 {
+		tx = newTx
+	}
 	if err != nil {
 		s.rollback(tx)
 		return task.Result{}, tx, err
@@ -690,12 +722,14 @@ func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx
 			s.rollback(tx)
 			return task.Result{}, tx, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
+		overlay(cur, t.Live)
 	}
 	r := task.Apply(t, cur, ev)
 	if !r.Write {
 		s.rollback(tx)
 		return r, tx, nil
 	}
+	setLive(&r)
 	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
 	if r.Attempt != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))

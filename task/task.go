@@ -52,6 +52,13 @@ type Task struct {
 	// the current attempt in its envelope.
 	ResumeFrom json.RawMessage `json:"resumeFrom,omitempty" firestore:"resumeFrom"`
 
+	// Live is the current attempt's heartbeat state, kept on the task
+	// document so that a heartbeat reads and writes one small document. The
+	// store folds it into the attempt record at the attempt's transitions
+	// and overlays it on reads (Attempts shows it); it is not part of the
+	// API's JSON.
+	Live *LiveAttempt `json:"-" firestore:"live"`
+
 	// Attempts is the per-attempt history; filled by reads that ask for it
 	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
 	Attempts []Attempt `json:"attempts,omitempty" firestore:"-"`
@@ -81,6 +88,18 @@ type Attempt struct {
 	// CompletionDigest identifies the accepted `completed` report, so an
 	// identical repeat replays and a different one conflicts.
 	CompletionDigest string `json:"-" firestore:"completionDigest"`
+}
+
+// LiveAttempt is what a heartbeat changes of the current attempt, stored
+// on the task document (Task.Live).
+type LiveAttempt struct {
+	Attempt         int             `firestore:"attempt"`
+	WorkerID        string          `firestore:"workerId"`
+	StartedAt       *time.Time      `firestore:"startedAt"`
+	LastHeartbeatAt *time.Time      `firestore:"lastHeartbeatAt"`
+	ProgressPct     *int            `firestore:"progressPct"`
+	Message         string          `firestore:"message"`
+	Checkpoint      json.RawMessage `firestore:"checkpoint"`
 }
 
 // Ended reports whether the attempt has an outcome.
