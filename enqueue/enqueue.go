@@ -3,6 +3,10 @@
 // with a name derived from (task id, attempt), so repeating an enqueue is
 // safe (ALREADY_EXISTS counts as success). The dispatcher uses it on
 // submit, the callbacks and the sweeper for retries and re-drives.
+//
+// The token is valid from the moment the delivery can start (the retry's
+// NotBefore, when that is later than now) for [task.TokenTTL], so a retry
+// scheduled further ahead than a token lives still starts.
 package enqueue
 
 import (
@@ -84,10 +88,15 @@ func (e *Enqueuer) Workers() Workers { return e.cfg.Workers }
 func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
 
 // Envelope signs a token for t's current attempt and returns the envelope
-// and its JSON.
+// and its JSON. The token is valid from when the delivery can start (now,
+// or t.NotBefore when later) for task.TokenTTL from then.
 func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte, error) {
 	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
-	tok, exp, err := e.cfg.Keys.Sign(scope, task.TokenTTL(now, t.Deadline), now)
+	from := now
+	if t.NotBefore != nil && t.NotBefore.After(now) {
+		from = *t.NotBefore
+	}
+	tok, exp, err := e.cfg.Keys.SignFrom(scope, task.TokenTTL(from, t.Deadline, t.Timing.HeartbeatInterval()), now, from)
 	if err != nil {
 		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
 	}
