@@ -125,10 +125,14 @@
 //
 // # Token refresh
 //
-// When the token of an accepted heartbeat has less than a quarter of its
-// lifetime left, the answer carries a fresh "taskToken" for the same scope
-// and its "tokenExpiresAt" (lifetime [task.TokenTTL] from now, covering the
-// deadline when it can), so tasks may outlive one token.
+// When the token of an accepted heartbeat would expire before the next
+// heartbeat could arrive (less than [task.RefreshBefore] left: a quarter of
+// its lifetime, or two heartbeat intervals when that is more), the answer
+// carries a fresh "taskToken" for the same scope and its "tokenExpiresAt"
+// (lifetime [task.TokenTTL] from now: at least two intervals, covering the
+// deadline when it can), so tasks may outlive one token. Submit refuses a
+// heartbeat interval over half the maximum token lifetime, which no
+// refresh could cover.
 //
 // # Round trips
 //

@@ -345,6 +345,8 @@ func TestTimingValidation(t *testing.T) {
 		{"timeout below 2x", Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 1999, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatTimeoutMs"},
 		{"100ms locally", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerLocal, ""},
 		{"100ms in production", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerProduction, "heartbeatIntervalMs"},
+		{"interval half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds() / 2, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds(), CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, ""},
+		{"interval beyond half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds()/2 + 1, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds() + 2, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatIntervalMs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -359,14 +361,23 @@ func TestTimingValidation(t *testing.T) {
 func TestTokenTTLCoversDeadline(t *testing.T) {
 	d1 := t0.Add(90 * time.Minute)
 	d2 := t0.Add(5 * time.Hour)
-	if got := TokenTTL(t0, nil); got != DefaultTokenTTL {
-		t.Errorf("no deadline: %v", got)
+	cases := []struct {
+		name     string
+		deadline *time.Time
+		interval time.Duration
+		want     time.Duration
+	}{
+		{"no deadline", nil, 30 * time.Second, DefaultTokenTTL},
+		{"deadline in 90m", &d1, 30 * time.Second, 91 * time.Minute},
+		{"deadline beyond max", &d2, 30 * time.Second, MaxTokenTTL},
+		{"two 50m intervals", nil, 50 * time.Minute, 100 * time.Minute},
+		{"two intervals beyond max", nil, 90 * time.Minute, MaxTokenTTL},
+		{"deadline beyond two intervals", &d1, 40 * time.Minute, 91 * time.Minute},
 	}
-	if got := TokenTTL(t0, &d1); got != 91*time.Minute {
-		t.Errorf("deadline in 90m: %v", got)
-	}
-	if got := TokenTTL(t0, &d2); got != MaxTokenTTL {
-		t.Errorf("deadline beyond max: %v", got)
+	for _, c := range cases {
+		if got := TokenTTL(t0, c.deadline, c.interval); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

@@ -46,7 +46,8 @@ type Task struct {
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty" firestore:"cancelDeadline"`
 	// DispatchCheckAt is when a PENDING/QUEUED task counts as stuck.
 	DispatchCheckAt *time.Time `json:"dispatchCheckAt,omitempty" firestore:"dispatchCheckAt"`
-	// Redrives counts re-enqueues of the current attempt by the sweeper.
+	// Redrives counts re-enqueues of the current attempt by the sweeper;
+	// re-drive n is created under its own Cloud Tasks name (RedriveName).
 	Redrives int `json:"redrives" firestore:"redrives"`
 	// ResumeFrom is the last checkpoint of an earlier attempt, handed to
 	// the current attempt in its envelope.

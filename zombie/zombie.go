@@ -12,8 +12,8 @@
 //	cancel    DueCancel            CancelTimeout         attempt CANCEL_TIMEOUT, FAILED CANCEL_TIMEOUT
 //	lease     DueLease             LeaseExpired          attempt ZOMBIE; retry (QUEUED, attempt+1) or FAILED
 //	                                                     HEARTBEAT_TIMEOUT; CANCELLING → FAILED CANCEL_TIMEOUT
-//	dispatch  DueDispatch          Redrive               re-enqueue under the same Cloud Tasks name, or after
-//	                                                     MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
+//	dispatch  DueDispatch          Redrive               re-enqueue under the re-drive's own Cloud Tasks name, or
+//	                                                     after MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
 //
 // After a committed result the sweeper calls Enqueuer.FollowUp, which
 // enqueues retries and re-drives. A retry whose enqueue failed after commit
