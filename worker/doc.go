@@ -37,13 +37,17 @@
 //     and metrics, and never sends anything after COMMITTED, CANCELLED or
 //     REJECTED.
 //
-// Transport errors, per-request timeouts and 503 (also 408, 429, 500, 502,
-// 504 from front ends) are retried with exponential backoff and jitter,
-// honouring Retry-After: `started` within [WithStartRetryWindow], heartbeats
-// and `completed` until the task token expires (a refreshed token extends
-// it). When the token expires while Servo cannot be reached the attempt has
-// lost its authority: the Func is cancelled with a [*LeaseLostError].
-// Other 4xx answers are never retried.
+// The SDK obeys the answer's disposition, whatever its status. It retries
+// only transport errors and per-request timeouts, Servo's 503 with
+// disposition RETRY, and answers without a Servo body (no JSON with a
+// disposition: 408, 429, 500, 502, 503 or 504 from a load balancer or Cloud
+// Run in front of Servo), with exponential backoff and jitter, honouring
+// Retry-After: `started` within [WithStartRetryWindow], heartbeats and
+// `completed` until the task token expires (a refreshed token extends it).
+// When the token expires while Servo cannot be reached the attempt has
+// lost its authority: the Func is cancelled with a [*LeaseLostError]. An
+// answer with disposition REJECTED, CANCELLED or COMMITTED is final and
+// never sent again, even as a 500 or 429.
 //
 // # Outcomes
 //
