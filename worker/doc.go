@@ -31,7 +31,14 @@
 //     answered shouldCancel cancels the Func's context with a
 //     [*CancelledError] (the reason inside); one answered 410 or 409 cancels
 //     it with a [*LeaseLostError], a REJECTED one with a [*RejectedError],
-//     and then nothing more is sent for the attempt.
+//     and then nothing more is sent for the attempt. When Servo has
+//     acknowledged nothing for heartbeatTimeoutMs (counted from `started`,
+//     then from the last heartbeat answered CONTINUE; a network partition,
+//     or Servo answering only RETRY), the lease is surely gone: Servo has
+//     expired it or will, and may run the next attempt. The SDK fences the
+//     attempt: it abandons the heartbeat in flight, cancels the Func's
+//     context with a [*LeaseLostError] of code [CodeHeartbeatTimeout], and
+//     never reports `completed` for it.
 //  3. when the Func returns, sends `completed` exactly once (the same body on
 //     every retry) with the outcome, the output or the categorised error,
 //     and metrics, and never sends anything after COMMITTED, CANCELLED or
@@ -66,7 +73,10 @@
 // Cloud Tasks retries every non-2xx answer, so the handler answers 2xx as
 // soon as the attempt is settled, whoever settled it: after COMMITTED, and
 // also after a 409/410 at `started` (a duplicate delivery or a task Servo has
-// already decided), after the attempt lost its lease, and after REJECTED
+// already decided), after the attempt lost its lease (Servo's 409/410, or
+// the SDK's own heartbeat-timeout fence: redelivering the same attempt
+// could not run it again, and Servo decides on the next attempt through
+// its own lease expiry), and after REJECTED
 // (the same envelope would be rejected again; Servo's sweeper re-drives a
 // stuck task with a fresh envelope). It answers 503 only when Servo could
 // not be reached (at `started` within the start window, or at `completed`

@@ -250,6 +250,65 @@ func TestProtocolHeartbeatUnreachableUntilTokenExpiry(t *testing.T) {
 	}
 }
 
+// When no heartbeat has been acknowledged for heartbeatTimeoutMs (counted
+// from `started`, then from the last acknowledged heartbeat) the SDK fences
+// the attempt: the Func's context ends with ErrLeaseLost, nothing is
+// reported, and Cloud Tasks gets 200 (the control plane decides on the next
+// attempt).
+func TestProtocolHeartbeatTimeoutFencesAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// acks is how many heartbeats are acknowledged before Servo is cut off.
+		acks   int
+		silent fakeAnswer
+	}{
+		{"partition after started: requests hang", 0, fakeAnswer{hang: true}},
+		{"partition after started: connections reset", 0, fakeAnswer{hijack: true}},
+		{"Servo answers only RETRY", 0, refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)},
+		{"partition after 5 acknowledged heartbeats", 5, fakeAnswer{hang: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
+				if op == "heartbeat" && n > tc.acks {
+					return tc.silent
+				}
+				return fakeAnswer{}
+			})
+			env := f.envelope()
+			env.HeartbeatIntervalMs, env.HeartbeatTimeoutMs = 200, 600
+			env.TokenExpiresAt = time.Now().Add(time.Minute) // far beyond the fence
+			var cause error
+			var sentAtFence int
+			h, _ := testHandler(t, func(ctx context.Context, tk *worker.Task) (any, error) {
+				select {
+				case <-ctx.Done():
+					cause, sentAtFence = context.Cause(ctx), len(f.ops("heartbeat"))
+				case <-time.After(15 * time.Second):
+					// Not fenced: return, as a Func would when done.
+				}
+				return map[string]string{"late": "result"}, nil // must not be reported
+			})
+			status, ans := deliverEnv(t, h, env)
+			var lost *worker.LeaseLostError
+			if !errors.Is(cause, worker.ErrLeaseLost) || !errors.As(cause, &lost) || lost.Code != worker.CodeHeartbeatTimeout {
+				t.Fatalf("cause %v, want a LeaseLostError %s", cause, worker.CodeHeartbeatTimeout)
+			}
+			if status != http.StatusOK || ans.Result != "lease_lost" || ans.Code != worker.CodeHeartbeatTimeout {
+				t.Fatalf("answer %d %+v, want 200 lease_lost", status, ans)
+			}
+			if n := len(f.ops("completed")); n != 0 {
+				t.Fatalf("%d completed reports for a fenced attempt", n)
+			}
+			// Counted from the last acknowledgement, not from started: every
+			// acknowledged heartbeat moved the fence, and the one after them
+			// had gone out before it fell.
+			if sentAtFence < tc.acks+1 {
+				t.Fatalf("fenced after %d heartbeats, want after the %d acknowledged ones and one more", sentAtFence, tc.acks)
+			}
+		})
+	}
+}
+
 func TestProtocolShouldCancelReportsCancelled(t *testing.T) {
 	yes := true
 	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
