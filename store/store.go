@@ -633,9 +633,17 @@ type DueCursor struct {
 	ID string
 }
 
+// dueFields are the task fields a due query returns: what the sweeper
+// needs to apply the duty's event (id, attempt), log it (tenant, state)
+// and continue the query (the due time). The sweeper acts on the task that
+// its transaction reads; a due task has no payload, timing or other field.
+var dueFields = []string{"taskId", "tenantId", "state", "attempt"}
+
 // DueTasks returns up to limit tasks whose duty d is due at now, ordered by
 // the due time, after cursor (nil for the first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
+// It projects the tasks to their id, tenant, state, attempt and d's due time: a page's size does
+// not depend on the tasks' payloads.
 func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
 	states, ok := DueStates[d]
 	if !ok {
@@ -646,8 +654,13 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if len(states) > 1 {
 		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
 	}
+	sel := &pb.StructuredQuery_Projection{}
+	for _, f := range append(slices.Clone(dueFields), string(d)) {
+		sel.Fields = append(sel.Fields, fieldRef(f))
+	}
 	q := &pb.StructuredQuery{
-		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Select: sel,
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
 		Where: and(fieldFilter("state", op, sv),
 			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
