@@ -642,8 +642,8 @@ var dueFields = []string{"taskId", "tenantId", "state", "attempt"}
 // DueTasks returns up to limit tasks whose duty d is due at now, ordered by
 // the due time, after cursor (nil for the first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
-// It projects the tasks to their id, tenant, state, attempt and d's due time: a page's size does
-// not depend on the tasks' payloads.
+// It projects the tasks to their id, tenant, state, attempt and d's due
+// time: a page's size does not depend on the tasks' payloads.
 func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
 	states, ok := DueStates[d]
 	if !ok {
