@@ -11,7 +11,8 @@
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest.
 //	outbox/{eventId}                task.Transition plus delivered, createdAt,
-//	                                deliveredAt and expireAt (TTL once delivered).
+//	                                deliveredAt and expireAt (TTL once delivered),
+//	                                nextTryAt, tries and eventPublished (re-drive).
 //	idempotency/{sha256(tenant,key)} tenantId, key, taskId, createdAt, expireAt.
 //
 // Payload, output, checkpoint and other opaque JSON are stored as bytes.

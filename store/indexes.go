@@ -49,8 +49,8 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("dispatchCheckAt")}},
 	// Sweeper: task deadlines past due (every non-terminal state).
 	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("deadline")}},
-	// Publisher re-drive: undelivered events older than the grace period.
-	{Collection: OutboxCollection, Fields: []IndexField{asc("delivered"), asc("createdAt")}},
+	// Publisher re-drive: undelivered events due for a (re)try.
+	{Collection: OutboxCollection, Fields: []IndexField{asc("delivered"), asc("nextTryAt")}},
 }
 
 // TTLFields lists the documents Firestore deletes by TTL policy.

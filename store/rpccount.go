@@ -16,9 +16,10 @@ import (
 // and written, and the encoded bytes of every message each way. Pass it to
 // New with WithRPCCounter.
 type RPCCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-	usage  Usage
+	mu       sync.Mutex
+	counts   map[string]int
+	received map[string]int64
+	usage    Usage
 }
 
 // Usage is what an RPCCounter saw.
@@ -36,14 +37,20 @@ type Usage struct {
 }
 
 // NewRPCCounter returns an empty counter.
-func NewRPCCounter() *RPCCounter { return &RPCCounter{counts: map[string]int{}} }
+func NewRPCCounter() *RPCCounter {
+	return &RPCCounter{counts: map[string]int{}, received: map[string]int64{}}
+}
+
+func shortMethod(method string) string {
+	if i := lastSlash(method); i >= 0 {
+		return method[i+1:]
+	}
+	return method
+}
 
 func (c *RPCCounter) add(method string) {
-	if i := lastSlash(method); i >= 0 {
-		method = method[i+1:]
-	}
 	c.mu.Lock()
-	c.counts[method]++
+	c.counts[shortMethod(method)]++
 	c.usage.RPCs++
 	c.mu.Unlock()
 }
@@ -64,7 +71,7 @@ func (c *RPCCounter) sent(m any) {
 	c.mu.Unlock()
 }
 
-func (c *RPCCounter) received(m any) {
+func (c *RPCCounter) recv(method string, m any) {
 	msg, ok := m.(proto.Message)
 	if !ok {
 		return
@@ -85,6 +92,7 @@ func (c *RPCCounter) received(m any) {
 	c.mu.Lock()
 	c.usage.BytesReceived += n
 	c.usage.DocsRead += docs
+	c.received[shortMethod(method)] += int64(n)
 	c.mu.Unlock()
 }
 
@@ -102,7 +110,7 @@ func (c *RPCCounter) unary(ctx context.Context, method string, req, reply any, c
 	c.sent(req)
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err == nil {
-		c.received(reply)
+		c.recv(method, reply)
 	}
 	return err
 }
@@ -113,13 +121,14 @@ func (c *RPCCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if err != nil {
 		return nil, err
 	}
-	return &countedStream{ClientStream: s, c: c}, nil
+	return &countedStream{ClientStream: s, c: c, method: method}, nil
 }
 
 // countedStream accounts the messages of a streaming call.
 type countedStream struct {
 	grpc.ClientStream
-	c *RPCCounter
+	c      *RPCCounter
+	method string
 }
 
 func (s *countedStream) SendMsg(m any) error {
@@ -133,7 +142,7 @@ func (s *countedStream) SendMsg(m any) error {
 func (s *countedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err == nil {
-		s.c.received(m)
+		s.c.recv(s.method, m)
 	}
 	return err
 }
@@ -143,6 +152,14 @@ func (c *RPCCounter) Counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.counts)
+}
+
+// ReceivedBytes returns the encoded size of the responses received, by
+// method (for a streaming RPC, every message of the stream).
+func (c *RPCCounter) ReceivedBytes() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.received)
 }
 
 // Usage returns what the counter saw since it was made or reset.
@@ -163,6 +180,7 @@ func (c *RPCCounter) Total() int {
 func (c *RPCCounter) Reset() {
 	c.mu.Lock()
 	c.counts = map[string]int{}
+	c.received = map[string]int64{}
 	c.usage = Usage{}
 	c.mu.Unlock()
 }

@@ -183,10 +183,18 @@ type outboxDoc struct {
 	CreatedAt   time.Time  `firestore:"createdAt"`
 	DeliveredAt *time.Time `firestore:"deliveredAt"`
 	ExpireAt    *time.Time `firestore:"expireAt"`
+	// NextTryAt is when the re-drive may take the entry: its creation
+	// time, then, after each failed delivery, a time set by MarkFailed.
+	NextTryAt time.Time `firestore:"nextTryAt"`
+	// Tries counts the re-drive's failed deliveries.
+	Tries int `firestore:"tries"`
+	// EventPublished: the event itself was acked; only the dead letter
+	// is still to deliver.
+	EventPublished bool `firestore:"eventPublished"`
 }
 
 func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
-	doc := outboxDoc{Transition: tr, CreatedAt: tr.OccurredAt}
+	doc := outboxDoc{Transition: tr, CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
 	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
 }
 
@@ -520,7 +528,8 @@ func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]Outbo
 		if err := decodeFields(doc.GetFields(), &o); err != nil {
 			return err
 		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished})
 		return nil
 	})
 	return out, err
@@ -789,9 +798,17 @@ type DueCursor struct {
 	ID string
 }
 
+// dueFields are the task fields a due query returns: what the sweeper
+// needs to apply the duty's event (id, attempt), log it (tenant, state)
+// and continue the query (the due time). The sweeper acts on the task that
+// its transaction reads; a due task has no payload, timing or other field.
+var dueFields = []string{"taskId", "tenantId", "state", "attempt"}
+
 // DueTasks returns up to limit tasks whose duty d is due at now, ordered by
 // the due time, after cursor (nil for the first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
+// It projects the tasks to their id, tenant, state, attempt and d's due
+// time: a page's size does not depend on the tasks' payloads.
 func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
 	states, ok := DueStates[d]
 	if !ok {
@@ -802,8 +819,13 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if len(states) > 1 {
 		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
 	}
+	sel := &pb.StructuredQuery_Projection{}
+	for _, f := range append(slices.Clone(dueFields), string(d)) {
+		sel.Fields = append(sel.Fields, fieldRef(f))
+	}
 	q := &pb.StructuredQuery{
-		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Select: sel,
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
 		Where: and(fieldFilter("state", op, sv),
 			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
@@ -839,23 +861,69 @@ type OutboxEntry struct {
 	task.Transition
 	Delivered bool
 	CreatedAt time.Time
+	// NextTryAt is when the re-drive may take the entry (CreatedAt until a
+	// delivery failed; see MarkFailed).
+	NextTryAt time.Time
+	// Tries counts the failed deliveries MarkFailed recorded.
+	Tries int
+	// EventPublished: the event was acked, only its dead letter was not.
+	EventPublished bool
 }
 
-// Undelivered returns up to limit outbox entries not yet delivered that were
-// written at or before olderThan, oldest first.
-func (s *Store) Undelivered(ctx context.Context, olderThan time.Time, limit int) ([]OutboxEntry, error) {
+// Undelivered returns up to limit outbox entries not yet delivered whose
+// next try is due at or before dueBy (an entry is due from its creation,
+// and after a failed delivery from the time MarkFailed set), earliest
+// first. Entries that keep failing are skipped until their next try, so
+// they never hide the others.
+func (s *Store) Undelivered(ctx context.Context, dueBy time.Time, limit int) ([]OutboxEntry, error) {
 	q := &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
 		Where: and(fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
-			fieldFilter("createdAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(olderThan.UTC())))),
+			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(dueBy.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
-			{Field: fieldRef("createdAt"), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING},
 			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
 		},
 		Limit: wrapInt(limit),
 	}
 	out, err := s.queryOutbox(ctx, q)
 	return out, wrap("undelivered", err)
+}
+
+// OutboxFailure records a failed delivery of one outbox entry.
+type OutboxFailure struct {
+	EventID string
+	// Tries is the number of failed deliveries, this one included.
+	Tries int
+	// NextTryAt is when Undelivered may return the entry again.
+	NextTryAt time.Time
+	// EventPublished: the event was acked (only the dead letter failed);
+	// the next try publishes only the dead letter.
+	EventPublished bool
+}
+
+// MarkFailed records failed deliveries, in one commit (at most 500): each
+// entry stays undelivered and is skipped by Undelivered until its
+// NextTryAt.
+func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
+	if len(failures) == 0 {
+		return nil
+	}
+	writes := make([]*pb.Write, 0, len(failures))
+	for _, f := range failures {
+		fields := encodeFields(struct {
+			NextTryAt      time.Time `firestore:"nextTryAt"`
+			Tries          int       `firestore:"tries"`
+			EventPublished bool      `firestore:"eventPublished"`
+		}{f.NextTryAt.UTC(), f.Tries, f.EventPublished})
+		writes = append(writes, &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(f.EventID), Fields: fields}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"nextTryAt", "tries", "eventPublished"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
+		})
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return wrap("mark failed", err)
 }
 
 // OutboxEntries returns every outbox entry of a task, delivered or not, in

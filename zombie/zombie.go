@@ -53,6 +53,10 @@ const (
 )
 
 // Store is what the sweeper needs from the store; *store.Store has it.
+// DueTasks may return tasks with only their id, tenant, state, attempt and
+// due time set (the store projects its due queries to those, so that a page
+// costs the same whatever the payloads): the sweeper acts on the task that
+// Apply's transaction reads and returns.
 type Store interface {
 	DueTasks(ctx context.Context, d store.Due, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
 	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)

@@ -84,8 +84,8 @@ resource "google_firestore_index" "tasks_state_deadline" {
   }
 }
 
-# Publisher re-drive: undelivered events older than the grace period.
-resource "google_firestore_index" "outbox_delivered_created_at" {
+# Publisher re-drive: undelivered events due for a (re)try.
+resource "google_firestore_index" "outbox_delivered_next_try_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "outbox"
@@ -95,7 +95,7 @@ resource "google_firestore_index" "outbox_delivered_created_at" {
     order      = "ASCENDING"
   }
   fields {
-    field_path = "createdAt"
+    field_path = "nextTryAt"
     order      = "ASCENDING"
   }
 }
