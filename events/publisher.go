@@ -61,7 +61,9 @@ var ErrUndelivered = errors.New("events: not delivered")
 type Outbox interface {
 	// Undelivered returns undelivered entries due for a try at or before
 	// dueBy, earliest first.
-	Undelivered(ctx context.Context, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	// DueShards is the number of shards Undelivered takes.
+	DueShards() int
 	// MarkDelivered marks entries delivered, in one commit.
 	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
 	// MarkFailed records failed deliveries and their next try, in one commit.
@@ -222,10 +224,29 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 		}
 	}()
 	var errs []error
-	for range p.maxBatches {
-		entries, err := p.outbox.Undelivered(ctx, cutoff, p.batch)
+	// Every shard in turn (a task's events share its shard, so its order
+	// by seq holds); a batch that delivers nothing at all is an outage, and
+	// ends the pass rather than wait out the publish timeout per shard.
+	outage := false
+	for shard := 0; shard < p.outbox.DueShards() && !outage && ctx.Err() == nil; shard++ {
+		t, f, o, err := p.redriveShard(ctx, shard, cutoff)
+		total, failedTotal, outage = total+t, failedTotal+f, o
 		if err != nil {
-			errs = append(errs, fmt.Errorf("events: redrive: read outbox: %w", err))
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// redriveShard is Redrive for one due shard: batches of undelivered
+// entries until none is left, a mark fails, a batch delivers nothing
+// (outage), or RedriveMaxBatches batches were read.
+func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time) (total, failedTotal int, outage bool, _ error) {
+	var errs []error
+	for range p.maxBatches {
+		entries, err := p.outbox.Undelivered(ctx, shard, cutoff, p.batch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
 			break
 		}
 		if len(entries) == 0 {
@@ -247,11 +268,15 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
 			break
 		}
-		if len(entries) < p.batch || len(delivered) == 0 {
+		if len(delivered) == 0 {
+			outage = true
+			break
+		}
+		if len(entries) < p.batch {
 			break
 		}
 	}
-	return errors.Join(errs...)
+	return total, failedTotal, outage, errors.Join(errs...)
 }
 
 // item is an outbox entry to publish.

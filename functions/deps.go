@@ -19,6 +19,7 @@
 //	SERVO_DEAD_LETTER_TOPIC    dead-letter topic (default servo-dead-letter)
 //	SERVO_SWEEP_EVERY          sweep cadence within one invocation (default 15s)
 //	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
+//	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
 package functions
 
@@ -118,7 +119,11 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")))
+	shards, err := strconv.Atoi(Env("SERVO_DUE_SHARDS", strconv.Itoa(store.DefaultDueShards)))
+	if err != nil || shards < 1 {
+		return nil, fmt.Errorf("functions: SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", os.Getenv("SERVO_DUE_SHARDS"))
+	}
+	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards))
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -61,6 +62,7 @@ type Store struct {
 	db         string // projects/P/databases/D
 	docs       string // db + "/documents"
 	maxRetries int
+	shards     int
 	perTask    keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
@@ -78,6 +80,7 @@ func (s *Store) committed(ctx context.Context, trs []task.Transition) {
 }
 
 type config struct {
+	shards     int
 	database   string
 	counter    *RPCCounter
 	clientOpts []option.ClientOption
@@ -98,6 +101,16 @@ func WithClientOptions(opts ...option.ClientOption) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
+// DefaultDueShards is the number of due-index shards (WithDueShards).
+const DefaultDueShards = 16
+
+// WithDueShards sets how many shards the due indexes are split into
+// (default DefaultDueShards): each task is given a shard at creation, and
+// the sweeper and the outbox re-drive query every shard. The number may
+// grow between deployments, never shrink: a task's shard is fixed, and a
+// shard no longer queried would never be swept.
+func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
+
 // WithMaxRetries bounds transaction retries on contention (default 25).
 func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
 
@@ -106,9 +119,12 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	if project == "" {
 		return nil, errors.New("store: project id is required")
 	}
-	cfg := config{database: "(default)", maxRetries: 25}
+	cfg := config{database: "(default)", maxRetries: 25, shards: DefaultDueShards}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.shards < 1 {
+		return nil, fmt.Errorf("store: %d due shards: want at least 1", cfg.shards)
 	}
 	var copts []option.ClientOption
 	if host := os.Getenv(EmulatorHostEnv); host != "" {
@@ -127,7 +143,19 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to firestore: %w", err)
 	}
 	db := "projects/" + project + "/databases/" + cfg.database
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries}, nil
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards}, nil
+}
+
+// DueShards is the number of due-index shards; DueTasks and Undelivered
+// take a shard in [0, DueShards()).
+func (s *Store) DueShards() int { return s.shards }
+
+// DueShardOf is the due-index shard of a task id among n shards: a hash,
+// so that tasks created together spread over every shard.
+func DueShardOf(taskID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
 }
 
 // Close releases the connection.
@@ -179,6 +207,8 @@ func wrap(op string, err error) error {
 // outboxDoc is an outbox entry as stored.
 type outboxDoc struct {
 	task.Transition
+	// DueShard leads the re-drive's index, as on tasks.
+	DueShard    int        `firestore:"dueShard"`
 	Delivered   bool       `firestore:"delivered"`
 	CreatedAt   time.Time  `firestore:"createdAt"`
 	DeliveredAt *time.Time `firestore:"deliveredAt"`
@@ -194,7 +224,7 @@ type outboxDoc struct {
 }
 
 func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
-	doc := outboxDoc{Transition: tr, CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
+	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
 	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
 }
 
@@ -318,6 +348,7 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 // creationWrites builds the stored form of a submitted task and the writes
 // that create it.
 func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
+	t.DueShard = DueShardOf(t.ID, s.shards)
 	nt, a, tr := task.NewTask(t, now)
 	trs := []task.Transition{tr}
 	if queued {
@@ -466,10 +497,7 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 
 // Attempts reads a task's attempt records, oldest first.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
-	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: "attempts"}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
-	}
+	q := attemptsQuery()
 	var out []task.Attempt
 	err := s.runQuery(ctx, s.taskName(id), q, func(d *pb.Document) error {
 		var a task.Attempt
@@ -480,6 +508,22 @@ func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error)
 		return nil
 	})
 	return out, wrap("attempts", err)
+}
+
+// attemptsQuery reads a task's attempt records in order.
+func attemptsQuery() *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: AttemptsCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
+	}
+}
+
+// outboxQuery selects the outbox entries whose field equals v.
+func outboxQuery(field, v string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
+	}
 }
 
 func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
@@ -552,6 +596,10 @@ func and(filters ...*pb.StructuredQuery_Filter) *pb.StructuredQuery_Filter {
 
 func strVal(s string) *pb.Value { return &pb.Value{ValueType: &pb.Value_StringValue{StringValue: s}} }
 
+func intVal(n int) *pb.Value {
+	return &pb.Value{ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}
+}
+
 func statesVal(states []task.State) *pb.Value {
 	vals := make([]*pb.Value, len(states))
 	for i, st := range states {
@@ -590,6 +638,24 @@ func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
 	return filters
 }
 
+// query is List's query without its cursor: f's equality filters, in id
+// order (served by Firestore's single-field indexes, merged).
+func (f ListFilter) query(limit int) *pb.StructuredQuery {
+	dir := pb.StructuredQuery_ASCENDING
+	if f.NewestFirst {
+		dir = pb.StructuredQuery_DESCENDING
+	}
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
+		Limit:   wrapInt(limit),
+	}
+	if filters := f.filters(); len(filters) > 0 {
+		q.Where = and(filters...)
+	}
+	return q
+}
+
 // List returns tasks matching f in id order (creation order; newest first
 // with f.NewestFirst), and the token of the next page ("" on the last
 // page). Pages are stable: a task created during an oldest-first listing
@@ -600,19 +666,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 		size = 50
 	}
 	size = min(size, 500)
-	filters := f.filters()
-	dir := pb.StructuredQuery_ASCENDING
-	if f.NewestFirst {
-		dir = pb.StructuredQuery_DESCENDING
-	}
-	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
-		Limit:   wrapInt(size + 1),
-	}
-	if len(filters) > 0 {
-		q.Where = and(filters...)
-	}
+	q := f.query(size + 1)
 	if f.PageToken != "" {
 		after, err := base64.RawURLEncoding.DecodeString(f.PageToken)
 		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
@@ -802,14 +856,26 @@ type DueCursor struct {
 // needs to apply the duty's event (id, attempt), log it (tenant, state)
 // and continue the query (the due time). The sweeper acts on the task that
 // its transaction reads; a due task has no payload, timing or other field.
-var dueFields = []string{"taskId", "tenantId", "state", "attempt"}
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard"}
 
-// DueTasks returns up to limit tasks whose duty d is due at now, ordered by
-// the due time, after cursor (nil for the first page). The query reads only
+// DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
+// whose duty d is due at now, ordered by the due time, after cursor (nil
+// for the first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
 // It projects the tasks to their id, tenant, state, attempt and d's due
 // time: a page's size does not depend on the tasks' payloads.
-func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	q, err := s.dueQuery(d, shard, now, limit, after)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.queryTasks(ctx, q)
+	return out, wrap("due "+string(d), err)
+}
+
+// dueQuery is DueTasks' query: one shard, the duty's states, due by now,
+// in due order; served by the index (dueShard, state, due field).
+func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
 	states, ok := DueStates[d]
 	if !ok {
 		return nil, fmt.Errorf("store: unknown duty %q", d)
@@ -826,7 +892,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	q := &pb.StructuredQuery{
 		Select: sel,
 		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		Where: and(fieldFilter("state", op, sv),
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)), fieldFilter("state", op, sv),
 			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
@@ -837,8 +903,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if after != nil {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
 	}
-	out, err := s.queryTasks(ctx, q)
-	return out, wrap("due "+string(d), err)
+	return q, nil
 }
 
 // DueTime is the time the duty d looks at on t (nil if unset).
@@ -870,15 +935,24 @@ type OutboxEntry struct {
 	EventPublished bool
 }
 
-// Undelivered returns up to limit outbox entries not yet delivered whose
+// Undelivered returns up to limit outbox entries of one due shard (in [0,
+// DueShards())) not yet delivered whose
 // next try is due at or before dueBy (an entry is due from its creation,
 // and after a failed delivery from the time MarkFailed set), earliest
 // first. Entries that keep failing are skipped until their next try, so
 // they never hide the others.
-func (s *Store) Undelivered(ctx context.Context, dueBy time.Time, limit int) ([]OutboxEntry, error) {
-	q := &pb.StructuredQuery{
+func (s *Store) Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
+	out, err := s.queryOutbox(ctx, s.undeliveredQuery(shard, dueBy, limit))
+	return out, wrap("undelivered", err)
+}
+
+// undeliveredQuery is Undelivered's query, served by the index (dueShard,
+// delivered, nextTryAt).
+func (s *Store) undeliveredQuery(shard int, dueBy time.Time, limit int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
 			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(dueBy.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING},
@@ -886,8 +960,6 @@ func (s *Store) Undelivered(ctx context.Context, dueBy time.Time, limit int) ([]
 		},
 		Limit: wrapInt(limit),
 	}
-	out, err := s.queryOutbox(ctx, q)
-	return out, wrap("undelivered", err)
 }
 
 // OutboxFailure records a failed delivery of one outbox entry.
@@ -929,11 +1001,7 @@ func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error 
 // OutboxEntries returns every outbox entry of a task, delivered or not, in
 // transition order (for tests and tools).
 func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
-	q := &pb.StructuredQuery{
-		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: fieldFilter("taskId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(taskID)),
-	}
-	out, err := s.queryOutbox(ctx, q)
+	out, err := s.queryOutbox(ctx, outboxQuery("taskId", taskID))
 	sortBySeq(out)
 	return out, wrap("outbox entries", err)
 }

@@ -46,6 +46,10 @@ type Task struct {
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty" firestore:"cancelDeadline"`
 	// DispatchCheckAt is when a PENDING/QUEUED task counts as stuck.
 	DispatchCheckAt *time.Time `json:"dispatchCheckAt,omitempty" firestore:"dispatchCheckAt"`
+	// DueShard spreads the sweeper's due indexes: fixed at creation in
+	// [0, shards), it leads every due index, so that no index sees one
+	// steadily increasing run of writes (see store.DueShardOf).
+	DueShard int `json:"-" firestore:"dueShard"`
 	// Redrives counts re-enqueues of the current attempt by the sweeper;
 	// re-drive n is created under its own Cloud Tasks name (RedriveName).
 	Redrives int `json:"redrives" firestore:"redrives"`
