@@ -13,8 +13,8 @@ contract (PRODUCT §4, §8), behaving like the Go SDK (``worker/``).
             task.progress(100 * (i + 1) // rows, "rows")
         return {"rows": rows}           # SUCCEEDED with this output
 
-    app = servo_worker.App(handle)      # WSGI: gunicorn module:app
-    # or, locally: servo_worker.serve(handle, port=8080)
+    app = servo_worker.App(handle)      # WSGI: gunicorn --threads 8 module:app
+    # or, locally: app.serve(port=8080)
 
 Workers do work, not truth: Servo alone decides a task's state.
 """

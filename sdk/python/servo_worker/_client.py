@@ -97,38 +97,38 @@ def parse_retry_after(h: Optional[str]) -> float:
 
 
 class Transport:
-    """Keeps one HTTP connection per thread and host (keep-alive)."""
+    """A small pool of kept-alive HTTP connections, shared by threads."""
+
+    MAX_IDLE = 8
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._local = threading.local()
         self._mu = threading.Lock()
-        self._all: list[http.client.HTTPConnection] = []
+        self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
 
     def close(self) -> None:
-        """Closes every connection (of every thread)."""
+        """Closes the idle connections."""
         with self._mu:
-            conns, self._all = self._all, []
-        for c in conns:
-            c.close()
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for c in conns:
+                c.close()
 
-    def _conn(self, scheme: str, netloc: str) -> tuple[http.client.HTTPConnection, bool]:
-        conns: dict[tuple[str, str], http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
-        c = conns.get((scheme, netloc))
-        if c is not None:
-            return c, True
-        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-        c = cls(netloc, timeout=self.timeout)
-        conns[(scheme, netloc)] = c
+    def _take(self, key: tuple[str, str]) -> tuple[http.client.HTTPConnection, bool]:
         with self._mu:
-            self._all.append(c)
-        return c, False
+            conns = self._idle.get(key)
+            if conns:
+                return conns.pop(), True
+        cls = http.client.HTTPSConnection if key[0] == "https" else http.client.HTTPConnection
+        return cls(key[1], timeout=self.timeout), False
 
-    def _drop(self, scheme: str, netloc: str) -> None:
-        conns = self._local.__dict__.get("conns", {})
-        c = conns.pop((scheme, netloc), None)
-        if c is not None:
-            c.close()
+    def _give(self, key: tuple[str, str], c: http.client.HTTPConnection) -> None:
+        with self._mu:
+            conns = self._idle.setdefault(key, [])
+            if len(conns) < self.MAX_IDLE:
+                conns.append(c)
+                return
+        c.close()
 
     def post(self, url: str, body: bytes, token: str) -> tuple[int, dict[str, str], bytes]:
         """POSTs body; returns status, headers and at most 64 KiB of the
@@ -136,26 +136,27 @@ class Transport:
         failure (a failure on a kept-alive connection is retried once on a
         fresh one first)."""
         u = urllib.parse.urlsplit(url)
+        key = (u.scheme, u.netloc)
         path = u.path + ("?" + u.query if u.query else "")
         headers = {"Content-Type": "application/json", "Authorization": "Bearer " + token,
                    "User-Agent": USER_AGENT, "Content-Length": str(len(body))}
-        for _ in range(2):
-            conn, reused = self._conn(u.scheme, u.netloc)
+        while True:
+            conn, reused = self._take(key)
             try:
                 conn.request("POST", path, body=body, headers=headers)
                 res = conn.getresponse()
                 data = res.read(MAX_RESPONSE_BYTES)
-                if not res.isclosed() and res.length:
-                    # Too long to keep the connection usable.
-                    self._drop(u.scheme, u.netloc)
-                elif res.will_close:
-                    self._drop(u.scheme, u.netloc)
-                return res.status, {k.lower(): v for k, v in res.getheaders()}, data
+                complete = res.isclosed() or not res.length
             except (OSError, http.client.HTTPException):
-                self._drop(u.scheme, u.netloc)
+                conn.close()
                 if not reused:
                     raise
-        raise OSError("unreachable")  # not reached
+                continue
+            if complete and not res.will_close:
+                self._give(key, conn)
+            else:
+                conn.close()
+            return res.status, {k.lower(): v for k, v in res.getheaders()}, data
 
 
 def read_reply(status: int, headers: dict[str, str], data: bytes, backoff_max: float) -> Reply:

@@ -63,7 +63,6 @@ class Run:
         self.status = 0
         self.answer: dict[str, Any] = {}
 
-        self._transport = _client.Transport(app.request_timeout)
         self._mu = threading.Lock()
         self._tok: str = env["taskToken"]
         self._tok_until = _wall_to_mono(env["_tokenExpiresAt"])
@@ -153,7 +152,7 @@ class Run:
 
     def _post(self, op: str, body: Any, until: Any, stop: Optional[threading.Event]) -> Reply:
         cfg = self.app
-        return _client.post(self._transport, self.url_base + op, op, body, self._token, until, stop,
+        return _client.post(self.app._transport, self.url_base + op, op, body, self._token, until, stop,
                             cfg.backoff_initial, cfg.backoff_max, self.log)
 
     # --- the attempt ----------------------------------------------------

@@ -10,15 +10,16 @@ import socket
 import socketserver
 import threading
 import urllib.parse
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server as _make_server
 
+from . import _client
 from ._logs import FieldsAdapter, default_logger
 from ._run import RESULT_INTERNAL, Run
 from ._util import MAX_ENVELOPE_BYTES, parse_time, token_expiry, truncate
 from .task import Task
 
-__all__ = ["App", "Handler", "serve", "make_server", "EnvelopeError"]
+__all__ = ["App", "Handler", "WSGIApp", "serve", "make_server", "EnvelopeError", "parse_envelope", "default_worker_id"]
 
 Handler = Callable[[Task], Any]
 """A handler does the work of one attempt: it returns the output
@@ -122,9 +123,18 @@ class App:
         self.backoff_initial = max(float(retry_backoff[0]), 0.001)
         self.backoff_max = max(float(retry_backoff[1]), self.backoff_initial)
         self.start_retry_window = float(start_retry_window)
+        self._transport = _client.Transport(self.request_timeout)
         self._project = os.environ.get("GOOGLE_CLOUD_PROJECT", "")
         self._mu = threading.Lock()
         self._inflight: dict[tuple[str, int], Run] = {}
+
+    def close(self) -> None:
+        """Closes the kept-alive connections to Servo."""
+        self._transport.close()
+
+    def serve(self, port: int = 8080, host: str = "0.0.0.0") -> None:
+        """Serves this application with :func:`serve` (local use)."""
+        serve(self, port, host)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         status, answer, headers = self.handle_delivery(environ)
@@ -197,7 +207,6 @@ class App:
             run.log.exception("internal error running the attempt")
             run.status, run.answer = 500, {"result": RESULT_INTERNAL, "detail": f"{type(e).__name__}: {e}"}
         finally:
-            run._transport.close()
             with self._mu:
                 self._inflight.pop(key, None)
             run.answer.update({"taskId": env["taskId"], "attempt": env["attempt"]})
@@ -218,22 +227,26 @@ class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
 
 
-def make_server(app: Union[App, Handler], port: int = 8080, host: str = "0.0.0.0") -> ThreadingWSGIServer:
-    """Returns a threading wsgiref server for app (an App, or a handler to
-    wrap in one) bound to host:port (port 0 picks a free one:
-    ``server.server_port``). Call ``serve_forever()`` on it."""
-    if not isinstance(app, App):
-        app = App(app)
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def make_server(app: WSGIApp, port: int = 8080, host: str = "0.0.0.0") -> ThreadingWSGIServer:
+    """Returns a threading wsgiref server for a WSGI application (an
+    :class:`App`, or one that wraps it) bound to host:port (port 0 picks a
+    free one: ``server.server_port``). Call ``serve_forever()`` on it."""
     srv = _make_server(host, port, app, server_class=ThreadingWSGIServer, handler_class=_QuietHandler)
     return srv  # type: ignore[return-value]
 
 
-def serve(app: Union[App, Handler], port: int = 8080, host: str = "0.0.0.0") -> None:
-    """Serves app with the standard library (local use; use gunicorn on
-    Cloud Run) until interrupted."""
+def serve(app: WSGIApp, port: int = 8080, host: str = "0.0.0.0") -> None:
+    """Serves a WSGI application (an :class:`App`) with the standard
+    library's server, a thread per delivery, until interrupted. For local
+    use; on Cloud Run use gunicorn."""
     srv = make_server(app, port, host)
     logging.getLogger("servo_worker").info("worker listening on %s:%d", host, srv.server_port)
     try:
         srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
     finally:
         srv.server_close()

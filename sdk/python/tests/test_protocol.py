@@ -84,7 +84,9 @@ class Base(unittest.TestCase):
         self.logs = LogCapture()
         kw.setdefault("retry_backoff", (0.001, 0.01))
         kw.setdefault("request_timeout", 5)
-        return sw.App(handler, worker_id="py-test", logger=self.logs.logger, **kw)
+        app = sw.App(handler, worker_id="py-test", logger=self.logs.logger, **kw)
+        self.addCleanup(app.close)
+        return app
 
     def deliver(self, app: sw.App, env: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         status, ans, _ = wsgi_post(app, json.dumps(env).encode())
