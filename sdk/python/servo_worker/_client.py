@@ -41,8 +41,8 @@ class Reply:
     retry_after: float = 0.0
     # servo: the body is Servo's JSON (it carries a disposition).
     servo: bool = False
-    # sent_at: time.monotonic() when the answered request was sent.
-    sent_at: float = 0.0
+    # received_at: time.monotonic() when the answer arrived.
+    received_at: float = 0.0
 
 
 class Unreachable(Exception):
@@ -194,14 +194,15 @@ def post(
     try_ = 0
     while True:
         b = body()
-        sent = time.monotonic()
         try:
             status, headers, data = transport.post(url, b, token())
         except (OSError, http.client.HTTPException) as e:
             rep, why = None, f"{type(e).__name__}: {e}"
         else:
             rep = read_reply(status, headers, data, backoff_max)
-            rep.sent_at = sent
+            rep.received_at = time.monotonic()
+            log.debug("callback answered", fields={"op": op, "status": status, "disposition": rep.body.get("disposition"),
+                                                   "code": rep.body.get("error")})
             if not retryable(rep):
                 rep.disposition = disposition(op, rep)
                 return rep

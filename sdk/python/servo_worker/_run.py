@@ -75,7 +75,7 @@ class Run:
         self._sup_quit = False
         timeout_ms = env.get("heartbeatTimeoutMs") or 0
         self._hb_timeout = timeout_ms / 1000.0 if isinstance(timeout_ms, (int, float)) and timeout_ms > 0 else 0.0
-        self._fence_at = float("inf")  # monotonic: last acknowledged send + heartbeatTimeoutMs
+        self._fence_at = float("inf")  # monotonic: last acknowledgement + heartbeatTimeoutMs
 
     # --- state ----------------------------------------------------------
 
@@ -96,12 +96,12 @@ class Run:
         with self._mu:
             return self._fence_at
 
-    def _ack(self, sent_at: float) -> None:
-        """A request sent at sent_at was acknowledged (200 CONTINUE): the
-        lease runs at least heartbeatTimeoutMs from then."""
+    def _ack(self, at_: float) -> None:
+        """An acknowledgement (200 CONTINUE) arrived at at_: the attempt is
+        fenced heartbeatTimeoutMs later unless another one arrives."""
         if self._hb_timeout <= 0:
             return
-        at = sent_at + self._hb_timeout
+        at = at_ + self._hb_timeout
         with self._mu:
             self._fence_at = at if self._fence_at == float("inf") else max(self._fence_at, at)
         self._sup_wake.set()
@@ -179,7 +179,7 @@ class Run:
                            fields={"status": rep.status, "code": rep.body.get("error"), "field": rep.body.get("field"),
                                    "message": rep.body.get("message")})
             return 200, _drop_empty({"result": RESULT_REJECTED, "code": rep.body.get("error"), "detail": rep.body.get("message")})
-        self._ack(rep.sent_at)
+        self._ack(rep.received_at)
 
         hb = threading.Thread(target=self._heartbeat_loop, name="servo-heartbeat", daemon=True)
         sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
@@ -325,7 +325,7 @@ class Run:
         if rep.disposition == CONTINUE:
             if self.stopped() is not None:
                 return False  # fenced meanwhile: a late acknowledgement does not undo it
-            self._ack(rep.sent_at)
+            self._ack(rep.received_at)
             self.task._acked(version)
             if rep.body.get("shouldCancel") is True:
                 self._cancel_by(str(rep.body.get("cancelReason") or ""))
