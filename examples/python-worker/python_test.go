@@ -157,7 +157,7 @@ func (e *env) submit(key string, payload map[string]any) string {
 	e.t.Helper()
 	status, out := e.do("POST", "/v1/tasks", map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": "py", "payload": payload,
-		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 1500, "cancelGracePeriodMs": 3000,
+		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 2500, "cancelGracePeriodMs": 3000,
 		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
 	})
 	if status != http.StatusCreated {
@@ -186,7 +186,7 @@ func (e *env) get(id string) dispatcher.TaskView {
 // waitFor polls the task until ok says so.
 func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispatcher.TaskView {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		v := e.get(id)
 		if ok(v) {
