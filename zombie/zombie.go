@@ -46,8 +46,8 @@ const (
 	DefaultConcurrency = 8
 	// DefaultShardConcurrency bounds the due shards queried at once.
 	DefaultShardConcurrency = 4
-	DefaultMaxRedrives = 5
-	DefaultEvery       = 15 * time.Second
+	DefaultMaxRedrives      = 5
+	DefaultEvery            = 15 * time.Second
 	// DefaultWindow keeps one invocation sweeping until just before the next
 	// once-a-minute Scheduler tick. Config's zero Window means one pass; the
 	// function sets this default.
