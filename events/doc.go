@@ -5,9 +5,11 @@
 // Firestore transaction that makes it (package store). A [Publisher]
 // delivers the entries:
 //
-//   - right after each commit, through the store's post-commit hook
-//     (st.OnCommit(p.Hook())): publish with ordering key = task id, wait for
-//     Pub/Sub's acks, mark the entries delivered in one commit;
+//   - right after each commit, off the writer's path: the store's
+//     post-commit hook (st.OnCommit(p.Hook())) only queues the transitions;
+//     a sender goroutine publishes them in batches with ordering key = task
+//     id, waits for Pub/Sub's acks, and marks each batch delivered in one
+//     commit;
 //   - later, from the outbox, for whatever that missed (a crash, a timeout,
 //     a Pub/Sub outage): [Publisher.Redrive], called by the sweeper on every
 //     pass, publishes the entries still undelivered after a grace period, in

@@ -275,20 +275,35 @@ func run(t *testing.T, st *store.Store, tasks []task.Task, steps [][]step) {
 // their delivered flag.
 func outboxIDs(t *testing.T, st *store.Store, delivered bool, tasks ...task.Task) []string {
 	t.Helper()
-	var ids []string
-	for _, tk := range tasks {
-		entries, err := st.OutboxEntries(context.Background(), tk.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Delivered != delivered {
-				t.Errorf("task %s event %d (%s → %s): delivered = %v, want %v", tk.ID, e.Seq, e.From, e.To, e.Delivered, delivered)
+	// The hook's sender delivers after the commit: wait for "delivered"
+	// (never for "undelivered", which must hold at once).
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var ids []string
+		var wrong []string
+		for _, tk := range tasks {
+			entries, err := st.OutboxEntries(context.Background(), tk.ID)
+			if err != nil {
+				t.Fatal(err)
 			}
-			ids = append(ids, e.EventID)
+			for _, e := range entries {
+				if e.Delivered != delivered {
+					wrong = append(wrong, fmt.Sprintf("task %s event %d (%s → %s): delivered = %v, want %v", tk.ID, e.Seq, e.From, e.To, e.Delivered, delivered))
+				}
+				ids = append(ids, e.EventID)
+			}
 		}
+		if len(wrong) == 0 {
+			return ids
+		}
+		if !delivered || time.Now().After(deadline) {
+			for _, w := range wrong {
+				t.Error(w)
+			}
+			return ids
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return ids
 }
 
 type transitionWant struct {
@@ -782,37 +797,120 @@ func (e *env) countedStore(t testing.TB) *store.RPCCounter {
 	return c
 }
 
-// TestHookFirestoreCost: on the writer's critical path the hook adds one
-// Firestore commit per committed batch of transitions (MarkDelivered), and
-// one query (the attempt history) for a dead letter; nothing else.
-func TestHookFirestoreCost(t *testing.T) {
+// TestHookOffTheWritersPath: the hook adds no Firestore RPC to the
+// writer's transaction (the callback answers once its commit is done);
+// the sender, on its own connection here, delivers everything and marks a
+// committed batch of transitions delivered in one commit, reading the
+// attempt history once for a dead letter.
+func TestHookOffTheWritersPath(t *testing.T) {
 	e := newEnv(t)
-	rpcs := e.countedStore(t)
+	ctx := context.Background()
+	writer := e.countedStore(t)
+	sender := store.NewRPCCounter()
+	pst, err := store.New(ctx, e.project, store.WithRPCCounter(sender))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pst.Close() })
 	e.subscribe(t, events.DefaultEventsTopic)
 	e.subscribe(t, events.DefaultDeadLetterTopic)
-	p := e.publisher(t, events.Config{})
+	p := e.publisher(t, events.Config{Store: pst})
 	e.st.OnCommit(p.Hook())
 	tk := submitted(time.Now(), "run_1", task.RetryPolicy{})
 	tests := []struct {
 		name string
 		step step
-		// want is the RPCs by method: the store's own plus the hook's.
+		// want is the writer's RPCs: the store's own, nothing for events.
 		want map[string]int
 	}{
-		{"create", create, map[string]int{"Commit": 1 + 1}},
-		{"enqueued", enqueued(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1 + 1}},
-		{"started", started(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1 + 1}},
+		{"create", create, map[string]int{"Commit": 1}},
+		{"enqueued", enqueued(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
+		{"started", started(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"heartbeat (no transition)", heartbeat(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
-		{"failed for good (dead letter)", completed(1, task.OutcomeFailed, dataErr), map[string]int{"BatchGetDocuments": 1, "Commit": 1 + 1, "RunQuery": 1}},
+		{"failed for good (dead letter)", completed(1, task.OutcomeFailed, dataErr), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 	}
 	for _, tt := range tests {
-		rpcs.Reset()
+		writer.Reset()
 		tt.step(t, e.st, tk)
-		if got := rpcs.Counts(); fmt.Sprint(got) != fmt.Sprint(tt.want) {
-			t.Errorf("%s: Firestore RPCs %v, want %v", tt.name, got, tt.want)
+		if got := writer.Counts(); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: the writer's Firestore RPCs %v, want %v", tt.name, got, tt.want)
 		}
 	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	outboxIDs(t, e.st, true, tk)
+	if got := sender.Counts(); got["RunQuery"] != 1 || got["Commit"] < 1 || got["Commit"] > 4 {
+		t.Errorf("the sender's Firestore RPCs %v, want one attempt-history query and one commit per batch (1 to 4)", got)
+	}
+
+	// 150 tasks created in one commit (450 writes): one batch for the
+	// sender, one MarkDelivered commit.
+	var many []task.Task
+	for range 150 {
+		many = append(many, submitted(time.Now(), "run_2", task.RetryPolicy{}))
+	}
+	sender.Reset()
+	for _, r := range e.st.CreateMany(ctx, many, time.Now(), false) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sender.Counts(); fmt.Sprint(got) != fmt.Sprint(map[string]int{"Commit": 1}) {
+		t.Errorf("150 transitions of one commit: the sender's Firestore RPCs %v, want one commit", got)
+	}
+	outboxIDs(t, e.st, true, many...)
+}
+
+// stalledOutbox blocks MarkDelivered until release is closed: a sender
+// stuck on a slow or dead dependency.
+type stalledOutbox struct {
+	*store.Store
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func (o *stalledOutbox) MarkDelivered(ctx context.Context, ids []string, now time.Time) error {
+	o.calls.Add(1)
+	<-o.release
+	return o.Store.MarkDelivered(ctx, ids, now)
+}
+
+// TestHookDoesNotWaitForTheSender: while the sender is stuck (its
+// MarkDelivered blocks), a task still goes through its whole lifecycle:
+// no commit waits for event delivery. Once the sender is released every
+// event is delivered, in order.
+func TestHookDoesNotWaitForTheSender(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	evSub := e.subscribe(t, events.DefaultEventsTopic)
+	so := &stalledOutbox{Store: e.st, release: make(chan struct{})}
+	p := e.publisher(t, events.Config{Store: so})
+	e.st.OnCommit(p.Hook())
+	tk := submitted(time.Now(), "run_1", task.RetryPolicy{})
+	run(t, e.st, []task.Task{tk}, [][]step{succeed}) // would block here if the hook waited
+	for deadline := time.Now().Add(waitTimeout); so.calls.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never tried to mark a delivery")
+		}
+	}
+	outboxIDs(t, e.st, false, tk)
+	close(so.release)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := outboxIDs(t, e.st, true, tk)
+	msgs := evSub.waitIDs(t, ids, 1)
+	for _, evs := range firstByTask(t, msgs) {
+		for i, ev := range evs {
+			if ev.Seq != int64(i+1) {
+				t.Fatalf("events out of order: %+v", evs)
+			}
+		}
+	}
 }
 
 // BenchmarkPublish measures the hook's work after a commit: publish one

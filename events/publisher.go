@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -102,6 +103,9 @@ type Config struct {
 	// RedriveMaxBatches bounds the batches of one Redrive call; default
 	// DefaultRedriveMaxBatches.
 	RedriveMaxBatches int
+	// MaxQueue bounds the transitions the hook queues for the sender;
+	// default DefaultMaxQueue.
+	MaxQueue int
 }
 
 // Publisher delivers the outbox's transition events to Pub/Sub: right after
@@ -118,7 +122,28 @@ type Publisher struct {
 	batch      int
 	maxBatches int
 	redriveMu  sync.Mutex
+
+	// The hook's queue, drained by one sender goroutine (send).
+	qmu      sync.Mutex
+	queue    []task.Transition
+	inFlight int  // transitions taken by the sender, not yet done
+	closed   bool // Close was called: the hook queues nothing more
+	maxQueue int
+	wake     chan struct{} // a transition was queued
+	drained  *sync.Cond    // queue empty and nothing in flight
+	stopped  chan struct{} // the sender has returned
+	dropped  atomic.Int64  // transitions the full queue left to Redrive
 }
+
+// Defaults of the hook's queue.
+const (
+	// DefaultMaxQueue bounds the transitions waiting for the sender; past
+	// it the hook leaves them to Redrive (they are in the outbox).
+	DefaultMaxQueue = 10000
+	// sendBatch is the most transitions one send publishes and marks
+	// delivered in one commit.
+	sendBatch = 500
+)
 
 // New returns a Publisher. It does not check that the topics exist: a
 // missing topic makes publishing fail, which leaves events in the outbox
@@ -134,7 +159,12 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{
 		outbox: cfg.Store, log: cfg.Logger, now: cfg.Now, grace: cfg.Grace, timeout: cfg.PublishTimeout,
-		batch: cfg.RedriveBatch, maxBatches: cfg.RedriveMaxBatches,
+		batch: cfg.RedriveBatch, maxBatches: cfg.RedriveMaxBatches, maxQueue: cfg.MaxQueue,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+	}
+	p.drained = sync.NewCond(&p.qmu)
+	if p.maxQueue <= 0 {
+		p.maxQueue = DefaultMaxQueue
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -159,29 +189,122 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	p.events.EnableMessageOrdering = true
 	p.dead = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.DeadLetterTopic, DefaultDeadLetterTopic)))
 	for _, t := range []*pubsub.Publisher{p.events, p.dead} {
-		// Publish sits on the caller's critical path: send at once rather
-		// than wait for the default 10 ms bundling delay.
+		// The sender publishes a batch and waits for it: send at once
+		// rather than wait for the default 10 ms bundling delay.
 		t.PublishSettings.DelayThreshold = time.Millisecond
 		t.PublishSettings.Timeout = p.timeout
 	}
+	go p.send()
 	return p, nil
 }
 
-// Close flushes and stops the Pub/Sub publishers. Events published after
-// Close fail and stay in the outbox. It does not close the client.
+// Close delivers what the hook has queued (bounded by the publish
+// timeout), stops the sender and the Pub/Sub publishers. Transitions
+// committed after Close stay in the outbox for Redrive. It does not close
+// the client.
 func (p *Publisher) Close() {
+	p.qmu.Lock()
+	p.closed = true
+	p.qmu.Unlock()
+	p.poke()
+	<-p.stopped
 	p.events.Stop()
 	p.dead.Stop()
 }
 
-// Hook returns the function to register with store.OnCommit: it publishes
-// the committed transitions and never fails the caller (what it cannot
-// deliver stays in the outbox for Redrive).
+// Hook returns the function to register with store.OnCommit. It only
+// queues the committed transitions for the sender and returns at once, so
+// a callback answers as soon as its transaction commits: publishing and
+// marking delivered happen off the request's path, many transitions to a
+// commit. What the sender cannot deliver (Pub/Sub down, a full queue, a
+// crash) stays in the outbox for Redrive. A task's transitions are queued
+// in commit order (the store runs one transaction per task at a time and
+// calls the hook before the next), and the sender keeps that order.
 func (p *Publisher) Hook() func(context.Context, []task.Transition) {
-	return func(ctx context.Context, trs []task.Transition) { _ = p.Publish(ctx, trs) }
+	return func(_ context.Context, trs []task.Transition) { p.enqueue(trs) }
 }
 
-// Publish delivers committed transitions: it publishes them (in seq order
+// enqueue queues trs for the sender, or leaves them to Redrive when the
+// queue is full or closed.
+func (p *Publisher) enqueue(trs []task.Transition) {
+	p.qmu.Lock()
+	if p.closed || len(p.queue)+len(trs) > p.maxQueue {
+		p.qmu.Unlock()
+		if n := p.dropped.Add(int64(len(trs))); n == int64(len(trs)) || n%1000 < int64(len(trs)) {
+			p.log.Warn("events: the publish queue is full; transitions are left to the outbox re-drive", "dropped", n)
+		}
+		return
+	}
+	p.queue = append(p.queue, trs...)
+	p.qmu.Unlock()
+	p.poke()
+}
+
+func (p *Publisher) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send is the sender: it takes up to sendBatch queued transitions at a
+// time, publishes them and marks them delivered in one commit, until Close.
+func (p *Publisher) send() {
+	defer close(p.stopped)
+	for {
+		p.qmu.Lock()
+		n := min(len(p.queue), sendBatch)
+		batch := slices.Clone(p.queue[:n])
+		p.queue = p.queue[n:]
+		p.inFlight = n
+		closed := p.closed
+		p.qmu.Unlock()
+		if n > 0 {
+			_ = p.Publish(context.Background(), batch)
+		}
+		p.qmu.Lock()
+		p.inFlight = 0
+		empty := len(p.queue) == 0
+		if empty {
+			p.drained.Broadcast()
+		}
+		p.qmu.Unlock()
+		switch {
+		case !empty:
+		case closed:
+			return
+		default:
+			<-p.wake
+		}
+	}
+}
+
+// Flush waits until every transition the hook queued so far has been
+// delivered or left to Redrive, or ctx ends.
+func (p *Publisher) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.qmu.Lock()
+		for len(p.queue) > 0 || p.inFlight > 0 {
+			p.drained.Wait()
+		}
+		p.qmu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Dropped is the number of transitions the hook left to Redrive because
+// its queue was full or closed.
+func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
+
+// Publish delivers committed transitions now, on the caller's goroutine
+// (the hook's sender uses it; so may tools): it publishes them (in seq order
 // per task, ordering key = task id) and their dead letters, waits for
 // Pub/Sub's acks, and marks the delivered ones in one commit. It costs one
 // Firestore RPC (MarkDelivered), plus one read of the attempt history per
