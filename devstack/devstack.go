@@ -29,6 +29,7 @@ import (
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -92,6 +93,9 @@ type Options struct {
 	WorkerOptions []worker.Option
 	// StoreOptions are passed to the store (an RPC counter, in benchmarks).
 	StoreOptions []store.Option
+	// TasksClientOptions are passed to the Cloud Tasks client (an
+	// interceptor counting calls, in benchmarks).
+	TasksClientOptions []option.ClientOption
 }
 
 // Stack is a running local stack.
@@ -110,6 +114,9 @@ type Stack struct {
 	Workers enqueue.Workers
 	// PubSub is the Pub/Sub client.
 	PubSub *pubsub.Client
+	// Events is the events publisher (the store's commit hook and the
+	// sweeper's outbox re-drive).
+	Events *events.Publisher
 
 	id        string
 	log       *slog.Logger
@@ -153,7 +160,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.CloudTasksHost, err = s.tasksSrv.Start("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("devstack: cloud tasks emulator: %w", err)
 	}
-	if s.tasks, err = cloudtasks.NewClient(ctx, cloudtasks.ClientOptions(s.CloudTasksHost)...); err != nil {
+	if s.tasks, err = cloudtasks.NewClient(ctx, append(cloudtasks.ClientOptions(s.CloudTasksHost), o.TasksClientOptions...)...); err != nil {
 		return nil, fmt.Errorf("devstack: cloud tasks client: %w", err)
 	}
 
@@ -186,6 +193,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	s.Store.OnCommit(s.pub.Hook())
+	s.Events = s.pub
 
 	// 4. Workers and their queues.
 	s.Workers = enqueue.Workers{ExampleWorker: s.worker(ExampleWorker, s.URL+"/workers/"+ExampleWorker)}

@@ -133,6 +133,8 @@ type Publisher struct {
 	drained  *sync.Cond    // queue empty and nothing in flight
 	stopped  chan struct{} // the sender has returned
 	dropped  atomic.Int64  // transitions the full queue left to Redrive
+
+	published, publishedDead atomic.Int64 // messages acked by Pub/Sub
 }
 
 // Defaults of the hook's queue.
@@ -297,6 +299,12 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Published is the number of messages Pub/Sub acked: transition events and
+// dead letters.
+func (p *Publisher) Published() (events, deadLetters int64) {
+	return p.published.Load(), p.publishedDead.Load()
 }
 
 // Dropped is the number of transitions the hook left to Redrive because
@@ -523,11 +531,14 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 				pe.err = cmp.Or(pe.err, fmt.Errorf("publish to %s: %w", p.events, err))
 			} else {
 				pe.eventPublished = true
+				p.published.Add(1)
 			}
 		}
 		if pe.dl != nil {
 			if _, err := pe.dl.Get(ctx); err != nil {
 				pe.err = cmp.Or(pe.err, fmt.Errorf("publish dead letter to %s: %w", p.dead, err))
+			} else {
+				p.publishedDead.Add(1)
 			}
 		}
 		if pe.err != nil {
