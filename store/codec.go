@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
@@ -37,6 +38,31 @@ func fieldName(f reflect.StructField) (string, bool) {
 		name = f.Name
 	}
 	return name, true
+}
+
+// structField is a struct field the codec maps: its index and name.
+type structField struct {
+	index int
+	name  string
+}
+
+// fieldsCache maps a struct type to its mapped fields (reflect.Type →
+// []structField): tags are parsed once per type, not on every encode.
+var fieldsCache sync.Map
+
+// fieldsOf returns the mapped fields of struct type t, in order.
+func fieldsOf(t reflect.Type) []structField {
+	if fs, ok := fieldsCache.Load(t); ok {
+		return fs.([]structField)
+	}
+	var fs []structField
+	for i := range t.NumField() {
+		if name, ok := fieldName(t.Field(i)); ok {
+			fs = append(fs, structField{index: i, name: name})
+		}
+	}
+	fieldsCache.Store(t, fs)
+	return fs
 }
 
 // encodeFields encodes a struct (or pointer to one) as document fields.
@@ -89,11 +115,10 @@ func encodeValue(v reflect.Value) *pb.Value {
 		}
 		return &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: fields}}}
 	case reflect.Struct:
-		fields := make(map[string]*pb.Value, v.NumField())
-		for i := 0; i < v.NumField(); i++ {
-			if name, ok := fieldName(v.Type().Field(i)); ok {
-				fields[name] = encodeValue(v.Field(i))
-			}
+		fs := fieldsOf(v.Type())
+		fields := make(map[string]*pb.Value, len(fs))
+		for _, f := range fs {
+			fields[f.name] = encodeValue(v.Field(f.index))
 		}
 		return &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: fields}}}
 	}
@@ -111,14 +136,10 @@ func decodeFields(fields map[string]*pb.Value, out any) error {
 }
 
 func decodeMap(fields map[string]*pb.Value, v reflect.Value) error {
-	for i := 0; i < v.NumField(); i++ {
-		name, ok := fieldName(v.Type().Field(i))
-		if !ok {
-			continue
-		}
-		if fv, ok := fields[name]; ok {
-			if err := decodeValue(fv, v.Field(i)); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+	for _, f := range fieldsOf(v.Type()) {
+		if fv, ok := fields[f.name]; ok {
+			if err := decodeValue(fv, v.Field(f.index)); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
 			}
 		}
 	}
