@@ -51,6 +51,8 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("deadline")}},
 	// Publisher re-drive: undelivered events older than the grace period.
 	{Collection: OutboxCollection, Fields: []IndexField{asc("delivered"), asc("createdAt")}},
+	// servo runs --tenant: a tenant's runs, newest first.
+	{Collection: RunsCollection, Fields: []IndexField{asc("tenantId"), {Path: "runId", Order: "DESCENDING"}}},
 }
 
 // TTLFields lists the documents Firestore deletes by TTL policy.

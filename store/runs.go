@@ -42,8 +42,9 @@ type RunFilter struct {
 	After string
 }
 
-// ListRuns returns runs newest first (run ids are ULIDs, so id order is
-// creation order) and the id to pass as After for the next page ("" on the
+// ListRuns returns runs newest first (run ids are ULIDs, so runId order is
+// creation order; Firestore cannot scan document names backwards, so the
+// query orders by the runId field) and the id to pass as After for the next page ("" on the
 // last page). It reads one document per run returned (plus one), never a
 // task.
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
@@ -54,7 +55,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 	size = min(size, 100)
 	q := &pb.StructuredQuery{
 		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: RunsCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_DESCENDING}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
 		Limit:   wrapInt(size + 1),
 	}
 	if f.TenantID != "" {
@@ -64,7 +65,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 		if !task.ValidID(f.After, task.RunIDPrefix) {
 			return nil, "", ErrInvalidPageToken
 		}
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(s.runName(f.After))}, Before: false}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
 	}
 	var out []Run
 	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {

@@ -239,7 +239,7 @@ func printTask(w io.Writer, t *client.Task) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	tb := newTable("ATTEMPT", "OUTCOME", "WORKER", "STARTED", "ENDED", "PROGRESS", "MESSAGE / ERROR").shrink(2, 6)
+	tb := newTable("ATTEMPT", "OUTCOME", "WORKER", "STARTED", "ENDED", "PROGRESS", "MESSAGE / ERROR").shrink(6, 2)
 	for _, a := range t.Attempts {
 		msg := a.Message
 		if a.Error != nil {
@@ -389,7 +389,7 @@ func listPages(ctx context.Context, c *client.Client, q url.Values, limit, pageS
 		if limit > 0 {
 			n = min(n, limit-batch)
 		}
-		t := newTable("TASK", "RUN", "KEY", "WORKER", "STATE", "ATTEMPT", "REASON").shrink(1, 2, 3, 6).colorState(4)
+		t := newTable("TASK", "RUN", "KEY", "WORKER", "STATE", "ATTEMPT", "REASON").shrink(6, 2, 3, 1).colorState(4)
 		for _, tk := range buf[:n] {
 			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
 		}

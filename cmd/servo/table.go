@@ -49,21 +49,21 @@ func termOf(w io.Writer) termInfo {
 type table struct {
 	head []string
 	rows [][]string
-	// flex marks the columns that may be truncated (by index).
-	flex map[int]bool
+	// flex lists the columns that may be truncated, the first shrunk first.
+	flex []int
 	// color, when set, colours the cells of column colorCol by state.
 	colorCol int
 }
 
 func newTable(head ...string) *table {
-	return &table{head: head, flex: map[int]bool{}, colorCol: -1}
+	return &table{head: head, colorCol: -1}
 }
 
-// shrink marks columns that may be truncated to fit the width.
+// shrink marks columns that may be truncated to fit the width, in the
+// order to shrink them: each down to 8 characters before the next, then
+// all down to 4.
 func (t *table) shrink(cols ...int) *table {
-	for _, c := range cols {
-		t.flex[c] = true
-	}
+	t.flex = append(t.flex, cols...)
 	return t
 }
 
@@ -97,18 +97,12 @@ func (t *table) lines(ti termInfo) []string {
 			}
 			return n
 		}
-		for total() > ti.width-1 {
-			// Shrink the widest flexible column by one.
-			best := -1
-			for i := range widths {
-				if t.flex[i] && widths[i] > 4 && (best < 0 || widths[i] > widths[best]) {
-					best = i
+		for _, floor := range []int{8, 4} {
+			for _, c := range t.flex {
+				if over := total() - (ti.width - 1); over > 0 && widths[c] > floor {
+					widths[c] -= min(over, widths[c]-floor)
 				}
 			}
-			if best < 0 {
-				break
-			}
-			widths[best]--
 		}
 	}
 	var out []string

@@ -290,14 +290,18 @@ func (w *watcher) renderLines(tasks []client.Task) {
 
 // redraw draws the table over the previous one.
 func (w *watcher) redraw(tasks []client.Task, done bool) {
-	tb := newTable("TASK", "KEY", "STATE", "ATT", "PROGRESS", "MESSAGE", "ELAPSED").shrink(0, 1, 5).colorState(2)
+	tb := newTable("TASK", "KEY", "STATE", "ATT", "PROGRESS", "MESSAGE", "ELAPSED").shrink(5, 1, 0).colorState(2)
+	barWidth := 20
+	if w.ti.width < 120 {
+		barWidth = 10
+	}
 	for i := range tasks {
 		t := &tasks[i]
 		p, known, msg := progressOf(t)
 		if t.Reason != "" && (t.State.Terminal() || t.State == task.Cancelling) {
 			msg = strings.TrimSpace(msg + " (" + t.Reason + ")")
 		}
-		tb.add(t.TaskID, t.TaskKey, string(t.State), fmt.Sprint(t.Attempt), bar(p, 20)+" "+pctText(p, known), dash(msg), shortDuration(w.elapsed(t)))
+		tb.add(t.TaskID, t.TaskKey, string(t.State), fmt.Sprint(t.Attempt), bar(p, barWidth)+" "+pctText(p, known), dash(msg), shortDuration(w.elapsed(t)))
 	}
 	lines := append(tb.lines(w.ti), fit(summary(tasks), w.ti.width-1))
 	if done {

@@ -100,6 +100,22 @@ resource "google_firestore_index" "outbox_delivered_created_at" {
   }
 }
 
+# servo runs --tenant: a tenant's runs, newest first.
+resource "google_firestore_index" "runs_tenant_id_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
 # --- TTL policies (store.TTLFields) ----------------------------------------
 #
 # Firestore deletes a document some time after the timestamp in its TTL
