@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,13 @@ const (
 	readRollback
 	// readCommit: the transaction read and committed.
 	readCommit
+	// heartbeatTransition: a heartbeat that changes the task's state (the
+	// first heartbeat of an attempt that never said started, one that finds
+	// the lease or the cancel grace run out). A heartbeat reads a masked
+	// task document and, when it makes a transition, reads the whole task
+	// and attempt in the same transaction before it commits: one more read
+	// on this rare path keeps every ordinary heartbeat small (store/live.go).
+	heartbeatTransition
 )
 
 func (c cost) want() map[string]int {
@@ -35,6 +43,8 @@ func (c cost) want() map[string]int {
 		return map[string]int{"BatchGetDocuments": 1, "Rollback": 1}
 	case readCommit:
 		return map[string]int{"BatchGetDocuments": 1, "Commit": 1}
+	case heartbeatTransition:
+		return map[string]int{"BatchGetDocuments": 2, "Commit": 1}
 	}
 	return map[string]int{}
 }
@@ -58,6 +68,46 @@ func (e *env) zombieThenSucceeded() task.Task {
 	}
 	c := completedReq(2, "w2", task.OutcomeSucceeded)
 	return e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 2, WorkerID: "w2", Completed: &c}).Task
+}
+
+// retriedThenSucceeded is a task whose attempt 1 reported a retryable
+// FAILED and whose attempt 2 succeeded.
+func (e *env) retriedThenSucceeded() task.Task {
+	tk := e.retriedRunning()
+	c := completedReq(2, "w2", task.OutcomeSucceeded)
+	return e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 2, WorkerID: "w2", Completed: &c}).Task
+}
+
+// retriedRunning is a task whose attempt 1 reported a retryable FAILED and
+// whose attempt 2 is RUNNING on w2.
+func (e *env) retriedRunning() task.Task {
+	tk := e.retried("w1")
+	return e.apply(tk.ID, task.Event{Kind: task.EventStarted, Attempt: 2, WorkerID: "w2"}).Task
+}
+
+// cancellingSince is a CANCELLING task (reason "operator said so") whose
+// attempt started and whose cancel was requested ago before the clock.
+func (e *env) cancellingSince(worker string, ago time.Duration) task.Task {
+	now := e.clock.Now()
+	e.clock.Set(now.Add(-ago))
+	tk := e.cancelling(worker, "operator said so")
+	e.clock.Set(now)
+	return tk
+}
+
+// wantCancelTimeout checks that the callback applied the cancel timeout:
+// attempt 1 CANCEL_TIMEOUT, the task FAILED CANCEL_TIMEOUT, one transition.
+func wantCancelTimeout(t *testing.T, e *env, rq request, rp reply) {
+	t.Helper()
+	got := e.get(rq.taskID)
+	if got.State != task.Failed || got.Reason != task.ReasonCancelTimeout || got.Attempt != 1 || got.Attempts[0].Outcome != task.OutcomeCancelTimeout ||
+		got.LeaseExpiresAt != nil || len(got.Attempts) != 1 {
+		t.Errorf("task %s %s attempt %d lease %v, attempts %+v; want FAILED CANCEL_TIMEOUT, attempt 1 CANCEL_TIMEOUT", got.State, got.Reason, got.Attempt, got.LeaseExpiresAt, got.Attempts)
+	}
+	want := []string{">PENDING", "PENDING>QUEUED", "QUEUED>RUNNING", "RUNNING>CANCELLING", "CANCELLING>FAILED"}
+	if tr := e.outboxTransitions(rq.taskID); !slices.Equal(tr, want) {
+		t.Errorf("outbox %v, want %v", tr, want)
+	}
 }
 
 // contractCases covers every row of PRODUCT §4 (the 503 row is
@@ -130,7 +180,7 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "heartbeat without started", status: 200, disp: task.Continue, cost: readCommit,
+			name: "heartbeat without started", status: 200, disp: task.Continue, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.queued()
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -242,6 +292,14 @@ func contractCases() []contractCase {
 			},
 			check: wantFinal(task.Failed, false, 0),
 		},
+		{
+			name: "completed SUCCEEDED just within the grace period is accepted as reported", status: 200, disp: task.Committed, cost: readCommit,
+			prep: func(e *env) request {
+				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()-time.Millisecond)
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+			},
+			check: wantFinal(task.Succeeded, false, 0),
+		},
 		// 409 task_already_terminal, CANCELLED.
 		{
 			name: "started after cancel before start", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
@@ -267,6 +325,32 @@ func contractCases() []contractCase {
 			},
 			check: wantTerminal(task.Succeeded),
 		},
+		{
+			// Terminal rows come before attempt_mismatch (PRODUCT §4).
+			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			prep: func(e *env) request {
+				tk := e.zombieThenSucceeded()
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+			},
+			check: wantTerminal(task.Succeeded),
+		},
+		{
+			name: "heartbeat of an older attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			prep: func(e *env) request {
+				tk := e.retriedThenSucceeded()
+				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
+			},
+			check: wantTerminal(task.Succeeded),
+		},
+		{
+			// Only the attempt that ended the task can conflict.
+			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			prep: func(e *env) request {
+				tk := e.retriedThenSucceeded()
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+			},
+			check: wantTerminal(task.Succeeded),
+		},
 		// 409 attempt_mismatch, CANCELLED.
 		{
 			name: "heartbeat of an older attempt", status: 409, code: task.CodeAttemptMismatch, disp: task.Cancel, cost: readRollback,
@@ -277,11 +361,9 @@ func contractCases() []contractCase {
 			check: wantMismatch(2, 1),
 		},
 		{
-			// The deliberate reading (package doc): an older attempt on a
-			// task a newer attempt completed is attempt_mismatch.
-			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: task.CodeAttemptMismatch, disp: task.Cancel, cost: readRollback,
+			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: task.CodeAttemptMismatch, disp: task.Cancel, cost: readRollback,
 			prep: func(e *env) request {
-				tk := e.zombieThenSucceeded()
+				tk := e.retriedRunning()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
 			},
 			check: wantMismatch(2, 1),
@@ -303,7 +385,7 @@ func contractCases() []contractCase {
 		},
 		// 410 task_expired, CANCELLED: the zombie transition is applied.
 		{
-			name: "heartbeat after the lease expired", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: readCommit,
+			name: "heartbeat after the lease expired", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.expired("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -327,7 +409,7 @@ func contractCases() []contractCase {
 			check: wantState(task.Queued, 2),
 		},
 		{
-			name: "heartbeat after the lease expired while CANCELLING", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: readCommit,
+			name: "heartbeat after the lease expired while CANCELLING", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				now := e.clock.Now()
 				e.clock.Set(now.Add(-testTiming.HeartbeatTimeout() - time.Second))
@@ -340,6 +422,30 @@ func contractCases() []contractCase {
 					t.Errorf("task %s %s, want FAILED CANCEL_TIMEOUT", got.State, got.Reason)
 				}
 			},
+		},
+		{
+			name: "heartbeat past the cancel grace", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			prep: func(e *env) request {
+				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()+time.Second) // the lease is still valid
+				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
+			},
+			check: wantCancelTimeout,
+		},
+		{
+			name: "heartbeat at the cancel deadline", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			prep: func(e *env) request {
+				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod())
+				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
+			},
+			check: wantCancelTimeout,
+		},
+		{
+			name: "completed SUCCEEDED past the cancel grace", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: readCommit,
+			prep: func(e *env) request {
+				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()+time.Second)
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+			},
+			check: wantCancelTimeout,
 		},
 		// 409 completion_conflict, REJECTED.
 		{
@@ -602,8 +708,9 @@ func TestContract(t *testing.T) {
 				t.Errorf("Firestore RPCs %v, want %v", rpcs, want)
 			}
 			after := e.snapshot(rq.taskID)
-			if wrote := !sameSnapshot(before, after); wrote != (tc.cost == readCommit) {
-				t.Errorf("wrote = %v, want %v\nbefore %+v\nafter  %+v", wrote, tc.cost == readCommit, before, after)
+			commits := tc.cost == readCommit || tc.cost == heartbeatTransition
+			if wrote := !sameSnapshot(before, after); wrote != commits {
+				t.Errorf("wrote = %v, want %v\nbefore %+v\nafter  %+v", wrote, commits, before, after)
 			}
 			if tc.check != nil {
 				tc.check(t, e, rq, rp)

@@ -46,8 +46,9 @@
 //	task terminal, cancelled before start        409      task_already_terminal     CANCELLED  +state
 //	older attempt (late result)                  409      attempt_mismatch          CANCELLED  +expectedAttempt, receivedAttempt
 //	attempt started by another worker id         409      attempt_already_started   CANCELLED
-//	lease expired (zombie)                       410      task_expired              CANCELLED
-//	another outcome for a completed attempt      409      completion_conflict       REJECTED
+//	lease expired (zombie), cancel grace over    410      task_expired              CANCELLED
+//	another outcome from the attempt that ended  409      completion_conflict       REJECTED
+//	the task
 //	bad body or field                            400      invalid_request           REJECTED   +field
 //	missing, bad or expired token                401      invalid_token,            REJECTED
 //	                                                      token_expired
@@ -70,20 +71,47 @@
 // QUEUED with "retryScheduled": true and "nextAttempt" when a retry was
 // scheduled).
 //
-// The precedence among the 409/410 rows is the state machine's (see
-// [task.Apply]): an accepted completion of the token's attempt replays
-// (identical report) or conflicts (different report); then an attempt other
-// than the task's current one is attempt_mismatch; then a terminal task is
-// task_already_terminal; then another worker id is attempt_already_started;
-// then an expired lease is task_expired. One deliberate reading of PRODUCT
-// §4: a callback of an older attempt on a task that has since ended answers
-// attempt_mismatch, not task_already_terminal, because ADR-023 §3.3 names
-// exactly that situation ("a newer attempt has already completed") and
-// workers act the same on both (disposition CANCELLED).
+// After the read, the state machine ([task.Apply]) decides between the
+// 409/410 rows, a replay and acceptance in PRODUCT §4's order, the first
+// that fits answering:
+//
+//  1. the task is terminal: an identical repeat of a committed completed
+//     replays its first answer (200 COMMITTED); a different completed from
+//     the attempt that ended the task is completion_conflict; anything
+//     else (a heartbeat, started, or an older attempt's report, even one
+//     from an attempt that completed and was retried) is
+//     task_already_terminal with "state";
+//  2. the token's attempt is not the task's current one: attempt_mismatch
+//     with "expectedAttempt" and "receivedAttempt";
+//  3. the attempt was started by another worker id: attempt_already_started;
+//  4. the lease has run out, or, while CANCELLING, the cancel grace has:
+//     task_expired (below);
+//  5. accept.
+//
+// Our reading of §4 for one case its precedence text leaves open: an
+// identical repeat of an older attempt's committed completed (a FAILED that
+// scheduled the retry, repeated because its answer was lost) while the
+// task runs the newer attempt replays its first answer (200 COMMITTED,
+// "finalState" QUEUED, "retryScheduled", "nextAttempt"), as §4's table row
+// "accepted completed, or an identical repeat of it" and its rule
+// "duplicates are normal" say, rather than attempt_mismatch: the report did
+// count, and a replay changes nothing. A different report from that attempt
+// is attempt_mismatch (CANCELLED), never completion_conflict: only the
+// attempt that ended the task can conflict.
 //
 // A callback that finds the lease expired, whether or not the sweeper has
 // run, applies the zombie transition itself in the same transaction (the
 // attempt ends ZOMBIE; the task is retried or FAILED), then answers 410.
+// Likewise a callback that finds a CANCELLING task past its cancel deadline
+// applies the cancel timeout (the attempt ends CANCEL_TIMEOUT; the task
+// FAILED with reason CANCEL_TIMEOUT, never retried) and answers 410
+// task_expired, CANCELLED: a completed after the grace period is not
+// accepted, and a heartbeat after it never extends the lease, so the
+// outcome is the sweeper's whichever runs first. The grace period is
+// [cancel, cancelDeadline): at the deadline itself it has run out, as the
+// lease has at leaseExpiresAt (the sweeper uses the same comparison). When
+// both have run out the cancel timeout applies, as in the sweeper, which
+// runs its cancel duty before its lease duty.
 //
 // # Retries
 //
@@ -97,23 +125,40 @@
 //
 // # Token refresh
 //
-// When the token of an accepted heartbeat has less than a quarter of its
-// lifetime left, the answer carries a fresh "taskToken" for the same scope
-// and its "tokenExpiresAt" (lifetime [task.TokenTTL] from now, covering the
-// deadline when it can), so tasks may outlive one token.
+// When the token of an accepted heartbeat would expire before the next
+// heartbeat could arrive (less than [task.RefreshBefore] left: a quarter of
+// its lifetime, or two heartbeat intervals when that is more), the answer
+// carries a fresh "taskToken" for the same scope and its "tokenExpiresAt"
+// (lifetime [task.TokenTTL] from now: at least two intervals, covering the
+// deadline when it can), so tasks may outlive one token. Submit refuses a
+// heartbeat interval over half the maximum token lifetime, which no
+// refresh could cover.
 //
 // # Round trips
 //
-// A callback costs at most one transaction of 2 Firestore RPCs, measured
-// with [store.RPCCounter] in the tests:
+// A callback costs one transaction of 2 Firestore RPCs, measured with
+// [store.RPCCounter] in the tests; a heartbeat that changes the task's state
+// costs one read more:
 //
-//	accepted (a write: started, heartbeat, completed, expired lease applied)
+//	accepted (a write: started, heartbeat, completed), or refused after
+//	applying an expired lease or cancel grace
 //	                        BatchGetDocuments (begins the transaction) + Commit = 2
+//	heartbeat that makes a transition (the first one of an attempt that
+//	never said started; past the lease or the cancel grace)
+//	                        BatchGetDocuments × 2 + Commit = 3
 //	refused or no-op (terminal, attempt mismatch, replay, conflict,
 //	repeated started, unknown task)
 //	                        BatchGetDocuments + Rollback = 2
 //	refused before the transaction (steps 1–7)
 //	                        0
+//
+// An ordinary heartbeat reads the task document through a field mask (never
+// the payload, resources, resumeFrom or checkpoint) and writes only the
+// fields it changes (lease, progress, message, checkpoint when sent), in
+// that one document: what it costs does not grow with the payload. The
+// running attempt's heartbeat state lives on the task document and is
+// folded into the attempt record at the attempt's next transition (see
+// store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the same.
 //
 // Contention (ABORTED) retries the transaction, which costs 2 RPCs again.
 // Within one process the store runs one transaction per task at a time, so

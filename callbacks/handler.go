@@ -333,13 +333,15 @@ func (h *handler) rejection(x *exchange, rej *task.Rejection) {
 }
 
 // refreshToken signs a fresh token for the same scope when the one the
-// worker used has less than a quarter of its lifetime left.
+// worker used would expire before the next heartbeat could arrive: less
+// than task.RefreshBefore (a quarter of its lifetime, or two heartbeat
+// intervals when that is more) left.
 func (h *handler) refreshToken(x *exchange, claims *token.Claims, t *task.Task, resp *task.CallbackResponse) {
-	exp, iat := claims.ExpiresAtTime(), claims.IssuedAtTime()
-	if exp.Sub(x.now) >= exp.Sub(iat)/4 {
+	interval := t.Timing.HeartbeatInterval()
+	if claims.ExpiresAtTime().Sub(x.now) >= task.RefreshBefore(claims.Lifetime(), interval) {
 		return
 	}
-	tok, expires, err := h.cfg.Keys.Sign(claims.Scope, task.TokenTTL(x.now, t.Deadline), x.now)
+	tok, expires, err := h.cfg.Keys.Sign(claims.Scope, task.TokenTTL(x.now, t.Deadline, interval), x.now)
 	if err != nil {
 		h.cfg.Logger.ErrorContext(context.Background(), "could not refresh the task token", "taskId", t.ID, "attempt", claims.Attempt, "tenantId", t.TenantID, "error", err)
 		return

@@ -167,9 +167,10 @@ func TestTokenScopeCheckedAgainstTheTask(t *testing.T) {
 }
 
 // TestHeartbeatRefreshesToken: a heartbeat whose token has less than a
-// quarter of its lifetime left gets a fresh token for the same scope,
-// valid for task.TokenTTL (covering the deadline when it can); with more
-// left, none.
+// quarter of its lifetime left, or less than two heartbeat intervals (the
+// next heartbeat could arrive after it expired), gets a fresh token for the
+// same scope, valid for task.TokenTTL (covering the deadline when it can,
+// and two intervals); with more left, none.
 func TestHeartbeatRefreshesToken(t *testing.T) {
 	e := newEnv(t, nil)
 	now := e.clock.Now()
@@ -178,17 +179,27 @@ func TestHeartbeatRefreshesToken(t *testing.T) {
 		name     string
 		deadline *time.Time
 		issued   time.Duration // before now, for a one-hour token
+		interval time.Duration // the heartbeat interval; testTiming's when 0
 		want     bool
 	}{
-		{"half the lifetime left", nil, 30 * time.Minute, false},
-		{"just over a quarter left", nil, 44 * time.Minute, false},
-		{"less than a quarter left", nil, 46 * time.Minute, true},
-		{"minutes left, with a deadline", &deadline, 58 * time.Minute, true},
+		{"half the lifetime left", nil, 30 * time.Minute, 0, false},
+		{"just over a quarter left", nil, 44 * time.Minute, 0, false},
+		{"less than a quarter left", nil, 46 * time.Minute, 0, true},
+		{"minutes left, with a deadline", &deadline, 58 * time.Minute, 0, true},
+		// 20 minutes left is over a quarter, but the next heartbeat is due
+		// in 35: without a fresh token it would arrive expired.
+		{"over a quarter left, less than two intervals", nil, 40 * time.Minute, 35 * time.Minute, true},
+		{"more than two intervals left", nil, 5 * time.Minute, 25 * time.Minute, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e.t = t
-			tk := e.create(func(tk *task.Task) { tk.Deadline = tt.deadline })
+			e.clock.Set(now)
+			timing := testTiming
+			if tt.interval > 0 {
+				timing = task.Timing{HeartbeatIntervalMs: tt.interval.Milliseconds(), HeartbeatTimeoutMs: 3 * tt.interval.Milliseconds(), CancelGracePeriodMs: 1000}
+			}
+			tk := e.create(func(tk *task.Task) { tk.Deadline, tk.Timing = tt.deadline, timing })
 			old := e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-tt.issued))
 			rp := e.post(callbacks.KindHeartbeat, tk.ID, old, heartbeatReq(1, "w1"))
 			if rp.status != http.StatusOK {
@@ -210,12 +221,20 @@ func TestHeartbeatRefreshesToken(t *testing.T) {
 			if claims.Scope != scopeOf(tk, 1) {
 				t.Errorf("fresh token scope %+v", claims.Scope)
 			}
-			wantExp := now.Add(task.TokenTTL(now, tt.deadline)).Truncate(time.Second)
+			wantExp := now.Add(task.TokenTTL(now, tt.deadline, timing.HeartbeatInterval())).Truncate(time.Second)
 			if !claims.ExpiresAtTime().Equal(wantExp) || rp.resp.TokenExpiresAt == nil || !rp.resp.TokenExpiresAt.Equal(wantExp) {
 				t.Errorf("fresh token expires %v (answer says %v), want %v", claims.ExpiresAtTime(), rp.resp.TokenExpiresAt, wantExp)
 			}
 			if tt.deadline != nil && claims.ExpiresAtTime().Before(*tt.deadline) {
 				t.Errorf("fresh token expires %v, before the deadline %v", claims.ExpiresAtTime(), tt.deadline)
+			}
+			if tt.interval > 0 {
+				// The next heartbeat, an interval later, is accepted with it.
+				e.clock.Set(now.Add(tt.interval))
+				if rp = e.post(callbacks.KindHeartbeat, tk.ID, rp.resp.TaskToken, heartbeatReq(1, "w1")); rp.status != http.StatusOK {
+					t.Errorf("next heartbeat with the fresh token: %d %s", rp.status, rp.raw)
+				}
+				return
 			}
 			// The fresh token works, and is not refreshed again.
 			rp = e.post(callbacks.KindHeartbeat, tk.ID, rp.resp.TaskToken, heartbeatReq(1, "w1"))

@@ -258,13 +258,18 @@ func TestTerraformFirestoreIndexes(t *testing.T) {
 	}
 }
 
-// TestTerraformFirestoreTTL: a TTL policy on exactly the fields of
-// store.TTLFields, and no other field configuration.
-func TestTerraformFirestoreTTL(t *testing.T) {
+// TestTerraformFirestoreFields: a TTL policy on exactly the fields of
+// store.TTLFields, a single-field index exemption on exactly those of
+// store.FieldExemptions, and every configured field exempted from
+// single-field indexing (an empty index_config).
+func TestTerraformFirestoreFields(t *testing.T) {
 	mods := loadTerraform(t)
-	var want, got []string
+	var wantTTL, gotTTL, wantExempt, gotExempt []string
 	for _, f := range store.TTLFields {
-		want = append(want, f.Collection+"."+f.Path)
+		wantTTL = append(wantTTL, f.Collection+"."+f.Path)
+	}
+	for _, f := range store.FieldExemptions {
+		wantExempt = append(wantExempt, f.Collection+"."+f.Path)
 	}
 	for _, r := range mods.resources("google_firestore_field") {
 		collection, err1 := attrString(r.block, "collection")
@@ -273,22 +278,34 @@ func TestTerraformFirestoreTTL(t *testing.T) {
 			t.Errorf("%s: collection and field must be literals", r.where())
 			continue
 		}
-		ttl := false
+		ttl, exempt := false, false
 		for _, b := range r.block.Body.Blocks {
 			ttl = ttl || b.Type == "ttl_config"
+			exempt = exempt || (b.Type == "index_config" && len(b.Body.Attributes) == 0 && len(b.Body.Blocks) == 0)
 		}
-		if !ttl {
-			t.Errorf("%s: a google_firestore_field without ttl_config: only TTL policies are expected", r.where())
-			continue
+		if !exempt {
+			t.Errorf("%s: a google_firestore_field must exempt its field from single-field indexing (index_config {})", r.where())
 		}
-		got = append(got, collection+"."+field)
+		if ttl {
+			gotTTL = append(gotTTL, collection+"."+field)
+		} else {
+			gotExempt = append(gotExempt, collection+"."+field)
+		}
 	}
-	missing, extra := diffSets(want, got)
-	for _, m := range missing {
-		t.Errorf("TTL field in store.TTLFields but without a TTL policy in Terraform: %s", m)
-	}
-	for _, e := range extra {
-		t.Errorf("TTL policy in Terraform but not in store.TTLFields: %s", e)
+	for _, c := range []struct {
+		what, list string
+		want, got  []string
+	}{
+		{"TTL policy", "store.TTLFields", wantTTL, gotTTL},
+		{"single-field index exemption", "store.FieldExemptions", wantExempt, gotExempt},
+	} {
+		missing, extra := diffSets(c.want, c.got)
+		for _, m := range missing {
+			t.Errorf("%s in %s but not in Terraform: %s", c.what, c.list, m)
+		}
+		for _, e := range extra {
+			t.Errorf("%s in Terraform but not in %s: %s", c.what, c.list, e)
+		}
 	}
 }
 
@@ -555,6 +572,7 @@ func TestTerraformFunctions(t *testing.T) {
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
+		"SERVO_DUE_SHARDS",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)

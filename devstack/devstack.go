@@ -90,6 +90,8 @@ type Options struct {
 	Log io.Writer
 	// WorkerOptions are passed to the example worker's handler.
 	WorkerOptions []worker.Option
+	// StoreOptions are passed to the store (an RPC counter, in benchmarks).
+	StoreOptions []store.Option
 }
 
 // Stack is a running local stack.
@@ -163,7 +165,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.URL = "http://" + lis.Addr().String()
 
 	// 3. State, keys, events.
-	if s.Store, err = store.New(ctx, o.Project); err != nil {
+	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}

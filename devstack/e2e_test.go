@@ -83,14 +83,18 @@ type env struct {
 	worker *scripted
 }
 
-func start(t *testing.T) *env {
+func start(t *testing.T, opts ...func(*devstack.Options)) *env {
 	t.Helper()
 	w := newScripted(t)
 	ctx := context.Background()
-	s, err := devstack.Start(ctx, devstack.Options{
+	o := devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
 		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"scripted": w.srv.URL},
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s, err := devstack.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,17 +251,20 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 	if v.Attempts[0].Outcome != task.OutcomeZombie {
 		t.Fatalf("attempt 1 outcome %s", v.Attempts[0].Outcome)
 	}
-	// Attempt 1's worker comes back late.
+	// Attempt 1's worker comes back late: the task has ended, and the
+	// terminal rows come before attempt_mismatch (PRODUCT §4).
 	st, res = e.callback(d1.env, "completed", succeeded(d1.env, "w1"))
-	expect(t, "late attempt 1", st, res, 409, task.CodeAttemptMismatch, task.Cancel)
-	if res.ExpectedAttempt != 2 || res.ReceivedAttempt != 1 {
-		t.Fatalf("attempt_mismatch body %+v", res)
+	expect(t, "late attempt 1", st, res, 409, task.CodeTaskAlreadyTerminal, task.Cancel)
+	if res.State != task.Succeeded {
+		t.Fatalf("task_already_terminal body %+v", res)
 	}
 }
 
 func TestCancelWhileRunning(t *testing.T) {
 	e := start(t)
-	r := e.submit(nil)
+	// A grace period no loaded machine outlasts: the callbacks below come
+	// within it (past it they are 410, see TestCancelTimeout).
+	r := e.submit(map[string]any{"cancelGracePeriodMs": 60000})
 	d := e.worker.next(t)
 	e.callback(d.env, "started", started(d.env, "w1"))
 	status, out := e.do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{"reason": "user_requested"})
@@ -314,6 +321,43 @@ func TestDuplicateCloudTasksDelivery(t *testing.T) {
 	}
 	st, res = e.callback(d2.env, "started", started(d2.env, "w2"))
 	expect(t, "duplicate started", st, res, 409, task.CodeAttemptAlreadyStarted, task.Cancel)
+}
+
+// TestSwallowedDeliveryIsRedelivered: the worker answers Cloud Tasks' first
+// delivery 200 without ever calling `started` (Cloud Tasks deletes the task
+// and refuses its name for an hour). After the start timeout the sweeper
+// re-drives the attempt under a name of its own, Cloud Tasks delivers it
+// again with a fresh token, and the task runs to SUCCEEDED instead of
+// ending DISPATCH_TIMEOUT.
+func TestSwallowedDeliveryIsRedelivered(t *testing.T) {
+	e := start(t, func(o *devstack.Options) { o.StartTimeout, o.MaxRedrives = 500*time.Millisecond, 3 })
+	r := e.submit(nil)
+	d1 := e.worker.next(t) // swallowed: 200, no callback
+	var d2 delivery
+	for got := false; !got; {
+		select {
+		case d2 = <-e.worker.deliveries:
+			got = true
+		case <-time.After(100 * time.Millisecond):
+			if v := e.get(r.TaskID); v.State.Terminal() {
+				t.Fatalf("the swallowed delivery was never re-delivered: task %s %s", v.State, v.Reason)
+			}
+		}
+	}
+	if d2.env.Attempt != 1 || d2.env.TaskID != r.TaskID || d2.env.TaskToken == d1.env.TaskToken {
+		t.Fatalf("re-delivery: attempt %d task %s, same token %v", d2.env.Attempt, d2.env.TaskID, d2.env.TaskToken == d1.env.TaskToken)
+	}
+	if n1, n2 := d1.headers.Get("X-CloudTasks-TaskName"), d2.headers.Get("X-CloudTasks-TaskName"); n1 == n2 {
+		t.Fatalf("re-delivered under the same Cloud Tasks name %s", n1)
+	}
+	st, res := e.callback(d2.env, "started", started(d2.env, "w1"))
+	expect(t, "started", st, res, 200, "", task.Continue)
+	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w1"))
+	expect(t, "completed", st, res, 200, "", task.Committed)
+	v := e.waitState(r.TaskID, task.Succeeded)
+	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+		t.Fatalf("attempts %+v", v.Attempts)
+	}
 }
 
 func TestInfrastructureFailureRetriesWithCheckpoint(t *testing.T) {

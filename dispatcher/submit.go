@@ -28,10 +28,12 @@ const (
 
 // MaxEnvelopeBytes is the largest envelope a submit may produce: Cloud
 // Tasks' task size limit (enqueue.MaxTaskBytes) less room for what a retry
-// adds (the checkpoint to resume from, up to task.MaxCheckpointBytes) and
-// for the task's other fields, so that every later attempt's envelope fits
-// in a Cloud Task and the task in a Firestore document (also 1 MiB).
-const MaxEnvelopeBytes = enqueue.MaxTaskBytes - task.MaxCheckpointBytes - 8<<10
+// adds (the checkpoint to resume from, up to task.MaxCheckpointBytes), for
+// the running attempt's own checkpoint (kept on the task document, see
+// task.Task.Live) and for the task's other fields, so that every later
+// attempt's envelope fits in a Cloud Task and the task in a Firestore
+// document (also 1 MiB).
+const MaxEnvelopeBytes = enqueue.MaxTaskBytes - 2*task.MaxCheckpointBytes - 8<<10
 
 // SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
 // milliseconds; absent ones take the defaults (heartbeat interval 30 s,

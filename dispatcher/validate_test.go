@@ -59,6 +59,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"heartbeatIntervalMs above the maximum", set("heartbeatIntervalMs", task.MaxTimer.Milliseconds()+1), "heartbeatIntervalMs"},
 		{"heartbeatIntervalMs fractional", set("heartbeatIntervalMs", 1000.5), "heartbeatIntervalMs"},
 		{"heartbeatIntervalMs a string", set("heartbeatIntervalMs", "1000"), "heartbeatIntervalMs"},
+		{"heartbeatIntervalMs beyond half the max token lifetime", set("heartbeatIntervalMs", task.MaxTokenTTL.Milliseconds()/2+1), "heartbeatIntervalMs"},
 		{"heartbeatTimeoutMs below 2 × interval", set("heartbeatIntervalMs", 1000, "heartbeatTimeoutMs", 1500), "heartbeatTimeoutMs"},
 		{"heartbeatTimeoutMs below 2 × default interval", set("heartbeatTimeoutMs", 50000), "heartbeatTimeoutMs"},
 		{"heartbeatTimeoutMs negative", set("heartbeatTimeoutMs", -1), "heartbeatTimeoutMs"},

@@ -1,8 +1,19 @@
 // Package enqueue hands a task's current attempt to Cloud Tasks: it signs
 // the attempt's token, builds the ADR-023 envelope, and creates an HTTP task
-// with a name derived from (task id, attempt), so repeating an enqueue is
-// safe (ALREADY_EXISTS counts as success). The dispatcher uses it on
-// submit, the callbacks and the sweeper for retries and re-drives.
+// with a name derived from (task id, attempt, re-drive number), so repeating
+// an enqueue is safe (ALREADY_EXISTS counts as success). The dispatcher uses
+// it on submit, the callbacks and the sweeper for retries and re-drives.
+//
+// The token is valid from the moment the delivery can start (the retry's
+// NotBefore, when that is later than now) for [task.TokenTTL], so a retry
+// scheduled further ahead than a token lives still starts. Each sweeper
+// re-drive ([task.Task.Redrives]) is created under a fresh name
+// ([task.RedriveName]) with a freshly signed token: Cloud Tasks refuses a
+// name for about an hour after its task ran or was deleted, so re-driving
+// under the old name would deliver nothing when the first delivery was
+// lost (answered 2xx without a `started`). The previous re-drive's Cloud
+// Task is deleted first, best effort, so a delivery still waiting in the
+// queue is not doubled.
 package enqueue
 
 import (
@@ -84,10 +95,15 @@ func (e *Enqueuer) Workers() Workers { return e.cfg.Workers }
 func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
 
 // Envelope signs a token for t's current attempt and returns the envelope
-// and its JSON.
+// and its JSON. The token is valid from when the delivery can start (now,
+// or t.NotBefore when later) for task.TokenTTL from then.
 func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte, error) {
 	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
-	tok, exp, err := e.cfg.Keys.Sign(scope, task.TokenTTL(now, t.Deadline), now)
+	from := now
+	if t.NotBefore != nil && t.NotBefore.After(now) {
+		from = *t.NotBefore
+	}
+	tok, exp, err := e.cfg.Keys.SignFrom(scope, task.TokenTTL(from, t.Deadline, t.Timing.HeartbeatInterval()), now, from)
 	if err != nil {
 		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
 	}
@@ -105,9 +121,14 @@ func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte,
 	return env, body, nil
 }
 
-// TaskName is the Cloud Tasks task name for t's current attempt.
+// TaskName is the Cloud Tasks task name for t's current attempt and
+// re-drive (task.RedriveName).
 func TaskName(queue string, t *task.Task) string {
-	return queue + "/tasks/" + task.DispatchName(t.ID, t.Attempt)
+	return redriveName(queue, t, t.Redrives)
+}
+
+func redriveName(queue string, t *task.Task, redrive int) string {
+	return queue + "/tasks/" + task.RedriveName(t.ID, t.Attempt, redrive)
 }
 
 // DispatchDeadline is how long Cloud Tasks waits for the worker: the time
@@ -152,6 +173,13 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 		ct.ScheduleTime = timestamppb.New(*t.NotBefore)
 	}
 	log := e.cfg.Logger.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "worker", t.Worker)
+	if t.Redrives > 0 {
+		// A re-drive: the previous name's delivery may still be waiting.
+		prev := redriveName(w.Queue, &t, t.Redrives-1)
+		if err := e.deleteTask(ctx, prev); err != nil {
+			log.WarnContext(ctx, "could not delete the re-driven attempt's previous Cloud Task", "cloudTask", prev, "error", err)
+		}
+	}
 	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: w.Queue, Task: ct})
 	switch status.Code(err) {
 	case codes.OK:
@@ -170,16 +198,29 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 	return nil
 }
 
-// Dequeue deletes the Cloud Task of t's current attempt; a task already
-// gone is not an error.
+// Dequeue deletes the Cloud Tasks of t's current attempt: the current
+// re-drive's, then the earlier re-drives' (each re-drive deletes its
+// predecessor, but only best effort); a task already gone is not an error.
+// Every name is tried; the first failure is returned.
 func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
 		return err
 	}
-	err = e.cfg.Tasks.DeleteTask(ctx, &ctpb.DeleteTaskRequest{Name: TaskName(w.Queue, &t)})
+	var first error
+	for n := t.Redrives; n >= 0; n-- {
+		if err := e.deleteTask(ctx, redriveName(w.Queue, &t, n)); err != nil && first == nil {
+			first = fmt.Errorf("%w: delete %s attempt %d re-drive %d: %w", ErrCloudTasks, t.ID, t.Attempt, n, err)
+		}
+	}
+	return first
+}
+
+// deleteTask deletes the Cloud Task name; NOT_FOUND is success.
+func (e *Enqueuer) deleteTask(ctx context.Context, name string) error {
+	err := e.cfg.Tasks.DeleteTask(ctx, &ctpb.DeleteTaskRequest{Name: name})
 	if err != nil && status.Code(err) != codes.NotFound {
-		return fmt.Errorf("%w: delete %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+		return err
 	}
 	return nil
 }

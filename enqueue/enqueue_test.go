@@ -78,3 +78,23 @@ func TestTaskNameIsDeterministicPerAttempt(t *testing.T) {
 		t.Fatalf("names: %s %s", TaskName(q, a), TaskName(q, &b))
 	}
 }
+
+// Each sweeper re-drive of an attempt has a name of its own (Cloud Tasks
+// refuses a name whose task ran or was deleted); the first dispatch keeps
+// task.DispatchName.
+func TestTaskNamePerRedrive(t *testing.T) {
+	const q = "projects/p-12345/locations/l/queues/q"
+	tk := task.Task{ID: task.NewTaskID(time.Now()), Attempt: 2}
+	if got, want := TaskName(q, &tk), q+"/tasks/"+task.DispatchName(tk.ID, 2); got != want {
+		t.Fatalf("first dispatch: %s, want %s", got, want)
+	}
+	seen := map[string]bool{TaskName(q, &tk): true}
+	for n := 1; n <= 3; n++ {
+		tk.Redrives = n
+		name := TaskName(q, &tk)
+		if seen[name] || name != q+"/tasks/"+task.RedriveName(tk.ID, 2, n) {
+			t.Fatalf("re-drive %d: %s", n, name)
+		}
+		seen[name] = true
+	}
+}

@@ -11,11 +11,15 @@
 //   - later, from the outbox, for whatever that missed (a crash, a timeout,
 //     a Pub/Sub outage): [Publisher.Redrive], called by the sweeper on every
 //     pass, publishes the entries still undelivered after a grace period, in
-//     seq order per task.
+//     seq order per task. An entry that fails is retried after a backoff
+//     ([RedriveMinBackoff] doubling to [RedriveMaxBackoff]) while the pass
+//     goes on with the others.
 //
 // Delivery is at least once: a duplicate carries the same eventId. Tasks
 // that end FAILED also publish a [DeadLetter] with the error and the
-// attempt history to the dead-letter topic.
+// attempt history to the dead-letter topic, capped to [MaxDeadLetterBytes]
+// (large fields truncated with a marker, the oldest attempts left out if
+// needed).
 //
 // [Tail] prints the events as they arrive (`servo events tail`);
 // [EnsureTopics], [EnsureSubscriptions] and [EnsureLocal] create what the

@@ -3,8 +3,10 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
 
@@ -116,8 +118,39 @@ type DeadLetter struct {
 	// Error is the last attempt's error; when no worker reported one (a
 	// timeout) it is synthesized from the reason.
 	Error *task.ErrorInfo `json:"error"`
-	// Attempts is the attempt history, oldest first.
+	// Attempts is the attempt history, oldest first (the latest ones only
+	// when OmittedAttempts > 0).
 	Attempts []task.Attempt `json:"attempts"`
+	// Truncated is set when the full dead letter would exceed
+	// MaxDeadLetterBytes: large fields (output, checkpoint, partial
+	// progress, messages, stack traces) are then cut to a few KiB with a
+	// marker (see TruncatedMarker) and, if that is not enough, the oldest
+	// attempts are left out.
+	Truncated bool `json:"truncated,omitempty"`
+	// OmittedAttempts is how many of the oldest attempts were left out.
+	OmittedAttempts int `json:"omittedAttempts,omitempty"`
+}
+
+// Dead-letter size limits.
+const (
+	// MaxDeadLetterBytes caps a dead letter's body, well under Pub/Sub's
+	// 10 MB message limit, whatever maxAttempts and the workers' data were.
+	MaxDeadLetterBytes = 1 << 20
+	// TruncatedFieldBytes is what a large field keeps of its value in a
+	// truncated dead letter.
+	TruncatedFieldBytes = 2 << 10
+)
+
+// TruncatedMarker ends a string field cut in a truncated dead letter,
+// followed by the original size: "…[truncated; 16384 bytes]".
+const TruncatedMarker = "…[truncated; "
+
+// Truncated JSON fields (output, checkpoint, partial progress) are replaced
+// by {"truncated": true, "bytes": N, "head": "<first bytes as text>"}.
+type truncatedJSON struct {
+	Truncated bool   `json:"truncated"`
+	Bytes     int    `json:"bytes"`
+	Head      string `json:"head"`
 }
 
 // DeadLetterOf returns the dead letter for a transition to FAILED given the
@@ -182,9 +215,10 @@ func EventMessage(tr task.Transition) (*pubsub.Message, error) {
 	}, nil
 }
 
-// DeadLetterMessage returns the Pub/Sub message for a dead letter.
+// DeadLetterMessage returns the Pub/Sub message for a dead letter, its
+// body capped to MaxDeadLetterBytes (see Capped).
 func DeadLetterMessage(d DeadLetter) (*pubsub.Message, error) {
-	data, err := json.Marshal(d)
+	data, err := d.encode(MaxDeadLetterBytes)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode dead letter %s: %w", d.EventID, err)
 	}
@@ -234,4 +268,93 @@ func SubscriptionName(project, sub string) string {
 		return sub
 	}
 	return "projects/" + project + "/subscriptions/" + sub
+}
+
+// Capped returns d as it is when its JSON fits in limit bytes; otherwise a
+// copy with Truncated set whose large fields are cut (TruncatedFieldBytes
+// each, with a marker) and, if that is still too big, without the oldest
+// attempts (OmittedAttempts counts them).
+func (d DeadLetter) Capped(limit int) DeadLetter {
+	c, _, _ := d.capped(limit)
+	return c
+}
+
+func (d DeadLetter) encode(limit int) ([]byte, error) {
+	_, data, err := d.capped(limit)
+	return data, err
+}
+
+func (d DeadLetter) capped(limit int) (DeadLetter, []byte, error) {
+	data, err := json.Marshal(d)
+	if err != nil || len(data) <= limit {
+		return d, data, err
+	}
+	d.Truncated = true
+	d.Error = truncateError(d.Error)
+	all := make([]task.Attempt, len(d.Attempts))
+	for i, a := range d.Attempts {
+		all[i] = truncateAttempt(a)
+	}
+	d.Attempts = all
+	// Keep the latest keep attempts, halving until the letter fits.
+	for keep := len(all); ; keep /= 2 {
+		d.Attempts = all[len(all)-keep:]
+		d.OmittedAttempts = len(all) - keep
+		if data, err = json.Marshal(d); err != nil || len(data) <= limit || keep == 0 {
+			return d, data, err
+		}
+	}
+}
+
+// truncateAttempt cuts an attempt record's large fields.
+func truncateAttempt(a task.Attempt) task.Attempt {
+	a.Message = truncateString(a.Message)
+	a.CancelledDuringPhase = truncateString(a.CancelledDuringPhase)
+	a.Output = truncateJSON(a.Output)
+	a.Checkpoint = truncateJSON(a.Checkpoint)
+	a.PartialProgress = truncateJSON(a.PartialProgress)
+	a.Error = truncateError(a.Error)
+	return a
+}
+
+func truncateError(e *task.ErrorInfo) *task.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Message = truncateString(c.Message)
+	c.StackTrace = truncateString(c.StackTrace)
+	return &c
+}
+
+// truncateString keeps the first TruncatedFieldBytes of s (whole runes)
+// and appends TruncatedMarker with the original size.
+func truncateString(s string) string {
+	if len(s) <= TruncatedFieldBytes {
+		return s
+	}
+	return headOf(s) + TruncatedMarker + strconv.Itoa(len(s)) + " bytes]"
+}
+
+// truncateJSON replaces a JSON value over TruncatedFieldBytes by a
+// truncatedJSON marker holding its size and first bytes.
+func truncateJSON(m json.RawMessage) json.RawMessage {
+	if len(m) <= TruncatedFieldBytes {
+		return m
+	}
+	out, err := json.Marshal(truncatedJSON{Truncated: true, Bytes: len(m), Head: headOf(string(m))})
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// headOf returns the first TruncatedFieldBytes bytes of s, cut at a rune
+// boundary.
+func headOf(s string) string {
+	h := s[:TruncatedFieldBytes]
+	for i := 0; i < utf8.UTFMax && !utf8.ValidString(h); i++ {
+		h = h[:len(h)-1]
+	}
+	return h
 }

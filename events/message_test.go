@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/servo-dev/servo/task"
 )
@@ -228,5 +229,68 @@ func TestOccurredAtAsStored(t *testing.T) {
 	}
 	if d1, d2 := DeadLetterOf(tr, nil), DeadLetterOf(stored, nil); !d1.OccurredAt.Equal(d2.OccurredAt) || d1.OccurredAt.Location() != time.UTC {
 		t.Errorf("dead letter times %v, %v", d1.OccurredAt, d2.OccurredAt)
+	}
+}
+
+// TestDeadLetterCappedUnit: a dead letter under the cap is unchanged;
+// over it, large fields are cut with a marker and, with many attempts,
+// the oldest ones are left out, so the body always fits.
+func TestDeadLetterCappedUnit(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("é", 40<<10) + `"`)
+	mid := json.RawMessage(`"` + strings.Repeat("é", 2<<10) + `"`)
+	mk := func(n int, out json.RawMessage) DeadLetter {
+		var as []task.Attempt
+		for i := 1; i <= n; i++ {
+			as = append(as, task.Attempt{Attempt: i, Outcome: task.OutcomeFailed, Output: out, Checkpoint: out, PartialProgress: out,
+				Message: strings.Repeat("m", 4<<10), Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "x", StackTrace: strings.Repeat("s", 16<<10)}})
+		}
+		return DeadLetterOf(transition("task_1", int64(n), task.Running, task.Failed), as)
+	}
+	tests := []struct {
+		name         string
+		d            DeadLetter
+		limit        int
+		truncated    bool
+		wantOmitted  bool
+		wantAttempts int
+	}{
+		{"small: unchanged", mk(3, json.RawMessage(`{"ok":1}`)), MaxDeadLetterBytes, false, false, 3},
+		{"20 large attempts: fields cut", mk(20, big), MaxDeadLetterBytes, true, false, 20},
+		{"300 attempts: oldest left out", mk(300, mid), MaxDeadLetterBytes, true, true, 0},
+		{"tiny cap: no attempt fits", mk(5, big), 2 << 10, true, true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.d.Capped(tc.limit)
+			data, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Truncated != tc.truncated || (c.OmittedAttempts > 0) != tc.wantOmitted {
+				t.Fatalf("truncated %v omitted %d", c.Truncated, c.OmittedAttempts)
+			}
+			if len(c.Attempts)+c.OmittedAttempts != len(tc.d.Attempts) {
+				t.Fatalf("%d attempts + %d omitted of %d", len(c.Attempts), c.OmittedAttempts, len(tc.d.Attempts))
+			}
+			if tc.wantAttempts > 0 && len(c.Attempts) != tc.wantAttempts {
+				t.Fatalf("%d attempts, want %d", len(c.Attempts), tc.wantAttempts)
+			}
+			if tc.limit >= 64<<10 && len(data) > tc.limit {
+				t.Fatalf("%d bytes over the cap %d", len(data), tc.limit)
+			}
+			if !tc.truncated {
+				return
+			}
+			if len(c.Attempts) > 0 {
+				a := c.Attempts[len(c.Attempts)-1]
+				if a.Attempt != len(tc.d.Attempts) || !strings.Contains(a.Error.StackTrace, TruncatedMarker) || !strings.Contains(a.Message, TruncatedMarker) || !json.Valid(a.Output) || !utf8.ValidString(a.Message) {
+					t.Fatalf("last attempt kept %+v", a.Attempt)
+				}
+			}
+			// The original is untouched.
+			if len(tc.d.Attempts[0].Output) < TruncatedFieldBytes || strings.Contains(tc.d.Attempts[0].Error.StackTrace, TruncatedMarker) {
+				t.Fatal("Capped modified its receiver")
+			}
+		})
 	}
 }

@@ -33,7 +33,21 @@ const (
 	// DefaultRedriveMaxBatches bounds the batches of one Redrive call; the
 	// next sweeper pass continues.
 	DefaultRedriveMaxBatches = 10
+	// RedriveMinBackoff is how long Redrive leaves an entry alone after its
+	// first failed delivery (plus the grace period); each further failure
+	// doubles it, up to RedriveMaxBackoff.
+	RedriveMinBackoff = 30 * time.Second
+	// RedriveMaxBackoff caps the wait between an entry's tries.
+	RedriveMaxBackoff = time.Hour
 )
+
+// redriveBackoff is the wait after an entry's tries-th failed delivery.
+func redriveBackoff(tries int) time.Duration {
+	if tries > 7 { // 30 s · 2^7 > 1 h
+		return RedriveMaxBackoff
+	}
+	return min(RedriveMaxBackoff, RedriveMinBackoff<<max(0, tries-1))
+}
 
 // maxWritesPerCommit is Firestore's limit of writes in one commit.
 const maxWritesPerCommit = 500
@@ -45,10 +59,15 @@ var ErrUndelivered = errors.New("events: not delivered")
 // Outbox is the part of the store the publisher uses; *store.Store
 // implements it.
 type Outbox interface {
-	// Undelivered returns undelivered entries written at or before olderThan.
-	Undelivered(ctx context.Context, olderThan time.Time, limit int) ([]store.OutboxEntry, error)
+	// Undelivered returns undelivered entries due for a try at or before
+	// dueBy, earliest first.
+	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	// DueShards is the number of shards Undelivered takes.
+	DueShards() int
 	// MarkDelivered marks entries delivered, in one commit.
 	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
+	// MarkFailed records failed deliveries and their next try, in one commit.
+	MarkFailed(ctx context.Context, failures []store.OutboxFailure) error
 	// Attempts returns a task's attempt records, oldest first.
 	Attempts(ctx context.Context, taskID string) ([]task.Attempt, error)
 }
@@ -173,48 +192,108 @@ func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
 	if len(trs) == 0 {
 		return nil
 	}
-	_, err := p.deliver(context.WithoutCancel(ctx), sortedCopy(trs), "publish")
-	return err
+	items := make([]item, len(trs))
+	for i, tr := range sortedCopy(trs) {
+		items[i] = item{tr: tr}
+	}
+	ctx = context.WithoutCancel(ctx)
+	delivered, _, err := p.publishAll(ctx, items, "publish")
+	_, markErr := p.mark(ctx, delivered, nil, "publish")
+	return errors.Join(err, markErr)
 }
 
 // Redrive publishes the outbox entries still undelivered after the grace
 // period, in seq order per task, and marks them delivered: the events a
 // crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
-// it every pass. It reads batches until the outbox has no entry past the
-// grace period, a batch fails, or RedriveMaxBatches batches were read.
-// Concurrent calls on one Publisher run one at a time.
+// it every pass. Failures are isolated per entry: an entry whose event or
+// dead letter is not acked gets a next try after a backoff
+// (RedriveMinBackoff doubling to RedriveMaxBackoff, after the grace
+// period), is skipped by the reads until then, and the pass goes on with
+// the other entries. It reads batches until the outbox has no entry due, a
+// batch delivers nothing (an outage: its entries are backed off and the
+// next pass goes on), a mark fails, or RedriveMaxBatches batches were
+// read. Concurrent calls on one Publisher run one at a time.
 func (p *Publisher) Redrive(ctx context.Context) error {
 	p.redriveMu.Lock()
 	defer p.redriveMu.Unlock()
 	cutoff := p.now().Add(-p.grace)
-	total := 0
+	total, failedTotal := 0, 0
 	defer func() {
-		if total > 0 {
-			p.log.InfoContext(ctx, "events: re-drove outbox entries", "delivered", total)
+		if total > 0 || failedTotal > 0 {
+			p.log.InfoContext(ctx, "events: re-drove outbox entries", "delivered", total, "failed", failedTotal)
 		}
 	}()
-	for range p.maxBatches {
-		entries, err := p.outbox.Undelivered(ctx, cutoff, p.batch)
+	var errs []error
+	// Every shard in turn (a task's events share its shard, so its order
+	// by seq holds); a batch that delivers nothing at all is an outage, and
+	// ends the pass rather than wait out the publish timeout per shard.
+	outage := false
+	for shard := 0; shard < p.outbox.DueShards() && !outage && ctx.Err() == nil; shard++ {
+		t, f, o, err := p.redriveShard(ctx, shard, cutoff)
+		total, failedTotal, outage = total+t, failedTotal+f, o
 		if err != nil {
-			return fmt.Errorf("events: redrive: read outbox: %w", err)
-		}
-		if len(entries) == 0 {
-			return nil
-		}
-		trs := make([]task.Transition, len(entries))
-		for i, e := range entries {
-			trs[i] = e.Transition
-		}
-		n, err := p.deliver(ctx, sortedCopy(trs), "redrive")
-		total += n
-		if err != nil {
-			return fmt.Errorf("events: redrive: %w", err)
-		}
-		if len(entries) < p.batch {
-			return nil
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// redriveShard is Redrive for one due shard: batches of undelivered
+// entries until none is left, a mark fails, a batch delivers nothing
+// (outage), or RedriveMaxBatches batches were read.
+func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time) (total, failedTotal int, outage bool, _ error) {
+	var errs []error
+	for range p.maxBatches {
+		entries, err := p.outbox.Undelivered(ctx, shard, cutoff, p.batch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
+			break
+		}
+		if len(entries) == 0 {
+			break
+		}
+		items := make([]item, len(entries))
+		for i, e := range entries {
+			items[i] = item{tr: e.Transition, tries: e.Tries, eventPublished: e.EventPublished}
+		}
+		delivered, failed, err := p.publishAll(ctx, sortItems(items), "redrive")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: redrive: %w", err))
+		}
+		n, markErr := p.mark(ctx, delivered, failed, "redrive")
+		total += n
+		failedTotal += len(failed)
+		if markErr != nil {
+			// Entries not marked would be read again by the next batch.
+			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
+			break
+		}
+		if len(delivered) == 0 {
+			outage = true
+			break
+		}
+		if len(entries) < p.batch {
+			break
+		}
+	}
+	return total, failedTotal, outage, errors.Join(errs...)
+}
+
+// item is an outbox entry to publish.
+type item struct {
+	tr    task.Transition
+	tries int // failed deliveries so far
+	// eventPublished: the event was acked on an earlier try; only the dead
+	// letter is left.
+	eventPublished bool
+}
+
+// sortItems orders items by task, then seq.
+func sortItems(items []item) []item {
+	slices.SortStableFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(a.tr.TaskID, b.tr.TaskID), cmp.Compare(a.tr.Seq, b.tr.Seq))
+	})
+	return items
 }
 
 // sortedCopy orders transitions by task, then seq.
@@ -228,39 +307,61 @@ func sortedCopy(trs []task.Transition) []task.Transition {
 
 // pending is one transition in flight.
 type pending struct {
-	tr  task.Transition
+	item
 	ev  *pubsub.PublishResult
 	dl  *pubsub.PublishResult
 	err error // set when a message could not even be built or sent
 }
 
-// deliver publishes trs (ordered by task and seq), waits for the acks and
-// marks the delivered ones. Publishing and waiting are bounded by the
-// publish timeout, marking by another. It returns how many were marked.
-func (p *Publisher) deliver(ctx context.Context, trs []task.Transition, op string) (int, error) {
-	marked, err := p.publishAll(ctx, trs, op)
+// mark records a batch's results: the delivered ids (one commit per
+// Firestore's write limit) and, for the re-drive, the failed entries with
+// their next try. Each is bounded by the publish timeout. It returns how
+// many were marked delivered.
+func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item, op string) (int, error) {
 	mctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	n, markErr := p.markDelivered(mctx, marked)
-	if markErr != nil {
+	n, err := p.markDelivered(mctx, delivered)
+	if err != nil {
 		p.log.WarnContext(ctx, "events: published events not marked delivered; they will be re-published",
-			"op", op, "events", len(marked)-n, "error", markErr.Error())
-		markErr = fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(marked)-n, markErr)
+			"op", op, "events", len(delivered)-n, "error", err.Error())
+		return n, fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(delivered)-n, err)
 	}
-	return n, errors.Join(err, markErr)
+	if len(failed) == 0 {
+		return n, nil
+	}
+	now := p.now()
+	fs := make([]store.OutboxFailure, len(failed))
+	for i, f := range failed {
+		tries := f.tries + 1
+		fs[i] = store.OutboxFailure{EventID: f.tr.EventID, Tries: tries, NextTryAt: now.Add(redriveBackoff(tries)), EventPublished: f.eventPublished}
+	}
+	fctx, fcancel := context.WithTimeout(ctx, p.timeout)
+	defer fcancel()
+	for chunk := range slices.Chunk(fs, maxWritesPerCommit) {
+		if err := p.outbox.MarkFailed(fctx, chunk); err != nil {
+			p.log.WarnContext(ctx, "events: failed deliveries not recorded; the entries are retried without backoff", "op", op, "error", err.Error())
+			return n, fmt.Errorf("events: record failed deliveries: %w", err)
+		}
+	}
+	return n, nil
 }
 
-// publishAll publishes trs and their dead letters and waits for the acks;
-// it returns the ids of the events fully delivered.
-func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op string) ([]string, error) {
+// publishAll publishes the items' events (those not yet acked) and dead
+// letters and waits for the acks; it returns the ids of the events fully
+// delivered and the items that failed (eventPublished set when their event
+// was acked this time).
+func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]string, []item, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	ps := make([]pending, len(trs))
+	ps := make([]pending, len(items))
 	// Publish every event first: they are in flight while dead letters
 	// read their attempt histories.
-	for i, tr := range trs {
-		ps[i].tr = tr
-		msg, err := EventMessage(tr)
+	for i, it := range items {
+		ps[i].item = it
+		if it.eventPublished {
+			continue
+		}
+		msg, err := EventMessage(it.tr)
 		if err != nil {
 			ps[i].err = err
 			continue
@@ -285,7 +386,7 @@ func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op st
 	}
 	var (
 		delivered []string
-		failed    int
+		failed    []item
 		firstErr  error
 		paused    = map[string]bool{}
 	)
@@ -297,6 +398,8 @@ func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op st
 				// for it fail too until ResumePublish.
 				paused[pe.tr.TaskID] = true
 				pe.err = cmp.Or(pe.err, fmt.Errorf("publish to %s: %w", p.events, err))
+			} else {
+				pe.eventPublished = true
 			}
 		}
 		if pe.dl != nil {
@@ -305,11 +408,12 @@ func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op st
 			}
 		}
 		if pe.err != nil {
-			failed++
+			failed = append(failed, pe.item)
 			firstErr = cmp.Or(firstErr, pe.err)
 			p.log.WarnContext(ctx, "events: event not delivered; it stays in the outbox",
 				"op", op, "taskId", pe.tr.TaskID, "attempt", pe.tr.Attempt, "tenantId", pe.tr.TenantID,
-				"eventId", pe.tr.EventID, "seq", pe.tr.Seq, "to", pe.tr.To, "error", pe.err.Error())
+				"eventId", pe.tr.EventID, "seq", pe.tr.Seq, "to", pe.tr.To, "tries", pe.tries+1,
+				"eventPublished", pe.eventPublished, "error", pe.err.Error())
 			continue
 		}
 		delivered = append(delivered, pe.tr.EventID)
@@ -317,10 +421,10 @@ func (p *Publisher) publishAll(ctx context.Context, trs []task.Transition, op st
 	for key := range paused {
 		p.events.ResumePublish(key)
 	}
-	if failed > 0 {
-		return delivered, fmt.Errorf("%w: %d of %d events: %w", ErrUndelivered, failed, len(ps), firstErr)
+	if len(failed) > 0 {
+		return delivered, failed, fmt.Errorf("%w: %d of %d events: %w", ErrUndelivered, len(failed), len(ps), firstErr)
 	}
-	return delivered, nil
+	return delivered, nil, nil
 }
 
 // markDelivered marks ids delivered, one commit per Firestore's write limit.

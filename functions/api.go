@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
+	"strconv"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -18,39 +19,32 @@ func init() {
 	functions.HTTP("ServoAPI", ServoAPI)
 }
 
-var (
-	apiOnce    sync.Once
-	apiHandler http.Handler
-	apiErr     error
-)
+// apiInit builds the control API handler; see dependencies for retries.
+var apiInit = newLazy(func(ctx context.Context) (http.Handler, error) {
+	h, err := newServoAPI(ctx)
+	if err != nil {
+		logs.Default().ErrorContext(ctx, "ServoAPI: configuration failed; a later request retries", "error", err)
+	}
+	return h, err
+})
 
 // ServoAPI is the control API (package dispatcher) as an HTTP Cloud
 // Function; IAM protects it in production. Its dependencies are built from
-// the environment on the first request; when that fails every request is
-// answered 503 with the reason, and the failure is logged.
+// the environment on the first request; when that fails the request is
+// answered 503 unavailable with the reason and a Retry-After, the failure
+// is logged, and a request after the backoff (1 s doubling to 30 s) builds
+// again.
 func ServoAPI(w http.ResponseWriter, r *http.Request) {
-	h, err := servoAPIHandler(r.Context())
+	h, err := apiInit.get(r.Context())
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
-		w.Header().Set("Retry-After", fmt.Sprint(dispatcher.RetryAfter))
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(dispatcher.ErrorResponse{Error: task.CodeUnavailable,
 			Message: "the Servo control API is not configured: " + err.Error()})
 		return
 	}
 	h.ServeHTTP(w, r)
-}
-
-// servoAPIHandler builds the control API handler once per instance.
-func servoAPIHandler(ctx context.Context) (http.Handler, error) {
-	apiOnce.Do(func() {
-		// The clients built here outlive the request that triggered them.
-		apiHandler, apiErr = newServoAPI(context.WithoutCancel(ctx))
-		if apiErr != nil {
-			logs.Default().ErrorContext(ctx, "ServoAPI: configuration failed", "error", apiErr)
-		}
-	})
-	return apiHandler, apiErr
 }
 
 func newServoAPI(ctx context.Context) (http.Handler, error) {

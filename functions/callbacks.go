@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -17,29 +16,29 @@ import (
 
 func init() { functions.HTTP("ServoCallbacks", ServoCallbacks) }
 
-// CallbacksRetryAfter is the Retry-After of the 503 that ServoCallbacks
-// answers while its dependencies cannot be built.
-const CallbacksRetryAfter = 5 * time.Second
-
-var (
-	callbacksOnce    sync.Once
-	callbacksHandler http.Handler
-	callbacksErr     error
-)
+// callbacksInit builds the callbacks handler; see dependencies for retries.
+var callbacksInit = newLazy(func(ctx context.Context) (http.Handler, error) {
+	h, err := newServoCallbacks(ctx)
+	if err != nil {
+		logs.Default().ErrorContext(ctx, "ServoCallbacks: configuration failed; a later request retries", "error", err)
+	}
+	return h, err
+})
 
 // ServoCallbacks is the worker callbacks function (HTTP; public, every
 // request is authenticated by its task token): POST
 // /v1/tasks/{taskId}/started|heartbeat|completed, served by
 // callbacks.NewHandler with the instance's shared dependencies (built on
 // the first request). When those cannot be built it answers 503
-// unavailable with disposition RETRY, so workers retry rather than give
-// up; the reason is logged, never sent to the (unauthenticated) caller.
+// unavailable with disposition RETRY and a Retry-After (when the next build
+// may run: 1 s doubling to 30 s), so workers retry rather than give up; the
+// reason is logged, never sent to the (unauthenticated) caller.
 func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
-	h, err := servoCallbacksHandler(r.Context())
+	h, err := callbacksInit.get(r.Context())
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Retry-After", strconv.Itoa(int(CallbacksRetryAfter/time.Second)))
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(task.CallbackResponse{
 			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
@@ -48,18 +47,6 @@ func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.ServeHTTP(w, r)
-}
-
-// servoCallbacksHandler builds the callbacks handler once per instance.
-func servoCallbacksHandler(ctx context.Context) (http.Handler, error) {
-	callbacksOnce.Do(func() {
-		// The clients built here outlive the request that triggered them.
-		callbacksHandler, callbacksErr = newServoCallbacks(context.WithoutCancel(ctx))
-		if callbacksErr != nil {
-			logs.Default().ErrorContext(ctx, "ServoCallbacks: configuration failed", "error", callbacksErr)
-		}
-	})
-	return callbacksHandler, callbacksErr
 }
 
 func newServoCallbacks(ctx context.Context) (http.Handler, error) {

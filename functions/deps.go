@@ -2,8 +2,11 @@
 // functions-framework-go: ServoAPI (HTTP, the control API), ServoCallbacks
 // (HTTP, worker callbacks) and ServoSweeper (CloudEvent from Pub/Sub).
 // It is thin wiring: each function builds its dependencies from the
-// environment once per instance and serves the same handler the local
-// stack serves.
+// environment on its first request and serves the same handler the local
+// stack serves. A build that fails is retried by a later request once a
+// backoff has passed (1 s, doubling up to 30 s); meanwhile requests are
+// answered at once with 503 unavailable and a Retry-After, and concurrent
+// requests share one build in flight.
 //
 // Environment:
 //
@@ -16,6 +19,7 @@
 //	SERVO_DEAD_LETTER_TOPIC    dead-letter topic (default servo-dead-letter)
 //	SERVO_SWEEP_EVERY          sweep cadence within one invocation (default 15s)
 //	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
+//	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
 package functions
 
@@ -27,7 +31,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
@@ -50,17 +53,14 @@ type Deps struct {
 	Logger    *slog.Logger
 }
 
-var (
-	depsOnce sync.Once
-	deps     *Deps
-	depsErr  error
-)
+// depsInit builds the instance's Deps. A failed build (a Secret Manager or
+// Firestore hiccup, a bad variable) is retried by a later request after a
+// backoff (1 s doubling to 30 s), not kept for the instance's life.
+var depsInit = newLazy(loadDeps)
 
-// dependencies builds Deps from the environment once per instance.
-func dependencies(ctx context.Context) (*Deps, error) {
-	depsOnce.Do(func() { deps, depsErr = loadDeps(ctx) })
-	return deps, depsErr
-}
+// dependencies returns the instance's Deps, built from the environment on
+// first use.
+func dependencies(ctx context.Context) (*Deps, error) { return depsInit.get(ctx) }
 
 // Env returns the variable's value or def.
 func Env(name, def string) string {
@@ -96,7 +96,16 @@ func EnvInt(name string, def int) (int, error) {
 	return n, nil
 }
 
-func loadDeps(ctx context.Context) (*Deps, error) {
+func loadDeps(ctx context.Context) (_ *Deps, err error) {
+	// What a failed build opened is closed: the next build opens afresh.
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for _, c := range closers {
+				_ = c()
+			}
+		}
+	}()
 	log := logs.Default()
 	project := Env("SERVO_PROJECT", os.Getenv("GOOGLE_CLOUD_PROJECT"))
 	if project == "" {
@@ -110,14 +119,20 @@ func loadDeps(ctx context.Context) (*Deps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")))
+	shards, err := strconv.Atoi(Env("SERVO_DUE_SHARDS", strconv.Itoa(store.DefaultDueShards)))
+	if err != nil || shards < 1 {
+		return nil, fmt.Errorf("functions: SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", os.Getenv("SERVO_DUE_SHARDS"))
+	}
+	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards))
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
+	closers = append(closers, st.Close)
 	tasks, err := cloudtasks.NewClient(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("functions: cloud tasks client: %w", err)
 	}
+	closers = append(closers, tasks.Close)
 	callbackBase := os.Getenv("SERVO_CALLBACK_BASE_URL")
 	if callbackBase == "" {
 		return nil, fmt.Errorf("functions: set SERVO_CALLBACK_BASE_URL to the ServoCallbacks URL")
@@ -130,6 +145,7 @@ func loadDeps(ctx context.Context) (*Deps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: pubsub client: %w", err)
 	}
+	closers = append(closers, ps.Close)
 	pub, err := events.New(ctx, events.Config{
 		Store: st, Client: ps, Logger: log,
 		EventsTopic:     Env("SERVO_EVENTS_TOPIC", events.DefaultEventsTopic),

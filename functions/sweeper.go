@@ -3,7 +3,6 @@ package functions
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -35,24 +34,16 @@ func init() {
 // into the same CloudEvent. The message's content is ignored: each message
 // is a tick.
 func ServoSweeper(ctx context.Context, e cloudevents.Event) error {
-	sw, err := sweeper(ctx)
+	sw, err := sweeperInit.get(ctx)
 	if err != nil {
 		return err
 	}
 	return sw.HandleEvent(ctx, e)
 }
 
-var (
-	sweeperOnce sync.Once
-	sweeperInst *zombie.Sweeper
-	sweeperErr  error
-)
-
-// sweeper builds the instance's Sweeper from the environment once.
-func sweeper(ctx context.Context) (*zombie.Sweeper, error) {
-	sweeperOnce.Do(func() { sweeperInst, sweeperErr = loadSweeper(ctx) })
-	return sweeperInst, sweeperErr
-}
+// sweeperInit builds the instance's Sweeper from the environment; a failed
+// build is retried by a later tick after a backoff (see dependencies).
+var sweeperInit = newLazy(loadSweeper)
 
 func loadSweeper(ctx context.Context) (*zombie.Sweeper, error) {
 	d, err := dependencies(ctx)

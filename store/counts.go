@@ -24,11 +24,7 @@ func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[task.State]
 		g.Go(func() error {
 			ff := f
 			ff.State = st
-			q := &pb.StructuredQuery{
-				From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-				Where: and(ff.filters()...),
-			}
-			n, err := s.count(gctx, q)
+			n, err := s.count(gctx, ff.countQuery())
 			counts[i] = n
 			return err
 		})
@@ -41,6 +37,14 @@ func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[task.State]
 		out[st] = int(counts[i])
 	}
 	return out, nil
+}
+
+// countQuery is CountByState's query for one state: f's equality filters.
+func (f ListFilter) countQuery() *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(f.filters()...),
+	}
 }
 
 // count runs a count aggregation over q.
@@ -73,11 +77,7 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 // RunOutboxEntries returns every outbox entry of a run's tasks, delivered or
 // not, ordered by task id and then seq (each task's transitions in order).
 func (s *Store) RunOutboxEntries(ctx context.Context, runID string) ([]OutboxEntry, error) {
-	q := &pb.StructuredQuery{
-		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: fieldFilter("runId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(runID)),
-	}
-	out, err := s.queryOutbox(ctx, q)
+	out, err := s.queryOutbox(ctx, outboxQuery("runId", runID))
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].TaskID != out[j].TaskID {
 			return out[i].TaskID < out[j].TaskID

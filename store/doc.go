@@ -11,7 +11,8 @@
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest.
 //	outbox/{eventId}                task.Transition plus delivered, createdAt,
-//	                                deliveredAt and expireAt (TTL once delivered).
+//	                                deliveredAt and expireAt (TTL once delivered),
+//	                                nextTryAt, tries and eventPublished (re-drive).
 //	idempotency/{sha256(tenant,key)} tenantId, key, taskId, createdAt, expireAt.
 //
 // Payload, output, checkpoint and other opaque JSON are stored as bytes.
@@ -26,8 +27,15 @@
 // new_transaction) instead of with a separate BeginTransaction call: an
 // Apply costs 2 RPCs (BatchGetDocuments + Commit, or + Rollback when the
 // event is refused or changes nothing); a Cancel, which does not know the
-// attempt up front, costs 3. Create costs 1 (a Commit with exists=false
-// preconditions), or 3 for a repeated idempotency key. The figures are
+// attempt up front, costs 3. A heartbeat reads only the task document,
+// through a field mask that leaves out everything large, and writes only the
+// fields it changed (an update mask): the running attempt's heartbeat state
+// lives on the task (task.Task.Live) and is folded into the attempt record
+// at the attempt's next transition (live.go). A heartbeat that makes a
+// transition reads the whole task and attempt in the same transaction
+// first: 3 RPCs, on that rare path. Create costs 1 (a Commit with
+// exists=false preconditions), or 3 for a repeated idempotency key;
+// CreateMany puts as many tasks in one commit as Firestore's limits allow. The figures are
 // measured by [RPCCounter] in store_test.go; ABORTED transactions retry with
 // backoff and count again.
 //

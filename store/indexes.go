@@ -42,17 +42,58 @@ func asc(path string) IndexField { return IndexField{Path: path, Order: "ASCENDI
 // Indexes lists every composite index Servo's queries need.
 var Indexes = []Index{
 	// Sweeper: leases past due (RUNNING, CANCELLING).
-	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("leaseExpiresAt")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("leaseExpiresAt")}},
 	// Sweeper: cancel grace periods past due (CANCELLING).
-	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("cancelDeadline")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("cancelDeadline")}},
 	// Sweeper: dispatches to check (PENDING, QUEUED).
-	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("dispatchCheckAt")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("dispatchCheckAt")}},
 	// Sweeper: task deadlines past due (every non-terminal state).
-	{Collection: TasksCollection, Fields: []IndexField{asc("state"), asc("deadline")}},
-	// Publisher re-drive: undelivered events older than the grace period.
-	{Collection: OutboxCollection, Fields: []IndexField{asc("delivered"), asc("createdAt")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("deadline")}},
+	// Publisher re-drive: undelivered events due for a (re)try.
+	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
 	// servo runs --tenant: a tenant's runs, newest first.
 	{Collection: RunsCollection, Fields: []IndexField{asc("tenantId"), {Path: "runId", Order: "DESCENDING"}}},
+}
+
+// Every due index leads with dueShard, a number fixed per task in [0, S)
+// (store.WithDueShards, default 16): a steadily increasing due time is then
+// written into S separate ranges of each index instead of one, so no range
+// takes more than its share of the writes (100 000 running tasks with 30 s
+// heartbeats move ~3 300 lease times a second; 16 shards keep each range
+// near 210 a second, under the ~500 a second at which Firestore starts to
+// hot-spot a range of sequential values). docs/scale.md has the numbers.
+
+// FieldExemption is a field exempted from Firestore's automatic
+// single-field indexes: no query filters or orders on it alone, and
+// indexing it would only cost writes (a large or opaque value) or hot-spot
+// (a steadily increasing timestamp). Composite indexes that name the field
+// are unaffected.
+type FieldExemption struct {
+	// Collection is the collection group.
+	Collection string
+	// Path is the field; a map field's exemption covers its subfields.
+	Path string
+}
+
+// AttemptsCollection is the collection group of attempt records
+// (tasks/{id}/attempts/{n}).
+const AttemptsCollection = "attempts"
+
+// FieldExemptions lists every field exempted from single-field indexing;
+// Terraform declares exactly these (and TTLFields, also exempted).
+var FieldExemptions = []FieldExemption{
+	// Large or opaque.
+	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"},
+	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
+	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"},
+	{OutboxCollection, "error"},
+	// Steadily increasing timestamps.
+	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"},
+	{TasksCollection, "leaseExpiresAt"}, {TasksCollection, "cancelDeadline"}, {TasksCollection, "dispatchCheckAt"}, {TasksCollection, "deadline"},
+	{AttemptsCollection, "createdAt"}, {AttemptsCollection, "scheduledAt"}, {AttemptsCollection, "startedAt"},
+	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},
+	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},
+	{RunsCollection, "lastSubmitAt"},
 }
 
 // TTLFields lists the documents Firestore deletes by TTL policy.

@@ -5,26 +5,94 @@ import (
 	"maps"
 	"sync"
 
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
-// RPCCounter counts Firestore RPCs by method (e.g. "Commit",
-// "BatchGetDocuments") through gRPC client interceptors. Pass it to New with
-// WithRPCCounter. Streaming RPCs count once per call.
+// RPCCounter counts what the store sends to and receives from Firestore,
+// through gRPC client interceptors: RPCs by method (e.g. "Commit",
+// "BatchGetDocuments"; a streaming RPC counts once per call), documents read
+// and written, and the encoded bytes of every message each way. Pass it to
+// New with WithRPCCounter.
 type RPCCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu       sync.Mutex
+	counts   map[string]int
+	received map[string]int64
+	usage    Usage
+}
+
+// Usage is what an RPCCounter saw.
+type Usage struct {
+	// RPCs is the number of calls.
+	RPCs int
+	// DocsRead counts documents returned by BatchGetDocuments (found),
+	// RunQuery and GetDocument.
+	DocsRead int
+	// DocsWritten counts the writes of Commit requests.
+	DocsWritten int
+	// BytesSent and BytesReceived are the encoded sizes of the request and
+	// response messages (protobuf; the wire adds a few bytes of framing).
+	BytesSent, BytesReceived int
 }
 
 // NewRPCCounter returns an empty counter.
-func NewRPCCounter() *RPCCounter { return &RPCCounter{counts: map[string]int{}} }
+func NewRPCCounter() *RPCCounter {
+	return &RPCCounter{counts: map[string]int{}, received: map[string]int64{}}
+}
+
+func shortMethod(method string) string {
+	if i := lastSlash(method); i >= 0 {
+		return method[i+1:]
+	}
+	return method
+}
 
 func (c *RPCCounter) add(method string) {
-	if i := lastSlash(method); i >= 0 {
-		method = method[i+1:]
+	c.mu.Lock()
+	c.counts[shortMethod(method)]++
+	c.usage.RPCs++
+	c.mu.Unlock()
+}
+
+// sent and received account one message each way.
+func (c *RPCCounter) sent(m any) {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return
+	}
+	n, writes := proto.Size(msg), 0
+	if r, ok := msg.(*pb.CommitRequest); ok {
+		writes = len(r.GetWrites())
 	}
 	c.mu.Lock()
-	c.counts[method]++
+	c.usage.BytesSent += n
+	c.usage.DocsWritten += writes
+	c.mu.Unlock()
+}
+
+func (c *RPCCounter) recv(method string, m any) {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return
+	}
+	n, docs := proto.Size(msg), 0
+	switch r := msg.(type) {
+	case *pb.BatchGetDocumentsResponse:
+		if r.GetFound() != nil {
+			docs = 1
+		}
+	case *pb.RunQueryResponse:
+		if r.GetDocument() != nil {
+			docs = 1
+		}
+	case *pb.Document:
+		docs = 1
+	}
+	c.mu.Lock()
+	c.usage.BytesReceived += n
+	c.usage.DocsRead += docs
+	c.received[shortMethod(method)] += int64(n)
 	c.mu.Unlock()
 }
 
@@ -39,12 +107,44 @@ func lastSlash(s string) int {
 
 func (c *RPCCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.add(method)
-	return invoker(ctx, method, req, reply, cc, opts...)
+	c.sent(req)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err == nil {
+		c.recv(method, reply)
+	}
+	return err
 }
 
 func (c *RPCCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	c.add(method)
-	return streamer(ctx, desc, cc, method, opts...)
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countedStream{ClientStream: s, c: c, method: method}, nil
+}
+
+// countedStream accounts the messages of a streaming call.
+type countedStream struct {
+	grpc.ClientStream
+	c      *RPCCounter
+	method string
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err == nil {
+		s.c.sent(m)
+	}
+	return err
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		s.c.recv(s.method, m)
+	}
+	return err
 }
 
 // Counts returns a copy of the counts by method.
@@ -54,20 +154,33 @@ func (c *RPCCounter) Counts() map[string]int {
 	return maps.Clone(c.counts)
 }
 
+// ReceivedBytes returns the encoded size of the responses received, by
+// method (for a streaming RPC, every message of the stream).
+func (c *RPCCounter) ReceivedBytes() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.received)
+}
+
+// Usage returns what the counter saw since it was made or reset.
+func (c *RPCCounter) Usage() Usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.usage
+}
+
 // Total is the number of RPCs counted.
 func (c *RPCCounter) Total() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, v := range c.counts {
-		n += v
-	}
-	return n
+	return c.usage.RPCs
 }
 
 // Reset sets every count to zero.
 func (c *RPCCounter) Reset() {
 	c.mu.Lock()
 	c.counts = map[string]int{}
+	c.received = map[string]int64{}
+	c.usage = Usage{}
 	c.mu.Unlock()
 }

@@ -53,20 +53,10 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 		size = 20
 	}
 	size = min(size, 100)
-	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: RunsCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
-		Limit:   wrapInt(size + 1),
+	if f.After != "" && !task.ValidID(f.After, task.RunIDPrefix) {
+		return nil, "", ErrInvalidPageToken
 	}
-	if f.TenantID != "" {
-		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID))
-	}
-	if f.After != "" {
-		if !task.ValidID(f.After, task.RunIDPrefix) {
-			return nil, "", ErrInvalidPageToken
-		}
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
-	}
+	q := f.query(size + 1)
 	var out []Run
 	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
 		var r Run
@@ -85,6 +75,22 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 		next = out[size-1].RunID
 	}
 	return out, next, nil
+}
+
+// query is the runs query of f, limited to limit documents.
+func (f RunFilter) query(limit int) *pb.StructuredQuery {
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: RunsCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
+		Limit:   wrapInt(limit),
+	}
+	if f.TenantID != "" {
+		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID))
+	}
+	if f.After != "" {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
+	}
+	return q
 }
 
 // runDocBytes bounds the encoded size of a run document's write (a run id,

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -61,6 +62,7 @@ type Store struct {
 	db         string // projects/P/databases/D
 	docs       string // db + "/documents"
 	maxRetries int
+	shards     int
 	perTask    keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
@@ -78,6 +80,7 @@ func (s *Store) committed(ctx context.Context, trs []task.Transition) {
 }
 
 type config struct {
+	shards     int
 	database   string
 	counter    *RPCCounter
 	clientOpts []option.ClientOption
@@ -98,6 +101,16 @@ func WithClientOptions(opts ...option.ClientOption) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
+// DefaultDueShards is the number of due-index shards (WithDueShards).
+const DefaultDueShards = 16
+
+// WithDueShards sets how many shards the due indexes are split into
+// (default DefaultDueShards): each task is given a shard at creation, and
+// the sweeper and the outbox re-drive query every shard. The number may
+// grow between deployments, never shrink: a task's shard is fixed, and a
+// shard no longer queried would never be swept.
+func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
+
 // WithMaxRetries bounds transaction retries on contention (default 25).
 func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
 
@@ -106,9 +119,12 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	if project == "" {
 		return nil, errors.New("store: project id is required")
 	}
-	cfg := config{database: "(default)", maxRetries: 25}
+	cfg := config{database: "(default)", maxRetries: 25, shards: DefaultDueShards}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.shards < 1 {
+		return nil, fmt.Errorf("store: %d due shards: want at least 1", cfg.shards)
 	}
 	var copts []option.ClientOption
 	if host := os.Getenv(EmulatorHostEnv); host != "" {
@@ -127,7 +143,19 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to firestore: %w", err)
 	}
 	db := "projects/" + project + "/databases/" + cfg.database
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries}, nil
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards}, nil
+}
+
+// DueShards is the number of due-index shards; DueTasks and Undelivered
+// take a shard in [0, DueShards()).
+func (s *Store) DueShards() int { return s.shards }
+
+// DueShardOf is the due-index shard of a task id among n shards: a hash,
+// so that tasks created together spread over every shard.
+func DueShardOf(taskID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
 }
 
 // Close releases the connection.
@@ -179,14 +207,24 @@ func wrap(op string, err error) error {
 // outboxDoc is an outbox entry as stored.
 type outboxDoc struct {
 	task.Transition
+	// DueShard leads the re-drive's index, as on tasks.
+	DueShard    int        `firestore:"dueShard"`
 	Delivered   bool       `firestore:"delivered"`
 	CreatedAt   time.Time  `firestore:"createdAt"`
 	DeliveredAt *time.Time `firestore:"deliveredAt"`
 	ExpireAt    *time.Time `firestore:"expireAt"`
+	// NextTryAt is when the re-drive may take the entry: its creation
+	// time, then, after each failed delivery, a time set by MarkFailed.
+	NextTryAt time.Time `firestore:"nextTryAt"`
+	// Tries counts the re-drive's failed deliveries.
+	Tries int `firestore:"tries"`
+	// EventPublished: the event itself was acked; only the dead letter
+	// is still to deliver.
+	EventPublished bool `firestore:"eventPublished"`
 }
 
 func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
-	doc := outboxDoc{Transition: tr, CreatedAt: tr.OccurredAt}
+	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
 	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
 }
 
@@ -325,6 +363,7 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 // creationWrites builds the stored form of a submitted task and the writes
 // that create it.
 func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
+	t.DueShard = DueShardOf(t.ID, s.shards)
 	nt, a, tr := task.NewTask(t, now)
 	trs := []task.Transition{tr}
 	if queued {
@@ -406,7 +445,16 @@ func (s *Store) getDoc(ctx context.Context, name string, out any) (bool, error) 
 // batchGet reads documents in one RPC. With sel it runs inside (or begins)
 // a transaction and returns the transaction id.
 func (s *Store) batchGet(ctx context.Context, names []string, sel any) (map[string]*pb.Document, []byte, error) {
+	return s.batchGetMasked(ctx, names, nil, sel)
+}
+
+// batchGetMasked is batchGet returning only the fields mask names (all
+// when mask is nil).
+func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel any) (map[string]*pb.Document, []byte, error) {
 	req := &pb.BatchGetDocumentsRequest{Database: s.db, Documents: names}
+	if mask != nil {
+		req.Mask = &pb.DocumentMask{FieldPaths: mask}
+	}
 	switch v := sel.(type) {
 	case *pb.BatchGetDocumentsRequest_NewTransaction:
 		req.ConsistencySelector = v
@@ -457,15 +505,15 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 		return t, err
 	}
 	t.Attempts, err = s.Attempts(ctx, id)
+	for i := range t.Attempts {
+		overlay(&t.Attempts[i], t.Live)
+	}
 	return t, err
 }
 
 // Attempts reads a task's attempt records, oldest first.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
-	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: "attempts"}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
-	}
+	q := attemptsQuery()
 	var out []task.Attempt
 	err := s.runQuery(ctx, s.taskName(id), q, func(d *pb.Document) error {
 		var a task.Attempt
@@ -476,6 +524,22 @@ func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error)
 		return nil
 	})
 	return out, wrap("attempts", err)
+}
+
+// attemptsQuery reads a task's attempt records in order.
+func attemptsQuery() *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: AttemptsCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
+	}
+}
+
+// outboxQuery selects the outbox entries whose field equals v.
+func outboxQuery(field, v string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
+	}
 }
 
 func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
@@ -524,7 +588,8 @@ func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]Outbo
 		if err := decodeFields(doc.GetFields(), &o); err != nil {
 			return err
 		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt})
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished})
 		return nil
 	})
 	return out, err
@@ -546,6 +611,10 @@ func and(filters ...*pb.StructuredQuery_Filter) *pb.StructuredQuery_Filter {
 }
 
 func strVal(s string) *pb.Value { return &pb.Value{ValueType: &pb.Value_StringValue{StringValue: s}} }
+
+func intVal(n int) *pb.Value {
+	return &pb.Value{ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}
+}
 
 func statesVal(states []task.State) *pb.Value {
 	vals := make([]*pb.Value, len(states))
@@ -585,6 +654,24 @@ func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
 	return filters
 }
 
+// query is List's query without its cursor: f's equality filters, in id
+// order (served by Firestore's single-field indexes, merged).
+func (f ListFilter) query(limit int) *pb.StructuredQuery {
+	dir := pb.StructuredQuery_ASCENDING
+	if f.NewestFirst {
+		dir = pb.StructuredQuery_DESCENDING
+	}
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
+		Limit:   wrapInt(limit),
+	}
+	if filters := f.filters(); len(filters) > 0 {
+		q.Where = and(filters...)
+	}
+	return q
+}
+
 // List returns tasks matching f in id order (creation order; newest first
 // with f.NewestFirst), and the token of the next page ("" on the last
 // page). Pages are stable: a task created during an oldest-first listing
@@ -595,19 +682,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 		size = 50
 	}
 	size = min(size, 500)
-	filters := f.filters()
-	dir := pb.StructuredQuery_ASCENDING
-	if f.NewestFirst {
-		dir = pb.StructuredQuery_DESCENDING
-	}
-	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
-		Limit:   wrapInt(size + 1),
-	}
-	if len(filters) > 0 {
-		q.Where = and(filters...)
-	}
+	q := f.query(size + 1)
 	if f.PageToken != "" {
 		after, err := base64.RawURLEncoding.DecodeString(f.PageToken)
 		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
@@ -664,14 +739,34 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Resul
 	}
 }
 
+// applyOnce is one try of Apply's transaction: a heartbeat takes its own
+// small path (heartbeatOnce), every other event reads the whole task and
+// attempt record.
 func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+	if ev.Kind == task.EventHeartbeat && ev.Attempt > 0 {
+		return s.heartbeatOnce(ctx, id, ev, retryTx)
+	}
+	return s.fullOnce(ctx, id, ev, nil, retryTx)
+}
+
+// fullOnce reads the task and the event's attempt record whole, applies
+// the event, and writes both whole. It begins a transaction (retrying
+// retryTx), or continues tx when one is given.
+func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retryTx []byte) (task.Result, []byte, error) {
 	names := []string{s.taskName(id)}
 	if ev.Attempt > 0 {
 		names = append(names, s.attemptName(id, ev.Attempt))
 	}
-	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
-	docs, tx, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_NewTransaction{
-		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	var sel any = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
+	if tx == nil {
+		rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
+		sel = &pb.BatchGetDocumentsRequest_NewTransaction{
+			NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}}
+	}
+	docs, newTx, err := s.batchGet(ctx, names, sel)
+	if len(newTx) > 0 {
+		tx = newTx
+	}
 	if err != nil {
 		s.rollback(tx)
 		return task.Result{}, tx, err
@@ -706,12 +801,14 @@ func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx
 			s.rollback(tx)
 			return task.Result{}, tx, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
+		overlay(cur, t.Live)
 	}
 	r := task.Apply(t, cur, ev)
 	if !r.Write {
 		s.rollback(tx)
 		return r, tx, nil
 	}
+	setLive(&r)
 	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
 	if r.Attempt != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
@@ -771,10 +868,30 @@ type DueCursor struct {
 	ID string
 }
 
-// DueTasks returns up to limit tasks whose duty d is due at now, ordered by
-// the due time, after cursor (nil for the first page). The query reads only
+// dueFields are the task fields a due query returns: what the sweeper
+// needs to apply the duty's event (id, attempt), log it (tenant, state)
+// and continue the query (the due time). The sweeper acts on the task that
+// its transaction reads; a due task has no payload, timing or other field.
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard"}
+
+// DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
+// whose duty d is due at now, ordered by the due time, after cursor (nil
+// for the first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
-func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+// It projects the tasks to their id, tenant, state, attempt and d's due
+// time: a page's size does not depend on the tasks' payloads.
+func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	q, err := s.dueQuery(d, shard, now, limit, after)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.queryTasks(ctx, q)
+	return out, wrap("due "+string(d), err)
+}
+
+// dueQuery is DueTasks' query: one shard, the duty's states, due by now,
+// in due order; served by the index (dueShard, state, due field).
+func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
 	states, ok := DueStates[d]
 	if !ok {
 		return nil, fmt.Errorf("store: unknown duty %q", d)
@@ -784,9 +901,14 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if len(states) > 1 {
 		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
 	}
+	sel := &pb.StructuredQuery_Projection{}
+	for _, f := range append(slices.Clone(dueFields), string(d)) {
+		sel.Fields = append(sel.Fields, fieldRef(f))
+	}
 	q := &pb.StructuredQuery{
-		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		Where: and(fieldFilter("state", op, sv),
+		Select: sel,
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)), fieldFilter("state", op, sv),
 			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
@@ -797,8 +919,7 @@ func (s *Store) DueTasks(ctx context.Context, d Due, now time.Time, limit int, a
 	if after != nil {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
 	}
-	out, err := s.queryTasks(ctx, q)
-	return out, wrap("due "+string(d), err)
+	return q, nil
 }
 
 // DueTime is the time the duty d looks at on t (nil if unset).
@@ -821,33 +942,82 @@ type OutboxEntry struct {
 	task.Transition
 	Delivered bool
 	CreatedAt time.Time
+	// NextTryAt is when the re-drive may take the entry (CreatedAt until a
+	// delivery failed; see MarkFailed).
+	NextTryAt time.Time
+	// Tries counts the failed deliveries MarkFailed recorded.
+	Tries int
+	// EventPublished: the event was acked, only its dead letter was not.
+	EventPublished bool
 }
 
-// Undelivered returns up to limit outbox entries not yet delivered that were
-// written at or before olderThan, oldest first.
-func (s *Store) Undelivered(ctx context.Context, olderThan time.Time, limit int) ([]OutboxEntry, error) {
-	q := &pb.StructuredQuery{
+// Undelivered returns up to limit outbox entries of one due shard (in [0,
+// DueShards())) not yet delivered whose
+// next try is due at or before dueBy (an entry is due from its creation,
+// and after a failed delivery from the time MarkFailed set), earliest
+// first. Entries that keep failing are skipped until their next try, so
+// they never hide the others.
+func (s *Store) Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
+	out, err := s.queryOutbox(ctx, s.undeliveredQuery(shard, dueBy, limit))
+	return out, wrap("undelivered", err)
+}
+
+// undeliveredQuery is Undelivered's query, served by the index (dueShard,
+// delivered, nextTryAt).
+func (s *Store) undeliveredQuery(shard int, dueBy time.Time, limit int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
-			fieldFilter("createdAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(olderThan.UTC())))),
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
+			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(dueBy.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
-			{Field: fieldRef("createdAt"), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING},
 			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
 		},
 		Limit: wrapInt(limit),
 	}
-	out, err := s.queryOutbox(ctx, q)
-	return out, wrap("undelivered", err)
+}
+
+// OutboxFailure records a failed delivery of one outbox entry.
+type OutboxFailure struct {
+	EventID string
+	// Tries is the number of failed deliveries, this one included.
+	Tries int
+	// NextTryAt is when Undelivered may return the entry again.
+	NextTryAt time.Time
+	// EventPublished: the event was acked (only the dead letter failed);
+	// the next try publishes only the dead letter.
+	EventPublished bool
+}
+
+// MarkFailed records failed deliveries, in one commit (at most 500): each
+// entry stays undelivered and is skipped by Undelivered until its
+// NextTryAt.
+func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
+	if len(failures) == 0 {
+		return nil
+	}
+	writes := make([]*pb.Write, 0, len(failures))
+	for _, f := range failures {
+		fields := encodeFields(struct {
+			NextTryAt      time.Time `firestore:"nextTryAt"`
+			Tries          int       `firestore:"tries"`
+			EventPublished bool      `firestore:"eventPublished"`
+		}{f.NextTryAt.UTC(), f.Tries, f.EventPublished})
+		writes = append(writes, &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(f.EventID), Fields: fields}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"nextTryAt", "tries", "eventPublished"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
+		})
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return wrap("mark failed", err)
 }
 
 // OutboxEntries returns every outbox entry of a task, delivered or not, in
 // transition order (for tests and tools).
 func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
-	q := &pb.StructuredQuery{
-		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: fieldFilter("taskId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(taskID)),
-	}
-	out, err := s.queryOutbox(ctx, q)
+	out, err := s.queryOutbox(ctx, outboxQuery("taskId", taskID))
 	sortBySeq(out)
 	return out, wrap("outbox entries", err)
 }

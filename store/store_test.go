@@ -84,14 +84,15 @@ func TestCreateGetAndOutbox(t *testing.T) {
 	if err != nil || len(ob) != 1 || ob[0].To != task.Pending || ob[0].Delivered {
 		t.Fatalf("outbox after create: %+v %v", ob, err)
 	}
-	und, err := s.Undelivered(ctx, now.Add(time.Minute), 10)
+	shard := store.DueShardOf(tk.ID, s.DueShards())
+	und, err := s.Undelivered(ctx, shard, now.Add(time.Minute), 10)
 	if err != nil || len(und) != 1 {
 		t.Fatalf("undelivered: %+v %v", und, err)
 	}
 	if err := s.MarkDelivered(ctx, []string{und[0].EventID}, now); err != nil {
 		t.Fatal(err)
 	}
-	if und, _ = s.Undelivered(ctx, now.Add(time.Minute), 10); len(und) != 0 {
+	if und, _ = s.Undelivered(ctx, shard, now.Add(time.Minute), 10); len(und) != 0 {
 		t.Fatalf("still undelivered: %+v", und)
 	}
 }
@@ -336,7 +337,9 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		}
 		accepted := 0
 		for i, r := range race(evs, tk.ID, s) {
-			if i%2 == 0 && (r.Rejection == nil || r.Rejection.Code != task.CodeAttemptMismatch) {
+			// attempt_mismatch while attempt 2 runs, task_already_terminal
+			// once it has completed (PRODUCT §4: terminal rows first).
+			if i%2 == 0 && (r.Rejection == nil || r.Rejection.Code != task.CodeAttemptMismatch && r.Rejection.Code != task.CodeTaskAlreadyTerminal) {
 				t.Errorf("stale attempt 1 must be refused, got %+v", r.Rejection)
 			}
 			if i%2 == 1 && r.Rejection == nil && !r.Replay {
@@ -410,20 +413,25 @@ func TestDueTasksReturnsOnlyDue(t *testing.T) {
 		}
 	}
 	var got []string
-	var cursor *store.DueCursor
-	for {
-		page, err := s.DueTasks(ctx, store.DueLease, now, 1, cursor)
-		if err != nil {
-			t.Fatal(err)
+	for shard := range s.DueShards() {
+		var cursor *store.DueCursor
+		for {
+			page, err := s.DueTasks(ctx, store.DueLease, shard, now, 1, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, tk := range page {
+				if tk.DueShard != shard {
+					t.Fatalf("shard %d's query returned %s of shard %d", shard, tk.ID, tk.DueShard)
+				}
+				got = append(got, tk.ID)
+			}
+			last := page[len(page)-1]
+			cursor = &store.DueCursor{At: *store.DueTime(store.DueLease, &last), ID: last.ID}
 		}
-		if len(page) == 0 {
-			break
-		}
-		for _, tk := range page {
-			got = append(got, tk.ID)
-		}
-		last := page[len(page)-1]
-		cursor = &store.DueCursor{At: *store.DueTime(store.DueLease, &last), ID: last.ID}
 	}
 	if fmt.Sprint(len(got)) != fmt.Sprint(len(due)) {
 		t.Fatalf("due %v, want %v", got, due)

@@ -50,10 +50,25 @@ func EventID(taskID string, attempt int, from, to State) string {
 	return "evt_" + hex.EncodeToString(sum[:12])
 }
 
-// DispatchName is the deterministic Cloud Tasks task id for an attempt:
-// enqueueing the same attempt twice yields ALREADY_EXISTS, never a second
-// delivery. The hash spreads names over the keyspace as Cloud Tasks advises.
+// DispatchName is the deterministic Cloud Tasks task id for an attempt's
+// first dispatch: enqueueing the same attempt twice yields ALREADY_EXISTS,
+// never a second delivery. The hash spreads names over the keyspace as Cloud
+// Tasks advises. Re-drives use RedriveName.
 func DispatchName(taskID string, attempt int) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d", taskID, attempt)))
 	return hex.EncodeToString(sum[:16]) + "-" + strings.ToLower(strings.TrimPrefix(taskID, TaskIDPrefix)) + fmt.Sprintf("-a%d", attempt)
+}
+
+// RedriveName is the deterministic Cloud Tasks task id of an attempt's
+// re-drive n: DispatchName for the first dispatch (n = 0), that name with
+// "-r<n>" for the sweeper's re-drive n ≥ 1 ([Task.Redrives]). Cloud Tasks
+// refuses a name for about an hour after its task ran or was deleted, so a
+// re-drive of an attempt whose delivery was lost (answered 2xx without a
+// `started`) needs a name of its own to be delivered again; repeating one
+// re-drive's enqueue is still ALREADY_EXISTS.
+func RedriveName(taskID string, attempt, redrive int) string {
+	if redrive < 1 {
+		return DispatchName(taskID, attempt)
+	}
+	return DispatchName(taskID, attempt) + fmt.Sprintf("-r%d", redrive)
 }

@@ -63,6 +63,8 @@ var Edges = map[State]map[EventKind][]State{
 		EventDeadlineExceeded: {Failed},
 	},
 	Cancelling: {
+		// A started/heartbeat/completed that finds the cancel grace or the
+		// lease run out applies the cancel timeout itself (FAILED).
 		EventStarted:          {Cancelling, Failed},
 		EventHeartbeat:        {Cancelling, Failed},
 		EventCompleted:        {Succeeded, Failed, Cancelled},
@@ -224,8 +226,7 @@ func (m *machine) apply() {
 		}
 	case EventCancelTimeout:
 		if m.ev.Attempt == t.Attempt && t.State == Cancelling && due(t.CancelDeadline, m.now) {
-			m.endAttempt(OutcomeCancelTimeout, nil)
-			m.transition(Failed, ReasonCancelTimeout, OutcomeCancelTimeout)
+			m.cancelTimeout()
 		}
 	case EventDeadlineExceeded:
 		if m.ev.Attempt == t.Attempt && !t.State.Terminal() && due(t.Deadline, m.now) {
@@ -235,35 +236,51 @@ func (m *machine) apply() {
 	}
 }
 
-// guardCallback applies the attempt guard and PRODUCT §4's precedence; it
-// reports whether the callback may proceed.
+// guardCallback applies the attempt guard in PRODUCT §4's precedence and
+// reports whether the callback may proceed. The handler has answered the
+// 4xx rows before the transaction; the scope of a token that names the
+// right task is the last of them, and only the task can tell it. Then:
+//
+//  1. the task is terminal: an identical repeat of the committed completed
+//     replays its answer; a different completed from the attempt that
+//     ended the task is completion_conflict; anything else is
+//     task_already_terminal;
+//  2. the callback's attempt is older than the task's: attempt_mismatch,
+//     except that an identical repeat of that attempt's committed
+//     completed (one that scheduled the retry) still replays its answer,
+//     as §4's "accepted completed, or an identical repeat of it" row says;
+//  3. the attempt was started by another worker id: attempt_already_started;
+//  4. the lease, or while CANCELLING the cancel grace, has run out: the
+//     sweeper's transition is applied here, in the same transaction, then
+//     task_expired;
+//  5. accept.
 func (m *machine) guardCallback() bool {
 	t, cur := m.t(), m.r.Attempt
 	if m.ev.TenantID != "" && (m.ev.TenantID != t.TenantID || m.ev.WorkspaceID != t.WorkspaceID || m.ev.RunID != t.RunID) {
 		m.reject(CodeTokenScopeMismatch, "the task token is for another tenant, workspace or run")
 		return false
 	}
-	// An accepted completion for this attempt: replay or conflict.
-	if m.ev.Kind == EventCompleted && cur != nil && cur.CompletionDigest != "" {
-		if cur.CompletionDigest != m.ev.Completed.Digest() {
+	// committed is the token's attempt's accepted completion, if any.
+	committed := m.ev.Kind == EventCompleted && cur != nil && cur.CompletionDigest != ""
+	identical := committed && cur.CompletionDigest == m.ev.Completed.Digest()
+	if t.State.Terminal() {
+		switch {
+		case identical:
+			m.replay()
+		case committed && cur.Attempt == t.Attempt:
 			m.reject(CodeCompletionConflict, fmt.Sprintf("attempt %d already completed with a different report", cur.Attempt))
-			return false
-		}
-		m.r.Replay = true
-		if cur.Attempt < t.Attempt {
-			m.r.FinalState, m.r.RetryScheduled, m.r.NextAttempt = Queued, true, cur.Attempt+1
-		} else {
-			m.r.FinalState = t.State
+		default:
+			m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 		}
 		return false
 	}
 	if m.ev.Attempt != t.Attempt {
+		if identical {
+			m.replay()
+			return false
+		}
 		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
 			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
-		return false
-	}
-	if t.State.Terminal() {
-		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 		return false
 	}
 	if t.State == Running || t.State == Cancelling {
@@ -271,13 +288,34 @@ func (m *machine) guardCallback() bool {
 			m.reject(CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was started by another worker", t.Attempt))
 			return false
 		}
-		if due(t.LeaseExpiresAt, m.now) {
+		// The sweeper applies the cancel timeout before the lease expiry
+		// (zombie duties "cancel", then "lease"); so does the callback.
+		switch {
+		case t.State == Cancelling && due(t.CancelDeadline, m.now):
+			m.cancelTimeout()
+			m.reject(CodeTaskExpired, "the cancel grace period has run out")
+			return false
+		case due(t.LeaseExpiresAt, m.now):
 			m.expire()
 			m.reject(CodeTaskExpired, "task exceeded its heartbeat timeout")
 			return false
 		}
 	}
 	return true
+}
+
+// replay answers an identical repeat of the token's attempt's committed
+// completion as it was first answered, and changes nothing.
+func (m *machine) replay() {
+	t, cur := m.t(), m.r.Attempt
+	m.r.Replay = true
+	if cur.Attempt < t.Attempt {
+		// Only a completion that scheduled the retry leaves an older
+		// attempt with a committed report.
+		m.r.FinalState, m.r.RetryScheduled, m.r.NextAttempt = Queued, true, cur.Attempt+1
+		return
+	}
+	m.r.FinalState = t.State
 }
 
 func (m *machine) attempt() *Attempt {
@@ -364,6 +402,15 @@ func (m *machine) expire() {
 		return
 	}
 	m.retryOrFail(true, ReasonHeartbeatTimeout, OutcomeZombie)
+}
+
+// cancelTimeout applies the end of a CANCELLING task's grace period: the
+// attempt ends CANCEL_TIMEOUT and the task FAILED, never retried. The
+// grace period is [cancel, CancelDeadline): at CancelDeadline itself it
+// has run out, for the sweeper and for a callback alike.
+func (m *machine) cancelTimeout() {
+	m.endAttempt(OutcomeCancelTimeout, nil)
+	m.transition(Failed, ReasonCancelTimeout, OutcomeCancelTimeout)
 }
 
 // retryOrFail ends the current (already ended) attempt's task: a new

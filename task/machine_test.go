@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -344,6 +345,8 @@ func TestTimingValidation(t *testing.T) {
 		{"timeout below 2x", Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 1999, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatTimeoutMs"},
 		{"100ms locally", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerLocal, ""},
 		{"100ms in production", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerProduction, "heartbeatIntervalMs"},
+		{"interval half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds() / 2, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds(), CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, ""},
+		{"interval beyond half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds()/2 + 1, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds() + 2, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatIntervalMs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -358,14 +361,23 @@ func TestTimingValidation(t *testing.T) {
 func TestTokenTTLCoversDeadline(t *testing.T) {
 	d1 := t0.Add(90 * time.Minute)
 	d2 := t0.Add(5 * time.Hour)
-	if got := TokenTTL(t0, nil); got != DefaultTokenTTL {
-		t.Errorf("no deadline: %v", got)
+	cases := []struct {
+		name     string
+		deadline *time.Time
+		interval time.Duration
+		want     time.Duration
+	}{
+		{"no deadline", nil, 30 * time.Second, DefaultTokenTTL},
+		{"deadline in 90m", &d1, 30 * time.Second, 91 * time.Minute},
+		{"deadline beyond max", &d2, 30 * time.Second, MaxTokenTTL},
+		{"two 50m intervals", nil, 50 * time.Minute, 100 * time.Minute},
+		{"two intervals beyond max", nil, 90 * time.Minute, MaxTokenTTL},
+		{"deadline beyond two intervals", &d1, 40 * time.Minute, 91 * time.Minute},
 	}
-	if got := TokenTTL(t0, &d1); got != 91*time.Minute {
-		t.Errorf("deadline in 90m: %v", got)
-	}
-	if got := TokenTTL(t0, &d2); got != MaxTokenTTL {
-		t.Errorf("deadline beyond max: %v", got)
+	for _, c := range cases {
+		if got := TokenTTL(t0, c.deadline, c.interval); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 
@@ -381,3 +393,145 @@ func TestIDs(t *testing.T) {
 		t.Fatal("event ids must differ per transition")
 	}
 }
+
+// history is a task driven through evs from PENDING at t0, with every
+// attempt record it got on the way.
+type history struct {
+	tk       Task
+	attempts map[int]*Attempt
+}
+
+func replayHistory(t *testing.T, evs ...Event) history {
+	t.Helper()
+	tk, a := newTestTask()
+	h := history{tk: tk, attempts: map[int]*Attempt{1: &a}}
+	for _, ev := range evs {
+		which := ev.Attempt
+		if which == 0 {
+			which = h.tk.Attempt
+		}
+		r := Apply(h.tk, h.attempts[which], ev)
+		if r.Rejection != nil {
+			t.Fatalf("setup %s: %v", ev.Kind, r.Rejection)
+		}
+		h.tk = r.Task
+		if r.Attempt != nil {
+			c := *r.Attempt
+			h.attempts[c.Attempt] = &c
+		}
+		if r.Next != nil {
+			n := *r.Next
+			h.attempts[n.Attempt] = &n
+		}
+	}
+	return h
+}
+
+func started(attempt int, worker string, at time.Time) Event {
+	return Event{Kind: EventStarted, Attempt: attempt, WorkerID: worker, Now: at}
+}
+
+func completed(attempt int, worker string, at time.Time, o Outcome, c Category) Event {
+	cr := completion(o, c)
+	cr.Attempt, cr.WorkerID = attempt, worker
+	return Event{Kind: EventCompleted, Attempt: attempt, WorkerID: worker, Now: at, Completed: cr}
+}
+
+func heartbeat(attempt int, worker string, at time.Time) Event {
+	return Event{Kind: EventHeartbeat, Attempt: attempt, WorkerID: worker, Now: at, Heartbeat: &HeartbeatRequest{Attempt: attempt, WorkerID: worker}}
+}
+
+// TestCallbackGuard checks PRODUCT §4's precedence among the 409/410 rows
+// and the cancel grace at the callback: each case is a history, one
+// callback, and the answer and task it must leave.
+func TestCallbackGuard(t *testing.T) {
+	grace := DefaultCancelGracePeriod
+	cancel := Event{Kind: EventCancel, Now: t0, Reason: "user_requested"}
+	// retried: attempt 1 reported a retryable FAILED; the task is QUEUED
+	// for attempt 2 (then started by w2 when running).
+	retried := []Event{started(1, "w1", t0), completed(1, "w1", t0, OutcomeFailed, CategoryUserCode)}
+	running2 := append(slices.Clone(retried), started(2, "w2", t0.Add(time.Minute)))
+	succeeded2 := append(slices.Clone(running2), completed(2, "w2", t0.Add(2*time.Minute), OutcomeSucceeded, ""))
+	// zombie: attempt 1 went silent and was expired; attempt 2 succeeded.
+	zombie := []Event{started(1, "w1", t0), {Kind: EventLeaseExpired, Attempt: 1, Now: t0.Add(time.Hour)},
+		started(2, "w2", t0.Add(time.Hour+time.Minute)), completed(2, "w2", t0.Add(time.Hour+2*time.Minute), OutcomeSucceeded, "")}
+	cancelling := []Event{started(1, "w1", t0), cancel}
+	later := t0.Add(3 * time.Hour)
+
+	cases := []struct {
+		name    string
+		history []Event
+		ev      Event
+		code    string // "" accepted
+		replay  bool
+		state   State  // the task after the callback
+		reason  string // the task's reason after the callback, when it ended
+		outcome Outcome
+		trs     int // transitions written
+	}{
+		// Terminal rows come first.
+		{"identical repeat on the ended task replays", succeeded2, completed(2, "w2", later, OutcomeSucceeded, ""), "", true, Succeeded, ReasonSucceeded, "", 0},
+		{"different completed of the ending attempt conflicts", succeeded2, completed(2, "w2", later, OutcomeFailed, CategoryDataQuality), CodeCompletionConflict, false, Succeeded, ReasonSucceeded, "", 0},
+		{"older attempt's heartbeat on an ended task", succeeded2, heartbeat(1, "w1", later), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
+		{"zombie attempt's late completed on an ended task", zombie, completed(1, "w1", later, OutcomeSucceeded, ""), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
+		{"older attempt's different completed on an ended task", succeeded2, completed(1, "w1", later, OutcomeSucceeded, ""), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
+		{"older attempt's identical completed on an ended task replays", succeeded2, completed(1, "w1", later, OutcomeFailed, CategoryUserCode), "", true, Succeeded, ReasonSucceeded, "", 0},
+		// Then the attempt guard.
+		{"older attempt's heartbeat", running2, heartbeat(1, "w1", t0.Add(90*time.Second)), CodeAttemptMismatch, false, Running, "", "", 0},
+		{"older attempt's different completed", running2, completed(1, "w1", t0.Add(90*time.Second), OutcomeSucceeded, ""), CodeAttemptMismatch, false, Running, "", "", 0},
+		{"older attempt's identical completed replays", running2, completed(1, "w1", t0.Add(90*time.Second), OutcomeFailed, CategoryUserCode), "", true, Running, "", "", 0},
+		// Then another worker, before any expiry.
+		{"another worker past the grace", cancelling, heartbeat(1, "w2", t0.Add(grace)), CodeAttemptAlreadyStarted, false, Cancelling, "user_requested", "", 0},
+		// The cancel grace: [cancel, CancelDeadline).
+		{"heartbeat within the grace", cancelling, heartbeat(1, "w1", t0.Add(grace-time.Millisecond)), "", false, Cancelling, "user_requested", "", 0},
+		{"completed SUCCEEDED within the grace", cancelling, completed(1, "w1", t0.Add(grace-time.Millisecond), OutcomeSucceeded, ""), "", false, Succeeded, ReasonSucceeded, OutcomeSucceeded, 1},
+		{"heartbeat at the cancel deadline", cancelling, heartbeat(1, "w1", t0.Add(grace)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"heartbeat past the grace", cancelling, heartbeat(1, "w1", t0.Add(grace+time.Second)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"completed SUCCEEDED past the grace", cancelling, completed(1, "w1", t0.Add(grace+30*time.Second), OutcomeSucceeded, ""), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"completed CANCELLED past the grace", cancelling, completed(1, "w1", t0.Add(grace+time.Second), OutcomeCancelled, ""), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"started repeated past the grace", cancelling, started(1, "w1", t0.Add(grace)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"grace and lease both run out: the grace first, as the sweeper", cancelling, heartbeat(1, "w1", t0.Add(time.Hour)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := replayHistory(t, c.history...)
+			before := h.tk
+			r := Apply(h.tk, h.attempts[c.ev.Attempt], c.ev)
+			code := ""
+			if r.Rejection != nil {
+				code = r.Rejection.Code
+			}
+			if code != c.code || r.Replay != c.replay {
+				t.Fatalf("got %q replay %v, want %q replay %v", code, r.Replay, c.code, c.replay)
+			}
+			if r.Task.State != c.state || len(r.Transitions) != c.trs {
+				t.Fatalf("task %s with %d transitions, want %s with %d", r.Task.State, len(r.Transitions), c.state, c.trs)
+			}
+			if c.code != "" && c.code != CodeTaskExpired || c.replay {
+				if r.Write || !reflectEqualTask(r.Task, before) {
+					t.Fatalf("a refusal or replay wrote: %+v", r.Task)
+				}
+			}
+			if c.state.Terminal() && r.Task.Reason != c.reason {
+				t.Fatalf("task reason %q, want %q", r.Task.Reason, c.reason)
+			}
+			if c.trs > 0 && (r.Attempt == nil || r.Attempt.Attempt != r.Task.Attempt || r.Attempt.Outcome != c.outcome || r.Transitions[0].Outcome != c.outcome) {
+				t.Fatalf("attempt %+v, transitions %+v; want outcome %s", r.Attempt, r.Transitions, c.outcome)
+			}
+			if c.code == CodeTaskExpired && (r.Task.LeaseExpiresAt != nil || r.Enqueue || r.Next != nil) {
+				t.Fatalf("a cancel timeout must not extend the lease nor retry: %+v", r)
+			}
+			if c.code == CodeTaskAlreadyTerminal && r.Rejection.State != c.state {
+				t.Fatalf("rejection state %s", r.Rejection.State)
+			}
+			if c.code == CodeAttemptMismatch && (r.Rejection.Expected != 2 || r.Rejection.Received != 1) {
+				t.Fatalf("mismatch %+v", r.Rejection)
+			}
+			if c.replay && c.ev.Attempt == 1 && (r.FinalState != Queued || !r.RetryScheduled || r.NextAttempt != 2) {
+				t.Fatalf("the replay of a retried attempt must repeat its answer: %+v", r)
+			}
+		})
+	}
+}
+
+func reflectEqualTask(a, b Task) bool { return reflect.DeepEqual(a, b) }

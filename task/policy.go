@@ -81,7 +81,9 @@ func fieldErr(field, format string, args ...any) *FieldError {
 }
 
 // Validate checks the timers against min (MinTimerProduction or
-// MinTimerLocal) and ADR-023's invariant timeout ≥ 2 × interval.
+// MinTimerLocal), the interval against half the maximum token lifetime (no
+// refresh could cover a longer one) and ADR-023's invariant
+// timeout ≥ 2 × interval.
 func (t Timing) Validate(min time.Duration) *FieldError {
 	check := func(field string, ms int64) *FieldError {
 		d := time.Duration(ms) * time.Millisecond
@@ -102,6 +104,9 @@ func (t Timing) Validate(min time.Duration) *FieldError {
 		if err := check(f.name, f.ms); err != nil {
 			return err
 		}
+	}
+	if limit := MaxTokenTTL / 2; t.HeartbeatInterval() > limit {
+		return fieldErr("heartbeatIntervalMs", "must be at most %d ms (half the maximum task token lifetime, so that a heartbeat can always refresh the token in time)", limit.Milliseconds())
 	}
 	if t.HeartbeatTimeoutMs < 2*t.HeartbeatIntervalMs {
 		return fieldErr("heartbeatTimeoutMs", "must be at least 2 × heartbeatIntervalMs (%d)", 2*t.HeartbeatIntervalMs)
@@ -202,15 +207,23 @@ func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
 	return time.Duration(r * float64(p.BackoffCap(n)))
 }
 
-// TokenTTL is the lifetime of a new attempt token: the default, or long
-// enough to cover the deadline (plus a minute) when that is within the
+// TokenTTL is the lifetime of an attempt token valid from from (when its
+// delivery can start, or when a heartbeat refreshes it): the default, at
+// least two heartbeat intervals so that one heartbeat can always refresh it,
+// and long enough to cover the deadline (plus a minute), all within the
 // maximum; heartbeat responses refresh tokens for longer tasks.
-func TokenTTL(now time.Time, deadline *time.Time) time.Duration {
-	ttl := DefaultTokenTTL
+func TokenTTL(from time.Time, deadline *time.Time, interval time.Duration) time.Duration {
+	ttl := max(DefaultTokenTTL, 2*interval)
 	if deadline != nil {
-		if need := deadline.Sub(now) + time.Minute; need > ttl {
-			ttl = min(need, MaxTokenTTL)
-		}
+		ttl = max(ttl, deadline.Sub(from)+time.Minute)
 	}
-	return ttl
+	return min(ttl, MaxTokenTTL)
+}
+
+// RefreshBefore is how much life a token may have left when a heartbeat
+// arrives before the answer must carry a fresh one: a quarter of its
+// lifetime, or two heartbeat intervals when that is more, so the next
+// heartbeat never arrives with an expired token.
+func RefreshBefore(lifetime, interval time.Duration) time.Duration {
+	return max(lifetime/4, 2*interval)
 }

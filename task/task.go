@@ -48,11 +48,23 @@ type Task struct {
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty" firestore:"cancelDeadline"`
 	// DispatchCheckAt is when a PENDING/QUEUED task counts as stuck.
 	DispatchCheckAt *time.Time `json:"dispatchCheckAt,omitempty" firestore:"dispatchCheckAt"`
-	// Redrives counts re-enqueues of the current attempt by the sweeper.
+	// DueShard spreads the sweeper's due indexes: fixed at creation in
+	// [0, shards), it leads every due index, so that no index sees one
+	// steadily increasing run of writes (see store.DueShardOf).
+	DueShard int `json:"-" firestore:"dueShard"`
+	// Redrives counts re-enqueues of the current attempt by the sweeper;
+	// re-drive n is created under its own Cloud Tasks name (RedriveName).
 	Redrives int `json:"redrives" firestore:"redrives"`
 	// ResumeFrom is the last checkpoint of an earlier attempt, handed to
 	// the current attempt in its envelope.
 	ResumeFrom json.RawMessage `json:"resumeFrom,omitempty" firestore:"resumeFrom"`
+
+	// Live is the current attempt's heartbeat state, kept on the task
+	// document so that a heartbeat reads and writes one small document. The
+	// store folds it into the attempt record at the attempt's transitions
+	// and overlays it on reads (Attempts shows it); it is not part of the
+	// API's JSON.
+	Live *LiveAttempt `json:"-" firestore:"live"`
 
 	// Attempts is the per-attempt history; filled by reads that ask for it
 	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
@@ -83,6 +95,18 @@ type Attempt struct {
 	// CompletionDigest identifies the accepted `completed` report, so an
 	// identical repeat replays and a different one conflicts.
 	CompletionDigest string `json:"-" firestore:"completionDigest"`
+}
+
+// LiveAttempt is what a heartbeat changes of the current attempt, stored
+// on the task document (Task.Live).
+type LiveAttempt struct {
+	Attempt         int             `firestore:"attempt"`
+	WorkerID        string          `firestore:"workerId"`
+	StartedAt       *time.Time      `firestore:"startedAt"`
+	LastHeartbeatAt *time.Time      `firestore:"lastHeartbeatAt"`
+	ProgressPct     *int            `firestore:"progressPct"`
+	Message         string          `firestore:"message"`
+	Checkpoint      json.RawMessage `firestore:"checkpoint"`
 }
 
 // Ended reports whether the attempt has an outcome.

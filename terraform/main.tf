@@ -45,6 +45,7 @@ locals {
     SERVO_DEAD_LETTER_TOPIC  = var.dead_letter_topic
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
+    SERVO_DUE_SHARDS         = tostring(var.due_shards)
   }
 
   # The three entry points registered with functions-framework-go in package

@@ -9,8 +9,10 @@
 // Keys live in a [KeyRing] keyed by kid. The active key signs; every listed
 // key verifies, selected by the token's kid header, so a key is rotated by
 // first adding the new key as active while the old one stays listed, then
-// removing the old key once every token it signed has expired (at most
-// [MaxTTL] later).
+// removing the old key once every token it signed has expired: at most
+// [MaxTTL] after its nbf, which for a retry scheduled ahead
+// ([KeyRing.SignFrom]) is that retry's delivery time, so up to the longest
+// retry backoff plus MaxTTL after signing.
 //
 // Verification accepts HS256 only and rejects a wrong or unknown key, a
 // missing claim, a wrong issuer, a token not yet valid and an expired token

@@ -79,6 +79,19 @@ func (c *Claims) ExpiresAtTime() time.Time { return numericTime(c.ExpiresAt) }
 // NotBeforeTime returns the nbf claim, or the zero time if it is absent.
 func (c *Claims) NotBeforeTime() time.Time { return numericTime(c.NotBefore) }
 
+// Lifetime is how long the token is valid: from the later of iat and nbf
+// (a token for a delivery scheduled later is valid only from then) to exp.
+func (c *Claims) Lifetime() time.Duration {
+	return c.ExpiresAtTime().Sub(laterTime(c.IssuedAtTime(), c.NotBeforeTime()))
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func numericTime(d *jwt.NumericDate) time.Time {
 	if d == nil {
 		return time.Time{}
@@ -91,7 +104,8 @@ func numericTime(d *jwt.NumericDate) time.Time {
 type wireClaims Claims
 
 // Validate reports the first required claim that is absent or empty, and rejects
-// lifetimes longer than MaxTTL, which no Servo signer produces.
+// lifetimes (from the later of iat and nbf to exp) longer than MaxTTL, which
+// no Servo signer produces.
 func (c *wireClaims) Validate() error {
 	name := c.Scope.missing()
 	switch {
@@ -108,7 +122,7 @@ func (c *wireClaims) Validate() error {
 	if name != "" {
 		return &claimError{name: name}
 	}
-	if c.ExpiresAt.Sub(c.IssuedAt.Time) > MaxTTL {
+	if (*Claims)(c).Lifetime() > MaxTTL {
 		return errLifetime
 	}
 	return nil
@@ -126,6 +140,13 @@ var errLifetime = errors.New("lifetime exceeds " + MaxTTL.String())
 // ttl (DefaultTTL when ttl <= 0). It returns the token and its expiry, which
 // is whole seconds as encoded in the exp claim.
 func (r *KeyRing) Sign(s Scope, ttl time.Duration, now time.Time) (token string, expiresAt time.Time, err error) {
+	return r.SignFrom(s, ttl, now, now)
+}
+
+// SignFrom is Sign for a token issued at now but valid only from from (its
+// nbf claim) for ttl: a token for a delivery scheduled later lives ttl from
+// that delivery, not from its signing. A from before now is now.
+func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (token string, expiresAt time.Time, err error) {
 	if name := s.missing(); name != "" {
 		return "", time.Time{}, fmt.Errorf("token: sign: scope has no %s", name)
 	}
@@ -135,14 +156,17 @@ func (r *KeyRing) Sign(s Scope, ttl time.Duration, now time.Time) (token string,
 	if ttl > MaxTTL {
 		return "", time.Time{}, fmt.Errorf("token: sign: ttl %v exceeds maximum %v", ttl, MaxTTL)
 	}
-	iat := jwt.NewNumericDate(now)
-	exp := jwt.NewNumericDate(iat.Add(ttl))
+	iat, nbf := jwt.NewNumericDate(now), jwt.NewNumericDate(now)
+	if from.After(now) {
+		nbf = jwt.NewNumericDate(from)
+	}
+	exp := jwt.NewNumericDate(nbf.Add(ttl))
 	c := Claims{
 		Scope: s,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    Issuer,
 			IssuedAt:  iat,
-			NotBefore: iat,
+			NotBefore: nbf,
 			ExpiresAt: exp,
 			ID:        rand.Text(),
 		},

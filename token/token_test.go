@@ -446,3 +446,46 @@ func TestVerifyConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestSignFrom: a token signed now for a delivery at from is valid from
+// from (minus the leeway) for ttl after it, however far ahead from is; a
+// from in the past is now. Its lifetime counts from nbf, so the MaxTTL
+// bound holds relative to the delivery, and a forged window longer than
+// MaxTTL is still refused.
+func TestSignFrom(t *testing.T) {
+	r := mustRing(t, "k1", map[string][]byte{"k1": key1})
+	from := t0.Add(3 * time.Hour) // further ahead than any token lives
+	tok, exp, err := r.SignFrom(scope0, MaxTTL, t0, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := from.Add(MaxTTL); !exp.Equal(want) {
+		t.Fatalf("expiresAt = %v, want %v", exp, want)
+	}
+	for _, tc := range []struct {
+		at   time.Time
+		want error
+	}{
+		{t0, ErrInvalid}, // not valid yet
+		{from.Add(-Leeway - time.Second), ErrInvalid}, // not valid yet
+		{from, nil},
+		{from.Add(MaxTTL - time.Second), nil},
+		{from.Add(MaxTTL + Leeway + time.Second), ErrExpired},
+	} {
+		c, err := r.Verify(tok, tc.at)
+		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("Verify at %v: %v, want %v", tc.at.Sub(t0), err, tc.want)
+			continue
+		}
+		if err == nil && (!c.IssuedAtTime().Equal(t0) || !c.NotBeforeTime().Equal(from) || c.Lifetime() != MaxTTL) {
+			t.Errorf("iat %v nbf %v lifetime %v", c.IssuedAtTime(), c.NotBeforeTime(), c.Lifetime())
+		}
+	}
+	if _, exp, _ := r.SignFrom(scope0, time.Hour, t0, t0.Add(-time.Hour)); !exp.Equal(t0.Add(time.Hour)) {
+		t.Errorf("from in the past: expiresAt %v", exp)
+	}
+	long := with(with(validClaims(), "nbf", from.Unix()), "exp", from.Add(MaxTTL+time.Second).Unix())
+	if _, err := r.Verify(hs256(t, long), from.Add(time.Minute)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a window longer than MaxTTL: %v", err)
+	}
+}

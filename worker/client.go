@@ -27,36 +27,55 @@ const (
 // maxResponseBytes bounds how much of a callback response is read.
 const maxResponseBytes = 64 << 10
 
-// reply is Servo's answer to a callback.
+// reply is what the SDK makes of one answer to a callback (see judge).
 type reply struct {
 	status int
-	resp   task.CallbackResponse
-	// disp is the disposition: the body's, or derived from the status when
-	// the body has none (a proxy's error page).
+	// resp is Servo's body; zero when the answer had none (a proxy's page).
+	resp task.CallbackResponse
+	// disp is what the worker must do: the body's disposition, or, for an
+	// answer without a Servo body, one derived from the status. task.Retry
+	// means: send the same request again after a backoff.
 	disp task.Disposition
-	// retryAfter is the Retry-After of a 503, if any.
+	// retryAfter is the answer's Retry-After when disp is task.Retry.
 	retryAfter time.Duration
 }
 
-// retryableStatus reports whether a status means "Servo did not process the
-// request; the same request may succeed later": 503 (Servo's `unavailable`)
-// and the statuses Google's front ends and proxies use for transient
-// failures. Every callback is idempotent, so repeating it is safe.
-func retryableStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
-		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+// judge decides what one answer to callback op means, from its status, its
+// body and its Retry-After header alone (PRODUCT §4 as the worker sees it).
+//
+// An answer whose body is Servo's (JSON with a known disposition) is obeyed
+// whatever its status: RETRY is retried (Servo's 503 `unavailable`);
+// CONTINUE, COMMITTED, CANCELLED and REJECTED are final, so a REJECTED 500
+// or 429 is never sent again. An answer without a Servo body comes from
+// the infrastructure in front of Servo (a load balancer's or Cloud Run's
+// error page, an empty body): 408, 429, 500, 502, 503 and 504 mean the
+// request may not have reached Servo and are retried (every callback is
+// idempotent); 2xx is taken as accepted, 409 and 410 as CANCELLED, anything
+// else as REJECTED.
+func judge(op string, status int, body []byte, retryAfterHeader string) reply {
+	rep := reply{status: status}
+	var resp task.CallbackResponse
+	if json.Unmarshal(body, &resp) == nil && knownDisposition(resp.Disposition) {
+		rep.resp, rep.disp = resp, resp.Disposition
+	} else {
+		rep.disp = bareDisposition(op, status)
+	}
+	if rep.disp == task.Retry {
+		rep.retryAfter = retryAfter(retryAfterHeader)
+	}
+	return rep
+}
+
+func knownDisposition(d task.Disposition) bool {
+	switch d {
+	case task.Continue, task.Committed, task.Cancel, task.Rejected, task.Retry:
 		return true
 	}
 	return false
 }
 
-// disposition derives what the worker must do from a non-retryable answer.
-func disposition(op string, status int, body task.CallbackResponse) task.Disposition {
-	switch body.Disposition {
-	case task.Continue, task.Committed, task.Cancel, task.Rejected:
-		return body.Disposition
-	}
+// bareDisposition is the disposition of an answer without a Servo body.
+func bareDisposition(op string, status int) task.Disposition {
 	switch {
 	case status >= 200 && status < 300:
 		if op == opCompleted {
@@ -65,6 +84,11 @@ func disposition(op string, status int, body task.CallbackResponse) task.Disposi
 		return task.Continue
 	case status == http.StatusConflict || status == http.StatusGone:
 		return task.Cancel
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return task.Retry
 	}
 	return task.Rejected
 }
@@ -96,7 +120,7 @@ func retryAfter(h string) time.Duration {
 var errStopped = errors.New("stopped")
 
 // post delivers one callback. It retries transport errors, per-request
-// timeouts and retryable statuses with backoff while the next try can start
+// timeouts and answers judged task.Retry with backoff while the next try can start
 // before until() (re-read each time: an adopted token extends it); the first
 // try is always made. It returns the first non-retryable reply, or an error
 // wrapping errUnreachable when the window closed, or errStopped when stop
@@ -111,9 +135,8 @@ func (r *run) post(ctx context.Context, op string, body func() ([]byte, error), 
 		if err != nil {
 			return reply{}, fmt.Errorf("worker: encode %s: %w", op, err)
 		}
-		rep, err := r.once(ctx, u, b)
-		if err == nil && !retryableStatus(rep.status) && rep.resp.Disposition != task.Retry {
-			rep.disp = disposition(op, rep.status, rep.resp)
+		rep, err := r.once(ctx, op, u, b)
+		if err == nil && rep.disp != task.Retry {
 			return rep, nil
 		}
 		if ctx.Err() != nil {
@@ -144,8 +167,8 @@ func (r *run) post(ctx context.Context, op string, body func() ([]byte, error), 
 	}
 }
 
-// once makes one POST with the current token and reads the answer.
-func (r *run) once(ctx context.Context, u string, b []byte) (reply, error) {
+// once makes one POST with the current token and judges the answer.
+func (r *run) once(ctx context.Context, op, u string, b []byte) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
@@ -166,11 +189,8 @@ func (r *run) once(ctx context.Context, u string, b []byte) (reply, error) {
 		// repeating the idempotent callback settles it.
 		return reply{}, fmt.Errorf("read response: %w", err)
 	}
-	rep := reply{status: res.StatusCode}
-	_ = json.Unmarshal(data, &rep.resp) // a proxy's page is not JSON; the status decides
-	if res.StatusCode == http.StatusServiceUnavailable || res.StatusCode == http.StatusTooManyRequests {
-		rep.retryAfter = min(retryAfter(res.Header.Get("Retry-After")), r.h.cfg.backoffMax)
-	}
+	rep := judge(op, res.StatusCode, data, res.Header.Get("Retry-After"))
+	rep.retryAfter = min(rep.retryAfter, r.h.cfg.backoffMax)
 	return rep, nil
 }
 

@@ -31,19 +31,30 @@
 //     answered shouldCancel cancels the Func's context with a
 //     [*CancelledError] (the reason inside); one answered 410 or 409 cancels
 //     it with a [*LeaseLostError], a REJECTED one with a [*RejectedError],
-//     and then nothing more is sent for the attempt.
+//     and then nothing more is sent for the attempt. When Servo has
+//     acknowledged nothing for heartbeatTimeoutMs (counted from `started`,
+//     then from the last heartbeat answered CONTINUE; a network partition,
+//     or Servo answering only RETRY), the lease is surely gone: Servo has
+//     expired it or will, and may run the next attempt. The SDK fences the
+//     attempt: it abandons the heartbeat in flight, cancels the Func's
+//     context with a [*LeaseLostError] of code [CodeHeartbeatTimeout], and
+//     never reports `completed` for it.
 //  3. when the Func returns, sends `completed` exactly once (the same body on
 //     every retry) with the outcome, the output or the categorised error,
 //     and metrics, and never sends anything after COMMITTED, CANCELLED or
 //     REJECTED.
 //
-// Transport errors, per-request timeouts and 503 (also 408, 429, 500, 502,
-// 504 from front ends) are retried with exponential backoff and jitter,
-// honouring Retry-After: `started` within [WithStartRetryWindow], heartbeats
-// and `completed` until the task token expires (a refreshed token extends
-// it). When the token expires while Servo cannot be reached the attempt has
-// lost its authority: the Func is cancelled with a [*LeaseLostError].
-// Other 4xx answers are never retried.
+// The SDK obeys the answer's disposition, whatever its status. It retries
+// only transport errors and per-request timeouts, Servo's 503 with
+// disposition RETRY, and answers without a Servo body (no JSON with a
+// disposition: 408, 429, 500, 502, 503 or 504 from a load balancer or Cloud
+// Run in front of Servo), with exponential backoff and jitter, honouring
+// Retry-After: `started` within [WithStartRetryWindow], heartbeats and
+// `completed` until the task token expires (a refreshed token extends it).
+// When the token expires while Servo cannot be reached the attempt has
+// lost its authority: the Func is cancelled with a [*LeaseLostError]. An
+// answer with disposition REJECTED, CANCELLED or COMMITTED is final and
+// never sent again, even as a 500 or 429.
 //
 // # Outcomes
 //
@@ -62,7 +73,10 @@
 // Cloud Tasks retries every non-2xx answer, so the handler answers 2xx as
 // soon as the attempt is settled, whoever settled it: after COMMITTED, and
 // also after a 409/410 at `started` (a duplicate delivery or a task Servo has
-// already decided), after the attempt lost its lease, and after REJECTED
+// already decided), after the attempt lost its lease (Servo's 409/410, or
+// the SDK's own heartbeat-timeout fence: redelivering the same attempt
+// could not run it again, and Servo decides on the next attempt through
+// its own lease expiry), and after REJECTED
 // (the same envelope would be rejected again; Servo's sweeper re-drives a
 // stuck task with a fresh envelope). It answers 503 only when Servo could
 // not be reached (at `started` within the start window, or at `completed`

@@ -91,8 +91,10 @@ var (
 	ErrCancelled = errors.New("worker: task cancelled by Servo")
 	// ErrLeaseLost: the attempt no longer has authority: Servo answered 410
 	// (lease expired, zombie) or 409 (task already terminal, a newer
-	// attempt, or another worker runs it), or the task token expired while
-	// Servo could not be reached. The cause is a *LeaseLostError.
+	// attempt, or another worker runs it), or no heartbeat was acknowledged
+	// for heartbeatTimeoutMs (the SDK fences itself: Servo has expired the
+	// lease or will), or the task token expired while Servo could not be
+	// reached. The cause is a *LeaseLostError.
 	ErrLeaseLost = errors.New("worker: lease lost")
 	// ErrRejected: Servo rejected a callback as invalid (4xx with
 	// disposition REJECTED); the attempt stops and is not retried by the
@@ -125,7 +127,8 @@ func (e *CancelledError) Unwrap() error { return ErrCancelled }
 type LeaseLostError struct {
 	// Status is the HTTP status Servo answered (0 when Servo was unreachable).
 	Status int
-	// Code is Servo's error code, e.g. "task_expired", "attempt_mismatch".
+	// Code is Servo's error code, e.g. "task_expired", "attempt_mismatch",
+	// or the SDK's own: CodeHeartbeatTimeout, CodeServoUnreachable.
 	Code string
 	// Message is Servo's message.
 	Message string
@@ -137,6 +140,16 @@ func (e *LeaseLostError) Error() string {
 
 // Unwrap returns ErrLeaseLost.
 func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
+
+// Codes of a [*LeaseLostError] that the SDK sets itself (Status 0).
+const (
+	// CodeHeartbeatTimeout: no heartbeat (nor `started`) was acknowledged
+	// for the envelope's heartbeatTimeoutMs, e.g. in a network partition.
+	CodeHeartbeatTimeout = "heartbeat_timeout"
+	// CodeServoUnreachable: the task token expired while Servo could not be
+	// reached.
+	CodeServoUnreachable = "servo_unreachable"
+)
 
 // RejectedError is a callback Servo refused as invalid: a protocol error
 // that retrying cannot fix. errors.Is(err, ErrRejected) holds.

@@ -33,6 +33,9 @@ type fakeAnswer struct {
 	resp   task.CallbackResponse
 	// hijack closes the connection without an answer.
 	hijack bool
+	// hang never answers: it holds the request until the client gives up
+	// (or the test ends).
+	hang bool
 	// raw replaces the JSON body (a proxy's error page).
 	raw    string
 	header map[string]string
@@ -49,13 +52,16 @@ type fakeServo struct {
 	respond func(op string, n int, body []byte) fakeAnswer
 	// seen is signalled (non-blocking) after each recorded call.
 	seen chan call
+	// closing ends hanging requests when the test ends.
+	closing chan struct{}
 }
 
 func newFake(t testing.TB, respond func(op string, n int, body []byte) fakeAnswer) *fakeServo {
 	t.Helper()
-	f := &fakeServo{t: t, respond: respond, seen: make(chan call, 1024)}
+	f := &fakeServo{t: t, respond: respond, seen: make(chan call, 1024), closing: make(chan struct{})}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
+	t.Cleanup(func() { close(f.closing) }) // runs first: Close waits for hanging requests
 	return f
 }
 
@@ -85,6 +91,13 @@ func (f *fakeServo) serve(w http.ResponseWriter, r *http.Request) {
 	var a fakeAnswer
 	if respond != nil {
 		a = respond(op, n, body)
+	}
+	if a.hang {
+		select {
+		case <-r.Context().Done():
+		case <-f.closing:
+		}
+		return
 	}
 	if a.hijack {
 		conn, _, err := w.(http.Hijacker).Hijack()
@@ -166,7 +179,9 @@ func (f *fakeServo) envelope() task.Envelope {
 		TaskID: "task_01UNIT", RunID: "run_01UNIT", TaskKey: "k", TenantID: "acme", WorkspaceID: "ws", Attempt: 1,
 		Worker: "unit", Payload: json.RawMessage(`{"rows":3}`), EnqueuedAt: time.Now().UTC(),
 		CallbackBaseURL: f.srv.URL, TaskToken: "tok-1", TokenExpiresAt: time.Now().Add(time.Minute).UTC(),
-		HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 1000,
+		// A timeout far above the interval: only the tests of the
+		// heartbeat-timeout fence set one that can run out.
+		HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 5_000, CancelGracePeriodMs: 1000,
 	}
 }
 

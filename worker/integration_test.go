@@ -283,12 +283,15 @@ func TestIntegrationCancelMidRun(t *testing.T) {
 	}
 }
 
-func TestIntegrationLeaseLostAbortsWithoutReport(t *testing.T) {
+// A partition after `started`: heartbeats reach Servo only after the lease
+// has run out. The worker fences itself when heartbeatTimeoutMs has passed
+// without an acknowledgement, reports nothing, and Servo, on the late
+// heartbeat, expires the attempt and schedules the next one.
+func TestIntegrationHeartbeatTimeoutFencesWorker(t *testing.T) {
 	st := newStack(t)
 	tk := st.create(t, `{}`, func(tk *task.Task) {
 		tk.Timing = task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 1000}
 	})
-	// Heartbeats reach Servo only after the lease has run out.
 	p := newProxy(t, st.url, func(op string, _ int) action {
 		if op == "heartbeat" {
 			return action{delay: time.Second}
@@ -302,19 +305,23 @@ func TestIntegrationLeaseLostAbortsWithoutReport(t *testing.T) {
 		return "too late", nil // must not be reported
 	})
 	status, ans := deliverEnv(t, h, st.envelope(t, tk, p.srv.URL, 0))
-	if status != http.StatusOK || ans.Result != "lease_lost" || ans.Code != task.CodeTaskExpired {
+	if status != http.StatusOK || ans.Result != "lease_lost" || ans.Code != worker.CodeHeartbeatTimeout {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	var lost *worker.LeaseLostError
-	if !errors.As(cause, &lost) || lost.Status != http.StatusGone || lost.Code != task.CodeTaskExpired {
+	if !errors.Is(cause, worker.ErrLeaseLost) || !errors.As(cause, &lost) || lost.Code != worker.CodeHeartbeatTimeout {
 		t.Fatalf("cause %v", cause)
 	}
-	if p.count("completed") != 0 || p.count("heartbeat") != 1 {
-		t.Fatalf("after 410: %d heartbeats, %d completed", p.count("heartbeat"), p.count("completed"))
-	}
+	waitUntil(t, "Servo expires attempt 1 on the late heartbeat", func() bool {
+		g := st.get(t, tk.ID)
+		return len(g.Attempts) > 0 && g.Attempts[0].Outcome == task.OutcomeZombie
+	})
 	got := st.get(t, tk.ID)
-	if got.Attempts[0].Outcome != task.OutcomeZombie || got.State != task.Queued || got.Attempt != 2 {
-		t.Fatalf("task %s attempt %d, attempt 1 %s", got.State, got.Attempt, got.Attempts[0].Outcome)
+	if got.State != task.Queued || got.Attempt != 2 {
+		t.Fatalf("task %s attempt %d", got.State, got.Attempt)
+	}
+	if p.count("completed") != 0 || p.count("heartbeat") != 1 {
+		t.Fatalf("fenced worker sent %d heartbeats, %d completed", p.count("heartbeat"), p.count("completed"))
 	}
 }
 

@@ -34,33 +34,80 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
-func TestDisposition(t *testing.T) {
-	for _, tc := range []struct {
-		op     string
-		status int
-		body   task.Disposition
-		want   task.Disposition
-	}{
-		{opStarted, 200, "", task.Continue},
-		{opHeartbeat, 200, task.Continue, task.Continue},
-		{opCompleted, 200, "", task.Committed},
-		{opCompleted, 200, task.Committed, task.Committed},
-		{opStarted, 409, "", task.Cancel},
-		{opHeartbeat, 410, "", task.Cancel},
-		{opCompleted, 409, task.Rejected, task.Rejected}, // completion_conflict
-		{opStarted, 401, "", task.Rejected},
-		{opStarted, 404, task.Rejected, task.Rejected},
-		{opHeartbeat, 400, "", task.Rejected},
-	} {
-		got := disposition(tc.op, tc.status, task.CallbackResponse{Disposition: tc.body})
-		if got != tc.want {
-			t.Errorf("disposition(%s, %d, %q) = %s, want %s", tc.op, tc.status, tc.body, got, tc.want)
-		}
+// servoBody is a callback answer as Servo writes it.
+func servoBody(d task.Disposition, code string) string {
+	b, err := json.Marshal(task.CallbackResponse{Disposition: d, Error: code, Message: code, ServerTime: time.Now()})
+	if err != nil {
+		panic(err)
 	}
-	for code, want := range map[int]bool{200: false, 400: false, 401: false, 408: true, 409: false, 410: false, 429: true, 500: true, 502: true, 503: true, 504: true} {
-		if retryableStatus(code) != want {
-			t.Errorf("retryableStatus(%d) = %v", code, !want)
-		}
+	return string(b)
+}
+
+// TestJudge covers every row of PRODUCT §4 as the worker sees it, plus the
+// answers of the infrastructure in front of Servo (no Servo body).
+func TestJudge(t *testing.T) {
+	const html = "<html><body>502 Bad Gateway</body></html>"
+	googleJSON := `{"error":{"code":429,"message":"Rate exceeded.","status":"RESOURCE_EXHAUSTED"}}`
+	for _, tc := range []struct {
+		name       string
+		op         string
+		status     int
+		body       string
+		retryAfter string
+		want       task.Disposition
+		wantAfter  time.Duration
+	}{
+		// PRODUCT §4, row by row.
+		{"started accepted", opStarted, 200, servoBody(task.Continue, ""), "", task.Continue, 0},
+		{"heartbeat accepted", opHeartbeat, 200, servoBody(task.Continue, ""), "", task.Continue, 0},
+		{"completed accepted", opCompleted, 200, servoBody(task.Committed, ""), "", task.Committed, 0},
+		{"task terminal", opStarted, 409, servoBody(task.Cancel, task.CodeTaskAlreadyTerminal), "", task.Cancel, 0},
+		{"older attempt", opCompleted, 409, servoBody(task.Cancel, task.CodeAttemptMismatch), "", task.Cancel, 0},
+		{"duplicate delivery", opStarted, 409, servoBody(task.Cancel, task.CodeAttemptAlreadyStarted), "", task.Cancel, 0},
+		{"lease lost", opHeartbeat, 410, servoBody(task.Cancel, task.CodeTaskExpired), "", task.Cancel, 0},
+		{"completion conflict", opCompleted, 409, servoBody(task.Rejected, task.CodeCompletionConflict), "", task.Rejected, 0},
+		{"invalid request", opHeartbeat, 400, servoBody(task.Rejected, task.CodeInvalidRequest), "", task.Rejected, 0},
+		{"invalid token", opStarted, 401, servoBody(task.Rejected, task.CodeInvalidToken), "", task.Rejected, 0},
+		{"expired token", opHeartbeat, 401, servoBody(task.Rejected, task.CodeTokenExpired), "", task.Rejected, 0},
+		{"scope mismatch", opCompleted, 403, servoBody(task.Rejected, task.CodeTokenScopeMismatch), "", task.Rejected, 0},
+		{"unknown task", opStarted, 404, servoBody(task.Rejected, task.CodeTaskNotFound), "", task.Rejected, 0},
+		{"too large", opHeartbeat, 413, servoBody(task.Rejected, task.CodePayloadTooLarge), "", task.Rejected, 0},
+		{"not JSON", opCompleted, 415, servoBody(task.Rejected, task.CodeUnsupportedMediaType), "", task.Rejected, 0},
+		{"unavailable", opCompleted, 503, servoBody(task.Retry, task.CodeUnavailable), "2", task.Retry, 2 * time.Second},
+		{"unavailable without Retry-After", opStarted, 503, servoBody(task.Retry, task.CodeUnavailable), "", task.Retry, 0},
+		// A Servo disposition is final whatever the status.
+		{"REJECTED 500", opCompleted, 500, servoBody(task.Rejected, "internal"), "", task.Rejected, 0},
+		{"REJECTED 429", opHeartbeat, 429, servoBody(task.Rejected, "rate_limited"), "3", task.Rejected, 0},
+		{"REJECTED 502", opStarted, 502, servoBody(task.Rejected, "x"), "", task.Rejected, 0},
+		{"REJECTED 408", opCompleted, 408, servoBody(task.Rejected, "x"), "", task.Rejected, 0},
+		{"CANCELLED 504", opHeartbeat, 504, servoBody(task.Cancel, task.CodeTaskExpired), "", task.Cancel, 0},
+		{"COMMITTED 503", opCompleted, 503, servoBody(task.Committed, ""), "", task.Committed, 0},
+		// Answers without a Servo body: the infrastructure in front of Servo.
+		{"gateway 502 page", opCompleted, 502, html, "", task.Retry, 0},
+		{"gateway 504 empty", opHeartbeat, 504, "", "", task.Retry, 0},
+		{"gateway 429 page", opStarted, 429, "Too Many Requests", "1", task.Retry, time.Second},
+		{"gateway 429 Google JSON", opStarted, 429, googleJSON, "", task.Retry, 0},
+		{"gateway 503 page", opCompleted, 503, "upstream connect error", "4", task.Retry, 4 * time.Second},
+		{"gateway 500 page", opHeartbeat, 500, "Internal Server Error", "", task.Retry, 0},
+		{"gateway 408 empty", opStarted, 408, "", "", task.Retry, 0},
+		{"JSON without a disposition", opCompleted, 502, `{"error":"bad_gateway"}`, "", task.Retry, 0},
+		{"unknown disposition", opCompleted, 503, `{"disposition":"MAYBE"}`, "", task.Retry, 0},
+		{"bare 200 started", opStarted, 200, "", "", task.Continue, 0},
+		{"bare 200 completed", opCompleted, 200, "", "", task.Committed, 0},
+		{"bare 409", opStarted, 409, "conflict", "", task.Cancel, 0},
+		{"bare 410", opHeartbeat, 410, "", "", task.Cancel, 0},
+		{"bare 404", opStarted, 404, "404 page not found", "", task.Rejected, 0},
+		{"bare 401", opCompleted, 401, "", "", task.Rejected, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judge(tc.op, tc.status, []byte(tc.body), tc.retryAfter)
+			if got.disp != tc.want || got.retryAfter != tc.wantAfter || got.status != tc.status {
+				t.Fatalf("judge(%s, %d, %q) = %s (Retry-After %v), want %s (%v)", tc.op, tc.status, tc.body, got.disp, got.retryAfter, tc.want, tc.wantAfter)
+			}
+			if knownDisposition(got.resp.Disposition) != strings.HasPrefix(tc.body, `{"acknowledged"`) {
+				t.Fatalf("Servo's body kept = %v for %q", got.resp.Disposition, tc.body)
+			}
+		})
 	}
 }
 

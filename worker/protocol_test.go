@@ -250,6 +250,65 @@ func TestProtocolHeartbeatUnreachableUntilTokenExpiry(t *testing.T) {
 	}
 }
 
+// When no heartbeat has been acknowledged for heartbeatTimeoutMs (counted
+// from `started`, then from the last acknowledged heartbeat) the SDK fences
+// the attempt: the Func's context ends with ErrLeaseLost, nothing is
+// reported, and Cloud Tasks gets 200 (the control plane decides on the next
+// attempt).
+func TestProtocolHeartbeatTimeoutFencesAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// acks is how many heartbeats are acknowledged before Servo is cut off.
+		acks   int
+		silent fakeAnswer
+	}{
+		{"partition after started: requests hang", 0, fakeAnswer{hang: true}},
+		{"partition after started: connections reset", 0, fakeAnswer{hijack: true}},
+		{"Servo answers only RETRY", 0, refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)},
+		{"partition after 5 acknowledged heartbeats", 5, fakeAnswer{hang: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
+				if op == "heartbeat" && n > tc.acks {
+					return tc.silent
+				}
+				return fakeAnswer{}
+			})
+			env := f.envelope()
+			env.HeartbeatIntervalMs, env.HeartbeatTimeoutMs = 200, 600
+			env.TokenExpiresAt = time.Now().Add(time.Minute) // far beyond the fence
+			var cause error
+			var sentAtFence int
+			h, _ := testHandler(t, func(ctx context.Context, tk *worker.Task) (any, error) {
+				select {
+				case <-ctx.Done():
+					cause, sentAtFence = context.Cause(ctx), len(f.ops("heartbeat"))
+				case <-time.After(15 * time.Second):
+					// Not fenced: return, as a Func would when done.
+				}
+				return map[string]string{"late": "result"}, nil // must not be reported
+			})
+			status, ans := deliverEnv(t, h, env)
+			var lost *worker.LeaseLostError
+			if !errors.Is(cause, worker.ErrLeaseLost) || !errors.As(cause, &lost) || lost.Code != worker.CodeHeartbeatTimeout {
+				t.Fatalf("cause %v, want a LeaseLostError %s", cause, worker.CodeHeartbeatTimeout)
+			}
+			if status != http.StatusOK || ans.Result != "lease_lost" || ans.Code != worker.CodeHeartbeatTimeout {
+				t.Fatalf("answer %d %+v, want 200 lease_lost", status, ans)
+			}
+			if n := len(f.ops("completed")); n != 0 {
+				t.Fatalf("%d completed reports for a fenced attempt", n)
+			}
+			// Counted from the last acknowledgement, not from started: every
+			// acknowledged heartbeat moved the fence, and the one after them
+			// had gone out before it fell.
+			if sentAtFence < tc.acks+1 {
+				t.Fatalf("fenced after %d heartbeats, want after the %d acknowledged ones and one more", sentAtFence, tc.acks)
+			}
+		})
+	}
+}
+
 func TestProtocolShouldCancelReportsCancelled(t *testing.T) {
 	yes := true
 	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
@@ -393,6 +452,97 @@ func TestProtocolCompletedFinalAnswersNotRetried(t *testing.T) {
 			}
 			if n := len(f.ops("completed")); n != 1 {
 				t.Fatalf("%d completed, want exactly one", n)
+			}
+		})
+	}
+}
+
+// A Servo answer (a JSON body with a disposition) is obeyed whatever its
+// status: REJECTED, CANCELLED and COMMITTED are final and the callback is
+// sent exactly once, even with a status a gateway would use for a
+// transient failure.
+func TestProtocolServoDispositionFinalWhateverStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		op     string
+		answer fakeAnswer
+		result string
+		ran    bool
+	}{
+		{"started REJECTED 500", "started", refuse(http.StatusInternalServerError, "internal", task.Rejected), "rejected", false},
+		{"started REJECTED 429", "started", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", false},
+		{"started CANCELLED 502", "started", refuse(http.StatusBadGateway, task.CodeTaskAlreadyTerminal, task.Cancel), "not_started", false},
+		{"heartbeat REJECTED 429", "heartbeat", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", true},
+		{"heartbeat CANCELLED 504", "heartbeat", refuse(http.StatusGatewayTimeout, task.CodeTaskExpired, task.Cancel), "lease_lost", true},
+		{"completed REJECTED 500", "completed", refuse(http.StatusInternalServerError, "internal", task.Rejected), "rejected", true},
+		{"completed REJECTED 429", "completed", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", true},
+		{"completed REJECTED 408", "completed", refuse(http.StatusRequestTimeout, "timeout", task.Rejected), "rejected", true},
+		{"completed CANCELLED 502", "completed", refuse(http.StatusBadGateway, task.CodeAttemptMismatch, task.Cancel), "discarded", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, func(op string, _ int, _ []byte) fakeAnswer {
+				if op == tc.op {
+					a := tc.answer
+					a.header = map[string]string{"Retry-After": "0"}
+					return a
+				}
+				return fakeAnswer{}
+			})
+			var ran atomic.Bool
+			h, _ := testHandler(t, func(ctx context.Context, tk *worker.Task) (any, error) {
+				ran.Store(true)
+				if tc.op == "heartbeat" {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return nil, nil
+			})
+			status, ans := deliverEnv(t, h, f.envelope())
+			if status != http.StatusOK || ans.Result != tc.result {
+				t.Fatalf("answer %d %+v, want 200 %s", status, ans, tc.result)
+			}
+			if n := len(f.ops(tc.op)); n != 1 {
+				t.Fatalf("%s sent %d times, want exactly once", tc.op, n)
+			}
+			if ran.Load() != tc.ran {
+				t.Fatalf("function ran: %v, want %v", ran.Load(), tc.ran)
+			}
+			if tc.op != "completed" && len(f.ops("completed")) != 0 {
+				t.Fatal("completed reported after a final answer")
+			}
+		})
+	}
+}
+
+// Answers without a Servo body come from the infrastructure in front of
+// Servo: the request may not have reached it, so it is sent again.
+func TestProtocolGatewayAnswersRetried(t *testing.T) {
+	gateway := []fakeAnswer{
+		{status: http.StatusBadGateway, raw: "<html><body>502 Bad Gateway</body></html>"},
+		{status: http.StatusGatewayTimeout},
+		{status: http.StatusTooManyRequests, raw: "Too Many Requests", header: map[string]string{"Retry-After": "0"}},
+		{status: http.StatusServiceUnavailable, raw: "no healthy upstream"},
+	}
+	for _, op := range []string{"started", "heartbeat", "completed"} {
+		t.Run(op, func(t *testing.T) {
+			f := newFake(t, func(o string, n int, _ []byte) fakeAnswer {
+				if o == op && n <= len(gateway) {
+					return gateway[n-1]
+				}
+				return fakeAnswer{}
+			})
+			h, _ := testHandler(t, func(ctx context.Context, tk *worker.Task) (any, error) {
+				if op == "heartbeat" {
+					f.waitFor(func(c call) bool { return c.op == "heartbeat" && len(f.ops("heartbeat")) > len(gateway) })
+				}
+				return nil, nil
+			})
+			status, ans := deliverEnv(t, h, f.envelope())
+			if status != http.StatusOK || ans.Result != "committed" {
+				t.Fatalf("answer %d %+v", status, ans)
+			}
+			if n := len(f.ops(op)); n < len(gateway)+1 {
+				t.Fatalf("%s sent %d times, want %d (every gateway answer retried)", op, n, len(gateway)+1)
 			}
 		})
 	}

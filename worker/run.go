@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -33,8 +34,9 @@ type run struct {
 	tok        string
 	tokExp     time.Time
 	cancelFn   context.CancelCauseFunc
-	stop       error // why the attempt lost its authority; nothing is reported after it
-	cancelSeen bool  // Servo said shouldCancel
+	stop       error     // why the attempt lost its authority; nothing is reported after it
+	cancelSeen bool      // Servo said shouldCancel
+	lastAck    time.Time // when Servo last acknowledged the attempt (`started`, a heartbeat)
 }
 
 func newRun(h *handler, env task.Envelope) *run {
@@ -102,6 +104,70 @@ func (r *run) lose(cause error) {
 	}
 }
 
+// acked records that Servo acknowledged the attempt just now: `started` or
+// a heartbeat answered CONTINUE. The lease runs heartbeatTimeoutMs from
+// here at the latest (Servo counted it from when it processed the request).
+func (r *run) acked() {
+	r.mu.Lock()
+	r.lastAck = time.Now()
+	r.mu.Unlock()
+}
+
+// leaseLeft is how long until heartbeatTimeout has passed since the last
+// acknowledgement.
+func (r *run) leaseLeft(timeout time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Until(r.lastAck.Add(timeout))
+}
+
+// watchLease fences the attempt once Servo has acknowledged nothing for
+// heartbeatTimeoutMs (a network partition, Servo answering only RETRY): by
+// then Servo has expired the lease, or will on the next callback or sweep,
+// and the next attempt may be running. The Func is cancelled with a
+// [*LeaseLostError] (code [CodeHeartbeatTimeout]), abortHB abandons the
+// heartbeat in flight (its answer no longer matters), and nothing more is
+// reported. The returned function stops watching; it fences too if the
+// timeout has passed meanwhile. Without a heartbeatTimeoutMs nothing is
+// watched.
+func (r *run) watchLease(abortHB context.CancelFunc) (stop func()) {
+	timeout := time.Duration(r.env.HeartbeatTimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		return func() {}
+	}
+	fence := func() {
+		r.lose(&LeaseLostError{Code: CodeHeartbeatTimeout, Message: fmt.Sprintf(
+			"no heartbeat acknowledged for %s (heartbeatTimeoutMs): Servo has expired the lease or will, and decides on the next attempt", timeout)})
+		abortHB()
+	}
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTimer(r.leaseLeft(timeout))
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if left := r.leaseLeft(timeout); left > 0 {
+				t.Reset(left)
+				continue
+			}
+			fence()
+			return
+		}
+	}()
+	return func() {
+		close(quit)
+		<-exited
+		if r.leaseLeft(timeout) <= 0 {
+			fence()
+		}
+	}
+}
+
 func (r *run) stopped() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -145,6 +211,7 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	r.adopt(rep.resp)
 	switch rep.disp {
 	case task.Continue:
+		r.acked()
 	case task.Cancel:
 		r.log.InfoContext(ctx, "Servo declined the attempt; the function is not run",
 			"status", rep.status, "code", rep.resp.Error, "state", rep.resp.State, "message", rep.resp.Message)
@@ -168,10 +235,13 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 
 	stopHB := make(chan struct{})
 	hbDone := make(chan struct{})
+	hbCtx, abortHB := context.WithCancel(ctx)
+	defer abortHB()
 	go func() {
 		defer close(hbDone)
-		r.heartbeatLoop(ctx, stopHB)
+		r.heartbeatLoop(hbCtx, stopHB)
 	}()
+	stopWatch := r.watchLease(abortHB)
 	r.log.InfoContext(ctx, "attempt started")
 	m := startMeter()
 	out, ferr, pnc := invoke(fnCtx, r.h.fn, r.t)
@@ -180,9 +250,10 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	cause := context.Cause(fnCtx)
 	metrics := m.finish()
 	// No new heartbeat; one in flight finishes (its answer counts: a 410
-	// means nothing may be reported).
+	// means nothing may be reported), unless the lease runs out meanwhile.
 	close(stopHB)
 	<-hbDone
+	stopWatch()
 
 	if stop := r.stopped(); stop != nil {
 		return http.StatusOK, lostAnswer(stop)
@@ -295,12 +366,13 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
 			return false
 		}
-		r.lose(&LeaseLostError{Code: "servo_unreachable", Message: "Servo could not be reached before the task token expired: " + err.Error()})
+		r.lose(&LeaseLostError{Code: CodeServoUnreachable, Message: "Servo could not be reached before the task token expired: " + err.Error()})
 		return false
 	}
 	r.adopt(rep.resp)
 	switch rep.disp {
 	case task.Continue:
+		r.acked()
 		r.t.acked(version)
 		if rep.resp.ShouldCancel != nil && *rep.resp.ShouldCancel {
 			r.cancelBy(rep.resp.CancelReason)

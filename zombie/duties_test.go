@@ -1,8 +1,11 @@
 package zombie_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/zombie"
@@ -35,7 +38,11 @@ func TestLeaseExpired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			sw := e.sweeper(nil)
-			tk := e.running(spec{maxAttempts: tc.maxAttempts}, true)
+			// A start timeout no loaded pass outlasts: attempt 2 is not yet
+			// due for a re-drive in the pass that schedules it.
+			tm := shortTiming
+			tm.StartTimeoutMs = 60000
+			tk := e.running(spec{maxAttempts: tc.maxAttempts, timing: tm}, true)
 			eventually(t, "attempt 1 delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
 			// Just before the lease runs out the sweeper leaves it alone.
 			early := e.sweeper(func(c *zombie.Config) {
@@ -140,10 +147,12 @@ func TestCancellingTimesOut(t *testing.T) {
 }
 
 // TestStuckDispatchRedriven: a task stuck PENDING (the dispatcher never
-// enqueued it) or QUEUED without a `started` is re-driven after its start
-// timeout under the same deterministic Cloud Tasks name (the real enqueuer
-// against the Cloud Tasks emulator, which de-duplicates by name), and after
-// MaxRedrives re-drives it ends FAILED DISPATCH_TIMEOUT.
+// enqueued it) or QUEUED without a `started` (the worker answered Cloud
+// Tasks 2xx and never started) is re-driven after its start timeout, each
+// time under a deterministic Cloud Tasks name of its own, so each re-drive
+// is delivered again (the real enqueuer against the Cloud Tasks emulator,
+// which refuses a name whose task ran); after MaxRedrives re-drives it
+// ends FAILED DISPATCH_TIMEOUT.
 func TestStuckDispatchRedriven(t *testing.T) {
 	const maxRedrives = 2
 	for _, start := range []task.State{task.Pending, task.Queued} {
@@ -156,7 +165,11 @@ func TestStuckDispatchRedriven(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			name := task.DispatchName(tk.ID, 1)
+			var names []string // the deliveries expected so far
+			if start == task.Queued {
+				names = append(names, task.DispatchName(tk.ID, 1))
+				eventually(t, "the first dispatch delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
+			}
 			for i := 1; i <= maxRedrives; i++ {
 				cur := e.get(tk.ID)
 				waitPast(t, cur.DispatchCheckAt)
@@ -168,7 +181,8 @@ func TestStuckDispatchRedriven(t *testing.T) {
 				if got.State != task.Queued || got.Redrives != i || got.Attempt != 1 {
 					t.Fatalf("re-drive %d: %s redrives %d attempt %d", i, got.State, got.Redrives, got.Attempt)
 				}
-				eventually(t, "the Cloud Task delivered", func() bool { return len(e.worker.of(tk.ID)) >= 1 })
+				names = append(names, task.RedriveName(tk.ID, 1, i))
+				eventually(t, fmt.Sprintf("re-drive %d delivered", i), func() bool { return len(e.worker.of(tk.ID)) == len(names) })
 			}
 			calls := e.rec.calls()[tk.ID]
 			if len(calls) != maxRedrives {
@@ -191,10 +205,15 @@ func TestStuckDispatchRedriven(t *testing.T) {
 			if tr.To != task.Failed || tr.Reason != task.ReasonDispatchTimeout || !tr.DeadLetter {
 				t.Fatalf("transition %+v", tr)
 			}
-			// Every enqueue used one name: Cloud Tasks delivered it once.
+			// Each dispatch of attempt 1 was delivered once, under its name.
 			ds := e.worker.of(tk.ID)
-			if len(ds) != 1 || ds[0].TaskName != name || ds[0].Attempt != 1 {
-				t.Fatalf("deliveries %+v, want one of %s", ds, name)
+			if len(ds) != len(names) {
+				t.Fatalf("deliveries %+v, want %v", ds, names)
+			}
+			for i, d := range ds {
+				if d.TaskName != names[i] || d.Attempt != 1 {
+					t.Fatalf("delivery %d %+v, want %s", i, d, names[i])
+				}
 			}
 		})
 	}
@@ -225,7 +244,7 @@ func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
 		t.Fatalf("re-drive stats %+v", st)
 	}
 	eventually(t, "attempt 2 delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
-	if d := e.worker.of(tk.ID)[0]; d.Attempt != 2 || d.TaskName != task.DispatchName(tk.ID, 2) {
+	if d := e.worker.of(tk.ID)[0]; d.Attempt != 2 || d.TaskName != task.RedriveName(tk.ID, 2, 1) {
 		t.Fatalf("delivery %+v", d)
 	}
 	if got := e.get(tk.ID); got.State != task.Queued || got.Redrives != 1 {
@@ -276,5 +295,46 @@ func TestDeadlineExceeded(t *testing.T) {
 				t.Fatalf("follow-ups after a deadline: %d", e.rec.count())
 			}
 		})
+	}
+}
+
+// TestRedriveReplacesWaitingCloudTask: when the re-driven attempt's Cloud
+// Task is still waiting in the queue (here: a paused queue), the re-drive
+// deletes it before creating its own, so the attempt is never delivered
+// twice; cancelling the QUEUED task then deletes the re-drive's Cloud Task.
+func TestRedriveReplacesWaitingCloudTask(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.ct.PauseQueue(e.ctx, &ctpb.PauseQueueRequest{Name: e.queue}); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(name string) bool {
+		_, err := e.ct.GetTask(e.ctx, &ctpb.GetTaskRequest{Name: e.queue + "/tasks/" + name})
+		return err == nil
+	}
+	sw := e.sweeper(nil)
+	tk := e.create(spec{maxAttempts: 1})
+	if err := e.enq.Enqueue(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	first, redrive := task.RedriveName(tk.ID, 1, 0), task.RedriveName(tk.ID, 1, 1)
+	if !exists(first) {
+		t.Fatal("the first dispatch is not queued")
+	}
+	waitPast(t, e.get(tk.ID).DispatchCheckAt)
+	if st := e.sweep(sw); st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
+		t.Fatalf("re-drive stats %+v", st)
+	}
+	if exists(first) || !exists(redrive) {
+		t.Fatalf("after the re-drive: first queued %v, re-drive queued %v; want only the re-drive", exists(first), exists(redrive))
+	}
+	r := e.apply(tk.ID, task.Event{Kind: task.EventCancel})
+	if r.Task.State != task.Cancelled || !r.Dequeue {
+		t.Fatalf("cancel: %s dequeue %v", r.Task.State, r.Dequeue)
+	}
+	if err := e.enq.FollowUp(e.ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if exists(first) || exists(redrive) {
+		t.Fatalf("after the cancel: first queued %v, re-drive queued %v", exists(first), exists(redrive))
 	}
 }

@@ -25,6 +25,8 @@ type memStore struct {
 	queries  []memQuery
 	fail     map[string]error // Apply errors by task id
 	queryErr map[store.Due]error
+	// shards is the number of due shards (DueShards; 0 means 1).
+	shards int
 
 	inFlight, maxInFlight atomic.Int32
 	applyDelay            time.Duration
@@ -34,6 +36,7 @@ type memStore struct {
 
 type memQuery struct {
 	Due    store.Due
+	Shard  int
 	Cursor *store.DueCursor
 	Got    int
 }
@@ -56,7 +59,10 @@ func (m *memStore) get(id string) task.Task {
 	return m.tasks[id]
 }
 
-func (m *memStore) DueTasks(ctx context.Context, d store.Due, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
+// DueShards is m.shards, at least 1.
+func (m *memStore) DueShards() int { return max(1, m.shards) }
+
+func (m *memStore) DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
 	if m.onQuery != nil {
 		m.onQuery(d)
 	}
@@ -68,7 +74,7 @@ func (m *memStore) DueTasks(ctx context.Context, d store.Due, now time.Time, lim
 	var due []task.Task
 	for _, t := range m.tasks {
 		at := store.DueTime(d, &t)
-		if at == nil || at.After(now) || !slices.Contains(store.DueStates[d], t.State) {
+		if t.DueShard != shard || at == nil || at.After(now) || !slices.Contains(store.DueStates[d], t.State) {
 			continue
 		}
 		if after != nil && (at.Before(after.At) || at.Equal(after.At) && t.ID <= after.ID) {
@@ -82,7 +88,7 @@ func (m *memStore) DueTasks(ctx context.Context, d store.Due, now time.Time, lim
 	if len(due) > limit {
 		due = due[:limit]
 	}
-	m.queries = append(m.queries, memQuery{Due: d, Cursor: after, Got: len(due)})
+	m.queries = append(m.queries, memQuery{Due: d, Shard: shard, Cursor: after, Got: len(due)})
 	return due, nil
 }
 

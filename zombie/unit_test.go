@@ -191,6 +191,46 @@ func TestSweepPaginatesWithBoundedConcurrency(t *testing.T) {
 	}
 }
 
+// TestSweepQueriesEveryShard: tasks spread over 6 due shards are all
+// found; each duty queries every shard, paging each on its own, with the
+// transactions of all shards bounded by Concurrency together.
+func TestSweepQueriesEveryShard(t *testing.T) {
+	ms, enq := newMemStore(), &recorder{}
+	ms.shards, ms.applyDelay = 6, 2*time.Millisecond
+	for i := range 30 {
+		tk := build(t, i, t0, 1, task.EventEnqueued, task.EventStarted)
+		tk.DueShard = store.DueShardOf(tk.ID, ms.shards)
+		ms.put(tk)
+	}
+	sw := newUnitSweeper(t, ms, enq, func() time.Time { return t0.Add(time.Hour) }, func(c *zombie.Config) {
+		c.PageSize, c.Concurrency, c.ShardConcurrency = 4, 3, 2
+	})
+	st, err := sw.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lease.Due != 30 || st.Lease.Applied != 30 {
+		t.Fatalf("lease stats %+v", st.Lease)
+	}
+	perShard := map[int]int{}
+	for _, q := range ms.queriesOf(store.DueLease) {
+		perShard[q.Shard] += q.Got
+	}
+	if len(perShard) != 6 {
+		t.Fatalf("lease queries reached shards %v, want all 6", perShard)
+	}
+	total := 0
+	for _, n := range perShard {
+		total += n
+	}
+	if total != 30 {
+		t.Fatalf("lease queries returned %d tasks, want 30: %v", total, perShard)
+	}
+	if max := ms.maxInFlight.Load(); max > 3 {
+		t.Fatalf("max transactions in flight %d, want ≤ 3", max)
+	}
+}
+
 // TestNoOpsErrorsAndFollowUps: a task that is no longer due (the machine
 // re-checks), a task that vanished, a failing transaction and a failing
 // follow-up are each counted; the failure does not stop the others.

@@ -12,8 +12,8 @@
 //	cancel    DueCancel            CancelTimeout         attempt CANCEL_TIMEOUT, FAILED CANCEL_TIMEOUT
 //	lease     DueLease             LeaseExpired          attempt ZOMBIE; retry (QUEUED, attempt+1) or FAILED
 //	                                                     HEARTBEAT_TIMEOUT; CANCELLING → FAILED CANCEL_TIMEOUT
-//	dispatch  DueDispatch          Redrive               re-enqueue under the same Cloud Tasks name, or after
-//	                                                     MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
+//	dispatch  DueDispatch          Redrive               re-enqueue under the re-drive's own Cloud Tasks name, or
+//	                                                     after MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
 //
 // After a committed result the sweeper calls Enqueuer.FollowUp, which
 // enqueues retries and re-drives. A retry whose enqueue failed after commit
@@ -44,8 +44,10 @@ import (
 const (
 	DefaultPageSize    = 200
 	DefaultConcurrency = 8
-	DefaultMaxRedrives = 5
-	DefaultEvery       = 15 * time.Second
+	// DefaultShardConcurrency bounds the due shards queried at once.
+	DefaultShardConcurrency = 4
+	DefaultMaxRedrives      = 5
+	DefaultEvery            = 15 * time.Second
 	// DefaultWindow keeps one invocation sweeping until just before the next
 	// once-a-minute Scheduler tick. Config's zero Window means one pass; the
 	// function sets this default.
@@ -53,8 +55,14 @@ const (
 )
 
 // Store is what the sweeper needs from the store; *store.Store has it.
+// DueTasks may return tasks with only their id, tenant, state, attempt and
+// due time set (the store projects its due queries to those, so that a page
+// costs the same whatever the payloads): the sweeper acts on the task that
+// Apply's transaction reads and returns.
 type Store interface {
-	DueTasks(ctx context.Context, d store.Due, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
+	// DueShards is how many due shards DueTasks takes (in [0, DueShards())).
+	DueShards() int
+	DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
 	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)
 }
 
@@ -88,6 +96,9 @@ type Config struct {
 	PageSize int
 	// Concurrency bounds the transactions in flight (default 8).
 	Concurrency int
+	// ShardConcurrency bounds the due shards a duty queries at once
+	// (default 4); each shard is read page by page.
+	ShardConcurrency int
 	// MaxRedrives bounds the re-drives of one attempt before it fails with
 	// DISPATCH_TIMEOUT (default 5).
 	MaxRedrives int
@@ -221,6 +232,9 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.ShardConcurrency <= 0 {
+		cfg.ShardConcurrency = DefaultShardConcurrency
+	}
 	if cfg.MaxRedrives <= 0 {
 		cfg.MaxRedrives = DefaultMaxRedrives
 	}
@@ -271,24 +285,58 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 
 func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
 
-// duty reads the duty's due tasks page by page and applies its event to
-// each, at most Concurrency at a time.
+// duty reads the duty's due tasks, every shard page by page and
+// ShardConcurrency shards at a time, and applies its event to each, at most
+// Concurrency transactions at a time in all.
 func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (DutyStats, error) {
+	var (
+		mu   sync.Mutex
+		ds   DutyStats
+		errs []error
+		wg   sync.WaitGroup
+	)
+	now := s.cfg.Now().UTC()
+	tx := make(chan struct{}, s.cfg.Concurrency)
+	shards := make(chan struct{}, s.cfg.ShardConcurrency)
+	for shard := range s.cfg.Store.DueShards() {
+		shards <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-shards }()
+			sd, err := s.dutyShard(ctx, d, shard, now, stop, tx)
+			mu.Lock()
+			defer mu.Unlock()
+			ds.add(sd)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		if ds.Errors > 0 {
+			return ds, fmt.Errorf("zombie: %s: %d of %d transactions failed, first: %w", d.Name, ds.Errors, ds.Due, errors.Join(errs...))
+		}
+		return ds, errors.Join(errs...)
+	}
+	return ds, nil
+}
+
+// dutyShard is duty for one shard.
+func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, stop time.Time, tx chan struct{}) (DutyStats, error) {
 	var (
 		ds       DutyStats
 		firstErr error
 		cursor   *store.DueCursor
 	)
-	now := s.cfg.Now().UTC()
 	for ctx.Err() == nil && !past(stop) {
-		page, err := s.cfg.Store.DueTasks(ctx, d.Due, now, s.cfg.PageSize, cursor)
+		page, err := s.cfg.Store.DueTasks(ctx, d.Due, shard, now, s.cfg.PageSize, cursor)
 		if err != nil {
-			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "error", err)
+			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "shard", shard, "error", err)
 			ds.QueryErrors++
-			return ds, fmt.Errorf("zombie: %s query: %w", d.Name, err)
+			return ds, fmt.Errorf("zombie: %s query (shard %d): %w", d.Name, shard, err)
 		}
 		ds.Due += len(page)
-		ps, err := s.applyPage(ctx, d, page, stop)
+		ps, err := s.applyPage(ctx, d, page, stop, tx)
 		ds.add(ps)
 		if firstErr == nil {
 			firstErr = err
@@ -304,22 +352,18 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (DutyStats, 
 		}
 		cursor = &store.DueCursor{At: *at, ID: last.ID}
 	}
-	if ds.Errors > 0 {
-		return ds, fmt.Errorf("zombie: %s: %d of %d transactions failed, first: %w", d.Name, ds.Errors, ds.Due, firstErr)
-	}
-	return ds, nil
+	return ds, firstErr
 }
 
 // applyPage applies d's event to every task of page with bounded
 // concurrency and returns the counts and the first error.
-func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop time.Time) (DutyStats, error) {
+func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop time.Time, sem chan struct{}) (DutyStats, error) {
 	var (
 		mu       sync.Mutex
 		ds       DutyStats
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	sem := make(chan struct{}, s.cfg.Concurrency)
 	for i := range page {
 		if ctx.Err() != nil || past(stop) {
 			break

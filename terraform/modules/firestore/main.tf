@@ -1,8 +1,9 @@
 # Servo's state: one Firestore database in native mode, the composite
 # indexes its queries need and the TTL policies that expire old documents.
 #
-# The indexes and TTL fields are exactly store.Indexes and store.TTLFields
-# (store/indexes.go); deploy/terraform_test.go fails when the two differ, so
+# The indexes, TTL fields and single-field index exemptions are exactly
+# store.Indexes, store.TTLFields and store.FieldExemptions
+# (store/indexes.go); deploy/terraform_test.go fails when they differ, so
 # change both together. Each index is spelled out (no for_each) so the test
 # reads what is deployed.
 
@@ -19,13 +20,21 @@ resource "google_firestore_database" "this" {
 }
 
 # --- Composite indexes (store.Indexes) -----------------------------------
+#
+# Every due index leads with dueShard (a number per task in [0, 16)), so a
+# steadily increasing due time is written into 16 separate index ranges
+# instead of one: docs/scale.md.
 
 # Sweeper: leases past due (RUNNING, CANCELLING).
-resource "google_firestore_index" "tasks_state_lease_expires_at" {
+resource "google_firestore_index" "tasks_due_shard_state_lease_expires_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "tasks"
 
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
   fields {
     field_path = "state"
     order      = "ASCENDING"
@@ -37,11 +46,15 @@ resource "google_firestore_index" "tasks_state_lease_expires_at" {
 }
 
 # Sweeper: cancel grace periods past due (CANCELLING).
-resource "google_firestore_index" "tasks_state_cancel_deadline" {
+resource "google_firestore_index" "tasks_due_shard_state_cancel_deadline" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "tasks"
 
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
   fields {
     field_path = "state"
     order      = "ASCENDING"
@@ -53,11 +66,15 @@ resource "google_firestore_index" "tasks_state_cancel_deadline" {
 }
 
 # Sweeper: dispatches to check (PENDING, QUEUED).
-resource "google_firestore_index" "tasks_state_dispatch_check_at" {
+resource "google_firestore_index" "tasks_due_shard_state_dispatch_check_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "tasks"
 
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
   fields {
     field_path = "state"
     order      = "ASCENDING"
@@ -69,11 +86,15 @@ resource "google_firestore_index" "tasks_state_dispatch_check_at" {
 }
 
 # Sweeper: task deadlines past due (every non-terminal state).
-resource "google_firestore_index" "tasks_state_deadline" {
+resource "google_firestore_index" "tasks_due_shard_state_deadline" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "tasks"
 
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
   fields {
     field_path = "state"
     order      = "ASCENDING"
@@ -84,18 +105,22 @@ resource "google_firestore_index" "tasks_state_deadline" {
   }
 }
 
-# Publisher re-drive: undelivered events older than the grace period.
-resource "google_firestore_index" "outbox_delivered_created_at" {
+# Publisher re-drive: undelivered events due for a (re)try.
+resource "google_firestore_index" "outbox_due_shard_delivered_next_try_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "outbox"
 
   fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
     field_path = "delivered"
     order      = "ASCENDING"
   }
   fields {
-    field_path = "createdAt"
+    field_path = "nextTryAt"
     order      = "ASCENDING"
   }
 }
@@ -114,6 +139,274 @@ resource "google_firestore_index" "runs_tenant_id_run_id" {
     field_path = "runId"
     order      = "DESCENDING"
   }
+}
+
+# --- Single-field index exemptions (store.FieldExemptions) -------------------
+#
+# Firestore indexes every field on its own unless told otherwise. No query
+# uses these fields alone: large or opaque values would only add write cost,
+# and steadily increasing timestamps would hot-spot their index at a few
+# hundred writes a second. Composite indexes that name a field still work.
+
+resource "google_firestore_field" "tasks_payload" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "payload"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_resources" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "resources"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_resume_from" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "resumeFrom"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_live" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "live"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_output" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "output"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_checkpoint" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "checkpoint"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_error" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "error"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_metrics" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "metrics"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_partial_progress" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "partialProgress"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_error" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "error"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_created_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "createdAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_updated_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "updatedAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_ended_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "endedAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_not_before" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "notBefore"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_lease_expires_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "leaseExpiresAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_cancel_deadline" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "cancelDeadline"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_dispatch_check_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "dispatchCheckAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_deadline" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "deadline"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_created_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "createdAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_scheduled_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "scheduledAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_started_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "startedAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_completed_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "completedAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_last_heartbeat_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "lastHeartbeatAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_reported_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "reportedAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_created_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "createdAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_occurred_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "occurredAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_delivered_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "deliveredAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_next_try_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "nextTryAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "runs_last_submit_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+  field      = "lastSubmitAt"
+
+  index_config {}
 }
 
 # --- TTL policies (store.TTLFields) ----------------------------------------

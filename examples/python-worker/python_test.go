@@ -1,0 +1,343 @@
+// Package pythonworker_test drives the Python example worker (worker.py,
+// on the Python SDK in sdk/python) through the real local stack: the
+// Firestore and Pub/Sub emulators, Servo's Cloud Tasks emulator, the API,
+// callbacks and sweeper (package devstack), and the worker as a separate
+// python3 process serving with the standard library.
+package pythonworker_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/devstack"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/task"
+)
+
+func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
+
+// python3 returns the interpreter, failing (never skipping) when it is
+// missing or older than 3.10.
+func python3(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is not installed: the Python example worker needs it; install the Debian package python3 (apt-get install python3), Python >= 3.10")
+	}
+	if out, err := exec.Command(p, "-c", "import sys; sys.exit(sys.version_info < (3, 10))").CombinedOutput(); err != nil {
+		t.Fatalf("%s is older than 3.10 (%v %s): install the Debian package python3 from a release that ships Python >= 3.10", p, err, out)
+	}
+	return p
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// pyWorker is the example worker running as a python3 process.
+type pyWorker struct {
+	cmd  *exec.Cmd
+	port string
+	logs *syncBuffer
+	done chan struct{}
+}
+
+// startWorker starts worker.py on port ("0": a free one) and waits for it
+// to say where it listens.
+func startWorker(t *testing.T, py, port string, logs *syncBuffer) *pyWorker {
+	t.Helper()
+	sdk, err := filepath.Abs("../../sdk/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "worker.py")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PORT="+port, "HOST=127.0.0.1", "PYTHONUNBUFFERED=1", "K_SERVICE=", "LOG_LEVEL=DEBUG")
+	cmd.Stderr = logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &pyWorker{cmd: cmd, logs: logs, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(w.done) }()
+	t.Cleanup(func() { w.stop(syscall.SIGTERM) })
+	select {
+	case line := <-lines:
+		u := strings.TrimPrefix(line, "listening on ")
+		w.port = strings.TrimSuffix(u[strings.LastIndex(u, ":")+1:], "/")
+	case <-w.done:
+		t.Fatalf("worker.py exited at start:\n%s", logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker.py did not start:\n%s", logs)
+	}
+	return w
+}
+
+func (w *pyWorker) stop(sig syscall.Signal) {
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	_ = w.cmd.Process.Signal(sig)
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+type env struct {
+	t     *testing.T
+	stack *devstack.Stack
+}
+
+func (e *env) do(method, path string, body any) (int, []byte) {
+	e.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.stack.URL+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res.StatusCode, out
+}
+
+// submit posts a task for the Python worker with fast timers.
+func (e *env) submit(key string, payload map[string]any) string {
+	e.t.Helper()
+	status, out := e.do("POST", "/v1/tasks", map[string]any{
+		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": "py", "payload": payload,
+		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 2500, "cancelGracePeriodMs": 3000,
+		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
+	})
+	if status != http.StatusCreated {
+		e.t.Fatalf("submit: %d %s", status, out)
+	}
+	var r dispatcher.SubmitResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		e.t.Fatal(err)
+	}
+	return r.TaskID
+}
+
+func (e *env) get(id string) dispatcher.TaskView {
+	e.t.Helper()
+	status, out := e.do("GET", "/v1/tasks/"+id, nil)
+	if status != http.StatusOK {
+		e.t.Fatalf("get: %d %s", status, out)
+	}
+	var v dispatcher.TaskView
+	if err := json.Unmarshal(out, &v); err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}
+
+// waitFor polls the task until ok says so.
+func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispatcher.TaskView {
+	e.t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		v := e.get(id)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s never reached %s: state %s (%s), attempts %s", id, what, v.State, v.Reason, attemptsOf(v))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
+	e.t.Helper()
+	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
+}
+
+// checkpointed: the running attempt has stored a checkpoint.
+func checkpointed(v dispatcher.TaskView) bool {
+	if v.State != task.Running || len(v.Attempts) == 0 {
+		return false
+	}
+	return len(v.Attempts[len(v.Attempts)-1].Checkpoint) > 0
+}
+
+func attemptsOf(v dispatcher.TaskView) string {
+	var b strings.Builder
+	for _, a := range v.Attempts {
+		fmt.Fprintf(&b, "[%d %s %s err=%v out=%s] ", a.Attempt, a.Outcome, a.WorkerID, a.Error, a.Output)
+	}
+	return b.String()
+}
+
+type output struct {
+	Partitions  int    `json:"partitions"`
+	Processed   int    `json:"processed"`
+	ResumedFrom int    `json:"resumedFrom"`
+	Attempt     int    `json:"attempt"`
+	Digest      string `json:"digest"`
+}
+
+func outputOf(t *testing.T, a task.Attempt) output {
+	t.Helper()
+	var o output
+	if err := json.Unmarshal(a.Output, &o); err != nil {
+		t.Fatalf("attempt %d output %s: %v", a.Attempt, a.Output, err)
+	}
+	return o
+}
+
+// TestPythonWorkerEndToEnd runs the Python example worker against the real
+// stack: success, a failure retried from its checkpoint, a cancel, a
+// DATA_QUALITY failure not retried, and a worker killed mid-task whose
+// attempt Servo retries.
+func TestPythonWorkerEndToEnd(t *testing.T) {
+	py := python3(t)
+	logs := &syncBuffer{}
+	w := startWorker(t, py, "0", logs)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker.py logs:\n%s", logs)
+		}
+	})
+	s, err := devstack.Start(context.Background(), devstack.Options{
+		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"py": "http://127.0.0.1:" + w.port + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := &env{t: t, stack: s}
+
+	t.Run("group", func(t *testing.T) {
+		t.Run("succeeds", func(t *testing.T) {
+			t.Parallel()
+			e := &env{t: t, stack: s}
+			id := e.submit("ok", map[string]any{"partitions": 4, "partitionMs": 20})
+			v := e.waitState(id, task.Succeeded)
+			if len(v.Attempts) != 1 || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+				t.Fatalf("attempts %s", attemptsOf(v))
+			}
+			o := outputOf(t, v.Attempts[0])
+			if o != (output{Partitions: 4, Processed: 4, ResumedFrom: 0, Attempt: 1, Digest: o.Digest}) || len(o.Digest) != 16 {
+				t.Fatalf("output %+v", o)
+			}
+		})
+		t.Run("fails once and resumes from its checkpoint", func(t *testing.T) {
+			t.Parallel()
+			e := &env{t: t, stack: s}
+			id := e.submit("retry", map[string]any{"partitions": 6, "partitionMs": 20, "failAttempts": 1})
+			v := e.waitState(id, task.Succeeded)
+			if len(v.Attempts) != 2 {
+				t.Fatalf("want 2 attempts, got %s", attemptsOf(v))
+			}
+			a1, a2 := v.Attempts[0], v.Attempts[1]
+			if a1.Outcome != task.OutcomeFailed || a1.Error == nil || a1.Error.Category != task.CategoryInfrastructure {
+				t.Fatalf("attempt 1: %s", attemptsOf(v))
+			}
+			if string(a1.Checkpoint) != `{"nextPartition":3}` {
+				t.Fatalf("attempt 1 checkpoint %s, want {\"nextPartition\":3} (stored before completed)", a1.Checkpoint)
+			}
+			// Attempt 2 got resumeFrom and started at partition 3.
+			if o := outputOf(t, a2); a2.Outcome != task.OutcomeSucceeded || o.Attempt != 2 || o.ResumedFrom != 3 || o.Processed != 3 {
+				t.Fatalf("attempt 2: %s output %+v", attemptsOf(v), o)
+			}
+		})
+		t.Run("cancelled while running", func(t *testing.T) {
+			t.Parallel()
+			e := &env{t: t, stack: s}
+			id := e.submit("cancel", map[string]any{"partitions": 200, "partitionMs": 100})
+			e.waitFor(id, "a stored checkpoint", checkpointed)
+			if status, out := e.do("POST", "/v1/tasks/"+id+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
+				t.Fatalf("cancel: %d %s", status, out)
+			}
+			v := e.waitState(id, task.Cancelled)
+			a := v.Attempts[len(v.Attempts)-1]
+			if len(v.Attempts) != 1 || a.Outcome != task.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("nextPartition")) {
+				t.Fatalf("attempts %s phase %q partial %s", attemptsOf(v), a.CancelledDuringPhase, a.PartialProgress)
+			}
+		})
+		t.Run("DATA_QUALITY is not retried", func(t *testing.T) {
+			t.Parallel()
+			e := &env{t: t, stack: s}
+			id := e.submit("invalid", map[string]any{"partitions": 3, "invalid": true})
+			v := e.waitState(id, task.Failed)
+			if v.Reason != "NON_RETRYABLE" || len(v.Attempts) != 1 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != task.CategoryDataQuality {
+				t.Fatalf("reason %s, attempts %s", v.Reason, attemptsOf(v))
+			}
+		})
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("worker killed mid-task is retried", func(t *testing.T) {
+		id := e.submit("killed", map[string]any{"partitions": 30, "partitionMs": 100})
+		e.waitFor(id, "a stored checkpoint", checkpointed)
+		w.stop(syscall.SIGKILL)
+		// A new process on the same address: Servo's sweeper finds the
+		// attempt's lease expired and the retry reaches it.
+		startWorker(t, py, w.port, logs)
+		v := e.waitState(id, task.Succeeded)
+		if len(v.Attempts) != 2 || v.Attempts[0].Outcome != task.OutcomeZombie || v.Attempts[1].Outcome != task.OutcomeSucceeded {
+			t.Fatalf("attempts %s", attemptsOf(v))
+		}
+		if v.Attempts[0].WorkerID == v.Attempts[1].WorkerID {
+			t.Fatalf("attempt 2 ran in the killed process? %s", attemptsOf(v))
+		}
+		if o := outputOf(t, v.Attempts[1]); o.Attempt != 2 || o.ResumedFrom == 0 || o.ResumedFrom+o.Processed != 30 {
+			t.Fatalf("attempt 2 did not resume from the killed attempt's checkpoint: %+v", o)
+		}
+	})
+}

@@ -1,0 +1,64 @@
+// Package python_test runs the Python worker SDK's unit tests and its
+// per-delivery benchmark from `go test`, so CI covers them with the Go
+// suite. The SDK itself is Python (package servo_worker, this folder).
+package python_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// python3 returns the interpreter, failing (never skipping) when it is
+// missing or older than 3.10.
+func python3(tb testing.TB) string {
+	tb.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		tb.Fatal("python3 is not installed: the Python worker SDK's tests need it; install the Debian package python3 (apt-get install python3), Python >= 3.10")
+	}
+	if out, err := exec.Command(p, "-c", "import sys; sys.exit(sys.version_info < (3, 10))").CombinedOutput(); err != nil {
+		tb.Fatalf("%s is older than 3.10 (%v %s): install the Debian package python3 from a release that ships Python >= 3.10", p, err, out)
+	}
+	return p
+}
+
+// TestPythonUnitTests runs `python3 -m unittest discover` on tests/: the
+// protocol against a scripted callback server (every PRODUCT §4 row, retry
+// rules, throttling, exactly-once completion, cancellation, fencing, token
+// refresh, no token in logs).
+func TestPythonUnitTests(t *testing.T) {
+	py := python3(t)
+	cmd := exec.Command(py, "-W", "error::ResourceWarning", "-m", "unittest", "discover", "-s", "tests", "-t", "tests")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python unit tests failed: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Log(strings.Join(lines[max(len(lines)-3, 0):], "\n"))
+}
+
+// BenchmarkPythonDelivery reports the Python SDK's per-delivery overhead
+// (ms/delivery, callbacks/delivery) measured inside Python, with the
+// scripted server and no-op handler of the Go SDK's BenchmarkDelivery
+// (`go test -run '^$' -bench . ./worker/`). ns/op includes starting
+// Python; read ms/delivery.
+func BenchmarkPythonDelivery(b *testing.B) {
+	py := python3(b)
+	n := max(b.N, 300)
+	out, err := exec.Command(py, "bench/bench_delivery.py", strconv.Itoa(n)).Output()
+	if err != nil {
+		b.Fatalf("bench_delivery.py: %v %s", err, out)
+	}
+	var r struct {
+		MsPerDelivery        float64 `json:"msPerDelivery"`
+		CallbacksPerDelivery float64 `json:"callbacksPerDelivery"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		b.Fatalf("bench_delivery.py printed %q: %v", out, err)
+	}
+	b.ReportMetric(r.MsPerDelivery, "ms/delivery")
+	b.ReportMetric(r.CallbacksPerDelivery, "callbacks/delivery")
+}

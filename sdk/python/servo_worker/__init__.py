@@ -1,0 +1,38 @@
+"""Servo's Python worker SDK: the worker side of the ADR-023 callback
+contract (PRODUCT §4, §8), behaving like the Go SDK (``worker/``).
+
+    import servo_worker
+
+    def handle(task: servo_worker.Task):
+        rows = task.payload["rows"]
+        start = (task.resume_from or {}).get("next", 0)
+        for i in range(start, rows):
+            task.check_cancelled()      # Servo asked to stop, or the lease is gone
+            do_row(i)
+            task.checkpoint({"next": i + 1})
+            task.progress(100 * (i + 1) // rows, "rows")
+        return {"rows": rows}           # SUCCEEDED with this output
+
+    app = servo_worker.App(handle)      # WSGI: gunicorn --threads 8 module:app
+    # or, locally: app.serve(port=8080)
+
+Workers do work, not truth: Servo alone decides a task's state.
+"""
+
+from ._logs import JsonFormatter, TextFormatter, setup_logging
+from .app import App, EnvelopeError, Handler, default_worker_id, make_server, parse_envelope, serve
+from .errors import (CancelRequested, CheckpointTooLargeError, ConfigurationError, DataQualityError,
+                     DeadlineExceededError, InfrastructureError, LeaseLostError, RejectedError, StopRequested,
+                     TaskCancelledError, TaskError, TaskTimeoutError, UserCodeError)
+from .task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App", "Handler", "Task", "serve", "make_server", "parse_envelope", "default_worker_id", "EnvelopeError",
+    "TaskError", "UserCodeError", "DataQualityError", "InfrastructureError", "ConfigurationError",
+    "TaskTimeoutError", "TaskCancelledError",
+    "StopRequested", "CancelRequested", "LeaseLostError", "RejectedError", "DeadlineExceededError",
+    "CheckpointTooLargeError",
+    "setup_logging", "JsonFormatter", "TextFormatter",
+]

@@ -1,0 +1,452 @@
+"""One attempt in this process: the protocol around one call of the
+handler (started, heartbeats, fencing, completed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Optional
+
+from . import _client
+from ._client import CANCELLED, COMMITTED, CONTINUE, Reply, Stopped, Unreachable
+from ._logs import FieldsAdapter
+from ._util import (MAX_MESSAGE_BYTES, MAX_OUTPUT_BYTES, MAX_STACK_TRACE_BYTES, compact_json, format_time,
+                    parse_time, token_expiry, truncate, utcnow)
+from .errors import (CANCELLED as CAT_CANCELLED, TIMEOUT, USER_CODE, CancelRequested, DeadlineExceededError,
+                     LeaseLostError, RejectedError, StopRequested, TaskError)
+from .task import Task
+
+if TYPE_CHECKING:
+    from .app import App
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not Unix
+    resource = None  # type: ignore[assignment]
+
+# Results in the answer to Cloud Tasks (the same as the Go SDK's).
+RESULT_COMMITTED = "committed"
+RESULT_DISCARDED = "discarded"
+RESULT_NOT_STARTED = "not_started"
+RESULT_LEASE_LOST = "lease_lost"
+RESULT_REJECTED = "rejected"
+RESULT_UNREACHABLE = "servo_unreachable"
+RESULT_INTERNAL = "internal_error"
+
+
+def _wall_to_mono(t: Optional[dt.datetime]) -> float:
+    if t is None:
+        return float("inf")
+    return time.monotonic() + (t - utcnow()).total_seconds()
+
+
+class Run:
+    """One attempt: execute() returns (HTTP status, answer dict)."""
+
+    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str]) -> None:
+        self.app = app
+        self.env = env
+        fields: dict[str, Any] = {"taskId": env["taskId"], "attempt": env["attempt"], "tenantId": env.get("tenantId", ""),
+                                  "runId": env.get("runId", ""), "workerId": app.worker_id}
+        if trace:
+            fields["logging.googleapis.com/trace"] = trace
+        self.log = FieldsAdapter(app.logger, fields)
+        self.url_base = env["callbackBaseUrl"] + "/v1/tasks/" + urllib.parse.quote(env["taskId"], safe="") + "/"
+        self.task = Task(env, app.worker_id, self.log, self._flush)
+        self.done = threading.Event()
+        self.status = 0
+        self.answer: dict[str, Any] = {}
+
+        self._mu = threading.Lock()
+        self._tok: str = env["taskToken"]
+        self._tok_until = _wall_to_mono(env["_tokenExpiresAt"])
+        self._stop: Optional[StopRequested] = None  # lost authority: nothing more is reported
+        self._cancel_seen = False
+        self._flush_req = False
+        self._wake = threading.Event()  # wakes the heartbeat loop
+        self._quit = threading.Event()  # heartbeats must end (handler returned, or authority lost)
+        self._sup_wake = threading.Event()  # wakes the supervisor
+        self._sup_quit = False
+        timeout_ms = env.get("heartbeatTimeoutMs") or 0
+        self._hb_timeout = timeout_ms / 1000.0 if isinstance(timeout_ms, (int, float)) and timeout_ms > 0 else 0.0
+        self._fence_at = float("inf")  # monotonic: last acknowledgement + heartbeatTimeoutMs
+
+    # --- state ----------------------------------------------------------
+
+    def _flush(self) -> None:
+        with self._mu:
+            self._flush_req = True
+        self._wake.set()
+
+    def _token(self) -> str:
+        with self._mu:
+            return self._tok
+
+    def _token_until(self) -> float:
+        with self._mu:
+            return self._tok_until
+
+    def _fence(self) -> float:
+        with self._mu:
+            return self._fence_at
+
+    def _ack(self, at_: float) -> None:
+        """An acknowledgement (200 CONTINUE) arrived at at_: the attempt is
+        fenced heartbeatTimeoutMs later unless another one arrives."""
+        if self._hb_timeout <= 0:
+            return
+        at = at_ + self._hb_timeout
+        with self._mu:
+            self._fence_at = at if self._fence_at == float("inf") else max(self._fence_at, at)
+        self._sup_wake.set()
+
+    def _adopt(self, rep: Reply) -> None:
+        tok = rep.body.get("taskToken")
+        if not isinstance(tok, str) or not tok:
+            return
+        exp = parse_time(rep.body.get("tokenExpiresAt")) or token_expiry(tok)
+        with self._mu:
+            self._tok = tok
+            if exp is not None:
+                self._tok_until = _wall_to_mono(exp)
+        self.log.info("adopted a refreshed task token", fields={"tokenExpiresAt": format_time(exp) if exp else ""})
+
+    def _lose(self, cause: StopRequested) -> None:
+        with self._mu:
+            first = self._stop is None
+            if first:
+                self._stop = cause
+        if first:
+            self.log.warning("attempt lost its authority: cancelling the handler; nothing more will be reported",
+                             fields={"cause": str(cause)})
+        self.task._stop(cause)
+        self._quit.set()
+        self._wake.set()
+
+    def stopped(self) -> Optional[StopRequested]:
+        with self._mu:
+            return self._stop
+
+    def _cancel_by(self, reason: str) -> None:
+        with self._mu:
+            first = not self._cancel_seen
+            self._cancel_seen = True
+        if first:
+            self.log.info("Servo asked to cancel the attempt; cancelling the handler", fields={"cancelReason": reason})
+            self.task._stop(CancelRequested(reason))
+
+    def _fenced(self) -> bool:
+        """Whether no acknowledgement came within heartbeatTimeoutMs; if so
+        the attempt is fenced (lease lost)."""
+        if time.monotonic() < self._fence():
+            return False
+        self._lose(LeaseLostError("heartbeat_timeout",
+                                  "no heartbeat acknowledged within heartbeatTimeoutMs: the lease may have passed to another attempt"))
+        return True
+
+    def _post(self, op: str, body: Any, until: Any, stop: Optional[threading.Event]) -> Reply:
+        cfg = self.app
+        return _client.post(self.app._transport, self.url_base + op, op, body, self._token, until, stop,
+                            cfg.backoff_initial, cfg.backoff_max, self.log)
+
+    # --- the attempt ----------------------------------------------------
+
+    def execute(self) -> tuple[int, dict[str, Any]]:
+        app = self.app
+        started_at = utcnow()
+        body = compact_json({"attempt": self.env["attempt"], "workerId": app.worker_id, "startedAt": format_time(started_at)})
+        window_end = time.monotonic() + app.start_retry_window
+        try:
+            rep = self._post("started", lambda: body, lambda: min(window_end, self._token_until()), None)
+        except Unreachable as e:
+            self.log.error("could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it",
+                           fields={"error": str(e)})
+            return 503, {"result": RESULT_UNREACHABLE, "detail": str(e)}
+        self._adopt(rep)
+        if rep.disposition == CANCELLED:
+            self.log.info("Servo declined the attempt; the handler is not run",
+                          fields={"status": rep.status, "code": rep.body.get("error"), "state": rep.body.get("state"),
+                                  "message": rep.body.get("message")})
+            return 200, _drop_empty({"result": RESULT_NOT_STARTED, "code": rep.body.get("error"), "finalState": rep.body.get("state")})
+        if rep.disposition != CONTINUE:
+            self.log.error("Servo rejected `started`; the handler is not run (protocol error, not retried)",
+                           fields={"status": rep.status, "code": rep.body.get("error"), "field": rep.body.get("field"),
+                                   "message": rep.body.get("message")})
+            return 200, _drop_empty({"result": RESULT_REJECTED, "code": rep.body.get("error"), "detail": rep.body.get("message")})
+        self._ack(rep.received_at)
+
+        hb = threading.Thread(target=self._heartbeat_loop, name="servo-heartbeat", daemon=True)
+        sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
+        hb.start()
+        sup.start()
+        self.log.info("attempt started")
+        cpu0 = _cpu_time()
+        out: Any = None
+        exc: Optional[BaseException] = None
+        try:
+            out = app.handler(self.task)
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            exc = e
+        # Why the handler had to stop, as it saw it (a cancel answered after
+        # it returned does not count).
+        cause = self.task.cancel_cause
+        metrics = _metrics(cpu0)
+        # No new heartbeat; one in flight finishes (its answer counts: a 410
+        # means nothing may be reported).
+        self._quit.set()
+        self._wake.set()
+        hb.join()
+        with self._mu:
+            self._sup_quit = True
+        self._sup_wake.set()
+        sup.join()
+
+        if self.stopped() is None:
+            self._fenced()
+        if (stop := self.stopped()) is not None:
+            return 200, _lost_answer(stop)
+        req = outcome(cause, out, exc, self.task)
+        req.update({"attempt": self.env["attempt"], "workerId": app.worker_id, "completedAt": format_time(utcnow())})
+        if metrics:
+            req["metrics"] = metrics
+        if req["outcome"] == "FAILED" and self.task._dirty():
+            # Store the last checkpoint first: a retry resumes from it.
+            self._heartbeat_once(None)
+            if self.stopped() is None:
+                self._fenced()
+            if (stop := self.stopped()) is not None:
+                return 200, _lost_answer(stop)
+        outcome_ = req["outcome"]
+        try:
+            body = compact_json(req)
+        except (TypeError, ValueError) as e:
+            return 500, {"result": RESULT_INTERNAL, "detail": str(e)}
+        try:
+            rep = self._post("completed", lambda: body, self._token_until, None)
+        except Unreachable as e:
+            # Servo may have committed a try whose answer was lost; the
+            # redelivery is settled by Servo (409 or 410 at started).
+            self.log.error("could not report `completed`; answering 503 so Cloud Tasks redelivers",
+                           fields={"outcome": outcome_, "error": str(e)})
+            return 503, {"result": RESULT_UNREACHABLE, "outcome": outcome_, "detail": str(e)}
+        if rep.disposition == COMMITTED:
+            self.log.info("attempt reported", fields={"outcome": outcome_, "finalState": rep.body.get("finalState"),
+                                                      "retryScheduled": rep.body.get("retryScheduled"),
+                                                      "nextAttempt": rep.body.get("nextAttempt")})
+            return 200, _drop_empty({"result": RESULT_COMMITTED, "outcome": outcome_, "finalState": rep.body.get("finalState")})
+        if rep.disposition == CANCELLED:
+            self.log.warning("Servo discarded the attempt's result: the attempt had no authority any more",
+                             fields={"outcome": outcome_, "status": rep.status, "code": rep.body.get("error"),
+                                     "message": rep.body.get("message")})
+            return 200, _drop_empty({"result": RESULT_DISCARDED, "outcome": outcome_, "code": rep.body.get("error")})
+        self.log.error("Servo rejected `completed` (protocol error, not retried)",
+                       fields={"outcome": outcome_, "status": rep.status, "code": rep.body.get("error"),
+                               "field": rep.body.get("field"), "message": rep.body.get("message")})
+        return 200, _drop_empty({"result": RESULT_REJECTED, "outcome": outcome_, "code": rep.body.get("error"),
+                                 "detail": rep.body.get("message")})
+
+    def _supervise(self) -> None:
+        """Fences the attempt when no acknowledgement came within
+        heartbeatTimeoutMs, and stops the handler at the task's deadline."""
+        deadline = _wall_to_mono(self.task.deadline)
+        deadline_hit = False
+        while True:
+            with self._mu:
+                if self._sup_quit:
+                    return
+            now = time.monotonic()
+            if self.stopped() is None and now >= self._fence():
+                self._fenced()
+                return
+            if not deadline_hit and now >= deadline:
+                deadline_hit = True
+                self.log.info("the task's deadline passed; stopping the handler")
+                self.task._stop(DeadlineExceededError())
+            wake = self._fence()
+            if not deadline_hit:
+                wake = min(wake, deadline)
+            self._sup_wake.wait(None if wake == float("inf") else max(wake - now, 0.0) + 0.001)
+            self._sup_wake.clear()
+
+    def _heartbeat_loop(self) -> None:
+        """Sends heartbeats every interval (jittered down by up to 15%),
+        early after a checkpoint (at most every interval/4), until the
+        handler returns or the attempt loses its authority."""
+        interval = float(self.env["heartbeatIntervalMs"]) / 1000.0
+        gap = interval / 4
+        last = time.monotonic()
+        nxt = last + _jitter(interval)
+        while True:
+            self._wake.wait(max(nxt - time.monotonic(), 0.0))
+            self._wake.clear()
+            if self._quit.is_set():
+                return
+            with self._mu:
+                flush, self._flush_req = self._flush_req, False
+            now = time.monotonic()
+            if flush:
+                nxt = min(nxt, max(last + gap, now))
+            if now < nxt:
+                continue
+            if not self._heartbeat_once(self._quit):
+                return
+            last = time.monotonic()
+            nxt = last + _jitter(interval)
+
+    def _heartbeat_once(self, stop: Optional[threading.Event]) -> bool:
+        """Sends one heartbeat with the latest progress and any unstored
+        checkpoint, retrying until the token expires, the attempt is fenced
+        or stop is set. Reports whether the attempt may go on."""
+        version = 0
+
+        def body() -> bytes:
+            nonlocal version
+            b, version = self.task._heartbeat_body(self.app.worker_id, utcnow())
+            return compact_json(b)
+
+        try:
+            rep = self._post("heartbeat", body, lambda: min(self._token_until(), self._fence()), stop)
+        except Stopped:
+            return False
+        except Unreachable as e:
+            if self._fence() <= self._token_until():
+                # The next try could not be acknowledged before the fence.
+                self._lose(LeaseLostError("heartbeat_timeout", "no heartbeat acknowledged within heartbeatTimeoutMs: " + str(e)))
+            else:
+                self._lose(LeaseLostError("servo_unreachable", "Servo could not be reached before the task token expired: " + str(e)))
+            return False
+        self._adopt(rep)
+        if rep.disposition == CONTINUE:
+            if self.stopped() is not None:
+                return False  # fenced meanwhile: a late acknowledgement does not undo it
+            self._ack(rep.received_at)
+            self.task._acked(version)
+            if rep.body.get("shouldCancel") is True:
+                self._cancel_by(str(rep.body.get("cancelReason") or ""))
+            return True
+        if rep.disposition == CANCELLED:
+            self._lose(LeaseLostError(str(rep.body.get("error") or ""), str(rep.body.get("message") or ""), rep.status))
+        else:
+            self._lose(RejectedError("heartbeat", rep.status, str(rep.body.get("error") or ""),
+                                     str(rep.body.get("field") or ""), str(rep.body.get("message") or "")))
+        return False
+
+
+def _jitter(d: float) -> float:
+    return d - random.random() * 0.15 * d
+
+
+def _drop_empty(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v not in (None, "")}
+
+
+def _lost_answer(stop: StopRequested) -> dict[str, Any]:
+    if isinstance(stop, RejectedError):
+        return _drop_empty({"result": RESULT_REJECTED, "code": stop.code, "detail": str(stop)})
+    code = stop.code if isinstance(stop, LeaseLostError) else ""
+    return _drop_empty({"result": RESULT_LEASE_LOST, "code": code, "detail": str(stop)})
+
+
+def _caused_by_stop(exc: BaseException) -> bool:
+    seen = 0
+    e: Optional[BaseException] = exc
+    while e is not None and seen < 32:
+        if isinstance(e, StopRequested):
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def _stack(exc: BaseException) -> str:
+    s = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    b = s.encode("utf-8", "replace")
+    if len(b) <= MAX_STACK_TRACE_BYTES:
+        return s
+    # Keep the end: the innermost frames and the exception itself.
+    return b[-MAX_STACK_TRACE_BYTES:].decode("utf-8", "ignore")
+
+
+def outcome(cause: Optional[StopRequested], out: Any, exc: Optional[BaseException], task: Task) -> dict[str, Any]:
+    """Maps what the handler did to the `completed` report (without
+    attempt, worker, time and metrics), as the Go SDK does:
+
+    * returned: SUCCEEDED with the output (None: no output; not
+      JSON-encodable or over 256 KiB: FAILED/USER_CODE, not retryable);
+    * raised after Servo asked to cancel: CANCELLED with the last
+      checkpoint as partialProgress and the phase as cancelledDuringPhase,
+      unless it is a TaskError of another category not caused by the stop
+      (a real failure found while winding down: FAILED with it);
+    * raised a TaskCancelledError: CANCELLED (the worker's own cancel);
+    * raised another TaskError: FAILED with its category and advice;
+    * raised anything else after the deadline: FAILED/TIMEOUT;
+    * raised anything else: FAILED/USER_CODE with the traceback.
+    """
+    def fail(category: str, msg: str, stack: str, retryable: Optional[bool]) -> dict[str, Any]:
+        err: dict[str, Any] = {"category": category, "message": truncate(msg, MAX_MESSAGE_BYTES)}
+        if stack:
+            err["stackTrace"] = stack
+        if retryable is not None:
+            err["retryable"] = retryable
+        return {"outcome": "FAILED", "error": err}
+
+    def cancelled() -> dict[str, Any]:
+        phase, cp = task._phase_and_checkpoint()
+        r: dict[str, Any] = {"outcome": "CANCELLED"}
+        if phase:
+            r["cancelledDuringPhase"] = phase
+        if cp is not None:
+            r["partialProgress"] = cp
+        return r
+
+    if exc is None:
+        if out is None:
+            return {"outcome": "SUCCEEDED"}
+        try:
+            b = compact_json(out)
+        except (TypeError, ValueError) as e:
+            return fail(USER_CODE, f"encode output: {e}", "", False)
+        if len(b) > MAX_OUTPUT_BYTES:
+            return fail(USER_CODE, f"output is {len(b)} bytes; the limit is {MAX_OUTPUT_BYTES}", "", False)
+        return {"outcome": "SUCCEEDED", "output": json.loads(b)}
+    explicit = isinstance(exc, TaskError)
+    msg = str(exc) if explicit else f"{type(exc).__name__}: {exc}"
+    if isinstance(cause, CancelRequested) and (not explicit or exc.category == CAT_CANCELLED or _caused_by_stop(exc)):
+        return cancelled()
+    if explicit and exc.category == CAT_CANCELLED:
+        return cancelled()
+    if explicit:
+        return fail(exc.category, msg or exc.category, _stack(exc), exc.retryable)
+    if isinstance(cause, DeadlineExceededError):
+        return fail(TIMEOUT, msg, _stack(exc), None)
+    return fail(USER_CODE, msg, _stack(exc), None)
+
+
+def _cpu_time() -> float:
+    if resource is not None:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime
+    return time.process_time()
+
+
+def _metrics(cpu0: float) -> dict[str, int]:
+    """cpuTimeMs: the process's user+system CPU time while the handler ran;
+    peakMemoryBytes: the process's peak resident set size so far. Both are
+    process-wide: exact with one attempt per instance, an upper bound
+    otherwise."""
+    m: dict[str, int] = {}
+    cpu = int(max(_cpu_time() - cpu0, 0.0) * 1000)
+    if cpu > 0:
+        m["cpuTimeMs"] = cpu
+    if resource is not None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = peak if sys.platform == "darwin" else peak * 1024
+        if peak > 0:
+            m["peakMemoryBytes"] = int(peak)
+    return m
