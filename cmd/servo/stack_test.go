@@ -242,10 +242,12 @@ func TestWatchLinesAndJSON(t *testing.T) {
 	}
 }
 
-// A CANCELLING task shows the progress its attempt reported, not 0 %.
+// A CANCELLING task, and then the CANCELLED one, show the progress its
+// attempt reported, not 0 %, watched alone or as part of its run.
 func TestWatchCancellingKeepsProgress(t *testing.T) {
 	st := startStack(t)
-	id := st.submit("held", `{}`, nil).TaskID
+	sub := st.submit("held", `{}`, nil)
+	id := sub.TaskID
 	st.wait(id, "progress 40", func(v client.Task) bool {
 		p, known, _ := progressOf(&v)
 		return known && p == 40
@@ -273,9 +275,15 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 	}
 	st.unhold()
 	st.waitState(id, task.Cancelled)
-	out2, _, code := st.cli("watch", id, "--json")
-	if code != exitNotOK || !strings.Contains(out2, `"progressPct":40`) || !strings.Contains(out2, `"CANCELLED"`) {
-		t.Fatalf("watch of the cancelled task: exit %d %q", code, out2)
+	for _, args := range [][]string{{"watch", id, "--json"}, {"watch", "--run", sub.RunID, "--json"}} {
+		out2, _, code := st.cli(args...)
+		if code != exitNotOK || !strings.Contains(out2, `"progressPct":40`) || !strings.Contains(out2, `"CANCELLED"`) {
+			t.Fatalf("servo %v of the cancelled task: exit %d %q", args, code, out2)
+		}
+	}
+	out3, _, _ := st.cli("watch", "--run", sub.RunID)
+	if !strings.Contains(out3, "CANCELLED  a1  40% holding at 40 (user_requested)") {
+		t.Fatalf("watch --run of the cancelled task: %q", out3)
 	}
 }
 
