@@ -503,6 +503,13 @@ func TestRunsAndList(t *testing.T) {
 		rr.Runs[0].Total != 1 || rr.Runs[0].Counts[task.Running] != 1 || rr.Runs[1].Total != 3 || rr.Runs[1].Counts[task.Succeeded] != 3 {
 		t.Fatalf("runs: %+v", rr.Runs)
 	}
+	for tenant, want := range map[string]int{"acme": 2, "nobody": 0} {
+		out, _, code = st.cli("runs", "--tenant", tenant, "--json")
+		rr.Runs = nil
+		if code != 0 || json.Unmarshal([]byte(out), &rr) != nil || len(rr.Runs) != want {
+			t.Fatalf("runs --tenant %s: exit %d %s", tenant, code, out)
+		}
+	}
 	out, _, code = st.cli("runs")
 	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "SUCCEEDED") || strings.Index(out, newer) > strings.Index(out, older) {
 		t.Fatalf("runs table: exit %d\n%s", code, out)
@@ -519,6 +526,36 @@ func TestRunsAndList(t *testing.T) {
 	out, _, code = st.cli("list", "--run", older)
 	if code != 0 || strings.Count(strings.TrimSpace(out), "\n") != 3 {
 		t.Fatalf("list of the run: exit %d\n%s", code, out)
+	}
+
+	// On a terminal, the next page is read when asked for.
+	cmd := exec.Command(servoBinary(t), "list", "--run", older, "--limit", "2", "--api", st.s.URL)
+	cmd.Env = append(os.Environ(), "TERM=xterm", "NO_COLOR=1")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var screen syncBuffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&screen, f); close(copied) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(screen.String(), "Enter for 2 more") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no prompt after the first page:\n%s", screen.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(screen.String(), older); n != 2 {
+		t.Fatalf("%d tasks before the prompt, want 2:\n%s", n, screen.String())
+	}
+	f.Write([]byte("\n"))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("list: %v\n%s", err, screen.String())
+	}
+	<-copied
+	if n := strings.Count(screen.String(), older); n != 3 {
+		t.Fatalf("%d tasks after Enter, want 3:\n%s", n, screen.String())
 	}
 }
 
