@@ -15,11 +15,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/events"
 )
 
 // APIEnv names the variable holding the API's base URL.
@@ -185,4 +187,64 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (Task, []byte, e
 	var t Task
 	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", map[string]string{"reason": reason}, &t)
 	return t, raw, err
+}
+
+// Counts reads how many tasks matching q (tenantId, runId, worker) are in
+// each state (GET /v1/tasks:counts; count aggregations, no task is read).
+func (c *Client) Counts(ctx context.Context, q url.Values) (dispatcher.CountsResponse, error) {
+	var r dispatcher.CountsResponse
+	_, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks:counts?"+q.Encode(), nil, &r)
+	return r, err
+}
+
+// Runs reads one page of runs, newest first (GET /v1/runs).
+func (c *Client) Runs(ctx context.Context, q url.Values) (dispatcher.RunsResponse, error) {
+	var r dispatcher.RunsResponse
+	_, _, err := c.Do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &r)
+	return r, err
+}
+
+// RunCounts is a run with how many of its tasks are in each state.
+type RunCounts struct {
+	dispatcher.RunView
+	dispatcher.CountsResponse
+}
+
+// RunsWithCounts reads one page of runs (q as for Runs) and each run's
+// counts, concurrently: one run query and one counts request per run.
+func (c *Client) RunsWithCounts(ctx context.Context, q url.Values) ([]RunCounts, error) {
+	page, err := c.Runs(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RunCounts, len(page.Runs))
+	errs := make([]error, len(page.Runs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, r := range page.Runs {
+		out[i].RunView = r
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i].CountsResponse, errs[i] = c.Counts(ctx, url.Values{"runId": {r.RunID}})
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// TaskEvents reads a task's recorded transitions, in seq order
+// (GET /v1/tasks/{id}/events).
+func (c *Client) TaskEvents(ctx context.Context, id string) ([]events.Event, error) {
+	var r dispatcher.EventsResponse
+	_, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+"/events", nil, &r)
+	return r.Events, err
+}
+
+// RunEvents reads the recorded transitions of a run's tasks, each task's in
+// seq order (GET /v1/runs/{runId}/events).
+func (c *Client) RunEvents(ctx context.Context, runID string) ([]events.Event, error) {
+	var r dispatcher.EventsResponse
+	_, _, err := c.Do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events", nil, &r)
+	return r.Events, err
 }

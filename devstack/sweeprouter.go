@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,9 @@ const (
 	// sweepPath names the topic, as the framework wants for raw pushes.
 	sweepPath = "/projects/servo-dev/topics/servo-sweep"
 	stackAttr = "servoStack"
+	// functionTargetEnv is the framework's variable naming the function
+	// to serve.
+	functionTargetEnv = "FUNCTION_TARGET"
 )
 
 var router struct {
@@ -61,6 +65,19 @@ func startRouter() (string, error) {
 	}
 	port := lis.Addr().(*net.TCPAddr).Port
 	lis.Close()
+	// Without FUNCTION_TARGET the framework prints "Serving function: ..."
+	// on stdout for each function, which is not Servo's output. With it,
+	// the framework serves its last registered function (ours) at every
+	// path, silently; the variable is set only until the server listens.
+	prev, had := os.LookupEnv(functionTargetEnv)
+	os.Setenv(functionTargetEnv, "servo-sweep-router")
+	defer func() {
+		if had {
+			os.Setenv(functionTargetEnv, prev)
+		} else {
+			os.Unsetenv(functionTargetEnv)
+		}
+	}()
 	go funcframework.StartHostPort("127.0.0.1", strconv.Itoa(port))
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -41,6 +41,9 @@ const (
 	CodeRunNotFound = "run_not_found"
 	// CodeInternal: an unexpected server error.
 	CodeInternal = "internal"
+	// CodeTaskNotTerminal: a submit's rerunOf names a task that has not
+	// finished.
+	CodeTaskNotTerminal = "task_not_terminal"
 )
 
 // Config configures the control API handler.
@@ -147,6 +150,8 @@ func (h *handler) routes() {
 	m.HandleFunc("/v1/tasks/{id}/cancel", methodNotAllowed("POST"))
 	m.HandleFunc("GET /v1/tasks/{id}/events", h.taskEvents)
 	m.HandleFunc("/v1/tasks/{id}/events", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /v1/runs", h.runs)
+	m.HandleFunc("/v1/runs", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/runs/{runId}/events", h.runEvents)
 	m.HandleFunc("/v1/runs/{runId}/events", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("POST /v1/runs/{runId}/cancel", h.cancelRun)

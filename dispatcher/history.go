@@ -1,7 +1,13 @@
 package dispatcher
 
 import (
+	"errors"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/store"
@@ -82,6 +88,72 @@ func (h *handler) writeEvents(w http.ResponseWriter, r *http.Request, entries []
 	resp := EventsResponse{Events: make([]events.Event, 0, len(entries))}
 	for _, e := range entries {
 		resp.Events = append(resp.Events, events.EventOf(e.Transition))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// RunView is a run as GET /v1/runs shows it.
+type RunView struct {
+	RunID    string `json:"runId"`
+	TenantID string `json:"tenantId"`
+	// CreatedAt is the time in the run id (when it was generated).
+	CreatedAt time.Time `json:"createdAt"`
+	// LastSubmitAt is when tasks were last submitted to the run.
+	LastSubmitAt time.Time `json:"lastSubmitAt"`
+}
+
+// RunsResponse answers GET /v1/runs: a page of runs, newest first.
+type RunsResponse struct {
+	Runs          []RunView `json:"runs"`
+	NextPageToken string    `json:"nextPageToken,omitempty"`
+}
+
+// runsParams are the query parameters GET /v1/runs accepts.
+var runsParams = map[string]bool{"tenantId": true, "pageSize": true, "pageToken": true}
+
+// runs serves GET /v1/runs?tenantId=&pageSize=&pageToken=: one run
+// document read per run listed, no task read.
+func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k, vs := range q {
+		if !runsParams[k] {
+			h.fail(w, r, invalid(k, "is not a known parameter (tenantId, pageSize, pageToken)"))
+			return
+		}
+		if len(vs) > 1 {
+			h.fail(w, r, invalid(k, "must be given at most once"))
+			return
+		}
+	}
+	f := store.RunFilter{TenantID: q.Get("tenantId"), After: q.Get("pageToken")}
+	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	if s := q.Get("pageSize"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			h.fail(w, r, invalid("pageSize", "must be an integer from 1 to 100"))
+			return
+		}
+		f.PageSize = n
+	}
+	runs, next, err := h.cfg.Store.ListRuns(r.Context(), f)
+	if errors.Is(err, store.ErrInvalidPageToken) {
+		h.fail(w, r, invalid("pageToken", "is not a page token this API issued"))
+		return
+	}
+	if err != nil {
+		h.storeError(w, r, err)
+		return
+	}
+	resp := RunsResponse{Runs: make([]RunView, 0, len(runs)), NextPageToken: next}
+	for _, run := range runs {
+		v := RunView{RunID: run.RunID, TenantID: run.TenantID, LastSubmitAt: run.LastSubmitAt}
+		if id, err := ulid.ParseStrict(strings.TrimPrefix(run.RunID, task.RunIDPrefix)); err == nil {
+			v.CreatedAt = ulid.Time(id.Time()).UTC()
+		}
+		resp.Runs = append(resp.Runs, v)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -29,6 +29,8 @@ type TaskView struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Resources      json.RawMessage `json:"resources,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	// RerunOf is the task this one reruns.
+	RerunOf string `json:"rerunOf,omitempty"`
 
 	HeartbeatIntervalMs int64            `json:"heartbeatIntervalMs"`
 	HeartbeatTimeoutMs  int64            `json:"heartbeatTimeoutMs"`
@@ -56,6 +58,7 @@ func ViewOf(t *task.Task) TaskView {
 		TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
 		AssetID: t.AssetID, Worker: t.Worker, State: t.State, Reason: t.Reason, CancelReason: t.CancelReason,
 		Attempt: t.Attempt, Payload: t.Payload, Resources: t.Resources, IdempotencyKey: t.IdempotencyKey,
+		RerunOf:             t.RerunOf,
 		HeartbeatIntervalMs: t.Timing.HeartbeatIntervalMs, HeartbeatTimeoutMs: t.Timing.HeartbeatTimeoutMs,
 		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs, StartTimeoutMs: t.Timing.StartTimeoutMs,
 		Retry: t.Retry, Deadline: t.Deadline, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt,

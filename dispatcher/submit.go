@@ -61,6 +61,9 @@ type SubmitRequest struct {
 	// IdempotencyKey makes a repeated submit (same tenant, same key) return
 	// the task the first one created.
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// RerunOf names the finished task this one reruns (a task id); the
+	// submit is refused with 409 while that task has not finished.
+	RerunOf string `json:"rerunOf,omitempty"`
 }
 
 // RetryRequest is a submit's retry policy (PRODUCT §6); absent fields take
@@ -131,6 +134,9 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.cfg.Now().UTC()
 	t, e := h.prepare(&req, "", now, "")
+	if e == nil {
+		e = h.checkRerun(r, &t, "")
+	}
 	if e != nil {
 		h.fail(w, r, e)
 		return
@@ -186,6 +192,9 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t, e := h.prepare(&req, runID, now, prefix)
+		if e == nil {
+			e = h.checkRerun(r, &t, prefix)
+		}
 		if e != nil {
 			h.fail(w, r, e)
 			return
@@ -293,6 +302,9 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 	case runID == "":
 		runID = task.NewRunID(now)
 	}
+	if req.RerunOf != "" && !task.ValidID(req.RerunOf, task.TaskIDPrefix) {
+		return task.Task{}, pf(invalid("rerunOf", "must be a Servo task id (%s followed by a ULID)", task.TaskIDPrefix))
+	}
 	if req.Worker == "" {
 		return task.Task{}, pf(invalid("worker", "is required: name a configured worker"))
 	}
@@ -335,7 +347,7 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 	t := task.Task{
 		ID: task.NewTaskID(now), RunID: runID, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
 		TaskKey: req.TaskKey, AssetID: req.AssetID, Worker: req.Worker, Payload: payload, Resources: resources,
-		IdempotencyKey: req.IdempotencyKey, Timing: timing, Retry: retry, Deadline: deadline,
+		IdempotencyKey: req.IdempotencyKey, RerunOf: req.RerunOf, Timing: timing, Retry: retry, Deadline: deadline,
 	}
 	// The envelope must fit in a Cloud Task, now and on a retry that adds
 	// a checkpoint: check it before storing.
@@ -352,6 +364,27 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: ErrorResponse{Error: CodeInternal, Message: "could not build the task envelope"}}
 	}
 	return t, nil
+}
+
+// checkRerun checks that the task t reruns, if any, exists and has
+// finished (one read, only for a rerun): 400 naming the field when it does
+// not exist, 409 task_not_terminal while it has not finished.
+func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiError {
+	if t.RerunOf == "" {
+		return nil
+	}
+	orig, err := h.cfg.Store.GetTask(r.Context(), t.RerunOf)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return invalid(prefix+"rerunOf", "names no task")
+	case err != nil:
+		status, body := h.storeStatus(r, err, "rerunOf", t.RerunOf)
+		return &apiError{status: status, body: *body}
+	case !orig.State.Terminal():
+		return &apiError{status: http.StatusConflict, body: ErrorResponse{Error: CodeTaskNotTerminal, Field: prefix + "rerunOf", State: orig.State,
+			Message: fmt.Sprintf("task %s is %s: only a finished task can be rerun", orig.ID, orig.State)}}
+	}
+	return nil
 }
 
 // timing builds the task's timers: explicit values as given (Validate

@@ -76,6 +76,10 @@ func TestSubmitValidation(t *testing.T) {
 		{"retry.maxBackoffMs below initialBackoffMs", set("retry", map[string]any{"initialBackoffMs": 5000, "maxBackoffMs": 4000}), "retry.maxBackoffMs"},
 		{"idempotencyKey too long", set("idempotencyKey", strings.Repeat("i", MaxIdempotencyKeyBytes+1)), "idempotencyKey"},
 		{"idempotencyKey not a string", set("idempotencyKey", 42), "idempotencyKey"},
+		{"rerunOf malformed", set("rerunOf", "task-1"), "rerunOf"},
+		{"rerunOf a run id", set("rerunOf", task.NewRunID(time.Now())), "rerunOf"},
+		{"rerunOf names no task", set("rerunOf", task.NewTaskID(time.Now())), "rerunOf"},
+		{"rerunOf not a string", set("rerunOf", 7), "rerunOf"},
 		{"unknown field url", set("url", "https://attacker.example"), "url"},
 		{"field in the wrong case", set("TenantID", "acme"), "TenantID"},
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -32,6 +33,16 @@ type TailOptions struct {
 	// Ready, when set, is called once the temporary subscription exists:
 	// every event published after that is printed.
 	Ready func(subscription string)
+	// Replay, when set, is called once the subscription exists (after
+	// Ready) and returns recorded events to print, in the order returned,
+	// before the live ones. Because the subscription exists before the
+	// record is read, an event is either in the record or arrives live, or
+	// both: a live event whose EventID was replayed is not printed again
+	// (nor is a redelivered one), so the seam has neither gap nor duplicate.
+	Replay func(ctx context.Context) ([]Event, error)
+	// ReplaySince, when set, prints only the replayed events that occurred
+	// at or after it; the earlier ones still count as printed.
+	ReplaySince time.Time
 }
 
 // tailSubscriptionTTL lets Pub/Sub delete a tail subscription whose
@@ -41,8 +52,10 @@ const tailSubscriptionTTL = 24 * time.Hour
 // Tail prints the events published on the events topic of project until
 // ctx ends, as JSON lines or as a table (see TailOptions). It creates a
 // temporary subscription (ordered, so a task's events arrive in order,
-// filtered on the taskId/runId attributes) and deletes it on return. It
-// returns nil when ctx ends; this is `servo events tail [--task ID] [--run ID]`.
+// filtered on the taskId/runId attributes), prints what opts.Replay returns,
+// then the live events, each eventId once, and deletes the subscription on
+// return. It returns nil when ctx ends; this is
+// `servo events tail [--task ID] [--run ID] [--since D | --all]`.
 func Tail(ctx context.Context, client *pubsub.Client, project string, w io.Writer, opts TailOptions) error {
 	project = cmp.Or(project, client.Project())
 	topic := TopicName(project, cmp.Or(opts.Topic, DefaultEventsTopic))
@@ -77,7 +90,33 @@ func Tail(ctx context.Context, client *pubsub.Client, project string, w io.Write
 	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	pr := &printer{w: w, json: opts.JSON, stop: stop}
+	pr := &printer{w: w, json: opts.JSON, stop: stop, seen: map[string]bool{}}
+	if opts.Replay != nil {
+		past, err := opts.Replay(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("events: tail: replay: %w", err)
+		}
+		for _, e := range past {
+			if !opts.Matches(e) {
+				continue
+			}
+			if e.OccurredAt.Before(opts.ReplaySince) {
+				pr.seen[e.EventID] = true
+				continue
+			}
+			data, err := json.Marshal(e)
+			if err != nil {
+				return fmt.Errorf("events: tail: replay: %w", err)
+			}
+			pr.printEvent(e, data)
+		}
+		if pr.err != nil {
+			return fmt.Errorf("events: tail: write: %w", pr.err)
+		}
+	}
 	sub := client.Subscriber(name)
 	err := sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
@@ -123,6 +162,7 @@ type printer struct {
 	header bool
 	err    error
 	stop   context.CancelFunc // ends the tail when writing fails
+	seen   map[string]bool    // eventIds printed (or replayed before ReplaySince)
 }
 
 func (p *printer) print(data []byte, opts TailOptions) {
@@ -130,11 +170,18 @@ func (p *printer) print(data []byte, opts TailOptions) {
 	if err != nil || !opts.Matches(e) {
 		return
 	}
+	p.printEvent(e, data)
+}
+
+// printEvent prints e (data is its JSON) unless an event with its EventID
+// was printed already.
+func (p *printer) printEvent(e Event, data []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.err != nil {
+	if p.err != nil || p.seen[e.EventID] {
 		return
 	}
+	p.seen[e.EventID] = true
 	var line string
 	if p.json {
 		line = strings.TrimSpace(string(data)) + "\n"

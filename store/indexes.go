@@ -51,6 +51,8 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("deadline")}},
 	// Publisher re-drive: undelivered events due for a (re)try.
 	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
+	// servo runs --tenant: a tenant's runs, newest first.
+	{Collection: RunsCollection, Fields: []IndexField{asc("tenantId"), {Path: "runId", Order: "DESCENDING"}}},
 }
 
 // Every due index leads with dueShard, a number fixed per task in [0, S)
@@ -91,6 +93,7 @@ var FieldExemptions = []FieldExemption{
 	{AttemptsCollection, "createdAt"}, {AttemptsCollection, "scheduledAt"}, {AttemptsCollection, "startedAt"},
 	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},
 	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},
+	{RunsCollection, "lastSubmitAt"},
 }
 
 // TTLFields lists the documents Firestore deletes by TTL policy.

@@ -275,7 +275,8 @@ type CreateResult struct {
 }
 
 // CreateMany stores submitted tasks (IDs set, fields validated) with their
-// first attempt records, idempotency records and events, in as few commits
+// first attempt records, idempotency records and events, and the document
+// of each run they belong to (runs/{runId}, once per run per commit), in as few commits
 // as Firestore's limits allow (MaxCommitWrites, MaxCommitBytes): a single
 // task is one Commit RPC. With queued, each task is stored already QUEUED
 // (the creation and ENQUEUED transitions both recorded): the caller creates
@@ -296,6 +297,7 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 	}
 	var chunk []prepared
 	nWrites, nBytes := 0, 0
+	runs := map[string]bool{} // the runs of chunk, whose documents flush writes
 	flush := func() {
 		if len(chunk) == 0 {
 			return
@@ -305,6 +307,12 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 		for _, p := range chunk {
 			writes = append(writes, p.writes...)
 			trs = append(trs, p.trs...)
+		}
+		for _, p := range chunk {
+			if runs[p.t.RunID] {
+				writes = append(writes, s.runWrite(&p.t))
+				delete(runs, p.t.RunID)
+			}
 		}
 		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 		switch c := status.Code(err); {
@@ -334,11 +342,18 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 		for _, w := range writes {
 			size += proto.Size(w)
 		}
-		if len(chunk) > 0 && (nWrites+len(writes) > MaxCommitWrites || nBytes+size > MaxCommitBytes) {
+		// Each commit also writes the document of each run it stores tasks of.
+		extra := 0
+		if !runs[nt.RunID] {
+			extra = 1
+		}
+		if len(chunk) > 0 && (nWrites+len(writes)+extra > MaxCommitWrites || nBytes+size > MaxCommitBytes-runDocBytes*(len(runs)+extra)) {
 			flush()
+			extra = 1
 		}
 		chunk = append(chunk, prepared{i: i, t: nt, trs: trs, writes: writes})
-		nWrites += len(writes)
+		runs[nt.RunID] = true
+		nWrites += len(writes) + extra
 		nBytes += size
 	}
 	flush()
@@ -372,8 +387,9 @@ func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Ta
 	return nt, writes, trs
 }
 
-// createOne commits one task's writes.
+// createOne commits one task's writes and its run's document.
 func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
+	writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 	if err == nil {
 		s.committed(ctx, trs)

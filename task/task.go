@@ -19,6 +19,8 @@ type Task struct {
 	Payload        json.RawMessage `json:"payload,omitempty" firestore:"payload"`
 	Resources      json.RawMessage `json:"resources,omitempty" firestore:"resources"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty" firestore:"idempotencyKey"`
+	// RerunOf is the id of the task this one reruns (servo rerun).
+	RerunOf string `json:"rerunOf,omitempty" firestore:"rerunOf"`
 
 	State State `json:"state" firestore:"state"`
 	// Reason says why the task ended (or is cancelling).

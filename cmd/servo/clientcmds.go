@@ -2,19 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -24,33 +28,20 @@ type clientFlags struct {
 	json bool
 }
 
-func (c *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.api, "api", os.Getenv(client.APIEnv), "control API base URL (default $"+client.APIEnv+")")
-	fs.BoolVar(&c.json, "json", false, "print JSON for scripts")
+func (c *clientFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.api, "api", "", "control API base URL (default $"+client.APIEnv+")")
+	fs.BoolVar(&c.json, "json", false, "print JSON for scripts instead of a table")
 }
 
 func (c *clientFlags) client(ctx context.Context) (*client.Client, error) {
-	if c.api == "" {
+	api := c.api
+	if api == "" {
+		api = os.Getenv(client.APIEnv)
+	}
+	if api == "" {
 		return nil, usageErr("no API: pass --api URL or set %s (servo dev prints it)", client.APIEnv)
 	}
-	return client.New(ctx, c.api)
-}
-
-// parse parses flags that may come before or after positional arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageErr("%s: %v", fs.Name(), err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
+	return client.New(ctx, api)
 }
 
 // apiErr maps API errors to exit codes.
@@ -69,157 +60,194 @@ func apiErr(err error) error {
 	return err
 }
 
-func printJSON(raw []byte) {
-	os.Stdout.Write(raw)
+func printJSON(w io.Writer, raw []byte) error {
 	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
-		fmt.Println()
+		raw = append(raw, '\n')
 	}
+	_, err := w.Write(raw)
+	return err
 }
 
-func cmdSubmit(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+func newSubmitCmd() *cobra.Command {
 	var cf clientFlags
-	cf.register(fs)
-	file := fs.String("f", "", "task JSON file ('-' for stdin); flags override its fields")
-	tenant := fs.String("tenant", "", "tenantId")
-	workspace := fs.String("workspace", "", "workspaceId")
-	run := fs.String("run", "", "runId (generated when empty)")
-	key := fs.String("key", "", "taskKey")
-	asset := fs.String("asset", "", "assetId")
-	worker := fs.String("worker", "", "worker name")
-	payload := fs.String("payload", "", "payload JSON")
-	deadline := fs.String("deadline", "", "deadline (RFC 3339)")
-	idem := fs.String("idempotency-key", "", "idempotencyKey")
-	hbInterval := fs.Duration("heartbeat-interval", 0, "heartbeatIntervalMs as a duration")
-	hbTimeout := fs.Duration("heartbeat-timeout", 0, "heartbeatTimeoutMs as a duration")
-	grace := fs.Duration("cancel-grace", 0, "cancelGracePeriodMs as a duration")
-	maxAttempts := fs.Int("max-attempts", 0, "retry.maxAttempts")
-	if _, err := parse(fs, args); err != nil {
-		return err
+	var file, tenant, workspace, run, key, asset, worker, payload, deadline, idem string
+	var hbInterval, hbTimeout, grace time.Duration
+	var maxAttempts int
+	cmd := &cobra.Command{
+		Use:   "submit [-f task.json] [flags]",
+		Short: "Submit a task",
+		Long: `Submit a task to the control API (POST /v1/tasks). The body is the JSON
+object of -f (PRODUCT §5), with the flags given overriding its fields; without
+-f the flags make the whole body. Prints the new task's id, run, attempt and
+state (or the existing task for a repeated --idempotency-key).`,
+		Example: `  servo submit --tenant acme --workspace ws --key k1 --worker example \
+      --payload '{"partitions": 20, "partitionMs": 500}'
+  servo submit -f task.json --json
+  cat task.json | servo submit -f - --max-attempts 5`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			body := map[string]any{}
+			if file != "" {
+				var raw []byte
+				var err error
+				if file == "-" {
+					raw, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					raw, err = os.ReadFile(file)
+				}
+				if err != nil {
+					return usageErr("read %s: %v", file, err)
+				}
+				if err := json.Unmarshal(raw, &body); err != nil {
+					return usageErr("%s is not a JSON object: %v", file, err)
+				}
+			}
+			set := func(k, v string) {
+				if v != "" {
+					body[k] = v
+				}
+			}
+			set("tenantId", tenant)
+			set("workspaceId", workspace)
+			set("runId", run)
+			set("taskKey", key)
+			set("assetId", asset)
+			set("worker", worker)
+			set("deadline", deadline)
+			set("idempotencyKey", idem)
+			if payload != "" {
+				if !json.Valid([]byte(payload)) {
+					return usageErr("--payload must be JSON")
+				}
+				body["payload"] = json.RawMessage(payload)
+			}
+			for k, d := range map[string]time.Duration{"heartbeatIntervalMs": hbInterval, "heartbeatTimeoutMs": hbTimeout, "cancelGracePeriodMs": grace} {
+				if d > 0 {
+					body[k] = d.Milliseconds()
+				}
+			}
+			if maxAttempts > 0 {
+				r, _ := body["retry"].(map[string]any)
+				if r == nil {
+					r = map[string]any{}
+				}
+				r["maxAttempts"] = maxAttempts
+				body["retry"] = r
+			}
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			raw, _ := json.Marshal(body)
+			res, out, err := c.Submit(ctx, raw)
+			if err != nil {
+				return apiErr(err)
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				return printJSON(w, out)
+			}
+			return printSubmitted(w, res)
+		},
 	}
-	body := map[string]any{}
-	if *file != "" {
-		var raw []byte
-		var err error
-		if *file == "-" {
-			raw, err = io.ReadAll(os.Stdin)
-		} else {
-			raw, err = os.ReadFile(*file)
-		}
-		if err != nil {
-			return usageErr("read %s: %v", *file, err)
-		}
-		if err := json.Unmarshal(raw, &body); err != nil {
-			return usageErr("%s is not a JSON object: %v", *file, err)
-		}
-	}
-	set := func(k, v string) {
-		if v != "" {
-			body[k] = v
-		}
-	}
-	set("tenantId", *tenant)
-	set("workspaceId", *workspace)
-	set("runId", *run)
-	set("taskKey", *key)
-	set("assetId", *asset)
-	set("worker", *worker)
-	set("deadline", *deadline)
-	set("idempotencyKey", *idem)
-	if *payload != "" {
-		if !json.Valid([]byte(*payload)) {
-			return usageErr("--payload must be JSON")
-		}
-		body["payload"] = json.RawMessage(*payload)
-	}
-	for k, d := range map[string]time.Duration{"heartbeatIntervalMs": *hbInterval, "heartbeatTimeoutMs": *hbTimeout, "cancelGracePeriodMs": *grace} {
-		if d > 0 {
-			body[k] = d.Milliseconds()
-		}
-	}
-	if *maxAttempts > 0 {
-		r, _ := body["retry"].(map[string]any)
-		if r == nil {
-			r = map[string]any{}
-		}
-		r["maxAttempts"] = *maxAttempts
-		body["retry"] = r
-	}
-	c, err := cf.client(ctx)
-	if err != nil {
-		return err
-	}
-	raw, _ := json.Marshal(body)
-	res, out, err := c.Submit(ctx, raw)
-	if err != nil {
-		return apiErr(err)
-	}
-	if cf.json {
-		printJSON(out)
-		return nil
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tRUN\tATTEMPT\tSTATE")
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", res.TaskID, res.RunID, res.Attempt, res.State)
-	return tw.Flush()
+	f := cmd.Flags()
+	cf.register(f)
+	f.StringVarP(&file, "file", "f", "", "task JSON file ('-' for stdin); flags override its fields")
+	f.StringVar(&tenant, "tenant", "", "tenantId")
+	f.StringVar(&workspace, "workspace", "", "workspaceId")
+	f.StringVar(&run, "run", "", "runId (generated when empty)")
+	f.StringVar(&key, "key", "", "taskKey")
+	f.StringVar(&asset, "asset", "", "assetId")
+	f.StringVar(&worker, "worker", "", "worker name (one the API is configured with)")
+	f.StringVar(&payload, "payload", "", "payload JSON handed to the worker")
+	f.StringVar(&deadline, "deadline", "", "deadline (RFC 3339)")
+	f.StringVar(&idem, "idempotency-key", "", "idempotencyKey: a repeated submit returns the first task")
+	f.DurationVar(&hbInterval, "heartbeat-interval", 0, "heartbeatIntervalMs as a duration (default 30s)")
+	f.DurationVar(&hbTimeout, "heartbeat-timeout", 0, "heartbeatTimeoutMs as a duration (default max(90s, 3 × interval))")
+	f.DurationVar(&grace, "cancel-grace", 0, "cancelGracePeriodMs as a duration (default 30s)")
+	f.IntVar(&maxAttempts, "max-attempts", 0, "retry.maxAttempts (default 3)")
+	return cmd
 }
 
-func cmdGet(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+func printSubmitted(w io.Writer, res client.SubmitResponse) error {
+	t := newTable("TASK", "RUN", "ATTEMPT", "STATE").colorState(3)
+	t.add(res.TaskID, res.RunID, fmt.Sprint(res.Attempt), string(res.State))
+	return t.write(w, termOf(w))
+}
+
+func newGetCmd() *cobra.Command {
 	var cf clientFlags
-	cf.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a task and its attempts",
+		Long: `Show a task (GET /v1/tasks/{id}): identity, worker, state and reason, the
+attempt it is on, the task it reruns (if any), and one row per attempt with
+its outcome, worker, times, progress and message or error.`,
+		Example: `  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9
+  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9 --json | jq .attempts`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			t, raw, err := c.Get(ctx, args[0])
+			if err != nil {
+				return apiErr(err)
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				return printJSON(w, raw)
+			}
+			return printTask(w, &t)
+		},
 	}
-	if len(pos) != 1 {
-		return usageErr("usage: servo get ID")
-	}
-	c, err := cf.client(ctx)
-	if err != nil {
-		return err
-	}
-	t, raw, err := c.Get(ctx, pos[0])
-	if err != nil {
-		return apiErr(err)
-	}
-	if cf.json {
-		printJSON(raw)
-		return nil
-	}
-	printTask(os.Stdout, &t)
-	return nil
+	cf.register(cmd.Flags())
+	return cmd
 }
 
-func printTask(w io.Writer, t *client.Task) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Task:\t%s\n", t.TaskID)
-	fmt.Fprintf(tw, "Run:\t%s\n", t.RunID)
-	fmt.Fprintf(tw, "Tenant/workspace:\t%s / %s\n", t.TenantID, t.WorkspaceID)
-	fmt.Fprintf(tw, "Key / asset:\t%s / %s\n", t.TaskKey, dash(t.AssetID))
-	fmt.Fprintf(tw, "Worker:\t%s\n", t.Worker)
-	fmt.Fprintf(tw, "State:\t%s\n", t.State)
+func printTask(w io.Writer, t *client.Task) error {
+	ti := termOf(w)
+	state := string(t.State)
+	if ti.color {
+		state = colorize(state, t.State)
+	}
+	fields := []struct{ k, v string }{
+		{"Task:", t.TaskID},
+		{"Run:", t.RunID},
+		{"Tenant/workspace:", t.TenantID + " / " + t.WorkspaceID},
+		{"Key / asset:", t.TaskKey + " / " + dash(t.AssetID)},
+		{"Worker:", t.Worker},
+		{"State:", state},
+	}
 	if t.Reason != "" {
-		fmt.Fprintf(tw, "Reason:\t%s\n", t.Reason)
+		fields = append(fields, struct{ k, v string }{"Reason:", t.Reason})
 	}
-	fmt.Fprintf(tw, "Attempt:\t%d of %d\n", t.Attempt, t.Retry.MaxAttempts)
-	fmt.Fprintf(tw, "Created:\t%s\n", t.CreatedAt.Format(time.RFC3339))
-	tw.Flush()
+	fields = append(fields, struct{ k, v string }{"Attempt:", fmt.Sprintf("%d of %d", t.Attempt, t.Retry.MaxAttempts)})
+	if t.RerunOf != "" {
+		fields = append(fields, struct{ k, v string }{"Rerun of:", t.RerunOf})
+	}
+	fields = append(fields, struct{ k, v string }{"Created:", t.CreatedAt.Format(time.RFC3339)})
+	for _, f := range fields {
+		if _, err := fmt.Fprintf(w, "%-18s%s\n", f.k, f.v); err != nil {
+			return err
+		}
+	}
 	if len(t.Attempts) == 0 {
-		return
+		return nil
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tWORKER\tSTARTED\tENDED\tPROGRESS\tMESSAGE / ERROR")
+	tb := newTable("ATTEMPT", "OUTCOME", "WORKER", "STARTED", "ENDED", "PROGRESS", "MESSAGE / ERROR").shrink(6, 2)
 	for _, a := range t.Attempts {
 		msg := a.Message
 		if a.Error != nil {
 			msg = string(a.Error.Category) + ": " + a.Error.Message
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, dash(string(a.Outcome)), dash(a.WorkerID),
-			clock(a.StartedAt), clock(a.CompletedAt), pct(a.ProgressPct), dash(oneLine(msg)))
+		tb.add(fmt.Sprint(a.Attempt), dash(string(a.Outcome)), dash(a.WorkerID), clock(a.StartedAt), clock(a.CompletedAt), pct(a.ProgressPct), dash(msg))
 	}
-	tw.Flush()
+	return tb.write(w, ti)
 }
 
 func dash(s string) string {
@@ -243,86 +271,320 @@ func pct(p *int) string {
 	return fmt.Sprintf("%d%%", *p)
 }
 
-func oneLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > 60 {
-		s = s[:57] + "..."
+func newListCmd() *cobra.Command {
+	var cf clientFlags
+	var run, state, tenant, worker, token, order string
+	var limit, pageSize int
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list [flags]",
+		Short: "List tasks",
+		Long: `List tasks (GET /v1/tasks), oldest first unless --order newest, filtered by
+run, state, tenant and worker. On a terminal servo prints --limit tasks (default
+50) and, when more match, asks before reading the next page; elsewhere (a
+pipe, a file) it prints every task unless --limit is given. --all prints every
+task without asking. With --json one API page is printed as is, with its
+nextPageToken for --page-token.`,
+		Example: `  servo list --state RUNNING
+  servo list --run run_01HGW5N7XHJM4GX29KZRXQP6N9 --limit 0
+  servo list --worker example --order newest --limit 20
+  servo list --json --page-size 100 --page-token "$TOKEN"`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if state != "" && !task.State(strings.ToUpper(state)).Valid() {
+				return usageErr("--state must be one of %v", task.States)
+			}
+			if order != "" && order != "newest" && order != "oldest" {
+				return usageErr("--order must be newest or oldest")
+			}
+			if limit < 0 || pageSize < 0 || pageSize > 500 {
+				return usageErr("--limit must be 0 or more, --page-size from 1 to 500")
+			}
+			q := url.Values{}
+			for k, v := range map[string]string{"runId": run, "state": strings.ToUpper(state), "tenantId": tenant, "worker": worker, "order": order, "pageToken": token} {
+				if v != "" {
+					q.Set(k, v)
+				}
+			}
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				if pageSize == 0 && limit > 0 {
+					pageSize = min(limit, 500)
+				}
+				if pageSize > 0 {
+					q.Set("pageSize", fmt.Sprint(pageSize))
+				}
+				_, raw, err := c.List(ctx, q)
+				if err != nil {
+					return apiErr(err)
+				}
+				return printJSON(w, raw)
+			}
+			if !cmd.Flags().Changed("limit") && termOf(w).tty {
+				limit = 50
+			}
+			if all {
+				limit = 0
+			}
+			return listPages(ctx, c, q, limit, pageSize, w, cmd.InOrStdin(), cmd.ErrOrStderr())
+		},
 	}
-	return s
+	f := cmd.Flags()
+	cf.register(f)
+	f.StringVar(&run, "run", "", "only this run")
+	f.StringVar(&state, "state", "", "only this state (PENDING, QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)")
+	f.StringVar(&tenant, "tenant", "", "only this tenant")
+	f.StringVar(&worker, "worker", "", "only tasks for this worker")
+	f.StringVar(&order, "order", "", "oldest (default) or newest first")
+	f.IntVar(&limit, "limit", 0, "print at most this many tasks, then ask on a terminal whether to read on (0: no limit; default 50 on a terminal, no limit elsewhere)")
+	f.BoolVar(&all, "all", false, "print every matching task without asking")
+	f.IntVar(&pageSize, "page-size", 0, "tasks per API page (1 to 500; default: the API's)")
+	f.StringVar(&token, "page-token", "", "start at this page token (from --json's nextPageToken)")
+	return cmd
 }
 
-func cmdList(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs)
-	run := fs.String("run", "", "only this run")
-	state := fs.String("state", "", "only this state")
-	tenant := fs.String("tenant", "", "only this tenant")
-	limit := fs.Int("page-size", 0, "page size (JSON output prints one page)")
-	token := fs.String("page-token", "", "page token (JSON output)")
-	if _, err := parse(fs, args); err != nil {
-		return err
+// listPages prints the tasks of q page by page: limit tasks at a time
+// (0: all), asking on in (a terminal) whether to read on.
+func listPages(ctx context.Context, c *client.Client, q url.Values, limit, pageSize int, w io.Writer, in io.Reader, errOut io.Writer) error {
+	ti := termOf(w)
+	interactive := ti.tty && isTerminalReader(in)
+	if pageSize == 0 && limit > 0 {
+		pageSize = min(limit, 500)
 	}
-	if *state != "" && !task.State(strings.ToUpper(*state)).Valid() {
-		return usageErr("--state must be one of %v", task.States)
+	if pageSize > 0 {
+		q.Set("pageSize", fmt.Sprint(pageSize))
 	}
-	q := url.Values{}
-	for k, v := range map[string]string{"runId": *run, "state": strings.ToUpper(*state), "tenantId": *tenant, "pageToken": *token} {
-		if v != "" {
-			q.Set(k, v)
+	var shown, batch int
+	header := true
+	var buf []client.Task
+	next := q.Get("pageToken")
+	first := true
+	for {
+		if len(buf) == 0 {
+			if !first && next == "" {
+				return nil
+			}
+			first = false
+			if next != "" {
+				q.Set("pageToken", next)
+			}
+			page, _, err := c.List(ctx, q)
+			if err != nil {
+				return apiErr(err)
+			}
+			buf, next = page.Tasks, page.NextPageToken
+			if len(buf) == 0 {
+				if shown == 0 {
+					fmt.Fprintln(errOut, "no tasks match")
+				}
+				return nil
+			}
+		}
+		n := len(buf)
+		if limit > 0 {
+			n = min(n, limit-batch)
+		}
+		t := newTable("TASK", "RUN", "KEY", "WORKER", "STATE", "ATTEMPT", "REASON").shrink(6, 2, 3, 1).colorState(4)
+		for _, tk := range buf[:n] {
+			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
+		}
+		lines := t.lines(ti)
+		if !header {
+			lines = lines[1:]
+		}
+		header = false
+		for _, l := range lines {
+			if _, err := fmt.Fprintln(w, l); err != nil {
+				return err
+			}
+		}
+		buf = buf[n:]
+		shown += n
+		batch += n
+		if limit > 0 && batch >= limit && (len(buf) > 0 || next != "") {
+			if !interactive {
+				fmt.Fprintf(errOut, "(%d shown; more match: pass --limit 0 or --all for every task, or --json with --page-token)\n", shown)
+				return nil
+			}
+			fmt.Fprintf(errOut, "-- %d shown; Enter for %d more, q to stop -- ", shown, limit)
+			var answer string
+			fmt.Fscanln(in, &answer)
+			if strings.HasPrefix(strings.ToLower(answer), "q") {
+				return nil
+			}
+			batch = 0
 		}
 	}
-	if *limit > 0 {
-		q.Set("pageSize", fmt.Sprint(*limit))
-	}
-	c, err := cf.client(ctx)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		_, raw, err := c.List(ctx, q)
-		if err != nil {
-			return apiErr(err)
-		}
-		printJSON(raw)
-		return nil
-	}
-	tasks, err := c.ListAll(ctx, q)
-	if err != nil {
-		return apiErr(err)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tRUN\tKEY\tWORKER\tSTATE\tATTEMPT\tREASON")
-	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.TaskID, t.RunID, t.TaskKey, t.Worker, t.State, t.Attempt, dash(t.Reason))
-	}
-	return tw.Flush()
 }
 
-func cmdCancel(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+// isTerminalReader reports whether r is a terminal.
+func isTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	_, tty := termSize(f)
+	return tty
+}
+
+func newRunsCmd() *cobra.Command {
 	var cf clientFlags
-	cf.register(fs)
-	reason := fs.String("reason", task.ReasonUserRequested, "cancel reason handed to the worker")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	var tenant string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "runs [flags]",
+		Short: "List runs, newest first, with their tasks per state",
+		Long: `List runs, newest first (GET /v1/runs), each with how many of its tasks are
+in each state (GET /v1/tasks:counts?runId=, count aggregations: no task is
+read). A run is listed from its first submit on; runs submitted before Servo
+recorded runs are not listed (servo list --run still shows their tasks).`,
+		Example: `  servo runs
+  servo runs --tenant acme --limit 5
+  servo runs --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if limit < 1 || limit > 100 {
+				return usageErr("--limit must be from 1 to 100")
+			}
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			q := url.Values{"pageSize": {fmt.Sprint(limit)}}
+			if tenant != "" {
+				q.Set("tenantId", tenant)
+			}
+			runs, err := c.RunsWithCounts(ctx, q)
+			if err != nil {
+				return apiErr(err)
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				enc := json.NewEncoder(w)
+				return enc.Encode(map[string]any{"runs": runs})
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no runs")
+				return nil
+			}
+			t := newTable("RUN", "TENANT", "CREATED", "TOTAL", "PENDING", "QUEUED", "RUNNING", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED").shrink(0, 1)
+			for _, r := range runs {
+				row := []string{r.RunID, r.TenantID, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), fmt.Sprint(r.Total)}
+				for _, st := range []task.State{task.Pending, task.Queued, task.Running, task.Cancelling, task.Succeeded, task.Failed, task.Cancelled} {
+					row = append(row, fmt.Sprint(r.Counts[st]))
+				}
+				t.add(row...)
+			}
+			return t.write(w, termOf(w))
+		},
 	}
-	if len(pos) != 1 {
-		return usageErr("usage: servo cancel ID [--reason R]")
+	f := cmd.Flags()
+	cf.register(f)
+	f.StringVar(&tenant, "tenant", "", "only this tenant's runs")
+	f.IntVar(&limit, "limit", 20, "how many runs (1 to 100)")
+	return cmd
+}
+
+func newCancelCmd() *cobra.Command {
+	var cf clientFlags
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID [--reason R]",
+		Short: "Cancel a task",
+		Long: `Cancel a task (POST /v1/tasks/{id}/cancel): a PENDING or QUEUED task is
+CANCELLED at once, a RUNNING one becomes CANCELLING and its worker is told on
+its next heartbeat. A finished task is a conflict (exit 4).`,
+		Example: `  servo cancel task_01HGW5N7XHJM4GX29KZRXQP6N9
+  servo cancel task_01HGW5N7XHJM4GX29KZRXQP6N9 --reason superseded`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			t, raw, err := c.Cancel(ctx, args[0], reason)
+			if err != nil {
+				return apiErr(err)
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				return printJSON(w, raw)
+			}
+			_, err = fmt.Fprintf(w, "%s is %s\n", t.TaskID, t.State)
+			return err
+		},
 	}
-	c, err := cf.client(ctx)
-	if err != nil {
-		return err
+	cf.register(cmd.Flags())
+	cmd.Flags().StringVar(&reason, "reason", task.ReasonUserRequested, "cancel reason handed to the worker")
+	return cmd
+}
+
+func newRerunCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "rerun ID",
+		Short: "Submit a finished task's request again",
+		Long: `Submit a new task with the request of a finished (SUCCEEDED, FAILED or
+CANCELLED) task: same tenant, workspace, run, key, asset, worker, payload,
+resources, timers and retry policy, a new task id and a new idempotency key.
+The new task records rerunOf (servo get shows it). A deadline already past is
+dropped. A task that has not finished is a conflict (exit 4).`,
+		Example: `  servo rerun task_01HGW5N7XHJM4GX29KZRXQP6N9
+  servo rerun task_01HGW5N7XHJM4GX29KZRXQP6N9 --json`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cf.client(ctx)
+			if err != nil {
+				return err
+			}
+			orig, _, err := c.Get(ctx, args[0])
+			if err != nil {
+				return apiErr(err)
+			}
+			if !orig.State.Terminal() {
+				return &exitError{exitConflict, fmt.Errorf("%s is %s: only a finished task can be rerun (cancel it first, or wait)", orig.TaskID, orig.State)}
+			}
+			res, raw, err := c.Submit(ctx, rerunBody(&orig, time.Now()))
+			if err != nil {
+				return apiErr(err)
+			}
+			w := cmd.OutOrStdout()
+			if cf.json {
+				return printJSON(w, raw)
+			}
+			return printSubmitted(w, res)
+		},
 	}
-	t, raw, err := c.Cancel(ctx, pos[0], *reason)
-	if err != nil {
-		return apiErr(err)
+	cf.register(cmd.Flags())
+	return cmd
+}
+
+// rerunBody is the submit body that reruns orig.
+func rerunBody(orig *client.Task, now time.Time) []byte {
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	hb, hbt, grace := orig.HeartbeatIntervalMs, orig.HeartbeatTimeoutMs, orig.CancelGracePeriodMs
+	retry := orig.Retry
+	req := dispatcher.SubmitRequest{
+		TenantID: orig.TenantID, WorkspaceID: orig.WorkspaceID, RunID: orig.RunID, TaskKey: orig.TaskKey,
+		AssetID: orig.AssetID, Worker: orig.Worker, Payload: orig.Payload, Resources: orig.Resources,
+		HeartbeatIntervalMs: &hb, HeartbeatTimeoutMs: &hbt, CancelGracePeriodMs: &grace,
+		Retry: &dispatcher.RetryRequest{MaxAttempts: &retry.MaxAttempts, InitialBackoffMs: &retry.InitialBackoffMs,
+			BackoffCoefficient: &retry.BackoffCoefficient, MaxBackoffMs: &retry.MaxBackoffMs},
+		IdempotencyKey: "rerun-" + orig.TaskID + "-" + hex.EncodeToString(suffix[:]),
+		RerunOf:        orig.TaskID,
 	}
-	if cf.json {
-		printJSON(raw)
-		return nil
+	if orig.Deadline != nil && orig.Deadline.After(now) {
+		req.Deadline = orig.Deadline.Format(time.RFC3339Nano)
 	}
-	fmt.Printf("%s is %s\n", t.TaskID, t.State)
-	return nil
+	b, _ := json.Marshal(req)
+	return b
 }

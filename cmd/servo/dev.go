@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/devstack"
@@ -18,7 +21,13 @@ import (
 // workerFlags collects repeated --worker NAME=URL.
 type workerFlags map[string]string
 
-func (w workerFlags) String() string { return fmt.Sprint(map[string]string(w)) }
+func (w workerFlags) String() string {
+	if len(w) == 0 {
+		return ""
+	}
+	return fmt.Sprint(map[string]string(w))
+}
+
 func (w workerFlags) Set(v string) error {
 	name, u, ok := strings.Cut(v, "=")
 	if !ok || name == "" || u == "" {
@@ -28,55 +37,83 @@ func (w workerFlags) Set(v string) error {
 	return nil
 }
 
-func cmdDev(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	addr := fs.String("addr", devstack.DefaultAddr, "address of the API, callbacks, sweeper and example worker")
-	workers := workerFlags{}
-	fs.Var(workers, "worker", "external worker NAME=URL (repeatable)")
-	noDemo := fs.Bool("no-demo", false, "do not submit the demo run")
-	sweepEvery := fs.Duration("sweep-every", devstack.DefaultSweepEvery, "sweeper cadence")
-	project := fs.String("project", devstack.DefaultProject, "project id used with the emulators")
-	firestoreHost := fs.String("firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
-	pubsubHost := fs.String("pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
-	logFile := fs.String("log", filepath.Join(os.TempDir(), "servo-dev.log"), "where the components' JSON logs go")
-	if _, err := parse(fs, args); err != nil {
-		return err
-	}
-	if *sweepEvery < task.MinTimerLocal {
-		return usageErr("--sweep-every must be at least %v", task.MinTimerLocal)
-	}
-	lf, err := os.Create(*logFile)
-	if err != nil {
-		return fmt.Errorf("open log file: %w", err)
-	}
-	defer lf.Close()
+// Type names the flag's value in help.
+func (w workerFlags) Type() string { return "NAME=URL" }
 
-	fmt.Fprintln(os.Stderr, "servo dev: starting "+startingWhat(*firestoreHost, *pubsubHost)+"...")
-	stack, err := devstack.Start(ctx, devstack.Options{Addr: *addr, Project: *project, Workers: workers, SweepEvery: *sweepEvery, Log: lf,
-		FirestoreHost: *firestoreHost, PubSubHost: *pubsubHost})
-	if err != nil {
-		return err
+func newDevCmd() *cobra.Command {
+	var addr, project, firestoreHost, pubsubHost, logFile string
+	var noDemo bool
+	var sweepEvery time.Duration
+	workers := workerFlags{}
+	cmd := &cobra.Command{
+		Use:   "dev [flags]",
+		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
+		Long: `Start, in one process: the Firestore and Pub/Sub emulators (or use running
+ones: --firestore, --pubsub), Servo's Cloud Tasks emulator, the control API,
+the callbacks and the sweeper on one address, and the example worker
+(registered as worker "example"). Prints a line starting "servo dev ready",
+the export lines a second shell needs, then submits a small demo run and
+shows it progressing. Ctrl-C stops everything servo dev started.
+
+Locally, timers down to 100ms are accepted (production minimum: 1s).`,
+		Example: `  go run ./cmd/servo dev
+  servo dev --addr 127.0.0.1:9090 --no-demo
+  servo dev --worker mine=http://127.0.0.1:7000/work
+  servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if sweepEvery < task.MinTimerLocal {
+				return usageErr("--sweep-every must be at least %v", task.MinTimerLocal)
+			}
+			if logFile == "" {
+				logFile = filepath.Join(os.TempDir(), "servo-dev.log")
+			}
+			lf, err := os.Create(logFile)
+			if err != nil {
+				return fmt.Errorf("open log file: %w", err)
+			}
+			defer lf.Close()
+
+			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
+			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				fmt.Fprintln(errOut, "servo dev: stopping...")
+				stack.Close()
+				fmt.Fprintln(errOut, "servo dev: stopped")
+			}()
+			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s)\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile)
+			fmt.Fprintln(out, "# in a second shell:")
+			for _, e := range stack.Exports() {
+				fmt.Fprintln(out, e)
+			}
+			if !noDemo {
+				if err := demo(ctx, stack.URL, out); err != nil && ctx.Err() == nil {
+					fmt.Fprintln(errOut, "servo dev: demo:", err)
+				}
+			}
+			if ctx.Err() == nil {
+				fmt.Fprintln(out, "servo dev: running; Ctrl-C to stop")
+			}
+			<-ctx.Done()
+			return nil
+		},
 	}
-	defer func() {
-		fmt.Fprintln(os.Stderr, "servo dev: stopping...")
-		stack.Close()
-		fmt.Fprintln(os.Stderr, "servo dev: stopped")
-	}()
-	fmt.Printf("servo dev ready: API %s (workers: %s; logs: %s)\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), *logFile)
-	fmt.Println("# in a second shell:")
-	for _, e := range stack.Exports() {
-		fmt.Println(e)
-	}
-	if !*noDemo {
-		if err := demo(ctx, stack.URL); err != nil && ctx.Err() == nil {
-			fmt.Fprintln(os.Stderr, "servo dev: demo:", err)
-		}
-	}
-	if ctx.Err() == nil {
-		fmt.Println("servo dev: running; Ctrl-C to stop")
-	}
-	<-ctx.Done()
-	return nil
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", devstack.DefaultAddr, "address of the API, callbacks, sweeper and example worker")
+	f.Var(workers, "worker", "external worker NAME=URL, with its own queue (repeatable)")
+	f.BoolVar(&noDemo, "no-demo", false, "do not submit the demo run")
+	f.DurationVar(&sweepEvery, "sweep-every", devstack.DefaultSweepEvery, "sweeper cadence")
+	f.StringVar(&project, "project", devstack.DefaultProject, "project id used with the emulators")
+	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
+	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
+	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
+	return cmd
 }
 
 // startingWhat names what servo dev starts itself.
@@ -92,8 +129,17 @@ func startingWhat(firestoreHost, pubsubHost string) string {
 	return "the Cloud Tasks emulator and Servo (Firestore emulator at " + firestoreHost + ", Pub/Sub emulator at " + pubsubHost + ")"
 }
 
+// servoCommand is how to run servo from a shell: "servo" when it is on
+// the PATH, "go run ./cmd/servo" (from a checkout) otherwise.
+func servoCommand() string {
+	if _, err := exec.LookPath("servo"); err == nil {
+		return "servo"
+	}
+	return "go run ./cmd/servo"
+}
+
 // demo submits a small run to the example worker and shows it progressing.
-func demo(ctx context.Context, api string) error {
+func demo(ctx context.Context, api string, out io.Writer) error {
 	c, err := client.New(ctx, api)
 	if err != nil {
 		return err
@@ -104,7 +150,7 @@ func demo(ctx context.Context, api string) error {
 		{"partitions-large", `{"partitions": 20, "partitionMs": 200}`},
 		{"flaky-then-resumes", `{"partitions": 12, "partitionMs": 250, "failAttempts": 1}`},
 	}
-	fmt.Printf("\nDemo run %s: three tasks on worker %q (one fails once, is retried and resumes from its checkpoint)\n\n", run, devstack.ExampleWorker)
+	fmt.Fprintf(out, "\nDemo run %s: three tasks on worker %q (one fails once, is retried and resumes from its checkpoint)\n\n", run, devstack.ExampleWorker)
 	for _, t := range tasks {
 		body := fmt.Sprintf(`{"tenantId":"demo","workspaceId":"local","runId":%q,"taskKey":%q,"worker":%q,"payload":%s,
 			"heartbeatIntervalMs":500,"heartbeatTimeoutMs":2000,"retry":{"maxAttempts":3,"initialBackoffMs":500}}`,
@@ -113,11 +159,13 @@ func demo(ctx context.Context, api string) error {
 			return err
 		}
 	}
-	w := newWatcher(os.Stdout, isTerminal(os.Stdout), false)
-	final, err := Watch(ctx, func() ([]client.Task, error) { return runTasks(ctx, c, run) }, w, 250*time.Millisecond)
+	w := newWatcher(out, false, false).withTerm(termOf(out))
+	final, err := Watch(ctx, func() ([]client.Task, error) { return w.runTasks(ctx, c, run) }, w, 250*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nDemo finished: %d tasks. Try: servo get %s   or   servo events tail --run %s\n", len(final), final[0].TaskID, run)
+	servo := servoCommand()
+	fmt.Fprintf(out, "\nDemo finished: %d tasks. Try, in a second shell with the exports above:\n  %s get %s\n  %s events tail --run %s --all\n",
+		len(final), servo, final[0].TaskID, servo, run)
 	return nil
 }

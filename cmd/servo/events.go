@@ -3,35 +3,133 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"os"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/events"
 )
 
-func cmdEventsTail(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("events tail", flag.ContinueOnError)
-	project := fs.String("project", firstNonEmpty(os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"), devstack.DefaultProject), "project of the events topic")
-	topic := fs.String("topic", events.DefaultEventsTopic, "events topic")
-	taskID := fs.String("task", "", "only this task")
-	run := fs.String("run", "", "only this run")
-	asJSON := fs.Bool("json", false, "JSON lines instead of a table")
-	if _, err := parse(fs, args); err != nil {
-		return err
+func newEventsCmd() *cobra.Command {
+	return group("events", "Transition events", "  servo events tail --task task_01HGW5N7XHJM4GX29KZRXQP6N9 --all", newEventsTailCmd())
+}
+
+func newEventsTailCmd() *cobra.Command {
+	var cf clientFlags
+	var project, topic, taskID, run string
+	var since time.Duration
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "tail [--task ID | --run ID] [--since DURATION | --all]",
+		Short: "Print transition events as they happen, after the recorded ones",
+		Long: `Print state transitions from the events topic as they are published, until
+Ctrl-C, as a table or, with --json, one event JSON per line (NDJSON).
+
+With --all (every recorded transition) or --since DURATION (those of the last
+DURATION), the task's or run's past transitions are first read from the
+control API (GET /v1/tasks/{id}/events, GET /v1/runs/{runId}/events: the
+store's record, kept 7 days), each task's in seq order, and then the live
+stream follows without gap or duplicate at the seam: the live subscription
+exists before the record is read, and an event is printed once by eventId.
+--since and --all need --task or --run, and the API (--api or $SERVO_API).
+
+Pub/Sub is reached like any Google Cloud client: against the local stack,
+export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
+		Example: `  servo events tail --run run_01HGW5N7XHJM4GX29KZRXQP6N9
+  servo events tail --task task_01HGW5N7XHJM4GX29KZRXQP6N9 --all
+  servo events tail --run run_01HGW5N7XHJM4GX29KZRXQP6N9 --since 10m --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			opts := events.TailOptions{TaskID: taskID, RunID: run, JSON: cf.json, Topic: topic}
+			if all && since != 0 {
+				return usageErr("pass --since or --all, not both")
+			}
+			if since < 0 {
+				return usageErr("--since must be positive")
+			}
+			if all || since > 0 {
+				if taskID == "" && run == "" {
+					return usageErr("--since and --all replay a task's or a run's record: pass --task ID or --run ID")
+				}
+				c, err := cf.client(ctx)
+				if err != nil {
+					return err
+				}
+				opts.Replay = func(ctx context.Context) ([]events.Event, error) {
+					var evs []events.Event
+					var err error
+					if taskID != "" {
+						evs, err = c.TaskEvents(ctx, taskID)
+					} else {
+						evs, err = c.RunEvents(ctx, run)
+					}
+					if err != nil {
+						return nil, apiErr(err)
+					}
+					return mergeBySeq(evs), nil
+				}
+				if since > 0 {
+					opts.ReplaySince = time.Now().Add(-since)
+				}
+			}
+			if project == "" {
+				project = firstNonEmpty(os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"), devstack.DefaultProject)
+			}
+			ps, err := pubsub.NewClient(ctx, project)
+			if err != nil {
+				return err
+			}
+			defer ps.Close()
+			err = events.Tail(ctx, ps, project, cmd.OutOrStdout(), opts)
+			var ee *exitError
+			if errors.As(err, &ee) {
+				return ee
+			}
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
 	}
-	c, err := pubsub.NewClient(ctx, *project)
-	if err != nil {
-		return err
+	f := cmd.Flags()
+	cf.register(f)
+	f.StringVar(&taskID, "task", "", "only this task's events")
+	f.StringVar(&run, "run", "", "only this run's events")
+	f.DurationVar(&since, "since", 0, "first print the recorded transitions of the last DURATION (e.g. 10m)")
+	f.BoolVar(&all, "all", false, "first print every recorded transition")
+	f.StringVar(&project, "project", "", "project of the events topic (default $SERVO_PROJECT, $GOOGLE_CLOUD_PROJECT or "+devstack.DefaultProject+")")
+	f.StringVar(&topic, "topic", events.DefaultEventsTopic, "events topic")
+	return cmd
+}
+
+// mergeBySeq orders recorded events for printing: each task's in seq
+// order (as the API returns them), the tasks' interleaved by time.
+func mergeBySeq(evs []events.Event) []events.Event {
+	var order []string
+	byTask := map[string][]events.Event{}
+	for _, e := range evs {
+		if _, ok := byTask[e.TaskID]; !ok {
+			order = append(order, e.TaskID)
+		}
+		byTask[e.TaskID] = append(byTask[e.TaskID], e)
 	}
-	defer c.Close()
-	err = events.Tail(ctx, c, *project, os.Stdout, events.TailOptions{TaskID: *taskID, RunID: *run, JSON: *asJSON, Topic: *topic})
-	if errors.Is(err, context.Canceled) {
-		return nil
+	out := make([]events.Event, 0, len(evs))
+	for len(out) < len(evs) {
+		best := ""
+		for _, id := range order {
+			q := byTask[id]
+			if len(q) > 0 && (best == "" || q[0].OccurredAt.Before(byTask[best][0].OccurredAt)) {
+				best = id
+			}
+		}
+		out = append(out, byTask[best][0])
+		byTask[best] = byTask[best][1:]
 	}
-	return err
+	return out
 }
 
 func firstNonEmpty(vs ...string) string {

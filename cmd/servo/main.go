@@ -3,13 +3,17 @@
 //	servo dev [--addr HOST:PORT] [--worker NAME=URL]... [--no-demo] [--sweep-every D] [--project ID]
 //	servo submit [-f task.json | flags]      submit a task
 //	servo get ID                             show a task and its attempts
-//	servo list [--run RUN] [--state STATE]   list tasks
+//	servo list [--run RUN] [--state STATE] [--worker W] [--limit N]   list tasks
+//	servo runs [--tenant T] [--limit N]      list runs with per-state counts
 //	servo cancel ID [--reason R]             cancel a task
+//	servo rerun ID                           submit a finished task's request again
 //	servo watch ID | --run RUN               follow progress until terminal
-//	servo events tail [--task ID] [--run ID] print transition events as they happen
+//	servo events tail [--task ID] [--run ID] [--since D | --all]   print transitions
 //	servo emulator cloudtasks [--host-port H:P]  run the Cloud Tasks emulator alone
+//	servo version | completion SHELL | help [COMMAND]
 //
-// Client commands take --api URL (default $SERVO_API) and --json.
+// Client commands take --api URL (default $SERVO_API) and --json. Every
+// command takes -h/--help.
 //
 // Exit codes: 0 success; 1 failure (network, API error); 2 usage; 3 not
 // found; 4 conflict (e.g. cancelling a finished task); 5 the watched task
@@ -20,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -48,22 +53,6 @@ func usageErr(format string, args ...any) error {
 	return &exitError{exitUsage, fmt.Errorf(format, args...)}
 }
 
-const usage = `servo: Servo's local stack and control API client.
-
-Usage:
-  servo dev [--addr HOST:PORT] [--worker NAME=URL]... [--no-demo] [--sweep-every D] [--project ID]
-  servo submit [-f task.json] [--tenant T --workspace W --key K --worker NAME --payload JSON ...]
-  servo get ID
-  servo list [--run RUN] [--state STATE] [--tenant T]
-  servo cancel ID [--reason R]
-  servo watch ID | --run RUN
-  servo events tail [--task ID] [--run ID]
-  servo emulator cloudtasks [--host-port HOST:PORT]
-
-Client commands take --api URL (default $SERVO_API) and --json.
-Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict, 5 task did not succeed.
-`
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
@@ -71,11 +60,16 @@ func main() {
 	os.Exit(report(err))
 }
 
+// report prints err (if any) on stderr and returns the exit code.
 func report(err error) int {
+	return reportTo(os.Stderr, err)
+}
+
+func reportTo(w io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(os.Stderr, "servo:", err)
+	fmt.Fprintln(w, "servo:", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -83,39 +77,21 @@ func report(err error) int {
 	return exitFailure
 }
 
+// run runs the command line args (without the program name) on the
+// process's standard streams.
 func run(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return &exitError{exitUsage, errors.New("no command")}
+	return execute(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// execute runs args with the given streams.
+func execute(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) error {
+	root := newRoot()
+	if args == nil {
+		args = []string{} // nil would make cobra read os.Args
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "dev":
-		return cmdDev(ctx, rest)
-	case "submit":
-		return cmdSubmit(ctx, rest)
-	case "get":
-		return cmdGet(ctx, rest)
-	case "list":
-		return cmdList(ctx, rest)
-	case "cancel":
-		return cmdCancel(ctx, rest)
-	case "watch":
-		return cmdWatch(ctx, rest)
-	case "events":
-		if len(rest) == 0 || rest[0] != "tail" {
-			return usageErr("usage: servo events tail [--task ID] [--run ID]")
-		}
-		return cmdEventsTail(ctx, rest[1:])
-	case "emulator":
-		if len(rest) == 0 || rest[0] != "cloudtasks" {
-			return usageErr("usage: servo emulator cloudtasks [--host-port HOST:PORT]")
-		}
-		return cmdEmulatorCloudTasks(ctx, rest[1:])
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
-	}
-	fmt.Fprint(os.Stderr, usage)
-	return usageErr("unknown command %q", cmd)
+	root.SetArgs(args)
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	return root.ExecuteContext(ctx)
 }

@@ -54,12 +54,18 @@ func TestServoDevBinary(t *testing.T) {
 	}()
 	ready := make(chan string, 1)
 	var exports []string
+	var stray []string // stdout lines before the ready line: not Servo's
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		isReady := false
 		for sc.Scan() {
 			line := sc.Text()
 			if strings.HasPrefix(line, "servo dev ready") {
+				isReady = true
 				ready <- line
+			}
+			if !isReady {
+				stray = append(stray, line)
 			}
 			if strings.HasPrefix(line, "export ") {
 				exports = append(exports, line)
@@ -71,6 +77,9 @@ func TestServoDevBinary(t *testing.T) {
 	case line := <-ready:
 		if !strings.Contains(line, "http://"+addr) {
 			t.Fatalf("ready line %q does not name the API", line)
+		}
+		if len(stray) > 0 {
+			t.Errorf("servo dev printed lines that are not its own: %q", stray)
 		}
 	case err := <-exited:
 		t.Fatalf("servo dev exited before it was ready: %v\n%s", err, stderr.String())

@@ -125,6 +125,22 @@ resource "google_firestore_index" "outbox_due_shard_delivered_next_try_at" {
   }
 }
 
+# servo runs --tenant: a tenant's runs, newest first.
+resource "google_firestore_index" "runs_tenant_id_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
 # --- Single-field index exemptions (store.FieldExemptions) -------------------
 #
 # Firestore indexes every field on its own unless told otherwise. No query
@@ -380,6 +396,15 @@ resource "google_firestore_field" "outbox_next_try_at" {
   database   = google_firestore_database.this.name
   collection = "outbox"
   field      = "nextTryAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "runs_last_submit_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+  field      = "lastSubmitAt"
 
   index_config {}
 }
