@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -90,3 +91,27 @@ func TestSubmitRoundTrips(t *testing.T) {
 		t.Errorf("%d tasks stored, want 255", n)
 	}
 }
+
+// TestRunDocumentWrittenOncePerWindow: a run's tasks share its document
+// (runs/{runId}); submits of the same run within store.RunDocumentEvery
+// do not write it again, so a run submitted task by task at any rate
+// costs that document one write a minute per instance.
+func TestRunDocumentWrittenOncePerWindow(t *testing.T) {
+	t.Parallel()
+	rc := store.NewRPCCounter()
+	e := newEnv(t, envOptions{store: []store.Option{store.WithRPCCounter(rc)}})
+	run := task.NewRunID(time.Now())
+	var written []int
+	for range 3 {
+		body := validSubmit("acme")
+		body["runId"] = run
+		rc.Reset()
+		e.submit(body, http.StatusCreated)
+		written = append(written, rc.Usage().DocsWritten)
+	}
+	// task, attempt, two events (+ the run's document the first time).
+	if written[0] != 5 || written[1] != 4 || written[2] != 4 {
+		t.Fatalf("documents written per submit %v, want [5 4 4]", written)
+	}
+}
+

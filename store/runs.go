@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
@@ -14,14 +15,16 @@ import (
 // tasks.
 const RunsCollection = "runs"
 
-// Run is the document runs/{runId}: written (overwritten with the same
-// values) by every submit commit that stores tasks of the run, one write
-// per run per commit.
+// Run is the document runs/{runId}: written by a submit commit that stores
+// tasks of the run, at most once per RunDocumentEvery per Store (one
+// process), so that a run's many submits do not all write the one
+// document they share (Firestore sustains about one write a second per
+// document).
 type Run struct {
 	RunID    string `firestore:"runId"`
 	TenantID string `firestore:"tenantId"`
-	// LastSubmitAt is the time of the latest commit that stored tasks of
-	// the run.
+	// LastSubmitAt is the time of the latest commit that wrote the run's
+	// document (within RunDocumentEvery of its latest submit).
 	LastSubmitAt time.Time `firestore:"lastSubmitAt"`
 }
 
@@ -97,3 +100,36 @@ func (f RunFilter) query(limit int) *pb.StructuredQuery {
 // a tenant id of at most 128 bytes, a timestamp), for CreateMany's commit
 // size accounting.
 const runDocBytes = 512
+
+// RunDocumentEvery is how often one Store rewrites a run's document while
+// the run's tasks keep being submitted.
+const RunDocumentEvery = time.Minute
+
+// recentRuns remembers the runs whose document this store wrote lately.
+type recentRuns struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// due reports whether run's document should be written with a commit at now.
+func (r *recentRuns) due(run string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[run]
+	return !ok || now.Sub(at) >= RunDocumentEvery || now.Before(at)
+}
+
+// mark records that runs' documents were written at now.
+func (r *recentRuns) mark(runs []string, now time.Time) {
+	if len(runs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil || len(r.at) > 10000 {
+		r.at = map[string]time.Time{} // bounded: forgetting only costs a write
+	}
+	for _, id := range runs {
+		r.at[id] = now
+	}
+}

@@ -64,6 +64,7 @@ type Store struct {
 	maxRetries int
 	shards     int
 	perTask    keyedMutex
+	recentRuns recentRuns
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
 
@@ -308,15 +309,18 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 			writes = append(writes, p.writes...)
 			trs = append(trs, p.trs...)
 		}
+		var written []string
 		for _, p := range chunk {
 			if runs[p.t.RunID] {
 				writes = append(writes, s.runWrite(&p.t))
 				delete(runs, p.t.RunID)
+				written = append(written, p.t.RunID)
 			}
 		}
 		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 		switch c := status.Code(err); {
 		case err == nil:
+			s.recentRuns.mark(written, now)
 			s.committed(ctx, trs)
 			for _, p := range chunk {
 				out[p.i] = CreateResult{Task: p.t}
@@ -342,17 +346,24 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 		for _, w := range writes {
 			size += proto.Size(w)
 		}
-		// Each commit also writes the document of each run it stores tasks of.
+		// A commit also writes the document of each run it stores tasks of,
+		// unless this store wrote it within RunDocumentEvery.
+		want := runs[nt.RunID] || s.recentRuns.due(nt.RunID, now)
 		extra := 0
-		if !runs[nt.RunID] {
+		if want && !runs[nt.RunID] {
 			extra = 1
 		}
 		if len(chunk) > 0 && (nWrites+len(writes)+extra > MaxCommitWrites || nBytes+size > MaxCommitBytes-runDocBytes*(len(runs)+extra)) {
 			flush()
-			extra = 1
+			want, extra = s.recentRuns.due(nt.RunID, now), 0
+			if want {
+				extra = 1
+			}
 		}
 		chunk = append(chunk, prepared{i: i, t: nt, trs: trs, writes: writes})
-		runs[nt.RunID] = true
+		if want {
+			runs[nt.RunID] = true
+		}
 		nWrites += len(writes) + extra
 		nBytes += size
 	}
@@ -389,9 +400,15 @@ func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Ta
 
 // createOne commits one task's writes and its run's document.
 func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
-	writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
+	run := s.recentRuns.due(t.RunID, t.CreatedAt)
+	if run {
+		writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
+	}
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 	if err == nil {
+		if run {
+			s.recentRuns.mark([]string{t.RunID}, t.CreatedAt)
+		}
 		s.committed(ctx, trs)
 		return CreateResult{Task: t}
 	}

@@ -488,6 +488,7 @@ func functionEnv(t *testing.T, project, tasksAddr string) []string {
 		"SERVO_SWEEP_EVERY=15s",
 		"SERVO_SWEEP_WINDOW=0", // one pass per tick, so the test does not wait a minute
 		"SERVO_START_TIMEOUT=10m",
+		"SERVO_DUE_SHARDS=16",
 		cloudtasks.EnvVar+"="+tasksAddr,
 	)
 }
