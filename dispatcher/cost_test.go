@@ -114,4 +114,3 @@ func TestRunDocumentWrittenOncePerWindow(t *testing.T) {
 		t.Fatalf("documents written per submit %v, want [5 4 4]", written)
 	}
 }
-
