@@ -231,6 +231,40 @@ func TestSweepQueriesEveryShard(t *testing.T) {
 	}
 }
 
+// TestOnePassAtATime: a Sweep asked for while the same Sweeper's pass is
+// still running is skipped (counted) without a query; another Sweeper is
+// not held back.
+func TestOnePassAtATime(t *testing.T) {
+	ms, enq := newMemStore(), &recorder{}
+	inPass, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	ms.onQuery = func(store.Due) {
+		if first.CompareAndSwap(false, true) { // only the first query waits
+			close(inPass)
+			<-release
+		}
+	}
+	sw := newUnitSweeper(t, ms, enq, func() time.Time { return t0 }, nil)
+	done := make(chan zombie.Stats)
+	go func() {
+		st, _ := sw.Sweep(context.Background())
+		done <- st
+	}()
+	<-inPass
+	st, err := sw.Sweep(context.Background())
+	if err != nil || st.Skipped != 1 || st.Passes != 0 || st.Total().Due != 0 {
+		t.Fatalf("second pass: %+v %v", st, err)
+	}
+	other := newUnitSweeper(t, ms, enq, func() time.Time { return t0 }, nil)
+	if st, err := other.Sweep(context.Background()); err != nil || st.Passes != 1 || st.Skipped != 0 {
+		t.Fatalf("another sweeper: %+v %v", st, err)
+	}
+	close(release)
+	if st := <-done; st.Passes != 1 || st.Skipped != 0 {
+		t.Fatalf("first pass: %+v", st)
+	}
+}
+
 // TestNoOpsErrorsAndFollowUps: a task that is no longer due (the machine
 // re-checks), a task that vanished, a failing transaction and a failing
 // follow-up are each counted; the failure does not stop the others.

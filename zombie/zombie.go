@@ -169,6 +169,9 @@ type Stats struct {
 	Dispatch DutyStats `json:"dispatch"`
 	// RedriveErrors counts failed outbox re-drives.
 	RedriveErrors int `json:"redriveErrors"`
+	// Skipped counts passes not run because the same Sweeper was still
+	// running one (ticks that come faster than a pass ends).
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Duty returns the counters of the duty whose query is d (nil if unknown).
@@ -203,13 +206,18 @@ func (s *Stats) Add(o Stats) {
 	s.Lease.add(o.Lease)
 	s.Dispatch.add(o.Dispatch)
 	s.RedriveErrors += o.RedriveErrors
+	s.Skipped += o.Skipped
 }
 
 // Sweeper runs the duties. It holds no state between passes, so any number
 // of sweepers may run at once: every transition is its own transaction.
+// One Sweeper runs one pass at a time: a pass asked for while another runs
+// is skipped (counted in Stats.Skipped), so ticks that arrive faster than a
+// loaded pass ends never pile passes onto Firestore.
 type Sweeper struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	passing sync.Mutex
 }
 
 // New returns a Sweeper; Store and Enqueuer are required.
@@ -250,7 +258,8 @@ func New(cfg Config) (*Sweeper, error) {
 // Config returns the sweeper's configuration with defaults applied.
 func (s *Sweeper) Config() Config { return s.cfg }
 
-// Sweep runs one pass of every duty and the outbox re-drive. A failed
+// Sweep runs one pass of every duty and the outbox re-drive (or skips it
+// when this Sweeper is already running one). A failed
 // transaction does not stop the pass; the error reports every failure and
 // Stats counts them.
 func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
@@ -259,6 +268,11 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 
 // sweep runs one pass; past stop (when set) it starts no new transaction.
 func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
+	if !s.passing.TryLock() {
+		s.log.DebugContext(ctx, "sweep pass skipped: the previous one is still running")
+		return Stats{Skipped: 1}, nil
+	}
+	defer s.passing.Unlock()
 	st := Stats{Passes: 1}
 	var errs []error
 	for _, d := range Duties {
