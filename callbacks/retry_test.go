@@ -40,56 +40,8 @@ func TestRetriesReachTheWorker(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := e.ctx
 
-	// Cloud Tasks emulator, one queue.
-	cts := cloudtasks.NewServer(cloudtasks.Options{})
-	ctAddr, err := cts.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cts.Stop()
-	ctClient, err := cloudtasksapi.NewClient(ctx, cloudtasks.ClientOptions(ctAddr)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctClient.Close()
-	const parent = "projects/servo-test/locations/us-central1"
-	queue := parent + "/queues/example"
-	if _, err := ctClient.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{Name: queue}}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The worker: hands every envelope to the test and acknowledges it.
-	envelopes := make(chan task.Envelope, 10)
-	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var env task.Envelope
-		if err := json.Unmarshal(b, &env); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		envelopes <- env
-	}))
-	defer worker.Close()
-	workers, err := enqueue.ParseWorkers([]byte(fmt.Sprintf(`{"example":{"url":%q,"queue":%q}}`, worker.URL+"/run", queue)), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// The callbacks, with the Enqueuer that schedules retries.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + lis.Addr().String()
-	enq, err := enqueue.New(enqueue.Config{Store: e.st, Tasks: ctClient, Keys: e.keys, Workers: workers, CallbackBaseURL: base, Logger: e.cfg.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.cfg
-	cfg.Enqueuer, cfg.Now = enq, func() time.Time { return time.Now().UTC() }
-	cb := &httptest.Server{Listener: lis, Config: &http.Server{Handler: callbacks.NewHandler(cfg)}}
-	cb.Start()
-	defer cb.Close()
+	path := newRetryPath(t, e, "example", cloudtasks.Options{}, func() time.Time { return time.Now().UTC() })
+	enq, envelopes, base := path.enq, path.envelopes, path.base
 	client := newClient(2)
 
 	e.clock.Set(time.Now().UTC())
@@ -229,4 +181,65 @@ func TestRetryEnqueueFailureKeepsTheAnswer(t *testing.T) {
 		t.Errorf("follow-up for a result that scheduled nothing: %+v", r)
 	default:
 	}
+}
+
+// retryPath is the callbacks with the Enqueuer that schedules retries
+// behind them, over real HTTP: Servo's Cloud Tasks emulator (opts) with one
+// queue for worker, an httptest worker that hands every envelope to the
+// test and acknowledges it, and the callbacks handler on its own address
+// (base) with now as its clock. Everything stops with the test.
+type retryPath struct {
+	enq       *enqueue.Enqueuer
+	envelopes chan task.Envelope
+	base      string
+}
+
+func newRetryPath(t *testing.T, e *env, worker string, opts cloudtasks.Options, now func() time.Time) *retryPath {
+	t.Helper()
+	cts := cloudtasks.NewServer(opts)
+	ctAddr, err := cts.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cts.Stop)
+	ctClient, err := cloudtasksapi.NewClient(e.ctx, cloudtasks.ClientOptions(ctAddr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctClient.Close() })
+	const parent = "projects/servo-test/locations/us-central1"
+	queue := parent + "/queues/" + worker
+	if _, err := ctClient.CreateQueue(e.ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{Name: queue}}); err != nil {
+		t.Fatal(err)
+	}
+	rp := &retryPath{envelopes: make(chan task.Envelope, 10)}
+	w := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var env task.Envelope
+		if err := json.Unmarshal(b, &env); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rp.envelopes <- env
+	}))
+	t.Cleanup(w.Close)
+	workers, err := enqueue.ParseWorkers([]byte(fmt.Sprintf(`{%q:{"url":%q,"queue":%q}}`, worker, w.URL+"/run", queue)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.base = "http://" + lis.Addr().String()
+	rp.enq, err = enqueue.New(enqueue.Config{Store: e.st, Tasks: ctClient, Keys: e.keys, Workers: workers, CallbackBaseURL: rp.base, Now: now, Logger: e.cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Enqueuer, cfg.Now = rp.enq, now
+	cb := &httptest.Server{Listener: lis, Config: &http.Server{Handler: callbacks.NewHandler(cfg)}}
+	cb.Start()
+	t.Cleanup(cb.Close)
+	return rp
 }

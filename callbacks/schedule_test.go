@@ -1,21 +1,12 @@
 package callbacks_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
-	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -33,51 +24,8 @@ func TestRetryScheduledBeyondTheTokenLifetimeStarts(t *testing.T) {
 	clock := cloudtasks.NewFakeClock(time.Now().UTC().Truncate(time.Millisecond))
 	e.clock.Set(clock.Now())
 
-	cts := cloudtasks.NewServer(cloudtasks.Options{Clock: clock})
-	ctAddr, err := cts.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cts.Stop()
-	ctClient, err := cloudtasksapi.NewClient(ctx, cloudtasks.ClientOptions(ctAddr)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctClient.Close()
-	const parent = "projects/servo-test/locations/us-central1"
-	queue := parent + "/queues/later"
-	if _, err := ctClient.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{Name: queue}}); err != nil {
-		t.Fatal(err)
-	}
-	envelopes := make(chan task.Envelope, 10)
-	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var env task.Envelope
-		if err := json.Unmarshal(b, &env); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		envelopes <- env
-	}))
-	defer worker.Close()
-	workers, err := enqueue.ParseWorkers([]byte(fmt.Sprintf(`{"later":{"url":%q,"queue":%q}}`, worker.URL+"/run", queue)), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + lis.Addr().String()
-	enq, err := enqueue.New(enqueue.Config{Store: e.st, Tasks: ctClient, Keys: e.keys, Workers: workers, CallbackBaseURL: base, Now: clock.Now, Logger: e.cfg.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.cfg
-	cfg.Enqueuer, cfg.Now = enq, clock.Now
-	cb := &httptest.Server{Listener: lis, Config: &http.Server{Handler: callbacks.NewHandler(cfg)}}
-	cb.Start()
-	defer cb.Close()
+	path := newRetryPath(t, e, "later", cloudtasks.Options{Clock: clock}, clock.Now)
+	enq, envelopes := path.enq, path.envelopes
 	client := newClient(2)
 
 	const backoff = 2 * time.Hour
