@@ -64,12 +64,7 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 	defer ps.Stop()
 
 	bin := servoBinary(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeAddr(t)
 	const project = "servo-reuse"
 	dev := exec.Command(bin, "dev", "--addr", addr, "--no-demo", "--project", project,
 		"--firestore", fs.Host, "--pubsub", ps.Host, "--log", filepath.Join(t.TempDir(), "dev.log"))
@@ -173,6 +168,17 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 	}
 }
 
+// freeAddr returns a loopback address nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
 func containsLine(lines []string, want string) bool {
 	for _, l := range lines {
 		if l == want {
@@ -186,12 +192,7 @@ func containsLine(lines []string, want string) bool {
 // that is not HOST:PORT, stops servo dev at once with the flag's address.
 func TestServoDevEmulatorFlagErrors(t *testing.T) {
 	bin := servoBinary(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := lis.Addr().String()
-	lis.Close()
+	dead := freeAddr(t)
 	for _, c := range []struct{ flag, value, want string }{
 		{"--firestore", dead, "no firestore emulator answers at " + dead},
 		{"--pubsub", "localhost", `the pubsub emulator address "localhost" is not HOST:PORT`},

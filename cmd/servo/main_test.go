@@ -25,12 +25,7 @@ import (
 // client commands against it, then Ctrl-C.
 func TestServoDevBinary(t *testing.T) {
 	bin := servoBinary(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeAddr(t)
 
 	dev := exec.Command(bin, "dev", "--addr", addr, "--no-demo", "--project", "servo-e2e", "--log", filepath.Join(t.TempDir(), "dev.log"))
 	dev.Env = withoutEmulatorEnv(os.Environ())
