@@ -216,7 +216,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)

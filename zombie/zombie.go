@@ -72,6 +72,12 @@ type Enqueuer interface {
 	FollowUp(ctx context.Context, r task.Result) error
 }
 
+// Recorder keeps the latest pass's figures where operators can read them
+// (*store.Store writes the document meta/sweeper).
+type Recorder interface {
+	RecordSweep(ctx context.Context, st store.SweepStatus) error
+}
+
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -86,6 +92,9 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Redriver, when set, re-drives the outbox once per pass.
 	Redriver Redriver
+	// Recorder, when set, records every pass (best effort: a failed
+	// write is logged, not an error of the pass).
+	Recorder Recorder
 	// Now is the server clock given to the state machine; default time.Now.
 	Now func() time.Time
 	// Jitter draws the full-jitter retry delay in [0, 1); default rand.Float64.
@@ -148,6 +157,9 @@ type DutyStats struct {
 	FollowUpErrors int `json:"followUpErrors"`
 	// QueryErrors is the number of due queries that failed.
 	QueryErrors int `json:"queryErrors"`
+	// MaxLagMs is the longest time from an applied task's due time to its
+	// transaction (the sweeper's lag).
+	MaxLagMs int64 `json:"maxLagMs"`
 }
 
 func (d *DutyStats) add(o DutyStats) {
@@ -157,6 +169,7 @@ func (d *DutyStats) add(o DutyStats) {
 	d.Errors += o.Errors
 	d.FollowUpErrors += o.FollowUpErrors
 	d.QueryErrors += o.QueryErrors
+	d.MaxLagMs = max(d.MaxLagMs, o.MaxLagMs)
 }
 
 // Stats counts the work of one or more passes.
@@ -274,6 +287,8 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 	}
 	defer s.passing.Unlock()
 	st := Stats{Passes: 1}
+	start := time.Now()
+	defer func() { s.record(ctx, st, time.Since(start)) }()
 	var errs []error
 	for _, d := range Duties {
 		if ctx.Err() != nil || past(stop) {
@@ -295,6 +310,29 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		errs = append(errs, err)
 	}
 	return st, errors.Join(errs...)
+}
+
+// record hands a pass's figures to the Recorder, after the pass and
+// whatever its outcome (a cut-short pass is recorded too).
+func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration) {
+	if s.cfg.Recorder == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rec := store.SweepStatus{
+		LastPassAt:    time.Now(),
+		PassMs:        took.Milliseconds(),
+		Duties:        make(map[string]store.SweepDuty, len(Duties)),
+		RedriveErrors: st.RedriveErrors,
+	}
+	for _, d := range Duties {
+		ds := st.Duty(d.Due)
+		rec.Duties[d.Name] = store.SweepDuty{Due: ds.Due, Applied: ds.Applied, Errors: ds.Errors + ds.QueryErrors, MaxLagMs: ds.MaxLagMs}
+	}
+	if err := s.cfg.Recorder.RecordSweep(ctx, rec); err != nil {
+		s.log.WarnContext(ctx, "recording the sweep pass failed", "error", err)
+	}
 }
 
 func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
@@ -421,6 +459,9 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, e
 		return DutyStats{NoOp: 1}, nil
 	}
 	out := DutyStats{Applied: 1}
+	if at := store.DueTime(d.Due, t); at != nil {
+		out.MaxLagMs = max(0, ev.Now.Sub(*at).Milliseconds())
+	}
 	attrs := []any{"event", d.Event, "from", t.State, "to", r.Task.State}
 	if r.Task.State.Terminal() {
 		attrs = append(attrs, "reason", r.Task.Reason)
