@@ -97,6 +97,7 @@ type Process struct {
 	dataDir string        // removed by Stop; "" if none
 	archive string        // class-data sharing archive Java writes on exit; "" if none
 	killed  bool          // Stop had to send SIGKILL
+	logPath string        // where a kept emulator's output goes; "" if to out
 	gone    atomic.Bool   // the group is known to be empty: never signal it again
 
 	watchdogPID  int           // leader of the watchdog's own process group
@@ -110,7 +111,12 @@ type Process struct {
 func (p *Process) EnvVar() string { return p.Kind.EnvVar() }
 
 // Output returns the tail of the emulator's combined stdout and stderr.
-func (p *Process) Output() string { return string(p.out.bytes()) }
+func (p *Process) Output() string {
+	if p.logPath != "" {
+		return logTail(p.logPath, 64<<10)
+	}
+	return string(p.out.bytes())
+}
 
 // Start starts the emulator k on a free port of 127.0.0.1 and waits until it
 // answers HTTP GET / with 200, for at most StartTimeout or until ctx ends.
@@ -118,6 +124,10 @@ func (p *Process) Output() string { return string(p.out.bytes()) }
 // process exits. On failure the error includes the tail of the emulator's
 // output; when gcloud, java or bash is missing it wraps ErrMissingTool.
 func Start(ctx context.Context, k Kind) (*Process, error) {
+	return startWith(ctx, k, "")
+}
+
+func startWith(ctx context.Context, k Kind, keptLog string) (*Process, error) {
 	if k.EnvVar() == "" {
 		return nil, fmt.Errorf("emulator: unknown kind %q", k)
 	}
@@ -130,7 +140,7 @@ func Start(ctx context.Context, k Kind) (*Process, error) {
 	// The free port may be taken between choosing and binding it; then the
 	// emulator exits at once and another port is tried.
 	for attempt := 1; ; attempt++ {
-		p, err := start(ctx, k, l)
+		p, err := start(ctx, k, l, keptLog)
 		if err == nil {
 			return p, nil
 		}
@@ -142,7 +152,7 @@ func Start(ctx context.Context, k Kind) (*Process, error) {
 
 var errPortInUse = errors.New("port already in use")
 
-func start(ctx context.Context, k Kind, l *launcher) (*Process, error) {
+func start(ctx context.Context, k Kind, l *launcher, keptLog string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -156,8 +166,13 @@ func start(ctx context.Context, k Kind, l *launcher) (*Process, error) {
 			return nil, fmt.Errorf("emulator: %w", err)
 		}
 	}
-	argv, archive := l.command(k, "127.0.0.1", strconv.Itoa(port), dataDir)
-	p, err := spawn(l.bash, argv)
+	argv, archive := l.command(k, "127.0.0.1", strconv.Itoa(port), dataDir, keptLog == "")
+	var p *Process
+	if keptLog != "" {
+		p, err = spawnKept(argv, keptLog)
+	} else {
+		p, err = spawn(l.bash, argv)
+	}
 	if err != nil {
 		keepArchive(archive, false)
 		if dataDir != "" {
@@ -169,7 +184,7 @@ func start(ctx context.Context, k Kind, l *launcher) (*Process, error) {
 
 	if err := p.waitReady(ctx); err != nil {
 		stopErr := p.Stop()
-		out := p.out.tail(40, 4096)
+		out := p.outputTail(40, 4096)
 		if errors.Is(err, errExited) && portInUse(out) {
 			err = errPortInUse
 		}

@@ -53,7 +53,7 @@ func (l *launcher) direct(k Kind) bool { return l.jars[k] != "" }
 // command returns the argv that runs emulator k on host:port. For the
 // direct launch it also returns the class-data sharing archive it writes
 // on exit ("" if none).
-func (l *launcher) command(k Kind, host, port, dataDir string) (argv []string, archiveTmp string) {
+func (l *launcher) command(k Kind, host, port, dataDir string, mayDump bool) (argv []string, archiveTmp string) {
 	if !l.direct(k) {
 		argv = []string{l.gcloud, "--quiet"}
 		switch k {
@@ -65,7 +65,7 @@ func (l *launcher) command(k Kind, host, port, dataDir string) (argv []string, a
 	}
 	jar := l.jars[k]
 	argv = append([]string{l.java}, JVMOptions...)
-	cds, archiveTmp := classDataSharing(k, l.java, jar)
+	cds, archiveTmp := classDataSharing(k, l.java, jar, mayDump)
 	argv = append(argv, cds...)
 	// The arguments gcloud's wrapper passes (googlecloudsdk/command_lib/
 	// emulators: firestore_util.StartFirestoreEmulator, util.BuildArgsList).
@@ -173,8 +173,9 @@ var cdsDir = func() string {
 // time), or, when there is none yet, that write one on exit to a private
 // temporary file, which Stop then moves into place. The archive's name
 // depends on the jar, the java binary and the JVM options, so that a new
-// SDK or JVM gets a new one. Without a cache directory it returns nothing.
-func classDataSharing(k Kind, java, jar string) (opts []string, archiveTmp string) {
+// SDK or JVM gets a new one. Without a cache directory, or without an
+// archive when mayDump is false, it returns nothing.
+func classDataSharing(k Kind, java, jar string, mayDump bool) (opts []string, archiveTmp string) {
 	dir := cdsDir()
 	if dir == "" {
 		return nil, ""
@@ -192,6 +193,9 @@ func classDataSharing(k Kind, java, jar string) (opts []string, archiveTmp strin
 	archive := filepath.Join(dir, string(k)+"-"+hex.EncodeToString(h.Sum(nil))[:16]+".jsa")
 	if st, err := os.Stat(archive); err == nil && st.Size() > 0 {
 		return []string{"-XX:SharedArchiveFile=" + archive}, ""
+	}
+	if !mayDump {
+		return nil, ""
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, ""
