@@ -23,6 +23,8 @@ type devRun struct {
 	mu      sync.Mutex
 	stderr  bytes.Buffer
 	exports []string
+	began   time.Time // when the process was started
+	readyAt time.Time // when it printed its ready line
 }
 
 func (d *devRun) Write(b []byte) (int, error) {
@@ -49,13 +51,14 @@ func (d *devRun) export(name string) string {
 
 // startDev runs `servo dev --no-demo args...` with env and waits until it
 // says it is running. The test's cleanup kills it if it still runs.
-func startDev(t *testing.T, env []string, args ...string) *devRun {
+func startDev(t testing.TB, env []string, args ...string) *devRun {
 	t.Helper()
 	args = append([]string{"dev", "--addr", freeAddr(t), "--no-demo", "--log", filepath.Join(t.TempDir(), "dev.log")}, args...)
 	d := &devRun{cmd: exec.Command(servoBinary(t), args...), exited: make(chan error, 1)}
 	d.cmd.Env = env
 	stdout, _ := d.cmd.StdoutPipe()
 	d.cmd.Stderr = d
+	d.began = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +67,9 @@ func startDev(t *testing.T, env []string, args ...string) *devRun {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
+			if strings.HasPrefix(line, "servo dev ready") {
+				d.readyAt = time.Now()
+			}
 			if strings.HasPrefix(line, "export ") {
 				d.exports = append(d.exports, line)
 			}
@@ -91,7 +97,7 @@ func startDev(t *testing.T, env []string, args ...string) *devRun {
 }
 
 // interrupt sends Ctrl-C (SIGINT) and waits for servo dev to exit cleanly.
-func (d *devRun) interrupt(t *testing.T) {
+func (d *devRun) interrupt(t testing.TB) {
 	t.Helper()
 	d.cmd.Process.Signal(syscall.SIGINT)
 	select {
@@ -114,7 +120,7 @@ type proc struct {
 }
 
 // processes returns every live (non-zombie) process of /proc.
-func processes(t *testing.T) map[int]proc {
+func processes(t testing.TB) map[int]proc {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -153,7 +159,7 @@ func readProc(pid int) (proc, bool) {
 }
 
 // descendants returns every process below root.
-func descendants(t *testing.T, root int) []proc {
+func descendants(t testing.TB, root int) []proc {
 	t.Helper()
 	all := processes(t)
 	var out []proc
