@@ -199,9 +199,17 @@ func BenchmarkDevStart(b *testing.B) {
 	s.report(b)
 }
 
-// countingTransport counts the worker's callbacks by kind.
+// countingTransport counts the worker's callbacks by kind, and the
+// heartbeats of each task.
 type countingTransport struct {
 	heartbeats, completed atomic.Int64
+	perTask               sync.Map // task id → *atomic.Int64
+}
+
+// taskHeartbeats returns the counter of a task's acknowledged heartbeats.
+func (c *countingTransport) taskHeartbeats(id string) *atomic.Int64 {
+	n, _ := c.perTask.LoadOrStore(id, new(atomic.Int64))
+	return n.(*atomic.Int64)
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -210,6 +218,8 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
 			c.heartbeats.Add(1)
+			id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/heartbeat")
+			c.taskHeartbeats(id).Add(1)
 		case strings.HasSuffix(r.URL.Path, "/completed"):
 			c.completed.Add(1)
 		}
@@ -226,7 +236,7 @@ const (
 )
 
 // BenchmarkDevWorkload runs 300 no-op tasks that each send 3 heartbeats
-// (100 ms apart), submitted by 8 goroutines, through servo dev to an
+// (100 ms apart; a task ends once its third is acknowledged), submitted by 8 goroutines, through servo dev to an
 // external worker that runs 8 at a time, and reports throughput and the
 // CPU time of each process per task: servo dev, each emulator, and this
 // process (the worker and the submitters). With SERVO_CPUPROFILE=FILE in
@@ -236,7 +246,11 @@ func BenchmarkDevWorkload(b *testing.B) {
 	ct := &countingTransport{}
 	sem := make(chan struct{}, workloadWorkers)
 	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
-		time.Sleep(320 * time.Millisecond) // heartbeats at ~100, 200, 300 ms
+		// Done once 3 heartbeats (every ~100 ms) are acknowledged.
+		n := ct.taskHeartbeats(t.ID())
+		for deadline := time.Now().Add(time.Minute); n.Load() < 3 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		return nil, nil
 	}, worker.WithHTTPClient(&http.Client{Transport: ct}), worker.WithLogger(slog.New(slog.DiscardHandler)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
