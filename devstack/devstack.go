@@ -152,10 +152,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}()
 
-	// 1. Emulators.
-	if err := s.startEmulators(ctx, o); err != nil {
-		return nil, err
-	}
+	// 1. Emulators, booting while the rest starts.
+	emulators := make(chan error, 1)
+	go func() { emulators <- s.startEmulators(ctx, o) }()
+	waitEmulators := sync.OnceValue(func() error { return <-emulators })
+	defer func() {
+		if err != nil {
+			waitEmulators() // before Close stops what they started
+		}
+	}()
 	s.tasksSrv = cloudtasks.NewServer(cloudtasks.Options{Logger: s.log})
 	if s.CloudTasksHost, err = s.tasksSrv.Start("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("devstack: cloud tasks emulator: %w", err)
@@ -172,6 +177,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.URL = "http://" + lis.Addr().String()
 
 	// 3. State, keys, events.
+	if err := waitEmulators(); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)

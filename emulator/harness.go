@@ -63,9 +63,10 @@ var tools = []struct{ name, hint string }{
 	{"bash", "the emulator watchdog needs bash (apt-get install bash)"},
 }
 
-// lookTools returns the paths of gcloud and bash, or an error wrapping
-// ErrMissingTool that names every missing tool and what to install.
-func lookTools() (gcloud, bash string, err error) {
+// lookTools returns the paths of gcloud, bash and java, or an error
+// wrapping ErrMissingTool that names every missing tool and what to
+// install.
+func lookTools() (gcloud, bash, java string, err error) {
 	var missing []string
 	paths := map[string]string{}
 	for _, t := range tools {
@@ -77,9 +78,9 @@ func lookTools() (gcloud, bash string, err error) {
 		paths[t.name] = p
 	}
 	if len(missing) > 0 {
-		return "", "", fmt.Errorf("%w: %s", ErrMissingTool, strings.Join(missing, "; "))
+		return "", "", "", fmt.Errorf("%w: %s", ErrMissingTool, strings.Join(missing, "; "))
 	}
-	return paths["gcloud"], paths["bash"], nil
+	return paths["gcloud"], paths["bash"], paths["java"], nil
 }
 
 // Process is a running emulator.
@@ -89,11 +90,14 @@ type Process struct {
 	// Host is the emulator's address, 127.0.0.1:port.
 	Host string
 
-	pgid    int           // process group (and session) of gcloud and Java
+	pgid    int           // process group (and session) of Java (and gcloud)
 	out     *ringBuffer   // tail of the combined output
 	done    chan struct{} // closed when gcloud has exited and been reaped
 	waitErr error         // gcloud's exit status; read after done
 	dataDir string        // removed by Stop; "" if none
+	archive string        // class-data sharing archive Java writes on exit; "" if none
+	killed  bool          // Stop had to send SIGKILL
+	logPath string        // where a kept emulator's output goes; "" if to out
 	gone    atomic.Bool   // the group is known to be empty: never signal it again
 
 	watchdogPID  int           // leader of the watchdog's own process group
@@ -107,7 +111,12 @@ type Process struct {
 func (p *Process) EnvVar() string { return p.Kind.EnvVar() }
 
 // Output returns the tail of the emulator's combined stdout and stderr.
-func (p *Process) Output() string { return string(p.out.bytes()) }
+func (p *Process) Output() string {
+	if p.logPath != "" {
+		return logTail(p.logPath, 64<<10)
+	}
+	return string(p.out.bytes())
+}
 
 // Start starts the emulator k on a free port of 127.0.0.1 and waits until it
 // answers HTTP GET / with 200, for at most StartTimeout or until ctx ends.
@@ -115,10 +124,14 @@ func (p *Process) Output() string { return string(p.out.bytes()) }
 // process exits. On failure the error includes the tail of the emulator's
 // output; when gcloud, java or bash is missing it wraps ErrMissingTool.
 func Start(ctx context.Context, k Kind) (*Process, error) {
+	return startWith(ctx, k, "")
+}
+
+func startWith(ctx context.Context, k Kind, keptLog string) (*Process, error) {
 	if k.EnvVar() == "" {
 		return nil, fmt.Errorf("emulator: unknown kind %q", k)
 	}
-	gcloud, bash, err := lookTools()
+	l, err := newLauncher()
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +140,7 @@ func Start(ctx context.Context, k Kind) (*Process, error) {
 	// The free port may be taken between choosing and binding it; then the
 	// emulator exits at once and another port is tried.
 	for attempt := 1; ; attempt++ {
-		p, err := start(ctx, k, gcloud, bash)
+		p, err := start(ctx, k, l, keptLog)
 		if err == nil {
 			return p, nil
 		}
@@ -139,37 +152,39 @@ func Start(ctx context.Context, k Kind) (*Process, error) {
 
 var errPortInUse = errors.New("port already in use")
 
-func start(ctx context.Context, k Kind, gcloud, bash string) (*Process, error) {
+func start(ctx context.Context, k Kind, l *launcher, keptLog string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	argv := []string{gcloud, "--quiet"}
 	var dataDir string
-	switch k {
-	case Firestore:
-		argv = append(argv, "emulators", "firestore", "start", "--host-port="+host)
-	case PubSub:
-		// The Pub/Sub emulator writes env.yaml into its data dir; a private
-		// one keeps concurrent emulators apart.
+	if k == PubSub && !l.direct(k) {
+		// gcloud writes env.yaml into the Pub/Sub emulator's data dir; a
+		// private one keeps concurrent emulators apart.
 		if dataDir, err = os.MkdirTemp("", "servo-pubsub-"); err != nil {
 			return nil, fmt.Errorf("emulator: %w", err)
 		}
-		argv = append(argv, "beta", "emulators", "pubsub", "start", "--host-port="+host, "--data-dir="+dataDir)
 	}
-	p, err := spawn(bash, argv)
+	argv, archive := l.command(k, "127.0.0.1", strconv.Itoa(port), dataDir, keptLog == "")
+	var p *Process
+	if keptLog != "" {
+		p, err = spawnKept(argv, keptLog)
+	} else {
+		p, err = spawn(l.bash, argv)
+	}
 	if err != nil {
+		keepArchive(archive, false)
 		if dataDir != "" {
 			os.RemoveAll(dataDir)
 		}
 		return nil, err
 	}
-	p.Kind, p.Host, p.dataDir = k, host, dataDir
+	p.Kind, p.Host, p.dataDir, p.archive = k, host, dataDir, archive
 
 	if err := p.waitReady(ctx); err != nil {
 		stopErr := p.Stop()
-		out := p.out.tail(40, 4096)
+		out := p.outputTail(40, 4096)
 		if errors.Is(err, errExited) && portInUse(out) {
 			err = errPortInUse
 		}
@@ -341,7 +356,7 @@ var httpClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeep
 func (p *Process) waitReady(ctx context.Context) error {
 	marker := p.readyMarker()
 	var answered time.Time
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -414,6 +429,7 @@ func (p *Process) Stop() error {
 func (p *Process) stop() error {
 	defer func() {
 		p.stopWatchdog()
+		keepArchive(p.archive, !p.killed)
 		if p.dataDir != "" {
 			os.RemoveAll(p.dataDir)
 		}
@@ -422,6 +438,7 @@ func (p *Process) stop() error {
 		return err
 	}
 	if !p.waitGroupGone(StopTimeout) {
+		p.killed = true
 		if err := p.signalGroup(syscall.SIGKILL); err != nil {
 			return err
 		}

@@ -80,7 +80,7 @@ func TestMissingTools(t *testing.T) {
 				writeScript(t, dir, tool, "exit 1")
 			}
 			t.Setenv("PATH", dir)
-			_, _, err := lookTools()
+			_, _, _, err := lookTools()
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("lookTools: %v", err)
@@ -450,9 +450,18 @@ func TestEmulatorDiesWithKilledParent(t *testing.T) {
 	t.Logf("emulator gone %v after the parent was killed", time.Since(start).Round(time.Millisecond))
 }
 
+// TestStartStop starts and stops each emulator both ways: its jar run
+// directly by java (the default: no gcloud or Python process stays) and
+// through gcloud (the fallback).
 func TestStartStop(t *testing.T) {
-	for _, k := range []Kind{Firestore, PubSub} {
-		t.Run(string(k), func(t *testing.T) {
+	for _, tt := range []struct {
+		k      Kind
+		launch string
+	}{{Firestore, "java"}, {PubSub, "java"}, {Firestore, "gcloud"}, {PubSub, "gcloud"}} {
+		k := tt.k
+		t.Run(string(k)+"/"+tt.launch, func(t *testing.T) {
+			t.Setenv(LaunchEnv, tt.launch)
+			direct := tt.launch == "java"
 			ctx := context.Background()
 			start := time.Now()
 			p, err := Start(ctx, k)
@@ -476,18 +485,25 @@ func TestStartStop(t *testing.T) {
 				t.Errorf("GET / = %s", resp.Status)
 			}
 			ms := groupMembers(t, p.pgid)
-			var java bool
+			var java, python bool
 			for _, m := range ms {
 				java = java || strings.Contains(m.cmd, "java")
+				python = python || strings.Contains(m.cmd, "python") || strings.Contains(m.cmd, "gcloud")
 			}
 			if !java {
 				t.Errorf("no java process in the emulator's group: %+v", ms)
 			}
+			if direct && (python || len(ms) != 1) {
+				t.Errorf("direct launch: group %d has %d processes, want java alone: %+v", p.pgid, len(ms), ms)
+			}
+			if !direct && !python {
+				t.Errorf("gcloud launch: no gcloud process in group %d: %+v", p.pgid, ms)
+			}
 			if !strings.Contains(p.Output(), p.readyMarker()) {
 				t.Errorf("output lacks the ready marker %q, so every Start waits %v:\n%s", p.readyMarker(), readySettle, p.Output())
 			}
-			if k == PubSub && p.dataDir == "" {
-				t.Errorf("pubsub emulator has no private data dir")
+			if k == PubSub && !direct && p.dataDir == "" {
+				t.Errorf("pubsub emulator started by gcloud has no private data dir")
 			}
 
 			start = time.Now()
@@ -512,7 +528,44 @@ func TestStartStop(t *testing.T) {
 			if err := p.Stop(); err != nil {
 				t.Errorf("second Stop: %v", err)
 			}
+			if p.archive != "" {
+				// The first direct start writes the class-data sharing
+				// archive on exit; Stop moves it into place.
+				if _, err := os.Stat(p.archive); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("temporary archive %s left behind: %v", p.archive, err)
+				}
+				if _, err := os.Stat(p.archive[:strings.LastIndex(p.archive, ".tmp-")]); err != nil {
+					t.Errorf("archive not kept: %v", err)
+				}
+			}
 		})
+	}
+}
+
+// TestClassDataSharing checks that the first direct start writes an
+// archive and the next one uses it.
+func TestClassDataSharing(t *testing.T) {
+	dir := t.TempDir()
+	old := cdsDir
+	cdsDir = func() string { return dir }
+	t.Cleanup(func() { cdsDir = old })
+	t.Setenv(LaunchEnv, "java")
+	for i, want := range []string{"-XX:ArchiveClassesAtExit=", "-XX:SharedArchiveFile="} {
+		p, err := Start(context.Background(), PubSub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := groupMembers(t, p.pgid)
+		if len(ms) != 1 || !strings.Contains(ms[0].cmd, want+dir) {
+			t.Errorf("start %d: want java with %s%s..., got %+v", i+1, want, dir, ms)
+		}
+		if err := p.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		archives, _ := filepath.Glob(filepath.Join(dir, "*"))
+		if len(archives) != 1 || !strings.HasSuffix(archives[0], ".jsa") {
+			t.Fatalf("after start %d: files %v, want one .jsa archive", i+1, archives)
+		}
 	}
 }
 

@@ -45,6 +45,7 @@ func newDevCmd() *cobra.Command {
 	var noDemo bool
 	var sweepEvery time.Duration
 	workers := workerFlags{}
+	var keep bool
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -76,6 +77,12 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			}
 			defer lf.Close()
 
+			if keep {
+				if firestoreHost, pubsubHost, err = keepEmulators(ctx, errOut, firestoreHost, pubsubHost); err != nil {
+					return err
+				}
+				defer func() { fmt.Fprintln(errOut, keptStopHint()) }()
+			}
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
@@ -113,6 +120,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
+	f.BoolVar(&keep, "keep", false, "keep the emulators running after servo dev stops, and reuse them next time (faster restarts)")
 	return cmd
 }
 

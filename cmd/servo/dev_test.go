@@ -29,7 +29,7 @@ var (
 )
 
 // servoBinary builds the servo command once per test binary.
-func servoBinary(t *testing.T) string {
+func servoBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "servo-bin-")
@@ -169,7 +169,7 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 }
 
 // freeAddr returns a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

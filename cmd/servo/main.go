@@ -54,9 +54,11 @@ func usageErr(format string, args ...any) error {
 }
 
 func main() {
+	stopProfile := startCPUProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
+	stopProfile()
 	os.Exit(report(err))
 }
 

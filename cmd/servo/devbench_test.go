@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/worker"
+)
+
+// samples collects one figure per benchmark iteration and reports its
+// median as a metric, and min–max in the log.
+type samples map[string][]float64
+
+func (s samples) add(name string, v float64) { s[name] = append(s[name], v) }
+
+func (s samples) report(b *testing.B) {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		v := slices.Clone(s[n])
+		slices.Sort(v)
+		med := v[len(v)/2]
+		if len(v)%2 == 0 {
+			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		b.ReportMetric(med, n)
+		b.Logf("%-22s median %9.3f  min %9.3f  max %9.3f  (n=%d)", n, med, v[0], v[len(v)-1], len(v))
+	}
+}
+
+// procRSS returns a process's resident memory in MiB.
+func procRSS(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
+
+// procCPU returns a process's CPU time (user + system) so far, in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// role names a process of servo dev's tree.
+func role(p proc) string {
+	switch {
+	case strings.Contains(p.cmdline, "java") && strings.Contains(p.cmdline, "firestore"):
+		return "firestore"
+	case strings.Contains(p.cmdline, "java") && strings.Contains(p.cmdline, "pubsub"):
+		return "pubsub"
+	case strings.Contains(p.cmdline, "servo-emulator-watchdog"):
+		return "watchdog"
+	case strings.Contains(p.cmdline, "python") || strings.Contains(p.cmdline, "gcloud"):
+		return "gcloud"
+	}
+	return "other"
+}
+
+// startPlainJava starts the emulator's jar with java as the Cloud SDK's
+// own launcher script does (no JVM options), and returns how long it took
+// to answer GET / with 200, and a function that stops it.
+func startPlainJava(b *testing.B, k emulator.Kind, port int) (time.Duration, func()) {
+	gcloud, err := exec.LookPath("gcloud")
+	if err != nil {
+		b.Fatal(err)
+	}
+	real, _ := filepath.EvalSymlinks(gcloud)
+	platform := filepath.Join(filepath.Dir(filepath.Dir(real)), "platform")
+	host := "127.0.0.1:" + strconv.Itoa(port)
+	var args []string
+	switch k {
+	case emulator.Firestore:
+		args = []string{"-Duser.language=en", "-cp", filepath.Join(platform, "cloud-firestore-emulator", "cloud-firestore-emulator.jar"),
+			"com.google.cloud.datastore.emulator.firestore.CloudFirestore", "start", "--host=127.0.0.1", "--port=" + strconv.Itoa(port), "--database-mode=firestore-native"}
+	default:
+		jars, _ := filepath.Glob(filepath.Join(platform, "pubsub-emulator", "lib", "cloud-pubsub-emulator-*-all.jar"))
+		if len(jars) == 0 {
+			b.Fatal("no pubsub emulator jar")
+		}
+		args = []string{"-jar", jars[0], "--host=127.0.0.1", "--port=" + strconv.Itoa(port)}
+	}
+	cmd := exec.Command("java", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop := func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	}
+	for !emulator.Answers(context.Background(), host, time.Second) {
+		if time.Since(began) > 2*time.Minute {
+			stop()
+			b.Fatalf("%s emulator started by java does not answer", k)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(began), stop
+}
+
+func freePortB(b *testing.B) int {
+	_, port, _ := strings.Cut(freeAddr(b), ":")
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
+// BenchmarkDevStart measures, in each iteration and in turn: how long
+// servo dev takes to print its ready line; the resident memory of its
+// whole process tree after 5 s idle; its ready time when --keep reuses
+// running emulators; and how long the slower of the two emulators takes to
+// answer when started directly by java as the Cloud SDK's launchers do
+// (both at once, as servo dev starts them). Run it with -benchtime=5x.
+func BenchmarkDevStart(b *testing.B) {
+	env := withoutEmulatorEnv(os.Environ())
+	s := samples{}
+	for i := 0; i < b.N; i++ {
+		d := startDev(b, env)
+		ready := d.readyAt.Sub(d.began)
+		s.add("dev-ready-s", ready.Seconds())
+		time.Sleep(5 * time.Second)
+		byRole := map[string]float64{"servo": procRSS(d.cmd.Process.Pid)}
+		total := byRole["servo"]
+		for _, p := range descendants(b, d.cmd.Process.Pid) {
+			r := procRSS(p.pid)
+			byRole[role(p)] += r
+			total += r
+		}
+		s.add("idle-rss-MiB", total)
+		for r, v := range byRole {
+			s.add("rss-"+r+"-MiB", v)
+		}
+		d.interrupt(b)
+
+		// --keep: the second start reuses the first one's emulators.
+		cache := b.TempDir()
+		kenv := append(slices.Clone(env), "XDG_CACHE_HOME="+cache)
+		k1 := startDev(b, kenv, "--keep")
+		kept := descendants(b, k1.cmd.Process.Pid)
+		k1.interrupt(b)
+		k2 := startDev(b, kenv, "--keep")
+		s.add("keep-ready-s", k2.readyAt.Sub(k2.began).Seconds())
+		k2.interrupt(b)
+		for _, p := range kept {
+			syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+
+		var wg sync.WaitGroup
+		var fs, ps time.Duration
+		var stops [2]func()
+		fsPort, psPort := freePortB(b), freePortB(b)
+		wg.Add(2)
+		go func() { defer wg.Done(); fs, stops[0] = startPlainJava(b, emulator.Firestore, fsPort) }()
+		go func() { defer wg.Done(); ps, stops[1] = startPlainJava(b, emulator.PubSub, psPort) }()
+		wg.Wait()
+		stops[0]()
+		stops[1]()
+		slower := max(fs, ps)
+		s.add("java-firestore-s", fs.Seconds())
+		s.add("java-pubsub-s", ps.Seconds())
+		s.add("java-slower-s", slower.Seconds())
+		s.add("dev/java-slower", ready.Seconds()/slower.Seconds())
+	}
+	s.report(b)
+}
+
+// countingTransport counts the worker's callbacks by kind, and the
+// heartbeats of each task.
+type countingTransport struct {
+	heartbeats, completed atomic.Int64
+	perTask               sync.Map // task id → *atomic.Int64
+}
+
+// taskHeartbeats returns the counter of a task's acknowledged heartbeats.
+func (c *countingTransport) taskHeartbeats(id string) *atomic.Int64 {
+	n, _ := c.perTask.LoadOrStore(id, new(atomic.Int64))
+	return n.(*atomic.Int64)
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && resp.StatusCode < 300 {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
+			c.heartbeats.Add(1)
+			id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/heartbeat")
+			c.taskHeartbeats(id).Add(1)
+		case strings.HasSuffix(r.URL.Path, "/completed"):
+			c.completed.Add(1)
+		}
+	}
+	return resp, err
+}
+
+// Workload of BenchmarkDevWorkload (and of bench/temporal, its Temporal
+// counterpart).
+const (
+	workloadTasks      = 300
+	workloadSubmitters = 8
+	workloadWorkers    = 8 // tasks a worker runs at once
+)
+
+// BenchmarkDevWorkload runs 300 no-op tasks that each send 3 heartbeats
+// (100 ms apart; a task ends once its third is acknowledged), submitted by 8 goroutines, through servo dev to an
+// external worker that runs 8 at a time, and reports throughput and the
+// CPU time of each process per task: servo dev, each emulator, and this
+// process (the worker and the submitters). With SERVO_CPUPROFILE=FILE in
+// the environment servo dev writes a CPU profile of its own share. Run it
+// with -benchtime=3x.
+func BenchmarkDevWorkload(b *testing.B) {
+	ct := &countingTransport{}
+	sem := make(chan struct{}, workloadWorkers)
+	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
+		// Done once 3 heartbeats (every ~100 ms) are acknowledged.
+		n := ct.taskHeartbeats(t.ID())
+		for deadline := time.Now().Add(time.Minute); n.Load() < 3 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil, nil
+	}, worker.WithHTTPClient(&http.Client{Transport: ct}), worker.WithLogger(slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	env := withoutEmulatorEnv(os.Environ())
+	s := samples{}
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		d := startDev(b, env, "--worker", "bench="+srv.URL, "--project", fmt.Sprintf("bench-%d-%d", time.Now().Unix(), i))
+		pids := map[string]int{"servo": d.cmd.Process.Pid}
+		for _, p := range descendants(b, d.cmd.Process.Pid) {
+			if r := role(p); r == "firestore" || r == "pubsub" {
+				pids[r] = p.pid
+			}
+		}
+		c, err := client.New(ctx, d.export("SERVO_API"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := map[string]float64{}
+		for r, pid := range pids {
+			cpu0[r] = procCPU(pid)
+		}
+		cpu0["bench"] = procCPU(os.Getpid())
+		hb0, done0 := ct.heartbeats.Load(), ct.completed.Load()
+		run := task.NewRunID(time.Now())
+		began := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workloadSubmitters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := next.Add(1); n <= workloadTasks; n = next.Add(1) {
+					body := fmt.Sprintf(`{"tenantId":"bench","workspaceId":"ws","runId":%q,"taskKey":"t%d","worker":"bench","payload":{},"heartbeatIntervalMs":100,"heartbeatTimeoutMs":2000}`, run, n)
+					// A loaded machine can make the emulator answer late:
+					// retry as the API says (the same request is idempotent).
+					for try := 1; ; try++ {
+						_, _, err := c.Submit(ctx, []byte(body))
+						if err == nil {
+							break
+						}
+						if try == 10 {
+							b.Error(err)
+							return
+						}
+						time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		submitted := time.Since(began)
+		for ct.completed.Load()-done0 < workloadTasks {
+			if time.Since(began) > 10*time.Minute {
+				b.Fatalf("%d of %d tasks completed", ct.completed.Load()-done0, workloadTasks)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		elapsed := time.Since(began)
+		cpu := map[string]float64{}
+		total := 0.0
+		for r, pid := range pids {
+			cpu[r] = procCPU(pid) - cpu0[r]
+		}
+		cpu["bench"] = procCPU(os.Getpid()) - cpu0["bench"]
+		for _, v := range cpu {
+			total += v
+		}
+		tasks, err := c.ListAll(ctx, map[string][]string{"runId": {run}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ok := 0
+		for _, t := range tasks {
+			if t.State == task.Succeeded {
+				ok++
+			}
+		}
+		if ok != workloadTasks {
+			b.Fatalf("%d of %d tasks SUCCEEDED", ok, workloadTasks)
+		}
+		d.interrupt(b)
+		s.add("tasks/s", workloadTasks/elapsed.Seconds())
+		s.add("submit-s", submitted.Seconds())
+		s.add("heartbeats/task", float64(ct.heartbeats.Load()-hb0)/workloadTasks)
+		s.add("cpu-total-s", total)
+		for r, v := range cpu {
+			s.add("cpu-"+r+"-ms/task", v*1000/workloadTasks)
+		}
+	}
+	s.report(b)
+}
