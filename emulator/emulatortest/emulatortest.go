@@ -138,6 +138,17 @@ func host(t testing.TB, k emulator.Kind) string {
 	return p.Host
 }
 
+// Emulator returns the running emulator k that Main started (to freeze
+// and thaw it in fault-injection tests), and fails the test if there is
+// none.
+func Emulator(t testing.TB, k emulator.Kind) *emulator.Process {
+	t.Helper()
+	host(t, k)
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	return running.procs[k]
+}
+
 // FirestoreHost returns the host:port of the Firestore emulator Main
 // started, and fails the test if there is none.
 func FirestoreHost(t testing.TB) string {
