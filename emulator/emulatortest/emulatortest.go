@@ -49,6 +49,10 @@ func Main(m *testing.M, kinds ...emulator.Kind) {
 	os.Exit(run(m, kinds...))
 }
 
+// Run is Main without the exit: it returns the tests' exit code, for a
+// TestMain with its own clean-up to do after the emulators stopped.
+func Run(m *testing.M, kinds ...emulator.Kind) int { return run(m, kinds...) }
+
 func run(m *testing.M, kinds ...emulator.Kind) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
