@@ -475,53 +475,9 @@ func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel an
 	switch v := sel.(type) {
 	case *pb.BatchGetDocumentsRequest_NewTransaction:
 		req.ConsistencySelector = v
-		return s.beginRead(ctx, req)
 	case *pb.BatchGetDocumentsRequest_Transaction:
 		req.ConsistencySelector = v
 	}
-	return s.readDocs(ctx, req)
-}
-
-// orphanWait bounds how long a read that begins a transaction is waited
-// for after its caller gave up, to roll the transaction back.
-const orphanWait = time.Minute
-
-// beginRead runs a read that begins a transaction. When ctx ends first (a
-// Firestore outage outlasting the caller's deadline) the caller gets
-// ctx's error at once, but the read goes on: the transaction it began
-// exists in Firestore as soon as the read is served, holding its locks,
-// and only its id, in the answer, lets Servo roll it back. Abandoned, such
-// transactions pile up during an outage and block every later write to
-// their documents once Firestore comes back.
-func (s *Store) beginRead(ctx context.Context, req *pb.BatchGetDocumentsRequest) (map[string]*pb.Document, []byte, error) {
-	type result struct {
-		docs map[string]*pb.Document
-		tx   []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanWait)
-	go func() {
-		defer cancel()
-		docs, tx, err := s.readDocs(rctx, req)
-		done <- result{docs, tx, err}
-	}()
-	select {
-	case r := <-done:
-		return r.docs, r.tx, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; len(r.tx) > 0 {
-				s.rollback(r.tx)
-			}
-		}()
-		return nil, nil, ctx.Err()
-	}
-}
-
-// readDocs runs one BatchGetDocuments and collects its answer.
-func (s *Store) readDocs(ctx context.Context, req *pb.BatchGetDocumentsRequest) (map[string]*pb.Document, []byte, error) {
-	names := req.Documents
 	stream, err := s.client.BatchGetDocuments(ctx, req)
 	if err != nil {
 		return nil, nil, err
