@@ -68,7 +68,7 @@ func TestFaults(t *testing.T) {
 	cfg := faults.Config{
 		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
 		Binary: servoBin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
-		Seed: s, Tasks: 180, Rate: 6, Schedule: faults.ShortSchedule, Progress: testWriter{t},
+		Seed: s, Tasks: 90, Rate: 3, Schedule: faults.ShortSchedule, Progress: testWriter{t},
 	}
 	if *long {
 		cfg.Tasks, cfg.Rate, cfg.Duration, cfg.Schedule = 0, *rate, *duration, nil

@@ -18,7 +18,7 @@ import (
 )
 
 // Worker behaviours, chosen per task by its payload's "mode". Each fault
-// applies to the first attempt only; later attempts behave.
+// applies to the task's first delivery only; later ones behave.
 const (
 	ModeOK               = "ok"                 // started, heartbeats, completed SUCCEEDED
 	ModeFailOnce         = "fail-once"          // attempt 1 reports a retryable failure
@@ -103,7 +103,8 @@ type Fleet struct {
 	// GiveUp bounds how long one callback is retried.
 	GiveUp time.Duration
 	// Injected counts the worker faults applied, by mode.
-	injected sync.Map // mode → *atomic.Int64
+	injected  sync.Map // mode → *atomic.Int64
+	delivered sync.Map // task id → true once a delivery of it was worked on
 }
 
 // NewFleet starts the fleet's endpoint on a free port of 127.0.0.1.
@@ -173,8 +174,9 @@ func (f *Fleet) work(env task.Envelope) {
 	var p Payload
 	_ = json.Unmarshal(env.Payload, &p)
 	w := &worker{f: f, env: env, id: fmt.Sprintf("w%d", f.seq.Add(1)), token: env.TaskToken, skew: time.Duration(p.SkewMs) * time.Millisecond}
-	first := env.Attempt == 1
-	if p.Mode == ModeSkew {
+	_, again := f.delivered.LoadOrStore(env.TaskID, true)
+	first := !again
+	if first && p.Mode == ModeSkew {
 		f.count(p.Mode)
 	}
 	if first && p.Mode == ModeCrashBeforeStart {

@@ -298,7 +298,7 @@ func (r *run) submitLoad(ctx context.Context, rng *rand.Rand, t0 time.Time) {
 		p := Payload{Mode: mode, Heartbeats: 2 + rng.IntN(4)}
 		if mode == ModeSkew {
 			p.SkewMs = int64(time.Hour / time.Millisecond)
-			if i%2 == 0 {
+			if i%12 == 5 {
 				p.SkewMs = -p.SkewMs
 			}
 		}
@@ -576,12 +576,14 @@ func (r *run) steady(ctx context.Context, rng *rand.Rand) *SteadyStats {
 	// The window starts once the first tasks run.
 	t0 := time.Now()
 	var wg sync.WaitGroup
+	clients := make(chan struct{}, submitters)
 	for i := 0; time.Since(t0) < r.cfg.Steady; i++ {
 		if i == int(rate*2) {
 			r.steadyOn.Store(true)
 		}
 		key := fmt.Sprintf("%s-steady-%d", r.cfg.Project, i)
-		wg.Go(func() { r.submit(ctx, key, Payload{Mode: ModeOK, Heartbeats: hb}) })
+		clients <- struct{}{}
+		wg.Go(func() { r.submit(ctx, key, Payload{Mode: ModeOK, Heartbeats: hb}); <-clients })
 		select {
 		case <-ctx.Done():
 			return nil
