@@ -96,6 +96,13 @@ type Options struct {
 	// TasksClientOptions are passed to the Cloud Tasks client (an
 	// interceptor counting calls, in benchmarks).
 	TasksClientOptions []option.ClientOption
+	// Keys sign and verify task tokens. Default: the key ring in
+	// SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE when set (so that tokens
+	// survive a restart of the stack), else one generated at start.
+	Keys *token.KeyRing
+	// StoreTimeout bounds the store work of one callback and of one API
+	// request (then 503 unavailable); default the handlers' own.
+	StoreTimeout time.Duration
 }
 
 // Stack is a running local stack.
@@ -185,7 +192,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if s.Keys, _, err = token.GenerateKeyRing("local-1"); err != nil {
+	if s.Keys, err = keyRing(o.Keys); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
@@ -235,8 +242,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, err
 	}
-	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project})
-	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project})
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout})
+	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
 	target, _ := url.Parse(routerURL)
@@ -272,6 +279,19 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.ready.Store(true)
 	return s, nil
+}
+
+// keyRing returns given, else the key ring of the environment
+// (token.LoadKeyRing), else a new one.
+func keyRing(given *token.KeyRing) (*token.KeyRing, error) {
+	if given != nil {
+		return given, nil
+	}
+	r, err := token.LoadKeyRing()
+	if errors.Is(err, token.ErrNoKeys) {
+		r, _, err = token.GenerateKeyRing("local-1")
+	}
+	return r, err
 }
 
 func (s *Stack) worker(name, u string) enqueue.Worker {
