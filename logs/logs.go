@@ -38,7 +38,7 @@ const (
 	TraceKey   = "logging.googleapis.com/trace"
 	SpanKey    = "logging.googleapis.com/spanId"
 	SampledKey = "logging.googleapis.com/trace_sampled"
-	ProjectID = "GOOGLE_CLOUD_PROJECT"
+	ProjectID  = "GOOGLE_CLOUD_PROJECT"
 )
 
 // New returns a JSON logger in Cloud Logging's shape writing to w.

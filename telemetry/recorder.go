@@ -125,13 +125,13 @@ func hasAttr(s sdktrace.ReadOnlySpan, k attribute.Key) bool {
 // SpanView is one span of a task's trace as `GET /v1/tasks/{id}/trace`
 // returns it.
 type SpanView struct {
-	TraceID      string            `json:"traceId"`
-	SpanID       string            `json:"spanId"`
-	ParentSpanID string            `json:"parentSpanId,omitempty"`
-	Name         string            `json:"name"`
-	Kind         string            `json:"kind"`
-	Service      string            `json:"service,omitempty"`
-	Start        time.Time         `json:"start"`
+	TraceID      string    `json:"traceId"`
+	SpanID       string    `json:"spanId"`
+	ParentSpanID string    `json:"parentSpanId,omitempty"`
+	Name         string    `json:"name"`
+	Kind         string    `json:"kind"`
+	Service      string    `json:"service,omitempty"`
+	Start        time.Time `json:"start"`
 	// OffsetMs is the start relative to the first span of the answer.
 	OffsetMs   float64           `json:"offsetMs"`
 	DurationMs float64           `json:"durationMs"`
