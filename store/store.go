@@ -908,7 +908,7 @@ type DueCursor struct {
 // needs to apply the duty's event (id, attempt), log it (tenant, state)
 // and continue the query (the due time). The sweeper acts on the task that
 // its transaction reads; a due task has no payload, timing or other field.
-var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard"}
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace"}
 
 // DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
 // whose duty d is due at now, ordered by the due time, after cursor (nil
