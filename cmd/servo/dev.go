@@ -76,9 +76,14 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			}
 			defer lf.Close()
 
+			tel, traces, err := devTelemetry(ctx, project)
+			if err != nil {
+				return err
+			}
+			defer shutdownTelemetry(tel)
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
-				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, Metrics: tel.MetricsHandler(), Traces: traces})
 			if err != nil {
 				return err
 			}
