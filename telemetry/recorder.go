@@ -13,6 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// SweepPassSpan is the name of the sweeper's span per pass.
+const SweepPassSpan = "servo.sweeper.pass"
+
 // DefaultRecorderSpans is how many ended spans a Recorder keeps.
 const DefaultRecorderSpans = 20000
 
@@ -72,6 +75,14 @@ func (r *Recorder) Spans() []sdktrace.ReadOnlySpan {
 // the task's trace) and their descendants.
 func (r *Recorder) TaskSpans(taskID string) []sdktrace.ReadOnlySpan {
 	all := r.Spans()
+	// A sweeper pass's trace holds every task it handled: only the task's
+	// own spans of it are kept.
+	sweeps := map[trace.TraceID]bool{}
+	for _, s := range all {
+		if s.Name() == SweepPassSpan {
+			sweeps[s.SpanContext().TraceID()] = true
+		}
+	}
 	traces := map[trace.TraceID]bool{}
 	keep := map[trace.SpanID]bool{}
 	for _, s := range all {
@@ -79,8 +90,8 @@ func (r *Recorder) TaskSpans(taskID string) []sdktrace.ReadOnlySpan {
 			continue
 		}
 		keep[s.SpanContext().SpanID()] = true
-		if !hasAttr(s, DutyKey) {
-			traces[s.SpanContext().TraceID()] = true
+		if id := s.SpanContext().TraceID(); !sweeps[id] && !hasAttr(s, DutyKey) {
+			traces[id] = true
 		}
 	}
 	// Descendants of kept spans in other traces (a sweeper's transaction

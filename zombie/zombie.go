@@ -276,7 +276,7 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		return Stats{Skipped: 1}, nil
 	}
 	defer s.passing.Unlock()
-	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.pass", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := telemetry.Tracer().Start(ctx, telemetry.SweepPassSpan, trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
 	st := Stats{Passes: 1}
 	var errs []error
