@@ -150,7 +150,9 @@ func BenchmarkCallbackTracing(b *testing.B) {
 	for i, name := range []string{"off", "on"} {
 		d := sides[i].lat.d
 		slices.Sort(d)
-		pct := func(p float64) float64 { return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) / 1000 }
+		pct := func(p float64) float64 {
+			return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) / 1000
+		}
 		if len(d) > 0 {
 			b.ReportMetric(pct(0.50), name+"-p50-ms")
 			b.ReportMetric(pct(0.99), name+"-p99-ms")
