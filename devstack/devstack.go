@@ -44,6 +44,7 @@ import (
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/token"
 	"github.com/servo-dev/servo/worker"
 	"github.com/servo-dev/servo/zombie"
@@ -103,6 +104,12 @@ type Options struct {
 	// StoreTimeout bounds the store work of one callback and of one API
 	// request (then 503 unavailable); default the handlers' own.
 	StoreTimeout time.Duration
+	// Metrics, when set, is served at GET /metrics (servo dev: the
+	// Prometheus text of every component's metrics).
+	Metrics http.Handler
+	// Traces, when set, serves GET /v1/tasks/{id}/trace from the spans it
+	// recorded (servo get --trace).
+	Traces *telemetry.Recorder
 }
 
 // Stack is a running local stack.
@@ -264,6 +271,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mux.Handle("/workers/"+ExampleWorker, example)
 	mux.Handle("POST "+sweepPath, proxy)
 	mux.Handle("/", api)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.Traces != nil {
+		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
+	}
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {

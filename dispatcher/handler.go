@@ -94,7 +94,7 @@ type handler struct {
 // NewHandler returns the control API handler. It panics when cfg.Store or
 // cfg.Enqueuer is nil.
 func NewHandler(cfg Config) http.Handler {
-	return newHandler(cfg)
+	return instrument(newHandler(cfg))
 }
 
 func newHandler(cfg Config) *handler {

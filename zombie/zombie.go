@@ -34,10 +34,13 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Defaults of Config.
@@ -286,6 +289,8 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		return Stats{Skipped: 1}, nil
 	}
 	defer s.passing.Unlock()
+	ctx, span := telemetry.Tracer().Start(ctx, telemetry.SweepPassSpan, trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
 	st := Stats{Passes: 1}
 	start := time.Now()
 	defer func() { s.record(ctx, st, time.Since(start)) }()
@@ -340,7 +345,9 @@ func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(sto
 // duty reads the duty's due tasks, every shard page by page and
 // ShardConcurrency shards at a time, and applies its event to each, at most
 // Concurrency transactions at a time in all.
-func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (DutyStats, error) {
+func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats, err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(telemetry.DutyKey.String(d.Name)))
+	defer func() { telemetry.EndSpan(span, err) }()
 	var (
 		mu   sync.Mutex
 		ds   DutyStats
@@ -437,7 +444,26 @@ func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop 
 }
 
 // apply runs one transaction for t and the follow-up of its result.
-func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, error) {
+func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats, err error) {
+	// A span per due task, in the pass's trace and linked to the task's
+	// own (the submit's trace context, stored on the task).
+	opts := []trace.SpanStartOption{trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, ""), telemetry.DutyKey.String(d.Name))...)}
+	if l, ok := telemetry.LinkTo(t.Trace); ok {
+		opts = append(opts, trace.WithLinks(l))
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.apply "+string(d.Event), opts...)
+	defer func() {
+		result := telemetry.SweepApplied
+		switch {
+		case ds.Errors > 0:
+			result = telemetry.SweepError
+		case ds.NoOp > 0:
+			result = telemetry.SweepNoOp
+		}
+		span.SetAttributes(attribute.String("servo.result", result))
+		telemetry.EndSpan(span, err)
+		telemetry.RecordSweep(ctx, d.Name, result, store.DueTime(d.Due, t), s.cfg.Now())
+	}()
 	log := s.log.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "duty", d.Name)
 	ev := task.Event{
 		Kind:        d.Event,

@@ -83,9 +83,15 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				}
 				defer func() { fmt.Fprintln(errOut, keptStopHint()) }()
 			}
+			tel, traces, err := devTelemetry(ctx, project)
+			if err != nil {
+				return err
+			}
+			defer shutdownTelemetry(tel)
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
-				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout})
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
+				Metrics: tel.MetricsHandler(), Traces: traces})
 			if err != nil {
 				return err
 			}
