@@ -66,6 +66,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Pools is the transport of the pull pools among Workers (package
+	// pull); required only when there are any.
+	Pools Pools
 }
 
 // Enqueuer enqueues attempts. It is safe for concurrent use.
@@ -148,6 +151,13 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.ID, err)
 	}
+	if w.Pull {
+		// The envelope is built, with a fresh token, when a worker claims it.
+		if err := e.enqueuePull(ctx, t.Worker, t); err != nil {
+			return err
+		}
+		return e.recordQueued(ctx, t)
+	}
 	now := e.cfg.Now().UTC()
 	_, body, err := e.Envelope(&t, now)
 	if err != nil {
@@ -190,6 +200,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 		log.WarnContext(ctx, "enqueue failed; the sweeper will re-drive", "error", err)
 		return fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
 	}
+	return e.recordQueued(ctx, t)
+}
+
+// recordQueued records that a PENDING t is QUEUED once its attempt is
+// handed to the transport.
+func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
 	if t.State == task.Pending {
 		if _, err := e.cfg.Store.Apply(ctx, t.ID, task.Event{Kind: task.EventEnqueued, Attempt: t.Attempt, Now: e.cfg.Now().UTC()}); err != nil {
 			return fmt.Errorf("enqueue %s: record QUEUED: %w", t.ID, err)
@@ -206,6 +222,9 @@ func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
 		return err
+	}
+	if w.Pull {
+		return nil // a claim drops the message of an attempt no longer claimable
 	}
 	var first error
 	for n := t.Redrives; n >= 0; n-- {
