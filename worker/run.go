@@ -37,6 +37,9 @@ type run struct {
 	stop       error     // why the attempt lost its authority; nothing is reported after it
 	cancelSeen bool      // Servo said shouldCancel
 	lastAck    time.Time // when Servo last acknowledged the attempt (`started`, a heartbeat)
+
+	// claimed: the attempt came from a pull-pool claim, which started it.
+	claimed bool
 }
 
 func newRun(h *handler, env task.Envelope) *run {
@@ -203,7 +206,13 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	startUntil := func() time.Time {
 		return minTime(startedAt.Add(cfg.startRetryWindow), r.tokenUntil())
 	}
-	rep, err := r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
+	var rep reply
+	if r.claimed {
+		// A pull-pool claim was the attempt's `started`.
+		rep.status, rep.disp = http.StatusOK, task.Continue
+	} else {
+		rep, err = r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
+	}
 	if err != nil {
 		r.log.ErrorContext(ctx, "could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it", "error", err)
 		return http.StatusServiceUnavailable, answer{Result: resultUnreachable, Detail: err.Error()}
