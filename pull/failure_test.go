@@ -23,7 +23,7 @@ import (
 func TestSilentWorkerRetriedIntoPool(t *testing.T) {
 	e := sharedEnv(t)
 	const pool = "zombie"
-	sub := e.submit(pool, map[string]any{"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 2000})
+	sub := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 8000})
 	first := e.claimUntil(pool, "", "silent")
 	if first.TaskID != sub.TaskID || first.Attempt != 1 {
 		t.Fatalf("first claim %+v", first)
@@ -121,7 +121,7 @@ func TestPubSubUnavailable(t *testing.T) {
 	if status != http.StatusServiceUnavailable || r.Error != task.CodeUnavailable || r.Disposition != task.Retry || h.Get("Retry-After") == "" {
 		t.Fatalf("claim with Pub/Sub down: %d %s (Retry-After %q)", status, out, h.Get("Retry-After"))
 	}
-	sub := e.submit("gpu", map[string]any{"startTimeoutMs": 2000})
+	sub := e.submit("gpu", nil)
 	if sub.State != task.Pending {
 		t.Fatalf("submitted with Pub/Sub down: %s", sub.State)
 	}

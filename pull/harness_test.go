@@ -172,6 +172,10 @@ func (e *env) claimUntil(pool, identity, workerID string) task.Envelope {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		status, r := e.claim(pool, identity, workerID, 2000)
+		if status == http.StatusServiceUnavailable && r.Disposition == task.Retry {
+			time.Sleep(pull.RetryAfter) // Pub/Sub or Firestore hiccup (or a reconnect): retry, as workers do
+			continue
+		}
 		if status != http.StatusOK {
 			e.t.Fatalf("claim: %d %+v", status, r)
 		}

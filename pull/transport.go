@@ -63,8 +63,15 @@ func NewTransport(client *pubsub.Client) *Transport {
 	return &Transport{client: client, project: client.Project()}
 }
 
+// PublishTimeout bounds one Publish (the client's retries included), so an
+// enqueue that fails leaves its caller time to record it (the task goes
+// back to PENDING and the sweeper re-drives it).
+const PublishTimeout = 5 * time.Second
+
 // Publish publishes t's current attempt to the pool's topic.
 func (tr *Transport) Publish(ctx context.Context, pool string, t task.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
+	defer cancel()
 	data, err := json.Marshal(message{TaskID: t.ID, Attempt: t.Attempt, Redrive: t.Redrives, TenantID: t.TenantID, NotBefore: t.NotBefore})
 	if err != nil {
 		return fmt.Errorf("pull: encode message: %w", err)
