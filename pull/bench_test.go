@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // BenchmarkClaim measures pull-pool claims on the local stack with 8
