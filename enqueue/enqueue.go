@@ -14,6 +14,11 @@
 // lost (answered 2xx without a `started`). The previous re-drive's Cloud
 // Task is deleted first, best effort, so a delivery still waiting in the
 // queue is not doubled.
+//
+// A pull pool (Worker.Pull) has no queue: its attempts are published to the
+// pool's topic through Config.Pools (package pull), and Dequeue has nothing
+// to delete (the claim drops the message of an attempt no longer
+// claimable).
 package enqueue
 
 import (
