@@ -160,3 +160,8 @@ resource "google_pubsub_subscription" "pool_dead_letter_inbox" {
     ttl = ""
   }
 }
+
+output "claim_url" {
+  description = "The claim function's URL: pull-pool workers claim at <claim_url>/v1/pools/NAME/claim with an ID token for this audience."
+  value       = local.claim_url
+}
