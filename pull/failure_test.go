@@ -2,6 +2,7 @@ package pull_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/servo-dev/servo/devstack"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/worker"
 )
@@ -242,4 +242,24 @@ func TestPullGracefulStop(t *testing.T) {
 
 var quickID atomic.Value
 
-var _ = dispatcher.TaskView{}
+// A claim refused for good ends Pull with a *worker.ClaimError: an unknown
+// pool (404), and pool B claimed as pool A's account (403).
+func TestPullStopsOnRefusedClaim(t *testing.T) {
+	e := sharedEnv(t)
+	cases := []struct {
+		pool, identity string
+		status         int
+		code           string
+	}{
+		{"nope", "", http.StatusNotFound, task.CodePoolNotFound},
+		{"pool-b", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, task.CodePermissionDenied},
+	}
+	for _, c := range cases {
+		err := worker.Pull(context.Background(), worker.PullConfig{API: e.stack.URL, Pool: c.pool, DevIdentity: c.identity, MaxWait: time.Second},
+			func(ctx context.Context, tk *worker.Task) (any, error) { return nil, nil })
+		var ce *worker.ClaimError
+		if !errors.As(err, &ce) || ce.Status != c.status || ce.Code != c.code {
+			t.Fatalf("pool %s: Pull returned %v, want %d %s", c.pool, err, c.status, c.code)
+		}
+	}
+}
