@@ -2,8 +2,8 @@ package pull_test
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"sync/atomic"
