@@ -29,6 +29,8 @@ const (
 	// idleBackoff is the pause between two empty receives of one claim
 	// (the emulator answers an empty pull at once).
 	idleBackoff = 100 * time.Millisecond
+	// pullSlack is how long a pull may outlive the claim's wait.
+	pullSlack = 500 * time.Millisecond
 )
 
 // Config configures the claim handler.
@@ -137,10 +139,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req task.ClaimRequest) (*task.Envelope, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, req.Wait())
 	defer cancel()
+	// A pull cancelled just as Pub/Sub hands it a message hides that
+	// message for the ack deadline; so a pull may outlive the wait by
+	// pullSlack: a message it brings late is still settled and answered,
+	// or handed back at once if the caller has gone, rather than lost for
+	// the ack deadline.
+	pullCtx, cancelPull := context.WithTimeout(context.WithoutCancel(ctx), req.Wait()+pullSlack)
+	defer cancelPull()
 	for {
-		m, err := h.cfg.Transport.receive(waitCtx, pool)
+		m, err := h.cfg.Transport.receive(pullCtx, pool)
 		if err != nil {
 			return nil, err
+		}
+		if m != nil && ctx.Err() != nil {
+			if herr := h.cfg.Transport.hold(context.WithoutCancel(ctx), pool, m.ackID, 0); herr != nil {
+				log.WarnContext(ctx, "could not hand back a message that came after the caller left", "error", herr)
+			}
+			return nil, nil
 		}
 		if m == nil {
 			if waitCtx.Err() != nil {
