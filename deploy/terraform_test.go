@@ -315,9 +315,12 @@ func TestTerraformFirestoreFields(t *testing.T) {
 //   - api: Firestore (tasks), the signing keys, enqueue and cancel (delete)
 //     Cloud Tasks tasks with the invoker's OIDC identity (actAs), publish
 //     events and dead letters;
-//   - callbacks and sweeper: the same without deleting tasks;
-//   - api, callbacks and sweeper: export spans to Cloud Trace and metrics
-//     to Cloud Monitoring (package telemetry);
+//   - callbacks and sweeper: the same without deleting tasks; all three
+//     publish attempts to the pull pools' topics;
+//   - claim: Firestore, the signing keys, receive and acknowledge the
+//     pools' messages, publish events and dead letters;
+//   - api, callbacks, sweeper and claim: export spans to Cloud Trace and
+//     metrics to Cloud Monitoring (package telemetry);
 //   - scheduler: publish ticks; tasks-invoker: call the workers;
 //   - sweep-trigger: push ticks to the sweeper; fn-build: build the source.
 var wantRoles = map[string][]string{
@@ -331,6 +334,7 @@ var wantRoles = map[string][]string{
 		"roles/pubsub.publisher on topic:dead_letter",
 		"roles/cloudtrace.agent on project",
 		"roles/monitoring.metricWriter on project",
+		"roles/pubsub.publisher on pool-topics",
 	},
 	"callbacks": {
 		"roles/datastore.user on project",
@@ -341,12 +345,23 @@ var wantRoles = map[string][]string{
 		"roles/pubsub.publisher on topic:dead_letter",
 		"roles/cloudtrace.agent on project",
 		"roles/monitoring.metricWriter on project",
+		"roles/pubsub.publisher on pool-topics",
 	},
 	"sweeper": {
 		"roles/datastore.user on project",
 		"roles/secretmanager.secretAccessor on secret",
 		"roles/cloudtasks.enqueuer on queues",
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
+		"roles/pubsub.publisher on topic:events",
+		"roles/pubsub.publisher on topic:dead_letter",
+		"roles/cloudtrace.agent on project",
+		"roles/monitoring.metricWriter on project",
+		"roles/pubsub.publisher on pool-topics",
+	},
+	"claim": {
+		"roles/datastore.user on project",
+		"roles/secretmanager.secretAccessor on secret",
+		"roles/pubsub.subscriber on pool-subscriptions",
 		"roles/pubsub.publisher on topic:events",
 		"roles/pubsub.publisher on topic:dead_letter",
 		"roles/cloudtrace.agent on project",
@@ -454,10 +469,18 @@ func TestTerraformIAMResources(t *testing.T) {
 		"google_cloud_run_v2_service_iam_member.grant_function": "function",
 		"google_artifact_registry_repository_iam_member.grant":  "repo",
 		"google_storage_bucket_iam_member.grant":                "bucket",
+		"google_pubsub_topic_iam_member.grant_pool":             "pool-topics",
+		"google_pubsub_subscription_iam_member.grant_pool":      "pool-subscriptions",
 	}
 	invokers := map[string]struct{ function, member string }{
 		"google_cloud_run_v2_service_iam_member.api_invoker":      {`module.function["api"]`, "each.value"},
 		"google_cloud_run_v2_service_iam_member.callbacks_public": {`module.function["callbacks"]`, `"allUsers"`},
+		"google_cloud_run_v2_service_iam_member.claim_invoker":    {`module.function["claim"]`, `"serviceAccount:${each.value}"`},
+	}
+	// The Pub/Sub service agent's grants for dead-lettering, per pool.
+	deadLetterAgent := map[string]string{
+		"google_pubsub_topic_iam_member.pool_dead_letter_agent":        `"roles/pubsub.publisher"`,
+		"google_pubsub_subscription_iam_member.pool_dead_letter_agent": `"roles/pubsub.subscriber"`,
 	}
 	seen := map[string]bool{}
 	for _, r := range mods.blocks("", "resource") {
@@ -488,6 +511,12 @@ func TestTerraformIAMResources(t *testing.T) {
 			}
 			if text("member") != "google_service_account.component[each.value.sa].member" {
 				t.Errorf("%s: member must be google_service_account.component[each.value.sa].member", r.where())
+			}
+			continue
+		}
+		if role, ok := deadLetterAgent[addr]; ok {
+			if text("role") != role || !strings.Contains(text("member"), "@gcp-sa-pubsub.iam.gserviceaccount.com") || text("for_each") != "var.pull_pools" {
+				t.Errorf("%s: want %s for the Pub/Sub service agent, per pull pool", r.where(), role)
 			}
 			continue
 		}
@@ -531,7 +560,7 @@ func TestTerraformIAMResources(t *testing.T) {
 	}
 }
 
-// TestTerraformFunctions: the three entry points of package functions, the
+// TestTerraformFunctions: the four entry points of package functions, the
 // sweeper's Pub/Sub trigger, and the environment the functions read.
 func TestTerraformFunctions(t *testing.T) {
 	mods := loadTerraform(t)
@@ -547,6 +576,7 @@ func TestTerraformFunctions(t *testing.T) {
 		{"api", "ServoAPI", false},
 		{"callbacks", "ServoCallbacks", false},
 		{"sweeper", "ServoSweeper", true},
+		{"claim", "ServoClaim", false},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			expr, ok := fns[tc.key]
@@ -571,8 +601,8 @@ func TestTerraformFunctions(t *testing.T) {
 			}
 		})
 	}
-	if len(fns) != 3 {
-		t.Errorf("local.functions: want exactly api, callbacks, sweeper; have %v", keysOf(fns))
+	if len(fns) != 4 {
+		t.Errorf("local.functions: want exactly api, callbacks, sweeper, claim; have %v", keysOf(fns))
 	}
 
 	// The environment of package functions (functions/deps.go); the key ring
@@ -580,7 +610,7 @@ func TestTerraformFunctions(t *testing.T) {
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
-		"SERVO_DUE_SHARDS",
+		"SERVO_DUE_SHARDS", "SERVO_CLAIM_AUDIENCE",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)

@@ -42,6 +42,7 @@ import (
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/telemetry"
@@ -110,6 +111,14 @@ type Options struct {
 	// Traces, when set, serves GET /v1/tasks/{id}/trace from the spans it
 	// recorded (servo get --trace).
 	Traces *telemetry.Recorder
+	// PullPools are pull pools (package pull), name → the identities
+	// allowed to claim (none: any caller); each gets its Pub/Sub topic and
+	// pull subscription, and its workers claim at /v1/pools/{name}/claim,
+	// naming themselves in the pull.DevIdentityHeader header.
+	PullPools map[string][]string
+	// PoolPubSubOptions are passed to the pools' Pub/Sub client (tests put
+	// a proxy in front of the emulator to take it away).
+	PoolPubSubOptions []option.ClientOption
 }
 
 // Stack is a running local stack.
@@ -140,6 +149,8 @@ type Stack struct {
 	tasksSrv  *cloudtasks.Server
 	tasks     *cloudtasksapi.Client
 	pub       *events.Publisher
+	pools     *pull.Transport
+	poolPS    *pubsub.Client
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -223,17 +234,27 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	for name, u := range o.Workers {
 		s.Workers[name] = s.worker(name, u)
 	}
+	for name, accounts := range o.PullPools {
+		s.Workers[name] = enqueue.Worker{Pull: true, ServiceAccounts: accounts}
+	}
 	if err := s.Workers.Validate(true); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
+	if err := s.startPools(ctx, o); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	for _, name := range s.Workers.Names() {
+		if s.Workers[name].Pull {
+			continue
+		}
 		if err := s.createQueue(ctx, s.Workers[name].Queue); err != nil {
 			lis.Close()
 			return nil, err
 		}
 	}
-	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log}); err != nil {
+	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log, Pools: s.pools}); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
@@ -269,6 +290,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		mux.Handle("/v1/tasks/{taskId}/"+kind, cb)
 	}
 	mux.Handle("/workers/"+ExampleWorker, example)
+	if s.pools != nil {
+		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{Store: s.Store, Enqueuer: s.Enqueuer, Transport: s.pools, Identity: pull.DevIdentity(), Logger: s.log, Project: o.Project}))
+	}
 	mux.Handle("POST "+sweepPath, proxy)
 	mux.Handle("/", api)
 	if o.Metrics != nil {
@@ -476,6 +500,9 @@ func (s *Stack) Close() error {
 		}
 		if s.PubSub != nil {
 			s.PubSub.Close()
+		}
+		if s.poolPS != nil {
+			s.poolPS.Close()
 		}
 		if s.Store != nil {
 			s.Store.Close()

@@ -14,6 +14,11 @@
 // lost (answered 2xx without a `started`). The previous re-drive's Cloud
 // Task is deleted first, best effort, so a delivery still waiting in the
 // queue is not doubled.
+//
+// A pull pool (Worker.Pull) has no queue: its attempts are published to the
+// pool's topic through Config.Pools (package pull), and Dequeue has nothing
+// to delete (the claim drops the message of an attempt no longer
+// claimable).
 package enqueue
 
 import (
@@ -70,6 +75,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Pools is the transport of the pull pools among Workers (package
+	// pull); required only when there are any.
+	Pools Pools
 }
 
 // Enqueuer enqueues attempts. It is safe for concurrent use.
@@ -157,6 +165,13 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.ID, err)
 	}
+	if w.Pull {
+		// The envelope is built, with a fresh token, when a worker claims it.
+		if err := e.enqueuePull(ctx, t.Worker, t); err != nil {
+			return err
+		}
+		return e.recordQueued(ctx, t)
+	}
 	now := e.cfg.Now().UTC()
 	_, body, err := e.Envelope(&t, now)
 	if err != nil {
@@ -202,6 +217,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 		log.WarnContext(ctx, "enqueue failed; the sweeper will re-drive", "error", err)
 		return fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
 	}
+	return e.recordQueued(ctx, t)
+}
+
+// recordQueued records that a PENDING t is QUEUED once its attempt is
+// handed to the transport.
+func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
 	if t.State == task.Pending {
 		if _, err := e.cfg.Store.Apply(ctx, t.ID, task.Event{Kind: task.EventEnqueued, Attempt: t.Attempt, Now: e.cfg.Now().UTC()}); err != nil {
 			return fmt.Errorf("enqueue %s: record QUEUED: %w", t.ID, err)
@@ -218,6 +239,9 @@ func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
 		return err
+	}
+	if w.Pull {
+		return nil // a claim drops the message of an attempt no longer claimable
 	}
 	var first error
 	for n := t.Redrives; n >= 0; n-- {

@@ -32,6 +32,13 @@ type Worker struct {
 	ServiceAccount string `json:"serviceAccount,omitempty"`
 	// Audience of the OIDC token; defaults to URL.
 	Audience string `json:"audience,omitempty"`
+	// Pull makes the worker a pull pool (package pull): no URL and no
+	// queue; its attempts go to the pool's Pub/Sub topic and its workers
+	// claim them with POST /v1/pools/{name}/claim.
+	Pull bool `json:"pull,omitempty"`
+	// ServiceAccounts are the identities allowed to claim from a pull pool
+	// (required in production; locally, empty allows any caller).
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
 }
 
 // Workers maps worker names to their configuration.
@@ -67,6 +74,12 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 		w := ws[name]
 		if !nameRE.MatchString(name) {
 			return fmt.Errorf("worker %q: name must match %s", name, nameRE)
+		}
+		if w.Pull || len(w.ServiceAccounts) > 0 {
+			if err := w.validatePull(allowLoopbackHTTP); err != nil {
+				return fmt.Errorf("worker %q: %w", name, err)
+			}
+			continue
 		}
 		if err := checkURL(w.URL, allowLoopbackHTTP); err != nil {
 			return fmt.Errorf("worker %q: %w", name, err)

@@ -1,6 +1,7 @@
 // Package functions registers Servo's Cloud Functions with
 // functions-framework-go: ServoAPI (HTTP, the control API), ServoCallbacks
-// (HTTP, worker callbacks) and ServoSweeper (CloudEvent from Pub/Sub).
+// (HTTP, worker callbacks), ServoSweeper (CloudEvent from Pub/Sub) and
+// ServoClaim (HTTP, pull-pool claims).
 // It is thin wiring: each function builds its dependencies from the
 // environment on its first request and serves the same handler the local
 // stack serves. A build that fails is retried by a later request once a
@@ -21,6 +22,7 @@
 //	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
 //	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
+//	SERVO_CLAIM_AUDIENCE       ServoClaim: the audience of callers' ID tokens (its URL)
 package functions
 
 import (
@@ -37,6 +39,7 @@ import (
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/token"
 )
@@ -51,6 +54,8 @@ type Deps struct {
 	// the outbox from the sweeper.
 	Publisher *events.Publisher
 	Logger    *slog.Logger
+	// Pools is the pull pools' transport (package pull).
+	Pools *pull.Transport
 }
 
 // depsInit builds the instance's Deps. A failed build (a Secret Manager or
@@ -156,5 +161,7 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
 	st.OnCommit(pub.Hook())
-	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log}, nil
+	pools := pull.NewTransport(ps)
+	enq = enq.WithPools(pools)
+	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log, Pools: pools}, nil
 }

@@ -25,10 +25,17 @@ const (
 	// could not be created; the task goes back to PENDING with its dispatch
 	// check due at once, so the sweeper's next pass re-drives it.
 	EventDispatchFailed EventKind = "DISPATCH_FAILED"
+	// EventClaimed: a pull-pool worker claimed the attempt (pull/). It is
+	// the attempt's started for WorkerID, but only an attempt nobody has
+	// started yet is claimable: a claim of a RUNNING or CANCELLING attempt
+	// (a duplicate transport message) is refused with
+	// attempt_already_started, even for the same worker id, so one message
+	// delivered twice yields one claim.
+	EventClaimed EventKind = "CLAIMED"
 )
 
 // EventKinds lists every kind.
-var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed}
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventClaimed}
 
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
@@ -42,6 +49,7 @@ var Edges = map[State]map[EventKind][]State{
 		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
 		EventCancel:           {Cancelled},
 		EventDeadlineExceeded: {Failed},
+		EventClaimed:          {Running},
 	},
 	Queued: {
 		EventDispatchFailed:   {Pending},
@@ -51,6 +59,7 @@ var Edges = map[State]map[EventKind][]State{
 		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
 		EventCancel:           {Cancelled},
 		EventDeadlineExceeded: {Failed},
+		EventClaimed:          {Running},
 	},
 	Running: {
 		// A started/heartbeat/completed that finds the lease expired applies
@@ -193,6 +202,8 @@ func (m *machine) apply() {
 		case EventCompleted:
 			m.complete()
 		}
+	case EventClaimed:
+		m.claim()
 	case EventCancel:
 		m.cancel()
 	case EventEnqueued:
@@ -302,6 +313,25 @@ func (m *machine) guardCallback() bool {
 		}
 	}
 	return true
+}
+
+// claim starts the attempt for a pull-pool worker when nobody has started
+// it: a terminal task, an older attempt, and an attempt already started
+// (by any worker, the claimer included) are refused, and nothing changes
+// (the sweeper, not a claim, applies an expired lease).
+func (m *machine) claim() {
+	t := m.t()
+	switch {
+	case t.State.Terminal():
+		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+	case m.ev.Attempt != t.Attempt:
+		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
+	case t.State == Running || t.State == Cancelling:
+		m.reject(CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was already claimed or started", t.Attempt))
+	default:
+		m.start()
+	}
 }
 
 // replay answers an identical repeat of the token's attempt's committed

@@ -19,6 +19,7 @@ locals {
     tasks-invoker = "Cloud Tasks OIDC identity: calls the worker services."
     sweep-trigger = "Eventarc trigger identity: pushes sweep ticks to the sweeper function."
     fn-build      = "Cloud Build identity that builds the function source."
+    claim         = "Runs the Servo claim function (pull pools)."
   }
 
   # Every grant: account key, role, target. Targets:
@@ -31,6 +32,8 @@ locals {
   #   function:<api|callbacks|sweeper>  a function's Cloud Run service
   #   repo                          the Artifact Registry repository
   #   bucket                        the function source bucket
+  #   pool-topics                   every pull pool's topic (pull.tf)
+  #   pool-subscriptions            every pull pool's subscription (pull.tf)
   grants = [
     # Control API: reads and writes tasks, signs tokens, enqueues and cancels
     # (deletes) Cloud Tasks tasks with the invoker's OIDC identity, publishes
@@ -42,6 +45,7 @@ locals {
     { sa = "api", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
     { sa = "api", role = "roles/pubsub.publisher", on = "topic:events" },
     { sa = "api", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
+    { sa = "api", role = "roles/pubsub.publisher", on = "pool-topics" },
 
     # Callbacks: transitions, token checks, retries as new attempts.
     { sa = "callbacks", role = "roles/datastore.user", on = "project" },
@@ -50,6 +54,7 @@ locals {
     { sa = "callbacks", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
     { sa = "callbacks", role = "roles/pubsub.publisher", on = "topic:events" },
     { sa = "callbacks", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
+    { sa = "callbacks", role = "roles/pubsub.publisher", on = "pool-topics" },
 
     # Sweeper: zombies, timeouts, re-drives and due retries.
     { sa = "sweeper", role = "roles/datastore.user", on = "project" },
@@ -58,6 +63,15 @@ locals {
     { sa = "sweeper", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
     { sa = "sweeper", role = "roles/pubsub.publisher", on = "topic:events" },
     { sa = "sweeper", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
+    { sa = "sweeper", role = "roles/pubsub.publisher", on = "pool-topics" },
+
+    # Claim function (pull pools): receives and acknowledges the pools'
+    # messages, applies claims, signs tokens, publishes transition events.
+    { sa = "claim", role = "roles/datastore.user", on = "project" },
+    { sa = "claim", role = "roles/secretmanager.secretAccessor", on = "secret" },
+    { sa = "claim", role = "roles/pubsub.subscriber", on = "pool-subscriptions" },
+    { sa = "claim", role = "roles/pubsub.publisher", on = "topic:events" },
+    { sa = "claim", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
 
     # Telemetry (package telemetry): each function exports its spans to
     # Cloud Trace and its metrics to Cloud Monitoring (neither has a
@@ -68,6 +82,8 @@ locals {
     { sa = "callbacks", role = "roles/monitoring.metricWriter", on = "project" },
     { sa = "sweeper", role = "roles/cloudtrace.agent", on = "project" },
     { sa = "sweeper", role = "roles/monitoring.metricWriter", on = "project" },
+    { sa = "claim", role = "roles/cloudtrace.agent", on = "project" },
+    { sa = "claim", role = "roles/monitoring.metricWriter", on = "project" },
 
     # Cloud Scheduler: publishes ticks to the sweep topic, nothing else.
     { sa = "scheduler", role = "roles/pubsub.publisher", on = "topic:sweep" },
@@ -89,7 +105,7 @@ locals {
   # The table split by target kind (the part of "on" before ":"), keyed
   # "account role target" for stable resource addresses.
   grants_by_kind = {
-    for kind in ["project", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket"] :
+    for kind in ["project", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket", "pool-topics", "pool-subscriptions"] :
     kind => { for g in local.grants : "${g.sa} ${g.role} ${g.on}" => g if split(":", g.on)[0] == kind }
   }
 }
@@ -164,6 +180,25 @@ resource "google_cloud_run_v2_service_iam_member" "grant_function" {
   member   = google_service_account.component[each.value.sa].member
 }
 
+# pool-topics and pool-subscriptions: each row once per pull pool.
+resource "google_pubsub_topic_iam_member" "grant_pool" {
+  for_each = { for pair in setproduct(keys(local.grants_by_kind["pool-topics"]), keys(var.pull_pools)) : "${pair[0]} ${pair[1]}" => merge(local.grants_by_kind["pool-topics"][pair[0]], { pool = pair[1] }) }
+
+  project = var.project_id
+  topic   = google_pubsub_topic.pool[each.value.pool].name
+  role    = each.value.role
+  member  = google_service_account.component[each.value.sa].member
+}
+
+resource "google_pubsub_subscription_iam_member" "grant_pool" {
+  for_each = { for pair in setproduct(keys(local.grants_by_kind["pool-subscriptions"]), keys(var.pull_pools)) : "${pair[0]} ${pair[1]}" => merge(local.grants_by_kind["pool-subscriptions"][pair[0]], { pool = pair[1] }) }
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.pool[each.value.pool].name
+  role         = each.value.role
+  member       = google_service_account.component[each.value.sa].member
+}
+
 resource "google_artifact_registry_repository_iam_member" "grant" {
   for_each = local.grants_by_kind["repo"]
 
@@ -203,4 +238,37 @@ resource "google_cloud_run_v2_service_iam_member" "callbacks_public" {
   name     = module.function["callbacks"].service_name
   role     = "roles/run.invoker"
   member   = "allUsers"
+}
+
+# The claim function: only the pull pools' service accounts (var.pull_pools);
+# the function also checks each caller against its pool.
+resource "google_cloud_run_v2_service_iam_member" "claim_invoker" {
+  for_each = local.pool_callers
+
+  project  = var.project_id
+  location = var.region
+  name     = module.function["claim"].service_name
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${each.value}"
+}
+
+# Dead-lettering: the Pub/Sub service agent forwards a pool's undeliverable
+# messages to its dead-letter topic (publisher there) and acknowledges them
+# on the pool's subscription (subscriber there); nothing wider.
+resource "google_pubsub_topic_iam_member" "pool_dead_letter_agent" {
+  for_each = var.pull_pools
+
+  project = var.project_id
+  topic   = google_pubsub_topic.pool_dead_letter[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
+  for_each = var.pull_pools
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.pool[each.key].name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 }

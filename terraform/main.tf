@@ -26,13 +26,13 @@ locals {
   worker_images = { for name, w in var.workers : name => lookup(var.worker_images, name, w.image) }
 
   # SERVO_WORKERS: where each named worker's tasks go (package enqueue).
-  servo_workers = {
+  servo_workers = merge({
     for name, w in module.worker : name => {
       url            = w.url
       queue          = w.queue_id
       serviceAccount = google_service_account.component["tasks-invoker"].email
     }
-  }
+  }, local.servo_pull_pools)
 
   # The environment every function reads (package functions); the signing
   # key ring is mounted from Secret Manager as SERVO_TOKEN_KEYS.
@@ -46,9 +46,10 @@ locals {
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
+    SERVO_CLAIM_AUDIENCE     = local.claim_url
   }
 
-  # The three entry points registered with functions-framework-go in package
+  # The entry points registered with functions-framework-go in package
   # github.com/servo-dev/servo/functions; all are built from the same zip.
   functions = {
     api = {
@@ -74,6 +75,13 @@ locals {
         topic           = google_pubsub_topic.topic["sweep"].id
         service_account = google_service_account.component["sweep-trigger"].email
       }
+    }
+    claim = {
+      name        = local.claim_name
+      entry_point = "ServoClaim"
+      description = "Servo pull-pool claims (invocable only by the pools' service accounts)."
+      sizing      = var.claim_function
+      pubsub      = null
     }
   }
 }
@@ -329,7 +337,7 @@ module "function" {
   max_instances   = each.value.sizing.max_instances
   concurrency     = each.value.sizing.concurrency
   pubsub_trigger  = each.value.pubsub
-  expected_url    = each.key == "callbacks" ? local.callbacks_url : null
+  expected_url    = lookup({ callbacks = local.callbacks_url, claim = local.claim_url }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
   # builder's must exist before the first revision starts or builds.
@@ -337,6 +345,8 @@ module "function" {
     google_project_iam_member.grant,
     google_secret_manager_secret_iam_member.grant,
     google_pubsub_topic_iam_member.grant,
+    google_pubsub_topic_iam_member.grant_pool,
+    google_pubsub_subscription_iam_member.grant_pool,
     google_service_account_iam_member.grant,
     google_cloud_tasks_queue_iam_member.grant,
     google_artifact_registry_repository_iam_member.grant,

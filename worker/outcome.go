@@ -44,6 +44,8 @@ func boolPtr(b bool) *bool { return &b }
 //   - an [Error] of category CANCELLED: CANCELLED (the worker's own cancel);
 //   - an [Error] of another category: FAILED with it and its advice;
 //   - any other error after the task's deadline passed: FAILED/TIMEOUT;
+//   - any other error after [Pull] stopped the Func at the end of its
+//     grace period: FAILED/INFRASTRUCTURE (retried, from the checkpoint);
 //   - any other error: FAILED/USER_CODE.
 func outcome(cause error, out any, ferr error, p *panicked, t *Task) task.CompletedRequest {
 	var req task.CompletedRequest
@@ -90,6 +92,8 @@ func outcome(cause error, out any, ferr error, p *panicked, t *Task) task.Comple
 			fail(we.Category, msg, "", we.Retryable)
 		case errors.Is(cause, ErrDeadlineExceeded):
 			fail(task.CategoryTimeout, msg, "", nil)
+		case errors.Is(cause, ErrStopping):
+			fail(task.CategoryInfrastructure, msg, "", nil)
 		default:
 			fail(task.CategoryUserCode, msg, "", nil)
 		}

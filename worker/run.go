@@ -43,6 +43,8 @@ type run struct {
 	// the error category it failed with.
 	ranFor   time.Duration
 	category string
+	// claimed: the attempt came from a pull-pool claim, which started it.
+	claimed bool
 }
 
 func newRun(h *handler, env task.Envelope) *run {
@@ -209,7 +211,13 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	startUntil := func() time.Time {
 		return minTime(startedAt.Add(cfg.startRetryWindow), r.tokenUntil())
 	}
-	rep, err := r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
+	var rep reply
+	if r.claimed {
+		// A pull-pool claim was the attempt's `started`.
+		rep.status, rep.disp = http.StatusOK, task.Continue
+	} else {
+		rep, err = r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
+	}
 	if err != nil {
 		r.log.ErrorContext(ctx, "could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it", "error", err)
 		return http.StatusServiceUnavailable, answer{Result: resultUnreachable, Detail: err.Error()}

@@ -46,6 +46,7 @@ func newDevCmd() *cobra.Command {
 	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
 	var keep bool
+	pools := pullPoolFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -60,7 +61,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 		Example: `  go run ./cmd/servo dev
   servo dev --addr 127.0.0.1:9090 --no-demo
   servo dev --worker mine=http://127.0.0.1:7000/work
-  servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685`,
+  servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685
+  servo dev --pull-pool gpu   # then: SERVO_API=... go run ./examples/worker -pull gpu`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -91,7 +93,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
-				Metrics: tel.MetricsHandler(), Traces: traces})
+				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools})
 			if err != nil {
 				return err
 			}
@@ -129,6 +131,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.BoolVar(&keep, "keep", false, "keep the emulators running after servo dev stops, and reuse them next time (faster restarts)")
 	f.DurationVar(&startTimeout, "start-timeout", 0, "default start timeout of new tasks, after which a stuck dispatch is re-driven (default 10m)")
 	f.DurationVar(&storeTimeout, "store-timeout", 0, "bound on the store work of one callback or API request, then 503 (default 20s callbacks, 50s API)")
+	f.Var(pools, "pull-pool", "pull pool NAME (workers claim at /v1/pools/NAME/claim), optionally =SA,... allowed to claim (repeatable)")
 	return cmd
 }
 

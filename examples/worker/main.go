@@ -1,5 +1,7 @@
 // Command worker is an example Servo worker for Cloud Run: it serves
-// partitions.Process with the worker SDK on $PORT (default 8080).
+// partitions.Process with the worker SDK on $PORT (default 8080). With
+// -pull POOL it takes no requests: it claims attempts from the pull pool
+// POOL at $SERVO_API (worker.Pull) and runs them, -concurrency at a time.
 //
 // Environment:
 //
@@ -9,11 +11,14 @@
 //	LOG_LEVEL             debug, info (default), warn, error
 //	OTEL_*                OpenTelemetry exporters by the standard variables
 //	                      (OTEL_EXPORTER_OTLP_ENDPOINT, ...); none when unset
+//	SERVO_API             (-pull) the claim URL base: `servo dev`'s address, or the ServoClaim function's URL
+//	SERVO_DEV_IDENTITY    (-pull, local stack only) the identity to claim as
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"net/http"
 	"os"
@@ -48,6 +53,16 @@ func main() {
 	} else {
 		defer tel.Shutdown(context.Background())
 	}
+	pool := flag.String("pull", "", "claim from this pull pool instead of serving pushes")
+	concurrency := flag.Int("concurrency", 4, "with -pull: attempts run at once")
+	flag.Parse()
+	if *pool != "" {
+		code := runPull(log, *pool, *concurrency, opts)
+		if tel != nil {
+			_ = tel.Shutdown(context.Background())
+		}
+		os.Exit(code)
+	}
 	mux := newMux(opts...)
 
 	port := os.Getenv("PORT")
@@ -80,4 +95,21 @@ func newMux(opts ...worker.Option) *http.ServeMux {
 	mux.Handle("/", worker.Handler(partitions.Process, opts...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return mux
+}
+
+// runPull claims from pool until SIGINT or SIGTERM, then lets running
+// attempts finish within the grace period; it returns the exit status.
+func runPull(log *slog.Logger, pool string, concurrency int, opts []worker.Option) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := worker.PullConfig{
+		API: os.Getenv("SERVO_API"), Pool: pool, Concurrency: concurrency,
+		DevIdentity: os.Getenv("SERVO_DEV_IDENTITY"), Options: opts,
+	}
+	log.Info("worker claiming", "pool", pool, "api", cfg.API, "concurrency", concurrency)
+	if err := worker.Pull(ctx, cfg, partitions.Process); err != nil {
+		log.Error("pull stopped", "error", err)
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,59 @@
+package functions
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/pull"
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/token"
+)
+
+// ServoClaim accepts only a verified Google ID token: the local stack's
+// identity header, even naming the pool's own account, a token that does
+// not verify, and no credentials at all are 401, before anything reaches
+// Pub/Sub (its address here is dead).
+func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
+	const sa = "gpu-box@servo-test.iam.gserviceaccount.com"
+	t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
+	t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
+	t.Setenv("SERVO_WORKERS", `{"gpu":{"pull":true,"serviceAccounts":["`+sa+`"]}}`)
+	t.Setenv("SERVO_CLAIM_AUDIENCE", "https://claim.example.com")
+	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+	t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
+	_, ring, err := token.GenerateKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(token.EnvKeys, string(ring))
+	depsInit, claimInit = newLazy(depsInit.build), newLazy(claimInit.build)
+
+	cases := []struct {
+		name, header, value string
+		want                int
+		code                string
+	}{
+		{"dev identity header", pull.DevIdentityHeader, sa, http.StatusUnauthorized, task.CodeUnauthenticated},
+		{"unverifiable ID token", "Authorization", "Bearer not.a.token", http.StatusUnauthorized, task.CodeUnauthenticated},
+		{"nothing", "", "", http.StatusUnauthorized, task.CodeUnauthenticated},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/v1/pools/gpu/claim", strings.NewReader(`{"workerId":"w","maxWaitMs":0}`))
+			r.Header.Set("Content-Type", "application/json")
+			if c.header != "" {
+				r.Header.Set(c.header, c.value)
+			}
+			rec := httptest.NewRecorder()
+			ServoClaim(rec, r)
+			var body task.ClaimResponse
+			if rec.Code != c.want || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != c.code || body.Disposition != task.Rejected {
+				t.Fatalf("%d %s, want %d %s", rec.Code, rec.Body, c.want, c.code)
+			}
+		})
+	}
+}

@@ -1,0 +1,167 @@
+# Pull pools (package pull): workers that cannot take inbound requests claim
+# attempts over outbound HTTPS from the claim function (ServoClaim).
+#
+# Per pool: a topic the enqueue path publishes attempts to, a pull
+# subscription the claim function receives from (acknowledging a message
+# only after the claim commits in Firestore), a dead-letter topic with an
+# inbox subscription for messages no claim could settle, and the invoker
+# role on the claim function for the pool's service accounts only. The
+# grants to Servo's own accounts are rows of local.grants (iam.tf, targets
+# pool-topics and pool-subscriptions); the ones to principals outside Servo
+# (the pools' callers, the Pub/Sub service agent) are at the end of iam.tf.
+
+variable "pull_pools" {
+  description = <<-EOT
+    Pull pools by name (tasks name them as "worker", like push workers).
+    service_accounts are the identities whose workers may claim (invoker
+    role on the claim function, and checked by the function against the
+    caller's verified ID token). ack_deadline_seconds is how long a message
+    a crashed claim received stays hidden; max_delivery_attempts how often
+    a message is delivered before it goes to the pool's dead-letter topic
+    (Servo's sweeper re-drives the task anyway); message_retention how long
+    an unclaimed message is kept.
+  EOT
+  type = map(object({
+    service_accounts      = list(string)
+    ack_deadline_seconds  = optional(number, 60)
+    max_delivery_attempts = optional(number, 20)
+    message_retention     = optional(string, "604800s")
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.pull_pools) : can(regex("^[a-z][a-z0-9-]{0,13}[a-z0-9]$", name))])
+    error_message = "Pull pool names must be 2-15 lowercase letters, digits and hyphens, starting with a letter."
+  }
+  validation {
+    condition = alltrue([for p in values(var.pull_pools) :
+      length(p.service_accounts) > 0 &&
+      alltrue([for sa in p.service_accounts : can(regex("^[^@\\s]+@[^@\\s]+\\.[a-z]+$", sa))])
+    ])
+    error_message = "Every pull pool needs service_accounts: at least one e-mail address of the identities allowed to claim."
+  }
+  validation {
+    condition = alltrue([for p in values(var.pull_pools) :
+      p.ack_deadline_seconds >= 10 && p.ack_deadline_seconds <= 600 &&
+      p.max_delivery_attempts >= 5 && p.max_delivery_attempts <= 100 &&
+      can(regex("^[0-9]+s$", p.message_retention)) &&
+      try(tonumber(trimsuffix(p.message_retention, "s")) >= 600 && tonumber(trimsuffix(p.message_retention, "s")) <= 604800, false)
+    ])
+    error_message = "pull_pools: ack_deadline_seconds 10-600, max_delivery_attempts 5-100, message_retention \"600s\" to \"604800s\" (Pub/Sub's limits)."
+  }
+}
+
+variable "claim_function" {
+  description = "Sizing of the claim function. Its timeout must exceed the longest claim long-poll (60s)."
+  type = object({
+    memory          = optional(string, "512Mi")
+    cpu             = optional(string, "1")
+    timeout_seconds = optional(number, 120)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 20)
+    concurrency     = optional(number, 80)
+  })
+  default = {}
+
+  validation {
+    condition = (
+      can(regex("^[0-9]+(Mi|Gi|M|G)$", var.claim_function.memory)) &&
+      can(regex("^([0-9]+(\\.[0-9]+)?|[0-9]+m)$", var.claim_function.cpu)) &&
+      var.claim_function.timeout_seconds > 60 && var.claim_function.timeout_seconds <= 3600 &&
+      var.claim_function.min_instances >= 0 && var.claim_function.max_instances >= 1 &&
+      var.claim_function.min_instances <= var.claim_function.max_instances &&
+      var.claim_function.concurrency >= 1 && var.claim_function.concurrency <= 1000
+    )
+    error_message = "claim_function: memory like \"512Mi\", cpu like \"1\", timeout_seconds 61-3600, 0 <= min_instances <= max_instances, max_instances >= 1, concurrency 1-1000."
+  }
+}
+
+locals {
+  claim_name = "${var.name_prefix}-claim"
+  # The claim function's URL: the audience of the pool workers' ID tokens.
+  claim_url = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.claim_name}"
+
+  # SERVO_WORKERS entries of the pools (package enqueue: pull, serviceAccounts).
+  servo_pull_pools = {
+    for name, p in var.pull_pools : name => {
+      pull            = true
+      serviceAccounts = p.service_accounts
+    }
+  }
+
+  # Every (pool, caller) pair, for the claim function's invoker role.
+  pool_callers = merge([
+    for name, p in var.pull_pools : { for sa in p.service_accounts : "${name} ${sa}" => sa }
+  ]...)
+}
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+# The pool's topic and pull subscription share the id servo-pool-NAME
+# (package pull: pull.TopicID, pull.SubscriptionID).
+resource "google_pubsub_topic" "pool" {
+  for_each = var.pull_pools
+
+  project = var.project_id
+  name    = "servo-pool-${each.key}"
+  labels  = { servo = "pull-pool" }
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_topic" "pool_dead_letter" {
+  for_each = var.pull_pools
+
+  project = var.project_id
+  name    = "servo-pool-${each.key}-dead-letter"
+  labels  = { servo = "pull-pool" }
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_subscription" "pool" {
+  for_each = var.pull_pools
+
+  project                    = var.project_id
+  name                       = "servo-pool-${each.key}"
+  topic                      = google_pubsub_topic.pool[each.key].id
+  ack_deadline_seconds       = each.value.ack_deadline_seconds
+  message_retention_duration = each.value.message_retention
+  retain_acked_messages      = false
+
+  # A pool's subscription lives as long as the pool, idle or not.
+  expiration_policy {
+    ttl = ""
+  }
+  # A message handed back (a claim whose transaction failed) comes back
+  # after a short backoff.
+  retry_policy {
+    minimum_backoff = "1s"
+    maximum_backoff = "60s"
+  }
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.pool_dead_letter[each.key].id
+    max_delivery_attempts = each.value.max_delivery_attempts
+  }
+}
+
+# Dead letters are kept until someone reads them.
+resource "google_pubsub_subscription" "pool_dead_letter_inbox" {
+  for_each = var.pull_pools
+
+  project                    = var.project_id
+  name                       = "servo-pool-${each.key}-dead-letter-inbox"
+  topic                      = google_pubsub_topic.pool_dead_letter[each.key].id
+  message_retention_duration = "604800s"
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+output "claim_url" {
+  description = "The claim function's URL: pull-pool workers claim at <claim_url>/v1/pools/NAME/claim with an ID token for this audience."
+  value       = local.claim_url
+}

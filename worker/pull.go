@@ -1,0 +1,324 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/api/idtoken"
+
+	"github.com/servo-dev/servo/task"
+)
+
+// Defaults of PullConfig.
+const (
+	DefaultPullConcurrency = 1
+	DefaultPullMaxWait     = 20 * time.Second
+	DefaultPullGrace       = 30 * time.Second
+	// DevIdentityHeader carries PullConfig.DevIdentity (the local stack
+	// only; the same name as pull.DevIdentityHeader).
+	DevIdentityHeader = "X-Servo-Dev-Identity"
+)
+
+// ErrStopping is the cause of a Func's context when [Pull] stops it at the
+// end of its grace period; the attempt is reported FAILED/INFRASTRUCTURE,
+// so Servo retries it (from its last checkpoint) on another worker.
+var ErrStopping = errors.New("worker: stopping: the grace period for running tasks is over")
+
+// ClaimError is a claim refused for good (4xx: unknown pool, a caller not
+// allowed, a bad request): Pull stops with it.
+type ClaimError struct {
+	Status  int
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *ClaimError) Error() string {
+	s := fmt.Sprintf("worker: claim refused: %d %s", e.Status, e.Code)
+	if e.Field != "" {
+		s += " (field " + e.Field + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// PullConfig configures [Pull].
+type PullConfig struct {
+	// API is the base URL that serves POST /v1/pools/{pool}/claim: the
+	// ServoClaim function's URL in production, `servo dev`'s address
+	// locally (required).
+	API string
+	// Pool is the pull pool's name (required).
+	Pool string
+	// Concurrency is how many attempts run at once (default 1). A claim is
+	// made only while a slot is free.
+	Concurrency int
+	// MaxWait is each claim's long-poll (default 20 s, at most 60 s).
+	MaxWait time.Duration
+	// Grace is how long, once ctx ends, running attempts may go on; then
+	// their contexts are cancelled with ErrStopping (default 30 s).
+	Grace time.Duration
+	// Client sends the claims. Default: for an https API, an ID-token
+	// client (google.golang.org/api/idtoken, Application Default
+	// Credentials, audience Audience); otherwise a plain client.
+	Client *http.Client
+	// Audience of the ID token; default API.
+	Audience string
+	// DevIdentity, when set, is sent in the DevIdentityHeader header: the
+	// identity `servo dev` takes on trust. Production ignores it.
+	DevIdentity string
+	// Options configure the attempt machinery as for [Handler]
+	// (WithWorkerID, WithLogger, WithRetryBackoff, ...). The retry backoff
+	// also paces claims that come back empty or unavailable.
+	Options []Option
+}
+
+// Pull claims attempts from a pull pool and runs fn for each, with the
+// same machinery as [Handler] (heartbeats, checkpoints, cancel, lease
+// fence, exactly one `completed`), at most cfg.Concurrency at a time. The
+// claim is the attempt's `started`. Empty claims and Servo's 503 are
+// followed by a backoff; a claim refused for good (4xx) ends Pull with a
+// *ClaimError. When ctx ends Pull stops claiming, lets running attempts
+// finish within cfg.Grace, then cancels them (ErrStopping), waits for their
+// reports, and returns nil.
+func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
+	if cfg.API == "" || cfg.Pool == "" {
+		return errors.New("worker: PullConfig.API and Pool are required")
+	}
+	h, ok := Handler(fn, cfg.Options...).(*handler)
+	if !ok {
+		return errors.New("worker: unexpected handler")
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = DefaultPullConcurrency
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultPullMaxWait
+	}
+	cfg.MaxWait = min(cfg.MaxWait, task.MaxClaimWait)
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultPullGrace
+	}
+	if cfg.Client == nil {
+		var err error
+		if cfg.Client, err = defaultClaimClient(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	p := &puller{cfg: cfg, h: h, running: map[*run]bool{}}
+	return p.loop(ctx)
+}
+
+func defaultClaimClient(ctx context.Context, cfg PullConfig) (*http.Client, error) {
+	u, err := url.Parse(cfg.API)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("worker: PullConfig.API %q is not an absolute URL", cfg.API)
+	}
+	if u.Scheme != "https" {
+		return &http.Client{}, nil
+	}
+	aud := cfg.Audience
+	if aud == "" {
+		aud = cfg.API
+	}
+	c, err := idtoken.NewClient(context.WithoutCancel(ctx), aud)
+	if err != nil {
+		return nil, fmt.Errorf("worker: ID token client for %s: %w", aud, err)
+	}
+	return c, nil
+}
+
+type puller struct {
+	cfg PullConfig
+	h   *handler
+
+	mu      sync.Mutex
+	running map[*run]bool
+	wg      sync.WaitGroup
+}
+
+func (p *puller) loop(ctx context.Context) error {
+	log := p.h.cfg.logger.With("pool", p.cfg.Pool, "workerId", p.h.cfg.workerID)
+	// Claims and runs outlive ctx by the grace period at most.
+	graceCtx, stopGrace := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGrace()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-graceCtx.Done():
+			return
+		}
+		t := time.NewTimer(p.cfg.Grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.stopRunning()
+			stopGrace()
+		case <-graceCtx.Done():
+		}
+	}()
+	slots := make(chan struct{}, p.cfg.Concurrency)
+	var fatal error
+	empty := 0
+	for fatal == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		env, wait, err := p.claim(ctx, graceCtx)
+		var ce *ClaimError
+		switch {
+		case errors.As(err, &ce):
+			log.ErrorContext(ctx, "claim refused; stopping", "status", ce.Status, "code", ce.Code, "field", ce.Field, "message", ce.Message)
+			fatal = err
+		case err != nil:
+			log.WarnContext(ctx, "claim failed; backing off", "error", redactURL(err))
+		}
+		if env == nil {
+			<-slots
+			if fatal != nil || ctx.Err() != nil {
+				continue
+			}
+			empty++
+			if err == nil {
+				// An empty long-poll: a short pause before the next one.
+				wait = max(wait, backoff(min(empty, 3), p.h.cfg.backoffInitial, p.h.cfg.backoffMax))
+			} else {
+				wait = max(wait, backoff(empty, p.h.cfg.backoffInitial, p.h.cfg.backoffMax))
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		empty = 0
+		p.start(*env, slots)
+	}
+	p.wg.Wait()
+	return fatal
+}
+
+// start runs a claimed attempt in its own goroutine, freeing its slot at
+// the end.
+func (p *puller) start(env task.Envelope, slots chan struct{}) {
+	ru := newRun(p.h, env)
+	ru.claimed = true
+	k := attemptKey{env.TaskID, env.Attempt}
+	p.mu.Lock()
+	p.running[ru] = true
+	p.mu.Unlock()
+	p.h.mu.Lock()
+	p.h.inflight[k] = ru
+	p.h.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-slots }()
+		ru.status, ru.ans = ru.execute(context.Background())
+		p.h.mu.Lock()
+		delete(p.h.inflight, k)
+		p.h.mu.Unlock()
+		p.mu.Lock()
+		delete(p.running, ru)
+		p.mu.Unlock()
+		close(ru.done)
+	}()
+}
+
+// stopRunning cancels the running attempts' Funcs with ErrStopping.
+func (p *puller) stopRunning() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ru := range p.running {
+		ru.mu.Lock()
+		cancel := ru.cancelFn
+		ru.mu.Unlock()
+		if cancel != nil {
+			ru.log.Warn("grace period over; stopping the function")
+			cancel(ErrStopping)
+		}
+	}
+}
+
+// claimResponse is task.ClaimResponse with the envelope kept raw, for
+// parseEnvelope's checks.
+type claimResponse struct {
+	Claimed     bool             `json:"claimed"`
+	Envelope    json.RawMessage  `json:"envelope"`
+	Disposition task.Disposition `json:"disposition"`
+	Error       string           `json:"error"`
+	Field       string           `json:"field"`
+	Message     string           `json:"message"`
+}
+
+// claim makes one claim. It is sent under graceCtx (an envelope claimed
+// just as ctx ends is still run), and abandoned when ctx ends and the
+// grace period runs out. It returns the envelope (nil when nothing was
+// claimed), a Retry-After to honour, and an error (*ClaimError: final).
+func (p *puller) claim(ctx, graceCtx context.Context) (*task.Envelope, time.Duration, error) {
+	body, _ := json.Marshal(task.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
+	rctx, cancel := context.WithTimeout(graceCtx, p.cfg.MaxWait+p.h.cfg.requestTimeout)
+	defer cancel()
+	u := strings.TrimSuffix(p.cfg.API, "/") + "/v1/pools/" + url.PathEscape(p.cfg.Pool) + "/claim"
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, &ClaimError{Code: "bad_url", Message: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	if p.cfg.DevIdentity != "" {
+		req.Header.Set(DevIdentityHeader, p.cfg.DevIdentity)
+	}
+	res, err := p.cfg.Client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, MaxEnvelopeBytes+maxResponseBytes))
+	if err != nil {
+		return nil, 0, err
+	}
+	var cr claimResponse
+	servo := json.Unmarshal(b, &cr) == nil && knownDisposition(cr.Disposition)
+	switch {
+	case res.StatusCode == http.StatusOK && servo:
+		if !cr.Claimed {
+			return nil, 0, nil
+		}
+		env, err := parseEnvelope(cr.Envelope)
+		if err != nil {
+			// Claimed, but unusable: the lease expires and Servo retries it.
+			return nil, 0, fmt.Errorf("worker: claimed an envelope that is not valid: %w", err)
+		}
+		return &env, 0, nil
+	case servo && cr.Disposition == task.Retry, !servo && retryableStatus(res.StatusCode):
+		return nil, retryAfter(res.Header.Get("Retry-After")), fmt.Errorf("worker: claim answered %d %s", res.StatusCode, cr.Error)
+	}
+	return nil, 0, &ClaimError{Status: res.StatusCode, Code: cr.Error, Field: cr.Field, Message: cr.Message}
+}
+
+func retryableStatus(s int) bool {
+	switch s {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+func ptr[T any](v T) *T { return &v }
