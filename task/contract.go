@@ -92,6 +92,9 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
 	CodeNotFound              = "not_found"
+	// CodeExecutionConflict: the attempt already records another Cloud Run
+	// Job execution (EventExecution; internal, never a callback answer).
+	CodeExecutionConflict = "execution_conflict"
 	// CodeInternal answers a failure that retrying the same request cannot
 	// fix (Firestore refused the write as invalid).
 	CodeInternal = "internal"
