@@ -4,6 +4,11 @@
 // an enqueue is safe (ALREADY_EXISTS counts as success). The dispatcher uses
 // it on submit, the callbacks and the sweeper for retries and re-drives.
 //
+// A job worker ([Worker.Job]) is enqueued the same way, but its Cloud Task
+// calls Servo's jobs dispatch endpoint ([Config.JobDispatchURL]) with the
+// envelope, and that endpoint runs the Cloud Run Job (package jobs): rate
+// limits, retries, names and re-drives work as for push workers.
+//
 // The token is valid from the moment the delivery can start (the retry's
 // NotBefore, when that is later than now) for [task.TokenTTL], so a retry
 // scheduled further ahead than a token lives still starts. Each sweeper
@@ -62,6 +67,9 @@ type Config struct {
 	Keys            *token.KeyRing
 	Workers         Workers
 	CallbackBaseURL string
+	// JobDispatchURL is Servo's jobs dispatch endpoint, which the Cloud
+	// Tasks of job workers (Worker.Job) call; required when a worker is one.
+	JobDispatchURL string
 	// Now defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -84,6 +92,11 @@ func New(cfg Config) (*Enqueuer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for _, n := range cfg.Workers.Names() {
+		if cfg.Workers[n].Job != "" && cfg.JobDispatchURL == "" {
+			return nil, fmt.Errorf("enqueue: worker %q runs a Cloud Run Job: JobDispatchURL is required", n)
+		}
 	}
 	return &Enqueuer{cfg: cfg}, nil
 }
@@ -153,14 +166,18 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 	if err != nil {
 		return err
 	}
+	target := w.URL
+	if w.Job != "" {
+		target = e.cfg.JobDispatchURL
+	}
 	req := &ctpb.HttpRequest{
-		Url: w.URL, HttpMethod: ctpb.HttpMethod_POST, Body: body,
+		Url: target, HttpMethod: ctpb.HttpMethod_POST, Body: body,
 		Headers: map[string]string{"Content-Type": "application/json"},
 	}
 	if w.ServiceAccount != "" {
 		aud := w.Audience
 		if aud == "" {
-			aud = w.URL
+			aud = target
 		}
 		req.AuthorizationHeader = &ctpb.HttpRequest_OidcToken{OidcToken: &ctpb.OidcToken{ServiceAccountEmail: w.ServiceAccount, Audience: aud}}
 	}
