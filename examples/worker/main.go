@@ -1,5 +1,9 @@
 // Command worker is an example Servo worker for Cloud Run: it serves
-// partitions.Process with the worker SDK on $PORT (default 8080).
+// partitions.Process with the worker SDK on $PORT (default 8080). With
+// -job it is a job worker instead: it runs the one attempt whose envelope
+// Servo put in $SERVO_ENVELOPE (a Cloud Run Job execution, or a
+// `servo dev --job-worker` subprocess) and exits 0 once the attempt's
+// outcome is settled with Servo (1 if it could not be).
 //
 // Environment:
 //
@@ -12,6 +16,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"net/http"
 	"os"
@@ -25,6 +30,8 @@ import (
 )
 
 func main() {
+	job := flag.Bool("job", false, "run one attempt from $SERVO_ENVELOPE (a Cloud Run Job execution) and exit")
+	flag.Parse()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
 		level = slog.LevelInfo
@@ -36,6 +43,13 @@ func main() {
 		if sa := os.Getenv("SERVO_OIDC_SA"); sa != "" {
 			opts = append(opts, worker.WithOIDCServiceAccount(sa))
 		}
+	}
+	if *job {
+		if err := worker.RunJob(context.Background(), partitions.Process, opts...); err != nil {
+			log.Error("job attempt not run", "error", err)
+			os.Exit(1)
+		}
+		return
 	}
 	mux := newMux(opts...)
 
