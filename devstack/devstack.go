@@ -41,6 +41,7 @@ import (
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -96,6 +97,10 @@ type Options struct {
 	// TasksClientOptions are passed to the Cloud Tasks client (an
 	// interceptor counting calls, in benchmarks).
 	TasksClientOptions []option.ClientOption
+	// JobWorkers are job workers, name → command line: each attempt runs
+	// as one subprocess of the command (jobs.Local), with the environment
+	// contract of a Cloud Run Job execution; each gets its own queue.
+	JobWorkers map[string]string
 }
 
 // Stack is a running local stack.
@@ -117,6 +122,8 @@ type Stack struct {
 	// Events is the events publisher (the store's commit hook and the
 	// sweeper's outbox re-drive).
 	Events *events.Publisher
+	// Jobs runs the job workers' executions as subprocesses.
+	Jobs *jobs.Local
 
 	id        string
 	log       *slog.Logger
@@ -200,6 +207,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	for name, u := range o.Workers {
 		s.Workers[name] = s.worker(name, u)
 	}
+	jobCommands := map[string]string{}
+	for name, command := range o.JobWorkers {
+		w := s.worker(name, "")
+		w.Job = fmt.Sprintf("projects/%s/locations/%s/jobs/%s", s.Project, Location, name)
+		s.Workers[name], jobCommands[w.Job] = w, command
+	}
+	s.Jobs = jobs.NewLocal(jobCommands, o.Log, s.log)
 	if err := s.Workers.Validate(true); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -210,13 +224,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log}); err != nil {
+	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log,
+		JobDispatchURL: s.URL + jobs.DispatchPath}); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery, Executions: s.Jobs})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -230,6 +245,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
+	dispatch, err := jobs.NewHandler(jobs.Config{Store: s.Store, Keys: s.Keys, Workers: s.Workers, Runner: s.Jobs, Logger: s.log, Project: o.Project})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
 	target, _ := url.Parse(routerURL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 
@@ -247,6 +267,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	mux.Handle("/workers/"+ExampleWorker, example)
 	mux.Handle("POST "+sweepPath, proxy)
+	mux.Handle(jobs.DispatchPath, dispatch)
 	mux.Handle("/", api)
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
@@ -423,6 +444,9 @@ func (s *Stack) Close() error {
 		s.ready.Store(false)
 		unregisterSweeper(s.id)
 		s.cancel()
+		if s.Jobs != nil {
+			_ = s.Jobs.Close()
+		}
 		if s.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = s.server.Shutdown(ctx)

@@ -45,6 +45,7 @@ func newDevCmd() *cobra.Command {
 	var noDemo bool
 	var sweepEvery time.Duration
 	workers := workerFlags{}
+	jobWorkers := jobWorkerFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -59,6 +60,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 		Example: `  go run ./cmd/servo dev
   servo dev --addr 127.0.0.1:9090 --no-demo
   servo dev --worker mine=http://127.0.0.1:7000/work
+  servo dev --job-worker render="go run ./examples/worker -job"
   servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -78,7 +80,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
-				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, JobWorkers: jobWorkers})
 			if err != nil {
 				return err
 			}
@@ -113,6 +115,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
+	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
 	return cmd
 }
 
