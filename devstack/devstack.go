@@ -225,13 +225,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}
 	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log,
-		JobDispatchURL: s.URL + jobs.DispatchPath}); err != nil {
+		JobDispatchURL: s.URL + jobs.DispatchPath, Executions: s.Jobs}); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery, Executions: s.Jobs})
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)

@@ -70,10 +70,18 @@ type Config struct {
 	// JobDispatchURL is Servo's jobs dispatch endpoint, which the Cloud
 	// Tasks of job workers (Worker.Job) call; required when a worker is one.
 	JobDispatchURL string
+	// Executions cancels the Cloud Run Job executions of job attempts that
+	// a timer ended (FollowUp); nil cancels none.
+	Executions ExecutionCanceller
 	// Now defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// ExecutionCanceller cancels a Cloud Run Job execution; jobs.Runner is one.
+type ExecutionCanceller interface {
+	Cancel(ctx context.Context, execution string) error
 }
 
 // Enqueuer enqueues attempts. It is safe for concurrent use.
@@ -242,10 +250,21 @@ func (e *Enqueuer) deleteTask(ctx context.Context, name string) error {
 	return nil
 }
 
-// FollowUp performs what a committed result asks for: enqueue the next
-// attempt (a retry or re-drive) or delete a cancelled attempt's Cloud Task.
-// A failure is logged and returned; the sweeper recovers it.
+// FollowUp performs what a committed result asks for: cancel the job
+// execution of an attempt a timer ended (first, so that the stale execution
+// stops before the retry starts; best effort, logged), then enqueue the
+// next attempt (a retry or re-drive) or delete a cancelled attempt's Cloud
+// Task. A failure to enqueue or dequeue is logged and returned; the
+// sweeper recovers it.
 func (e *Enqueuer) FollowUp(ctx context.Context, r task.Result) error {
+	if r.CancelExecution != "" && e.cfg.Executions != nil {
+		log := e.cfg.Logger.With("taskId", r.Task.ID, "tenantId", r.Task.TenantID, "execution", r.CancelExecution)
+		if err := e.cfg.Executions.Cancel(ctx, r.CancelExecution); err != nil {
+			log.WarnContext(ctx, "could not cancel the ended attempt's job execution; its callbacks are refused", "error", err)
+		} else {
+			log.InfoContext(ctx, "cancelled the ended attempt's job execution")
+		}
+	}
 	switch {
 	case r.Enqueue:
 		return e.Enqueue(ctx, r.Task)

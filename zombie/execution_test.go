@@ -2,6 +2,7 @@ package zombie_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -22,22 +23,17 @@ func (s *steps) add(v string) {
 	s.mu.Unlock()
 }
 
-func (s *steps) Cancel(_ context.Context, execution string) error {
-	s.add("cancel " + execution)
-	return nil
-}
-
 type orderedEnqueuer struct{ s *steps }
 
 func (o orderedEnqueuer) FollowUp(_ context.Context, r task.Result) error {
-	o.s.add("follow-up")
+	o.s.add(fmt.Sprintf("follow-up cancel=%q enqueue=%v", r.CancelExecution, r.Enqueue))
 	return nil
 }
 
 // TestTimersCancelJobExecutions: when the lease or the cancel grace of a
-// job attempt runs out, the sweeper cancels the attempt's execution after
-// commit and before the retry is enqueued; a push attempt (no execution)
-// cancels nothing.
+// job attempt runs out, the sweeper hands the result to FollowUp, which
+// cancels the attempt's execution (and enqueues the retry, if any); a push
+// attempt (no execution) has nothing to cancel.
 func TestTimersCancelJobExecutions(t *testing.T) {
 	const exec = "projects/p/locations/l/jobs/j/executions/e1"
 	later := t0.Add(time.Hour)
@@ -47,9 +43,9 @@ func TestTimersCancelJobExecutions(t *testing.T) {
 		execution string
 		want      []string
 	}{
-		{"lease expired, retried", []task.EventKind{task.EventEnqueued, task.EventStarted}, exec, []string{"cancel " + exec, "follow-up"}},
-		{"cancel grace over", []task.EventKind{task.EventEnqueued, task.EventStarted, task.EventCancel}, exec, []string{"cancel " + exec}},
-		{"push attempt", []task.EventKind{task.EventEnqueued, task.EventStarted}, "", []string{"follow-up"}},
+		{"lease expired, retried", []task.EventKind{task.EventEnqueued, task.EventStarted}, exec, []string{`follow-up cancel="` + exec + `" enqueue=true`}},
+		{"cancel grace over", []task.EventKind{task.EventEnqueued, task.EventStarted, task.EventCancel}, exec, []string{`follow-up cancel="` + exec + `" enqueue=false`}},
+		{"push attempt", []task.EventKind{task.EventEnqueued, task.EventStarted}, "", []string{`follow-up cancel="" enqueue=true`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,7 +55,7 @@ func TestTimersCancelJobExecutions(t *testing.T) {
 			a := ms.attempts[tk.ID][tk.Attempt]
 			a.Execution = c.execution
 			ms.attempts[tk.ID][tk.Attempt] = a
-			sw, err := zombie.New(zombie.Config{Store: ms, Enqueuer: orderedEnqueuer{s}, Executions: s, Now: func() time.Time { return later },
+			sw, err := zombie.New(zombie.Config{Store: ms, Enqueuer: orderedEnqueuer{s}, Now: func() time.Time { return later },
 				Jitter: func() float64 { return 0.5 }, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)

@@ -15,11 +15,9 @@
 //	dispatch  DueDispatch          Redrive               re-enqueue under the re-drive's own Cloud Tasks name, or
 //	                                                     after MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
 //
-// When a timer ends a job worker's attempt (lease, cancel), the sweeper
-// first cancels its Cloud Run Job execution (Config.Executions).
-//
 // After a committed result the sweeper calls Enqueuer.FollowUp, which
-// enqueues retries and re-drives. A retry whose enqueue failed after commit
+// enqueues retries and re-drives, and first cancels the Cloud Run Job
+// execution of a job attempt that a timer ended (lease, cancel). A retry whose enqueue failed after commit
 // stays QUEUED with a dispatch check time, so the dispatch duty re-drives it.
 //
 // One Cloud Scheduler tick (at most once a minute) starts one invocation,
@@ -75,11 +73,6 @@ type Enqueuer interface {
 	FollowUp(ctx context.Context, r task.Result) error
 }
 
-// Canceller cancels a Cloud Run Job execution; jobs.Runner is one.
-type Canceller interface {
-	Cancel(ctx context.Context, execution string) error
-}
-
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -94,11 +87,6 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Redriver, when set, re-drives the outbox once per pass.
 	Redriver Redriver
-	// Executions, when set, cancels the Cloud Run Job execution of a job
-	// attempt that a timer ended (task.Result.CancelExecution: lease
-	// expired, cancel grace over), after commit and before a retry is
-	// enqueued; best effort, logged.
-	Executions Canceller
 	// Now is the server clock given to the state machine; default time.Now.
 	Now func() time.Time
 	// Jitter draws the full-jitter retry delay in [0, 1); default rand.Float64.
@@ -448,15 +436,7 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, e
 		attrs = append(attrs, "redrives", r.Task.Redrives)
 	}
 	log.InfoContext(ctx, "sweeper applied "+string(d.Event), attrs...)
-	if r.CancelExecution != "" && s.cfg.Executions != nil {
-		// Before the retry's enqueue: the stale execution stops first.
-		if err := s.cfg.Executions.Cancel(ctx, r.CancelExecution); err != nil {
-			log.WarnContext(ctx, "could not cancel the ended attempt's job execution; its callbacks are refused", "execution", r.CancelExecution, "error", err)
-		} else {
-			log.InfoContext(ctx, "cancelled the ended attempt's job execution", "execution", r.CancelExecution)
-		}
-	}
-	if r.Enqueue || r.Dequeue {
+	if r.Enqueue || r.Dequeue || r.CancelExecution != "" {
 		if err := s.cfg.Enqueuer.FollowUp(ctx, r); err != nil {
 			// Not an error of the sweep: the transition is committed and the
 			// dispatch duty re-drives the attempt after its start timeout.
