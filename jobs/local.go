@@ -217,4 +217,3 @@ func ParseJobWorker(v string) (name, command string, err error) {
 	}
 	return name, command, nil
 }
-
