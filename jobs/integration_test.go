@@ -329,7 +329,6 @@ func pauseQueue(t *testing.T, s *stack, worker string) {
 	}
 }
 
-
 // dispatch POSTs an envelope to the dispatch endpoint as Cloud Tasks does.
 func (s *stack) dispatch(env task.Envelope) (int, jobs.Answer) {
 	s.t.Helper()
