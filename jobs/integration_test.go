@@ -49,6 +49,7 @@ func TestJobWorker(t *testing.T) {
 	t.Run("CancelIgnoredIsKilled", testCancelIgnoredIsKilled)
 	t.Run("OutlivesItsFirstToken", testOutlivesItsFirstToken)
 	t.Run("DispatchedTwiceStartsOne", testDispatchedTwiceStartsOne)
+	t.Run("BadDeliveries", testBadDeliveries)
 }
 
 // stack is one test's local stack.
@@ -449,5 +450,79 @@ func testDispatchedTwiceStartsOne(t *testing.T) {
 	}
 	if got := current(s.get(id)).Execution; got != a.Execution {
 		t.Fatalf("recorded %s, want the new %s", got, a.Execution)
+	}
+}
+
+// testBadDeliveries: what the dispatch endpoint refuses, with its status
+// and code, and that none of it starts an execution.
+func testBadDeliveries(t *testing.T) {
+	s := startStack(t, map[string]string{"sleeper": "sleep 600"})
+	pauseQueue(t, s, "sleeper")
+	pauseQueue(t, s, devstack.ExampleWorker)
+	id := s.submit("sleeper", `{}`, 500, 10000, 1000, 1)
+	env := s.envelope(id)
+	pushID := s.submit(devstack.ExampleWorker, `{"partitions":1}`, 500, 10000, 1000, 1)
+	pushEnv := s.envelope(pushID)
+	endedID := s.submit("sleeper", `{}`, 500, 10000, 1000, 1)
+	endedEnv := s.envelope(endedID)
+	if status, body := s.do("POST", "/v1/tasks/"+endedID+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, body)
+	}
+	otherAttempt := env
+	tk := s.get(id)
+	otherAttempt.TaskToken, _, _ = s.s.Keys.Sign(token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: 2}, time.Minute, time.Now())
+	forged := env
+	forged.TaskToken = "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl"
+	big := env
+	big.Payload = json.RawMessage(`"` + strings.Repeat("x", jobs.MaxEnvelopeBytes) + `"`)
+	raw := func(v any) []byte { b, _ := json.Marshal(v); return b }
+
+	cases := []struct {
+		name       string
+		method, ct string
+		body       []byte
+		status     int
+		code       string
+		result     string
+	}{
+		{"GET", "GET", "application/json", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, ""},
+		{"not JSON", "POST", "text/plain", raw(env), http.StatusUnsupportedMediaType, task.CodeUnsupportedMediaType, ""},
+		{"not an envelope", "POST", "application/json", []byte(`{"hello":1}`), http.StatusBadRequest, task.CodeInvalidRequest, ""},
+		{"too large for a job", "POST", "application/json", raw(big), http.StatusRequestEntityTooLarge, task.CodePayloadTooLarge, ""},
+		{"forged token", "POST", "application/json", raw(forged), http.StatusUnauthorized, task.CodeInvalidToken, ""},
+		{"token of another attempt", "POST", "application/json", raw(otherAttempt), http.StatusForbidden, task.CodeTokenScopeMismatch, ""},
+		{"push worker's task", "POST", "application/json", raw(pushEnv), http.StatusBadRequest, task.CodeInvalidRequest, ""},
+		{"cancelled task", "POST", "application/json", raw(endedEnv), http.StatusOK, "", jobs.ResultStale},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, s.s.URL+jobs.DispatchPath, bytes.NewReader(c.body))
+			req.Header.Set("Content-Type", c.ct)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var a jobs.Answer
+			if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != c.status || a.Error != c.code || a.Result != c.result {
+				t.Fatalf("got %d %+v, want %d %q %q", res.StatusCode, a, c.status, c.code, c.result)
+			}
+			if strings.Contains(a.Message, env.TaskToken) {
+				t.Fatal("the answer carries the token")
+			}
+		})
+	}
+	if n := len(s.s.Jobs.Executions()); n != 0 {
+		t.Fatalf("%d executions started by bad deliveries", n)
+	}
+	if got := current(s.get(id)).Execution; got != "" {
+		t.Fatalf("execution recorded: %s", got)
+	}
+	b, _ := os.ReadFile(s.log)
+	if bytes.Contains(b, []byte(env.TaskToken)) {
+		t.Fatal("a task token appears in the logs")
 	}
 }
