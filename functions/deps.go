@@ -1,6 +1,7 @@
 // Package functions registers Servo's Cloud Functions with
 // functions-framework-go: ServoAPI (HTTP, the control API), ServoCallbacks
-// (HTTP, worker callbacks) and ServoSweeper (CloudEvent from Pub/Sub).
+// (HTTP, worker callbacks), ServoSweeper (CloudEvent from Pub/Sub) and
+// ServoJobs (HTTP, the jobs dispatch endpoint, called by Cloud Tasks).
 // It is thin wiring: each function builds its dependencies from the
 // environment on its first request and serves the same handler the local
 // stack serves. A build that fails is retried by a later request once a
@@ -21,6 +22,8 @@
 //	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
 //	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
+//	SERVO_JOBS_DISPATCH_URL    URL of ServoJobs, which job workers' Cloud Tasks call (required with a job worker)
+//	SERVO_JOBS_CONTAINER       the jobs' container the per-execution overrides apply to (default: the only one)
 package functions
 
 import (
@@ -36,6 +39,7 @@ import (
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/token"
@@ -51,6 +55,9 @@ type Deps struct {
 	// the outbox from the sweeper.
 	Publisher *events.Publisher
 	Logger    *slog.Logger
+	// Jobs runs and cancels Cloud Run Job executions (Admin API); nil when
+	// no worker is a job worker.
+	Jobs *jobs.CloudRun
 }
 
 // depsInit builds the instance's Deps. A failed build (a Secret Manager or
@@ -137,7 +144,19 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if callbackBase == "" {
 		return nil, fmt.Errorf("functions: set SERVO_CALLBACK_BASE_URL to the ServoCallbacks URL")
 	}
-	enq, err := enqueue.New(enqueue.Config{Store: st, Tasks: tasks, Keys: keys, Workers: workers, CallbackBaseURL: callbackBase, Logger: log})
+	var runner *jobs.CloudRun
+	if hasJobWorker(workers) {
+		if runner, err = jobs.NewCloudRun(ctx, os.Getenv("SERVO_JOBS_CONTAINER")); err != nil {
+			return nil, fmt.Errorf("functions: %w", err)
+		}
+		closers = append(closers, runner.Close)
+	}
+	enqCfg := enqueue.Config{Store: st, Tasks: tasks, Keys: keys, Workers: workers, CallbackBaseURL: callbackBase, Logger: log,
+		JobDispatchURL: os.Getenv("SERVO_JOBS_DISPATCH_URL")}
+	if runner != nil {
+		enqCfg.Executions = runner
+	}
+	enq, err := enqueue.New(enqCfg)
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
@@ -155,5 +174,14 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
 	st.OnCommit(pub.Hook())
-	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log}, nil
+	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log, Jobs: runner}, nil
+}
+
+func hasJobWorker(ws enqueue.Workers) bool {
+	for _, w := range ws {
+		if w.Job != "" {
+			return true
+		}
+	}
+	return false
 }
