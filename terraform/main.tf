@@ -26,13 +26,13 @@ locals {
   worker_images = { for name, w in var.workers : name => lookup(var.worker_images, name, w.image) }
 
   # SERVO_WORKERS: where each named worker's tasks go (package enqueue).
-  servo_workers = {
+  servo_workers = merge({
     for name, w in module.worker : name => {
       url            = w.url
       queue          = w.queue_id
       serviceAccount = google_service_account.component["tasks-invoker"].email
     }
-  }
+  }, local.servo_job_workers)
 
   # The environment every function reads (package functions); the signing
   # key ring is mounted from Secret Manager as SERVO_TOKEN_KEYS.
@@ -46,6 +46,8 @@ locals {
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
+    SERVO_JOBS_DISPATCH_URL  = local.jobs_function_url
+    SERVO_JOBS_CONTAINER     = local.job_container
   }
 
   # The three entry points registered with functions-framework-go in package
@@ -74,6 +76,13 @@ locals {
         topic           = google_pubsub_topic.topic["sweep"].id
         service_account = google_service_account.component["sweep-trigger"].email
       }
+    }
+    jobs = {
+      name        = local.jobs_function_name
+      entry_point = "ServoJobs"
+      description = "Servo jobs dispatch: runs job workers' Cloud Run Jobs, one execution per attempt (IAM-protected; Cloud Tasks calls it)."
+      sizing      = var.functions.jobs
+      pubsub      = null
     }
   }
 }
@@ -329,7 +338,7 @@ module "function" {
   max_instances   = each.value.sizing.max_instances
   concurrency     = each.value.sizing.concurrency
   pubsub_trigger  = each.value.pubsub
-  expected_url    = each.key == "callbacks" ? local.callbacks_url : null
+  expected_url    = each.key == "callbacks" ? local.callbacks_url : each.key == "jobs" ? local.jobs_function_url : null
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
   # builder's must exist before the first revision starts or builds.
@@ -341,5 +350,6 @@ module "function" {
     google_cloud_tasks_queue_iam_member.grant,
     google_artifact_registry_repository_iam_member.grant,
     google_storage_bucket_iam_member.grant,
+    google_cloud_run_v2_job_iam_member.grant,
   ]
 }
