@@ -66,9 +66,9 @@ func TestExecutionRecord(t *testing.T) {
 	}
 }
 
-// TestTimersCancelTheExecution: the timer transitions that end a job
-// attempt against its will ask the caller to cancel the execution; the
-// others do not.
+// TestTimersCancelTheExecution: the transitions that end a job attempt
+// against its will (timers, a cancel before the job said started) ask the
+// caller to cancel the execution; the others do not.
 func TestTimersCancelTheExecution(t *testing.T) {
 	const exec = "projects/p/locations/l/jobs/j/executions/e1"
 	late := t0.Add(time.Hour)
@@ -84,6 +84,7 @@ func TestTimersCancelTheExecution(t *testing.T) {
 		{"cancel grace over", Cancelling, EventCancelTimeout, exec, exec},
 		{"push worker: nothing to cancel", Running, EventLeaseExpired, "", ""},
 		{"heartbeat from the job after expiry", Running, EventHeartbeat, exec, exec},
+		{"cancelled before the job said started", Queued, EventCancel, exec, exec},
 		{"completed in time", Running, EventCompleted, exec, ""},
 		{"heartbeat in time", Running, EventHeartbeat, exec, ""},
 	}
@@ -92,7 +93,7 @@ func TestTimersCancelTheExecution(t *testing.T) {
 			tk, a := taskIn(c.state)
 			a.Execution = c.execution
 			ev := eventFor(c.kind, late)
-			if c.want == "" && c.execution != "" {
+			if (c.want == "" && c.execution != "") || c.kind == EventCancel {
 				ev.Now = t0.Add(time.Second)
 			}
 			r := Apply(tk, a, ev)

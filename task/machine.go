@@ -155,8 +155,9 @@ type Result struct {
 	// Dequeue asks the caller to delete the current attempt's Cloud Task (best effort).
 	Dequeue bool
 	// CancelExecution names the Cloud Run Job execution of the attempt this
-	// result ended by a timer (lease expired, cancel grace over), which the
-	// caller cancels after commit (best effort): the job may still run.
+	// result ended against the job's will (lease expired, cancel grace over,
+	// cancelled before the job said started), which the caller cancels
+	// after commit (best effort): the job may still run.
 	CancelExecution string
 	// ShouldCancel and CancelReason answer a heartbeat while CANCELLING.
 	ShouldCancel bool
@@ -514,6 +515,8 @@ func (m *machine) cancel() {
 	}
 	switch t.State {
 	case Pending, Queued:
+		// A job execution may have been started but not yet said started.
+		m.stopExecution()
 		m.endAttempt(OutcomeCancelled, nil)
 		t.CancelReason = reason
 		m.transition(Cancelled, reason, OutcomeCancelled)
