@@ -3,7 +3,6 @@ package functions
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -50,8 +49,11 @@ func newServoJobs(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	var runner jobs.Runner = d.Jobs
 	if d.Jobs == nil {
-		return nil, errors.New("functions: ServoJobs: no worker in SERVO_WORKERS is a job worker")
+		// No job worker: every dispatch is refused (400) before a runner
+		// is asked; one that knows no job stands in.
+		runner = jobs.NewLocal(nil, nil, d.Logger)
 	}
-	return jobs.NewHandler(jobs.Config{Store: d.Store, Keys: d.Keys, Workers: d.Enqueuer.Workers(), Runner: d.Jobs, Logger: d.Logger, Project: d.Project})
+	return jobs.NewHandler(jobs.Config{Store: d.Store, Keys: d.Keys, Workers: d.Enqueuer.Workers(), Runner: runner, Logger: d.Logger, Project: d.Project})
 }

@@ -27,6 +27,7 @@ func TestExecutionRecord(t *testing.T) {
 		{"another execution: conflict", Queued, e1, 1, e2, "", false, e1, CodeExecutionConflict},
 		{"replacing the expected one", Queued, e1, 1, e2, e1, true, e2, ""},
 		{"replacing one not recorded", Queued, e2, 1, e1, "other", false, e2, CodeExecutionConflict},
+		{"replacing, none recorded", Queued, "", 1, e2, e1, true, e2, ""},
 		{"older attempt", Queued, "", 2, e1, "", false, "", CodeAttemptMismatch},
 		{"terminal task", Cancelled, "", 1, e1, "", false, "", CodeTaskAlreadyTerminal},
 	}

@@ -28,9 +28,10 @@ const (
 	// EventExecution: the jobs dispatch endpoint started (or found) the
 	// Cloud Run Job execution that runs the attempt (Event.Execution); it is
 	// recorded on the attempt, and changes no state. The record is a
-	// compare-and-set: it is taken when the attempt records
-	// Event.PreviousExecution (empty: none) or already this execution, and
-	// refused with CodeExecutionConflict otherwise; a task that is terminal,
+	// compare-and-set: it is taken when the attempt records no execution or
+	// Event.PreviousExecution (one that ended without running the attempt),
+	// is a no-op when it records this one, and is refused with
+	// CodeExecutionConflict otherwise; a task that is terminal,
 	// or has moved to a newer attempt, refuses it too. A refused execution
 	// that the caller started must be cancelled.
 	EventExecution EventKind = "EXECUTION"
@@ -448,7 +449,7 @@ func (m *machine) execution() {
 	switch recorded {
 	case m.ev.Execution:
 		return // already recorded: nothing to write
-	case m.ev.PreviousExecution:
+	case "", m.ev.PreviousExecution:
 		m.attempt().Execution = m.ev.Execution
 		m.r.Write = true
 	default:
