@@ -286,7 +286,7 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, 
 		x.reject(http.StatusServiceUnavailable, task.Retry, task.CodeUnavailable, "the task store is unavailable; retry with the same body")
 		return
 	}
-	if res.Write && (res.Enqueue || res.Dequeue) && h.cfg.Enqueuer != nil {
+	if res.Write && (res.Enqueue || res.Dequeue || res.CancelExecution != "") && h.cfg.Enqueuer != nil {
 		// Committed: the retry exists in Firestore. Enqueue it before
 		// answering; a failure changes nothing in the answer, since the
 		// sweeper re-drives a QUEUED attempt that Cloud Tasks never got.

@@ -322,7 +322,12 @@ func TestTerraformFirestoreFields(t *testing.T) {
 //   - api, callbacks, sweeper and claim: export spans to Cloud Trace and
 //     metrics to Cloud Monitoring (package telemetry);
 //   - scheduler: publish ticks; tasks-invoker: call the workers;
-//   - sweep-trigger: push ticks to the sweeper; fn-build: build the source.
+//   - sweep-trigger: push ticks to the sweeper; fn-build: build the source;
+//   - jobs (the jobs dispatch): Firestore, the signing keys (verifies the
+//     envelope's token), run the job worker's Cloud Run Job with overrides,
+//     list and cancel its executions (custom role, on the jobs only); the
+//     sweeper and the callbacks cancel the executions of attempts a timer
+//     ended; tasks-invoker calls the jobs dispatch.
 var wantRoles = map[string][]string{
 	"api": {
 		"roles/datastore.user on project",
@@ -346,6 +351,7 @@ var wantRoles = map[string][]string{
 		"roles/cloudtrace.agent on project",
 		"roles/monitoring.metricWriter on project",
 		"roles/pubsub.publisher on pool-topics",
+		"custom:servoJobCanceller on jobs",
 	},
 	"sweeper": {
 		"roles/datastore.user on project",
@@ -357,6 +363,7 @@ var wantRoles = map[string][]string{
 		"roles/cloudtrace.agent on project",
 		"roles/monitoring.metricWriter on project",
 		"roles/pubsub.publisher on pool-topics",
+		"custom:servoJobCanceller on jobs",
 	},
 	"claim": {
 		"roles/datastore.user on project",
@@ -368,12 +375,17 @@ var wantRoles = map[string][]string{
 		"roles/monitoring.metricWriter on project",
 	},
 	"scheduler":     {"roles/pubsub.publisher on topic:sweep"},
-	"tasks-invoker": {"roles/run.invoker on worker-services"},
+	"tasks-invoker": {"roles/run.invoker on worker-services", "roles/run.invoker on function:jobs"},
 	"sweep-trigger": {"roles/run.invoker on function:sweeper"},
 	"fn-build": {
 		"roles/logging.logWriter on project",
 		"roles/storage.objectViewer on bucket",
 		"roles/artifactregistry.writer on repo",
+	},
+	"jobs": {
+		"roles/datastore.user on project",
+		"roles/secretmanager.secretAccessor on secret",
+		"custom:servoJobDispatcher on jobs",
 	},
 }
 
@@ -445,9 +457,68 @@ func TestTerraformNoPrimitiveRoles(t *testing.T) {
 			}
 		}
 	}
+	custom := jobCustomRoles(t, mods)
 	for _, g := range loadGrants(t, mods) {
+		if id, ok := strings.CutPrefix(g.role, "custom:"); ok {
+			if _, declared := custom[id]; !declared {
+				t.Errorf("grant %s %s: no such custom role in terraform/jobs.tf", g.sa, g.role)
+			}
+			continue
+		}
 		if primitiveRole.MatchString(g.role) || !strings.HasPrefix(g.role, "roles/") {
 			t.Errorf("grant %s %s: want a predefined, non-primitive role", g.sa, g.role)
+		}
+	}
+}
+
+// jobCustomRoles reads the custom roles of terraform/jobs.tf
+// (google_project_iam_custom_role.job): id → permissions.
+func jobCustomRoles(t *testing.T, mods tfModules) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, r := range mods.blocks("terraform", "resource") {
+		if r.addr() != "google_project_iam_custom_role.job" {
+			continue
+		}
+		roles, err := objectItems(r.block.Body.Attributes["for_each"].Expr)
+		if err != nil {
+			t.Fatalf("%s: for_each must be a literal object: %v", r.where(), err)
+		}
+		for id, expr := range roles {
+			items, err := objectItems(expr)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", r.where(), id, err)
+			}
+			v, err := literal(items["permissions"])
+			if err != nil {
+				t.Fatalf("%s: %s.permissions: %v", r.where(), id, err)
+			}
+			for it := v.ElementIterator(); it.Next(); {
+				_, p := it.Element()
+				out[id] = append(out[id], p.AsString())
+			}
+		}
+	}
+	return out
+}
+
+// TestTerraformJobRoles: the jobs dispatch may run the job with overrides,
+// find and cancel its executions, and nothing else (not update or delete
+// the job, as roles/run.developer could); the sweeper and the callbacks
+// may only cancel executions.
+func TestTerraformJobRoles(t *testing.T) {
+	want := map[string][]string{
+		"servoJobDispatcher": {"run.jobs.run", "run.jobs.runWithOverrides", "run.executions.get", "run.executions.list", "run.executions.cancel"},
+		"servoJobCanceller":  {"run.executions.cancel"},
+	}
+	got := jobCustomRoles(t, loadTerraform(t))
+	if len(got) != len(want) {
+		t.Fatalf("custom roles %v, want %v", keysOf(got), keysOf(want))
+	}
+	for id, perms := range want {
+		missing, extra := diffSets(perms, got[id])
+		if len(missing)+len(extra) > 0 {
+			t.Errorf("%s: missing %v, extra %v", id, missing, extra)
 		}
 	}
 }
@@ -471,6 +542,7 @@ func TestTerraformIAMResources(t *testing.T) {
 		"google_storage_bucket_iam_member.grant":                "bucket",
 		"google_pubsub_topic_iam_member.grant_pool":             "pool-topics",
 		"google_pubsub_subscription_iam_member.grant_pool":      "pool-subscriptions",
+		"google_cloud_run_v2_job_iam_member.grant":              "jobs",
 	}
 	invokers := map[string]struct{ function, member string }{
 		"google_cloud_run_v2_service_iam_member.api_invoker":      {`module.function["api"]`, "each.value"},
@@ -577,6 +649,7 @@ func TestTerraformFunctions(t *testing.T) {
 		{"callbacks", "ServoCallbacks", false},
 		{"sweeper", "ServoSweeper", true},
 		{"claim", "ServoClaim", false},
+		{"jobs", "ServoJobs", false},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			expr, ok := fns[tc.key]
@@ -602,7 +675,7 @@ func TestTerraformFunctions(t *testing.T) {
 		})
 	}
 	if len(fns) != 4 {
-		t.Errorf("local.functions: want exactly api, callbacks, sweeper, claim; have %v", keysOf(fns))
+		t.Errorf("local.functions: want exactly api, callbacks, sweeper, claim, jobs; have %v", keysOf(fns))
 	}
 
 	// The environment of package functions (functions/deps.go); the key ring
@@ -610,7 +683,7 @@ func TestTerraformFunctions(t *testing.T) {
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
-		"SERVO_DUE_SHARDS", "SERVO_CLAIM_AUDIENCE",
+		"SERVO_DUE_SHARDS", "SERVO_CLAIM_AUDIENCE", "SERVO_JOBS_DISPATCH_URL", "SERVO_JOBS_CONTAINER",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)

@@ -41,6 +41,7 @@ import (
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/store"
@@ -119,6 +120,10 @@ type Options struct {
 	// PoolPubSubOptions are passed to the pools' Pub/Sub client (tests put
 	// a proxy in front of the emulator to take it away).
 	PoolPubSubOptions []option.ClientOption
+	// JobWorkers are job workers, name → command line: each attempt runs
+	// as one subprocess of the command (jobs.Local), with the environment
+	// contract of a Cloud Run Job execution; each gets its own queue.
+	JobWorkers map[string]string
 }
 
 // Stack is a running local stack.
@@ -140,6 +145,8 @@ type Stack struct {
 	// Events is the events publisher (the store's commit hook and the
 	// sweeper's outbox re-drive).
 	Events *events.Publisher
+	// Jobs runs the job workers' executions as subprocesses.
+	Jobs *jobs.Local
 
 	id        string
 	log       *slog.Logger
@@ -237,6 +244,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	for name, accounts := range o.PullPools {
 		s.Workers[name] = enqueue.Worker{Pull: true, ServiceAccounts: accounts}
 	}
+	jobCommands := map[string]string{}
+	for name, command := range o.JobWorkers {
+		w := s.worker(name, "")
+		w.Job = fmt.Sprintf("projects/%s/locations/%s/jobs/%s", s.Project, Location, name)
+		s.Workers[name], jobCommands[w.Job] = w, command
+	}
+	s.Jobs = jobs.NewLocal(jobCommands, o.Log, s.log)
 	if err := s.Workers.Validate(true); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -254,7 +268,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log, Pools: s.pools}); err != nil {
+	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log, Pools: s.pools,
+		JobDispatchURL: s.URL + jobs.DispatchPath, Executions: s.Jobs}); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
@@ -274,6 +289,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
+	dispatch, err := jobs.NewHandler(jobs.Config{Store: s.Store, Keys: s.Keys, Workers: s.Workers, Runner: s.Jobs, Logger: s.log, Project: o.Project})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
 	target, _ := url.Parse(routerURL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 
@@ -294,6 +314,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{Store: s.Store, Enqueuer: s.Enqueuer, Transport: s.pools, Identity: pull.DevIdentity(), Logger: s.log, Project: o.Project}))
 	}
 	mux.Handle("POST "+sweepPath, proxy)
+	mux.Handle(jobs.DispatchPath, dispatch)
 	mux.Handle("/", api)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
@@ -489,6 +510,9 @@ func (s *Stack) Close() error {
 		s.ready.Store(false)
 		unregisterSweeper(s.id)
 		s.cancel()
+		if s.Jobs != nil {
+			_ = s.Jobs.Close()
+		}
 		if s.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = s.server.Shutdown(ctx)

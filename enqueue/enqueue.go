@@ -4,6 +4,11 @@
 // an enqueue is safe (ALREADY_EXISTS counts as success). The dispatcher uses
 // it on submit, the callbacks and the sweeper for retries and re-drives.
 //
+// A job worker ([Worker.Job]) is enqueued the same way, but its Cloud Task
+// calls Servo's jobs dispatch endpoint ([Config.JobDispatchURL]) with the
+// envelope, and that endpoint runs the Cloud Run Job (package jobs): rate
+// limits, retries, names and re-drives work as for push workers.
+//
 // The token is valid from the moment the delivery can start (the retry's
 // NotBefore, when that is later than now) for [task.TokenTTL], so a retry
 // scheduled further ahead than a token lives still starts. Each sweeper
@@ -71,6 +76,12 @@ type Config struct {
 	Keys            *token.KeyRing
 	Workers         Workers
 	CallbackBaseURL string
+	// JobDispatchURL is Servo's jobs dispatch endpoint, which the Cloud
+	// Tasks of job workers (Worker.Job) call; required when a worker is one.
+	JobDispatchURL string
+	// Executions cancels the Cloud Run Job executions of job attempts that
+	// a timer ended (FollowUp); nil cancels none.
+	Executions ExecutionCanceller
 	// Now defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -78,6 +89,11 @@ type Config struct {
 	// Pools is the transport of the pull pools among Workers (package
 	// pull); required only when there are any.
 	Pools Pools
+}
+
+// ExecutionCanceller cancels a Cloud Run Job execution; jobs.Runner is one.
+type ExecutionCanceller interface {
+	Cancel(ctx context.Context, execution string) error
 }
 
 // Enqueuer enqueues attempts. It is safe for concurrent use.
@@ -96,6 +112,11 @@ func New(cfg Config) (*Enqueuer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for _, n := range cfg.Workers.Names() {
+		if cfg.Workers[n].Job != "" && cfg.JobDispatchURL == "" {
+			return nil, fmt.Errorf("enqueue: worker %q runs a Cloud Run Job: JobDispatchURL is required", n)
+		}
 	}
 	return &Enqueuer{cfg: cfg}, nil
 }
@@ -177,8 +198,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	if err != nil {
 		return err
 	}
+	target := w.URL
+	if w.Job != "" {
+		target = e.cfg.JobDispatchURL
+	}
 	req := &ctpb.HttpRequest{
-		Url: w.URL, HttpMethod: ctpb.HttpMethod_POST, Body: body,
+		Url: target, HttpMethod: ctpb.HttpMethod_POST, Body: body,
 		Headers: map[string]string{"Content-Type": "application/json"},
 	}
 	// The delivery continues this trace: W3C traceparent in the Cloud
@@ -187,7 +212,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	if w.ServiceAccount != "" {
 		aud := w.Audience
 		if aud == "" {
-			aud = w.URL
+			aud = target
 		}
 		req.AuthorizationHeader = &ctpb.HttpRequest_OidcToken{OidcToken: &ctpb.OidcToken{ServiceAccountEmail: w.ServiceAccount, Audience: aud}}
 	}
@@ -261,10 +286,21 @@ func (e *Enqueuer) deleteTask(ctx context.Context, name string) error {
 	return nil
 }
 
-// FollowUp performs what a committed result asks for: enqueue the next
-// attempt (a retry or re-drive) or delete a cancelled attempt's Cloud Task.
-// A failure is logged and returned; the sweeper recovers it.
+// FollowUp performs what a committed result asks for: cancel the job
+// execution of an attempt a timer ended (first, so that the stale execution
+// stops before the retry starts; best effort, logged), then enqueue the
+// next attempt (a retry or re-drive) or delete a cancelled attempt's Cloud
+// Task. A failure to enqueue or dequeue is logged and returned; the
+// sweeper recovers it.
 func (e *Enqueuer) FollowUp(ctx context.Context, r task.Result) error {
+	if r.CancelExecution != "" && e.cfg.Executions != nil {
+		log := e.cfg.Logger.With("taskId", r.Task.ID, "tenantId", r.Task.TenantID, "execution", r.CancelExecution)
+		if err := e.cfg.Executions.Cancel(ctx, r.CancelExecution); err != nil {
+			log.WarnContext(ctx, "could not cancel the ended attempt's job execution; its callbacks are refused", "error", err)
+		} else {
+			log.InfoContext(ctx, "cancelled the ended attempt's job execution")
+		}
+	}
 	switch {
 	case r.Enqueue:
 		return e.Enqueue(ctx, r.Task)

@@ -26,6 +26,10 @@ func TestParseWorkers(t *testing.T) {
 		{"bad queue", `{"render":{"url":"https://r.example/","queue":"render"}}`, false, "queue"},
 		{"bad name", `{"Render!":{"url":"https://r.example/",` + q + `}}`, false, "name"},
 		{"not JSON", `{`, false, "SERVO_WORKERS"},
+		{"job, no url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render",` + q + `}}`, false, ""},
+		{"job and url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render","url":"https://r.example/",` + q + `}}`, false, "no url"},
+		{"bad job", `{"render":{"job":"render",` + q + `}}`, false, "jobs/JOB"},
+		{"job without queue", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render"}}`, false, "queue"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

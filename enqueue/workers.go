@@ -39,6 +39,11 @@ type Worker struct {
 	// ServiceAccounts are the identities allowed to claim from a pull pool
 	// (required in production; locally, empty allows any caller).
 	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Job names the Cloud Run Job that runs the worker's attempts
+	// (projects/P/locations/L/jobs/J). A job worker has no URL: its Cloud
+	// Tasks call Servo's jobs dispatch endpoint, which runs the job (see
+	// package jobs).
+	Job string `json:"job,omitempty"`
 }
 
 // Workers maps worker names to their configuration.
@@ -81,7 +86,7 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 			}
 			continue
 		}
-		if err := checkURL(w.URL, allowLoopbackHTTP); err != nil {
+		if err := checkTarget(w, allowLoopbackHTTP); err != nil {
 			return fmt.Errorf("worker %q: %w", name, err)
 		}
 		if !queueRE.MatchString(w.Queue) {
@@ -108,6 +113,24 @@ func (ws Workers) Lookup(name string) (Worker, error) {
 		return Worker{}, fmt.Errorf("%w %q", ErrUnknownWorker, name)
 	}
 	return w, nil
+}
+
+// jobRE matches a Cloud Run Job's full name.
+var jobRE = regexp.MustCompile(`^projects/[a-z][a-z0-9-]{4,61}[a-z0-9]/locations/[a-z0-9-]+/jobs/[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// checkTarget checks where the worker's attempts go: a URL, or a Cloud Run
+// Job (then no URL).
+func checkTarget(w Worker, allowLoopbackHTTP bool) error {
+	if w.Job == "" {
+		return checkURL(w.URL, allowLoopbackHTTP)
+	}
+	if w.URL != "" {
+		return fmt.Errorf("a job worker has no url (its Cloud Tasks call Servo's jobs dispatch endpoint), got url %q", w.URL)
+	}
+	if !jobRE.MatchString(w.Job) {
+		return fmt.Errorf("job %q must be projects/PROJECT/locations/LOCATION/jobs/JOB", w.Job)
+	}
+	return nil
 }
 
 func checkURL(raw string, allowLoopbackHTTP bool) error {

@@ -2,6 +2,7 @@
 // functions-framework-go: ServoAPI (HTTP, the control API), ServoCallbacks
 // (HTTP, worker callbacks), ServoSweeper (CloudEvent from Pub/Sub) and
 // ServoClaim (HTTP, pull-pool claims).
+// ServoJobs (HTTP, the jobs dispatch endpoint, called by Cloud Tasks).
 // It is thin wiring: each function builds its dependencies from the
 // environment on its first request and serves the same handler the local
 // stack serves. A build that fails is retried by a later request once a
@@ -23,6 +24,8 @@
 //	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
 //	SERVO_CLAIM_AUDIENCE       ServoClaim: the audience of callers' ID tokens (its URL)
+//	SERVO_JOBS_DISPATCH_URL    URL of ServoJobs, which job workers' Cloud Tasks call (required with a job worker)
+//	SERVO_JOBS_CONTAINER       the jobs' container the per-execution overrides apply to (default: the only one)
 package functions
 
 import (
@@ -38,6 +41,7 @@ import (
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/store"
@@ -56,6 +60,9 @@ type Deps struct {
 	Logger    *slog.Logger
 	// Pools is the pull pools' transport (package pull).
 	Pools *pull.Transport
+	// Jobs runs and cancels Cloud Run Job executions (Admin API); nil when
+	// no worker is a job worker.
+	Jobs *jobs.CloudRun
 }
 
 // depsInit builds the instance's Deps. A failed build (a Secret Manager or
@@ -143,7 +150,19 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if callbackBase == "" {
 		return nil, fmt.Errorf("functions: set SERVO_CALLBACK_BASE_URL to the ServoCallbacks URL")
 	}
-	enq, err := enqueue.New(enqueue.Config{Store: st, Tasks: tasks, Keys: keys, Workers: workers, CallbackBaseURL: callbackBase, Logger: log})
+	var runner *jobs.CloudRun
+	if hasJobWorker(workers) {
+		if runner, err = jobs.NewCloudRun(ctx, os.Getenv("SERVO_JOBS_CONTAINER")); err != nil {
+			return nil, fmt.Errorf("functions: %w", err)
+		}
+		closers = append(closers, runner.Close)
+	}
+	enqCfg := enqueue.Config{Store: st, Tasks: tasks, Keys: keys, Workers: workers, CallbackBaseURL: callbackBase, Logger: log,
+		JobDispatchURL: os.Getenv("SERVO_JOBS_DISPATCH_URL")}
+	if runner != nil {
+		enqCfg.Executions = runner
+	}
+	enq, err := enqueue.New(enqCfg)
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
@@ -163,5 +182,14 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	st.OnCommit(pub.Hook())
 	pools := pull.NewTransport(ps)
 	enq = enq.WithPools(pools)
-	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log, Pools: pools}, nil
+	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log, Pools: pools, Jobs: runner}, nil
+}
+
+func hasJobWorker(ws enqueue.Workers) bool {
+	for _, w := range ws {
+		if w.Job != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -92,6 +92,9 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
 	CodeNotFound              = "not_found"
+	// CodeExecutionConflict: the attempt already records another Cloud Run
+	// Job execution (EventExecution; internal, never a callback answer).
+	CodeExecutionConflict = "execution_conflict"
 	// CodeInternal answers a failure that retrying the same request cannot
 	// fix (Firestore refused the write as invalid).
 	CodeInternal = "internal"
@@ -253,3 +256,16 @@ func (t *Task) Envelope(callbackBaseURL, token string, tokenExpiresAt, enqueuedA
 		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs,
 	}
 }
+
+// Environment of a Cloud Run Job execution that runs an attempt (job
+// workers): the jobs dispatch endpoint sets both as per-execution
+// overrides, and worker.RunJob reads the envelope.
+const (
+	// EnvelopeEnv holds the attempt's envelope (JSON), task token included:
+	// it exists only in that execution's overrides.
+	EnvelopeEnv = "SERVO_ENVELOPE"
+	// ExecutionLabelsEnv holds the execution's labels (task id and attempt,
+	// "k=v,k=v" sorted), by which a second dispatch of the same attempt
+	// finds the execution instead of starting another.
+	ExecutionLabelsEnv = "SERVO_EXECUTION_LABELS"
+)

@@ -32,16 +32,27 @@ const (
 	// attempt_already_started, even for the same worker id, so one message
 	// delivered twice yields one claim.
 	EventClaimed EventKind = "CLAIMED"
+	// EventExecution: the jobs dispatch endpoint started (or found) the
+	// Cloud Run Job execution that runs the attempt (Event.Execution); it is
+	// recorded on the attempt, and changes no state. The record is a
+	// compare-and-set: it is taken when the attempt records no execution or
+	// Event.PreviousExecution (one that ended without running the attempt),
+	// is a no-op when it records this one, and is refused with
+	// CodeExecutionConflict otherwise; a task that is terminal,
+	// or has moved to a newer attempt, refuses it too. A refused execution
+	// that the caller started must be cancelled.
+	EventExecution EventKind = "EXECUTION"
 )
 
 // EventKinds lists every kind.
-var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventClaimed}
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventClaimed, EventExecution}
 
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
 // (the event is a no-op or is rejected). Terminal states have no edges.
 var Edges = map[State]map[EventKind][]State{
 	Pending: {
+		EventExecution:        {Pending},
 		EventEnqueued:         {Queued},
 		EventRedrive:          {Pending, Failed},
 		EventStarted:          {Running},
@@ -52,6 +63,7 @@ var Edges = map[State]map[EventKind][]State{
 		EventClaimed:          {Running},
 	},
 	Queued: {
+		EventExecution:        {Queued},
 		EventDispatchFailed:   {Pending},
 		EventRedrive:          {Queued, Failed},
 		EventStarted:          {Running},
@@ -64,6 +76,7 @@ var Edges = map[State]map[EventKind][]State{
 	Running: {
 		// A started/heartbeat/completed that finds the lease expired applies
 		// the zombie transition itself (retry → QUEUED, or FAILED).
+		EventExecution:        {Running},
 		EventStarted:          {Running, Queued, Failed},
 		EventHeartbeat:        {Running, Queued, Failed},
 		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
@@ -74,6 +87,7 @@ var Edges = map[State]map[EventKind][]State{
 	Cancelling: {
 		// A started/heartbeat/completed that finds the cancel grace or the
 		// lease run out applies the cancel timeout itself (FAILED).
+		EventExecution:        {Cancelling},
 		EventStarted:          {Cancelling, Failed},
 		EventHeartbeat:        {Cancelling, Failed},
 		EventCompleted:        {Succeeded, Failed, Cancelled},
@@ -109,6 +123,9 @@ type Event struct {
 	Jitter float64
 	// MaxRedrives bounds sweeper re-drives before DISPATCH_TIMEOUT.
 	MaxRedrives int
+	// Execution is the Cloud Run Job execution to record (EventExecution);
+	// PreviousExecution is the one the caller expects recorded (empty: none).
+	Execution, PreviousExecution string
 }
 
 // Rejection is why the machine refused a callback or a cancel.
@@ -147,6 +164,11 @@ type Result struct {
 	Enqueue bool
 	// Dequeue asks the caller to delete the current attempt's Cloud Task (best effort).
 	Dequeue bool
+	// CancelExecution names the Cloud Run Job execution of the attempt this
+	// result ended against the job's will (lease expired, cancel grace over,
+	// cancelled before the job said started), which the caller cancels
+	// after commit (best effort): the job may still run.
+	CancelExecution string
 	// ShouldCancel and CancelReason answer a heartbeat while CANCELLING.
 	ShouldCancel bool
 	CancelReason string
@@ -239,6 +261,8 @@ func (m *machine) apply() {
 		if m.ev.Attempt == t.Attempt && t.State == Cancelling && due(t.CancelDeadline, m.now) {
 			m.cancelTimeout()
 		}
+	case EventExecution:
+		m.execution()
 	case EventDeadlineExceeded:
 		if m.ev.Attempt == t.Attempt && !t.State.Terminal() && due(t.Deadline, m.now) {
 			m.endAttempt(OutcomeTimedOut, nil)
@@ -426,6 +450,7 @@ func (m *machine) complete() {
 func (m *machine) expire() {
 	t := m.t()
 	cancelling := t.State == Cancelling
+	m.stopExecution()
 	m.endAttempt(OutcomeZombie, &ErrorInfo{Category: CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"})
 	if cancelling {
 		m.transition(Failed, ReasonCancelTimeout, OutcomeZombie)
@@ -434,13 +459,50 @@ func (m *machine) expire() {
 	m.retryOrFail(true, ReasonHeartbeatTimeout, OutcomeZombie)
 }
 
+// execution records the attempt's Cloud Run Job execution
+// (EventExecution): a compare-and-set on the attempt record.
+func (m *machine) execution() {
+	t, cur := m.t(), m.r.Attempt
+	switch {
+	case t.State.Terminal():
+		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+		return
+	case m.ev.Attempt != t.Attempt:
+		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
+		return
+	}
+	recorded := ""
+	if cur != nil {
+		recorded = cur.Execution
+	}
+	switch recorded {
+	case m.ev.Execution:
+		return // already recorded: nothing to write
+	case "", m.ev.PreviousExecution:
+		m.attempt().Execution = m.ev.Execution
+		m.r.Write = true
+	default:
+		m.reject(CodeExecutionConflict, fmt.Sprintf("attempt %d already runs in execution %s", t.Attempt, recorded))
+	}
+}
+
 // cancelTimeout applies the end of a CANCELLING task's grace period: the
 // attempt ends CANCEL_TIMEOUT and the task FAILED, never retried. The
 // grace period is [cancel, CancelDeadline): at CancelDeadline itself it
 // has run out, for the sweeper and for a callback alike.
 func (m *machine) cancelTimeout() {
+	m.stopExecution()
 	m.endAttempt(OutcomeCancelTimeout, nil)
 	m.transition(Failed, ReasonCancelTimeout, OutcomeCancelTimeout)
+}
+
+// stopExecution asks the caller to cancel the attempt's Cloud Run Job
+// execution, if it has one, after commit.
+func (m *machine) stopExecution() {
+	if a := m.r.Attempt; a != nil && a.Execution != "" {
+		m.r.CancelExecution = a.Execution
+	}
 }
 
 // retryOrFail ends the current (already ended) attempt's task: a new
@@ -484,6 +546,8 @@ func (m *machine) cancel() {
 	}
 	switch t.State {
 	case Pending, Queued:
+		// A job execution may have been started but not yet said started.
+		m.stopExecution()
 		m.endAttempt(OutcomeCancelled, nil)
 		t.CancelReason = reason
 		m.transition(Cancelled, reason, OutcomeCancelled)

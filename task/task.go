@@ -98,6 +98,9 @@ type Attempt struct {
 	PartialProgress      json.RawMessage `json:"partialProgress,omitempty" firestore:"partialProgress"`
 	// ReportedAt is the worker's own completedAt (informational).
 	ReportedAt *time.Time `json:"reportedAt,omitempty" firestore:"reportedAt"`
+	// Execution is the Cloud Run Job execution that runs the attempt (job
+	// workers only): projects/P/locations/L/jobs/J/executions/E.
+	Execution string `json:"execution,omitempty" firestore:"execution"`
 	// CompletionDigest identifies the accepted `completed` report, so an
 	// identical repeat replays and a different one conflicts.
 	CompletionDigest string `json:"-" firestore:"completionDigest"`

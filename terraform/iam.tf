@@ -20,6 +20,7 @@ locals {
     sweep-trigger = "Eventarc trigger identity: pushes sweep ticks to the sweeper function."
     fn-build      = "Cloud Build identity that builds the function source."
     claim         = "Runs the Servo claim function (pull pools)."
+    jobs          = "Runs the Servo jobs dispatch function: runs job workers' Cloud Run Jobs."
   }
 
   # Every grant: account key, role, target. Targets:
@@ -34,6 +35,8 @@ locals {
   #   bucket                        the function source bucket
   #   pool-topics                   every pull pool's topic (pull.tf)
   #   pool-subscriptions            every pull pool's subscription (pull.tf)
+  #   jobs                          every job worker's Cloud Run Job (jobs.tf); roles
+  #                                 "custom:<id>" are jobs.tf's custom roles
   grants = [
     # Control API: reads and writes tasks, signs tokens, enqueues and cancels
     # (deletes) Cloud Tasks tasks with the invoker's OIDC identity, publishes
@@ -100,12 +103,24 @@ locals {
     { sa = "fn-build", role = "roles/logging.logWriter", on = "project" },
     { sa = "fn-build", role = "roles/storage.objectViewer", on = "bucket" },
     { sa = "fn-build", role = "roles/artifactregistry.writer", on = "repo" },
+
+    # Jobs dispatch (ServoJobs): reads the task, records the execution,
+    # verifies the envelope's token, runs the job with overrides, finds and
+    # cancels executions (jobs.tf). The sweeper and the callbacks cancel
+    # the execution of an attempt whose lease or cancel grace ran out.
+    # Cloud Tasks calls ServoJobs with the invoker's OIDC token.
+    { sa = "jobs", role = "roles/datastore.user", on = "project" },
+    { sa = "jobs", role = "roles/secretmanager.secretAccessor", on = "secret" },
+    { sa = "jobs", role = "custom:servoJobDispatcher", on = "jobs" },
+    { sa = "sweeper", role = "custom:servoJobCanceller", on = "jobs" },
+    { sa = "callbacks", role = "custom:servoJobCanceller", on = "jobs" },
+    { sa = "tasks-invoker", role = "roles/run.invoker", on = "function:jobs" },
   ]
 
   # The table split by target kind (the part of "on" before ":"), keyed
   # "account role target" for stable resource addresses.
   grants_by_kind = {
-    for kind in ["project", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket", "pool-topics", "pool-subscriptions"] :
+    for kind in ["project", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket", "pool-topics", "pool-subscriptions", "jobs"] :
     kind => { for g in local.grants : "${g.sa} ${g.role} ${g.on}" => g if split(":", g.on)[0] == kind }
   }
 }
@@ -271,4 +286,22 @@ resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
   subscription = google_pubsub_subscription.pool[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+# Roles "custom:<id>" are the custom roles of jobs.tf.
+resource "google_cloud_run_v2_job_iam_member" "grant" {
+  for_each = {
+    for pair in setproduct(values(local.grants_by_kind["jobs"]), keys(var.jobs)) :
+    "${pair[0].sa} ${pair[0].role} ${pair[1]}" => {
+      sa   = pair[0].sa
+      role = startswith(pair[0].role, "custom:") ? google_project_iam_custom_role.job[trimprefix(pair[0].role, "custom:")].name : pair[0].role
+      job  = pair[1]
+    }
+  }
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_job.job[each.value.job].name
+  role     = each.value.role
+  member   = google_service_account.component[each.value.sa].member
 }

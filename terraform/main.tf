@@ -32,7 +32,7 @@ locals {
       queue          = w.queue_id
       serviceAccount = google_service_account.component["tasks-invoker"].email
     }
-  }, local.servo_pull_pools)
+  }, local.servo_pull_pools, local.servo_job_workers)
 
   # The environment every function reads (package functions); the signing
   # key ring is mounted from Secret Manager as SERVO_TOKEN_KEYS.
@@ -47,6 +47,8 @@ locals {
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
     SERVO_CLAIM_AUDIENCE     = local.claim_url
+    SERVO_JOBS_DISPATCH_URL  = local.jobs_function_url
+    SERVO_JOBS_CONTAINER     = local.job_container
   }
 
   # The entry points registered with functions-framework-go in package
@@ -81,6 +83,13 @@ locals {
       entry_point = "ServoClaim"
       description = "Servo pull-pool claims (invocable only by the pools' service accounts)."
       sizing      = var.claim_function
+      pubsub      = null
+    }
+    jobs = {
+      name        = local.jobs_function_name
+      entry_point = "ServoJobs"
+      description = "Servo jobs dispatch: runs job workers' Cloud Run Jobs, one execution per attempt (IAM-protected; Cloud Tasks calls it)."
+      sizing      = var.functions.jobs
       pubsub      = null
     }
   }
@@ -337,7 +346,7 @@ module "function" {
   max_instances   = each.value.sizing.max_instances
   concurrency     = each.value.sizing.concurrency
   pubsub_trigger  = each.value.pubsub
-  expected_url    = lookup({ callbacks = local.callbacks_url, claim = local.claim_url }, each.key, null)
+  expected_url    = lookup({ callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
   # builder's must exist before the first revision starts or builds.
@@ -351,5 +360,6 @@ module "function" {
     google_cloud_tasks_queue_iam_member.grant,
     google_artifact_registry_repository_iam_member.grant,
     google_storage_bucket_iam_member.grant,
+    google_cloud_run_v2_job_iam_member.grant,
   ]
 }

@@ -199,7 +199,7 @@ variable "functions_runtime" {
 }
 
 variable "functions" {
-  description = "Sizing of the three functions. Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie)."
+  description = "Sizing of the four functions (jobs: the jobs dispatch, jobs.tf). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie)."
   type = object({
     api = optional(object({
       memory          = optional(string, "512Mi")
@@ -225,11 +225,19 @@ variable "functions" {
       max_instances   = optional(number, 2)
       concurrency     = optional(number, 1)
     }), {})
+    jobs = optional(object({
+      memory          = optional(string, "256Mi")
+      cpu             = optional(string, "1")
+      timeout_seconds = optional(number, 60)
+      min_instances   = optional(number, 0)
+      max_instances   = optional(number, 10)
+      concurrency     = optional(number, 80)
+    }), {})
   })
   default = {}
 
   validation {
-    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper] :
+    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper, var.functions.jobs] :
       can(regex("^[0-9]+(Mi|Gi|M|G)$", f.memory)) &&
       can(regex("^([0-9]+(\\.[0-9]+)?|[0-9]+m)$", f.cpu)) &&
       f.timeout_seconds >= 1 && f.timeout_seconds <= 3600 &&

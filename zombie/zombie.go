@@ -16,7 +16,8 @@
 //	                                                     after MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
 //
 // After a committed result the sweeper calls Enqueuer.FollowUp, which
-// enqueues retries and re-drives. A retry whose enqueue failed after commit
+// enqueues retries and re-drives, and first cancels the Cloud Run Job
+// execution of a job attempt that a timer ended (lease, cancel). A retry whose enqueue failed after commit
 // stays QUEUED with a dispatch check time, so the dispatch duty re-drives it.
 //
 // One Cloud Scheduler tick (at most once a minute) starts one invocation,
@@ -502,7 +503,7 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 		attrs = append(attrs, "redrives", r.Task.Redrives)
 	}
 	log.InfoContext(ctx, "sweeper applied "+string(d.Event), attrs...)
-	if r.Enqueue || r.Dequeue {
+	if r.Enqueue || r.Dequeue || r.CancelExecution != "" {
 		if err := s.cfg.Enqueuer.FollowUp(ctx, r); err != nil {
 			// Not an error of the sweep: the transition is committed and the
 			// dispatch duty re-drives the attempt after its start timeout.

@@ -47,6 +47,7 @@ func newDevCmd() *cobra.Command {
 	workers := workerFlags{}
 	var keep bool
 	pools := pullPoolFlags{}
+	jobWorkers := jobWorkerFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -62,7 +63,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
   servo dev --addr 127.0.0.1:9090 --no-demo
   servo dev --worker mine=http://127.0.0.1:7000/work
   servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685
-  servo dev --pull-pool gpu   # then: SERVO_API=... go run ./examples/worker -pull gpu`,
+  servo dev --pull-pool gpu   # then: SERVO_API=... go run ./examples/worker -pull gpu
+  servo dev --job-worker render="go run ./examples/worker -job"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -93,7 +95,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
-				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools})
+				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers})
 			if err != nil {
 				return err
 			}
@@ -132,6 +134,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.DurationVar(&startTimeout, "start-timeout", 0, "default start timeout of new tasks, after which a stuck dispatch is re-driven (default 10m)")
 	f.DurationVar(&storeTimeout, "store-timeout", 0, "bound on the store work of one callback or API request, then 503 (default 20s callbacks, 50s API)")
 	f.Var(pools, "pull-pool", "pull pool NAME (workers claim at /v1/pools/NAME/claim), optionally =SA,... allowed to claim (repeatable)")
+	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
 	return cmd
 }
 

@@ -55,6 +55,7 @@ var entryPoints = []struct {
 	{"ServoAPI", false},
 	{"ServoCallbacks", false},
 	{"ServoSweeper", true},
+	{"ServoJobs", false},
 }
 
 // proposedRoot is the smallest root package that satisfies the buildpack,
@@ -69,7 +70,7 @@ import (
 	// functions are registered by name (functions.HTTP / functions.CloudEvent).
 	_ "github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	// ServoAPI, ServoCallbacks and ServoSweeper, registered in init.
+	// ServoAPI, ServoCallbacks, ServoSweeper and ServoJobs, registered in init.
 	_ "github.com/servo-dev/servo/functions"
 )
 `
@@ -489,6 +490,8 @@ func functionEnv(t *testing.T, project, tasksAddr string) []string {
 		"SERVO_SWEEP_WINDOW=0", // one pass per tick, so the test does not wait a minute
 		"SERVO_START_TIMEOUT=10m",
 		"SERVO_DUE_SHARDS=16",
+		"SERVO_JOBS_DISPATCH_URL=https://servo-jobs.invalid",
+		"SERVO_JOBS_CONTAINER=worker",
 		cloudtasks.EnvVar+"="+tasksAddr,
 	)
 }
@@ -577,6 +580,11 @@ func callHTTP(t *testing.T, base, target string) {
 	switch target {
 	case "ServoAPI":
 		req, err = http.NewRequest(http.MethodGet, base+"/v1/tasks/task_00000000000000000000000000", nil)
+	case "ServoJobs":
+		// An envelope with a bad token: the dispatch answers 401.
+		req, err = http.NewRequest(http.MethodPost, base+"/",
+			strings.NewReader(`{"taskId":"task_00000000000000000000000000","attempt":1,"taskToken":"x.y.z"}`))
+		req.Header.Set("Content-Type", "application/json")
 	default:
 		req, err = http.NewRequest(http.MethodPost, base+"/v1/tasks/task_00000000000000000000000000/heartbeat",
 			strings.NewReader(`{"attempt":1,"workerId":"buildpack-test"}`))

@@ -12,8 +12,8 @@
 //     buildpack generates the main that blank-imports it);
 //  3. write that main in functions.local/app inside the copied module, as
 //     the buildpack does, and go build it offline;
-//  4. run it with FUNCTION_TARGET set to ServoAPI, ServoCallbacks and
-//     ServoSweeper in turn and get a non-5xx answer from each (and check
+//  4. run it with FUNCTION_TARGET set to ServoAPI, ServoCallbacks,
+//     ServoSweeper and ServoJobs in turn and get a non-5xx answer from each (and check
 //     that an unknown FUNCTION_TARGET does not start).
 //
 // It is a package of its own so that the emulators start only for it.

@@ -2,6 +2,10 @@
 // partitions.Process with the worker SDK on $PORT (default 8080). With
 // -pull POOL it takes no requests: it claims attempts from the pull pool
 // POOL at $SERVO_API (worker.Pull) and runs them, -concurrency at a time.
+// With -job it is a job worker instead: it runs the one attempt whose envelope
+// Servo put in $SERVO_ENVELOPE (a Cloud Run Job execution, or a
+// `servo dev --job-worker` subprocess) and exits 0 once the attempt's
+// outcome is settled with Servo (1 if it could not be).
 //
 // Environment:
 //
@@ -33,6 +37,10 @@ import (
 )
 
 func main() {
+	pool := flag.String("pull", "", "claim from this pull pool instead of serving pushes")
+	concurrency := flag.Int("concurrency", 4, "with -pull: attempts run at once")
+	job := flag.Bool("job", false, "run one attempt from $SERVO_ENVELOPE (a Cloud Run Job execution) and exit")
+	flag.Parse()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
 		level = slog.LevelInfo
@@ -53,15 +61,19 @@ func main() {
 	} else {
 		defer tel.Shutdown(context.Background())
 	}
-	pool := flag.String("pull", "", "claim from this pull pool instead of serving pushes")
-	concurrency := flag.Int("concurrency", 4, "with -pull: attempts run at once")
-	flag.Parse()
 	if *pool != "" {
 		code := runPull(log, *pool, *concurrency, opts)
 		if tel != nil {
 			_ = tel.Shutdown(context.Background())
 		}
 		os.Exit(code)
+	}
+	if *job {
+		if err := worker.RunJob(context.Background(), partitions.Process, opts...); err != nil {
+			log.Error("job attempt not run", "error", err)
+			os.Exit(1)
+		}
+		return
 	}
 	mux := newMux(opts...)
 

@@ -32,6 +32,16 @@ workers = {
   }
 }
 
+# One job worker: the example worker's image (worker_images applies) run as
+# a Cloud Run Job, one execution per attempt, for tasks of up to 6 hours.
+jobs = {
+  render = {
+    worker       = "example"
+    task_timeout = "21600s"
+    memory       = "512Mi"
+  }
+}
+
 functions = {
   api       = { max_instances = 5 }
   callbacks = { max_instances = 10 }

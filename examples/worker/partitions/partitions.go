@@ -15,7 +15,10 @@
 //   - failAttempts k: attempts 1…k fail with an INFRASTRUCTURE error half
 //     way through the partitions they have left, so demos show a retry that
 //     resumes from the checkpoint;
-//   - invalid: the payload fails validation (DATA_QUALITY, not retried).
+//   - invalid: the payload fails validation (DATA_QUALITY, not retried);
+//   - ignoreCancel: the work ignores cancellation, like a worker that does
+//     not honour cancel (demos and tests of the cancel grace period: Servo
+//     ends the task CANCEL_TIMEOUT and, for a job, kills its execution).
 //
 // Checkpoint: {"nextPartition": i}. Output:
 // {"partitions": n, "processed": p, "resumedFrom": i, "attempt": a, "digest": "…"}.
@@ -45,6 +48,7 @@ type Input struct {
 	PartitionMs  int  `json:"partitionMs"`
 	FailAttempts int  `json:"failAttempts,omitempty"`
 	Invalid      bool `json:"invalid,omitempty"`
+	IgnoreCancel bool `json:"ignoreCancel,omitempty"`
 }
 
 // State is the checkpoint: the first partition not yet processed.
@@ -106,6 +110,9 @@ func Process(ctx context.Context, t *worker.Task) (any, error) {
 	}
 	t.SetPhase("processing")
 	t.Progress(100*start/in.Partitions, fmt.Sprintf("starting at partition %d of %d", start+1, in.Partitions))
+	if in.IgnoreCancel {
+		ctx = context.WithoutCancel(ctx)
+	}
 	for i := start; i < in.Partitions; i++ {
 		// Between partitions: stop if Servo asked to, or the lease is gone.
 		if ctx.Err() != nil {

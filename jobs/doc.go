@@ -1,0 +1,39 @@
+// Package jobs makes a Cloud Run Job a dispatch target: a job worker
+// (enqueue.Worker.Job) runs each attempt as one execution of its job, for
+// tasks longer than one Cloud Tasks HTTP request may last (30 minutes).
+//
+// The attempt is enqueued as for a push worker, but its Cloud Task calls
+// Servo's own dispatch endpoint ([Handler]; the ServoJobs function in
+// production, [DispatchPath] in the local stack) with the envelope, so rate
+// limits, transport retries, de-duplication by task name and the sweeper's
+// re-drives work unchanged. The endpoint verifies the envelope's token, reads
+// the task and, while the attempt still waits to start (PENDING or QUEUED):
+//
+//  1. looks the attempt's execution up by its labels (task id and attempt,
+//     [Labels]); one that runs is recorded and nothing is started;
+//  2. otherwise runs the job ([Runner.Run]) with the envelope and the labels
+//     as environment overrides of that execution only
+//     (task.EnvelopeEnv, task.ExecutionLabelsEnv): the token never appears
+//     in the job's configuration;
+//  3. records the execution on the attempt (task.EventExecution, a
+//     compare-and-set through store.Apply). When another execution was
+//     recorded first (concurrent deliveries) or the task ended meanwhile,
+//     the one just started is cancelled.
+//
+// An execution found finished while the attempt still waits to start
+// ended without running it (it crashed before `started`): a re-drive runs
+// a new one, recorded in its place.
+//
+// In the execution, worker.RunJob runs the attempt under the same protocol
+// as a push delivery (started, heartbeats, checkpoints, token refresh,
+// cancel, exactly one completed) and exits 0 once the outcome is settled,
+// so Cloud Run's own retries never duplicate Servo's. A cancel reaches the
+// job through its heartbeats; when a timer ends the attempt (cancel grace
+// over, lease expired) the result asks for the execution's cancellation
+// (task.Result.CancelExecution), which enqueue.Enqueuer.FollowUp performs
+// after commit, before any retry is enqueued.
+//
+// [Runner] is the Cloud Run Admin API in production ([CloudRun], on
+// cloud.google.com/go/run/apiv2) and subprocesses locally ([Local], `servo
+// dev --job-worker NAME=COMMAND`).
+package jobs
