@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
@@ -248,6 +249,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mux.Handle("/workers/"+ExampleWorker, example)
 	mux.Handle("POST "+sweepPath, proxy)
 	mux.Handle("/", api)
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Store: s.Store, API: api, Logger: s.log}))
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/task"
 )
@@ -42,7 +43,7 @@ func (w workerFlags) Type() string { return "NAME=URL" }
 
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
-	var noDemo bool
+	var noDemo, open bool
 	var sweepEvery time.Duration
 	workers := workerFlags{}
 	cmd := &cobra.Command{
@@ -53,13 +54,16 @@ ones: --firestore, --pubsub), Servo's Cloud Tasks emulator, the control API,
 the callbacks and the sweeper on one address, and the example worker
 (registered as worker "example"). Prints a line starting "servo dev ready",
 the export lines a second shell needs, then submits a small demo run and
-shows it progressing. Ctrl-C stops everything servo dev started.
+shows it progressing. The ready line names the web dashboard (ADDR/ui/);
+--open opens it in the default browser. Ctrl-C stops everything servo dev
+started.
 
 Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 		Example: `  go run ./cmd/servo dev
   servo dev --addr 127.0.0.1:9090 --no-demo
   servo dev --worker mine=http://127.0.0.1:7000/work
-  servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685`,
+  servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685
+  servo dev --open`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -87,7 +91,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				stack.Close()
 				fmt.Fprintln(errOut, "servo dev: stopped")
 			}()
-			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s)\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile)
+			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s); dashboard %s\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile, stack.URL+dashboard.Prefix)
+			if open {
+				openBrowser(stack.URL+dashboard.Prefix, errOut)
+			}
 			fmt.Fprintln(out, "# in a second shell:")
 			for _, e := range stack.Exports() {
 				fmt.Fprintln(out, e)
@@ -113,6 +120,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
+	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
 	return cmd
 }
 
