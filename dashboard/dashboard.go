@@ -123,7 +123,7 @@ func Mount(api http.Handler, cfg Config) http.Handler {
 var pageNames = []string{"tasks", "run", "task", "health", "error"}
 
 var funcs = template.FuncMap{
-	"lower": strings.ToLower,
+	"lower": func(v any) string { return strings.ToLower(fmt.Sprint(v)) },
 	"json":  prettyJSON,
 	"ms":    fmtMs,
 	"time":  fmtTime,

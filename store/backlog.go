@@ -66,10 +66,7 @@ func (s *Store) OutboxBacklog(ctx context.Context) (n int64, oldest *time.Time, 
 	g.SetLimit(shardParallelism)
 	for shard := range s.shards {
 		g.Go(func() error {
-			q := s.undeliveredQuery(shard, far, 1)
-			q.Where = and(q.Where.GetCompositeFilter().GetFilters()[:2]...)
-			q.OrderBy, q.Limit = nil, nil
-			c, err := s.count(gctx, q)
+			c, err := s.count(gctx, s.undeliveredCountQuery(shard))
 			counts[shard] = c
 			return err
 		})
@@ -115,15 +112,7 @@ func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit in
 	for i := range parts {
 		shard, delivered := i/2, i%2 == 1
 		g.Go(func() error {
-			q := &pb.StructuredQuery{
-				Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
-				From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-				Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
-					fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
-					fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
-				OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},
-				Limit:   wrapInt(per),
-			}
+			q := s.recentQuery(shard, delivered, since, per)
 			n := 0
 			err := s.runQuery(gctx, s.docs, q, func(d *pb.Document) error {
 				n++
@@ -144,4 +133,28 @@ func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit in
 		return nil, false, wrap("recent transitions", err)
 	}
 	return slices.Concat(parts...), slices.Contains(full, true), nil
+}
+
+// undeliveredCountQuery selects one shard's undelivered outbox entries
+// (OutboxBacklog's count).
+func (s *Store) undeliveredCountQuery(shard int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}})),
+	}
+}
+
+// recentQuery is RecentTransitions' query of one shard's delivered or
+// undelivered range, served by the re-drive's index.
+func (s *Store) recentQuery(shard int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
+			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},
+		Limit:   wrapInt(limit),
+	}
 }
