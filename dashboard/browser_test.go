@@ -534,3 +534,123 @@ func TestCrossSitePostRefused(t *testing.T) {
 		t.Fatalf("after the accepted post the task is %s, want CANCELLING", v.State)
 	}
 }
+
+// TestPagesOnDemoData: on the demo run of `servo dev` (plus a task that
+// fails for good), the run page summarises the run, the health page shows
+// the sweeper's last pass, each duty, the transitions chart and the dead
+// letter with its attempts; each page is photographed (into
+// -dashboard.screenshots for the docs, else into the test artifacts).
+func TestPagesOnDemoData(t *testing.T) {
+	f := stack(t)
+	run := task.NewRunID(time.Now())
+	var ids []string
+	for _, c := range []struct {
+		key     string
+		payload map[string]any
+	}{
+		{"partitions-small", map[string]any{"partitions": 8, "partitionMs": 100}},
+		{"partitions-large", map[string]any{"partitions": 20, "partitionMs": 60}},
+		{"flaky-then-resumes", map[string]any{"partitions": 12, "partitionMs": 80, "failAttempts": 1}},
+		{"bad-input", map[string]any{"partitions": 3, "invalid": true}},
+	} {
+		ids = append(ids, f.submit(t, map[string]any{"runId": run, "tenantId": "demo", "workspaceId": "local", "worker": devstack.ExampleWorker,
+			"taskKey": c.key, "payload": c.payload}))
+	}
+	for i, id := range ids {
+		want := task.Succeeded
+		if i == 3 {
+			want = task.Failed
+		}
+		f.waitState(t, id, want)
+	}
+	ctx := tab(t)
+	photo := func(name string) {
+		t.Helper()
+		shot(t, ctx, name)
+		if *docsScreenshots == "" {
+			return
+		}
+		var buf []byte
+		if err := chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(*docsScreenshots, name+".png"), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Tasks, filtered to the demo tenant's run.
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/?tenant=demo&run="+run)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.querySelectorAll("table.tasks tbody tr[data-state]").length === 4`, "the run's four tasks")
+	photo("tasks")
+
+	// Run.
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/runs/"+run)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.getElementById("status").textContent === "live"`, "the stream")
+	if got := text(t, ctx, ".count.state.succeeded b") + "/" + text(t, ctx, ".count.state.failed b") + "/" + text(t, ctx, ".summary"); got != "3/1/0 of 4 tasks still active." {
+		t.Errorf("run summary = %q", got)
+	}
+	photo("run")
+
+	// Task: the retried one.
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+ids[2]), chromedp.Click(`#a1-checkpoint summary`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.querySelectorAll("#timeline g.bar").length === 2`, "two bars")
+	photo("task")
+
+	// Health.
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/health")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.querySelector("#sweeper.good") !== null`, "a recent sweeper pass")
+	var duties, rects int
+	if err := chromedp.Run(ctx,
+		chromedp.Evaluate(`document.querySelectorAll("#duties tbody tr").length`, &duties),
+		chromedp.Evaluate(`document.querySelectorAll("#chart rect").length`, &rects)); err != nil {
+		t.Fatal(err)
+	}
+	if duties != 4 || rects == 0 {
+		t.Errorf("%d duties (want 4), %d chart bars (want some)", duties, rects)
+	}
+	if html := text(t, ctx, "main"); !strings.Contains(html, ids[3]) || !strings.Contains(html, "DATA_QUALITY") {
+		t.Errorf("the dead letter %s with its DATA_QUALITY attempt is not on the health page", ids[3])
+	}
+	photo("health")
+}
+
+// TestCancelRun: Cancel run on the run page cancels its running tasks.
+func TestCancelRun(t *testing.T) {
+	f := stack(t)
+	release := f.gate(t.Name())
+	defer release()
+	run := task.NewRunID(time.Now())
+	var ids []string
+	for i := range 2 {
+		ids = append(ids, f.submit(t, map[string]any{"runId": run, "worker": "held", "taskKey": fmt.Sprint("held-", i),
+			"cancelGracePeriodMs": 60000, "payload": map[string]any{"message": "holding", "gate": t.Name()}}))
+	}
+	for _, id := range ids {
+		f.waitState(t, id, task.Running)
+	}
+	ctx := tab(t)
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/runs/"+run),
+		chromedp.Click(`#cancel-run button`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.getElementById("flash") !== null`, "the outcome")
+	if got := text(t, ctx, "#flash"); got != "Cancel run: 0 of 2 tasks cancelled, 2 cancelling." {
+		t.Errorf("flash = %q", got)
+	}
+	for _, id := range ids {
+		if v := f.get(t, id); v.State != task.Cancelling {
+			t.Errorf("task %s is %s, want CANCELLING", id, v.State)
+		}
+	}
+	release()
+	waitJS(t, ctx, `document.querySelectorAll('tr[data-state="CANCELLED"]').length === 2`, "both CANCELLED, live")
+}
