@@ -246,6 +246,10 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 			v.Progress, v.Message = a.ProgressPct, a.Message
 		}
 	}
+	if t.State == task.Succeeded {
+		hundred := 100
+		v.Progress = &hundred
+	}
 	slices.Reverse(v.Attempts) // newest first
 	for _, e := range es {
 		v.Events = append(v.Events, EventRow{Transition: e.Transition, Delivered: e.Delivered})
