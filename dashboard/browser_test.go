@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -70,6 +71,7 @@ func stack(t *testing.T) *fixture {
 	fixOnce.Do(func() {
 		f := &fixture{gates: map[string]chan struct{}{}}
 		held := worker.Handler(func(ctx context.Context, wt *worker.Task) (any, error) {
+			// Runs until Servo cancels the attempt; then waits for its gate.
 			var in heldInput
 			if err := wt.Decode(&in); err != nil {
 				return nil, err
@@ -87,7 +89,7 @@ func stack(t *testing.T) *fixture {
 				}
 			}
 			return nil, context.Cause(ctx)
-		})
+		}, worker.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
 		srv := httptest.NewServer(held)
 		f.stack, fixErr = devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true,
@@ -99,6 +101,17 @@ func stack(t *testing.T) *fixture {
 		t.Fatal(fixErr)
 	}
 	return fix
+}
+
+// cancelLater cancels a held task when the test ends, so that it does not
+// keep working for the next tests.
+func (f *fixture) cancelLater(t *testing.T, id string) {
+	t.Cleanup(func() {
+		res, err := http.Post(f.stack.URL+"/v1/tasks/"+id+"/cancel", "application/json", nil)
+		if err == nil {
+			res.Body.Close()
+		}
+	})
 }
 
 // gate returns a new gate for held tasks and the function that opens it.
@@ -114,7 +127,7 @@ func (f *fixture) gate(name string) func() {
 // submit posts a task and returns its id.
 func (f *fixture) submit(t *testing.T, body map[string]any) string {
 	t.Helper()
-	base := map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 5000,
+	base := map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 30000,
 		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 200, "maxBackoffMs": 400}}
 	for k, v := range body {
 		base[k] = v
@@ -237,7 +250,18 @@ func shot(t *testing.T, ctx context.Context, name string) {
 func waitJS(t *testing.T, ctx context.Context, expr, what string) {
 	t.Helper()
 	var ok bool
-	if err := chromedp.Run(ctx, chromedp.Poll(expr, &ok, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(90*time.Second))); err != nil {
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for {
+		// A form post navigates: a poll started before the new page loads
+		// ends with the old one; poll again on the new page.
+		err = chromedp.Run(ctx, chromedp.Poll(expr, &ok, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(time.Until(deadline))))
+		if err == nil || !strings.Contains(err.Error(), "navigated or closed") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		var html string
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -369,6 +393,7 @@ func TestHostileTextRendersInert(t *testing.T) {
 	run := task.NewRunID(time.Now())
 	id := f.submit(t, map[string]any{"runId": run, "worker": "held", "taskKey": xss, "tenantId": "acme",
 		"payload": map[string]any{"message": xss, "gate": t.Name(), "note": xss}})
+	f.cancelLater(t, id)
 	deadline := time.Now().Add(90 * time.Second)
 	for f.get(t, id).State != task.Running || f.progressMessage(t, id) != xss {
 		if time.Now().After(deadline) {

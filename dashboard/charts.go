@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func timelineOf(attempts []task.Attempt, now time.Time) Timeline {
 			return timelineLabel
 		}
 		f := float64(t.Sub(start)) / float64(span)
-		return timelineLabel + int(min(1, max(0, f))*timelinePlot)
+		return timelineLabel + int(math.Round(min(1, max(0, f))*timelinePlot))
 	}
 	for i, a := range attempts {
 		b := Bar{Attempt: a.Attempt, Y: i*timelineRow + 4, TextY: i*timelineRow + 4 + timelineBar - 2, Class: outcomeClass(a.Outcome)}
@@ -147,7 +148,7 @@ func chartOf(stamps []store.TransitionStamp, since time.Time, truncated bool) Ch
 	totals := map[task.State]int{}
 	for _, s := range stamps {
 		m := int(s.OccurredAt.Sub(since) / time.Minute)
-		if m < 0 || m >= chartMinutes {
+		if s.OccurredAt.Before(since) || m >= chartMinutes {
 			continue
 		}
 		if counts[m] == nil {
