@@ -254,9 +254,11 @@ func waitJS(t *testing.T, ctx context.Context, expr, what string) {
 	var err error
 	for {
 		// A form post navigates: a poll started before the new page loads
-		// ends with the old one; poll again on the new page.
+		// ends with the old one ("Inspected target navigated or closed",
+		// "Cannot find context with specified id"); poll again on the new
+		// page.
 		err = chromedp.Run(ctx, chromedp.Poll(expr, &ok, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(time.Until(deadline))))
-		if err == nil || !strings.Contains(err.Error(), "navigated or closed") || time.Now().After(deadline) {
+		if err == nil || !strings.Contains(err.Error(), "(-32000)") || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -272,8 +274,9 @@ func waitJS(t *testing.T, ctx context.Context, expr, what string) {
 
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
+	// One evaluation: live updates replace the nodes at any time.
 	var s string
-	if err := chromedp.Run(ctx, chromedp.TextContent(sel, &s, chromedp.ByQuery)); err != nil {
+	if err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {textContent: "(no %s)"}).textContent`, sel, sel), &s)); err != nil {
 		t.Fatalf("text of %s: %v", sel, err)
 	}
 	return s
@@ -323,14 +326,13 @@ func TestTaskPageRetriedAttempts(t *testing.T) {
 		{`#task-state`, "SUCCEEDED"},
 	} {
 		var got string
-		var ok bool
 		attr := "data-outcome"
 		if strings.HasPrefix(c.sel, "#timeline") {
 			attr = "class"
 		}
 		if c.sel == "#task-state" {
 			got = text(t, ctx, c.sel)
-		} else if err := chromedp.Run(ctx, chromedp.AttributeValue(c.sel, attr, &got, &ok, chromedp.ByQuery)); err != nil {
+		} else if err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).getAttribute(%q)`, c.sel, attr), &got)); err != nil {
 			t.Fatal(err)
 		}
 		if got != c.want {
@@ -424,7 +426,7 @@ func TestHostileTextRendersInert(t *testing.T) {
 			t.Errorf("%s: message shown as %q, want the literal text", c.path, got)
 		}
 		var imgs int
-		if err := chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll("img").length`, &imgs), chromedp.OuterHTML("html", &html)); err != nil {
+		if err := chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll("img").length`, &imgs), chromedp.Evaluate(`document.documentElement.outerHTML`, &html)); err != nil {
 			t.Fatal(err)
 		}
 		if imgs != 0 {
@@ -622,10 +624,15 @@ func TestPagesOnDemoData(t *testing.T) {
 	photo("run")
 
 	// Task: the retried one.
-	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+ids[2]), chromedp.Click(`#a1-checkpoint summary`, chromedp.ByQuery)); err != nil {
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+ids[2])); err != nil {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, `document.querySelectorAll("#timeline g.bar").length === 2`, "two bars")
+	// Open attempt 1's checkpoint: it stays open across live updates.
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("a1-checkpoint").open = true`, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.getElementById("status").textContent === "live"`, "the stream")
 	photo("task")
 
 	// Health.
