@@ -372,7 +372,8 @@ func TestCancelRunningTask(t *testing.T) {
 		chromedp.Click(`#cancel-task button`, chromedp.ByQuery)); err != nil {
 		t.Fatal(err)
 	}
-	waitJS(t, ctx, `document.getElementById("task-state") !== null && document.getElementById("task-state").textContent === "CANCELLING"`, "CANCELLING")
+	waitJS(t, ctx, `document.getElementById("flash") !== null`, "the page after the post")
+	waitJS(t, ctx, `document.getElementById("task-state").textContent === "CANCELLING"`, "CANCELLING")
 	if flash := text(t, ctx, "#flash"); !strings.Contains(flash, "CANCELLING") {
 		t.Errorf("flash = %q", flash)
 	}
