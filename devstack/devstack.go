@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
@@ -322,6 +323,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Traces != nil {
 		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
 	}
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Store: s.Store, API: api, Logger: s.log}))
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/task"
@@ -60,8 +61,10 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	return dispatcher.NewHandler(dispatcher.Config{
+	api := dispatcher.NewHandler(dispatcher.Config{
 		Store: d.Store, Enqueuer: d.Enqueuer, Logger: d.Logger, Project: d.Project,
 		MinTimer: task.MinTimerProduction, DefaultStartTimeout: startTimeout, MaxBodyBytes: int64(maxBody),
-	}), nil
+	})
+	// The web dashboard, at /ui/, behind the same IAM as the API.
+	return dashboard.Mount(api, dashboard.Config{Store: d.Store, Logger: d.Logger}), nil
 }

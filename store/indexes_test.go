@@ -75,6 +75,9 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 		qs["due "+string(d)] = q
 	}
 	qs["undelivered"] = s.undeliveredQuery(3, now, 10)
+	qs["undelivered count"] = s.undeliveredCountQuery(3)
+	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
+	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
 	qs["attempts"] = attemptsQuery()
 	qs["outbox of a task"] = outboxQuery("taskId", "task_x")
 	qs["outbox of a run"] = outboxQuery("runId", "run_x")

@@ -696,6 +696,10 @@ func (f ListFilter) query(limit int) *pb.StructuredQuery {
 	}
 	if filters := f.filters(); len(filters) > 0 {
 		q.Where = and(filters...)
+	} else if f.NewestFirst {
+		// Firestore refuses a descending scan of document names over the
+		// whole collection: order by the taskId field (the id, a ULID).
+		q.OrderBy[0].Field = fieldRef("taskId")
 	}
 	return q
 }
@@ -716,7 +720,11 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
 			return nil, "", ErrInvalidPageToken
 		}
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(s.taskName(string(after)))}, Before: false}
+		cursor := refVal(s.taskName(string(after)))
+		if q.OrderBy[0].Field.FieldPath == "taskId" {
+			cursor = strVal(string(after))
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{cursor}, Before: false}
 	}
 	out, err := s.queryTasks(ctx, q)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/task"
 )
@@ -42,7 +43,7 @@ func (w workerFlags) Type() string { return "NAME=URL" }
 
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
-	var noDemo bool
+	var noDemo, open bool
 	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
 	var keep bool
@@ -56,7 +57,9 @@ ones: --firestore, --pubsub), Servo's Cloud Tasks emulator, the control API,
 the callbacks and the sweeper on one address, and the example worker
 (registered as worker "example"). Prints a line starting "servo dev ready",
 the export lines a second shell needs, then submits a small demo run and
-shows it progressing. Ctrl-C stops everything servo dev started.
+shows it progressing. The ready line names the web dashboard (ADDR/ui/);
+--open opens it in the default browser. Ctrl-C stops everything servo dev
+started.
 
 Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 		Example: `  go run ./cmd/servo dev
@@ -64,7 +67,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
   servo dev --worker mine=http://127.0.0.1:7000/work
   servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685
   servo dev --pull-pool gpu   # then: SERVO_API=... go run ./examples/worker -pull gpu
-  servo dev --job-worker render="go run ./examples/worker -job"`,
+  servo dev --job-worker render="go run ./examples/worker -job"
+  servo dev --open`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -104,7 +108,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				stack.Close()
 				fmt.Fprintln(errOut, "servo dev: stopped")
 			}()
-			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s)\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile)
+			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s); dashboard %s\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile, stack.URL+dashboard.Prefix)
+			if open {
+				openBrowser(stack.URL+dashboard.Prefix, errOut)
+			}
 			fmt.Fprintln(out, "# in a second shell:")
 			for _, e := range stack.Exports() {
 				fmt.Fprintln(out, e)
@@ -135,6 +142,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.DurationVar(&storeTimeout, "store-timeout", 0, "bound on the store work of one callback or API request, then 503 (default 20s callbacks, 50s API)")
 	f.Var(pools, "pull-pool", "pull pool NAME (workers claim at /v1/pools/NAME/claim), optionally =SA,... allowed to claim (repeatable)")
 	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
+	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
 	return cmd
 }
 

@@ -73,6 +73,9 @@ func TestServoDevBinary(t *testing.T) {
 		if !strings.Contains(line, "http://"+addr) {
 			t.Fatalf("ready line %q does not name the API", line)
 		}
+		if !strings.Contains(line, "dashboard http://"+addr+"/ui/") {
+			t.Fatalf("ready line %q does not name the dashboard", line)
+		}
 		if len(stray) > 0 {
 			t.Errorf("servo dev printed lines that are not its own: %q", stray)
 		}

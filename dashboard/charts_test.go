@@ -1,0 +1,142 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/task"
+)
+
+func TestTimelineOf(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) *time.Time { v := t0.Add(time.Duration(s * float64(time.Second))); return &v }
+	cases := []struct {
+		name     string
+		attempts []task.Attempt
+		now      time.Time
+		// want per bar: wait x, wait w, run x, run w, heartbeat x, class.
+		want [][6]any
+	}{
+		{"none", nil, t0, nil},
+		{"retried: a failed attempt, a gap, a successful one", []task.Attempt{
+			{Attempt: 1, Outcome: task.OutcomeFailed, CreatedAt: t0, StartedAt: at(1), LastHeartbeatAt: at(3), CompletedAt: at(4)},
+			{Attempt: 2, Outcome: task.OutcomeSucceeded, CreatedAt: *at(4), ScheduledAt: at(6), StartedAt: at(7), CompletedAt: at(10)},
+		}, t0.Add(time.Minute), [][6]any{
+			{90, 70, 160, 210, 300, "failed"},
+			{510, 70, 580, 210, 0, "succeeded"},
+		}},
+		{"running: ends now", []task.Attempt{
+			{Attempt: 1, CreatedAt: t0, StartedAt: at(5)},
+		}, t0.Add(10 * time.Second), [][6]any{{90, 350, 440, 350, 0, "running"}}},
+		{"never started", []task.Attempt{
+			{Attempt: 1, Outcome: task.OutcomeCancelled, CreatedAt: t0, CompletedAt: at(2)},
+		}, t0.Add(time.Minute), [][6]any{{90, 700, 0, 0, 0, "cancelled"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tl := timelineOf(c.attempts, c.now)
+			if len(tl.Bars) != len(c.want) {
+				t.Fatalf("%d bars, want %d", len(tl.Bars), len(c.want))
+			}
+			for i, b := range tl.Bars {
+				got := [6]any{b.WaitX, b.WaitW, b.RunX, b.RunW, b.Heartbeat, b.Class}
+				if got != c.want[i] {
+					t.Errorf("bar %d = %v, want %v", i+1, got, c.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestChartOf(t *testing.T) {
+	since := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	stamps := []store.TransitionStamp{
+		{To: task.Running, OccurredAt: since.Add(30 * time.Second)},
+		{To: task.Running, OccurredAt: since.Add(50 * time.Second)},
+		{To: task.Succeeded, OccurredAt: since.Add(59 * time.Second)},
+		{To: task.Failed, OccurredAt: since.Add(59*time.Minute + 59*time.Second)},
+		{To: task.Failed, OccurredAt: since.Add(-time.Second)}, // before the hour
+		{To: task.Failed, OccurredAt: since.Add(time.Hour)},    // after it
+	}
+	c := chartOf(stamps, since, true)
+	if c.Total != 4 || c.Max != 3 || !c.Truncated {
+		t.Fatalf("total %d max %d truncated %v, want 4, 3, true", c.Total, c.Max, c.Truncated)
+	}
+	want := []Rect{
+		{X: 0, Y: 140 - 93, W: 10, H: 93, Class: "running"},
+		{X: 0, Y: 140 - 93 - 46, W: 10, H: 46, Class: "succeeded"},
+		{X: 59 * 12, Y: 140 - 46, W: 10, H: 46, Class: "failed"},
+	}
+	if len(c.Rects) != len(want) {
+		t.Fatalf("%d rects, want %d: %+v", len(c.Rects), len(want), c.Rects)
+	}
+	for i, r := range c.Rects {
+		r.Title = ""
+		if r != want[i] {
+			t.Errorf("rect %d = %+v, want %+v", i, r, want[i])
+		}
+	}
+	if len(c.Legend) != 3 || c.Legend[0] != (StateCount{State: task.Running, N: 2}) {
+		t.Errorf("legend %+v", c.Legend)
+	}
+}
+
+// TestHubSharesReads: many subscribers of one view share one refresher;
+// past MaxViews distinct views a subscription is refused; a view with no
+// subscriber left stops being read.
+func TestHubSharesReads(t *testing.T) {
+	h := newHub(2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var reads atomic.Int64
+	v := func(key string) view {
+		return view{key: key, every: 20 * time.Millisecond, load: func(context.Context) (any, error) { return reads.Add(1), nil }}
+	}
+	render := func(data any) (string, error) { return "n", nil }
+	var unsubs []func()
+	for range 50 {
+		ch, unsub, err := h.subscribe(v("a"), render)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unsubs = append(unsubs, unsub)
+		_ = ch
+	}
+	if _, _, err := h.subscribe(v("b"), render); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.subscribe(v("c"), render); err != errTooManyViews {
+		t.Fatalf("a third view: %v, want errTooManyViews", err)
+	}
+	time.Sleep(200 * time.Millisecond) // ~10 periods
+	h.mu.Lock()
+	topics := len(h.topics)
+	h.mu.Unlock()
+	if topics != 2 {
+		t.Fatalf("%d topics, want 2", topics)
+	}
+	// Two views, each read at most once a period: at most ~2 × 11 reads,
+	// however many subscribers (50 on "a").
+	if n := reads.Load(); n > 30 {
+		t.Errorf("%d reads for 2 views in ~10 periods", n)
+	}
+	for _, u := range unsubs {
+		u()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		_, ok := h.topics["a"]
+		h.mu.Unlock()
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("view a is still refreshed with no subscriber")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
