@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -65,6 +66,7 @@ type Store struct {
 	shards     int
 	perTask    keyedMutex
 	recentRuns recentRuns
+	quotas     *quota.Policy
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
 
@@ -86,6 +88,7 @@ type config struct {
 	counter    *RPCCounter
 	clientOpts []option.ClientOption
 	maxRetries int
+	quotas     *quota.Policy
 }
 
 // Option configures New.
@@ -144,7 +147,12 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to firestore: %w", err)
 	}
 	db := "projects/" + project + "/databases/" + cfg.database
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards}, nil
+	if cfg.quotas != nil {
+		if err := cfg.quotas.Validate(); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, quotas: cfg.quotas}, nil
 }
 
 // DueShards is the number of due-index shards; DueTasks and Undelivered
@@ -289,6 +297,37 @@ type CreateResult struct {
 // task is returned with Existed. When a commit of several tasks fails
 // because of such a key, its tasks are committed one by one.
 func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
+	if queued && s.QuotasEnabled() {
+		// Tasks of limited tenants or workers: one transaction each
+		// (store/quota.go); the others as below.
+		var lim, rest []int
+		for i := range ts {
+			if s.limited(&ts[i]) {
+				lim = append(lim, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		if len(lim) > 0 {
+			out := make([]CreateResult, len(ts))
+			pick := func(idx []int) []task.Task {
+				o := make([]task.Task, len(idx))
+				for j, i := range idx {
+					o[j] = ts[i]
+				}
+				return o
+			}
+			for j, r := range s.createLimitedMany(ctx, pick(lim), now) {
+				out[lim[j]] = r
+			}
+			if len(rest) > 0 {
+				for j, r := range s.CreateMany(ctx, pick(rest), now, queued) {
+					out[rest[j]] = r
+				}
+			}
+			return out
+		}
+	}
 	out := make([]CreateResult, len(ts))
 	type prepared struct {
 		i      int
@@ -374,11 +413,17 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 // creationWrites builds the stored form of a submitted task and the writes
 // that create it.
 func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
+	return s.creationWritesWith(t, now, queued, nil, false)
+}
+
+// creationWritesWith is creationWrites for a task given the quota hold
+// hold (nil: none) and, with it, a run slot or not.
+func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold *task.QuotaHold, slotFree bool) (task.Task, []*pb.Write, []task.Transition) {
 	t.DueShard = DueShardOf(t.ID, s.shards)
 	nt, a, tr := task.NewTask(t, now)
 	trs := []task.Transition{tr}
 	if queued {
-		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now})
+		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now, Hold: hold, SlotFree: slotFree})
 		nt = r.Task
 		trs = append(trs, r.Transitions...)
 	}
@@ -820,6 +865,14 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 		}
 		overlay(cur, t.Live)
 	}
+	if ev.Kind == task.EventAdmit {
+		free, err := s.slotFree(ctx, &t, tx)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		ev.SlotFree = free
+	}
 	r := task.Apply(t, cur, ev)
 	if !r.Write {
 		s.rollback(tx)
@@ -827,6 +880,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 	}
 	setLive(&r)
 	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
+	writes = append(writes, s.quotaWrites(&t, &r.Task)...)
 	if r.Attempt != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
 	}
@@ -869,6 +923,7 @@ const (
 	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
 	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
 	DueDeadline Due = "deadline"        // any active state past the task deadline
+	DueAdmit    Due = "waitingSince"    // QUEUED waiting for a run slot (quotas)
 )
 
 // DueStates are the states each duty's query selects.
@@ -877,6 +932,7 @@ var DueStates = map[Due][]task.State{
 	DueCancel:   {task.Cancelling},
 	DueDispatch: {task.Pending, task.Queued},
 	DueDeadline: task.ActiveStates,
+	DueAdmit:    {task.Queued},
 }
 
 // DueCursor continues a due query after the last task of a page.
@@ -950,6 +1006,8 @@ func DueTime(d Due, t *task.Task) *time.Time {
 		return t.DispatchCheckAt
 	case DueDeadline:
 		return t.Deadline
+	case DueAdmit:
+		return t.WaitingSince
 	}
 	return nil
 }

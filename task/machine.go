@@ -25,10 +25,14 @@ const (
 	// could not be created; the task goes back to PENDING with its dispatch
 	// check due at once, so the sweeper's next pass re-drives it.
 	EventDispatchFailed EventKind = "DISPATCH_FAILED"
+	// EventAdmit: the sweeper's admit duty offers a run slot to a QUEUED
+	// task waiting for one (WaitingSince set); with Event.SlotFree the task
+	// takes it and is enqueued. The state stays QUEUED.
+	EventAdmit EventKind = "ADMIT"
 )
 
 // EventKinds lists every kind.
-var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed}
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventAdmit}
 
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
@@ -45,6 +49,7 @@ var Edges = map[State]map[EventKind][]State{
 	},
 	Queued: {
 		EventDispatchFailed:   {Pending},
+		EventAdmit:            {Queued},
 		EventRedrive:          {Queued, Failed},
 		EventStarted:          {Running},
 		EventHeartbeat:        {Running},
@@ -100,6 +105,12 @@ type Event struct {
 	Jitter float64
 	// MaxRedrives bounds sweeper re-drives before DISPATCH_TIMEOUT.
 	MaxRedrives int
+	// Hold (EventEnqueued at creation) is the quota hold the store chose
+	// for a task of a limited tenant or worker; nil when no quota applies.
+	Hold *QuotaHold
+	// SlotFree (EventEnqueued with Hold, EventAdmit) says the store found
+	// a free run slot for the task in the same transaction.
+	SlotFree bool
 }
 
 // Rejection is why the machine refused a callback or a cancel.
@@ -196,6 +207,12 @@ func (m *machine) apply() {
 	case EventCancel:
 		m.cancel()
 	case EventEnqueued:
+		if m.ev.Attempt == t.Attempt && t.State == Pending && m.ev.Hold != nil {
+			m.hold()
+			if !m.ev.SlotFree {
+				return
+			}
+		}
 		if m.ev.Attempt == t.Attempt && t.State == Pending {
 			m.transition(Queued, ReasonEnqueued, "")
 			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
@@ -214,6 +231,8 @@ func (m *machine) apply() {
 		check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
 		t.DispatchCheckAt = &check
 		m.r.Write, m.r.Enqueue = true, true
+	case EventAdmit:
+		m.admit()
 	case EventDispatchFailed:
 		if m.ev.Attempt == t.Attempt && t.State == Queued {
 			m.transition(Pending, ReasonDispatchFailed, "")
@@ -503,7 +522,7 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 	m.r.Write = true
 	switch to {
 	case Running:
-		t.DispatchCheckAt, t.CancelDeadline = nil, nil
+		t.DispatchCheckAt, t.CancelDeadline, t.WaitingSince = nil, nil, nil
 	case Cancelling:
 		t.DispatchCheckAt = nil
 	case Queued, Pending:
@@ -513,7 +532,7 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 		now := m.now
 		t.EndedAt = &now
 		t.Reason = reason
-		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt = nil, nil, nil
+		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt, t.WaitingSince = nil, nil, nil, nil
 	} else if to == Cancelling {
 		t.Reason = reason
 	}
