@@ -693,8 +693,11 @@ func refVal(name string) *pb.Value {
 // ListFilter selects tasks for List; empty fields match everything.
 type ListFilter struct {
 	TenantID string
-	RunID    string
-	State    task.State
+	// TenantIDs, when set, lists only tasks of these tenants (an "in"
+	// filter of at most 30 values, in the query).
+	TenantIDs []string
+	RunID     string
+	State     task.State
 	// Worker is the task's worker name.
 	Worker string
 	// NewestFirst lists in reverse creation order.
@@ -712,6 +715,9 @@ func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
 		if c.v != "" {
 			filters = append(filters, fieldFilter(c.field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.v)))
 		}
+	}
+	if len(f.TenantIDs) > 0 {
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs)))
 	}
 	return filters
 }
