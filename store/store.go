@@ -693,11 +693,8 @@ func refVal(name string) *pb.Value {
 // ListFilter selects tasks for List; empty fields match everything.
 type ListFilter struct {
 	TenantID string
-	// TenantIDs, when set, lists only tasks of these tenants (an "in"
-	// filter of at most 30 values, in the query).
-	TenantIDs []string
-	RunID     string
-	State     task.State
+	RunID    string
+	State    task.State
 	// Worker is the task's worker name.
 	Worker string
 	// NewestFirst lists in reverse creation order.
@@ -706,6 +703,9 @@ type ListFilter struct {
 	PageSize int
 	// PageToken continues a previous listing.
 	PageToken string
+	// TenantIDs, when set, lists only tasks of these tenants (an "in"
+	// filter of at most 30 values, in the query).
+	TenantIDs []string
 }
 
 // filters are f's equality filters.
