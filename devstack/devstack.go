@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
@@ -42,6 +43,7 @@ import (
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/token"
@@ -96,6 +98,15 @@ type Options struct {
 	// TasksClientOptions are passed to the Cloud Tasks client (an
 	// interceptor counting calls, in benchmarks).
 	TasksClientOptions []option.ClientOption
+	// Access is the control API's access policy; nil is the open policy.
+	// Either way the API accepts the dev identity tokens of `servo --as`
+	// signed with IdentityKey.
+	Access *access.Policy
+	// IdentityKey signs dev identity tokens (access.SignDev); nil means a
+	// fresh key for this run (Stack.IdentityKey).
+	IdentityKey []byte
+	// Quotas are the per-tenant and per-worker limits; nil means none.
+	Quotas *quota.Policy
 }
 
 // Stack is a running local stack.
@@ -117,6 +128,8 @@ type Stack struct {
 	// Events is the events publisher (the store's commit hook and the
 	// sweeper's outbox re-drive).
 	Events *events.Publisher
+	// IdentityKey is the dev identity key of this run (servo --as).
+	IdentityKey []byte
 
 	id        string
 	log       *slog.Logger
@@ -172,6 +185,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.URL = "http://" + lis.Addr().String()
 
 	// 3. State, keys, events.
+	if o.Quotas != nil {
+		o.StoreOptions = append(o.StoreOptions[:len(o.StoreOptions):len(o.StoreOptions)], store.WithQuotas(o.Quotas))
+	}
+	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
+		s.IdentityKey = access.NewDevKey()
+	}
 	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -226,7 +245,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, err
 	}
-	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project})
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project,
+		Access: o.Access, Verifiers: []dispatcher.Verifier{dispatcher.DevVerifier{Key: s.IdentityKey}}})
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/task"
@@ -60,8 +62,18 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
+	policy, err := access.Load(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	if policy.IsOpen() {
+		d.Logger.WarnContext(ctx, "ServoAPI: no access policy (SERVO_ACCESS): every caller IAM lets through may act on every tenant")
+	}
 	return dispatcher.NewHandler(dispatcher.Config{
 		Store: d.Store, Enqueuer: d.Enqueuer, Logger: d.Logger, Project: d.Project,
 		MinTimer: task.MinTimerProduction, DefaultStartTimeout: startTimeout, MaxBodyBytes: int64(maxBody),
+		// Production verifies Google ID tokens only: a dev identity token
+		// is never accepted here.
+		Access: policy, Verifiers: []dispatcher.Verifier{dispatcher.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
 	}), nil
 }

@@ -21,6 +21,9 @@
 //	SERVO_START_TIMEOUT        default start timeout for new tasks (default 10m)
 //	SERVO_DUE_SHARDS           due-index shards (default 16; may grow, never shrink)
 //	SERVO_MAX_BODY_BYTES       request body cap (default 1 MiB)
+//	SERVO_ACCESS               control API access policy JSON (or SERVO_ACCESS_FILE; see package access; unset: open, IAM only)
+//	SERVO_API_AUDIENCE         the audience the callers' ID tokens must have (the ServoAPI URL; unset: not checked)
+//	SERVO_QUOTAS               per-tenant and per-worker limits JSON (or SERVO_QUOTAS_FILE; see package quota)
 package functions
 
 import (
@@ -37,6 +40,7 @@ import (
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/token"
 )
@@ -123,7 +127,11 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if err != nil || shards < 1 {
 		return nil, fmt.Errorf("functions: SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", os.Getenv("SERVO_DUE_SHARDS"))
 	}
-	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards))
+	quotas, err := quota.Load(os.Getenv, "SERVO_QUOTAS", "SERVO_QUOTAS_FILE")
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards), store.WithQuotas(quotas))
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
