@@ -140,11 +140,22 @@ func (s *Store) quotaWrites(before, after *task.Task) []*pb.Write {
 		return nil
 	}
 	var out []*pb.Write
+	add := func(kind quota.Kind, name string, qk, rk int) {
+		if qk == rk || dq == 0 || dr == 0 {
+			k := qk
+			if dq == 0 {
+				k = rk
+			}
+			out = append(out, s.counterWrite(kind, name, k, dq, dr))
+			return
+		}
+		out = append(out, s.counterWrite(kind, name, qk, dq, 0), s.counterWrite(kind, name, rk, 0, dr))
+	}
 	if h.Tenant {
-		out = append(out, s.counterWrite(quota.KindTenant, after.TenantID, h.TenantShard, dq, dr))
+		add(quota.KindTenant, after.TenantID, h.TenantShard, h.TenantSlotShard)
 	}
 	if h.Worker {
-		out = append(out, s.counterWrite(quota.KindWorker, after.Worker, h.WorkerShard, dq, dr))
+		add(quota.KindWorker, after.Worker, h.WorkerShard, h.WorkerSlotShard)
 	}
 	return out
 }
@@ -160,48 +171,102 @@ func counts(docs map[string]*pb.Document, name string) (quotaDoc, error) {
 	return q, nil
 }
 
-// slotFree reads, in transaction tx, the counter shards of t's limited
-// scopes and reports whether each has a run slot free on t's shard.
-func (s *Store) slotFree(ctx context.Context, t *task.Task, tx []byte) (bool, error) {
-	h := t.Quota
-	if h == nil {
-		return false, nil
+// pickSlots reads, in transaction tx, every counter shard of t's limited
+// scopes (one RPC) and returns the hold with, for each scope, the first
+// shard with a run slot free (t's own shard first); ok is false when a
+// scope has none.
+func (s *Store) pickSlots(ctx context.Context, t *task.Task, tx []byte) (hold *task.QuotaHold, ok bool, err error) {
+	if t.Quota == nil {
+		return nil, false, nil
 	}
-	type check struct {
-		name string
-		lim  quota.Limits
-		k    int
-	}
-	var checks []check
+	h := *t.Quota
+	var scopes []*scope
+	var own []int
 	if h.Tenant {
-		checks = append(checks, check{s.quotaName(quota.KindTenant, t.TenantID, h.TenantShard), s.Quotas().For(quota.KindTenant, t.TenantID), h.TenantShard})
+		scopes, own = append(scopes, s.scopeFor(quota.KindTenant, t.TenantID)), append(own, h.TenantShard)
 	}
 	if h.Worker {
-		checks = append(checks, check{s.quotaName(quota.KindWorker, t.Worker, h.WorkerShard), s.Quotas().For(quota.KindWorker, t.Worker), h.WorkerShard})
+		scopes, own = append(scopes, s.scopeFor(quota.KindWorker, t.Worker)), append(own, h.WorkerShard)
 	}
-	names := make([]string, len(checks))
-	for i, c := range checks {
-		names[i] = c.name
+	var names []string
+	for _, sc := range scopes {
+		for k := range sc.n {
+			names = append(names, s.quotaName(sc.kind, sc.name, k))
+		}
 	}
 	docs, _, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	for _, c := range checks {
-		q, err := counts(docs, c.name)
+	for i, sc := range scopes {
+		k, err := s.freeSlot(sc, own[i]%sc.n, docs)
+		if err != nil || k < 0 {
+			return nil, false, err
+		}
+		if sc.kind == quota.KindTenant {
+			h.TenantSlotShard = k
+		} else {
+			h.WorkerSlotShard = k
+		}
+	}
+	return &h, true, nil
+}
+
+// scopeFor is scopeOf for a scope a task holds counts in: its limits now
+// (unlimited, with one shard, when its limit was removed since).
+func (s *Store) scopeFor(kind quota.Kind, name string) *scope {
+	if sc := s.scopeOf(kind, name); sc != nil {
+		return sc
+	}
+	return &scope{kind: kind, name: name, n: 1}
+}
+
+// freeSlot returns the first shard of sc, from k on, whose share of
+// maxRunning has room in docs (which hold every shard of sc), or -1.
+func (s *Store) freeSlot(sc *scope, k int, docs map[string]*pb.Document) (int, error) {
+	for i := range sc.n {
+		j := (k + i) % sc.n
+		q, err := counts(docs, s.quotaName(sc.kind, sc.name, j))
 		if err != nil {
-			return false, err
+			return -1, err
 		}
-		if !quota.Fits(c.lim.MaxRunning, s.Quotas().ShardsFor(c.lim), c.k, q.Running) {
-			return false, nil
+		if quota.Fits(sc.lim.MaxRunning, sc.n, j, q.Running) {
+			return j, nil
 		}
 	}
-	return true, nil
+	return -1, nil
 }
 
 // limited reports whether t (not yet stored) belongs to a limited scope.
 func (s *Store) limited(t *task.Task) bool {
 	return s.scopeOf(quota.KindTenant, t.TenantID) != nil || s.scopeOf(quota.KindWorker, t.Worker) != nil
+}
+
+// lockScopes takes the in-process locks of t's limited scopes (tenant
+// before worker) and returns the function that releases them.
+func (s *Store) lockScopes(ctx context.Context, t *task.Task) (func(), error) {
+	var unlocks []func()
+	release := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	for _, k := range []struct {
+		on   bool
+		kind quota.Kind
+		name string
+	}{{t.Quota.Tenant, quota.KindTenant, t.TenantID}, {t.Quota.Worker, quota.KindWorker, t.Worker}} {
+		if !k.on {
+			continue
+		}
+		u, err := s.perScope.lock(ctx, string(k.kind)+"\x00"+k.name)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return release, nil
 }
 
 // createLimitedMany stores tasks of limited scopes, each in its own
@@ -225,7 +290,19 @@ func (s *Store) createLimitedMany(ctx context.Context, ts []task.Task, now time.
 // transaction that reads its counter shards: refused with a *QuotaError
 // when a scope is at maxQueued; holding a run slot (to be enqueued) when
 // every scope has one free on the task's shard, waiting for one otherwise.
+//
+// Within one process, the submits of one scope run one at a time (the
+// scope's lock, tenant before worker): they would only contend inside
+// Firestore, whose emulator handles contention poorly; across processes,
+// Firestore's transactions decide.
 func (s *Store) createLimited(ctx context.Context, t task.Task, now time.Time) CreateResult {
+	tmp := t
+	tmp.Quota = &task.QuotaHold{Tenant: s.scopeOf(quota.KindTenant, t.TenantID) != nil, Worker: s.scopeOf(quota.KindWorker, t.Worker) != nil}
+	unlock, err := s.lockScopes(ctx, &tmp)
+	if err != nil {
+		return CreateResult{Err: wrap("create", err)}
+	}
+	defer unlock()
 	var retryTx []byte
 	for try := 0; ; try++ {
 		r, tx, err := s.createLimitedOnce(ctx, t, now, retryTx)
@@ -289,11 +366,20 @@ func (s *Store) createLimitedOnce(ctx context.Context, t task.Task, now time.Tim
 			s.rollback(tx)
 			return CreateResult{}, tx, err
 		}
-		slot = slot && quota.Fits(sc.lim.MaxRunning, sc.n, k, q.Running)
+		rk := k
+		if slot && !quota.Fits(sc.lim.MaxRunning, sc.n, k, q.Running) {
+			// No slot on the task's shard: look at the others (one more
+			// read, only then).
+			if rk, err = s.slotElsewhere(ctx, sc, k, tx); err != nil {
+				s.rollback(tx)
+				return CreateResult{}, tx, err
+			}
+			slot = rk >= 0
+		}
 		if i == 0 {
-			hold.Tenant, hold.TenantShard = true, k
+			hold.Tenant, hold.TenantShard, hold.TenantSlotShard = true, k, max(rk, 0)
 		} else {
-			hold.Worker, hold.WorkerShard = true, k
+			hold.Worker, hold.WorkerShard, hold.WorkerSlotShard = true, k, max(rk, 0)
 		}
 	}
 	nt, writes, trs := s.creationWritesWith(t, now, true, &hold, slot)
@@ -311,6 +397,23 @@ func (s *Store) createLimitedOnce(ctx context.Context, t task.Task, now time.Tim
 	}
 	s.committed(ctx, trs)
 	return CreateResult{Task: nt}, tx, nil
+}
+
+// slotElsewhere reads every shard of sc in tx and returns one with a run
+// slot free (-1: none).
+func (s *Store) slotElsewhere(ctx context.Context, sc *scope, k int, tx []byte) (int, error) {
+	if sc.n == 1 {
+		return -1, nil
+	}
+	var names []string
+	for j := range sc.n {
+		names = append(names, s.quotaName(sc.kind, sc.name, j))
+	}
+	docs, _, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
+	if err != nil {
+		return -1, err
+	}
+	return s.freeSlot(sc, k, docs)
 }
 
 // pickShard returns a shard of sc with room for one more queued task: k
@@ -421,19 +524,21 @@ func (s *Store) RepairQuotaCounters(ctx context.Context) ([]QuotaRepair, error) 
 	for _, sh := range shards {
 		c := sh.doc
 		field, hold := "tenantId", "quota.tenant"
-		shardField := "quota.tenantShard"
+		shardField, slotField := "quota.tenantShard", "quota.tenantSlotShard"
 		if quota.Kind(c.Kind) == quota.KindWorker {
-			field, hold, shardField = "worker", "quota.worker", "quota.workerShard"
+			field, hold, shardField, slotField = "worker", "quota.worker", "quota.workerShard", "quota.workerSlotShard"
 		}
-		base := []*pb.StructuredQuery_Filter{
-			fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.Name)),
-			fieldFilter(hold, pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
-			fieldFilter(shardField, pb.StructuredQuery_FieldFilter_EQUAL, intVal(c.Shard)),
+		base := func(f string) []*pb.StructuredQuery_Filter {
+			return []*pb.StructuredQuery_Filter{
+				fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.Name)),
+				fieldFilter(hold, pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
+				fieldFilter(f, pb.StructuredQuery_FieldFilter_EQUAL, intVal(c.Shard)),
+			}
 		}
 		queuedQ := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-			Where: and(append(base[:3:3], fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]task.State{task.Pending, task.Queued})))...)}
+			Where: and(append(base(shardField), fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]task.State{task.Pending, task.Queued})))...)}
 		runningQ := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-			Where: and(append(base[:3:3], fieldFilter("quota.slot", pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
+			Where: and(append(base(slotField), fieldFilter("quota.slot", pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
 				fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(task.ActiveStates)))...)}
 		nq, err := s.count(ctx, queuedQ)
 		if err != nil {

@@ -67,6 +67,7 @@ type Store struct {
 	perTask    keyedMutex
 	recentRuns recentRuns
 	quotas     *quota.Policy
+	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
 
@@ -871,13 +872,19 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 		}
 		overlay(cur, t.Live)
 	}
-	if ev.Kind == task.EventAdmit {
-		free, err := s.slotFree(ctx, &t, tx)
+	if ev.Kind == task.EventAdmit && t.WaitingSince != nil {
+		unlock, err := s.lockScopes(ctx, &t)
 		if err != nil {
 			s.rollback(tx)
 			return task.Result{}, tx, err
 		}
-		ev.SlotFree = free
+		defer unlock()
+		hold, free, err := s.pickSlots(ctx, &t, tx)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		ev.Hold, ev.SlotFree = hold, free
 	}
 	r := task.Apply(t, cur, ev)
 	if !r.Write {

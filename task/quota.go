@@ -1,9 +1,11 @@
 package task
 
 // QuotaHold records where a task of a limited tenant or worker keeps its
-// counts: the counter shard of each limited scope it was admitted on
-// (fixed for the task's life, so that every later change of its counts
-// goes to the same shard), and whether it holds a run slot.
+// counts: the counter shard of each limited scope it was admitted on (its
+// queued count, fixed for the task's life, so that every later change
+// goes to the same shard), whether it holds a run slot, and the shard of
+// each scope whose slot it took (its running count; any shard with a slot
+// free, chosen when the slot is given).
 type QuotaHold struct {
 	// Tenant and Worker say which of the task's scopes are limited.
 	Tenant bool `json:"tenant" firestore:"tenant"`
@@ -14,6 +16,10 @@ type QuotaHold struct {
 	// Slot: the task was given a run slot (it was enqueued); it holds it
 	// until it ends, retries included.
 	Slot bool `json:"slot" firestore:"slot"`
+	// TenantSlotShard and WorkerSlotShard are the shards whose run slots
+	// the task holds (with Slot).
+	TenantSlotShard int `json:"tenantSlotShard" firestore:"tenantSlotShard"`
+	WorkerSlotShard int `json:"workerSlotShard" firestore:"workerSlotShard"`
 }
 
 // ReasonQuotaWait is the reason of the PENDING → QUEUED transition of a
@@ -54,8 +60,9 @@ func (m *machine) hold() {
 	t.WaitingSince, t.DispatchCheckAt = &now, nil
 }
 
-// admit hands a waiting task the run slot the store found free: the task
-// stays QUEUED, gets its dispatch check, and asks to be enqueued.
+// admit hands a waiting task the run slots the store found free (on the
+// shards ev.Hold names): the task stays QUEUED, gets its dispatch check,
+// and asks to be enqueued.
 func (m *machine) admit() {
 	t := m.t()
 	if t.State != Queued || t.WaitingSince == nil || t.Quota == nil || !m.ev.SlotFree || (m.ev.Attempt != 0 && m.ev.Attempt != t.Attempt) {
@@ -63,6 +70,9 @@ func (m *machine) admit() {
 	}
 	h := *t.Quota
 	h.Slot = true
+	if m.ev.Hold != nil {
+		h.TenantSlotShard, h.WorkerSlotShard = m.ev.Hold.TenantSlotShard, m.ev.Hold.WorkerSlotShard
+	}
 	t.Quota = &h
 	t.WaitingSince = nil
 	check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
