@@ -10,6 +10,7 @@ package devstack
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -428,6 +429,7 @@ func (s *Stack) Exports() []string {
 		cloudtasks.EnvVar:           s.CloudTasksHost,
 		"SERVO_API":                 s.URL,
 		"SERVO_PROJECT":             s.Project,
+		access.DevKeyEnv:            base64.RawURLEncoding.EncodeToString(s.IdentityKey),
 	}
 	var out []string
 	for k, v := range env {

@@ -45,6 +45,7 @@ func newDevCmd() *cobra.Command {
 	var noDemo bool
 	var sweepEvery time.Duration
 	workers := workerFlags{}
+	devAccess := &devAccessFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -78,7 +79,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
-				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, Access: devAccess.policy, Quotas: devAccess.quotas})
 			if err != nil {
 				return err
 			}
@@ -113,6 +114,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
+	devAccess.register(f)
 	return cmd
 }
 
