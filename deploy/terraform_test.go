@@ -572,7 +572,7 @@ func TestTerraformFunctions(t *testing.T) {
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
-		"SERVO_DUE_SHARDS",
+		"SERVO_DUE_SHARDS", "SERVO_ACCESS", "SERVO_QUOTAS",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)

@@ -46,6 +46,8 @@ locals {
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
+    SERVO_ACCESS             = local.servo_access
+    SERVO_QUOTAS             = local.servo_quotas
   }
 
   # The three entry points registered with functions-framework-go in package
