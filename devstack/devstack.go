@@ -10,6 +10,7 @@ package devstack
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
@@ -45,6 +47,7 @@ import (
 	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/pull"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/telemetry"
@@ -125,6 +128,15 @@ type Options struct {
 	// as one subprocess of the command (jobs.Local), with the environment
 	// contract of a Cloud Run Job execution; each gets its own queue.
 	JobWorkers map[string]string
+	// Access is the control API's access policy; nil is the open policy.
+	// Either way the API accepts the dev identity tokens of `servo --as`
+	// signed with IdentityKey.
+	Access *access.Policy
+	// IdentityKey signs dev identity tokens (access.SignDev); nil means a
+	// fresh key for this run (Stack.IdentityKey).
+	IdentityKey []byte
+	// Quotas are the per-tenant and per-worker limits; nil means none.
+	Quotas *quota.Policy
 }
 
 // Stack is a running local stack.
@@ -148,6 +160,8 @@ type Stack struct {
 	Events *events.Publisher
 	// Jobs runs the job workers' executions as subprocesses.
 	Jobs *jobs.Local
+	// IdentityKey is the dev identity key of this run (servo --as).
+	IdentityKey []byte
 
 	id        string
 	log       *slog.Logger
@@ -213,6 +227,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := waitEmulators(); err != nil {
 		lis.Close()
 		return nil, err
+	}
+	if o.Quotas != nil {
+		o.StoreOptions = append(o.StoreOptions[:len(o.StoreOptions):len(o.StoreOptions)], store.WithQuotas(o.Quotas))
+	}
+	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
+		s.IdentityKey = access.NewDevKey()
 	}
 	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
 		lis.Close()
@@ -286,7 +306,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, err
 	}
-	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout})
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout,
+		Access: o.Access, Verifiers: []dispatcher.Verifier{dispatcher.DevVerifier{Key: s.IdentityKey}}})
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
@@ -497,6 +518,7 @@ func (s *Stack) Exports() []string {
 		cloudtasks.EnvVar:           s.CloudTasksHost,
 		"SERVO_API":                 s.URL,
 		"SERVO_PROJECT":             s.Project,
+		access.DevKeyEnv:            base64.RawURLEncoding.EncodeToString(s.IdentityKey),
 	}
 	var out []string
 	for k, v := range env {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 )
@@ -71,6 +72,19 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
+	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), access.Operate); !all {
+		// One read to learn the task's tenant, only for a caller who is
+		// not an operator of every tenant.
+		t, err := h.cfg.Store.GetTask(r.Context(), id)
+		if err != nil {
+			h.storeError(w, r, err, "taskId", id)
+			return
+		}
+		if e := h.allowed(r, t.TenantID, access.Operate); e != nil {
+			h.fail(w, r, e)
+			return
+		}
+	}
 	res, err := h.cancelOne(r.Context(), id, reason)
 	if err != nil {
 		h.storeError(w, r, err, "taskId", id)
@@ -130,6 +144,11 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
 		return
 	}
+	tenants, e := h.tenantScope(r, "", access.Operate)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
 	resp := RunCancelResponse{RunID: runID}
 	var mu sync.Mutex
 	count := func(f func()) {
@@ -140,7 +159,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	page := ""
 	for {
-		tasks, next, err := h.cfg.Store.List(ctx, store.ListFilter{RunID: runID, PageSize: h.runPageSize, PageToken: page})
+		tasks, next, err := h.cfg.Store.List(ctx, store.ListFilter{RunID: runID, TenantIDs: tenants, PageSize: h.runPageSize, PageToken: page})
 		if err != nil {
 			h.storeError(w, r, err, "runId", runID)
 			return

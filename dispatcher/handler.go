@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
@@ -80,6 +81,14 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Project, when set, puts the request's trace into log lines.
 	Project string
+	// Access is the access policy (package access); nil is the open
+	// policy: every caller IAM lets through may do everything.
+	Access *access.Policy
+	// Verifiers check the callers' identity tokens (GoogleVerifier in
+	// production; DevVerifier too in servo dev). With none, the open
+	// policy ignores the Authorization header and any other policy
+	// refuses every request.
+	Verifiers []Verifier
 }
 
 // handler serves the control API.
@@ -158,6 +167,8 @@ func (h *handler) routes() {
 	m.HandleFunc("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
 	m.HandleFunc("GET /v1/health", h.health)
 	m.HandleFunc("/v1/health", methodNotAllowed("GET, HEAD"))
+	m.HandleFunc("GET /v1/tenants/{tenant}/usage", h.usage)
+	m.HandleFunc("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})
@@ -170,6 +181,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Project != "" {
 		ctx = logs.WithTrace(ctx, r, h.cfg.Project)
 	}
+	who, e := h.authenticate(r.WithContext(ctx))
+	if e != nil {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		h.fail(w, r, e)
+		return
+	}
+	ctx = context.WithValue(ctx, principalKey{}, who)
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -227,6 +245,9 @@ func writeError(w http.ResponseWriter, status int, body *ErrorResponse) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", fmt.Sprint(QuotaRetryAfter))
+	}
 	writeJSON(w, status, body)
 }
 
@@ -246,6 +267,8 @@ func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *E
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task"}
+	case errors.Is(err, store.ErrQuotaExceeded):
+		return http.StatusTooManyRequests, &ErrorResponse{Error: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)
 		return http.StatusServiceUnavailable, &ErrorResponse{Error: task.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -30,6 +31,9 @@ var countParams = map[string]bool{"tenantId": true, "runId": true, "worker": tru
 // counts serves GET /v1/tasks:counts?tenantId=&runId=&worker=.
 func (h *handler) counts(w http.ResponseWriter, r *http.Request) {
 	f, e := listFilter(r, countParams, "tenantId, runId, worker")
+	if e == nil {
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+	}
 	if e != nil {
 		h.fail(w, r, e)
 		return
@@ -61,8 +65,13 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
-	if _, err := h.cfg.Store.GetTask(r.Context(), id); err != nil {
+	t, err := h.cfg.Store.GetTask(r.Context(), id)
+	if err != nil {
 		h.storeError(w, r, err, "taskId", id)
+		return
+	}
+	if e := h.allowed(r, t.TenantID, access.View); e != nil {
+		h.fail(w, r, e)
 		return
 	}
 	entries, err := h.cfg.Store.OutboxEntries(r.Context(), id)
@@ -76,7 +85,12 @@ func (h *handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
 		return
 	}
-	entries, err := h.cfg.Store.RunOutboxEntries(r.Context(), id)
+	tenants, e := h.tenantScope(r, "", access.View)
+	if e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	entries, err := h.cfg.Store.RunOutboxEntriesOf(r.Context(), id, tenants)
 	h.writeEvents(w, r, entries, err)
 }
 
@@ -126,7 +140,11 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := store.RunFilter{TenantID: q.Get("tenantId"), After: q.Get("pageToken")}
-	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
+	e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes)
+	if e == nil {
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+	}
+	if e != nil {
 		h.fail(w, r, e)
 		return
 	}

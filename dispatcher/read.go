@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 )
@@ -89,6 +90,10 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err, "taskId", id)
 		return
 	}
+	if e := h.allowed(r, t.TenantID, access.View); e != nil {
+		h.fail(w, r, e)
+		return
+	}
 	writeJSON(w, http.StatusOK, ViewOf(&t))
 }
 
@@ -143,6 +148,9 @@ func listFilter(r *http.Request, allowed map[string]bool, names string) (store.L
 // list serves GET /v1/tasks.
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	f, e := listFilter(r, listParams, listParamNames)
+	if e == nil {
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+	}
 	if e != nil {
 		h.fail(w, r, e)
 		return

@@ -142,6 +142,9 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 	now := h.cfg.Now().UTC()
 	t, e := h.prepare(&req, "", now, "")
 	if e == nil {
+		e = h.allowedSubmit(r, &t, "")
+	}
+	if e == nil {
 		e = h.checkRerun(r, &t, "")
 	}
 	if e != nil {
@@ -204,6 +207,9 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		t, e := h.prepare(&req, runID, now, prefix)
 		if e == nil {
+			e = h.allowedSubmit(r, &t, prefix)
+		}
+		if e == nil {
 			e = h.checkRerun(r, &t, prefix)
 		}
 		if e != nil {
@@ -248,8 +254,11 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	wg.Wait()
-	unavailable := 0
+	unavailable, overQuota := 0, 0
 	for _, res := range resp.Tasks {
+		if res.Status == http.StatusTooManyRequests {
+			overQuota++
+		}
 		switch res.Status {
 		case http.StatusCreated:
 			resp.Created++
@@ -264,6 +273,10 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusCreated
 	switch {
+	case resp.Failed == len(tasks) && overQuota == resp.Failed:
+		status = http.StatusTooManyRequests
+		resp.Error, resp.Message = CodeQuotaExceeded, "no task was admitted: the tenant or worker is at maxQueued; retry later"
+		w.Header().Set("Retry-After", fmt.Sprint(QuotaRetryAfter))
 	case resp.Failed == len(tasks) && unavailable < resp.Failed:
 		status = http.StatusInternalServerError
 		resp.Error, resp.Message = CodeInternal, "no task could be stored"
@@ -475,6 +488,9 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 	stored := c.Task
 	state := stored.State
 	switch {
+	case stored.WaitingSince != nil:
+		// Waiting for a run slot (quotas): the sweeper's admit duty
+		// enqueues it when one frees.
 	case !c.Existed:
 		state = h.enqueue(ctx, stored)
 	case state == task.Pending:

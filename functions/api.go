@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/logs"
@@ -61,10 +63,25 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
+	policy, err := access.Load(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	if policy.IsOpen() {
+		d.Logger.WarnContext(ctx, "ServoAPI: no access policy (SERVO_ACCESS): every caller IAM lets through may act on every tenant")
+	}
 	api := dispatcher.NewHandler(dispatcher.Config{
 		Store: d.Store, Enqueuer: d.Enqueuer, Logger: d.Logger, Project: d.Project,
 		MinTimer: task.MinTimerProduction, DefaultStartTimeout: startTimeout, MaxBodyBytes: int64(maxBody),
+		// Production verifies Google ID tokens only: a dev identity token
+		// is never accepted here.
+		Access: policy, Verifiers: []dispatcher.Verifier{dispatcher.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
 	})
+	if !policy.IsOpen() {
+		// The dashboard reads every tenant's tasks: under an access policy
+		// it is off rather than a way around the policy.
+		return api, nil
+	}
 	// The web dashboard, at /ui/, behind the same IAM as the API.
 	return dashboard.Mount(api, dashboard.Config{Store: d.Store, Logger: d.Logger}), nil
 }

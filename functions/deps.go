@@ -26,6 +26,9 @@
 //	SERVO_CLAIM_AUDIENCE       ServoClaim: the audience of callers' ID tokens (its URL)
 //	SERVO_JOBS_DISPATCH_URL    URL of ServoJobs, which job workers' Cloud Tasks call (required with a job worker)
 //	SERVO_JOBS_CONTAINER       the jobs' container the per-execution overrides apply to (default: the only one)
+//	SERVO_ACCESS               control API access policy JSON (or SERVO_ACCESS_FILE; see package access; unset: open, IAM only)
+//	SERVO_API_AUDIENCE         the audience the callers' ID tokens must have (the ServoAPI URL; unset: not checked)
+//	SERVO_QUOTAS               per-tenant and per-worker limits JSON (or SERVO_QUOTAS_FILE; see package quota)
 package functions
 
 import (
@@ -44,6 +47,7 @@ import (
 	"github.com/servo-dev/servo/jobs"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/pull"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/token"
 )
@@ -136,7 +140,11 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if err != nil || shards < 1 {
 		return nil, fmt.Errorf("functions: SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", os.Getenv("SERVO_DUE_SHARDS"))
 	}
-	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards))
+	quotas, err := quota.Load(os.Getenv, "SERVO_QUOTAS", "SERVO_QUOTAS_FILE")
+	if err != nil {
+		return nil, fmt.Errorf("functions: %w", err)
+	}
+	st, err := store.New(ctx, project, store.WithDatabase(Env("SERVO_FIRESTORE_DATABASE", "(default)")), store.WithDueShards(shards), store.WithQuotas(quotas))
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

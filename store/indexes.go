@@ -49,6 +49,8 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("dispatchCheckAt")}},
 	// Sweeper: task deadlines past due (every non-terminal state).
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("deadline")}},
+	// Sweeper: tasks waiting for a run slot (quotas), oldest first.
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("waitingSince")}},
 	// Publisher re-drive: undelivered events due for a (re)try.
 	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
 	// servo runs --tenant: a tenant's runs, newest first.
@@ -90,6 +92,7 @@ var FieldExemptions = []FieldExemption{
 	// Steadily increasing timestamps.
 	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"},
 	{TasksCollection, "leaseExpiresAt"}, {TasksCollection, "cancelDeadline"}, {TasksCollection, "dispatchCheckAt"}, {TasksCollection, "deadline"},
+	{TasksCollection, "waitingSince"},
 	{AttemptsCollection, "createdAt"}, {AttemptsCollection, "scheduledAt"}, {AttemptsCollection, "startedAt"},
 	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},
 	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},

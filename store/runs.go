@@ -39,6 +39,8 @@ func (s *Store) runWrite(t *task.Task) *pb.Write {
 type RunFilter struct {
 	// TenantID, when set, lists only runs whose tasks are this tenant's.
 	TenantID string
+	// TenantIDs, when set, lists only runs of these tenants ("in" filter).
+	TenantIDs []string
 	// PageSize defaults to 20 and is capped at 100.
 	PageSize int
 	// After continues a listing after this run id ("" from the newest).
@@ -89,6 +91,8 @@ func (f RunFilter) query(limit int) *pb.StructuredQuery {
 	}
 	if f.TenantID != "" {
 		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID))
+	} else if len(f.TenantIDs) > 0 {
+		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs))
 	}
 	if f.After != "" {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}

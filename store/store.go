@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/telemetry"
 )
@@ -68,6 +69,8 @@ type Store struct {
 	shards     int
 	perTask    keyedMutex
 	recentRuns recentRuns
+	quotas     *quota.Policy
+	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
 
@@ -90,6 +93,7 @@ type config struct {
 	counter    *RPCCounter
 	clientOpts []option.ClientOption
 	maxRetries int
+	quotas     *quota.Policy
 }
 
 // Option configures New.
@@ -152,7 +156,12 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to firestore: %w", err)
 	}
 	db := "projects/" + project + "/databases/" + cfg.database
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards}, nil
+	if cfg.quotas != nil {
+		if err := cfg.quotas.Validate(); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, quotas: cfg.quotas}, nil
 }
 
 // DueShards is the number of due-index shards; DueTasks and Undelivered
@@ -297,6 +306,37 @@ type CreateResult struct {
 // task is returned with Existed. When a commit of several tasks fails
 // because of such a key, its tasks are committed one by one.
 func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
+	if queued && s.QuotasEnabled() {
+		// Tasks of limited tenants or workers: one transaction each
+		// (store/quota.go); the others as below.
+		var lim, rest []int
+		for i := range ts {
+			if s.limited(&ts[i]) {
+				lim = append(lim, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		if len(lim) > 0 {
+			out := make([]CreateResult, len(ts))
+			pick := func(idx []int) []task.Task {
+				o := make([]task.Task, len(idx))
+				for j, i := range idx {
+					o[j] = ts[i]
+				}
+				return o
+			}
+			for j, r := range s.createLimitedMany(ctx, pick(lim), now) {
+				out[lim[j]] = r
+			}
+			if len(rest) > 0 {
+				for j, r := range s.CreateMany(ctx, pick(rest), now, queued) {
+					out[rest[j]] = r
+				}
+			}
+			return out
+		}
+	}
 	out := make([]CreateResult, len(ts))
 	type prepared struct {
 		i      int
@@ -382,11 +422,17 @@ func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, q
 // creationWrites builds the stored form of a submitted task and the writes
 // that create it.
 func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
+	return s.creationWritesWith(t, now, queued, nil, false)
+}
+
+// creationWritesWith is creationWrites for a task given the quota hold
+// hold (nil: none) and, with it, a run slot or not.
+func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold *task.QuotaHold, slotFree bool) (task.Task, []*pb.Write, []task.Transition) {
 	t.DueShard = DueShardOf(t.ID, s.shards)
 	nt, a, tr := task.NewTask(t, now)
 	trs := []task.Transition{tr}
 	if queued {
-		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now})
+		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now, Hold: hold, SlotFree: slotFree})
 		nt = r.Task
 		trs = append(trs, r.Transitions...)
 	}
@@ -669,6 +715,9 @@ type ListFilter struct {
 	PageSize int
 	// PageToken continues a previous listing.
 	PageToken string
+	// TenantIDs, when set, lists only tasks of these tenants (an "in"
+	// filter of at most 30 values, in the query).
+	TenantIDs []string
 }
 
 // filters are f's equality filters.
@@ -678,6 +727,9 @@ func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
 		if c.v != "" {
 			filters = append(filters, fieldFilter(c.field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.v)))
 		}
+	}
+	if len(f.TenantIDs) > 0 {
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs)))
 	}
 	return filters
 }
@@ -845,6 +897,20 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 		}
 		overlay(cur, t.Live)
 	}
+	if ev.Kind == task.EventAdmit && t.WaitingSince != nil {
+		unlock, err := s.lockScopes(ctx, &t)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		defer unlock()
+		hold, free, err := s.pickSlots(ctx, &t, tx)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		ev.Hold, ev.SlotFree = hold, free
+	}
 	r := task.Apply(t, cur, ev)
 	if !r.Write {
 		s.rollback(tx)
@@ -852,6 +918,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 	}
 	setLive(&r)
 	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
+	writes = append(writes, s.quotaWrites(&t, &r.Task)...)
 	if r.Attempt != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
 	}
@@ -896,6 +963,7 @@ const (
 	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
 	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
 	DueDeadline Due = "deadline"        // any active state past the task deadline
+	DueAdmit    Due = "waitingSince"    // QUEUED waiting for a run slot (quotas)
 )
 
 // DueStates are the states each duty's query selects.
@@ -904,6 +972,7 @@ var DueStates = map[Due][]task.State{
 	DueCancel:   {task.Cancelling},
 	DueDispatch: {task.Pending, task.Queued},
 	DueDeadline: task.ActiveStates,
+	DueAdmit:    {task.Queued},
 }
 
 // DueCursor continues a due query after the last task of a page.
@@ -977,6 +1046,8 @@ func DueTime(d Due, t *task.Task) *time.Time {
 		return t.DispatchCheckAt
 	case DueDeadline:
 		return t.Deadline
+	case DueAdmit:
+		return t.WaitingSince
 	}
 	return nil
 }

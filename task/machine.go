@@ -32,6 +32,10 @@ const (
 	// attempt_already_started, even for the same worker id, so one message
 	// delivered twice yields one claim.
 	EventClaimed EventKind = "CLAIMED"
+	// EventAdmit: the sweeper's admit duty offers a run slot to a QUEUED
+	// task waiting for one (WaitingSince set); with Event.SlotFree the task
+	// takes it and is enqueued. The state stays QUEUED.
+	EventAdmit EventKind = "ADMIT"
 	// EventExecution: the jobs dispatch endpoint started (or found) the
 	// Cloud Run Job execution that runs the attempt (Event.Execution); it is
 	// recorded on the attempt, and changes no state. The record is a
@@ -45,7 +49,7 @@ const (
 )
 
 // EventKinds lists every kind.
-var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventClaimed, EventExecution}
+var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHeartbeat, EventCompleted, EventCancel, EventLeaseExpired, EventCancelTimeout, EventDeadlineExceeded, EventDispatchFailed, EventClaimed, EventExecution, EventAdmit}
 
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
@@ -65,6 +69,7 @@ var Edges = map[State]map[EventKind][]State{
 	Queued: {
 		EventExecution:        {Queued},
 		EventDispatchFailed:   {Pending},
+		EventAdmit:            {Queued},
 		EventRedrive:          {Queued, Failed},
 		EventStarted:          {Running},
 		EventHeartbeat:        {Running},
@@ -126,6 +131,12 @@ type Event struct {
 	// Execution is the Cloud Run Job execution to record (EventExecution);
 	// PreviousExecution is the one the caller expects recorded (empty: none).
 	Execution, PreviousExecution string
+	// Hold (EventEnqueued at creation) is the quota hold the store chose
+	// for a task of a limited tenant or worker; nil when no quota applies.
+	Hold *QuotaHold
+	// SlotFree (EventEnqueued with Hold, EventAdmit) says the store found
+	// a free run slot for the task in the same transaction.
+	SlotFree bool
 }
 
 // Rejection is why the machine refused a callback or a cancel.
@@ -229,6 +240,12 @@ func (m *machine) apply() {
 	case EventCancel:
 		m.cancel()
 	case EventEnqueued:
+		if m.ev.Attempt == t.Attempt && t.State == Pending && m.ev.Hold != nil {
+			m.hold()
+			if !m.ev.SlotFree {
+				return
+			}
+		}
 		if m.ev.Attempt == t.Attempt && t.State == Pending {
 			m.transition(Queued, ReasonEnqueued, "")
 			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
@@ -247,6 +264,8 @@ func (m *machine) apply() {
 		check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
 		t.DispatchCheckAt = &check
 		m.r.Write, m.r.Enqueue = true, true
+	case EventAdmit:
+		m.admit()
 	case EventDispatchFailed:
 		if m.ev.Attempt == t.Attempt && t.State == Queued {
 			m.transition(Pending, ReasonDispatchFailed, "")
@@ -597,7 +616,7 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 	m.r.Write = true
 	switch to {
 	case Running:
-		t.DispatchCheckAt, t.CancelDeadline = nil, nil
+		t.DispatchCheckAt, t.CancelDeadline, t.WaitingSince = nil, nil, nil
 	case Cancelling:
 		t.DispatchCheckAt = nil
 	case Queued, Pending:
@@ -607,7 +626,7 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 		now := m.now
 		t.EndedAt = &now
 		t.Reason = reason
-		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt = nil, nil, nil
+		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt, t.WaitingSince = nil, nil, nil, nil
 	} else if to == Cancelling {
 		t.Reason = reason
 	}

@@ -58,6 +58,13 @@ type Task struct {
 	// ResumeFrom is the last checkpoint of an earlier attempt, handed to
 	// the current attempt in its envelope.
 	ResumeFrom json.RawMessage `json:"resumeFrom,omitempty" firestore:"resumeFrom"`
+	// Quota is where a task of a limited tenant or worker keeps its counts
+	// (nil when no quota applies); see QuotaHold.
+	Quota *QuotaHold `json:"-" firestore:"quota"`
+	// WaitingSince is set while a QUEUED task waits for a run slot (its
+	// tenant or worker is at maxRunning): it has no Cloud Task yet, and the
+	// sweeper's admit duty hands it one, oldest first, when a slot frees.
+	WaitingSince *time.Time `json:"waitingSince,omitempty" firestore:"waitingSince"`
 
 	// Live is the current attempt's heartbeat state, kept on the task
 	// document so that a heartbeat reads and writes one small document. The

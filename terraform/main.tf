@@ -49,6 +49,8 @@ locals {
     SERVO_CLAIM_AUDIENCE     = local.claim_url
     SERVO_JOBS_DISPATCH_URL  = local.jobs_function_url
     SERVO_JOBS_CONTAINER     = local.job_container
+    SERVO_ACCESS             = local.servo_access
+    SERVO_QUOTAS             = local.servo_quotas
   }
 
   # The entry points registered with functions-framework-go in package

@@ -121,6 +121,9 @@ type Config struct {
 	// Window is how long one Run keeps sweeping, e.g. 55 s to stop just
 	// before the next once-a-minute Scheduler tick. Zero means one pass.
 	Window time.Duration
+	// QuotaRepairEvery is how often the quota counters are recounted
+	// (default DefaultQuotaRepairEvery); see quota.go.
+	QuotaRepairEvery time.Duration
 }
 
 // Duty is one of the sweeper's checks: a due query and the event it applies.
@@ -189,6 +192,10 @@ type Stats struct {
 	// Skipped counts passes not run because the same Sweeper was still
 	// running one (ticks that come faster than a pass ends).
 	Skipped int `json:"skipped,omitempty"`
+	// Admit counts the quota admit duty (tasks waiting for a run slot).
+	Admit DutyStats `json:"admit"`
+	// QuotaRepairs counts quota counter shards found drifted and rewritten.
+	QuotaRepairs int `json:"quotaRepairs,omitempty"`
 }
 
 // Duty returns the counters of the duty whose query is d (nil if unknown).
@@ -209,7 +216,7 @@ func (s *Stats) Duty(d store.Due) *DutyStats {
 // Total sums the duties' counters.
 func (s Stats) Total() DutyStats {
 	var t DutyStats
-	for _, d := range []DutyStats{s.Deadline, s.Cancel, s.Lease, s.Dispatch} {
+	for _, d := range []DutyStats{s.Deadline, s.Cancel, s.Lease, s.Dispatch, s.Admit} {
 		t.add(d)
 	}
 	return t
@@ -224,6 +231,8 @@ func (s *Stats) Add(o Stats) {
 	s.Dispatch.add(o.Dispatch)
 	s.RedriveErrors += o.RedriveErrors
 	s.Skipped += o.Skipped
+	s.Admit.add(o.Admit)
+	s.QuotaRepairs += o.QuotaRepairs
 }
 
 // Sweeper runs the duties. It holds no state between passes, so any number
@@ -235,6 +244,9 @@ type Sweeper struct {
 	cfg     Config
 	log     *slog.Logger
 	passing sync.Mutex
+	// lastRepair is when the quota counters were last recounted (guarded
+	// by passing).
+	lastRepair time.Time
 }
 
 // New returns a Sweeper; Store and Enqueuer are required.
@@ -268,6 +280,9 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Window < 0 {
 		cfg.Window = 0
+	}
+	if cfg.QuotaRepairEvery <= 0 {
+		cfg.QuotaRepairEvery = DefaultQuotaRepairEvery
 	}
 	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweeper")}, nil
 }
@@ -303,6 +318,11 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		ds, err := s.duty(ctx, d, stop)
 		*st.Duty(d.Due) = ds
 		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ctx.Err() == nil && !past(stop) {
+		if err := s.quotaDuties(ctx, &st, stop); err != nil {
 			errs = append(errs, err)
 		}
 	}

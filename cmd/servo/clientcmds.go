@@ -41,7 +41,11 @@ func (c *clientFlags) client(ctx context.Context) (*client.Client, error) {
 	if api == "" {
 		return nil, usageErr("no API: pass --api URL or set %s (servo dev prints it)", client.APIEnv)
 	}
-	return client.New(ctx, api)
+	cl, err := client.New(ctx, api)
+	if err != nil {
+		return nil, err
+	}
+	return withIdentity(ctx, cl)
 }
 
 // apiErr maps API errors to exit codes.

@@ -49,6 +49,7 @@ func newDevCmd() *cobra.Command {
 	var keep bool
 	pools := pullPoolFlags{}
 	jobWorkers := jobWorkerFlags{}
+	devAccess := &devAccessFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev [flags]",
 		Short: "Run the whole local stack (and a demo run) until Ctrl-C",
@@ -99,7 +100,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
-				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers})
+				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
+				Access: devAccess.policy, Quotas: devAccess.quotas})
 			if err != nil {
 				return err
 			}
@@ -143,6 +145,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.Var(pools, "pull-pool", "pull pool NAME (workers claim at /v1/pools/NAME/claim), optionally =SA,... allowed to claim (repeatable)")
 	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
 	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
+	devAccess.register(f)
 	return cmd
 }
 

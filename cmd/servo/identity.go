@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servo-dev/servo/access"
+	"github.com/servo-dev/servo/client"
+)
+
+// asEmail is the global --as flag: act as this principal against the
+// local stack, with a dev identity token signed with the key servo dev
+// printed ($SERVO_DEV_IDENTITY_KEY).
+var asEmail string
+
+// addAsFlag registers --as on the root command.
+func addAsFlag(root *cobra.Command) {
+	root.PersistentFlags().StringVar(&asEmail, "as", "", "act as this e-mail against the local stack (servo dev; needs $"+access.DevKeyEnv+")")
+}
+
+// withIdentity gives c the dev identity of --as, if set.
+func withIdentity(_ context.Context, c *client.Client) (*client.Client, error) {
+	if asEmail == "" {
+		return c, nil
+	}
+	raw := os.Getenv(access.DevKeyEnv)
+	if raw == "" {
+		return nil, usageErr("--as needs $%s: run the export line servo dev printed", access.DevKeyEnv)
+	}
+	key, err := base64.RawURLEncoding.DecodeString(raw)
+	if err != nil || len(key) < 16 {
+		return nil, usageErr("$%s is not a dev identity key (base64url, as servo dev prints it)", access.DevKeyEnv)
+	}
+	tok, err := access.SignDev(key, asEmail, time.Now(), access.DevTokenTTL)
+	if err != nil {
+		return nil, fmt.Errorf("--as: %w", err)
+	}
+	c.SetBearer(tok)
+	return c, nil
+}

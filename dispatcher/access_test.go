@@ -1,0 +1,264 @@
+package dispatcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/access"
+	"github.com/servo-dev/servo/task"
+)
+
+const testPolicy = `{"principals": {
+	"viewer-a@example.com":    {"tenant-a": "viewer"},
+	"submitter-a@example.com": {"tenant-a": "submitter"},
+	"operator-a@example.com":  {"tenant-a": "operator"},
+	"admin@example.com":       {"*": "operator"}
+}}`
+
+// accessEnv is an env whose API enforces testPolicy and accepts dev
+// identity tokens signed with key.
+func accessEnv(t *testing.T) (*env, []byte) {
+	t.Helper()
+	p, err := access.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := access.NewDevKey()
+	e := newEnv(t, envOptions{config: func(c *Config) {
+		c.Access, c.Verifiers = p, []Verifier{DevVerifier{Key: key}}
+	}})
+	return e, key
+}
+
+// as sends a request with the identity token tok ("" for none).
+func (e *env) as(tok, method, path string, body any) response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.api.URL+path, rd)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	return response{status: res.StatusCode, header: res.Header, body: data}
+}
+
+func devToken(t *testing.T, key []byte, email string) string {
+	t.Helper()
+	tok, err := access.SignDev(key, email, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestAccessPerRoute(t *testing.T) {
+	e, key := accessEnv(t)
+	admin := devToken(t, key, "admin@example.com")
+	viewer := devToken(t, key, "viewer-a@example.com")
+	submitter := devToken(t, key, "submitter-a@example.com")
+	operator := devToken(t, key, "operator-a@example.com")
+	stranger := devToken(t, key, "stranger@example.com")
+
+	submitAs := func(tok, tenant string, want int) SubmitResponse {
+		t.Helper()
+		r := e.as(tok, "POST", "/v1/tasks", validSubmit(tenant))
+		if r.status != want {
+			t.Fatalf("submit %s: %d %s, want %d", tenant, r.status, r.body, want)
+		}
+		var sr SubmitResponse
+		if want < 300 {
+			r.decode(t, &sr)
+		}
+		return sr
+	}
+	a1 := submitAs(admin, "tenant-a", http.StatusCreated)
+	a2 := submitAs(submitter, "tenant-a", http.StatusCreated)
+	b1 := submitAs(admin, "tenant-b", http.StatusCreated)
+	b2 := submitAs(admin, "tenant-b", http.StatusCreated)
+	for _, id := range []string{a1.TaskID, b1.TaskID} {
+		e.start(id, 1)
+		e.complete(id, 1, task.OutcomeSucceeded)
+	}
+
+	cases := []struct {
+		name   string
+		tok    string
+		method string
+		path   string
+		body   any
+		want   int
+	}{
+		{"viewer gets own tenant's task", viewer, "GET", "/v1/tasks/" + a1.TaskID, nil, 200},
+		{"viewer gets other tenant's task", viewer, "GET", "/v1/tasks/" + b1.TaskID, nil, 403},
+		{"viewer reads own task's events", viewer, "GET", "/v1/tasks/" + a1.TaskID + "/events", nil, 200},
+		{"viewer reads other tenant's task events", viewer, "GET", "/v1/tasks/" + b1.TaskID + "/events", nil, 403},
+		{"viewer lists other tenant by name", viewer, "GET", "/v1/tasks?tenantId=tenant-b", nil, 403},
+		{"viewer counts other tenant by name", viewer, "GET", "/v1/tasks:counts?tenantId=tenant-b", nil, 403},
+		{"viewer lists runs of other tenant", viewer, "GET", "/v1/runs?tenantId=tenant-b", nil, 403},
+		{"viewer reads other tenant's usage", viewer, "GET", "/v1/tenants/tenant-b/usage", nil, 403},
+		{"viewer reads own usage", viewer, "GET", "/v1/tenants/tenant-a/usage", nil, 200},
+		{"viewer cannot submit", viewer, "POST", "/v1/tasks", validSubmit("tenant-a"), 403},
+		{"viewer cannot cancel", viewer, "POST", "/v1/tasks/" + a2.TaskID + "/cancel", nil, 403},
+		{"submitter cannot cancel", submitter, "POST", "/v1/tasks/" + a2.TaskID + "/cancel", nil, 403},
+		{"submitter cannot rerun", submitter, "POST", "/v1/tasks", func() map[string]any {
+			m := validSubmit("tenant-a")
+			m["rerunOf"] = a1.TaskID
+			return m
+		}(), 403},
+		{"submitter cannot submit to another tenant", submitter, "POST", "/v1/tasks", validSubmit("tenant-b"), 403},
+		{"submitter cannot batch into another tenant", submitter, "POST", "/v1/tasks:batch",
+			map[string]any{"tasks": []any{validSubmit("tenant-a"), validSubmit("tenant-b")}}, 403},
+		{"operator cannot cancel another tenant's task", operator, "POST", "/v1/tasks/" + b2.TaskID + "/cancel", nil, 403},
+		{"operator cannot cancel another tenant's run", operator, "POST", "/v1/runs/" + b2.RunID + "/cancel", nil, 404},
+		{"stranger lists nothing", stranger, "GET", "/v1/tasks", nil, 403},
+		{"stranger gets nothing", stranger, "GET", "/v1/tasks/" + a1.TaskID, nil, 403},
+		{"operator reruns", operator, "POST", "/v1/tasks", func() map[string]any {
+			m := validSubmit("tenant-a")
+			m["rerunOf"] = a1.TaskID
+			return m
+		}(), 201},
+		{"operator cancels", operator, "POST", "/v1/tasks/" + a2.TaskID + "/cancel", nil, 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.as(c.tok, c.method, c.path, c.body)
+			if r.status != c.want {
+				t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.body, c.want)
+			}
+			if c.want == 403 && r.err(t).Error != CodePermissionDenied {
+				t.Fatalf("error %s, want %s", r.body, CodePermissionDenied)
+			}
+		})
+	}
+	if st := e.storedTask(b2.TaskID).State; st.Terminal() {
+		t.Fatalf("tenant-b's task was cancelled by tenant-a's operator: %s", st)
+	}
+
+	// Lists: a viewer of tenant-a sees tenant-a's tasks and none of
+	// tenant-b's, without naming a tenant; an operator of every tenant sees
+	// both.
+	listed := func(tok, path string) (tenants []string, n int) {
+		t.Helper()
+		r := e.as(tok, "GET", path, nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+		var lr ListResponse
+		r.decode(t, &lr)
+		for _, v := range lr.Tasks {
+			if !slices.Contains(tenants, v.TenantID) {
+				tenants = append(tenants, v.TenantID)
+			}
+		}
+		slices.Sort(tenants)
+		return tenants, len(lr.Tasks)
+	}
+	if got, n := listed(viewer, "/v1/tasks"); !slices.Equal(got, []string{"tenant-a"}) || n != 3 {
+		t.Fatalf("viewer of tenant-a lists tenants %v (%d tasks), want only tenant-a's 3", got, n)
+	}
+	if got, _ := listed(viewer, "/v1/tasks?pageSize=1&order=newest"); !slices.Equal(got, []string{"tenant-a"}) {
+		t.Fatalf("viewer of tenant-a's newest task is of %v", got)
+	}
+	if got, n := listed(admin, "/v1/tasks"); !slices.Equal(got, []string{"tenant-a", "tenant-b"}) || n != 5 {
+		t.Fatalf("admin lists %v (%d tasks), want both tenants' 5", got, n)
+	}
+	var counts CountsResponse
+	r := e.as(viewer, "GET", "/v1/tasks:counts", nil)
+	r.decode(t, &counts)
+	if r.status != 200 || counts.Total != 3 {
+		t.Fatalf("viewer counts: %d %s, want 3 tasks", r.status, r.body)
+	}
+	var runs RunsResponse
+	r = e.as(viewer, "GET", "/v1/runs", nil)
+	r.decode(t, &runs)
+	for _, run := range runs.Runs {
+		if run.TenantID != "tenant-a" {
+			t.Fatalf("viewer of tenant-a lists run %s of %s", run.RunID, run.TenantID)
+		}
+	}
+	if r.status != 200 || len(runs.Runs) != 3 {
+		t.Fatalf("viewer runs: %d %s, want tenant-a's 3 runs", r.status, r.body)
+	}
+	var evs EventsResponse
+	r = e.as(viewer, "GET", "/v1/runs/"+b1.RunID+"/events", nil)
+	r.decode(t, &evs)
+	if r.status != 200 || len(evs.Events) != 0 {
+		t.Fatalf("viewer of tenant-a reads tenant-b's run events: %d %s", r.status, r.body)
+	}
+}
+
+func TestIdentityTokens(t *testing.T) {
+	e, key := accessEnv(t)
+	forged, _ := access.SignDev(access.NewDevKey(), "admin@example.com", time.Now(), time.Hour)
+	expired, _ := access.SignDev(key, "admin@example.com", time.Now().Add(-2*time.Hour), time.Hour)
+	noEmail, _ := access.SignDev(key, "", time.Now(), time.Hour)
+	for _, c := range []struct {
+		name, header string
+		want         int
+		msg          string
+	}{
+		{"none", "", 401, "required"},
+		{"forged", "Bearer " + forged, 401, "not valid"},
+		{"expired", "Bearer " + expired, 401, "expired"},
+		{"no email", "Bearer " + noEmail, 401, "not valid"},
+		{"garbage", "Bearer not.a.jwt", 401, "not valid"},
+		{"not bearer", "Basic YWRtaW46YWRtaW4=", 401, "Bearer"},
+		{"valid", "Bearer " + devToken(t, key, "admin@example.com"), 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", e.api.URL+"/v1/tasks", nil)
+			if c.header != "" {
+				req.Header.Set("Authorization", c.header)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			data, _ := io.ReadAll(res.Body)
+			r := response{status: res.StatusCode, header: res.Header, body: data}
+			if r.status != c.want {
+				t.Fatalf("%d %s, want %d", r.status, r.body, c.want)
+			}
+			if c.want == 401 {
+				if er := r.err(t); er.Error != CodeUnauthenticated || !bytes.Contains([]byte(er.Message), []byte(c.msg)) {
+					t.Fatalf("answer %s, want %s mentioning %q", r.body, CodeUnauthenticated, c.msg)
+				}
+				if res.Header.Get("WWW-Authenticate") != "Bearer" {
+					t.Fatalf("no WWW-Authenticate: Bearer")
+				}
+			}
+		})
+	}
+}
+
+// TestOpenPolicyStillChecksTokens: the open policy (servo dev's default)
+// lets callers without a token in, but a token that is sent must be valid.
+func TestOpenPolicyStillChecksTokens(t *testing.T) {
+	key := access.NewDevKey()
+	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []Verifier{DevVerifier{Key: key}} }})
+	if r := e.as("", "GET", "/v1/tasks", nil); r.status != 200 {
+		t.Fatalf("no token under the open policy: %d %s", r.status, r.body)
+	}
+	forged, _ := access.SignDev(access.NewDevKey(), "x@example.com", time.Now(), time.Hour)
+	if r := e.as(forged, "GET", "/v1/tasks", nil); r.status != 401 {
+		t.Fatalf("forged token under the open policy: %d %s", r.status, r.body)
+	}
+}

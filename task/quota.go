@@ -1,0 +1,81 @@
+package task
+
+// QuotaHold records where a task of a limited tenant or worker keeps its
+// counts: the counter shard of each limited scope it was admitted on (its
+// queued count, fixed for the task's life, so that every later change
+// goes to the same shard), whether it holds a run slot, and the shard of
+// each scope whose slot it took (its running count; any shard with a slot
+// free, chosen when the slot is given).
+type QuotaHold struct {
+	// Tenant and Worker say which of the task's scopes are limited.
+	Tenant bool `json:"tenant" firestore:"tenant"`
+	Worker bool `json:"worker" firestore:"worker"`
+	// TenantShard and WorkerShard are the scopes' counter shards.
+	TenantShard int `json:"tenantShard" firestore:"tenantShard"`
+	WorkerShard int `json:"workerShard" firestore:"workerShard"`
+	// Slot: the task was given a run slot (it was enqueued); it holds it
+	// until it ends, retries included.
+	Slot bool `json:"slot" firestore:"slot"`
+	// TenantSlotShard and WorkerSlotShard are the shards whose run slots
+	// the task holds (with Slot).
+	TenantSlotShard int `json:"tenantSlotShard" firestore:"tenantSlotShard"`
+	WorkerSlotShard int `json:"workerSlotShard" firestore:"workerSlotShard"`
+}
+
+// ReasonQuotaWait is the reason of the PENDING → QUEUED transition of a
+// task admitted while its tenant or worker had no free run slot.
+const ReasonQuotaWait = "QUOTA_WAIT"
+
+// QuotaCounts is what t adds to its scopes' counters: queued is 1 while
+// the task is PENDING or QUEUED, running is 1 while it holds a run slot
+// and has not ended. Both are 0 for a task without a quota hold. The store
+// applies the difference between a task's counts before and after each
+// transition in the transition's own commit.
+func (t *Task) QuotaCounts() (queued, running int) {
+	if t.Quota == nil {
+		return 0, 0
+	}
+	if t.State == Pending || t.State == Queued {
+		queued = 1
+	}
+	if t.Quota.Slot && !t.State.Terminal() {
+		running = 1
+	}
+	return queued, running
+}
+
+// hold gives a task being enqueued at creation its quota hold; without a
+// free slot it becomes QUEUED waiting for one, with no Cloud Task and no
+// dispatch check (the admit duty enqueues it later).
+func (m *machine) hold() {
+	t := m.t()
+	h := *m.ev.Hold
+	h.Slot = m.ev.SlotFree
+	t.Quota = &h
+	if m.ev.SlotFree {
+		return
+	}
+	m.transition(Queued, ReasonQuotaWait, "")
+	now := m.now
+	t.WaitingSince, t.DispatchCheckAt = &now, nil
+}
+
+// admit hands a waiting task the run slots the store found free (on the
+// shards ev.Hold names): the task stays QUEUED, gets its dispatch check,
+// and asks to be enqueued.
+func (m *machine) admit() {
+	t := m.t()
+	if t.State != Queued || t.WaitingSince == nil || t.Quota == nil || !m.ev.SlotFree || (m.ev.Attempt != 0 && m.ev.Attempt != t.Attempt) {
+		return
+	}
+	h := *t.Quota
+	h.Slot = true
+	if m.ev.Hold != nil {
+		h.TenantSlotShard, h.WorkerSlotShard = m.ev.Hold.TenantSlotShard, m.ev.Hold.WorkerSlotShard
+	}
+	t.Quota = &h
+	t.WaitingSince = nil
+	check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
+	t.DispatchCheckAt = &check
+	m.r.Write, m.r.Enqueue = true, true
+}

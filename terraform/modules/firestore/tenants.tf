@@ -1,0 +1,30 @@
+# Quotas (docs/tenants.md): the sweeper's admit duty reads the tasks
+# waiting for a run slot, per due shard, oldest first.
+resource "google_firestore_index" "tasks_due_shard_state_waiting_since" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "waitingSince"
+    order      = "ASCENDING"
+  }
+}
+
+# A steadily increasing timestamp, queried only through the index above.
+resource "google_firestore_field" "tasks_waiting_since" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "waitingSince"
+
+  index_config {}
+}

@@ -1,0 +1,74 @@
+# Tenants: the control API's access policy and the per-tenant and
+# per-worker quotas (docs/tenants.md). Both reach the functions as JSON in
+# their environment (SERVO_ACCESS, SERVO_QUOTAS); neither needs a role.
+
+variable "access_policy" {
+  description = "Control API access policy: principal (an e-mail, or \"*\" for any caller IAM admits) to tenant (or \"*\" for every tenant) to role: viewer (get, list, events, usage), submitter (+ submit) or operator (+ cancel, rerun). Empty leaves the API open to every caller IAM admits."
+  type        = map(map(string))
+  default     = {}
+
+  validation {
+    condition = alltrue([for who, tenants in var.access_policy :
+      (who == "*" || can(regex("^[^@[:space:]]+@[^@[:space:]]+$", who))) && length(tenants) > 0 &&
+      alltrue([for tenant, role in tenants : length(tenant) >= 1 && length(tenant) <= 128 && contains(["viewer", "submitter", "operator"], role)])
+    ])
+    error_message = "access_policy: each principal must be an e-mail or \"*\" with at least one tenant; each tenant 1-128 characters (or \"*\"); each role viewer, submitter or operator."
+  }
+}
+
+variable "tenant_quotas" {
+  description = "Limits per tenant (\"*\" for every tenant not named): max_running (tasks RUNNING or CANCELLING, or enqueued and not yet started; more wait QUEUED) and max_queued (tasks PENDING or QUEUED; more are refused with 429). 0 is unlimited."
+  type = map(object({
+    max_running = optional(number, 0)
+    max_queued  = optional(number, 0)
+  }))
+  default = {}
+
+  validation {
+    condition = alltrue([for name, l in var.tenant_quotas :
+      length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued
+    ])
+    error_message = "tenant_quotas: names 1-128 characters; max_running and max_queued whole numbers ≥ 0 (0 is unlimited)."
+  }
+}
+
+variable "worker_quotas" {
+  description = "Limits per worker name (a key of workers), as tenant_quotas: max_running and max_queued, 0 unlimited. Tenants sharing a limited worker take its free run slots in turn."
+  type = map(object({
+    max_running = optional(number, 0)
+    max_queued  = optional(number, 0)
+  }))
+  default = {}
+
+  validation {
+    condition = alltrue([for name, l in var.worker_quotas :
+      name != "*" && length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued
+    ])
+    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued whole numbers ≥ 0 (0 is unlimited)."
+  }
+}
+
+variable "quota_shards" {
+  description = "Most counter shards per limited tenant or worker (a scope uses at most its smallest limit); more shards spread the counter writes of a busy scope."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.quota_shards >= 1 && var.quota_shards <= 64 && floor(var.quota_shards) == var.quota_shards
+    error_message = "quota_shards must be a whole number from 1 to 64."
+  }
+}
+
+locals {
+  # SERVO_ACCESS (package access); empty: open.
+  servo_access = length(var.access_policy) == 0 ? "" : jsonencode({ principals = var.access_policy })
+
+  # SERVO_QUOTAS (package quota); empty: no quota.
+  servo_quotas = length(var.tenant_quotas) + length(var.worker_quotas) == 0 ? "" : jsonencode({
+    tenants = { for name, l in var.tenant_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued } }
+    workers = { for name, l in var.worker_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued } }
+    shards  = var.quota_shards
+  })
+}
