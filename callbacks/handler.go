@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/token"
 )
 
@@ -98,7 +100,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	return &handler{cfg: cfg}
+	return instrument(&handler{cfg: cfg})
 }
 
 // SplitPath returns the task id and callback kind of a callback path
@@ -134,6 +136,8 @@ type exchange struct {
 	followUpErr error
 	storeErr    error
 	alarm       bool // log at ERROR whatever the status
+	// rpcs tallies the Firestore RPCs of the callback's transaction.
+	rpcs *atomic.Int64
 }
 
 func (x *exchange) answer(status int, resp task.CallbackResponse) {
@@ -155,7 +159,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := logs.WithTrace(r.Context(), r, h.cfg.Project)
 	h.serve(ctx, r, x)
 	h.write(w, x)
-	h.log(ctx, x, time.Since(start))
+	latency := time.Since(start)
+	h.log(ctx, x, latency)
+	h.observe(ctx, x, latency)
 }
 
 func (h *handler) serve(ctx context.Context, r *http.Request, x *exchange) {
@@ -257,6 +263,7 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, 
 	}
 	// A worker that hangs up must not abort the transaction half way.
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)
+	tctx, x.rpcs = telemetry.CountRPCs(tctx)
 	res, err := h.cfg.Store.Apply(tctx, x.taskID, ev)
 	cancel()
 	if err != nil {

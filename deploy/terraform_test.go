@@ -316,6 +316,8 @@ func TestTerraformFirestoreFields(t *testing.T) {
 //     Cloud Tasks tasks with the invoker's OIDC identity (actAs), publish
 //     events and dead letters;
 //   - callbacks and sweeper: the same without deleting tasks;
+//   - api, callbacks and sweeper: export spans to Cloud Trace and metrics
+//     to Cloud Monitoring (package telemetry);
 //   - scheduler: publish ticks; tasks-invoker: call the workers;
 //   - sweep-trigger: push ticks to the sweeper; fn-build: build the source.
 var wantRoles = map[string][]string{
@@ -327,6 +329,8 @@ var wantRoles = map[string][]string{
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
 		"roles/pubsub.publisher on topic:events",
 		"roles/pubsub.publisher on topic:dead_letter",
+		"roles/cloudtrace.agent on project",
+		"roles/monitoring.metricWriter on project",
 	},
 	"callbacks": {
 		"roles/datastore.user on project",
@@ -335,6 +339,8 @@ var wantRoles = map[string][]string{
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
 		"roles/pubsub.publisher on topic:events",
 		"roles/pubsub.publisher on topic:dead_letter",
+		"roles/cloudtrace.agent on project",
+		"roles/monitoring.metricWriter on project",
 	},
 	"sweeper": {
 		"roles/datastore.user on project",
@@ -343,6 +349,8 @@ var wantRoles = map[string][]string{
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
 		"roles/pubsub.publisher on topic:events",
 		"roles/pubsub.publisher on topic:dead_letter",
+		"roles/cloudtrace.agent on project",
+		"roles/monitoring.metricWriter on project",
 	},
 	"scheduler":     {"roles/pubsub.publisher on topic:sweep"},
 	"tasks-invoker": {"roles/run.invoker on worker-services"},

@@ -44,6 +44,7 @@ import (
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/token"
 	"github.com/servo-dev/servo/worker"
 	"github.com/servo-dev/servo/zombie"
@@ -96,6 +97,19 @@ type Options struct {
 	// TasksClientOptions are passed to the Cloud Tasks client (an
 	// interceptor counting calls, in benchmarks).
 	TasksClientOptions []option.ClientOption
+	// Keys sign and verify task tokens. Default: the key ring in
+	// SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE when set (so that tokens
+	// survive a restart of the stack), else one generated at start.
+	Keys *token.KeyRing
+	// StoreTimeout bounds the store work of one callback and of one API
+	// request (then 503 unavailable); default the handlers' own.
+	StoreTimeout time.Duration
+	// Metrics, when set, is served at GET /metrics (servo dev: the
+	// Prometheus text of every component's metrics).
+	Metrics http.Handler
+	// Traces, when set, serves GET /v1/tasks/{id}/trace from the spans it
+	// recorded (servo get --trace).
+	Traces *telemetry.Recorder
 }
 
 // Stack is a running local stack.
@@ -185,7 +199,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if s.Keys, _, err = token.GenerateKeyRing("local-1"); err != nil {
+	if s.Keys, err = keyRing(o.Keys); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
@@ -225,7 +239,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -235,8 +249,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, err
 	}
-	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project})
-	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project})
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout})
+	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
 	target, _ := url.Parse(routerURL)
@@ -257,6 +271,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mux.Handle("/workers/"+ExampleWorker, example)
 	mux.Handle("POST "+sweepPath, proxy)
 	mux.Handle("/", api)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.Traces != nil {
+		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
+	}
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -272,6 +292,19 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.ready.Store(true)
 	return s, nil
+}
+
+// keyRing returns given, else the key ring of the environment
+// (token.LoadKeyRing), else a new one.
+func keyRing(given *token.KeyRing) (*token.KeyRing, error) {
+	if given != nil {
+		return given, nil
+	}
+	r, err := token.LoadKeyRing()
+	if errors.Is(err, token.ErrNoKeys) {
+		r, _, err = token.GenerateKeyRing("local-1")
+	}
+	return r, err
 }
 
 func (s *Stack) worker(name, u string) enqueue.Worker {

@@ -94,7 +94,7 @@ type handler struct {
 // NewHandler returns the control API handler. It panics when cfg.Store or
 // cfg.Enqueuer is nil.
 func NewHandler(cfg Config) http.Handler {
-	return newHandler(cfg)
+	return instrument(newHandler(cfg))
 }
 
 func newHandler(cfg Config) *handler {
@@ -156,6 +156,8 @@ func (h *handler) routes() {
 	m.HandleFunc("/v1/runs/{runId}/events", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("POST /v1/runs/{runId}/cancel", h.cancelRun)
 	m.HandleFunc("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
+	m.HandleFunc("GET /v1/health", h.health)
+	m.HandleFunc("/v1/health", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})

@@ -11,9 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Bounds of the caller-supplied strings, in bytes.
@@ -122,14 +125,18 @@ type BatchResponse struct {
 
 // submit serves POST /v1/tasks.
 func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
+	reject := func(e *apiError) {
+		telemetry.RecordSubmit(r.Context(), telemetry.SubmitRejected, 1)
+		h.fail(w, r, e)
+	}
 	body, e := readBody(w, r, h.cfg.MaxBodyBytes, false)
 	if e != nil {
-		h.fail(w, r, e)
+		reject(e)
 		return
 	}
 	var req SubmitRequest
 	if e := decodeObject(body, &req, ""); e != nil {
-		h.fail(w, r, e)
+		reject(e)
 		return
 	}
 	now := h.cfg.Now().UTC()
@@ -138,9 +145,13 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 		e = h.checkRerun(r, &t, "")
 	}
 	if e != nil {
-		h.fail(w, r, e)
+		reject(e)
 		return
 	}
+	// The task keeps the submit's trace context, so later hops can link
+	// to it (55 bytes on the task document).
+	t.Trace = telemetry.TraceParent(r.Context())
+	trace.SpanFromContext(r.Context()).SetAttributes(telemetry.TaskAttrs(t.ID, 1, t.TenantID, t.Worker)...)
 	resp, created, err := h.submitOne(r.Context(), t, now)
 	if err != nil {
 		h.storeError(w, r, err, taskAttrs(&t)...)
@@ -207,6 +218,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 			}
 			keys[k] = i
 		}
+		t.Trace = telemetry.TraceParent(r.Context())
 		tasks[i] = t
 	}
 
@@ -470,6 +482,11 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 		// Cloud Task name is deterministic.
 		state = h.enqueue(ctx, stored)
 	}
+	result := telemetry.SubmitCreated
+	if c.Existed {
+		result = telemetry.SubmitExisting
+	}
+	telemetry.RecordSubmit(ctx, result, 1)
 	h.log.InfoContext(ctx, "task submitted", append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker,
 		"state", state, "repeat", c.Existed)...)
 	return SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !c.Existed, nil

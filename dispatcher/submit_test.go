@@ -270,6 +270,7 @@ func TestStoreUnavailable(t *testing.T) {
 		{"GET", "/v1/tasks?tenantId=acme", nil},
 		{"POST", "/v1/tasks/" + id + "/cancel", nil},
 		{"POST", "/v1/runs/" + task.NewRunID(time.Now()) + "/cancel", nil},
+		{"GET", "/v1/health", nil},
 	} {
 		r := e.do(c.method, c.path, c.body, "")
 		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {

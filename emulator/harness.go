@@ -441,6 +441,7 @@ func (p *Process) stop() error {
 	if err := p.signalGroup(syscall.SIGTERM); err != nil {
 		return err
 	}
+	_ = p.signalGroup(syscall.SIGCONT) // a frozen emulator must see the SIGTERM
 	wait := StopTimeout
 	if p.archive != "" {
 		// Java writes its class-data sharing archive as it exits: let it
@@ -459,6 +460,14 @@ func (p *Process) stop() error {
 	<-p.done
 	return nil
 }
+
+// Freeze stops every process of the emulator (SIGSTOP to its process
+// group): it keeps its connections and its data but answers nothing until
+// Thaw. Fault-injection tests use it to simulate an outage.
+func (p *Process) Freeze() error { return p.signalGroup(syscall.SIGSTOP) }
+
+// Thaw resumes an emulator Freeze stopped (SIGCONT to its process group).
+func (p *Process) Thaw() error { return p.signalGroup(syscall.SIGCONT) }
 
 // stopWatchdog kills the watchdog's process group (the watchdog and its
 // sleep) unless the watchdog has already exited and been reaped; until then

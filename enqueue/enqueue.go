@@ -27,6 +27,9 @@ import (
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -34,6 +37,7 @@ import (
 
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/token"
 )
 
@@ -143,7 +147,12 @@ func DispatchDeadline(t *task.Task, now time.Time) time.Duration {
 
 // Enqueue creates the Cloud Task for t's current attempt (a repeat is a
 // no-op) and, when t is PENDING, records that it is QUEUED.
-func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
+func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "send "+t.Worker, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, t.Worker),
+			attribute.String("messaging.system", "gcp_cloud_tasks"), attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", t.Worker))...))
+	defer func() { telemetry.EndSpan(span, err) }()
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.ID, err)
@@ -157,6 +166,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
 		Url: w.URL, HttpMethod: ctpb.HttpMethod_POST, Body: body,
 		Headers: map[string]string{"Content-Type": "application/json"},
 	}
+	// The delivery continues this trace: W3C traceparent in the Cloud
+	// Task's HTTP headers.
+	telemetry.Inject(ctx, propagation.MapCarrier(req.Headers))
 	if w.ServiceAccount != "" {
 		aud := w.Audience
 		if aud == "" {

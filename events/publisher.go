@@ -359,8 +359,10 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 	// by seq holds); a batch that delivers nothing at all is an outage, and
 	// ends the pass rather than wait out the publish timeout per shard.
 	outage := false
+	var backlog outboxBacklog
+	defer func() { backlog.record(ctx, p.now()) }()
 	for shard := 0; shard < p.outbox.DueShards() && !outage && ctx.Err() == nil; shard++ {
-		t, f, o, err := p.redriveShard(ctx, shard, cutoff)
+		t, f, o, err := p.redriveShard(ctx, shard, cutoff, &backlog)
 		total, failedTotal, outage = total+t, failedTotal+f, o
 		if err != nil {
 			errs = append(errs, err)
@@ -372,7 +374,7 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 // redriveShard is Redrive for one due shard: batches of undelivered
 // entries until none is left, a mark fails, a batch delivers nothing
 // (outage), or RedriveMaxBatches batches were read.
-func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time) (total, failedTotal int, outage bool, _ error) {
+func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
 	var errs []error
 	for range p.maxBatches {
 		entries, err := p.outbox.Undelivered(ctx, shard, cutoff, p.batch)
@@ -380,6 +382,7 @@ func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Tim
 			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
 			break
 		}
+		backlog.add(entries)
 		if len(entries) == 0 {
 			break
 		}
@@ -497,6 +500,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 			ps[i].err = err
 			continue
 		}
+		p.traceMessage(ctx, it.tr, msg)
 		ps[i].ev = p.events.Publish(ctx, msg)
 	}
 	for i := range ps {

@@ -111,6 +111,7 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	if project == "" {
 		return nil, fmt.Errorf("functions: set SERVO_PROJECT (or GOOGLE_CLOUD_PROJECT)")
 	}
+	setupTelemetry(ctx, project)
 	keys, err := token.LoadKeyRing()
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)

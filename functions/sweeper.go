@@ -66,6 +66,7 @@ func loadSweeper(ctx context.Context) (*zombie.Sweeper, error) {
 		Store:       d.Store,
 		Enqueuer:    d.Enqueuer,
 		Redriver:    d.Publisher,
+		Recorder:    d.Store,
 		Logger:      d.Logger,
 		Every:       every,
 		Window:      window,

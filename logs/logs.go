@@ -1,7 +1,9 @@
 // Package logs configures log/slog for Cloud Logging: JSON lines with
-// "severity", "message" and "time", and the request's trace fields
-// ("logging.googleapis.com/trace", ".../spanId") when a handler put them in
-// the context with WithTrace.
+// "severity", "message" and "time", and the trace fields
+// ("logging.googleapis.com/trace", ".../spanId", ".../trace_sampled") of
+// the OpenTelemetry span in the line's context (package telemetry), or, when
+// there is none, of the request headers a handler put in the context with
+// WithTrace. Cloud Logging then shows the line under its trace.
 package logs
 
 import (
@@ -11,13 +13,32 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
+
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
+
+// project is the default project of the trace field (SetProject).
+var project atomic.Pointer[string]
+
+// SetProject sets the Google Cloud project named in the trace field of
+// lines whose context carries an OpenTelemetry span but no project of its
+// own (WithTrace's). telemetry.Setup calls it.
+func SetProject(p string) { project.Store(&p) }
+
+func defaultProject() string {
+	if p := project.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // Field names Cloud Logging reads from a JSON log line.
 const (
-	TraceKey  = "logging.googleapis.com/trace"
-	SpanKey   = "logging.googleapis.com/spanId"
-	ProjectID = "GOOGLE_CLOUD_PROJECT"
+	TraceKey   = "logging.googleapis.com/trace"
+	SpanKey    = "logging.googleapis.com/spanId"
+	SampledKey = "logging.googleapis.com/trace_sampled"
+	ProjectID  = "GOOGLE_CLOUD_PROJECT"
 )
 
 // New returns a JSON logger in Cloud Logging's shape writing to w.
@@ -59,7 +80,7 @@ func severity(l slog.Level) string {
 
 type traceKey struct{}
 
-type trace struct{ trace, span string }
+type trace struct{ trace, span, project string }
 
 // WithTrace returns ctx carrying the trace of r's X-Cloud-Trace-Context (or
 // W3C traceparent) header, for project.
@@ -74,18 +95,36 @@ func WithTrace(ctx context.Context, r *http.Request, project string) context.Con
 		span, _, _ = strings.Cut(span, ";")
 	}
 	if id == "" {
-		return ctx
+		return context.WithValue(ctx, traceKey{}, trace{project: project})
 	}
 	if project != "" {
 		id = "projects/" + project + "/traces/" + id
 	}
-	return context.WithValue(ctx, traceKey{}, trace{id, span})
+	return context.WithValue(ctx, traceKey{}, trace{id, span, project})
+}
+
+// traceName is Cloud Logging's trace field for id in project.
+func traceName(project, id string) string {
+	if project == "" {
+		return id
+	}
+	return "projects/" + project + "/traces/" + id
 }
 
 type traceHandler struct{ slog.Handler }
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
-	if t, ok := ctx.Value(traceKey{}).(trace); ok {
+	t, ok := ctx.Value(traceKey{}).(trace)
+	if sc := oteltrace.SpanContextFromContext(ctx); sc.IsValid() {
+		p := t.project
+		if p == "" {
+			p = defaultProject()
+		}
+		r.AddAttrs(slog.String(TraceKey, traceName(p, sc.TraceID().String())),
+			slog.String(SpanKey, sc.SpanID().String()), slog.Bool(SampledKey, sc.IsSampled()))
+		return h.Handler.Handle(ctx, r)
+	}
+	if ok && t.trace != "" {
 		r.AddAttrs(slog.String(TraceKey, t.trace))
 		if t.span != "" {
 			r.AddAttrs(slog.String(SpanKey, t.span))

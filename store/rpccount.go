@@ -31,6 +31,9 @@ type Usage struct {
 	DocsRead int
 	// DocsWritten counts the writes of Commit requests.
 	DocsWritten int
+	// IndexEntries counts the index entries those writes make in
+	// production, as IndexEntries models them.
+	IndexEntries int
 	// BytesSent and BytesReceived are the encoded sizes of the request and
 	// response messages (protobuf; the wire adds a few bytes of framing).
 	BytesSent, BytesReceived int
@@ -61,13 +64,17 @@ func (c *RPCCounter) sent(m any) {
 	if !ok {
 		return
 	}
-	n, writes := proto.Size(msg), 0
+	n, writes, entries := proto.Size(msg), 0, 0
 	if r, ok := msg.(*pb.CommitRequest); ok {
 		writes = len(r.GetWrites())
+		for _, w := range r.GetWrites() {
+			entries += IndexEntries(w)
+		}
 	}
 	c.mu.Lock()
 	c.usage.BytesSent += n
 	c.usage.DocsWritten += writes
+	c.usage.IndexEntries += entries
 	c.mu.Unlock()
 }
 

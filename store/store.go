@@ -21,6 +21,8 @@ import (
 
 	firestoreapi "cloud.google.com/go/firestore/apiv1"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Sentinel errors.
@@ -75,6 +78,7 @@ type Store struct {
 func (s *Store) OnCommit(fn func(context.Context, []task.Transition)) { s.onCommit.Store(&fn) }
 
 func (s *Store) committed(ctx context.Context, trs []task.Transition) {
+	telemetry.RecordTransitions(ctx, trs)
 	if fn := s.onCommit.Load(); fn != nil && *fn != nil && len(trs) > 0 {
 		(*fn)(ctx, trs)
 	}
@@ -138,6 +142,10 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(cfg.counter.unary)),
 			option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(cfg.counter.stream)))
 	}
+	// Per-request RPC tallies (telemetry.CountRPCs): a counter in the
+	// context, no call of its own.
+	copts = append(copts, option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(telemetry.UnaryRPCTally)),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(telemetry.StreamRPCTally)))
 	copts = append(copts, cfg.clientOpts...)
 	client, err := firestoreapi.NewClient(ctx, copts...)
 	if err != nil {
@@ -381,6 +389,9 @@ func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Ta
 		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now})
 		nt = r.Task
 		trs = append(trs, r.Transitions...)
+	}
+	for i := range trs {
+		trs[i].Trace = nt.Trace
 	}
 	writes := []*pb.Write{
 		setWrite(s.taskName(nt.ID), nt, true),
@@ -725,7 +736,11 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 // committed. The task is re-read on every retry after contention.
 //
 // Within one process, Apply runs one transaction per task at a time.
-func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Result, error) {
+func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Result, err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "firestore.transaction "+string(ev.Kind), oteltrace.WithSpanKind(oteltrace.SpanKindClient),
+		oteltrace.WithAttributes(append(telemetry.TaskAttrs(id, ev.Attempt, "", ""), attribute.String("db.system.name", "gcp.firestore"),
+			attribute.String("db.operation.name", "transaction"))...))
+	defer func() { telemetry.EndSpan(span, err) }()
 	unlock, err := s.perTask.lock(ctx, id)
 	if err != nil {
 		return task.Result{}, wrap("apply "+string(ev.Kind), err)
@@ -737,7 +752,9 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (task.Resul
 		if err == nil {
 			if r.Write {
 				s.committed(ctx, r.Transitions)
+				telemetry.RecordStarted(ctx, r)
 			}
+			span.SetAttributes(telemetry.TenantIDKey.String(r.Task.TenantID), telemetry.WorkerKey.String(r.Task.Worker))
 			return r, nil
 		}
 		if status.Code(err) != codes.Aborted || try >= s.maxRetries {
@@ -833,8 +850,10 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 	if r.Next != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Next.Attempt), r.Next, true))
 	}
-	for _, tr := range r.Transitions {
-		writes = append(writes, s.outboxWrite(tr))
+	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
+	for i := range r.Transitions {
+		r.Transitions[i].Trace = tp
+		writes = append(writes, s.outboxWrite(r.Transitions[i]))
 	}
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
 		s.rollback(tx) // releases the locks if the commit never reached Firestore
@@ -889,7 +908,7 @@ type DueCursor struct {
 // needs to apply the duty's event (id, attempt), log it (tenant, state)
 // and continue the query (the due time). The sweeper acts on the task that
 // its transaction reads; a due task has no payload, timing or other field.
-var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard"}
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace"}
 
 // DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
 // whose duty d is due at now, ordered by the due time, after cursor (nil

@@ -66,6 +66,12 @@ type Task struct {
 	// API's JSON.
 	Live *LiveAttempt `json:"-" firestore:"live"`
 
+	// Trace is the W3C traceparent of the span that submitted the task
+	// (package telemetry), so that later hops (the sweeper) can link to the
+	// task's trace; empty when the submit was not traced. Not in the API's
+	// JSON.
+	Trace string `json:"-" firestore:"trace"`
+
 	// Attempts is the per-attempt history; filled by reads that ask for it
 	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
 	Attempts []Attempt `json:"attempts,omitempty" firestore:"-"`
@@ -151,4 +157,8 @@ type Transition struct {
 	OccurredAt  time.Time  `json:"occurredAt" firestore:"occurredAt"`
 	// DeadLetter marks a task that ended FAILED with no retry left.
 	DeadLetter bool `json:"deadLetter,omitempty" firestore:"deadLetter"`
+	// Trace is the W3C traceparent of the span that committed the
+	// transition; the events publisher puts it in the message's
+	// attributes, not in the event's JSON.
+	Trace string `json:"-" firestore:"trace"`
 }

@@ -14,7 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Callback operations (the last path segment).
@@ -168,13 +173,23 @@ func (r *run) post(ctx context.Context, op string, body func() ([]byte, error), 
 }
 
 // once makes one POST with the current token and judges the answer.
-func (r *run) once(ctx context.Context, op, u string, b []byte) (reply, error) {
+func (r *run) once(ctx context.Context, op, u string, b []byte) (rep reply, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.requestTimeout)
 	defer cancel()
+	ctx, span := telemetry.Tracer().Start(ctx, "POST /v1/tasks/{taskId}/"+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(append(telemetry.TaskAttrs(r.env.TaskID, r.env.Attempt, r.env.TenantID, r.env.Worker),
+			telemetry.CallbackKey.String(op), attribute.String("http.request.method", http.MethodPost))...))
+	defer func() {
+		if err == nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", rep.status), telemetry.DispositionKey.String(string(rep.disp)))
+		}
+		telemetry.EndSpan(span, err)
+	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
 	if err != nil {
 		return reply{}, err
 	}
+	telemetry.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+r.token())
 	req.Header.Set("User-Agent", userAgent)
@@ -189,7 +204,7 @@ func (r *run) once(ctx context.Context, op, u string, b []byte) (reply, error) {
 		// repeating the idempotent callback settles it.
 		return reply{}, fmt.Errorf("read response: %w", err)
 	}
-	rep := judge(op, res.StatusCode, data, res.Header.Get("Retry-After"))
+	rep = judge(op, res.StatusCode, data, res.Header.Get("Retry-After"))
 	rep.retryAfter = min(rep.retryAfter, r.h.cfg.backoffMax)
 	return rep, nil
 }

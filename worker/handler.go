@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -17,10 +18,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Func does the work of one attempt. It returns the output (JSON-encoded
@@ -222,7 +228,9 @@ const (
 )
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx := logs.WithTrace(r.Context(), r, h.cfg.project)
+	// Continue the trace the delivery carries (W3C traceparent, put in the
+	// Cloud Task's headers by Servo's enqueue).
+	ctx := logs.WithTrace(telemetry.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), r, h.cfg.project)
 	log := h.cfg.logger.With("workerId", h.cfg.workerID)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -257,7 +265,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.write(w, http.StatusBadRequest, answer{TaskID: env.TaskID, Attempt: env.Attempt, Result: resultBadEnvelope, Detail: err.Error()})
 		return
 	}
+	ctx, span := telemetry.Tracer().Start(ctx, "process "+env.Worker, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(append(telemetry.TaskAttrs(env.TaskID, env.Attempt, env.TenantID, env.Worker),
+			attribute.String("http.request.method", r.Method), attribute.String("servo.worker_id", h.cfg.workerID))...))
 	status, ans := h.deliver(ctx, env)
+	span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("servo.result", ans.Result))
+	if ans.Outcome != "" {
+		span.SetAttributes(attribute.String("servo.outcome", ans.Outcome))
+	}
+	if status >= 500 {
+		span.SetStatus(codes.Error, ans.Result)
+	}
+	span.End()
 	h.write(w, status, ans)
 }
 
@@ -296,6 +315,11 @@ func (h *handler) deliver(ctx context.Context, env task.Envelope) (int, answer) 
 	}()
 	ru.status, ru.ans = ru.execute(ctx)
 	ru.ans.TaskID, ru.ans.Attempt = env.TaskID, env.Attempt
+	outcome := ru.ans.Outcome
+	if outcome == "" || ru.ans.Result != resultCommitted {
+		outcome = cmp.Or(outcome+"/", "") + ru.ans.Result
+	}
+	telemetry.RecordWorkerRun(ctx, outcome, ru.category, env.Attempt, ru.ranFor)
 	return ru.status, ru.ans
 }
 

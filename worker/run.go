@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // run is one attempt in this process: the protocol around one call of the
@@ -37,6 +38,11 @@ type run struct {
 	stop       error     // why the attempt lost its authority; nothing is reported after it
 	cancelSeen bool      // Servo said shouldCancel
 	lastAck    time.Time // when Servo last acknowledged the attempt (`started`, a heartbeat)
+
+	// ranFor and category are for the metrics: how long the Func ran, and
+	// the error category it failed with.
+	ranFor   time.Duration
+	category string
 }
 
 func newRun(h *handler, env task.Envelope) *run {
@@ -244,7 +250,9 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	stopWatch := r.watchLease(abortHB)
 	r.log.InfoContext(ctx, "attempt started")
 	m := startMeter()
+	ranFrom := time.Now()
 	out, ferr, pnc := invoke(fnCtx, r.h.fn, r.t)
+	r.ranFor = time.Since(ranFrom)
 	// Why the Func's context ended, as the Func saw it (a cancel request
 	// answered after it returned does not count).
 	cause := context.Cause(fnCtx)
@@ -261,6 +269,9 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	req := outcome(cause, out, ferr, pnc, r.t)
 	completedAt := cfg.now().UTC()
 	req.Attempt, req.WorkerID, req.CompletedAt, req.Metrics = r.env.Attempt, cfg.workerID, &completedAt, metrics
+	if req.Error != nil {
+		r.category = string(req.Error.Category)
+	}
 	if pnc != nil {
 		r.log.ErrorContext(ctx, "the function panicked", "panic", req.Error.Message)
 	}
@@ -362,6 +373,7 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 		return json.Marshal(req)
 	}
 	rep, err := r.post(ctx, opHeartbeat, body, r.tokenUntil, stop)
+	telemetry.RecordWorkerHeartbeat(ctx, err == nil)
 	if err != nil {
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
 			return false

@@ -34,10 +34,13 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 )
 
 // Defaults of Config.
@@ -72,6 +75,12 @@ type Enqueuer interface {
 	FollowUp(ctx context.Context, r task.Result) error
 }
 
+// Recorder keeps the latest pass's figures where operators can read them
+// (*store.Store writes the document meta/sweeper).
+type Recorder interface {
+	RecordSweep(ctx context.Context, st store.SweepStatus) error
+}
+
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -86,6 +95,9 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Redriver, when set, re-drives the outbox once per pass.
 	Redriver Redriver
+	// Recorder, when set, records every pass (best effort: a failed
+	// write is logged, not an error of the pass).
+	Recorder Recorder
 	// Now is the server clock given to the state machine; default time.Now.
 	Now func() time.Time
 	// Jitter draws the full-jitter retry delay in [0, 1); default rand.Float64.
@@ -148,6 +160,9 @@ type DutyStats struct {
 	FollowUpErrors int `json:"followUpErrors"`
 	// QueryErrors is the number of due queries that failed.
 	QueryErrors int `json:"queryErrors"`
+	// MaxLagMs is the longest time from an applied task's due time to its
+	// transaction (the sweeper's lag).
+	MaxLagMs int64 `json:"maxLagMs"`
 }
 
 func (d *DutyStats) add(o DutyStats) {
@@ -157,6 +172,7 @@ func (d *DutyStats) add(o DutyStats) {
 	d.Errors += o.Errors
 	d.FollowUpErrors += o.FollowUpErrors
 	d.QueryErrors += o.QueryErrors
+	d.MaxLagMs = max(d.MaxLagMs, o.MaxLagMs)
 }
 
 // Stats counts the work of one or more passes.
@@ -273,7 +289,11 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		return Stats{Skipped: 1}, nil
 	}
 	defer s.passing.Unlock()
+	ctx, span := telemetry.Tracer().Start(ctx, telemetry.SweepPassSpan, trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
 	st := Stats{Passes: 1}
+	start := time.Now()
+	defer func() { s.record(ctx, st, time.Since(start)) }()
 	var errs []error
 	for _, d := range Duties {
 		if ctx.Err() != nil || past(stop) {
@@ -297,12 +317,37 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 	return st, errors.Join(errs...)
 }
 
+// record hands a pass's figures to the Recorder, after the pass and
+// whatever its outcome (a cut-short pass is recorded too).
+func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration) {
+	if s.cfg.Recorder == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rec := store.SweepStatus{
+		LastPassAt:    time.Now(),
+		PassMs:        took.Milliseconds(),
+		Duties:        make(map[string]store.SweepDuty, len(Duties)),
+		RedriveErrors: st.RedriveErrors,
+	}
+	for _, d := range Duties {
+		ds := st.Duty(d.Due)
+		rec.Duties[d.Name] = store.SweepDuty{Due: ds.Due, Applied: ds.Applied, Errors: ds.Errors + ds.QueryErrors, MaxLagMs: ds.MaxLagMs}
+	}
+	if err := s.cfg.Recorder.RecordSweep(ctx, rec); err != nil {
+		s.log.WarnContext(ctx, "recording the sweep pass failed", "error", err)
+	}
+}
+
 func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
 
 // duty reads the duty's due tasks, every shard page by page and
 // ShardConcurrency shards at a time, and applies its event to each, at most
 // Concurrency transactions at a time in all.
-func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (DutyStats, error) {
+func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats, err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(telemetry.DutyKey.String(d.Name)))
+	defer func() { telemetry.EndSpan(span, err) }()
 	var (
 		mu   sync.Mutex
 		ds   DutyStats
@@ -399,7 +444,26 @@ func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop 
 }
 
 // apply runs one transaction for t and the follow-up of its result.
-func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, error) {
+func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats, err error) {
+	// A span per due task, in the pass's trace and linked to the task's
+	// own (the submit's trace context, stored on the task).
+	opts := []trace.SpanStartOption{trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, ""), telemetry.DutyKey.String(d.Name))...)}
+	if l, ok := telemetry.LinkTo(t.Trace); ok {
+		opts = append(opts, trace.WithLinks(l))
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.apply "+string(d.Event), opts...)
+	defer func() {
+		result := telemetry.SweepApplied
+		switch {
+		case ds.Errors > 0:
+			result = telemetry.SweepError
+		case ds.NoOp > 0:
+			result = telemetry.SweepNoOp
+		}
+		span.SetAttributes(attribute.String("servo.result", result))
+		telemetry.EndSpan(span, err)
+		telemetry.RecordSweep(ctx, d.Name, result, store.DueTime(d.Due, t), s.cfg.Now())
+	}()
 	log := s.log.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "duty", d.Name)
 	ev := task.Event{
 		Kind:        d.Event,
@@ -421,6 +485,9 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (DutyStats, e
 		return DutyStats{NoOp: 1}, nil
 	}
 	out := DutyStats{Applied: 1}
+	if at := store.DueTime(d.Due, t); at != nil {
+		out.MaxLagMs = max(0, ev.Now.Sub(*at).Milliseconds())
+	}
 	attrs := []any{"event", d.Event, "from", t.State, "to", r.Task.State}
 	if r.Task.State.Terminal() {
 		attrs = append(attrs, "reason", r.Task.Reason)

@@ -178,6 +178,7 @@ func printSubmitted(w io.Writer, res client.SubmitResponse) error {
 
 func newGetCmd() *cobra.Command {
 	var cf clientFlags
+	var withTrace bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task and its attempts",
@@ -185,13 +186,17 @@ func newGetCmd() *cobra.Command {
 attempt it is on, the task it reruns (if any), and one row per attempt with
 its outcome, worker, times, progress and message or error.`,
 		Example: `  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9
-  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9 --json | jq .attempts`,
+  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9 --json | jq .attempts
+  servo get task_01HGW5N7XHJM4GX29KZRXQP6N9 --trace`,
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.client(ctx)
 			if err != nil {
 				return err
+			}
+			if withTrace {
+				return getTrace(ctx, c, args[0], cmd.OutOrStdout(), cf.json)
 			}
 			t, raw, err := c.Get(ctx, args[0])
 			if err != nil {
@@ -205,6 +210,7 @@ its outcome, worker, times, progress and message or error.`,
 		},
 	}
 	cf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&withTrace, "trace", false, "show the task's spans as a timeline (servo dev keeps recent spans: GET /v1/tasks/{id}/trace)")
 	return cmd
 }
 

@@ -43,7 +43,7 @@ func (w workerFlags) Type() string { return "NAME=URL" }
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
 	var noDemo bool
-	var sweepEvery time.Duration
+	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
 	var keep bool
 	cmd := &cobra.Command{
@@ -83,9 +83,15 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				}
 				defer func() { fmt.Fprintln(errOut, keptStopHint()) }()
 			}
+			tel, traces, err := devTelemetry(ctx, project)
+			if err != nil {
+				return err
+			}
+			defer shutdownTelemetry(tel)
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
-				FirestoreHost: firestoreHost, PubSubHost: pubsubHost})
+				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
+				Metrics: tel.MetricsHandler(), Traces: traces})
 			if err != nil {
 				return err
 			}
@@ -121,6 +127,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")
 	f.StringVar(&logFile, "log", "", "where the components' JSON logs go (default $TMPDIR/servo-dev.log)")
 	f.BoolVar(&keep, "keep", false, "keep the emulators running after servo dev stops, and reuse them next time (faster restarts)")
+	f.DurationVar(&startTimeout, "start-timeout", 0, "default start timeout of new tasks, after which a stuck dispatch is re-driven (default 10m)")
+	f.DurationVar(&storeTimeout, "store-timeout", 0, "bound on the store work of one callback or API request, then 503 (default 20s callbacks, 50s API)")
 	return cmd
 }
 

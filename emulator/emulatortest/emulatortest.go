@@ -49,6 +49,10 @@ func Main(m *testing.M, kinds ...emulator.Kind) {
 	os.Exit(run(m, kinds...))
 }
 
+// Run is Main without the exit: it returns the tests' exit code, for a
+// TestMain with its own clean-up to do after the emulators stopped.
+func Run(m *testing.M, kinds ...emulator.Kind) int { return run(m, kinds...) }
+
 func run(m *testing.M, kinds ...emulator.Kind) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -136,6 +140,17 @@ func host(t testing.TB, k emulator.Kind) string {
 		t.Fatalf("emulatortest: no %s emulator is running: name it in TestMain's emulatortest.Main(m, ...)", k)
 	}
 	return p.Host
+}
+
+// Emulator returns the running emulator k that Main started (to freeze
+// and thaw it in fault-injection tests), and fails the test if there is
+// none.
+func Emulator(t testing.TB, k emulator.Kind) *emulator.Process {
+	t.Helper()
+	host(t, k)
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	return running.procs[k]
 }
 
 // FirestoreHost returns the host:port of the Firestore emulator Main

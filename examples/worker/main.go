@@ -7,6 +7,8 @@
 //	SERVO_OIDC_AUDIENCE   if set, verify the Cloud Tasks OIDC token for this audience
 //	SERVO_OIDC_SA         if set (with the audience), also require this service account
 //	LOG_LEVEL             debug, info (default), warn, error
+//	OTEL_*                OpenTelemetry exporters by the standard variables
+//	                      (OTEL_EXPORTER_OTLP_ENDPOINT, ...); none when unset
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -36,6 +39,14 @@ func main() {
 		if sa := os.Getenv("SERVO_OIDC_SA"); sa != "" {
 			opts = append(opts, worker.WithOIDCServiceAccount(sa))
 		}
+	}
+	// Traces and metrics where the OTEL_* variables say; nothing otherwise
+	// (the worker's service account holds no Cloud Trace role).
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "servo-example-worker"})
+	if err != nil {
+		log.Warn("telemetry not set up", "error", err)
+	} else {
+		defer tel.Shutdown(context.Background())
 	}
 	mux := newMux(opts...)
 

@@ -1,0 +1,142 @@
+package telemetry
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+)
+
+func TestTraceParentRoundTrip(t *testing.T) {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+	tp := TraceParent(trace.ContextWithSpanContext(context.Background(), sc))
+	if tp != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Fatalf("TraceParent = %q", tp)
+	}
+	if got := SpanContextOf(tp); got.TraceID() != tid || got.SpanID() != sid || !got.IsSampled() {
+		t.Errorf("SpanContextOf(%q) = %v", tp, got)
+	}
+	for _, bad := range []string{"", "00-xyz", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"} {
+		if SpanContextOf(bad).IsValid() {
+			t.Errorf("SpanContextOf(%q) is valid", bad)
+		}
+		if _, ok := LinkTo(bad); ok {
+			t.Errorf("LinkTo(%q) links", bad)
+		}
+	}
+	if TraceParent(context.Background()) != "" {
+		t.Errorf("TraceParent of a context without a span is not empty")
+	}
+}
+
+// TestSetupChoosesExporters: the standard variables choose the exporters;
+// without them the configured default applies.
+func TestSetupChoosesExporters(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		cfg  Config
+		want []string
+	}{
+		{"nothing set, no default", nil, Config{}, nil},
+		{"prometheus and recorder", nil, Config{Prometheus: true, Recorder: NewRecorder(1)}, []string{"traces:recorder", "metrics:prometheus"}},
+		{"OTLP endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+			Config{Default: DefaultGoogleCloud}, []string{"traces:otlp", "metrics:otlp"}},
+		{"OTLP gRPC", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			Config{}, []string{"traces:otlp", "metrics:otlp"}},
+		{"none", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}, Config{Default: DefaultGoogleCloud}, nil},
+		{"console traces", map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}, Config{}, []string{"traces:console"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+				"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+				t.Setenv(k, tc.env[k])
+			}
+			tl, err := Setup(context.Background(), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tl.Shutdown(context.Background())
+			if !slices.Equal(tl.Exporters, tc.want) {
+				t.Errorf("exporters %v, want %v", tl.Exporters, tc.want)
+			}
+			if (tl.MetricsHandler() != nil) != tc.cfg.Prometheus {
+				t.Errorf("metrics handler %v, want %v", tl.MetricsHandler() != nil, tc.cfg.Prometheus)
+			}
+		})
+	}
+}
+
+// TestRecorderTaskSpans: a task's spans are its traces' spans, plus its own
+// spans (and their children) from a sweeper pass, not the pass's other
+// tasks'; /v1/tasks/{id}/trace answers them, or 404.
+func TestRecorderTaskSpans(t *testing.T) {
+	rec := NewRecorder(100)
+	tl, err := Setup(context.Background(), Config{Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Shutdown(context.Background())
+	tr := Tracer()
+	ctx, submit := tr.Start(context.Background(), "POST /v1/tasks")
+	submit.SetAttributes(TaskIDKey.String("task_a"))
+	_, child := tr.Start(ctx, "send w")
+	child.End()
+	submit.End()
+
+	pctx, pass := tr.Start(context.Background(), SweepPassSpan)
+	for _, id := range []string{"task_a", "task_b"} {
+		actx, apply := tr.Start(pctx, "servo.sweeper.apply LEASE_EXPIRED")
+		apply.SetAttributes(TaskIDKey.String(id), DutyKey.String("lease"))
+		_, tx := tr.Start(actx, "firestore.transaction LEASE_EXPIRED")
+		tx.SetAttributes(TaskIDKey.String(id))
+		tx.End()
+		apply.End()
+	}
+	pass.End()
+
+	var names []string
+	for _, s := range rec.TaskSpans("task_a") {
+		names = append(names, s.Name())
+	}
+	want := []string{"POST /v1/tasks", "send w", "servo.sweeper.apply LEASE_EXPIRED", "firestore.transaction LEASE_EXPIRED"}
+	if !slices.Equal(names, want) {
+		t.Errorf("task_a spans %q, want %q", names, want)
+	}
+
+	for _, tc := range []struct {
+		id     string
+		status int
+		body   string
+	}{
+		{"task_a", 200, `"name":"send w"`},
+		{"task_zzz", 404, `"error":"task_trace_not_found"`},
+	} {
+		rr := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/tasks/"+tc.id+"/trace", nil)
+		req.SetPathValue("id", tc.id)
+		rec.Handler().ServeHTTP(rr, req)
+		if rr.Code != tc.status || !strings.Contains(rr.Body.String(), tc.body) {
+			t.Errorf("GET trace of %s: %d %s", tc.id, rr.Code, rr.Body.String())
+		}
+	}
+}
+
+func TestCountRPCs(t *testing.T) {
+	ctx, n := CountRPCs(context.Background())
+	for range 3 {
+		if err := UnaryRPCTally(ctx, "/m", nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tally(context.Background()) // no tally: nothing counted, no panic
+	if n.Load() != 3 {
+		t.Errorf("tally %d, want 3", n.Load())
+	}
+}
