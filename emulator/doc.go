@@ -26,7 +26,8 @@
 //     itself into a new group unless it leads its session, so a plain Setpgid
 //     would leave Java out of reach.)
 //   - [Process.Stop] sends SIGTERM to the whole group, waits up to
-//     [StopTimeout], then sends SIGKILL to the group. Killing gcloud alone
+//     [StopTimeout] (longer while Java writes its class-data sharing
+//     archive), then sends SIGKILL to the group. Killing gcloud alone
 //     would leave Java running.
 //   - A small bash watchdog, in a group of its own, polls this process; when
 //     it is gone (killed with SIGKILL, crashed, or exited after a

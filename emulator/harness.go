@@ -47,6 +47,9 @@ const (
 	StartTimeout = 60 * time.Second
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL.
 	StopTimeout = 5 * time.Second
+	// archiveStopTimeout replaces StopTimeout for an emulator that writes
+	// its class-data sharing archive on exit (its first start).
+	archiveStopTimeout = 30 * time.Second
 )
 
 // ErrMissingTool is wrapped by Start's error when gcloud, java or bash is
@@ -418,8 +421,9 @@ func (p *Process) ping(ctx context.Context) bool {
 }
 
 // Stop stops the emulator: SIGTERM to its whole process group, up to
-// StopTimeout for the group to exit, then SIGKILL to the group. It removes
-// the emulator's temporary files. Calling it again returns the first
+// StopTimeout for the group to exit (30 s when Java writes its class-data
+// sharing archive on exit), then SIGKILL to the group. It removes the
+// emulator's temporary files. Calling it again returns the first
 // result.
 func (p *Process) Stop() error {
 	p.stopOnce.Do(func() { p.stopErr = p.stop() })
@@ -438,7 +442,13 @@ func (p *Process) stop() error {
 		return err
 	}
 	_ = p.signalGroup(syscall.SIGCONT) // a frozen emulator must see the SIGTERM
-	if !p.waitGroupGone(StopTimeout) {
+	wait := StopTimeout
+	if p.archive != "" {
+		// Java writes its class-data sharing archive as it exits: let it
+		// finish, even on a loaded machine.
+		wait = archiveStopTimeout
+	}
+	if !p.waitGroupGone(wait) {
 		p.killed = true
 		if err := p.signalGroup(syscall.SIGKILL); err != nil {
 			return err

@@ -550,21 +550,38 @@ func TestClassDataSharing(t *testing.T) {
 	cdsDir = func() string { return dir }
 	t.Cleanup(func() { cdsDir = old })
 	t.Setenv(LaunchEnv, "java")
-	for i, want := range []string{"-XX:ArchiveClassesAtExit=", "-XX:SharedArchiveFile="} {
+	// A start without an archive writes one on exit; the JVM may fail to
+	// on a heavily loaded machine, so up to three starts may try. The
+	// start after the archive appeared must use it.
+	for i, dumped := 1, false; ; i++ {
+		want := "-XX:ArchiveClassesAtExit="
+		if dumped {
+			want = "-XX:SharedArchiveFile="
+		}
 		p, err := Start(context.Background(), PubSub)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ms := groupMembers(t, p.pgid)
 		if len(ms) != 1 || !strings.Contains(ms[0].cmd, want+dir) {
-			t.Errorf("start %d: want java with %s%s..., got %+v", i+1, want, dir, ms)
+			t.Errorf("start %d: want java with %s%s..., got %+v", i, want, dir, ms)
 		}
 		if err := p.Stop(); err != nil {
 			t.Fatal(err)
 		}
+		if dumped {
+			return
+		}
 		archives, _ := filepath.Glob(filepath.Join(dir, "*"))
-		if len(archives) != 1 || !strings.HasSuffix(archives[0], ".jsa") {
-			t.Fatalf("after start %d: files %v, want one .jsa archive", i+1, archives)
+		switch {
+		case len(archives) == 1 && strings.HasSuffix(archives[0], ".jsa"):
+			dumped = true
+		case len(archives) != 0:
+			t.Fatalf("after start %d: files %v, want one .jsa archive or none", i, archives)
+		case i == 3:
+			t.Fatalf("no archive after %d starts; last output:\n%s", i, p.Output())
+		default:
+			t.Logf("start %d wrote no archive; output:\n%s", i, p.outputTail(10, 2048))
 		}
 	}
 }
