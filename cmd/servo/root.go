@@ -56,6 +56,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newEventsCmd(),
 		newEmulatorCmd(),
 		newVersionCmd(),
+		newKeysCmd(),
 	)
 	return root
 }
