@@ -247,7 +247,9 @@ ring (a new revision, or the re-read on an unknown kid and every 5 minutes),
 then activate it.`,
 		`  servo keys add k2 --file ring.json
   servo keys add k2 --secret projects/my-project/secrets/servo-token-keys --dry-run`,
-		func(r token.Ring, kid string, now time.Time) (token.Ring, error) { return token.AddKey(r, kid, now, nil) }, nil)
+		func(r token.Ring, kid string, now time.Time) (token.Ring, error) {
+			return token.AddKey(r, kid, now, nil)
+		}, nil)
 }
 
 func newKeysActivateCmd() *cobra.Command {

@@ -68,8 +68,8 @@ func TestKeysFile(t *testing.T) {
 		{[]string{"add", "k2"}, exitConflict, "k1", 2, 0},
 		{[]string{"activate", "k9"}, exitNotFound, "k1", 2, 0},
 		{[]string{"activate", "k2"}, 0, "k2", 2, time.Minute},
-		{[]string{"retire", "k2"}, exitConflict, "k2", 2, 0},                   // active
-		{[]string{"retire", "k1"}, exitConflict, "k2", 2, time.Hour},           // tokens may be valid
+		{[]string{"retire", "k2"}, exitConflict, "k2", 2, 0},                    // active
+		{[]string{"retire", "k1"}, exitConflict, "k2", 2, time.Hour},            // tokens may be valid
 		{[]string{"retire", "k1", "--dry-run"}, 0, "k2", 2, defaultRetireGrace}, // after the grace: allowed, not written
 		{[]string{"retire", "k1"}, 0, "k2", 1, 0},
 	}
