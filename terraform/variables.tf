@@ -242,6 +242,18 @@ variable "functions" {
     condition     = var.functions.sweeper.timeout_seconds >= 60 && var.functions.sweeper.timeout_seconds <= 540
     error_message = "functions.sweeper.timeout_seconds must be 60-540: an event-driven function may run at most 540s, and one invocation sweeps for up to 55s."
   }
+  validation {
+    # Cloud Run refuses concurrency above 1 with less than one CPU.
+    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper] :
+      f.concurrency == 1 || (can(regex("^[0-9]+(\\.[0-9]+)?$", f.cpu)) && try(tonumber(f.cpu) >= 1, false))
+    ])
+    error_message = "functions: concurrency above 1 needs cpu of at least \"1\" (Cloud Run allows fractional CPU only with concurrency 1)."
+  }
+  validation {
+    # One sweep at a time per instance: a pass is a sequence of duties.
+    condition     = var.functions.sweeper.concurrency == 1
+    error_message = "functions.sweeper.concurrency must be 1: each invocation sweeps for up to its window, one at a time."
+  }
 }
 
 variable "api_invokers" {
