@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 // from `concurrency` workers at once (each on its own running task, as
 // in production), for concurrency 1, 2, 4, ... 64. Each sub-benchmark
 // reports callbacks/s, p50/p99 latency and the process's peak Go memory
-// (heap in use + stacks, sampled every 20 ms) at that load. The sizing in
+// (heap in use + stacks, sampled every 20 ms) at that load, and the CPU
+// this process spent per callback (user + system: the handler, its
+// Firestore client and the benchmark's own HTTP client, an upper bound
+// on what an instance spends). The sizing in
 // terraform/README.md is the highest rate whose p99 stays under 100 ms.
 //
 //	go test -run '^$' -bench CallbacksSizing -benchtime 400x ./callbacks/
@@ -83,6 +87,7 @@ func BenchmarkCallbacksSizing(b *testing.B) {
 			}()
 			var next atomic.Int64
 			n := int64(b.N)
+			cpu0 := cpuTime()
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -98,10 +103,21 @@ func BenchmarkCallbacksSizing(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
+			cpu := cpuTime() - cpu0
 			close(stop)
 			sampler.Wait()
 			lat.report(b, "callbacks/s", elapsed)
 			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/callback")
 		})
 	}
+}
+
+// cpuTime is the CPU time (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
