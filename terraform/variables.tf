@@ -199,7 +199,7 @@ variable "functions_runtime" {
 }
 
 variable "functions" {
-  description = "Sizing of the three functions. Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie)."
+  description = "Sizing of the three functions (the defaults and why: README.md, \"Sizing\"). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie), and it runs one pass at a time (concurrency 1)."
   type = object({
     api = optional(object({
       memory          = optional(string, "512Mi")
@@ -210,7 +210,7 @@ variable "functions" {
       concurrency     = optional(number, 80)
     }), {})
     callbacks = optional(object({
-      memory          = optional(string, "512Mi")
+      memory          = optional(string, "256Mi")
       cpu             = optional(string, "1")
       timeout_seconds = optional(number, 60)
       min_instances   = optional(number, 0)
