@@ -137,6 +137,14 @@ type Options struct {
 	IdentityKey []byte
 	// Quotas are the per-tenant and per-worker limits; nil means none.
 	Quotas *quota.Policy
+	// KeysFile, when set, is the token key ring file (servo keys generate)
+	// the stack signs and verifies with instead of a generated ring; it is
+	// re-read on an unknown kid and every token.DefaultRefresh, so `servo
+	// keys add|activate|retire --file` rotate the running stack's keys.
+	KeysFile string
+	// NoSweeper starts no scheduler ticker: the sweeper never runs (a
+	// stopped sweeper, for servo doctor's tests).
+	NoSweeper bool
 }
 
 // Stack is a running local stack.
@@ -238,7 +246,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if s.Keys, err = keyRing(o.Keys); err != nil {
+	if o.KeysFile != "" {
+		s.Keys, err = token.NewReloadingKeyRing(ctx, nil, token.FileSource(o.KeysFile), 0)
+	} else {
+		s.Keys, err = keyRing(o.Keys)
+	}
+	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
@@ -355,8 +368,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}()
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
-	if err := s.startTicker(ctx, runCtx, o.SweepEvery); err != nil {
-		return nil, err
+	if !o.NoSweeper {
+		if err := s.startTicker(ctx, runCtx, o.SweepEvery); err != nil {
+			return nil, err
+		}
 	}
 	s.ready.Store(true)
 	return s, nil

@@ -14,7 +14,9 @@
 //
 //	SERVO_PROJECT              Google Cloud project (default: GOOGLE_CLOUD_PROJECT)
 //	SERVO_FIRESTORE_DATABASE   Firestore database id (default "(default)")
-//	SERVO_TOKEN_KEYS           signing key ring JSON (or SERVO_TOKEN_KEYS_FILE)
+//	SERVO_TOKEN_KEYS           signing key ring JSON (or SERVO_TOKEN_KEYS_FILE, re-read)
+//	SERVO_TOKEN_KEYS_SECRET    projects/P/secrets/S: re-read the ring from its latest
+//	                           version on an unknown kid and every 5 min (token.OpenKeyRing)
 //	SERVO_CALLBACK_BASE_URL    base URL of ServoCallbacks, put in envelopes
 //	SERVO_WORKERS              worker configuration JSON (see package enqueue)
 //	SERVO_EVENTS_TOPIC         transition events topic (default servo-task-events)
@@ -45,6 +47,7 @@ import (
 	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/events"
 	"github.com/servo-dev/servo/jobs"
+	"github.com/servo-dev/servo/keysecret"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/quota"
@@ -128,7 +131,9 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 		return nil, fmt.Errorf("functions: set SERVO_PROJECT (or GOOGLE_CLOUD_PROJECT)")
 	}
 	setupTelemetry(ctx, project)
-	keys, err := token.LoadKeyRing()
+	// The ring from SERVO_TOKEN_KEYS (no read); re-read from the secret
+	// named by SERVO_TOKEN_KEYS_SECRET on a kid miss and every 5 minutes.
+	keys, err := token.OpenKeyRing(ctx, func(name string) token.Source { return keysecret.Source(name) })
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

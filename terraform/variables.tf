@@ -199,7 +199,7 @@ variable "functions_runtime" {
 }
 
 variable "functions" {
-  description = "Sizing of the four functions (jobs: the jobs dispatch, jobs.tf). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie)."
+  description = "Sizing of the four functions (jobs: the jobs dispatch, jobs.tf; the defaults and why: README.md, \"Sizing\"). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie), and it runs one pass at a time (concurrency 1)."
   type = object({
     api = optional(object({
       memory          = optional(string, "512Mi")
@@ -210,7 +210,7 @@ variable "functions" {
       concurrency     = optional(number, 80)
     }), {})
     callbacks = optional(object({
-      memory          = optional(string, "512Mi")
+      memory          = optional(string, "256Mi")
       cpu             = optional(string, "1")
       timeout_seconds = optional(number, 60)
       min_instances   = optional(number, 0)
@@ -249,6 +249,18 @@ variable "functions" {
   validation {
     condition     = var.functions.sweeper.timeout_seconds >= 60 && var.functions.sweeper.timeout_seconds <= 540
     error_message = "functions.sweeper.timeout_seconds must be 60-540: an event-driven function may run at most 540s, and one invocation sweeps for up to 55s."
+  }
+  validation {
+    # Cloud Run refuses concurrency above 1 with less than one CPU.
+    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper] :
+      f.concurrency == 1 || (can(regex("^[0-9]+(\\.[0-9]+)?$", f.cpu)) && try(tonumber(f.cpu) >= 1, false))
+    ])
+    error_message = "functions: concurrency above 1 needs cpu of at least \"1\" (Cloud Run allows fractional CPU only with concurrency 1)."
+  }
+  validation {
+    # One sweep at a time per instance: a pass is a sequence of duties.
+    condition     = var.functions.sweeper.concurrency == 1
+    error_message = "functions.sweeper.concurrency must be 1: each invocation sweeps for up to its window, one at a time."
   }
 }
 

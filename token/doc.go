@@ -14,6 +14,14 @@
 // ([KeyRing.SignFrom]) is that retry's delivery time, so up to the longest
 // retry backoff plus MaxTTL after signing.
 //
+// A [Ring] is the stored form of a key ring with each key's history
+// (created, activated, deactivated); [AddKey], [Activate] and [Retire] are
+// the rotation steps as pure functions, and Retire refuses a key that may
+// still have signed a valid token ([RetireGrace]). A ring from
+// [NewReloadingKeyRing] or [OpenKeyRing] re-reads its [Source] (a file, a
+// Secret Manager secret) when a token names an unknown kid and every
+// [DefaultRefresh], so running processes follow a rotation.
+//
 // Verification accepts HS256 only and rejects a wrong or unknown key, a
 // missing claim, a wrong issuer, a token not yet valid and an expired token
 // (with a [Leeway] of a few seconds for clock skew). Every rejection wraps

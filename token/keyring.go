@@ -35,6 +35,9 @@ var ErrNoKeys = errors.New("no task token keys configured: set " + EnvKeys + " (
 type KeyRing struct {
 	active string
 	keys   map[string][]byte
+	// live, when set, holds the ring in force and re-reads it (see
+	// NewReloadingKeyRing); active and keys are then unused.
+	live *liveRing
 }
 
 // NewKeyRing returns a ring of keys, signing with keys[active]. Every kid
@@ -64,6 +67,8 @@ func NewKeyRing(active string, keys map[string][]byte) (*KeyRing, error) {
 type ringJSON struct {
 	Active string            `json:"active"`
 	Keys   map[string]string `json:"keys"` // kid -> standard base64 secret
+	// Meta is the keys' history (see Ring); a KeyRing does not use it.
+	Meta map[string]KeyMeta `json:"meta,omitempty"`
 }
 
 // ParseKeyRing parses the JSON form of a key ring:
@@ -157,10 +162,13 @@ func (r *KeyRing) marshal() ([]byte, error) {
 }
 
 // Active returns the kid new tokens are signed with.
-func (r *KeyRing) Active() string { return r.active }
+func (r *KeyRing) Active() string { return r.current().active }
 
 // KIDs returns the kids of every key that verifies, sorted.
 func (r KeyRing) KIDs() []string {
+	if r.live != nil {
+		return r.live.cur.Load().KIDs()
+	}
 	kids := make([]string, 0, len(r.keys))
 	for kid := range r.keys {
 		kids = append(kids, kid)
@@ -171,6 +179,9 @@ func (r KeyRing) KIDs() []string {
 
 // String describes the ring by its kids only.
 func (r KeyRing) String() string {
+	if r.live != nil {
+		return r.live.cur.Load().String()
+	}
 	return fmt.Sprintf("token.KeyRing{active: %q, kids: %q}", r.active, r.KIDs())
 }
 

@@ -147,6 +147,9 @@ func (r *KeyRing) Sign(s Scope, ttl time.Duration, now time.Time) (token string,
 // nbf claim) for ttl: a token for a delivery scheduled later lives ttl from
 // that delivery, not from its signing. A from before now is now.
 func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (token string, expiresAt time.Time, err error) {
+	if r.live != nil {
+		return r.current().SignFrom(s, ttl, now, from)
+	}
 	if name := s.missing(); name != "" {
 		return "", time.Time{}, fmt.Errorf("token: sign: scope has no %s", name)
 	}
@@ -184,6 +187,19 @@ func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (tok
 // Every error wraps ErrExpired (only for a token that is valid but for its
 // exp) or ErrInvalid; its text never contains the token or a key.
 func (r *KeyRing) Verify(token string, now time.Time) (*Claims, error) {
+	if r.live != nil {
+		cur := r.current()
+		c, err := cur.Verify(token, now)
+		if !isUnknownKid(err) {
+			return c, err
+		}
+		// A kid this instance does not know: another instance may sign
+		// with a ring this one has not read yet.
+		if next := r.live.reloadOnMiss(cur); next != cur {
+			return next.Verify(token, now)
+		}
+		return c, err
+	}
 	if len(token) > maxTokenLen {
 		return nil, reject(ErrInvalid, "malformed: too long", jwt.ErrTokenMalformed)
 	}
@@ -217,6 +233,15 @@ func (r *KeyRing) keyFunc(t *jwt.Token) (any, error) {
 	return key, nil
 }
 
+// reasonUnknownKid is the reason of a rejection for a kid not in the ring.
+const reasonUnknownKid = "unknown key id"
+
+// isUnknownKid reports whether err rejects a token for its kid.
+func isUnknownKid(err error) bool {
+	var r *rejection
+	return errors.As(err, &r) && r.reason == reasonUnknownKid
+}
+
 var (
 	errNoKid      = errors.New("missing kid")
 	errUnknownKid = errors.New("unknown kid")
@@ -233,7 +258,7 @@ func classify(t *jwt.Token, err error) error {
 	case errors.Is(err, errNoKid):
 		return reject(ErrInvalid, "missing key id", jwt.ErrTokenUnverifiable)
 	case errors.Is(err, errUnknownKid):
-		return reject(ErrInvalid, "unknown key id", jwt.ErrTokenUnverifiable)
+		return reject(ErrInvalid, reasonUnknownKid, jwt.ErrTokenUnverifiable)
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return reject(ErrInvalid, "algorithm not allowed", jwt.ErrTokenUnverifiable)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):

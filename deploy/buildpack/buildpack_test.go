@@ -156,7 +156,7 @@ func TestBuildpackFunctions(t *testing.T) {
 }
 
 // repoRoot is the module root; the test runs in deploy/buildpack.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -170,7 +170,7 @@ func repoRoot(t *testing.T) string {
 
 // sourceExcludes reads the default of the Terraform variable
 // function_source_excludes: what archive_file leaves out of the zip.
-func sourceExcludes(t *testing.T, root string) []string {
+func sourceExcludes(t testing.TB, root string) []string {
 	t.Helper()
 	file := filepath.Join(root, "terraform", "variables.tf")
 	f, diags := hclparse.NewParser().ParseHCLFile(file)
@@ -203,7 +203,7 @@ func sourceExcludes(t *testing.T, root string) []string {
 // terraformEnv returns the names of the variables Terraform sets on the
 // functions: the keys of local.function_env, and SERVO_TOKEN_KEYS from
 // Secret Manager.
-func terraformEnv(t *testing.T, root string) []string {
+func terraformEnv(t testing.TB, root string) []string {
 	t.Helper()
 	file := filepath.Join(root, "terraform", "main.tf")
 	f, diags := hclparse.NewParser().ParseHCLFile(file)
@@ -260,7 +260,7 @@ func excluded(rel string, patterns []string) bool {
 
 // copySource copies the repository the way terraform/ zips it: regular
 // files (symbolic links followed), excludes applied, mode 0644.
-func copySource(t *testing.T, root, dst string, excludes []string) {
+func copySource(t testing.TB, root, dst string, excludes []string) {
 	t.Helper()
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func copySource(t *testing.T, root, dst string, excludes []string) {
 // rootPackage does what the buildpack's package extraction does: parse every
 // .go file at the source root (test files too), require one package, and
 // return its name and imports.
-func rootPackage(t *testing.T, src string) (string, map[string]bool) {
+func rootPackage(t testing.TB, src string) (string, map[string]bool) {
 	t.Helper()
 	entries, err := os.ReadDir(src)
 	if err != nil {
@@ -353,7 +353,7 @@ func goEnv() []string {
 }
 
 // goOutput runs a go command in dir and returns its trimmed output.
-func goOutput(t *testing.T, dir string, args ...string) string {
+func goOutput(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir, cmd.Env = dir, goEnv()
@@ -438,7 +438,7 @@ func main() {
 )
 
 // buildMain writes the generated main into the copied module and builds it.
-func buildMain(t *testing.T, src, binDir, name string, tmpl *template.Template, data map[string]string) string {
+func buildMain(t testing.TB, src, binDir, name string, tmpl *template.Template, data map[string]string) string {
 	t.Helper()
 	dir := filepath.Join(src, filepath.FromSlash(appDir))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -465,7 +465,7 @@ func buildMain(t *testing.T, src, binDir, name string, tmpl *template.Template, 
 // functionEnv is what Terraform gives the functions, pointed at the
 // emulators (the *_EMULATOR_HOST variables set by emulatortest.Main are
 // inherited).
-func functionEnv(t *testing.T, project, tasksAddr string) []string {
+func functionEnv(t testing.TB, project, tasksAddr string) []string {
 	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -497,7 +497,7 @@ func functionEnv(t *testing.T, project, tasksAddr string) []string {
 }
 
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -509,7 +509,7 @@ func freePort(t *testing.T) string {
 
 // start runs bin with FUNCTION_TARGET=target on a free port; the process
 // is killed when the test ends. exited is closed when it exits.
-func start(t *testing.T, bin, target string, env []string) (port string, out *servotest.Buffer, exited chan struct{}, waitErr *error) {
+func start(t testing.TB, bin, target string, env []string) (port string, out *servotest.Buffer, exited chan struct{}, waitErr *error) {
 	t.Helper()
 	port = freePort(t)
 	out = &servotest.Buffer{}

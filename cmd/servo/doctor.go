@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/devstack"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/task"
+)
+
+// doctorCheck is one row of servo doctor's table.
+type doctorCheck struct {
+	Name   string `json:"check"`
+	Result string `json:"result"` // pass, FAIL or skip
+	Detail string `json:"detail"`
+}
+
+// Results of a check.
+const (
+	checkPass = "pass"
+	checkFail = "FAIL"
+	checkSkip = "skip"
+)
+
+type doctorOptions struct {
+	worker, payload, tenant string
+	project, topic          string
+	timeout, sweeperMaxAge  time.Duration
+	noPubSub                bool
+}
+
+func newDoctorCmd() *cobra.Command {
+	var cf clientFlags
+	o := doctorOptions{}
+	cmd := &cobra.Command{
+		Use:   "doctor [--api URL] [--worker NAME] [--timeout D]",
+		Short: "Check a deployment or the local stack from the outside",
+		Long: `Check a Servo deployment (or servo dev) from the outside, the way a user
+sees it, and print a pass/fail table:
+
+  api        GET /v1/health answers 200 (reachable, and this caller authorised)
+  sweeper    the last sweeper pass (GET /v1/health) is at most --sweeper-max-age old
+  canary     a task submitted to --worker reaches SUCCEEDED within --timeout
+  events     the API records the canary's transitions (/v1/tasks/{id}/events)
+  topic      the canary's SUCCEEDED event arrives on the events topic (with
+             PUBSUB_EMULATOR_HOST or Google credentials and --project;
+             skipped otherwise, or with --no-pubsub)
+
+The canary is a task of tenant --tenant in a workspace of its own
+(doctor-<random>), with --payload for the worker. Exit 0 when every check
+passes or is skipped, 1 when any fails.`,
+		Example: `  servo doctor --api http://127.0.0.1:8080
+  servo doctor --api https://servo-api-xyz.a.run.app --project my-project --worker example`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			checks := runDoctor(cmd.Context(), c, o)
+			out := cmd.OutOrStdout()
+			if cf.json {
+				b, _ := json.MarshalIndent(checks, "", "  ")
+				fmt.Fprintf(out, "%s\n", b)
+			} else {
+				printChecks(out, checks)
+			}
+			var failed []string
+			for _, ch := range checks {
+				if ch.Result == checkFail {
+					failed = append(failed, ch.Name)
+				}
+			}
+			if len(failed) > 0 {
+				return &exitError{exitFailure, fmt.Errorf("doctor: failed: %s", strings.Join(failed, ", "))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	cf.register(f)
+	f.StringVar(&o.worker, "worker", devstack.ExampleWorker, "worker the canary task is submitted to")
+	f.StringVar(&o.payload, "payload", `{"partitions":1,"partitionMs":10}`, "the canary's payload (JSON)")
+	f.StringVar(&o.tenant, "tenant", "servo-doctor", "the canary's tenant")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long the canary may take to succeed")
+	f.DurationVar(&o.sweeperMaxAge, "sweeper-max-age", 3*time.Minute, "the oldest acceptable last sweeper pass")
+	f.StringVar(&o.project, "project", "", "project of the events topic (default $SERVO_PROJECT, $GOOGLE_CLOUD_PROJECT, or "+devstack.DefaultProject+" with PUBSUB_EMULATOR_HOST)")
+	f.StringVar(&o.topic, "topic", events.DefaultEventsTopic, "events topic")
+	f.BoolVar(&o.noPubSub, "no-pubsub", false, "skip the events topic check")
+	return cmd
+}
+
+func printChecks(w io.Writer, checks []doctorCheck) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
+	for _, ch := range checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, ch.Result, ch.Detail)
+	}
+	tw.Flush()
+}
+
+// runDoctor runs every check; a check whose prerequisite failed is a FAIL
+// saying so.
+func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorCheck {
+	var checks []doctorCheck
+	add := func(name, result, format string, args ...any) {
+		checks = append(checks, doctorCheck{name, result, fmt.Sprintf(format, args...)})
+	}
+
+	// 1. API and 2. sweeper: GET /v1/health.
+	var health dispatcher.HealthResponse
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, status, err := c.Do(hctx, http.MethodGet, "/v1/health", nil, &health)
+	cancel()
+	apiUp := err == nil && status == http.StatusOK
+	switch {
+	case apiUp:
+		add("api", checkPass, "GET /v1/health 200, server time %s", health.ServerTime.Format(time.RFC3339))
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		add("api", checkFail, "GET /v1/health %d: this caller is not authorised (roles/run.invoker, var.api_invokers)", status)
+	default:
+		add("api", checkFail, "GET /v1/health: %s", describeErr(status, err))
+	}
+	switch {
+	case !apiUp:
+		add("sweeper", checkFail, "unknown: the API did not answer")
+	case health.Sweeper == nil:
+		add("sweeper", checkFail, "no sweeper pass was ever recorded (is the scheduler job or the sweeper function running?)")
+	case time.Duration(health.Sweeper.AgeMs)*time.Millisecond > o.sweeperMaxAge:
+		add("sweeper", checkFail, "last pass %s ago (at %s), more than %s", time.Duration(health.Sweeper.AgeMs)*time.Millisecond,
+			health.Sweeper.LastPassAt.Format(time.RFC3339), o.sweeperMaxAge)
+	default:
+		add("sweeper", checkPass, "last pass %s ago", (time.Duration(health.Sweeper.AgeMs) * time.Millisecond).Round(time.Millisecond))
+	}
+	if !apiUp {
+		for _, name := range []string{"canary", "events", "topic"} {
+			add(name, checkFail, "not run: the API did not answer")
+		}
+		return checks
+	}
+
+	// The events topic subscription exists before the canary is submitted.
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	workspace := "doctor-" + hex.EncodeToString(suffix[:])
+	topic, topicSkip := o.openTopic(ctx, workspace)
+	if topic != nil {
+		defer topic.close()
+	}
+
+	// 3. Canary.
+	body, _ := json.Marshal(map[string]any{
+		"tenantId": o.tenant, "workspaceId": workspace, "taskKey": "canary", "worker": o.worker,
+		"payload": json.RawMessage(o.payload), "idempotencyKey": workspace,
+	})
+	started := time.Now()
+	sub, _, err := c.Submit(ctx, body)
+	if err != nil {
+		add("canary", checkFail, "submit to worker %q: %v", o.worker, err)
+		add("events", checkFail, "not run: no canary")
+		add("topic", checkFail, "not run: no canary")
+		return checks
+	}
+	final, err := waitFinal(ctx, c, sub.TaskID, o.timeout)
+	switch {
+	case err != nil:
+		add("canary", checkFail, "%s: %v", sub.TaskID, err)
+	case final.State != task.Succeeded:
+		add("canary", checkFail, "%s ended %s %s after %d attempt(s)", sub.TaskID, final.State, final.Reason, final.Attempt)
+	default:
+		add("canary", checkPass, "%s SUCCEEDED on worker %s in %s", sub.TaskID, o.worker, time.Since(started).Round(time.Millisecond))
+	}
+
+	// 4. Recorded events.
+	evs, err := c.TaskEvents(ctx, sub.TaskID)
+	var states []string
+	for _, e := range evs {
+		states = append(states, string(e.To))
+	}
+	switch {
+	case err != nil:
+		add("events", checkFail, "GET /v1/tasks/%s/events: %v", sub.TaskID, err)
+	case len(evs) == 0 || evs[len(evs)-1].To != task.Succeeded:
+		add("events", checkFail, "recorded transitions %v, want them to end SUCCEEDED", states)
+	default:
+		add("events", checkPass, "%d transitions recorded: %s", len(evs), strings.Join(states, " → "))
+	}
+
+	// 5. Events topic.
+	if topic == nil {
+		add("topic", checkSkip, "%s", topicSkip)
+		return checks
+	}
+	if err := topic.waitSucceeded(ctx, sub.TaskID, o.timeout); err != nil {
+		add("topic", checkFail, "%s: %v", topic.name, err)
+	} else {
+		add("topic", checkPass, "SUCCEEDED event received on %s", topic.name)
+	}
+	return checks
+}
+
+func describeErr(status int, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "status " + strconv.Itoa(status)
+}
+
+// waitFinal polls the task until it ends or limit passes.
+func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Duration) (client.Task, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		v, _, err := c.Get(ctx, id)
+		if err == nil && v.State.Terminal() {
+			return v, nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return v, err
+			}
+			return v, fmt.Errorf("still %s after %s", v.State, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// doctorTopic is a temporary subscription to the events topic, filtered
+// on the canary's workspace.
+type doctorTopic struct {
+	ps   *pubsub.Client
+	name string // the topic
+	sub  string
+	err  error // why there is no subscription
+}
+
+// openTopic subscribes to the events topic when Pub/Sub is reachable; the
+// string says why the check is skipped otherwise.
+func (o doctorOptions) openTopic(ctx context.Context, workspace string) (*doctorTopic, string) {
+	if o.noPubSub {
+		return nil, "--no-pubsub"
+	}
+	project := firstNonEmpty(o.project, os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"))
+	if project == "" && os.Getenv("PUBSUB_EMULATOR_HOST") != "" {
+		project = devstack.DefaultProject
+	}
+	if project == "" {
+		return nil, "no project: pass --project (or set PUBSUB_EMULATOR_HOST for the local stack)"
+	}
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		return nil, "no Pub/Sub client: " + err.Error()
+	}
+	t := &doctorTopic{ps: ps, name: events.TopicName(project, o.topic), sub: events.SubscriptionName(project, "servo-"+workspace)}
+	_, err = ps.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: t.sub, Topic: t.name, AckDeadlineSeconds: 10,
+		Filter:                   "attributes." + events.AttrWorkspaceID + " = " + strconv.Quote(workspace),
+		MessageRetentionDuration: durationpb.New(10 * time.Minute),
+		ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(24 * time.Hour)},
+	})
+	if err != nil {
+		ps.Close()
+		// A FAIL rather than a skip: Pub/Sub was configured but unusable.
+		return &doctorTopic{name: t.name, err: fmt.Errorf("%w: %v", errNoSubscription, err)}, ""
+	}
+	return t, ""
+}
+
+func (t *doctorTopic) close() {
+	if t.ps == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = t.ps.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: t.sub})
+	t.ps.Close()
+}
+
+var errNoSubscription = errors.New("could not subscribe to the topic (does it exist, and may this caller subscribe?)")
+
+// waitSucceeded receives until the task's SUCCEEDED event arrives.
+func (t *doctorTopic) waitSucceeded(ctx context.Context, taskID string, limit time.Duration) error {
+	if t.ps == nil {
+		return t.err
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var found atomic.Bool
+	err := t.ps.Subscriber(t.sub).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		if m.Attributes[events.AttrTaskID] == taskID && m.Attributes[events.AttrState] == string(task.Succeeded) {
+			found.Store(true)
+			cancel()
+		}
+	})
+	if found.Load() {
+		return nil
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("no SUCCEEDED event for %s within %s", taskID, limit)
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/devstack"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+)
+
+// servo doctor against the real local stack: every check passes; with the
+// sweeper stopped that row fails and the exit code is 1.
+func TestDoctor(t *testing.T) {
+	tests := []struct {
+		name      string
+		noSweeper bool
+		code      int
+		failed    map[string]bool
+	}{
+		{"healthy stack", false, exitOK, map[string]bool{}},
+		{"sweeper stopped", true, exitFailure, map[string]bool{"sweeper": true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			project := emulatortest.ProjectID(t)
+			s, err := devstack.Start(context.Background(), devstack.Options{
+				Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true,
+				SweepEvery: 200 * time.Millisecond, NoSweeper: tc.noSweeper,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if !tc.noSweeper {
+				// The first pass is recorded within a tick or two.
+				waitSweep(t, s.URL)
+			}
+			out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--json", "--timeout", "90s")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+			var checks []doctorCheck
+			if err := json.Unmarshal([]byte(out), &checks); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			want := []string{"api", "sweeper", "canary", "events", "topic"}
+			if len(checks) != len(want) {
+				t.Fatalf("checks %+v, want %v", checks, want)
+			}
+			for i, ch := range checks {
+				result := checkPass
+				if tc.failed[ch.Name] {
+					result = checkFail
+				}
+				if ch.Name != want[i] || ch.Result != result {
+					t.Errorf("row %d: %+v, want %s %s", i, ch, want[i], result)
+				}
+			}
+			// The table form: one header and one line per check.
+			out, _, _ = runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--timeout", "90s")
+			t.Logf("servo doctor:\n%s", out)
+			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 6 {
+				t.Errorf("table has %d lines, want 6:\n%s", n, out)
+			}
+		})
+	}
+	t.Run("API down", func(t *testing.T) {
+		out, _, code := runCLI(t, "doctor", "--api", "http://"+freeAddr(t), "--no-pubsub", "--json")
+		var checks []doctorCheck
+		_ = json.Unmarshal([]byte(out), &checks)
+		if code != exitFailure || len(checks) != 5 || checks[0].Result != checkFail {
+			t.Fatalf("exit %d, %+v", code, checks)
+		}
+	})
+}
+
+// waitSweep waits until GET /v1/health shows a sweeper pass.
+func waitSweep(t *testing.T, api string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var h dispatcher.HealthResponse
+		if resp, err := http.Get(api + "/v1/health"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+		}
+		if h.Sweeper != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sweeper pass recorded within 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,12 @@
+output "policy_ids" {
+  description = "Ids of the alert policies created."
+  value = concat(
+    [
+      google_monitoring_alert_policy.sweeper_lag.id,
+      google_monitoring_alert_policy.sweeper_silent.id,
+      google_monitoring_alert_policy.outbox_age.id,
+      google_monitoring_alert_policy.dead_letters.id,
+    ],
+    [for p in google_monitoring_alert_policy.errors : p.id],
+  )
+}
