@@ -674,7 +674,7 @@ func TestTerraformFunctions(t *testing.T) {
 			}
 		})
 	}
-	if len(fns) != 4 {
+	if len(fns) != 5 {
 		t.Errorf("local.functions: want exactly api, callbacks, sweeper, claim, jobs; have %v", keysOf(fns))
 	}
 
