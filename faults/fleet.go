@@ -104,8 +104,8 @@ type Fleet struct {
 	// GiveUp bounds how long one callback is retried.
 	GiveUp time.Duration
 	// Injected counts the worker faults applied, by mode.
-	injected  sync.Map // mode → *atomic.Int64
-	applied sync.Map // task id → true once its fault was applied
+	injected sync.Map // mode → *atomic.Int64
+	applied  sync.Map // task id → true once its fault was applied
 }
 
 // NewFleet starts the fleet's endpoint on a free port of 127.0.0.1.
