@@ -18,7 +18,8 @@ import (
 )
 
 // Worker behaviours, chosen per task by its payload's "mode". Each fault
-// applies to the task's first delivery only; later ones behave.
+// is applied once per task, by the first delivery that gets to it; later
+// ones behave.
 const (
 	ModeOK               = "ok"                 // started, heartbeats, completed SUCCEEDED
 	ModeFailOnce         = "fail-once"          // attempt 1 reports a retryable failure
@@ -103,8 +104,8 @@ type Fleet struct {
 	// GiveUp bounds how long one callback is retried.
 	GiveUp time.Duration
 	// Injected counts the worker faults applied, by mode.
-	injected  sync.Map // mode → *atomic.Int64
-	delivered sync.Map // task id → true once a delivery of it was worked on
+	injected sync.Map // mode → *atomic.Int64
+	applied  sync.Map // task id → true once its fault was applied
 }
 
 // NewFleet starts the fleet's endpoint on a free port of 127.0.0.1.
@@ -174,13 +175,20 @@ func (f *Fleet) work(env task.Envelope) {
 	var p Payload
 	_ = json.Unmarshal(env.Payload, &p)
 	w := &worker{f: f, env: env, id: fmt.Sprintf("w%d", f.seq.Add(1)), token: env.TaskToken, skew: time.Duration(p.SkewMs) * time.Millisecond}
-	_, again := f.delivered.LoadOrStore(env.TaskID, true)
-	first := !again
-	if first && p.Mode == ModeSkew {
-		f.count(p.Mode)
+	// once reports whether mode's fault is to be applied now (it is the
+	// task's, and was not applied yet), and counts it.
+	once := func(mode string) bool {
+		if p.Mode != mode {
+			return false
+		}
+		if _, done := f.applied.LoadOrStore(env.TaskID, true); done {
+			return false
+		}
+		f.count(mode)
+		return true
 	}
-	if first && p.Mode == ModeCrashBeforeStart {
-		f.count(p.Mode)
+	once(ModeSkew) // counted once; every attempt of the task is skewed
+	if once(ModeCrashBeforeStart) {
 		return
 	}
 	if !w.send("started", task.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
@@ -198,20 +206,17 @@ func (f *Fleet) work(env task.Envelope) {
 		if !w.send("heartbeat", task.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}) {
 			return
 		}
-		if first && p.Mode == ModeCrashMid {
-			f.count(p.Mode)
+		if once(ModeCrashMid) {
 			return
 		}
 	}
 	done := task.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: task.OutcomeSucceeded, CompletedAt: w.now(), Output: json.RawMessage(`{"ok":true}`)}
-	if first && p.Mode == ModeFailOnce {
-		f.count(p.Mode)
+	if once(ModeFailOnce) {
 		done.Outcome = task.OutcomeFailed
 		done.Output = nil
 		done.Error = &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "transient", Retryable: ptrTo(true)}
 	}
-	if first && p.Mode == ModeCrashAfterCommit {
-		f.count(p.Mode)
+	if once(ModeCrashAfterCommit) {
 		// The answer is lost: the worker crashes as it arrives, restarts
 		// and, not knowing whether it was committed, reports again.
 		w.send("completed", done)
