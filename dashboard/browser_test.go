@@ -25,6 +25,7 @@ import (
 
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/task"
@@ -94,6 +95,8 @@ func stack(t *testing.T) *fixture {
 		f.stack, fixErr = devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true,
 			SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"held": srv.URL},
+			// Only tenant "limited" has limits (TestTenantUsage).
+			Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 3, MaxQueued: 20}}},
 		})
 		fix = f
 	})

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 )
@@ -118,6 +119,17 @@ type TasksView struct {
 	Next string
 	// Active counts the tasks not yet ended (the run page's Cancel run).
 	Active int
+	// Usage is the filtered tenant's usage against its limits (tasks
+	// page with a tenant filter only).
+	Usage *UsageView
+}
+
+// UsageView is a tenant's usage, as GET /v1/tenants/{tenant}/usage gives it.
+type UsageView struct {
+	TenantID        string
+	Running, Queued int
+	// Limits are the tenant's limits (0: unlimited).
+	Limits quota.Limits
 }
 
 func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID string) (any, error) {
@@ -157,6 +169,13 @@ func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID str
 	for i := range tasks {
 		v.Rows = append(v.Rows, rowOf(&tasks[i], now))
 	}
+	if f.TenantID != "" && runID == "" {
+		u, err := d.usage(ctx, f.TenantID, counts)
+		if err != nil {
+			return nil, err
+		}
+		v.Usage = u
+	}
 	if next != "" {
 		q := url.Values{"page": {next}}
 		for k, val := range map[string]string{"tenant": f.TenantID, "run": f.RunID, "state": string(f.State), "worker": f.Worker} {
@@ -167,6 +186,23 @@ func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID str
 		v.Next = q.Encode()
 	}
 	return v, nil
+}
+
+// usage is the tenant's usage: its quota counters when it is limited (as
+// admission sees it), else its tasks per state.
+func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[task.State]int) (*UsageView, error) {
+	u := &UsageView{TenantID: tenant, Limits: d.cfg.Store.Quotas().For(quota.KindTenant, tenant)}
+	if u.Limits.Limited() {
+		qu, err := d.cfg.Store.QuotaUsage(ctx, quota.KindTenant, tenant)
+		if err != nil {
+			return nil, err
+		}
+		u.Running, u.Queued = qu.Running, qu.Queued
+		return u, nil
+	}
+	u.Running = counts[task.Running] + counts[task.Cancelling]
+	u.Queued = counts[task.Pending] + counts[task.Queued]
+	return u, nil
 }
 
 func rowOf(t *task.Task, now time.Time) Row {

@@ -118,7 +118,12 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			for _, e := range stack.Exports() {
 				fmt.Fprintln(out, e)
 			}
-			if !noDemo {
+			switch {
+			case noDemo:
+			case !devAccess.policy.IsOpen():
+				// The demo submits without an identity, which a real policy refuses.
+				fmt.Fprintln(errOut, "servo dev: no demo under --access (it has no identity); submit with servo --as EMAIL")
+			default:
 				if err := demo(ctx, stack.URL, out); err != nil && ctx.Err() == nil {
 					fmt.Fprintln(errOut, "servo dev: demo:", err)
 				}
