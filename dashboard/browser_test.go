@@ -25,9 +25,9 @@ import (
 
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/worker"
 )
