@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -238,6 +239,7 @@ cleanup() {
 	exit 0
 }
 trap cleanup TERM INT HUP
+echo servo-emulator-watchdog-ready
 parent_alive() {
 	if [ -r /proc/$$/stat ]; then
 		local _pid _comm _state ppid _rest
@@ -294,22 +296,39 @@ func spawn(bash string, argv []string) (*Process, error) {
 	}()
 
 	wd := exec.Command(bash, "-c", watchdog, "servo-emulator-watchdog", strconv.Itoa(os.Getpid()), strconv.Itoa(p.pgid))
-	wd.Stdout, wd.Stderr = out, out
+	wd.Stderr = out
 	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if pdeathsig {
 		setPdeathsig(wd.SysProcAttr, syscall.SIGTERM)
 	}
-	onSpawnThread(func() { err = wd.Start() })
+	wdOut, err := wd.StdoutPipe()
+	if err == nil {
+		onSpawnThread(func() { err = wd.Start() })
+	}
 	if err != nil {
 		close(p.watchdogDone)
 		_ = p.Stop()
 		return nil, fmt.Errorf("emulator: start watchdog: %w", err)
 	}
 	p.watchdogPID = wd.Process.Pid
+	// Until the watchdog has set its trap, a SIGTERM (Pdeathsig) would end
+	// it without cleaning up the group: wait for its ready line (bounded:
+	// a watchdog that never says it is ready still polls).
+	ready := make(chan struct{})
 	go func() {
-		_ = wd.Wait()
+		r := bufio.NewReader(wdOut)
+		if line, _ := r.ReadString('\n'); !strings.HasPrefix(line, "servo-emulator-watchdog-ready") {
+			_, _ = out.Write([]byte(line))
+		}
+		close(ready)
+		_, _ = io.Copy(out, r)
+		_ = wd.Wait() // after the last read of its output, as exec requires
 		close(p.watchdogDone)
 	}()
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+	}
 	return p, nil
 }
 
