@@ -2,9 +2,7 @@ package functions
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -36,11 +34,7 @@ var callbacksInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
 	h, err := callbacksInit.get(r.Context())
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(task.CallbackResponse{
+		unavailable(w, err, task.CallbackResponse{
 			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
 			Message: "the callbacks service is not configured or cannot reach its dependencies; retry with the same body",
 		})

@@ -2,10 +2,7 @@ package functions
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -35,10 +32,7 @@ var jobsInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoJobs(w http.ResponseWriter, r *http.Request) {
 	h, err := jobsInit.get(r.Context())
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(jobs.Answer{Error: task.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
+		unavailable(w, err, jobs.Answer{Error: task.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
 		return
 	}
 	h.ServeHTTP(w, r)
