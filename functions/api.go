@@ -2,9 +2,12 @@ package functions
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -37,7 +40,10 @@ var apiInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoAPI(w http.ResponseWriter, r *http.Request) {
 	h, err := apiInit.get(r.Context())
 	if err != nil {
-		unavailable(w, err, dispatcher.ErrorResponse{Error: task.CodeUnavailable,
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(dispatcher.ErrorResponse{Error: task.CodeUnavailable,
 			Message: "the Servo control API is not configured: " + err.Error()})
 		return
 	}

@@ -2,7 +2,9 @@ package functions
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -34,7 +36,11 @@ var callbacksInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
 	h, err := callbacksInit.get(r.Context())
 	if err != nil {
-		unavailable(w, err, task.CallbackResponse{
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(task.CallbackResponse{
 			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
 			Message: "the callbacks service is not configured or cannot reach its dependencies; retry with the same body",
 		})

@@ -2,9 +2,11 @@ package functions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -36,7 +38,11 @@ var claimInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoClaim(w http.ResponseWriter, r *http.Request) {
 	h, err := claimInit.get(r.Context())
 	if err != nil {
-		unavailable(w, err, task.ClaimResponse{
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(task.ClaimResponse{
 			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
 			Message: "the claim service is not configured or cannot reach its dependencies; retry",
 		})

@@ -2,7 +2,10 @@ package functions
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -32,7 +35,10 @@ var jobsInit = newLazy(func(ctx context.Context) (http.Handler, error) {
 func ServoJobs(w http.ResponseWriter, r *http.Request) {
 	h, err := jobsInit.get(r.Context())
 	if err != nil {
-		unavailable(w, err, jobs.Answer{Error: task.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(jobs.Answer{Error: task.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
 		return
 	}
 	h.ServeHTTP(w, r)

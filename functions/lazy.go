@@ -2,11 +2,8 @@ package functions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -160,15 +157,4 @@ func (l *lazy[T]) get(ctx context.Context) (T, error) {
 	}
 	l.built, l.val, l.err, l.failures = true, v, nil, 0
 	return v, nil
-}
-
-// unavailable answers 503 with body (JSON) when an entry point's
-// dependencies could not be built, with a Retry-After saying when the next
-// build may run, so that callers retry rather than give up.
-func unavailable(w http.ResponseWriter, err error, body any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(body)
 }
