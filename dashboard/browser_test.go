@@ -29,6 +29,7 @@ import (
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/quota"
 	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/telemetry"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -43,15 +44,26 @@ var docsScreenshots = flag.String("dashboard.screenshots", "", "write the docume
 const xss = `<img src=x onerror=alert(1)>`
 
 // fixture is the stack every test of the binary shares (tests use their
-// own runs): the real local stack with the example worker and a "held"
-// worker whose tasks run until the test lets them go.
+// own runs): the real local stack, with servo dev's span recorder, the
+// example worker, a "held" worker whose tasks run until the test lets them
+// go, a "traced" worker that records spans of its own (one ends in error),
+// and a "beats" worker that sends exactly the heartbeats its payload asks.
 type fixture struct {
 	stack *devstack.Stack
-	mu    sync.Mutex
-	gates map[string]chan struct{}
-	// tokens are the task tokens the held worker received.
+	// traces records every span of the test binary, as in servo dev.
+	traces *telemetry.Recorder
+	mu     sync.Mutex
+	gates  map[string]chan struct{}
+	// tokens are the task tokens the held, traced and beats workers
+	// received.
 	tokens []string
 }
+
+// Span names of the traced worker's own spans.
+const (
+	stepSpan   = "test.step"
+	failedSpan = "test.step.fails"
+)
 
 var (
 	fixOnce sync.Once
@@ -92,9 +104,38 @@ func stack(t *testing.T) *fixture {
 			return nil, context.Cause(ctx)
 		}, worker.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
 		srv := httptest.NewServer(held)
+		traced := worker.Handler(func(ctx context.Context, wt *worker.Task) (any, error) {
+			f.mu.Lock()
+			f.tokens = append(f.tokens, wt.Envelope().TaskToken)
+			f.mu.Unlock()
+			ctx, step := telemetry.Tracer().Start(ctx, stepSpan)
+			_, failed := telemetry.Tracer().Start(ctx, failedSpan)
+			time.Sleep(50 * time.Millisecond)
+			telemetry.EndSpan(failed, errors.New("a failure the step recovers from"))
+			wt.Progress(50, "half way")
+			time.Sleep(300 * time.Millisecond)
+			step.End()
+			return map[string]any{"ok": true}, nil
+		}, worker.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+		tracedSrv := httptest.NewServer(traced)
+		beatsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var env task.Envelope
+			if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			go f.beat(env)
+		}))
+		// Servo dev's telemetry: every span reaches the recorder.
+		f.traces = telemetry.NewRecorder(0)
+		if _, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "servo-dashboard-test", Recorder: f.traces}); err != nil {
+			fixErr = err
+			return
+		}
 		f.stack, fixErr = devstack.Start(context.Background(), devstack.Options{
-			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true,
-			SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"held": srv.URL},
+			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true, Traces: f.traces,
+			SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"held": srv.URL, "traced": tracedSrv.URL, "beats": beatsSrv.URL},
 			// Only tenant "limited" has limits (TestTenantUsage).
 			Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 3, MaxQueued: 20}}},
 		})
@@ -104,6 +145,43 @@ func stack(t *testing.T) *fixture {
 		t.Fatal(fixErr)
 	}
 	return fix
+}
+
+// beat is the beats worker's attempt: started, then exactly the
+// payload's "beats" heartbeats 100 ms apart, then completed SUCCEEDED,
+// through the callbacks' HTTP API (no SDK: its heartbeats are timed, not
+// counted).
+func (f *fixture) beat(env task.Envelope) {
+	f.mu.Lock()
+	f.tokens = append(f.tokens, env.TaskToken)
+	f.mu.Unlock()
+	var p struct{ Beats int }
+	_ = json.Unmarshal(env.Payload, &p)
+	wid := "beats-" + env.TaskID
+	post := func(kind string, body any) bool {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", env.CallbackBaseURL+"/v1/tasks/"+env.TaskID+"/"+kind, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+env.TaskToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}
+	if !post("started", task.StartedRequest{Attempt: env.Attempt, WorkerID: wid}) {
+		return
+	}
+	for i := range p.Beats {
+		time.Sleep(100 * time.Millisecond)
+		pct := (i + 1) * 100 / (p.Beats + 1)
+		if !post("heartbeat", task.HeartbeatRequest{Attempt: env.Attempt, WorkerID: wid, ProgressPct: &pct, Message: fmt.Sprint("beat ", i+1)}) {
+			return
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	post("completed", task.CompletedRequest{Attempt: env.Attempt, WorkerID: wid, Outcome: task.OutcomeSucceeded, Output: json.RawMessage(`{"ok":true}`)})
 }
 
 // cancelLater cancels a held task when the test ends, so that it does not

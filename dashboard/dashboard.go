@@ -71,6 +71,13 @@ type Config struct {
 	// reads; a live request past the bound is answered 503 and the tab
 	// retries later.
 	MaxViews int
+	// Traces, when set, gives the task page the task's recorded spans,
+	// drawn as a trace timeline (servo dev: its *telemetry.Recorder).
+	Traces Traces
+	// CloudTraceProject, when set, is the Google Cloud project whose Cloud
+	// Trace holds the spans (production): the task page links to the
+	// task's trace there, found from its stored trace context.
+	CloudTraceProject string
 }
 
 // Dashboard serves the pages under Prefix.

@@ -247,6 +247,9 @@ type TaskView struct {
 	Message    string
 	Age        string
 	ServerTime time.Time
+	// Trace is the task's trace (nil: no recorder and no Cloud Trace
+	// project configured).
+	Trace *TraceView
 }
 
 func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
@@ -269,7 +272,8 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 	}
 	now := d.cfg.Now()
 	v := &TaskView{Task: t, Payload: prettyJSON(t.Payload), Resources: prettyJSON(t.Resources), Active: !t.State.Terminal(),
-		Timeline: timelineOf(t.Attempts, now), Age: fmtAge(now.Sub(t.CreatedAt)), ServerTime: now.UTC()}
+		Timeline: timelineOf(t.Attempts, now), Age: fmtAge(now.Sub(t.CreatedAt)), ServerTime: now.UTC(),
+		Trace: traceOf(&t, d.cfg.Traces, d.cfg.CloudTraceProject)}
 	v.Task.ResumeFrom = nil
 	for _, a := range t.Attempts {
 		end := now

@@ -357,7 +357,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Traces != nil {
 		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
 	}
-	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Store: s.Store, API: api, Logger: s.log}))
+	dash := dashboard.Config{Store: s.Store, API: api, Logger: s.log}
+	if o.Traces != nil {
+		dash.Traces = o.Traces // the task page's trace timeline
+	}
+	mux.Handle(dashboard.Prefix, dashboard.New(dash))
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
