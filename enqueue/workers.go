@@ -49,10 +49,43 @@ type Worker struct {
 // Workers maps worker names to their configuration.
 type Workers map[string]Worker
 
+// The names' grammars. Lengths are checked apart from the expressions: a
+// bounded repetition such as {4,61} compiles to a large program, which
+// every process linking the package would pay at init (the functions' cold
+// start among them).
 var (
-	queueRE = regexp.MustCompile(`^projects/[a-z][a-z0-9-]{4,61}[a-z0-9]/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}$`)
-	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9-_]{0,62}$`)
+	// queueRE: projects/PROJECT/locations/LOCATION/queues/QUEUE, PROJECT 6
+	// to 63 characters, QUEUE 1 to 100.
+	queueRE = boundedRE{regexp.MustCompile(`^projects/([a-z][a-z0-9-]*[a-z0-9])/locations/[a-z0-9-]+/queues/([A-Za-z0-9-]+)$`), []int{6, 63, 1, 100}}
+	// nameRE: a worker's name.
+	nameRE = boundedRE{regexp.MustCompile(`^([a-z][a-z0-9-_]*)$`), []int{1, 63}}
+	// jobRE matches a Cloud Run Job's full name, JOB at most 63 characters.
+	jobRE = boundedRE{regexp.MustCompile(`^projects/([a-z][a-z0-9-]*[a-z0-9])/locations/[a-z0-9-]+/jobs/([a-z](?:[a-z0-9-]*[a-z0-9])?)$`), []int{6, 63, 1, 63}}
 )
+
+// namePattern is nameRE as one expression, for error messages.
+const namePattern = `^[a-z][a-z0-9-_]{0,62}$`
+
+// boundedRE is an expression whose submatches have length bounds: min and
+// max of the first, then of the second, ….
+type boundedRE struct {
+	re     *regexp.Regexp
+	bounds []int
+}
+
+// MatchString reports whether s matches, its submatches within bounds.
+func (b boundedRE) MatchString(s string) bool {
+	m := b.re.FindStringSubmatch(s)
+	if m == nil {
+		return false
+	}
+	for i := 0; i+1 < len(b.bounds); i += 2 {
+		if n := len(m[1+i/2]); n < b.bounds[i] || n > b.bounds[i+1] {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseWorkers parses and validates the JSON worker configuration. With
 // allowLoopbackHTTP (the local stack), http:// URLs on loopback are accepted.
@@ -78,7 +111,7 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 	for _, name := range ws.Names() {
 		w := ws[name]
 		if !nameRE.MatchString(name) {
-			return fmt.Errorf("worker %q: name must match %s", name, nameRE)
+			return fmt.Errorf("worker %q: name must match %s", name, namePattern)
 		}
 		if w.Pull || len(w.ServiceAccounts) > 0 {
 			if err := w.validatePull(allowLoopbackHTTP); err != nil {
@@ -114,9 +147,6 @@ func (ws Workers) Lookup(name string) (Worker, error) {
 	}
 	return w, nil
 }
-
-// jobRE matches a Cloud Run Job's full name.
-var jobRE = regexp.MustCompile(`^projects/[a-z][a-z0-9-]{4,61}[a-z0-9]/locations/[a-z0-9-]+/jobs/[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // checkTarget checks where the worker's attempts go: a URL, or a Cloud Run
 // Job (then no URL).

@@ -87,7 +87,7 @@ var FieldExemptions = []FieldExemption{
 	// Large or opaque.
 	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"},
 	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
-	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"},
+	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"}, {AttemptsCollection, "heartbeatTicks"},
 	{OutboxCollection, "error"},
 	// Steadily increasing timestamps.
 	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"},

@@ -49,7 +49,7 @@ var heartbeatMask = func() []string {
 // liveOf is the heartbeat state of a running attempt's record.
 func liveOf(a *task.Attempt) *task.LiveAttempt {
 	return &task.LiveAttempt{Attempt: a.Attempt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
-		ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint}
+		Heartbeats: a.Heartbeats, HeartbeatTicks: a.HeartbeatTicks, ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint}
 }
 
 // overlay lays the task's live heartbeat state over its attempt record.
@@ -65,6 +65,9 @@ func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	}
 	if l.LastHeartbeatAt != nil {
 		a.LastHeartbeatAt = l.LastHeartbeatAt
+	}
+	if l.Heartbeats > a.Heartbeats {
+		a.Heartbeats, a.HeartbeatTicks = l.Heartbeats, l.HeartbeatTicks
 	}
 	if l.ProgressPct != nil {
 		a.ProgressPct = l.ProgressPct
@@ -120,7 +123,7 @@ func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event, ret
 	var cur *task.Attempt
 	if l := before.Live; l != nil && l.Attempt == ev.Attempt {
 		cur = &task.Attempt{Attempt: l.Attempt, WorkerID: l.WorkerID, StartedAt: l.StartedAt, LastHeartbeatAt: l.LastHeartbeatAt,
-			ProgressPct: l.ProgressPct, Message: l.Message}
+			Heartbeats: l.Heartbeats, HeartbeatTicks: l.HeartbeatTicks, ProgressPct: l.ProgressPct, Message: l.Message}
 	}
 	r := task.Apply(before, cur, ev)
 	if !r.Write {

@@ -414,6 +414,7 @@ func (m *machine) heartbeat() {
 	}
 	a, hb, now := m.attempt(), m.ev.Heartbeat, m.now
 	a.LastHeartbeatAt = &now
+	a.recordHeartbeat(now)
 	if hb != nil {
 		if hb.ProgressPct != nil {
 			p := *hb.ProgressPct

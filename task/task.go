@@ -86,20 +86,25 @@ type Task struct {
 
 // Attempt is the record of one attempt: tasks/{taskId}/attempts/{n}.
 type Attempt struct {
-	Attempt         int             `json:"attempt" firestore:"attempt"`
-	Outcome         Outcome         `json:"outcome,omitempty" firestore:"outcome"`
-	WorkerID        string          `json:"workerId,omitempty" firestore:"workerId"`
-	CreatedAt       time.Time       `json:"createdAt" firestore:"createdAt"`
-	ScheduledAt     *time.Time      `json:"scheduledAt,omitempty" firestore:"scheduledAt"`
-	StartedAt       *time.Time      `json:"startedAt,omitempty" firestore:"startedAt"`
-	CompletedAt     *time.Time      `json:"completedAt,omitempty" firestore:"completedAt"`
-	LastHeartbeatAt *time.Time      `json:"lastHeartbeatAt,omitempty" firestore:"lastHeartbeatAt"`
-	ProgressPct     *int            `json:"progressPct,omitempty" firestore:"progressPct"`
-	Message         string          `json:"message,omitempty" firestore:"message"`
-	Checkpoint      json.RawMessage `json:"checkpoint,omitempty" firestore:"checkpoint"`
-	Error           *ErrorInfo      `json:"error,omitempty" firestore:"error"`
-	Output          json.RawMessage `json:"output,omitempty" firestore:"output"`
-	Metrics         *Metrics        `json:"metrics,omitempty" firestore:"metrics"`
+	Attempt         int        `json:"attempt" firestore:"attempt"`
+	Outcome         Outcome    `json:"outcome,omitempty" firestore:"outcome"`
+	WorkerID        string     `json:"workerId,omitempty" firestore:"workerId"`
+	CreatedAt       time.Time  `json:"createdAt" firestore:"createdAt"`
+	ScheduledAt     *time.Time `json:"scheduledAt,omitempty" firestore:"scheduledAt"`
+	StartedAt       *time.Time `json:"startedAt,omitempty" firestore:"startedAt"`
+	CompletedAt     *time.Time `json:"completedAt,omitempty" firestore:"completedAt"`
+	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt,omitempty" firestore:"lastHeartbeatAt"`
+	// Heartbeats counts the heartbeats the attempt received;
+	// HeartbeatTicks keeps a bounded sample of their instants (read them
+	// with HeartbeatTimes).
+	Heartbeats     int             `json:"-" firestore:"heartbeats"`
+	HeartbeatTicks []byte          `json:"-" firestore:"heartbeatTicks"`
+	ProgressPct    *int            `json:"progressPct,omitempty" firestore:"progressPct"`
+	Message        string          `json:"message,omitempty" firestore:"message"`
+	Checkpoint     json.RawMessage `json:"checkpoint,omitempty" firestore:"checkpoint"`
+	Error          *ErrorInfo      `json:"error,omitempty" firestore:"error"`
+	Output         json.RawMessage `json:"output,omitempty" firestore:"output"`
+	Metrics        *Metrics        `json:"metrics,omitempty" firestore:"metrics"`
 	// CancelledDuringPhase and PartialProgress come with a CANCELLED report.
 	CancelledDuringPhase string          `json:"cancelledDuringPhase,omitempty" firestore:"cancelledDuringPhase"`
 	PartialProgress      json.RawMessage `json:"partialProgress,omitempty" firestore:"partialProgress"`
@@ -120,6 +125,8 @@ type LiveAttempt struct {
 	WorkerID        string          `firestore:"workerId"`
 	StartedAt       *time.Time      `firestore:"startedAt"`
 	LastHeartbeatAt *time.Time      `firestore:"lastHeartbeatAt"`
+	Heartbeats      int             `firestore:"heartbeats"`
+	HeartbeatTicks  []byte          `firestore:"heartbeatTicks"`
 	ProgressPct     *int            `firestore:"progressPct"`
 	Message         string          `firestore:"message"`
 	Checkpoint      json.RawMessage `firestore:"checkpoint"`

@@ -2,18 +2,42 @@ package cloudtasks
 
 import (
 	"fmt"
-	"regexp"
+	"math"
 	"strings"
 )
 
 // Resource-name grammar, as documented for google.cloud.tasks.v2.Queue.name
-// and Task.name.
+// and Task.name: letters and digits, some punctuation, a bounded length.
+// Checked by hand: a bounded repetition such as {1,500} makes a regular
+// expression that takes milliseconds to compile at package init, which
+// every binary that links the package (the functions too) would pay.
 var (
-	projectIDRe  = regexp.MustCompile(`^[A-Za-z0-9\-:.]+$`)
-	locationIDRe = regexp.MustCompile(`^[A-Za-z0-9\-]+$`)
-	queueIDRe    = regexp.MustCompile(`^[A-Za-z0-9\-]{1,100}$`)
-	taskIDRe     = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,500}$`)
+	projectIDRe  = idGrammar{extra: "-:.", max: math.MaxInt}
+	locationIDRe = idGrammar{extra: "-", max: math.MaxInt}
+	queueIDRe    = idGrammar{extra: "-", max: 100}
+	taskIDRe     = idGrammar{extra: "_-", max: 500}
 )
+
+// idGrammar is a resource id: 1 to max ASCII letters, digits and the
+// characters of extra.
+type idGrammar struct {
+	extra string
+	max   int
+}
+
+// MatchString reports whether s is such an id.
+func (g idGrammar) MatchString(s string) bool {
+	if s == "" || len(s) > g.max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(g.extra, c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // locationName is projects/PROJECT_ID/locations/LOCATION_ID.
 type locationName struct{ project, location string }

@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,33 @@ func TestOIDCAudienceIsAString(t *testing.T) {
 	}
 	if aud, ok := m["aud"].(string); !ok || aud != "https://worker.example/" || m["email"] != c.Email {
 		t.Fatalf("claims %s: aud must be a plain string", b)
+	}
+}
+
+func TestIDGrammar(t *testing.T) {
+	for _, tc := range []struct {
+		g    idGrammar
+		s    string
+		want bool
+	}{
+		{projectIDRe, "my-project", true},
+		{projectIDRe, "example.com:my-project", true},
+		{projectIDRe, "", false},
+		{projectIDRe, "my_project", false},
+		{locationIDRe, "europe-west1", true},
+		{locationIDRe, "europe.west1", false},
+		{queueIDRe, strings.Repeat("q", 100), true},
+		{queueIDRe, strings.Repeat("q", 101), false},
+		{queueIDRe, "servo-worker-example", true},
+		{queueIDRe, "a/b", false},
+		{taskIDRe, "task_01J-x", true},
+		{taskIDRe, strings.Repeat("t", 500), true},
+		{taskIDRe, strings.Repeat("t", 501), false},
+		{taskIDRe, "tâche", false},
+		{taskIDRe, "a b", false},
+	} {
+		if got := tc.g.MatchString(tc.s); got != tc.want {
+			t.Errorf("%+v.MatchString(%q) = %v, want %v", tc.g, tc.s, got, tc.want)
+		}
 	}
 }

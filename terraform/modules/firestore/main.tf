@@ -229,6 +229,15 @@ resource "google_firestore_field" "attempts_partial_progress" {
   index_config {}
 }
 
+resource "google_firestore_field" "attempts_heartbeat_ticks" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "heartbeatTicks"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "outbox_error" {
   project    = var.project_id
   database   = google_firestore_database.this.name
