@@ -31,7 +31,8 @@ type Timeline struct {
 
 // Bar is one attempt on the timeline: a light segment while it waited for
 // delivery (enqueue to start), a solid one while it ran (start to end),
-// a tick at its last heartbeat.
+// a tick at each heartbeat the attempt keeps (task.Attempt.HeartbeatTimes:
+// every one, or an even sample past task.MaxHeartbeatTicks).
 type Bar struct {
 	Attempt int
 	// Y is the row's top; TextY the label's baseline.
@@ -39,8 +40,9 @@ type Bar struct {
 	// Waiting and Running are the segments' x and width (width 0: none).
 	WaitX, WaitW int
 	RunX, RunW   int
-	// Heartbeat is the last heartbeat's x (0: none).
-	Heartbeat int
+	// Ticks are the heartbeats' x, oldest first (an attempt recorded
+	// before heartbeat history: its last heartbeat only).
+	Ticks []int
 	// Class colours the bar by outcome (succeeded, failed, ..., running).
 	Class string
 	Title string
@@ -90,17 +92,39 @@ func timelineOf(attempts []task.Attempt, now time.Time) Timeline {
 		if a.StartedAt != nil {
 			b.RunX, b.RunW = x(runFrom), max(2, x(ends[i])-x(runFrom))
 		}
-		if a.LastHeartbeatAt != nil {
-			b.Heartbeat = x(*a.LastHeartbeatAt)
+		times := a.HeartbeatTimes()
+		for _, hb := range times {
+			b.Ticks = append(b.Ticks, x(hb))
+		}
+		if len(b.Ticks) == 0 && a.LastHeartbeatAt != nil {
+			b.Ticks = []int{x(*a.LastHeartbeatAt)}
 		}
 		outcome := string(a.Outcome)
 		if outcome == "" {
 			outcome = "in progress"
 		}
-		b.Title = fmt.Sprintf("attempt %d: %s, %s from enqueue to end", a.Attempt, outcome, fmtAge(ends[i].Sub(a.CreatedAt)))
+		b.Title = fmt.Sprintf("attempt %d: %s, %s from enqueue to end, %s", a.Attempt, outcome, fmtAge(ends[i].Sub(a.CreatedAt)), heartbeatsOf(&a, times))
 		tl.Bars = append(tl.Bars, b)
 	}
 	return tl
+}
+
+// heartbeatsOf says how many heartbeats an attempt received, and whether
+// its ticks (times, its HeartbeatTimes) are a sample: "3 heartbeats",
+// "200 heartbeats (ticks sampled)".
+func heartbeatsOf(a *task.Attempt, times []time.Time) string {
+	n := a.Heartbeats
+	if n == 0 && a.LastHeartbeatAt != nil {
+		return "heartbeats not counted (recorded before heartbeat history)"
+	}
+	s := fmt.Sprintf("%d heartbeats", n)
+	if n == 1 {
+		s = "1 heartbeat"
+	}
+	if n > len(times) {
+		s += " (ticks sampled)"
+	}
+	return s
 }
 
 // outcomeClass is the CSS class of an outcome.

@@ -222,7 +222,10 @@ func rowOf(t *task.Task, now time.Time) Row {
 type AttemptView struct {
 	task.Attempt
 	// Duration is from enqueue to the end (or now).
-	Duration   string
+	Duration string
+	// Heartbeats says how many heartbeats it received ("3 heartbeats",
+	// "(ticks sampled)" when the timeline shows a sample).
+	Heartbeats string
 	Checkpoint string
 	Output     string
 	Partial    string
@@ -280,7 +283,7 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 		if a.CompletedAt != nil {
 			end = *a.CompletedAt
 		}
-		v.Attempts = append(v.Attempts, AttemptView{Attempt: a, Duration: fmtAge(end.Sub(a.CreatedAt)), Checkpoint: prettyJSON(a.Checkpoint),
+		v.Attempts = append(v.Attempts, AttemptView{Attempt: a, Duration: fmtAge(end.Sub(a.CreatedAt)), Heartbeats: heartbeatsOf(&a, a.HeartbeatTimes()), Checkpoint: prettyJSON(a.Checkpoint),
 			Output: prettyJSON(a.Output), Partial: prettyJSON(a.PartialProgress)})
 		if a.Attempt == t.Attempt {
 			v.Progress, v.Message = a.ProgressPct, a.Message

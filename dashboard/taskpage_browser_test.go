@@ -130,3 +130,32 @@ func TestTaskPageTrace(t *testing.T) {
 	f.mu.Unlock()
 	shot(t, ctx, "trace")
 }
+
+// TestAttemptHeartbeatTicks: a task whose worker sent K heartbeats shows
+// K ticks on its attempt's bar and says "K heartbeats" in the attempt's
+// details.
+func TestAttemptHeartbeatTicks(t *testing.T) {
+	const k = 3
+	f := stack(t)
+	id := f.submit(t, map[string]any{"worker": "beats", "taskKey": "beats", "payload": map[string]any{"beats": k}})
+	f.waitState(t, id, task.Succeeded)
+	ctx := tab(t)
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+id)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.querySelector('#timeline g.bar[data-attempt="1"]') !== null`, "attempt 1's bar")
+	var ticks int
+	var xs []string
+	if err := chromedp.Run(ctx,
+		chromedp.Evaluate(`document.querySelectorAll('#timeline g.bar[data-attempt="1"] line.hb').length`, &ticks),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll('#timeline g.bar[data-attempt="1"] line.hb'), (l) => l.getAttribute("x1"))`, &xs)); err != nil {
+		t.Fatal(err)
+	}
+	if ticks != k {
+		t.Errorf("%d ticks on attempt 1's bar (x %v), want %d", ticks, xs, k)
+	}
+	if got := text(t, ctx, "#attempt-1 .hbcount"); got != fmt.Sprintf("%d heartbeats", k) {
+		t.Errorf("attempt 1 says %q, want %q", got, fmt.Sprintf("%d heartbeats", k))
+	}
+	shot(t, ctx, "ticks")
+}
