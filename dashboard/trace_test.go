@@ -173,3 +173,57 @@ func TestCut(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceRendering: the task page's trace section as the template
+// renders it: the timeline (a span name holding markup shows as text), the
+// production link, the note, or nothing.
+func TestTraceRendering(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const id = "tsk_01JTEST0000000000000000000"
+	const hostile = `<img src=x onerror=alert(1)>`
+	rec, tp := record(t, id, t0, []spanSpec{
+		{"process example", -1, 0, 100, false},
+		{hostile, 0, 10, 50, true},
+	})
+	tk := task.Task{ID: id, Trace: tp}
+	render := func(tr *TraceView) string {
+		t.Helper()
+		var b strings.Builder
+		if err := parsePages()["task"].ExecuteTemplate(&b, "live", layoutData{View: &TaskView{Task: tk, Trace: tr}}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	tid := telemetry.SpanContextOf(tp).TraceID().String()
+	for _, c := range []struct {
+		name      string
+		trace     *TraceView
+		want, not []string
+	}{
+		{"recorded", traceOf(&tk, rec, ""),
+			[]string{`<svg class="trace" id="trace"`, `<g class="span" data-name="process example" data-depth="0">`,
+				`<g class="span err" data-name="&lt;img src=x onerror=alert(1)&gt;" data-depth="1">`, `&lt;img src=x onerror=alert(1)&gt;</text>`,
+				`2 spans over 100ms`, `1 with an error`},
+			[]string{hostile, "trace-link", "style="}},
+		{"production", traceOf(&tk, nil, "my-project"),
+			[]string{`id="trace-link"`, `href="https://console.cloud.google.com/traces/list?project=my-project&amp;tid=` + tid + `"`},
+			[]string{`<svg class="trace"`, "trace-note"}},
+		{"no span recorded", traceOf(&task.Task{ID: "tsk_01JOTHER000000000000000000"}, rec, ""),
+			[]string{`id="trace-note"`, "No span of this task is recorded"}, []string{`<svg class="trace"`}},
+		{"neither", traceOf(&tk, nil, ""), nil, []string{"<h2>Trace</h2>", "trace-"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			html := render(c.trace)
+			for _, w := range c.want {
+				if !strings.Contains(html, w) {
+					t.Errorf("no %q in\n%s", w, html)
+				}
+			}
+			for _, n := range c.not {
+				if strings.Contains(html, n) {
+					t.Errorf("%q in the page", n)
+				}
+			}
+		})
+	}
+}
