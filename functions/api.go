@@ -83,5 +83,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 		return api, nil
 	}
 	// The web dashboard, at /ui/, behind the same IAM as the API.
-	return dashboard.Mount(api, dashboard.Config{Store: d.Store, Logger: d.Logger}), nil
+	// The task page links each task's trace in Cloud Trace when that is
+	// where this instance's spans go.
+	return dashboard.Mount(api, dashboard.Config{Store: d.Store, Logger: d.Logger, CloudTraceProject: traceProject()}), nil
 }

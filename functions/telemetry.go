@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/telemetry"
@@ -26,5 +28,28 @@ func setupTelemetry(ctx context.Context, project string) {
 			return
 		}
 		logs.Default().InfoContext(ctx, "telemetry set up", "exporters", t.Exporters)
+		noteTraceExporters(t.Exporters, project)
 	})
+}
+
+// cloudTraceProject is the project whose Cloud Trace receives this
+// instance's spans; nil while they go elsewhere (an OTEL_* exporter) or
+// nowhere. The dashboard links a task's trace there.
+var cloudTraceProject atomic.Pointer[string]
+
+// noteTraceExporters sets cloudTraceProject from the exporters set up.
+func noteTraceExporters(exporters []string, project string) {
+	if slices.Contains(exporters, "traces:googlecloud") {
+		cloudTraceProject.Store(&project)
+	} else {
+		cloudTraceProject.Store(nil)
+	}
+}
+
+// traceProject is cloudTraceProject's value, "" when unset.
+func traceProject() string {
+	if p := cloudTraceProject.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
