@@ -1,0 +1,168 @@
+package emulator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	firestoreapi "cloud.google.com/go/firestore/apiv1"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// BenchmarkJVMOptions measures what the Firestore emulator's JVM options
+// cost once it runs: the emulator's own CPU time per transaction (a read
+// and a commit, as a heartbeat does) under JVMOptions and under the same
+// options with the client compiler only (-XX:TieredStopAtLevel=1, Servo's
+// earlier choice), each on an emulator of its own, warmed up first. Two
+// documents: one small field, and one shaped like a task (30 fields and a
+// map, read through a field mask, 3 fields updated).
+//
+//	go test ./emulator -run '^$' -bench JVMOptions -benchtime 2000x
+func BenchmarkJVMOptions(b *testing.B) {
+	base := slices.Clone(JVMOptions)
+	defer func() { JVMOptions = base }()
+	c1 := append(slices.DeleteFunc(slices.Clone(base), func(s string) bool { return strings.HasPrefix(s, "-XX:TieredStopAtLevel") }), "-XX:TieredStopAtLevel=1")
+	for _, v := range []struct {
+		name string
+		opts []string
+	}{{"options=servo", base}, {"options=c1-only", c1}} {
+		JVMOptions = v.opts
+		p, err := Start(context.Background(), Firestore)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs, err := firestoreapi.NewClient(context.Background(), option.WithEndpoint(p.Host), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+		if err != nil {
+			p.Stop()
+			b.Fatal(err)
+		}
+		db := "projects/jvm-bench/databases/(default)"
+		small, shaped := newTx(fs, db, "bench/small", 1), newTx(fs, db, "bench/task", 30)
+		for range 3000 { // warm up: the JIT compilers settle
+			if err := small(); err != nil {
+				b.Fatal(err)
+			}
+			if err := shaped(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, doc := range []struct {
+			name string
+			tx   func() error
+		}{{"doc=small", small}, {"doc=task-shaped", shaped}} {
+			b.Run(v.name+"/"+doc.name, func(b *testing.B) {
+				cpu0, t0 := groupCPU(p.pgid), time.Now()
+				for b.Loop() {
+					if err := doc.tx(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(groupCPU(p.pgid)-cpu0)/float64(time.Millisecond)/float64(b.N), "emulator-cpu-ms/tx")
+				b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "tx/s")
+			})
+		}
+		fs.Close()
+		p.Stop()
+	}
+}
+
+// newTx returns one read-write transaction on doc, created with fields
+// scalar fields and a map: a masked read of all but one field, then a
+// commit updating 3 of them.
+func newTx(fs *firestoreapi.Client, db, doc string, fields int) func() error {
+	name := db + "/documents/" + doc
+	all := map[string]*pb.Value{}
+	var mask []string
+	for i := range fields {
+		k := "f" + strconv.Itoa(i)
+		all[k] = &pb.Value{ValueType: &pb.Value_StringValue{StringValue: fmt.Sprintf("value %d of the document", i)}}
+		mask = append(mask, k)
+	}
+	if fields > 1 {
+		all["live"] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: map[string]*pb.Value{
+			"attempt": {ValueType: &pb.Value_IntegerValue{IntegerValue: 1}}, "workerId": {ValueType: &pb.Value_StringValue{StringValue: "w1"}},
+		}}}}
+		mask = append(mask[:len(mask)-1], "live.attempt", "live.workerId")
+	}
+	created := false
+	n := 0
+	return func() error {
+		ctx := context.Background()
+		if !created {
+			if _, err := fs.Commit(ctx, &pb.CommitRequest{Database: db, Writes: []*pb.Write{{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: all}}}}}); err != nil {
+				return err
+			}
+			created = true
+		}
+		n++
+		req := &pb.BatchGetDocumentsRequest{Database: db, Documents: []string{name},
+			ConsistencySelector: &pb.BatchGetDocumentsRequest_NewTransaction{NewTransaction: &pb.TransactionOptions{
+				Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: &pb.TransactionOptions_ReadWrite{}}}}}
+		if fields > 1 {
+			req.Mask = &pb.DocumentMask{FieldPaths: mask}
+		}
+		stream, err := fs.BatchGetDocuments(ctx, req)
+		if err != nil {
+			return err
+		}
+		var tx []byte
+		for {
+			res, err := stream.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if t := res.GetTransaction(); len(t) > 0 {
+				tx = t
+			}
+		}
+		w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: map[string]*pb.Value{
+			"f0": {ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}},
+		}}}}
+		if fields > 1 {
+			w.GetUpdate().Fields["f1"] = &pb.Value{ValueType: &pb.Value_TimestampValue{TimestampValue: timestamppb.Now()}}
+			w.GetUpdate().Fields["live"] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: map[string]*pb.Value{
+				"workerId": {ValueType: &pb.Value_StringValue{StringValue: "w" + strconv.Itoa(n)}}}}}}
+			w.UpdateMask = &pb.DocumentMask{FieldPaths: []string{"f0", "f1", "live.workerId"}}
+		}
+		_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{w}})
+		return err
+	}
+}
+
+// groupCPU is the CPU time (user and system) of the processes of process
+// group pgid, from /proc.
+func groupCPU(pgid int) time.Duration {
+	var ticks int64
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// After the command: state ppid pgrp … utime(12th) stime(13th).
+		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		k, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + k
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
