@@ -20,6 +20,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -61,6 +62,12 @@ const (
 	DefaultAddr       = "127.0.0.1:8080"
 	DefaultProject    = "servo-local"
 	DefaultSweepEvery = time.Second
+	// DefaultDueShards is the local stack's number of due shards
+	// (Options.DueShards). Sharding spreads production's index writes;
+	// locally it would only multiply the sweeper's queries (one per duty
+	// and shard every second), which are most of the Firestore emulator's
+	// work.
+	DefaultDueShards = 1
 	// ExampleWorker is the name of the built-in example worker.
 	ExampleWorker = "example"
 	// SweepTopic is the topic the scheduler ticker publishes to.
@@ -98,6 +105,12 @@ type Options struct {
 	Log io.Writer
 	// WorkerOptions are passed to the example worker's handler.
 	WorkerOptions []worker.Option
+	// DueShards is the number of due shards (store.WithDueShards,
+	// SERVO_DUE_SHARDS in production); default DefaultDueShards. It is
+	// raised to the shards of the tasks and outbox entries already in the
+	// Firestore emulator (store.DueShardsInUse), so that a stack started
+	// on data written with more shards still sweeps all of it.
+	DueShards int
 	// StoreOptions are passed to the store (an RPC counter, in benchmarks).
 	StoreOptions []store.Option
 	// TasksClientOptions are passed to the Cloud Tasks client (an
@@ -242,9 +255,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
 		s.IdentityKey = access.NewDevKey()
 	}
-	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
+	if s.Store, err = openStore(ctx, o); err != nil {
 		lis.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
+		return nil, err
 	}
 	if o.KeysFile != "" {
 		s.Keys, err = token.NewReloadingKeyRing(ctx, nil, token.FileSource(o.KeysFile), 0)
@@ -375,6 +388,34 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.ready.Store(true)
 	return s, nil
+}
+
+// openStore opens the stack's store with o.DueShards due shards, or more
+// when the database already holds tasks or outbox entries in higher shards.
+func openStore(ctx context.Context, o Options) (*store.Store, error) {
+	shards := cmp.Or(o.DueShards, DefaultDueShards)
+	open := func(opts ...store.Option) (*store.Store, error) {
+		st, err := store.New(ctx, o.Project, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		return st, nil
+	}
+	// Options.StoreOptions may set the shards too (tests).
+	st, err := open(append([]store.Option{store.WithDueShards(shards)}, o.StoreOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	inUse, err := st.DueShardsInUse(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if inUse <= st.DueShards() {
+		return st, nil
+	}
+	st.Close()
+	return open(append(slices.Clone(o.StoreOptions), store.WithDueShards(inUse))...)
 }
 
 // keyRing returns given, else the key ring of the environment
