@@ -62,6 +62,13 @@ const (
 	DefaultAddr       = "127.0.0.1:8080"
 	DefaultProject    = "servo-local"
 	DefaultSweepEvery = time.Second
+	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
+	// the ticker publishes every TicksPerWindow × SweepEvery, and the
+	// invocation each tick starts sweeps every SweepEvery until just
+	// before the next tick (production: a tick a minute, a 55 s window).
+	// One tick a pass would cost the Pub/Sub emulator a publish and a push
+	// every second.
+	TicksPerWindow = 10
 	// DefaultDueShards is the local stack's number of due shards
 	// (Options.DueShards). Sharding spreads production's index writes;
 	// locally it would only multiply the sweeper's queries (one per duty
@@ -86,7 +93,8 @@ type Options struct {
 	// Workers are external workers, name → URL (http:// on loopback is
 	// accepted); each gets its own queue.
 	Workers map[string]string
-	// SweepEvery is the scheduler ticker's period; default 1 s.
+	// SweepEvery is the sweeper's cadence; default 1 s. The scheduler
+	// ticker publishes every TicksPerWindow × SweepEvery.
 	SweepEvery time.Duration
 	// StartTimeout is the default start timeout of new tasks (re-drive);
 	// default task.DefaultStartTimeout.
@@ -322,12 +330,18 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	// As in production (a Scheduler tick a minute, each invocation
+	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
+	// an invocation that sweeps every SweepEvery until just before the next
+	// tick.
+	tickEvery := TicksPerWindow * o.SweepEvery
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives,
+		Every: o.SweepEvery, Window: tickEvery - o.SweepEvery/2})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	routerURL, err := registerSweeper(s.id, sweeper)
+	routerURL, err := registerSweeper(runCtx, s.id, sweeper)
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -382,7 +396,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
 	if !o.NoSweeper {
-		if err := s.startTicker(ctx, runCtx, o.SweepEvery); err != nil {
+		if err := s.startTicker(ctx, runCtx, tickEvery); err != nil {
 			return nil, err
 		}
 	}
