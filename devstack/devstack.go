@@ -63,9 +63,10 @@ const (
 	DefaultProject    = "servo-local"
 	DefaultSweepEvery = time.Second
 	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
-	// the ticker publishes every TicksPerWindow × SweepEvery, and the
-	// invocation each tick starts sweeps every SweepEvery until just
-	// before the next tick (production: a tick a minute, a 55 s window).
+	// the ticker publishes every TicksPerWindow × SweepEvery (at most every
+	// 5 minutes), and the invocation each tick starts sweeps every
+	// SweepEvery until just before the next tick (production: a tick a
+	// minute, a 55 s window).
 	// One tick a pass would cost the Pub/Sub emulator a publish and a push
 	// every second.
 	TicksPerWindow = 10
@@ -334,9 +335,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
 	// an invocation that sweeps every SweepEvery until just before the next
 	// tick.
-	tickEvery := TicksPerWindow * o.SweepEvery
+	tickEvery, window := sweepSchedule(o.SweepEvery)
 	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives,
-		Every: o.SweepEvery, Window: tickEvery - o.SweepEvery/2})
+		Every: o.SweepEvery, Window: window})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -396,7 +397,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
 	if !o.NoSweeper {
-		if err := s.startTicker(ctx, runCtx, tickEvery); err != nil {
+		if err := s.startTicker(ctx, runCtx, tickEvery, window); err != nil {
 			return nil, err
 		}
 	}
@@ -531,16 +532,36 @@ func (s *Stack) createQueue(ctx context.Context, name string) error {
 	return nil
 }
 
+// maxTickEvery bounds the ticker's period, so that an invocation's window
+// stays well under Pub/Sub's longest ack deadline (10 minutes).
+const maxTickEvery = 5 * time.Minute
+
+// sweepSchedule returns the ticker's period and each invocation's window
+// for a sweep every every: TicksPerWindow passes a tick (fewer past
+// maxTickEvery; one when every is longer), the window ending half a period
+// before the next tick.
+func sweepSchedule(every time.Duration) (tick, window time.Duration) {
+	tick = max(every, min(TicksPerWindow*every, maxTickEvery))
+	return tick, tick - every/2
+}
+
+// ackDeadline is the push subscription's ack deadline for a window: the
+// push is answered when the invocation ends, so the deadline outlasts the
+// window (or Pub/Sub would push the tick again while it is handled).
+func ackDeadline(window time.Duration) int32 {
+	return int32(min(600, 60+int(window.Seconds())))
+}
+
 // startTicker creates the sweep topic and its push subscription to this
 // stack's address, and publishes a tick every period, as Cloud Scheduler
 // does once a minute in production.
-func (s *Stack) startTicker(ctx, runCtx context.Context, every time.Duration) error {
+func (s *Stack) startTicker(ctx, runCtx context.Context, every, window time.Duration) error {
 	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
 		return fmt.Errorf("devstack: sweep topic: %w", err)
 	}
 	subName := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
 	_, err := s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: 60,
+		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: ackDeadline(window),
 		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
 	})
 	if err != nil {
