@@ -397,7 +397,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
 	if !o.NoSweeper {
-		if err := s.startTicker(ctx, runCtx, tickEvery, window); err != nil {
+		if err := s.startTicker(ctx, runCtx, tickEvery, window, o.SweepEvery); err != nil {
 			return nil, err
 		}
 	}
@@ -555,7 +555,7 @@ func ackDeadline(window time.Duration) int32 {
 // startTicker creates the sweep topic and its push subscription to this
 // stack's address, and publishes a tick every period, as Cloud Scheduler
 // does once a minute in production.
-func (s *Stack) startTicker(ctx, runCtx context.Context, every, window time.Duration) error {
+func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry time.Duration) error {
 	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
 		return fmt.Errorf("devstack: sweep topic: %w", err)
 	}
@@ -568,11 +568,16 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every, window time.Dura
 		return fmt.Errorf("devstack: sweep push subscription: %w", err)
 	}
 	pubr := s.PubSub.Publisher(SweepTopic)
-	tick := func() {
+	// A tick that could not be published (Pub/Sub down) is tried again
+	// every retry rather than a whole period later, so that the sweeper
+	// comes back as soon as Pub/Sub does.
+	tick := func() time.Duration {
 		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id}})
 		if _, err := res.Get(runCtx); err != nil && runCtx.Err() == nil {
 			s.log.Warn("sweep tick not published", "error", err)
+			return retry
 		}
+		return every
 	}
 	s.wg.Add(1)
 	go func() {
@@ -583,15 +588,15 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every, window time.Dura
 			defer cancel()
 			_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName})
 		}()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick()
 		for {
+			// From the tick's publish: a publish held up by a frozen
+			// Pub/Sub is not followed at once by another tick.
+			t := time.NewTimer(tick())
 			select {
 			case <-runCtx.Done():
+				t.Stop()
 				return
 			case <-t.C:
-				tick()
 			}
 		}
 	}()
