@@ -59,7 +59,8 @@ type costEnv struct {
 func newCostEnv(t *testing.T) *costEnv {
 	rc, ct := store.NewRPCCounter(), &callCounter{n: map[string]int{}}
 	e := start(t, func(o *devstack.Options) {
-		o.SweepEvery = time.Hour // one tick at start, none while measuring
+		o.SweepEvery = time.Hour             // one tick at start, none while measuring
+		o.DueShards = store.DefaultDueShards // production's, not the local default
 		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
 		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
 	})

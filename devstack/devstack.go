@@ -20,6 +20,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -61,6 +62,20 @@ const (
 	DefaultAddr       = "127.0.0.1:8080"
 	DefaultProject    = "servo-local"
 	DefaultSweepEvery = time.Second
+	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
+	// the ticker publishes every TicksPerWindow × SweepEvery (at most every
+	// 5 minutes), and the invocation each tick starts sweeps every
+	// SweepEvery until just before the next tick (production: a tick a
+	// minute, a 55 s window).
+	// One tick a pass would cost the Pub/Sub emulator a publish and a push
+	// every second.
+	TicksPerWindow = 10
+	// DefaultDueShards is the local stack's number of due shards
+	// (Options.DueShards). Sharding spreads production's index writes;
+	// locally it would only multiply the sweeper's queries (one per duty
+	// and shard every second), which are most of the Firestore emulator's
+	// work.
+	DefaultDueShards = 1
 	// ExampleWorker is the name of the built-in example worker.
 	ExampleWorker = "example"
 	// SweepTopic is the topic the scheduler ticker publishes to.
@@ -79,7 +94,8 @@ type Options struct {
 	// Workers are external workers, name → URL (http:// on loopback is
 	// accepted); each gets its own queue.
 	Workers map[string]string
-	// SweepEvery is the scheduler ticker's period; default 1 s.
+	// SweepEvery is the sweeper's cadence; default 1 s. The scheduler
+	// ticker publishes every TicksPerWindow × SweepEvery.
 	SweepEvery time.Duration
 	// StartTimeout is the default start timeout of new tasks (re-drive);
 	// default task.DefaultStartTimeout.
@@ -98,6 +114,12 @@ type Options struct {
 	Log io.Writer
 	// WorkerOptions are passed to the example worker's handler.
 	WorkerOptions []worker.Option
+	// DueShards is the number of due shards (store.WithDueShards,
+	// SERVO_DUE_SHARDS in production); default DefaultDueShards. It is
+	// raised to the shards of the tasks and outbox entries already in the
+	// Firestore emulator (store.DueShardsInUse), so that a stack started
+	// on data written with more shards still sweeps all of it.
+	DueShards int
 	// StoreOptions are passed to the store (an RPC counter, in benchmarks).
 	StoreOptions []store.Option
 	// TasksClientOptions are passed to the Cloud Tasks client (an
@@ -242,9 +264,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
 		s.IdentityKey = access.NewDevKey()
 	}
-	if s.Store, err = store.New(ctx, o.Project, o.StoreOptions...); err != nil {
+	if s.Store, err = openStore(ctx, o); err != nil {
 		lis.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
+		return nil, err
 	}
 	if o.KeysFile != "" {
 		s.Keys, err = token.NewReloadingKeyRing(ctx, nil, token.FileSource(o.KeysFile), 0)
@@ -309,12 +331,18 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	// 5. Handlers on one address.
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives, Every: o.SweepEvery})
+	// As in production (a Scheduler tick a minute, each invocation
+	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
+	// an invocation that sweeps every SweepEvery until just before the next
+	// tick.
+	tickEvery, window := sweepSchedule(o.SweepEvery)
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives,
+		Every: o.SweepEvery, Window: window})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	routerURL, err := registerSweeper(s.id, sweeper)
+	routerURL, err := registerSweeper(runCtx, s.id, sweeper)
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -373,12 +401,40 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
 	if !o.NoSweeper {
-		if err := s.startTicker(ctx, runCtx, o.SweepEvery); err != nil {
+		if err := s.startTicker(ctx, runCtx, tickEvery, window, o.SweepEvery); err != nil {
 			return nil, err
 		}
 	}
 	s.ready.Store(true)
 	return s, nil
+}
+
+// openStore opens the stack's store with o.DueShards due shards, or more
+// when the database already holds tasks or outbox entries in higher shards.
+func openStore(ctx context.Context, o Options) (*store.Store, error) {
+	shards := cmp.Or(o.DueShards, DefaultDueShards)
+	open := func(opts ...store.Option) (*store.Store, error) {
+		st, err := store.New(ctx, o.Project, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		return st, nil
+	}
+	// Options.StoreOptions may set the shards too (tests).
+	st, err := open(append([]store.Option{store.WithDueShards(shards)}, o.StoreOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	inUse, err := st.DueShardsInUse(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if inUse <= st.DueShards() {
+		return st, nil
+	}
+	st.Close()
+	return open(append(slices.Clone(o.StoreOptions), store.WithDueShards(inUse))...)
 }
 
 // keyRing returns given, else the key ring of the environment
@@ -480,27 +536,52 @@ func (s *Stack) createQueue(ctx context.Context, name string) error {
 	return nil
 }
 
+// maxTickEvery bounds the ticker's period, so that an invocation's window
+// stays well under Pub/Sub's longest ack deadline (10 minutes).
+const maxTickEvery = 5 * time.Minute
+
+// sweepSchedule returns the ticker's period and each invocation's window
+// for a sweep every every: TicksPerWindow passes a tick (fewer past
+// maxTickEvery; one when every is longer), the window ending half a period
+// before the next tick.
+func sweepSchedule(every time.Duration) (tick, window time.Duration) {
+	tick = max(every, min(TicksPerWindow*every, maxTickEvery))
+	return tick, tick - every/2
+}
+
+// ackDeadline is the push subscription's ack deadline for a window: the
+// push is answered when the invocation ends, so the deadline outlasts the
+// window (or Pub/Sub would push the tick again while it is handled).
+func ackDeadline(window time.Duration) int32 {
+	return int32(min(600, 60+int(window.Seconds())))
+}
+
 // startTicker creates the sweep topic and its push subscription to this
 // stack's address, and publishes a tick every period, as Cloud Scheduler
 // does once a minute in production.
-func (s *Stack) startTicker(ctx, runCtx context.Context, every time.Duration) error {
+func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry time.Duration) error {
 	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
 		return fmt.Errorf("devstack: sweep topic: %w", err)
 	}
 	subName := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
 	_, err := s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: 60,
+		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: ackDeadline(window),
 		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
 	})
 	if err != nil {
 		return fmt.Errorf("devstack: sweep push subscription: %w", err)
 	}
 	pubr := s.PubSub.Publisher(SweepTopic)
-	tick := func() {
+	// A tick that could not be published (Pub/Sub down) is tried again
+	// every retry rather than a whole period later, so that the sweeper
+	// comes back as soon as Pub/Sub does.
+	tick := func() time.Duration {
 		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id}})
 		if _, err := res.Get(runCtx); err != nil && runCtx.Err() == nil {
 			s.log.Warn("sweep tick not published", "error", err)
+			return retry
 		}
+		return every
 	}
 	s.wg.Add(1)
 	go func() {
@@ -511,15 +592,15 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every time.Duration) er
 			defer cancel()
 			_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName})
 		}()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick()
 		for {
+			// From the tick's publish: a publish held up by a frozen
+			// Pub/Sub is not followed at once by another tick.
+			t := time.NewTimer(tick())
 			select {
 			case <-runCtx.Done():
+				t.Stop()
 				return
 			case <-t.C:
-				tick()
 			}
 		}
 	}()

@@ -34,16 +34,24 @@ var router struct {
 	url     string
 	err     error
 	mu      sync.Mutex
-	targets map[string]*zombie.Sweeper
+	targets map[string]target
 }
 
-func registerSweeper(id string, sw *zombie.Sweeper) (string, error) {
+// target is a stack's sweeper, and the context that ends with the stack:
+// an invocation sweeps for a whole window, and must stop when its stack
+// closes.
+type target struct {
+	sw  *zombie.Sweeper
+	ctx context.Context
+}
+
+func registerSweeper(ctx context.Context, id string, sw *zombie.Sweeper) (string, error) {
 	router.once.Do(func() { router.url, router.err = startRouter() })
 	if router.err != nil {
 		return "", router.err
 	}
 	router.mu.Lock()
-	router.targets[id] = sw
+	router.targets[id] = target{sw, ctx}
 	router.mu.Unlock()
 	return router.url, nil
 }
@@ -55,7 +63,7 @@ func unregisterSweeper(id string) {
 }
 
 func startRouter() (string, error) {
-	router.targets = map[string]*zombie.Sweeper{}
+	router.targets = map[string]target{}
 	if err := funcframework.RegisterCloudEventFunctionContext(context.Background(), sweepPath, routeTick); err != nil {
 		return "", fmt.Errorf("devstack: register sweeper: %w", err)
 	}
@@ -101,10 +109,17 @@ func routeTick(ctx context.Context, e cloudevents.Event) error {
 		return fmt.Errorf("devstack: sweep tick: %w", err)
 	}
 	router.mu.Lock()
-	sw := router.targets[msg.Message.Attributes[stackAttr]]
+	t, ok := router.targets[msg.Message.Attributes[stackAttr]]
 	router.mu.Unlock()
-	if sw == nil {
+	if !ok {
 		return nil // a tick for a stack that has stopped
 	}
-	return sw.HandleEvent(ctx, e)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(t.ctx, cancel)()
+	err := t.sw.HandleEvent(ctx, e)
+	if t.ctx.Err() != nil {
+		return nil // cut short by the stack's Close: not the framework's error to print
+	}
+	return err
 }

@@ -78,6 +78,8 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["undelivered count"] = s.undeliveredCountQuery(3)
 	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
 	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
+	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
+	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()
 	qs["outbox of a task"] = outboxQuery("taskId", "task_x")
 	qs["outbox of a run"] = outboxQuery("runId", "run_x")

@@ -168,6 +168,37 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 // take a shard in [0, DueShards()).
 func (s *Store) DueShards() int { return s.shards }
 
+// DueShardsInUse returns one more than the highest due shard of any task
+// or outbox entry in the database (0 when there is none): the least
+// WithDueShards that sweeps and re-drives every one of them. A store may
+// start with fewer shards on an empty database (servo dev), never with
+// fewer than this. Two queries of at most one document each, ordered by
+// dueShard alone (its automatic single-field index).
+func (s *Store) DueShardsInUse(ctx context.Context) (int, error) {
+	n := 0
+	for _, coll := range []string{TasksCollection, OutboxCollection} {
+		err := s.runQuery(ctx, s.docs, highestShardQuery(coll), func(d *pb.Document) error {
+			n = max(n, int(d.GetFields()["dueShard"].GetIntegerValue())+1)
+			return nil
+		})
+		if err != nil {
+			return 0, wrap("due shards in use", err)
+		}
+	}
+	return n, nil
+}
+
+// highestShardQuery reads the document of coll with the highest dueShard,
+// projected to it.
+func highestShardQuery(coll string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		Select:  &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("dueShard")}},
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("dueShard"), Direction: pb.StructuredQuery_DESCENDING}},
+		Limit:   wrapInt(1),
+	}
+}
+
 // DueShardOf is the due-index shard of a task id among n shards: a hash,
 // so that tasks created together spread over every shard.
 func DueShardOf(taskID string, n int) int {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,6 +78,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			if sweepEvery < task.MinTimerLocal {
 				return usageErr("--sweep-every must be at least %v", task.MinTimerLocal)
 			}
+			dueShards, err := devDueShards()
+			if err != nil {
+				return err
+			}
 			if logFile == "" {
 				logFile = filepath.Join(os.TempDir(), "servo-dev.log")
 			}
@@ -101,7 +106,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
-				Access: devAccess.policy, Quotas: devAccess.quotas})
+				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards})
 			if err != nil {
 				return err
 			}
@@ -152,6 +157,20 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
 	devAccess.register(f)
 	return cmd
+}
+
+// devDueShards is SERVO_DUE_SHARDS when set (production's variable), else
+// 0: the local stack's default (devstack.DefaultDueShards).
+func devDueShards() (int, error) {
+	v := os.Getenv("SERVO_DUE_SHARDS")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", v)
+	}
+	return n, nil
 }
 
 // startingWhat names what servo dev starts itself.

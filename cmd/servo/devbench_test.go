@@ -239,7 +239,10 @@ const (
 // (100 ms apart; a task ends once its third is acknowledged), submitted by 8 goroutines, through servo dev to an
 // external worker that runs 8 at a time, and reports throughput and the
 // CPU time of each process per task: servo dev, each emulator, and this
-// process (the worker and the submitters). With SERVO_CPUPROFILE=FILE in
+// process (the worker and the submitters). Before the workload it measures
+// the ready time, and the CPU time per second of each process and the
+// memory of the whole tree while servo dev idles for 10 s (after 2 s of
+// settling). With SERVO_CPUPROFILE=FILE in
 // the environment servo dev writes a CPU profile of its own share. Run it
 // with -benchtime=3x.
 func BenchmarkDevWorkload(b *testing.B) {
@@ -274,10 +277,28 @@ func BenchmarkDevWorkload(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// Idle: what servo dev and the emulators burn with nothing to do
+		// (the sweeper's passes, the scheduler ticks), after the start-up
+		// settled.
+		time.Sleep(2 * time.Second)
 		cpu0 := map[string]float64{}
 		for r, pid := range pids {
 			cpu0[r] = procCPU(pid)
 		}
+		const idle = 10 * time.Second
+		time.Sleep(idle)
+		for r, pid := range pids {
+			s.add("idle-cpu-"+r+"-ms/s", (procCPU(pid)-cpu0[r])*1000/idle.Seconds())
+			cpu0[r] = procCPU(pid)
+		}
+		// The ready time and the idle tree's memory, as BenchmarkDevStart
+		// measures them, for the Temporal comparison.
+		s.add("dev-ready-s", d.readyAt.Sub(d.began).Seconds())
+		rss := procRSS(d.cmd.Process.Pid)
+		for _, p := range descendants(b, d.cmd.Process.Pid) {
+			rss += procRSS(p.pid)
+		}
+		s.add("idle-rss-MiB", rss)
 		cpu0["bench"] = procCPU(os.Getpid())
 		hb0, done0 := ct.heartbeats.Load(), ct.completed.Load()
 		run := task.NewRunID(time.Now())
