@@ -22,15 +22,18 @@ import (
 const LaunchEnv = "SERVO_EMULATOR_LAUNCH"
 
 // JVMOptions are the options Start passes to java when it runs an
-// emulator's jar directly: a small heap with the serial collector, small
-// thread stacks, and quiet class-data sharing logs. Both JIT compilers stay
-// on: the client compiler alone (-XX:TieredStopAtLevel=1) starts no faster
-// and costs the emulator 1.3 to 1.9 times the CPU per transaction once it
-// runs (BenchmarkJVMOptions). They were chosen by measurement (see
-// docs/performance.md); the class-data sharing archive (AppCDS) is added
-// per emulator by Start.
+// emulator's jar directly: a small heap with the serial collector, the
+// client compiler only, small thread stacks, and quiet class-data sharing
+// logs. They were chosen by measurement (see docs/performance.md): the
+// client compiler alone starts no faster, and once an emulator has run for
+// thousands of transactions both compilers make each one cheaper
+// (BenchmarkJVMOptions), but over a servo dev session's first minutes the
+// server compiler's own work costs more CPU than it saves, and ~18 MiB more
+// memory. The class-data sharing archive (AppCDS) is added per emulator by
+// Start.
 var JVMOptions = []string{
 	"-XX:+UseSerialGC",
+	"-XX:TieredStopAtLevel=1",
 	"-Xss512k",
 	"-Xms16m",
 	"-Xmx512m",
