@@ -3,6 +3,7 @@ package functions
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -20,6 +21,9 @@ var telemetryOnce sync.Once
 
 func setupTelemetry(ctx context.Context, project string) {
 	telemetryOnce.Do(func() {
+		// The exporters' and clients' own notices (the log package) as
+		// JSON lines, not plain text among the function's logs.
+		logs.CaptureStdLog(logs.Default(), slog.LevelWarn)
 		// Cloud Run functions name the service in K_SERVICE.
 		name := cmp.Or(os.Getenv("K_SERVICE"), "servo")
 		t, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: name, Project: project, Default: telemetry.DefaultGoogleCloud})

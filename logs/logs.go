@@ -9,6 +9,7 @@ package logs
 import (
 	"context"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"os"
@@ -139,4 +140,26 @@ func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// CaptureStdLog sends what the standard library's log package prints (the
+// Google clients' and exporters' own notices, such as a deprecation) to l
+// at level, one JSON line per call, instead of as plain text on stderr,
+// which Cloud Logging would file as an unstructured entry. Entry points
+// call it once.
+func CaptureStdLog(l *slog.Logger, level slog.Level) {
+	stdlog.SetFlags(0)
+	stdlog.SetPrefix("")
+	stdlog.SetOutput(stdLogWriter{l: l, level: level})
+}
+
+// stdLogWriter is the log package's output, written as slog records.
+type stdLogWriter struct {
+	l     *slog.Logger
+	level slog.Level
+}
+
+func (w stdLogWriter) Write(p []byte) (int, error) {
+	w.l.Log(context.Background(), w.level, strings.TrimRight(string(p), "\n"), "logger", "log")
+	return len(p), nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	stdlog "log"
 	"log/slog"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -68,5 +70,22 @@ func TestTraceFieldsFromSpan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCaptureStdLog: the log package's lines become JSON lines at the
+// given severity.
+func TestCaptureStdLog(t *testing.T) {
+	var buf bytes.Buffer
+	defer stdlog.SetOutput(os.Stderr)
+	defer stdlog.SetFlags(stdlog.Flags())
+	CaptureStdLog(New(&buf, slog.LevelDebug), slog.LevelWarn)
+	stdlog.Printf("exporter %s is deprecated", "X")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("not one JSON line: %q: %v", buf.String(), err)
+	}
+	if line["severity"] != "WARNING" || line["message"] != "exporter X is deprecated" || line["logger"] != "log" {
+		t.Errorf("line %v", line)
 	}
 }
