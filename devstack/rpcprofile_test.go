@@ -25,6 +25,8 @@ import (
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/worker"
+
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 // shapeCounter counts Firestore RPCs by method and shape: a query's
@@ -164,19 +166,6 @@ func emulatorPID(host string) int {
 	return 0
 }
 
-// cpuSeconds is a process's CPU time (user + system) so far.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
-}
-
 func printShapes(b *testing.B, title string, n map[string]int, per float64, unit string) {
 	keys := make([]string, 0, len(n))
 	total := 0
@@ -235,9 +224,9 @@ func BenchmarkDevRPCs(b *testing.B) {
 	}))
 	defer srv.Close()
 	fsPID, psPID := emulatorPID(emulatortest.FirestoreHost(b)), emulatorPID(emulatortest.PubSubHost(b))
-	fs0, ps0 := cpuSeconds(fsPID), cpuSeconds(psPID)
+	fs0, ps0 := servotest.CPUSeconds(fsPID), servotest.CPUSeconds(psPID)
 	time.Sleep(5 * time.Second)
-	b.Logf("emulators alone: firestore %.1f ms/s, pubsub %.1f ms/s", (cpuSeconds(fsPID)-fs0)*1000/5, (cpuSeconds(psPID)-ps0)*1000/5)
+	b.Logf("emulators alone: firestore %.1f ms/s, pubsub %.1f ms/s", (servotest.CPUSeconds(fsPID)-fs0)*1000/5, (servotest.CPUSeconds(psPID)-ps0)*1000/5)
 	for i := 0; i < b.N; i++ {
 		s, err := devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: fmt.Sprintf("%s-%d", emulatortest.ProjectID(b), i), ReuseEmulators: true,
@@ -251,13 +240,13 @@ func BenchmarkDevRPCs(b *testing.B) {
 		}
 		time.Sleep(3 * time.Second) // the start-up's work
 		sc.take()
-		fs0, ps0 := cpuSeconds(fsPID), cpuSeconds(psPID)
+		fs0, ps0 := servotest.CPUSeconds(fsPID), servotest.CPUSeconds(psPID)
 		const idle = 10
 		time.Sleep(idle * time.Second)
 		printShapes(b, "idle", sc.take(), idle, "per second")
-		b.Logf("idle CPU: firestore %.1f ms/s, pubsub %.1f ms/s", (cpuSeconds(fsPID)-fs0)*1000/idle, (cpuSeconds(psPID)-ps0)*1000/idle)
+		b.Logf("idle CPU: firestore %.1f ms/s, pubsub %.1f ms/s", (servotest.CPUSeconds(fsPID)-fs0)*1000/idle, (servotest.CPUSeconds(psPID)-ps0)*1000/idle)
 
-		fs0, ps0 = cpuSeconds(fsPID), cpuSeconds(psPID)
+		fs0, ps0 = servotest.CPUSeconds(fsPID), servotest.CPUSeconds(psPID)
 		done0 := completed.Load()
 		run := task.NewRunID(time.Now())
 		began := time.Now()
@@ -293,7 +282,7 @@ func BenchmarkDevRPCs(b *testing.B) {
 		time.Sleep(1500 * time.Millisecond) // the last events and sweeps
 		printShapes(b, "workload", sc.take(), tasks, "per task")
 		b.Logf("workload: %.1f tasks/s; CPU per task: firestore %.1f ms, pubsub %.1f ms", tasks/elapsed.Seconds(),
-			(cpuSeconds(fsPID)-fs0)*1000/tasks, (cpuSeconds(psPID)-ps0)*1000/tasks)
+			(servotest.CPUSeconds(fsPID)-fs0)*1000/tasks, (servotest.CPUSeconds(psPID)-ps0)*1000/tasks)
 		s.Close()
 	}
 }

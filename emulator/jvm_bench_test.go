@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 // BenchmarkJVMOptions measures what the Firestore emulator's JIT
@@ -63,13 +63,13 @@ func BenchmarkJVMOptions(b *testing.B) {
 			tx   func() error
 		}{{"doc=small", small}, {"doc=task-shaped", shaped}} {
 			b.Run(v.name+"/"+doc.name, func(b *testing.B) {
-				cpu0, t0 := groupCPU(p.pgid), time.Now()
+				cpu0, t0 := servotest.GroupCPUSeconds(p.pgid), time.Now()
 				for b.Loop() {
 					if err := doc.tx(); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(groupCPU(p.pgid)-cpu0)/float64(time.Millisecond)/float64(b.N), "emulator-cpu-ms/tx")
+				b.ReportMetric((servotest.GroupCPUSeconds(p.pgid)-cpu0)*1000/float64(b.N), "emulator-cpu-ms/tx")
 				b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "tx/s")
 			})
 		}
@@ -142,27 +142,4 @@ func newTx(fs *firestoreapi.Client, db, doc string, fields int) func() error {
 		_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{w}})
 		return err
 	}
-}
-
-// groupCPU is the CPU time (user and system) of the processes of process
-// group pgid, from /proc.
-func groupCPU(pgid int) time.Duration {
-	var ticks int64
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		// After the command: state ppid pgrp … utime(12th) stime(13th).
-		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		k, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + k
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

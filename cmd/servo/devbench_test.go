@@ -22,6 +22,8 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/worker"
+
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 // samples collects one figure per benchmark iteration and reports its
@@ -46,34 +48,6 @@ func (s samples) report(b *testing.B) {
 		b.ReportMetric(med, n)
 		b.Logf("%-22s median %9.3f  min %9.3f  max %9.3f  (n=%d)", n, med, v[0], v[len(v)-1], len(v))
 	}
-}
-
-// procRSS returns a process's resident memory in MiB.
-func procRSS(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
-
-// procCPU returns a process's CPU time (user + system) so far, in seconds.
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
 }
 
 // role names a process of servo dev's tree.
@@ -154,10 +128,10 @@ func BenchmarkDevStart(b *testing.B) {
 		ready := d.readyAt.Sub(d.began)
 		s.add("dev-ready-s", ready.Seconds())
 		time.Sleep(5 * time.Second)
-		byRole := map[string]float64{"servo": procRSS(d.cmd.Process.Pid)}
+		byRole := map[string]float64{"servo": servotest.RSSMiB(d.cmd.Process.Pid)}
 		total := byRole["servo"]
 		for _, p := range descendants(b, d.cmd.Process.Pid) {
-			r := procRSS(p.pid)
+			r := servotest.RSSMiB(p.pid)
 			byRole[role(p)] += r
 			total += r
 		}
@@ -283,23 +257,23 @@ func BenchmarkDevWorkload(b *testing.B) {
 		time.Sleep(2 * time.Second)
 		cpu0 := map[string]float64{}
 		for r, pid := range pids {
-			cpu0[r] = procCPU(pid)
+			cpu0[r] = servotest.CPUSeconds(pid)
 		}
 		const idle = 10 * time.Second
 		time.Sleep(idle)
 		for r, pid := range pids {
-			s.add("idle-cpu-"+r+"-ms/s", (procCPU(pid)-cpu0[r])*1000/idle.Seconds())
-			cpu0[r] = procCPU(pid)
+			s.add("idle-cpu-"+r+"-ms/s", (servotest.CPUSeconds(pid)-cpu0[r])*1000/idle.Seconds())
+			cpu0[r] = servotest.CPUSeconds(pid)
 		}
 		// The ready time and the idle tree's memory, as BenchmarkDevStart
 		// measures them, for the Temporal comparison.
 		s.add("dev-ready-s", d.readyAt.Sub(d.began).Seconds())
-		rss := procRSS(d.cmd.Process.Pid)
+		rss := servotest.RSSMiB(d.cmd.Process.Pid)
 		for _, p := range descendants(b, d.cmd.Process.Pid) {
-			rss += procRSS(p.pid)
+			rss += servotest.RSSMiB(p.pid)
 		}
 		s.add("idle-rss-MiB", rss)
-		cpu0["bench"] = procCPU(os.Getpid())
+		cpu0["bench"] = servotest.CPUSeconds(os.Getpid())
 		hb0, done0 := ct.heartbeats.Load(), ct.completed.Load()
 		run := task.NewRunID(time.Now())
 		began := time.Now()
@@ -339,9 +313,9 @@ func BenchmarkDevWorkload(b *testing.B) {
 		cpu := map[string]float64{}
 		total := 0.0
 		for r, pid := range pids {
-			cpu[r] = procCPU(pid) - cpu0[r]
+			cpu[r] = servotest.CPUSeconds(pid) - cpu0[r]
 		}
-		cpu["bench"] = procCPU(os.Getpid()) - cpu0["bench"]
+		cpu["bench"] = servotest.CPUSeconds(os.Getpid()) - cpu0["bench"]
 		for _, v := range cpu {
 			total += v
 		}
