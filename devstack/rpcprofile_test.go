@@ -1,18 +1,16 @@
 package devstack_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +21,8 @@ import (
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/worker"
 
+	"github.com/servo-dev/servo/internal/benchworker"
 	"github.com/servo-dev/servo/internal/servotest"
 )
 
@@ -191,38 +188,7 @@ func printShapes(b *testing.B, title string, n map[string]int, per float64, unit
 func BenchmarkDevRPCs(b *testing.B) {
 	const tasks, submitters, workers = 100, 8, 8
 	sc := &shapeCounter{n: map[string]int{}}
-	var beats sync.Map
-	beatsOf := func(id string) *atomic.Int64 {
-		n, _ := beats.LoadOrStore(id, new(atomic.Int64))
-		return n.(*atomic.Int64)
-	}
-	var completed atomic.Int64
-	ct := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := http.DefaultTransport.RoundTrip(r)
-		if err == nil && resp.StatusCode < 300 {
-			switch {
-			case strings.HasSuffix(r.URL.Path, "/heartbeat"):
-				beatsOf(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/heartbeat")).Add(1)
-			case strings.HasSuffix(r.URL.Path, "/completed"):
-				completed.Add(1)
-			}
-		}
-		return resp, err
-	})
-	sem := make(chan struct{}, workers)
-	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
-		n := beatsOf(t.ID())
-		for deadline := time.Now().Add(time.Minute); n.Load() < 3 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		return nil, nil
-	}, worker.WithHTTPClient(&http.Client{Transport: ct}), worker.WithLogger(slog.New(slog.DiscardHandler)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sem <- struct{}{}
-		defer func() { <-sem }()
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	w := benchworker.Start(b, workers)
 	fsPID, psPID := emulatorPID(emulatortest.FirestoreHost(b)), emulatorPID(emulatortest.PubSubHost(b))
 	fs0, ps0 := servotest.CPUSeconds(fsPID), servotest.CPUSeconds(psPID)
 	time.Sleep(5 * time.Second)
@@ -230,7 +196,7 @@ func BenchmarkDevRPCs(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		s, err := devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: fmt.Sprintf("%s-%d", emulatortest.ProjectID(b), i), ReuseEmulators: true,
-			Workers: map[string]string{"bench": srv.URL},
+			Workers: map[string]string{benchworker.Name: w.URL},
 			StoreOptions: []store.Option{store.WithClientOptions(
 				option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(sc.unary)),
 				option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(sc.stream)))},
@@ -247,38 +213,17 @@ func BenchmarkDevRPCs(b *testing.B) {
 		b.Logf("idle CPU: firestore %.1f ms/s, pubsub %.1f ms/s", (servotest.CPUSeconds(fsPID)-fs0)*1000/idle, (servotest.CPUSeconds(psPID)-ps0)*1000/idle)
 
 		fs0, ps0 = servotest.CPUSeconds(fsPID), servotest.CPUSeconds(psPID)
-		done0 := completed.Load()
-		run := task.NewRunID(time.Now())
-		began := time.Now()
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range submitters {
-			wg.Go(func() {
-				for n := next.Add(1); n <= tasks; n = next.Add(1) {
-					body := fmt.Sprintf(`{"tenantId":"bench","workspaceId":"ws","runId":%q,"taskKey":"t%d","worker":"bench","payload":{},"heartbeatIntervalMs":100,"heartbeatTimeoutMs":2000}`, run, n)
-					req, _ := http.NewRequest("POST", s.URL+"/v1/tasks", strings.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					res, err := http.DefaultClient.Do(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					res.Body.Close()
-					if res.StatusCode != http.StatusCreated {
-						b.Errorf("submit: %d", res.StatusCode)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		for completed.Load()-done0 < tasks {
-			if time.Since(began) > 5*time.Minute {
-				b.Fatalf("%d of %d tasks completed", completed.Load()-done0, tasks)
+		_, _, elapsed := w.Run(b, func(body []byte) error {
+			res, err := http.Post(s.URL+"/v1/tasks", "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		elapsed := time.Since(began)
+			res.Body.Close()
+			if res.StatusCode != http.StatusCreated {
+				return fmt.Errorf("submit: %d", res.StatusCode)
+			}
+			return nil
+		}, tasks, submitters, 5*time.Minute)
 		time.Sleep(1500 * time.Millisecond) // the last events and sweeps
 		printShapes(b, "workload", sc.take(), tasks, "per task")
 		b.Logf("workload: %.1f tasks/s; CPU per task: firestore %.1f ms, pubsub %.1f ms", tasks/elapsed.Seconds(),
@@ -286,7 +231,3 @@ func BenchmarkDevRPCs(b *testing.B) {
 		s.Close()
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

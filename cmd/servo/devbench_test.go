@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,8 +17,8 @@ import (
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/worker"
 
+	"github.com/servo-dev/servo/internal/benchworker"
 	"github.com/servo-dev/servo/internal/servotest"
 )
 
@@ -173,34 +169,6 @@ func BenchmarkDevStart(b *testing.B) {
 	s.report(b)
 }
 
-// countingTransport counts the worker's callbacks by kind, and the
-// heartbeats of each task.
-type countingTransport struct {
-	heartbeats, completed atomic.Int64
-	perTask               sync.Map // task id → *atomic.Int64
-}
-
-// taskHeartbeats returns the counter of a task's acknowledged heartbeats.
-func (c *countingTransport) taskHeartbeats(id string) *atomic.Int64 {
-	n, _ := c.perTask.LoadOrStore(id, new(atomic.Int64))
-	return n.(*atomic.Int64)
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err == nil && resp.StatusCode < 300 {
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
-			c.heartbeats.Add(1)
-			id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/heartbeat")
-			c.taskHeartbeats(id).Add(1)
-		case strings.HasSuffix(r.URL.Path, "/completed"):
-			c.completed.Add(1)
-		}
-	}
-	return resp, err
-}
-
 // Workload of BenchmarkDevWorkload (and of bench/temporal, its Temporal
 // counterpart).
 const (
@@ -220,27 +188,12 @@ const (
 // the environment servo dev writes a CPU profile of its own share. Run it
 // with -benchtime=3x.
 func BenchmarkDevWorkload(b *testing.B) {
-	ct := &countingTransport{}
-	sem := make(chan struct{}, workloadWorkers)
-	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
-		// Done once 3 heartbeats (every ~100 ms) are acknowledged.
-		n := ct.taskHeartbeats(t.ID())
-		for deadline := time.Now().Add(time.Minute); n.Load() < 3 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		return nil, nil
-	}, worker.WithHTTPClient(&http.Client{Transport: ct}), worker.WithLogger(slog.New(slog.DiscardHandler)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sem <- struct{}{}
-		defer func() { <-sem }()
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	w := benchworker.Start(b, workloadWorkers)
 	env := withoutEmulatorEnv(os.Environ())
 	s := samples{}
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
-		d := startDev(b, env, "--worker", "bench="+srv.URL, "--project", fmt.Sprintf("bench-%d-%d", time.Now().Unix(), i))
+		d := startDev(b, env, "--worker", benchworker.Name+"="+w.URL, "--project", fmt.Sprintf("bench-%d-%d", time.Now().Unix(), i))
 		pids := map[string]int{"servo": d.cmd.Process.Pid}
 		for _, p := range descendants(b, d.cmd.Process.Pid) {
 			if r := role(p); r == "firestore" || r == "pubsub" {
@@ -274,42 +227,18 @@ func BenchmarkDevWorkload(b *testing.B) {
 		}
 		s.add("idle-rss-MiB", rss)
 		cpu0["bench"] = servotest.CPUSeconds(os.Getpid())
-		hb0, done0 := ct.heartbeats.Load(), ct.completed.Load()
-		run := task.NewRunID(time.Now())
-		began := time.Now()
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workloadSubmitters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := next.Add(1); n <= workloadTasks; n = next.Add(1) {
-					body := fmt.Sprintf(`{"tenantId":"bench","workspaceId":"ws","runId":%q,"taskKey":"t%d","worker":"bench","payload":{},"heartbeatIntervalMs":100,"heartbeatTimeoutMs":2000}`, run, n)
-					// A loaded machine can make the emulator answer late:
-					// retry as the API says (the same request is idempotent).
-					for try := 1; ; try++ {
-						_, _, err := c.Submit(ctx, []byte(body))
-						if err == nil {
-							break
-						}
-						if try == 10 {
-							b.Error(err)
-							return
-						}
-						time.Sleep(time.Duration(try) * 100 * time.Millisecond)
-					}
+		hb0 := w.Heartbeats.Load()
+		// A loaded machine can make the emulator answer late: retry as the
+		// API says (the same request is idempotent).
+		run, submitted, elapsed := w.Run(b, func(body []byte) error {
+			for try := 1; ; try++ {
+				_, _, err := c.Submit(ctx, body)
+				if err == nil || try == 10 {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		submitted := time.Since(began)
-		for ct.completed.Load()-done0 < workloadTasks {
-			if time.Since(began) > 10*time.Minute {
-				b.Fatalf("%d of %d tasks completed", ct.completed.Load()-done0, workloadTasks)
+				time.Sleep(time.Duration(try) * 100 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		elapsed := time.Since(began)
+		}, workloadTasks, workloadSubmitters, 10*time.Minute)
 		cpu := map[string]float64{}
 		total := 0.0
 		for r, pid := range pids {
@@ -335,7 +264,7 @@ func BenchmarkDevWorkload(b *testing.B) {
 		d.interrupt(b)
 		s.add("tasks/s", workloadTasks/elapsed.Seconds())
 		s.add("submit-s", submitted.Seconds())
-		s.add("heartbeats/task", float64(ct.heartbeats.Load()-hb0)/workloadTasks)
+		s.add("heartbeats/task", float64(w.Heartbeats.Load()-hb0)/workloadTasks)
 		s.add("cpu-total-s", total)
 		for r, v := range cpu {
 			s.add("cpu-"+r+"-ms/task", v*1000/workloadTasks)

@@ -1,0 +1,116 @@
+// Package benchworker is the workload of the servo dev benchmarks
+// (BenchmarkDevWorkload in cmd/servo, BenchmarkDevRPCs in devstack, and,
+// in its own module, bench/temporal's Temporal counterpart): no-op tasks
+// that each end once their third heartbeat (sent every 100 ms) is
+// acknowledged, run by a worker a few at a time, submitted by a few
+// goroutines at once.
+package benchworker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/worker"
+)
+
+// Name is the worker name the benchmarks register the worker under.
+const Name = "bench"
+
+// beats is how many acknowledged heartbeats end a task.
+const beats = 3
+
+// Worker is an external worker on a local HTTP server, counting the
+// callbacks Servo acknowledged.
+type Worker struct {
+	// URL is where Servo pushes the worker's tasks.
+	URL string
+	// Heartbeats and Completed count acknowledged callbacks.
+	Heartbeats, Completed atomic.Int64
+
+	perTask sync.Map // task id → *atomic.Int64
+}
+
+// Start starts a worker that runs at most concurrency tasks at once; the
+// server closes when tb ends.
+func Start(tb testing.TB, concurrency int) *Worker {
+	w := &Worker{}
+	sem := make(chan struct{}, concurrency)
+	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
+		n := w.taskHeartbeats(t.ID())
+		for deadline := time.Now().Add(time.Minute); n.Load() < beats && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil, nil
+	}, worker.WithHTTPClient(&http.Client{Transport: w}), worker.WithLogger(slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		h.ServeHTTP(rw, r)
+	}))
+	tb.Cleanup(srv.Close)
+	w.URL = srv.URL
+	return w
+}
+
+// taskHeartbeats returns the counter of a task's acknowledged heartbeats.
+func (w *Worker) taskHeartbeats(id string) *atomic.Int64 {
+	n, _ := w.perTask.LoadOrStore(id, new(atomic.Int64))
+	return n.(*atomic.Int64)
+}
+
+// RoundTrip is the worker's transport to Servo: it counts the callbacks
+// answered with success.
+func (w *Worker) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && resp.StatusCode < 300 {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
+			w.Heartbeats.Add(1)
+			w.taskHeartbeats(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/heartbeat")).Add(1)
+		case strings.HasSuffix(r.URL.Path, "/completed"):
+			w.Completed.Add(1)
+		}
+	}
+	return resp, err
+}
+
+// Run submits tasks tasks of a new run to worker Name, from submitters
+// goroutines calling submit with each task's JSON body, then waits until
+// the worker has completed them all (failing tb after timeout). It
+// returns the run's id, and how long the submits and the whole run took.
+func (w *Worker) Run(tb testing.TB, submit func(body []byte) error, tasks, submitters int, timeout time.Duration) (run string, submitted, elapsed time.Duration) {
+	done0 := w.Completed.Load()
+	run = task.NewRunID(time.Now())
+	began := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range submitters {
+		wg.Go(func() {
+			for n := next.Add(1); n <= int64(tasks); n = next.Add(1) {
+				body := fmt.Sprintf(`{"tenantId":"bench","workspaceId":"ws","runId":%q,"taskKey":"t%d","worker":%q,"payload":{},"heartbeatIntervalMs":100,"heartbeatTimeoutMs":2000}`, run, n, Name)
+				if err := submit([]byte(body)); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	submitted = time.Since(began)
+	for w.Completed.Load()-done0 < int64(tasks) {
+		if time.Since(began) > timeout {
+			tb.Fatalf("%d of %d tasks completed", w.Completed.Load()-done0, tasks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return run, submitted, time.Since(began)
+}
