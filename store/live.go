@@ -122,8 +122,9 @@ func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event, ret
 	}
 	var cur *task.Attempt
 	if l := before.Live; l != nil && l.Attempt == ev.Attempt {
-		cur = &task.Attempt{Attempt: l.Attempt, WorkerID: l.WorkerID, StartedAt: l.StartedAt, LastHeartbeatAt: l.LastHeartbeatAt,
-			Heartbeats: l.Heartbeats, HeartbeatTicks: l.HeartbeatTicks, ProgressPct: l.ProgressPct, Message: l.Message}
+		// The attempt as far as the masked read shows it (no checkpoint).
+		cur = &task.Attempt{Attempt: l.Attempt}
+		overlay(cur, l)
 	}
 	r := task.Apply(before, cur, ev)
 	if !r.Write {
