@@ -3,6 +3,7 @@ package callbacks_test
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -15,10 +16,13 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/logs"
+	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -154,6 +158,77 @@ func BenchmarkCallbacks(b *testing.B) {
 		lat.report(b, "callbacks/s", time.Since(start))
 	})
 
+	// The floor for the heartbeat's own document: the bare transaction on
+	// copies of a running task's document, reading through the heartbeat's
+	// field mask and writing, through an update mask, the fields one
+	// heartbeat changed. What the emulator alone costs for that document.
+	mask, replayOn := heartbeatReplay(b, e, fs, db, newRunning, func(tk task.Task, tok string) {
+		heartbeat(b, tk, tok, &latencies{})
+	})
+	copies := make([]*pb.Write, parallel)
+	for i := range copies {
+		copies[i] = replayOn(db + "/documents/bench/task-copy-" + strconv.Itoa(i))
+	}
+	replay := func(w *pb.Write, lat *latencies) {
+		t0 := time.Now()
+		err := bareTx(e.ctx, fs, db, w.GetUpdate().GetName(), mask, withNow(w))
+		lat.add(time.Since(t0))
+		if err != nil {
+			b.Error(err)
+		}
+	}
+	b.Run("bare=read+commit/serial/task-document", func(b *testing.B) {
+		replay(copies[0], &latencies{})
+		var lat latencies
+		b.ResetTimer()
+		start := time.Now()
+		for b.Loop() {
+			replay(copies[0], &lat)
+		}
+		lat.report(b, "tx/s", time.Since(start))
+	})
+	b.Run("bare=read+commit/parallel=8-docs/task-document", func(b *testing.B) {
+		var lat latencies
+		b.ResetTimer()
+		start := time.Now()
+		runParallel(b.N, parallel, func(w int) { replay(copies[w], &lat) })
+		lat.report(b, "tx/s", time.Since(start))
+	})
+	// The floor for the HTTP hop: the same client posting the same
+	// heartbeat to a handler that reads the body and answers 200 with the
+	// reply a real heartbeat got, no token check, no Firestore.
+	b.Run("http=no-op/serial", func(b *testing.B) {
+		tk, tok := newRunning()
+		real, err := httpPost(client, srv.URL, callbacks.KindHeartbeat, tk.ID, tok, heartbeatReq(1, "w1"))
+		if err != nil || real.status != 200 {
+			b.Fatalf("heartbeat: %v %d %s", err, real.status, real.raw)
+		}
+		reply := []byte(real.raw)
+		noop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(reply)
+		}))
+		defer noop.Close()
+		post := func() error {
+			_, err := httpPost(client, noop.URL, callbacks.KindHeartbeat, tk.ID, tok, heartbeatReq(1, "w1"))
+			return err
+		}
+		_ = post()
+		var lat latencies
+		b.ResetTimer()
+		start := time.Now()
+		for b.Loop() {
+			t0 := time.Now()
+			err := post()
+			lat.add(time.Since(t0))
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		lat.report(b, "requests/s", time.Since(start))
+	})
+
 	b.Run("bare=read+commit/serial", func(b *testing.B) {
 		bare(b, docName(0), 0, &latencies{})
 		var lat latencies
@@ -197,11 +272,24 @@ func runParallel(n, workers int, f func(worker int)) {
 // bareReadCommit is one bare transaction: read doc in a new read-write
 // transaction (BatchGetDocuments), then commit a write of it.
 func bareReadCommit(ctx context.Context, fs *firestoreapi.Client, db, doc string, n int) error {
-	stream, err := fs.BatchGetDocuments(ctx, &pb.BatchGetDocumentsRequest{
+	return bareTx(ctx, fs, db, doc, nil, &pb.Write{
+		Operation: &pb.Write_Update{Update: &pb.Document{Name: doc, Fields: map[string]*pb.Value{
+			"n": {ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}}}},
+	})
+}
+
+// bareTx is one bare transaction: read doc (through mask, when not nil)
+// in a new read-write transaction, then commit w.
+func bareTx(ctx context.Context, fs *firestoreapi.Client, db, doc string, mask []string, w *pb.Write) error {
+	req := &pb.BatchGetDocumentsRequest{
 		Database: db, Documents: []string{doc},
 		ConsistencySelector: &pb.BatchGetDocumentsRequest_NewTransaction{NewTransaction: &pb.TransactionOptions{
 			Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: &pb.TransactionOptions_ReadWrite{}}}},
-	})
+	}
+	if mask != nil {
+		req.Mask = &pb.DocumentMask{FieldPaths: mask}
+	}
+	stream, err := fs.BatchGetDocuments(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -218,11 +306,85 @@ func bareReadCommit(ctx context.Context, fs *firestoreapi.Client, db, doc string
 			tx = t
 		}
 	}
-	_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{{
-		Operation: &pb.Write_Update{Update: &pb.Document{Name: doc, Fields: map[string]*pb.Value{
-			"n": {ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}}}},
-	}}})
+	_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{w}})
 	return err
+}
+
+// heartbeatReplay makes the bare transaction a heartbeat amounts to: it
+// starts a task, reads its document, sends one heartbeat and reads it
+// again. It returns the heartbeat's read mask and replayOn, which copies
+// the task's document to name and returns the write of the fields the
+// heartbeat changed (top-level fields and those of the live attempt),
+// aimed at that copy.
+func heartbeatReplay(b *testing.B, e *env, fs *firestoreapi.Client, db string, newRunning func() (task.Task, string), beat func(task.Task, string)) (mask []string, replayOn func(name string) *pb.Write) {
+	b.Helper()
+	tk, tok := newRunning()
+	name := db + "/documents/" + store.TasksCollection + "/" + tk.ID
+	get := func() *pb.Document {
+		d, err := fs.GetDocument(e.ctx, &pb.GetDocumentRequest{Name: name})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	before := get()
+	beat(tk, tok)
+	after := get()
+	fields := map[string]*pb.Value{}
+	var paths []string
+	for k, v := range after.GetFields() {
+		if k == "live" {
+			old := before.GetFields()["live"].GetMapValue().GetFields()
+			live := map[string]*pb.Value{}
+			for lk, lv := range v.GetMapValue().GetFields() {
+				if !proto.Equal(lv, old[lk]) {
+					live[lk] = lv
+					paths = append(paths, "live."+lk)
+				}
+			}
+			fields[k] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: live}}}
+			continue
+		}
+		if !proto.Equal(v, before.GetFields()[k]) {
+			fields[k] = v
+			paths = append(paths, k)
+		}
+	}
+	if len(paths) == 0 {
+		b.Fatal("the heartbeat changed no field")
+	}
+	slices.Sort(paths)
+	b.Logf("a heartbeat reads %d field paths and writes %v", len(store.HeartbeatReadMask()), paths)
+	return store.HeartbeatReadMask(), func(copyName string) *pb.Write {
+		if _, err := fs.Commit(e.ctx, &pb.CommitRequest{Database: db, Writes: []*pb.Write{{
+			Operation: &pb.Write_Update{Update: &pb.Document{Name: copyName, Fields: after.GetFields()}}}}}); err != nil {
+			b.Fatal(err)
+		}
+		return &pb.Write{
+			Operation:  &pb.Write_Update{Update: &pb.Document{Name: copyName, Fields: fields}},
+			UpdateMask: &pb.DocumentMask{FieldPaths: paths},
+		}
+	}
+}
+
+// withNow is w with every timestamp it writes set to now, as each
+// heartbeat's would be.
+func withNow(w *pb.Write) *pb.Write {
+	w = proto.Clone(w).(*pb.Write)
+	now := timestamppb.Now()
+	var set func(fields map[string]*pb.Value)
+	set = func(fields map[string]*pb.Value) {
+		for _, v := range fields {
+			switch x := v.GetValueType().(type) {
+			case *pb.Value_TimestampValue:
+				x.TimestampValue = now
+			case *pb.Value_MapValue:
+				set(x.MapValue.GetFields())
+			}
+		}
+	}
+	set(w.GetUpdate().GetFields())
+	return w
 }
 
 // ownerCreds authenticates to the emulator as its owner, as the store does.

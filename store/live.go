@@ -46,6 +46,10 @@ var heartbeatMask = func() []string {
 	return paths
 }()
 
+// HeartbeatReadMask returns the task document's field paths a heartbeat
+// reads (the benchmarks replay its read against the emulator).
+func HeartbeatReadMask() []string { return slices.Clone(heartbeatMask) }
+
 // liveOf is the heartbeat state of a running attempt's record.
 func liveOf(a *task.Attempt) *task.LiveAttempt {
 	return &task.LiveAttempt{Attempt: a.Attempt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
