@@ -9,16 +9,20 @@ import (
 	"time"
 
 	mexporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric"
-	texporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/trace"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/oauth"
 
 	"github.com/servo-dev/servo/logs"
 )
@@ -31,10 +35,50 @@ const (
 	// DefaultNone exports nothing (servo dev, tests): spans still reach a
 	// Recorder, metrics a Prometheus handler.
 	DefaultNone Default = iota
-	// DefaultGoogleCloud exports traces to Cloud Trace and metrics to
-	// Cloud Monitoring (the Cloud Functions in production).
+	// DefaultGoogleCloud exports traces to Cloud Trace, over OTLP to
+	// Google's Telemetry API (GoogleTelemetryEndpoint, with the Application
+	// Default Credentials), and metrics to Cloud Monitoring (the Cloud
+	// Functions in production).
 	DefaultGoogleCloud
 )
+
+// GoogleTelemetryEndpoint is Google Cloud's OTLP endpoint (the Telemetry
+// API), through which DefaultGoogleCloud sends spans to Cloud Trace.
+const GoogleTelemetryEndpoint = "telemetry.googleapis.com:443"
+
+// GCPProjectIDKey is the resource attribute that names the project whose
+// Cloud Trace receives the spans sent to GoogleTelemetryEndpoint.
+const GCPProjectIDKey = attribute.Key("gcp.project_id")
+
+// googleOTLP is where DefaultGoogleCloud sends spans and how it
+// authenticates; tests point it at a local receiver.
+var googleOTLP = struct {
+	endpoint string
+	insecure bool
+	creds    func(context.Context) (credentials.PerRPCCredentials, error)
+}{
+	endpoint: GoogleTelemetryEndpoint,
+	creds: func(ctx context.Context) (credentials.PerRPCCredentials, error) {
+		return oauth.NewApplicationDefault(ctx, "https://www.googleapis.com/auth/cloud-platform")
+	},
+}
+
+// googleSpanExporter is DefaultGoogleCloud's span exporter: OTLP over gRPC
+// to googleOTLP.endpoint, each call carrying an access token.
+func googleSpanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	creds, err := googleOTLP.creds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	opts := []otlptracegrpc.Option{
+		otlptracegrpc.WithEndpoint(googleOTLP.endpoint),
+		otlptracegrpc.WithDialOption(grpc.WithPerRPCCredentials(creds)),
+	}
+	if googleOTLP.insecure {
+		opts = append(opts, otlptracegrpc.WithInsecure())
+	}
+	return otlptracegrpc.New(ctx, opts...)
+}
 
 // Config configures Setup.
 type Config struct {
@@ -111,7 +155,12 @@ func anyEnv(names ...string) bool {
 // (default parentbased_always_on), the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName)))
+	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}
+	if cfg.Default == DefaultGoogleCloud && cfg.Project != "" {
+		// The Telemetry API files spans under this project.
+		attrs = append(attrs, GCPProjectIDKey.String(cfg.Project))
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
@@ -134,9 +183,9 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			t.Exporters = append(t.Exporters, "traces:"+envOr("OTEL_TRACES_EXPORTER", "otlp"))
 		}
 	case cfg.Default == DefaultGoogleCloud:
-		exp, err := texporter.New(texporter.WithProjectID(cfg.Project))
+		exp, err := googleSpanExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: cloud trace exporter: %w", err)
+			return nil, fmt.Errorf("telemetry: cloud trace exporter (OTLP to %s): %w", googleOTLP.endpoint, err)
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 		t.Exporters = append(t.Exporters, "traces:googlecloud")

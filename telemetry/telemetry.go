@@ -2,8 +2,9 @@
 // component uses, the instruments (defined here, once, with bounded
 // attribute sets), W3C trace-context helpers, and Setup, which builds the
 // tracer and meter providers from the standard OTEL_* variables (OTLP over
-// gRPC or HTTP/protobuf, Google Cloud Trace and Monitoring by default in
-// production, Prometheus text for `servo dev`).
+// gRPC or HTTP/protobuf; by default in production Cloud Trace, through
+// Google's OTLP endpoint, and Cloud Monitoring; Prometheus text for
+// `servo dev`).
 //
 // Components call Tracer and the Record* functions; until Setup runs they
 // are no-ops (OpenTelemetry's global no-op providers), so libraries and unit

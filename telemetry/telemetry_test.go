@@ -2,13 +2,19 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 )
 
 func TestTraceParentRoundTrip(t *testing.T) {
@@ -138,5 +144,138 @@ func TestCountRPCs(t *testing.T) {
 	tally(context.Background()) // no tally: nothing counted, no panic
 	if n.Load() != 3 {
 		t.Errorf("tally %d, want 3", n.Load())
+	}
+}
+
+// traceReceiver is an OTLP/gRPC trace collector on a free local port: it
+// stands in for Google's Telemetry API and keeps what it is sent.
+type traceReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	addr string
+
+	mu    sync.Mutex
+	reqs  []*coltracepb.ExportTraceServiceRequest
+	auths []string
+}
+
+func newTraceReceiver(t *testing.T) *traceReceiver {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &traceReceiver{addr: l.Addr().String()}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, r)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return r
+}
+
+func (r *traceReceiver) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reqs = append(r.reqs, req)
+	r.auths = append(r.auths, md.Get("authorization")...)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// bearer is per-RPC credentials with a fixed access token, over plain
+// connections (the local receiver has no TLS).
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// useGoogleOTLP points DefaultGoogleCloud's span exporter at endpoint,
+// without TLS, with creds, until the test ends.
+func useGoogleOTLP(t *testing.T, endpoint string, creds func(context.Context) (credentials.PerRPCCredentials, error)) {
+	t.Helper()
+	saved := googleOTLP
+	googleOTLP.endpoint, googleOTLP.insecure, googleOTLP.creds = endpoint, true, creds
+	t.Cleanup(func() { googleOTLP = saved })
+}
+
+// TestGoogleCloudTraces: with no OTEL_* variable choosing a trace exporter,
+// DefaultGoogleCloud sends spans over OTLP/gRPC to the Telemetry API (a
+// local receiver here), every export carrying the Application Default
+// Credentials' access token and a resource naming the project and the
+// service; an OTEL_RESOURCE_ATTRIBUTES project wins.
+func TestGoogleCloudTraces(t *testing.T) {
+	for _, tc := range []struct {
+		name, resourceEnv, wantProject string
+	}{
+		{"project from the configuration", "", "servo-prod-1"},
+		{"project from OTEL_RESOURCE_ATTRIBUTES", "gcp.project_id=servo-other-2", "servo-other-2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearOTEL(t)
+			t.Setenv("OTEL_METRICS_EXPORTER", "none") // metrics are not this test's
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", tc.resourceEnv)
+			recv := newTraceReceiver(t)
+			useGoogleOTLP(t, recv.addr, func(context.Context) (credentials.PerRPCCredentials, error) { return bearer("access-token-1"), nil })
+			ctx := context.Background()
+			tel, err := Setup(ctx, Config{ServiceName: "servocallbacks", Project: "servo-prod-1", Default: DefaultGoogleCloud})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.Shutdown(ctx)
+			if !slices.Contains(tel.Exporters, "traces:googlecloud") {
+				t.Fatalf("exporters %v, want traces:googlecloud", tel.Exporters)
+			}
+			_, span := tel.TracerProvider.Tracer("test").Start(ctx, "POST /v1/tasks/{taskId}/heartbeat")
+			span.End()
+			if err := tel.ForceFlush(ctx); err != nil {
+				t.Fatalf("flush to the receiver: %v", err)
+			}
+			recv.mu.Lock()
+			defer recv.mu.Unlock()
+			if len(recv.reqs) != 1 {
+				t.Fatalf("%d exports, want 1", len(recv.reqs))
+			}
+			if !slices.Equal(recv.auths, []string{"Bearer access-token-1"}) {
+				t.Errorf("authorization %q, want the access token", recv.auths)
+			}
+			rs := recv.reqs[0].GetResourceSpans()
+			if len(rs) != 1 || len(rs[0].GetScopeSpans()) != 1 || len(rs[0].GetScopeSpans()[0].GetSpans()) != 1 {
+				t.Fatalf("export %v, want one span", recv.reqs[0])
+			}
+			if got := rs[0].GetScopeSpans()[0].GetSpans()[0].GetName(); got != "POST /v1/tasks/{taskId}/heartbeat" {
+				t.Errorf("span %q", got)
+			}
+			attrs := map[string]string{}
+			for _, kv := range rs[0].GetResource().GetAttributes() {
+				attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+			}
+			if attrs[string(GCPProjectIDKey)] != tc.wantProject || attrs["service.name"] != "servocallbacks" {
+				t.Errorf("resource %v, want gcp.project_id=%s and service.name=servocallbacks", attrs, tc.wantProject)
+			}
+		})
+	}
+}
+
+// TestGoogleCloudTracesWithoutCredentials: no credentials, no telemetry,
+// and an error that says why and where the spans would have gone.
+func TestGoogleCloudTracesWithoutCredentials(t *testing.T) {
+	clearOTEL(t)
+	t.Setenv("OTEL_METRICS_EXPORTER", "none")
+	useGoogleOTLP(t, "127.0.0.1:1", func(context.Context) (credentials.PerRPCCredentials, error) {
+		return nil, errors.New("could not find default credentials")
+	})
+	_, err := Setup(context.Background(), Config{ServiceName: "servoapi", Project: "servo-prod-1", Default: DefaultGoogleCloud})
+	if err == nil || !strings.Contains(err.Error(), "could not find default credentials") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("Setup = %v, want the credentials' error naming the endpoint", err)
+	}
+}
+
+// clearOTEL unsets, for the test, every OTEL_* variable Setup reads.
+func clearOTEL(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
+		t.Setenv(k, "")
 	}
 }

@@ -77,15 +77,16 @@ locals {
     { sa = "claim", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
 
     # Telemetry (package telemetry): each function exports its spans to
-    # Cloud Trace and its metrics to Cloud Monitoring (neither has a
-    # narrower target than the project).
-    { sa = "api", role = "roles/cloudtrace.agent", on = "project" },
+    # Cloud Trace over OTLP (the Telemetry API: telemetry.traces.write) and
+    # its metrics to Cloud Monitoring (neither has a narrower target than
+    # the project).
+    { sa = "api", role = "roles/telemetry.tracesWriter", on = "project" },
     { sa = "api", role = "roles/monitoring.metricWriter", on = "project" },
-    { sa = "callbacks", role = "roles/cloudtrace.agent", on = "project" },
+    { sa = "callbacks", role = "roles/telemetry.tracesWriter", on = "project" },
     { sa = "callbacks", role = "roles/monitoring.metricWriter", on = "project" },
-    { sa = "sweeper", role = "roles/cloudtrace.agent", on = "project" },
+    { sa = "sweeper", role = "roles/telemetry.tracesWriter", on = "project" },
     { sa = "sweeper", role = "roles/monitoring.metricWriter", on = "project" },
-    { sa = "claim", role = "roles/cloudtrace.agent", on = "project" },
+    { sa = "claim", role = "roles/telemetry.tracesWriter", on = "project" },
     { sa = "claim", role = "roles/monitoring.metricWriter", on = "project" },
 
     # Cloud Scheduler: publishes ticks to the sweep topic, nothing else.

@@ -107,6 +107,7 @@ resource "google_project_service" "apis" {
     "cloudresourcemanager.googleapis.com",
     "cloudscheduler.googleapis.com",
     "cloudtasks.googleapis.com",
+    "cloudtrace.googleapis.com",
     "eventarc.googleapis.com",
     "firestore.googleapis.com",
     "iam.googleapis.com",
@@ -115,6 +116,9 @@ resource "google_project_service" "apis" {
     "run.googleapis.com",
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
+    # The functions' spans reach Cloud Trace over OTLP through the
+    # Telemetry API (package telemetry).
+    "telemetry.googleapis.com",
   ])
 
   project = var.project_id
