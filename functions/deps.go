@@ -126,6 +126,7 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 		}
 	}()
 	log := logs.Default()
+	began := time.Now()
 	project := Env("SERVO_PROJECT", os.Getenv("GOOGLE_CLOUD_PROJECT"))
 	if project == "" {
 		return nil, fmt.Errorf("functions: set SERVO_PROJECT (or GOOGLE_CLOUD_PROJECT)")
@@ -195,6 +196,9 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	st.OnCommit(pub.Hook())
 	pools := pull.NewTransport(ps)
 	enq = enq.WithPools(pools)
+	// A cold start's own cost, in the instance's logs (docs/operations.md,
+	// "Sizing and cold starts").
+	log.InfoContext(ctx, "dependencies built", "ms", float64(time.Since(began).Microseconds())/1000)
 	return &Deps{Project: project, Store: st, Keys: keys, Enqueuer: enq, Publisher: pub, Logger: log, Pools: pools, Jobs: runner}, nil
 }
 

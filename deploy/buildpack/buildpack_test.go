@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -135,11 +136,20 @@ func TestBuildpackFunctions(t *testing.T) {
 
 	for _, ep := range entryPoints {
 		t.Run(ep.target, func(t *testing.T) {
-			base := startFunction(t, binaries[ep.target], ep.target, env)
+			base, out := startFunctionOut(t, binaries[ep.target], ep.target, env)
 			if ep.cloudEvent {
 				callSweeper(t, base, project)
 			} else {
 				callHTTP(t, base, ep.target)
+			}
+			// The instance says what its cold start's dependencies cost
+			// (the output reaches the buffer through a pipe: wait for it).
+			built := regexp.MustCompile(`"message":"dependencies built","ms":[0-9.]+`)
+			for deadline := time.Now().Add(5 * time.Second); !built.MatchString(out.String()); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("%s logged no \"dependencies built\" line with its ms:\n%s", ep.target, out.String())
+					break
+				}
 			}
 		})
 	}
@@ -539,6 +549,14 @@ func start(t testing.TB, bin, target string, env []string) (port string, out *se
 // connections; it returns its base URL.
 func startFunction(t *testing.T, bin, target string, env []string) string {
 	t.Helper()
+	base, _ := startFunctionOut(t, bin, target, env)
+	return base
+}
+
+// startFunctionOut is startFunction that also returns the process's
+// output (its log lines).
+func startFunctionOut(t *testing.T, bin, target string, env []string) (string, *servotest.Buffer) {
+	t.Helper()
 	port, out, exited, waitErr := start(t, bin, target, env)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -550,7 +568,7 @@ func startFunction(t *testing.T, bin, target string, env []string) string {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
 		if err == nil {
 			c.Close()
-			return "http://127.0.0.1:" + port
+			return "http://127.0.0.1:" + port, out
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on port %s within 30s\n%s", target, port, out.String())
