@@ -13,14 +13,12 @@ import (
 
 	firestoreapi "cloud.google.com/go/firestore/apiv1"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -90,9 +88,7 @@ func BenchmarkCallbacks(b *testing.B) {
 
 	// The bare transaction: the same client stack and emulator, no Servo.
 	host := emulatortest.FirestoreHost(b)
-	fs, err := firestoreapi.NewClient(e.ctx, option.WithEndpoint(host), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-		option.WithGRPCDialOption(grpc.WithPerRPCCredentials(ownerCreds{})))
+	fs, err := servotest.FirestoreClient(e.ctx, host)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,7 +171,7 @@ func BenchmarkCallbacks(b *testing.B) {
 	}
 	replay := func(w *pb.Write, lat *latencies) {
 		t0 := time.Now()
-		err := bareTx(e.ctx, fs, db, w.GetUpdate().GetName(), mask, withNow(w))
+		err := servotest.ReadCommit(e.ctx, fs, db, w.GetUpdate().GetName(), mask, withNow(w))
 		lat.add(time.Since(t0))
 		if err != nil {
 			b.Error(err)
@@ -276,42 +272,10 @@ func runParallel(n, workers int, f func(worker int)) {
 // bareReadCommit is one bare transaction: read doc in a new read-write
 // transaction (BatchGetDocuments), then commit a write of it.
 func bareReadCommit(ctx context.Context, fs *firestoreapi.Client, db, doc string, n int) error {
-	return bareTx(ctx, fs, db, doc, nil, &pb.Write{
+	return servotest.ReadCommit(ctx, fs, db, doc, nil, &pb.Write{
 		Operation: &pb.Write_Update{Update: &pb.Document{Name: doc, Fields: map[string]*pb.Value{
 			"n": {ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}}}},
 	})
-}
-
-// bareTx is one bare transaction: read doc (through mask, when not nil)
-// in a new read-write transaction, then commit w.
-func bareTx(ctx context.Context, fs *firestoreapi.Client, db, doc string, mask []string, w *pb.Write) error {
-	req := &pb.BatchGetDocumentsRequest{
-		Database: db, Documents: []string{doc},
-		ConsistencySelector: &pb.BatchGetDocumentsRequest_NewTransaction{NewTransaction: &pb.TransactionOptions{
-			Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: &pb.TransactionOptions_ReadWrite{}}}},
-	}
-	if mask != nil {
-		req.Mask = &pb.DocumentMask{FieldPaths: mask}
-	}
-	stream, err := fs.BatchGetDocuments(ctx, req)
-	if err != nil {
-		return err
-	}
-	var tx []byte
-	for {
-		res, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if t := res.GetTransaction(); len(t) > 0 {
-			tx = t
-		}
-	}
-	_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{w}})
-	return err
 }
 
 // heartbeatReplay makes the bare transaction a heartbeat amounts to: it
@@ -390,11 +354,3 @@ func withNow(w *pb.Write) *pb.Write {
 	set(w.GetUpdate().GetFields())
 	return w
 }
-
-// ownerCreds authenticates to the emulator as its owner, as the store does.
-type ownerCreds struct{}
-
-func (ownerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-func (ownerCreds) RequireTransportSecurity() bool { return false }

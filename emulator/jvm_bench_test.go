@@ -3,7 +3,6 @@ package emulator
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,9 +11,6 @@ import (
 
 	firestoreapi "cloud.google.com/go/firestore/apiv1"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/servo-dev/servo/internal/servotest"
@@ -42,8 +38,7 @@ func BenchmarkJVMOptions(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fs, err := firestoreapi.NewClient(context.Background(), option.WithEndpoint(p.Host), option.WithoutAuthentication(),
-			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+		fs, err := servotest.FirestoreClient(context.Background(), p.Host)
 		if err != nil {
 			p.Stop()
 			b.Fatal(err)
@@ -107,29 +102,6 @@ func newTx(fs *firestoreapi.Client, db, doc string, fields int) func() error {
 			created = true
 		}
 		n++
-		req := &pb.BatchGetDocumentsRequest{Database: db, Documents: []string{name},
-			ConsistencySelector: &pb.BatchGetDocumentsRequest_NewTransaction{NewTransaction: &pb.TransactionOptions{
-				Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: &pb.TransactionOptions_ReadWrite{}}}}}
-		if fields > 1 {
-			req.Mask = &pb.DocumentMask{FieldPaths: mask}
-		}
-		stream, err := fs.BatchGetDocuments(ctx, req)
-		if err != nil {
-			return err
-		}
-		var tx []byte
-		for {
-			res, err := stream.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if t := res.GetTransaction(); len(t) > 0 {
-				tx = t
-			}
-		}
 		w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: map[string]*pb.Value{
 			"f0": {ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}},
 		}}}}
@@ -138,8 +110,8 @@ func newTx(fs *firestoreapi.Client, db, doc string, fields int) func() error {
 			w.GetUpdate().Fields["live"] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: map[string]*pb.Value{
 				"workerId": {ValueType: &pb.Value_StringValue{StringValue: "w" + strconv.Itoa(n)}}}}}}
 			w.UpdateMask = &pb.DocumentMask{FieldPaths: []string{"f0", "f1", "live.workerId"}}
+			return servotest.ReadCommit(ctx, fs, db, name, mask, w)
 		}
-		_, err = fs.Commit(ctx, &pb.CommitRequest{Database: db, Transaction: tx, Writes: []*pb.Write{w}})
-		return err
+		return servotest.ReadCommit(ctx, fs, db, name, nil, w)
 	}
 }

@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	firestoreapi "cloud.google.com/go/firestore/apiv1"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/zombie"
@@ -61,9 +58,7 @@ func cloneTask(t testing.TB, project, id string, n int) {
 	if host == "" {
 		t.Fatal("cloneTask needs the Firestore emulator")
 	}
-	client, err := firestoreapi.NewClient(ctx, option.WithEndpoint(host), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-		option.WithGRPCDialOption(grpc.WithPerRPCCredentials(ownerCreds{})))
+	client, err := servotest.FirestoreClient(ctx, host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,14 +99,6 @@ func cloneTask(t testing.TB, project, id string, n int) {
 	}
 	flush()
 }
-
-// ownerCreds authenticates to the Firestore emulator as its owner.
-type ownerCreds struct{}
-
-func (ownerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-func (ownerCreds) RequireTransportSecurity() bool { return false }
 
 // docReads is what Firestore bills for a pass: every document a due query
 // returned (at least 1 per query) plus the task and attempt documents each
