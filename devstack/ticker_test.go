@@ -1,40 +1,22 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 )
-
-// logBuffer is a log writer safe for the stack's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 // TestTickStartsWindowedInvocation: one scheduler tick (a Pub/Sub push)
 // starts a sweeper invocation that runs several passes, as production's
 // once-a-minute tick does, instead of one pass a tick.
 func TestTickStartsWindowedInvocation(t *testing.T) {
-	var log logBuffer
+	var log servotest.Buffer
+	count := func(s string) int { return strings.Count(log.String(), s) }
 	s, err := devstack.Start(context.Background(), devstack.Options{Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
 		SweepEvery: 100 * time.Millisecond, Log: &log})
 	if err != nil {
@@ -42,12 +24,12 @@ func TestTickStartsWindowedInvocation(t *testing.T) {
 	}
 	defer s.Close()
 	const done = `"message":"sweeper invocation done"`
-	for deadline := time.Now().Add(2 * time.Minute); log.count(done) < 2; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); count(done) < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sweeper invocations done", log.count(done))
+			t.Fatalf("%d sweeper invocations done", count(done))
 		}
 	}
-	invocations := log.count(done)
+	invocations := count(done)
 	st, found, err := s.Store.LastSweep(context.Background())
 	if err != nil || !found {
 		t.Fatalf("last sweep: %v, found %v", err, found)
