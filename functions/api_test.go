@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/token"
 )
 
@@ -23,11 +22,7 @@ func TestDashboardOnlyWithoutAccessPolicy(t *testing.T) {
 		{"policy", `{"principals":{"alice@example.com":{"acme":"viewer"}}}`, http.StatusUnauthorized},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
-			t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
-			t.Setenv("SERVO_WORKERS", "")
-			t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
-			t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
+			instanceEnv(t)
 			t.Setenv("SERVO_ACCESS", c.policy)
 			_, ring, err := token.GenerateKeyRing("k1")
 			if err != nil {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/pull"
 	"github.com/servo-dev/servo/task"
 	"github.com/servo-dev/servo/token"
@@ -19,12 +18,9 @@ import (
 // Pub/Sub (its address here is dead).
 func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
 	const sa = "gpu-box@servo-test.iam.gserviceaccount.com"
-	t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
-	t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
+	instanceEnv(t)
 	t.Setenv("SERVO_WORKERS", `{"gpu":{"pull":true,"serviceAccounts":["`+sa+`"]}}`)
 	t.Setenv("SERVO_CLAIM_AUDIENCE", "https://claim.example.com")
-	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
-	t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
 	_, ring, err := token.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)

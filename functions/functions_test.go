@@ -56,11 +56,7 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
-			t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
-			t.Setenv("SERVO_WORKERS", "")
-			t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
-			t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
+			instanceEnv(t)
 			t.Setenv(token.EnvKeys, `{"broken":`)
 			clk := servotest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			// A fresh instance with the test's clock.
@@ -106,4 +102,16 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// instanceEnv sets what a function instance of these tests needs besides
+// its keys: a project of the test's own, a callbacks URL, no workers, and
+// Pub/Sub and Cloud Tasks at an address where nothing answers.
+func instanceEnv(t *testing.T) {
+	t.Helper()
+	t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
+	t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
+	t.Setenv("SERVO_WORKERS", "")
+	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+	t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
 }
