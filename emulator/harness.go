@@ -157,7 +157,7 @@ func startWith(ctx context.Context, k Kind, keptLog string) (*Process, error) {
 var errPortInUse = errors.New("port already in use")
 
 func start(ctx context.Context, k Kind, l *launcher, keptLog string) (*Process, error) {
-	port, err := freePort()
+	port, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +189,6 @@ func start(ctx context.Context, k Kind, l *launcher, keptLog string) (*Process, 
 	if err := p.waitReady(ctx); err != nil {
 		stopErr := p.Stop()
 		out := p.outputTail(40, 4096)
-		if errors.Is(err, errExited) && portInUse(out) {
-			err = errPortInUse
-		}
 		return nil, fmt.Errorf("emulator: %s on %s did not become ready: %w%s\n--- last output of %s ---\n%s",
 			k, host, err, stopSuffix(stopErr), strings.Join(argv, " "), out)
 	}
@@ -208,6 +205,9 @@ func stopSuffix(err error) string {
 func portInUse(out string) bool {
 	return strings.Contains(out, "Address already in use") || strings.Contains(out, "BindException")
 }
+
+// pickPort is the port chooser start uses; tests replace it.
+var pickPort = freePort
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
@@ -381,9 +381,15 @@ func (p *Process) waitReady(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		// The Pub/Sub emulator's JVM outlives a failed bind (its Netty
+		// threads keep running), so the port's loss may show only in its
+		// output; without this check Start would wait out its timeout.
+		if portInUse(p.Output()) {
+			return errPortInUse
+		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%w (%v)", errExited, p.waitErr)
+			return p.exited()
 		default:
 		}
 		if p.ping(ctx) {
@@ -398,12 +404,21 @@ func (p *Process) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%w (%v)", errExited, p.waitErr)
+			return p.exited()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
 	}
+}
+
+// exited returns why an emulator that exited before it was ready did so:
+// errPortInUse if its output says its port was taken, else errExited.
+func (p *Process) exited() error {
+	if portInUse(p.Output()) {
+		return fmt.Errorf("%w (%v)", errPortInUse, p.waitErr)
+	}
+	return fmt.Errorf("%w (%v)", errExited, p.waitErr)
 }
 
 // readySettle is how long an emulator that does not log readyMarker must

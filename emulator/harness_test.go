@@ -150,7 +150,8 @@ func TestWaitReady(t *testing.T) {
 	}{
 		{name: "marker logged", kind: PubSub, script: "echo '[pubsub] INFO: Server started, listening on " + port + "'; exec sleep 300", max: 2 * time.Second},
 		{name: "no marker, keeps running", kind: Firestore, script: "exec sleep 300", min: readySettle, max: readySettle + 2*time.Second},
-		{name: "port taken, emulator exits", kind: Firestore, script: "sleep 1; echo 'java.net.BindException: Address already in use'; exit 1", wantErr: errExited, max: 3 * time.Second},
+		{name: "port taken, emulator exits", kind: Firestore, script: "sleep 1; echo 'java.net.BindException: Address already in use'; exit 1", wantErr: errPortInUse, max: 3 * time.Second},
+		{name: "port taken, emulator keeps running", kind: PubSub, script: "sleep 1; echo 'Exception in thread \"main\" java.net.BindException: Address already in use'; exec sleep 300", wantErr: errPortInUse, max: 3 * time.Second},
 		{name: "marker of another port", kind: PubSub, script: "echo 'listening on 1'; sleep 1; exit 1", wantErr: errExited, max: 3 * time.Second},
 	}
 	for _, tt := range tests {
@@ -537,6 +538,51 @@ func TestStartStop(t *testing.T) {
 				if _, err := os.Stat(p.archive[:strings.LastIndex(p.archive, ".tmp-")]); err != nil {
 					t.Errorf("archive not kept: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// TestStartRetriesTakenPort gives each emulator a port that another
+// process holds, as happens when a port is taken between freePort and the
+// emulator's bind: Start must notice at once and try another port. The
+// Pub/Sub emulator's JVM keeps running after its failed bind, so only its
+// output tells.
+func TestStartRetriesTakenPort(t *testing.T) {
+	for _, k := range []Kind{Firestore, PubSub} {
+		t.Run(string(k), func(t *testing.T) {
+			held, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			var picks []int
+			old := pickPort
+			pickPort = func() (int, error) {
+				if len(picks) == 0 {
+					picks = append(picks, held.Addr().(*net.TCPAddr).Port)
+					return picks[0], nil
+				}
+				port, err := freePort()
+				picks = append(picks, port)
+				return port, err
+			}
+			t.Cleanup(func() { pickPort = old })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p, err := Start(ctx, k)
+			if err != nil {
+				t.Fatalf("Start with the first port taken: %v", err)
+			}
+			defer p.Stop()
+			if len(picks) != 2 {
+				t.Errorf("Start chose %d ports (%v), want 2: the taken one, then a free one", len(picks), picks)
+			}
+			if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(picks[len(picks)-1])); p.Host != want {
+				t.Errorf("Host = %s, want %s (the second port)", p.Host, want)
+			}
+			if !answers(p.Host) {
+				t.Errorf("%s does not answer", p.Host)
 			}
 		})
 	}
