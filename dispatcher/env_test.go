@@ -21,6 +21,7 @@ import (
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/enqueue"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/logs"
 	"github.com/servo-dev/servo/store"
 	"github.com/servo-dev/servo/task"
@@ -143,7 +144,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	client := e.tasks
 	if o.ctDown {
-		client = newTasksClient(t, deadAddr(t))
+		client = newTasksClient(t, servotest.DeadAddr(t))
 	}
 	e.enq = e.newEnqueuer(client)
 	cfg := Config{Store: e.st, Enqueuer: e.enq, Logger: testLogger(t), MinTimer: task.MinTimerLocal}
@@ -176,22 +177,9 @@ func newTasksClient(t testing.TB, addr string) *cloudtasksapi.Client {
 	return c
 }
 
-// deadAddr returns a loopback address where nothing listens: a stopped
-// Cloud Tasks emulator's.
-func deadAddr(t testing.TB) string {
-	t.Helper()
-	s := cloudtasks.NewServer(cloudtasks.Options{})
-	addr, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("cloud tasks emulator: %v", err)
-	}
-	s.Stop()
-	return addr
-}
-
 // deadStore is a store option pointing the Firestore client at nothing.
 func deadStore(t testing.TB) store.Option {
-	return store.WithClientOptions(option.WithEndpoint(deadAddr(t)))
+	return store.WithClientOptions(option.WithEndpoint(servotest.DeadAddr(t)))
 }
 
 // response is an API answer.

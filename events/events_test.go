@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -400,18 +399,6 @@ func (f *flakyOutbox) MarkDelivered(ctx context.Context, ids []string, now time.
 	return f.Store.MarkDelivered(ctx, ids, now)
 }
 
-// closedAddr returns an address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestOutageThenRedrive: while publishing fails, transitions still commit
 // and their outbox entries stay undelivered; after recovery Redrive
 // delivers every event (events and dead letters), in order per task, none
@@ -439,7 +426,7 @@ func TestOutageThenRedrive(t *testing.T) {
 		{
 			name: "pubsub unreachable",
 			outage: func(t *testing.T, e *env) (*events.Publisher, func() *events.Publisher) {
-				bad, err := pubsub.NewClient(context.Background(), e.project, option.WithEndpoint(closedAddr(t)),
+				bad, err := pubsub.NewClient(context.Background(), e.project, option.WithEndpoint(servotest.DeadAddr(t)),
 					option.WithoutAuthentication(), option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
 				if err != nil {
 					t.Fatal(err)
