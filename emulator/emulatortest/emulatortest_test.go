@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -177,7 +178,9 @@ func TestPubSubClient(t *testing.T) {
 }
 
 // TestHelper is what a helper run of this binary does once Main has
-// started its emulators: report their hosts, then behave as helperEnv says.
+// started its emulators: report their hosts, then behave as helperEnv says
+// (fail and panic only once the parent has seen the emulators answer and
+// says go on standard input).
 func TestHelper(t *testing.T) {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {
@@ -190,6 +193,11 @@ func TestHelper(t *testing.T) {
 	}
 	running.mu.Unlock()
 	fmt.Printf("READY %s\n", strings.Join(hosts, " "))
+	if mode != "block" {
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			t.Fatalf("helper: waiting for go: %v", err)
+		}
+	}
 	switch mode {
 	case "fail":
 		t.Error("failing on purpose")
@@ -203,6 +211,7 @@ func TestHelper(t *testing.T) {
 // helper is a running helper process.
 type helper struct {
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // a line on it lets a fail or panic helper go on
 	stderr *bytes.Buffer
 	hosts  []string
 	exited chan error
@@ -218,6 +227,9 @@ func startHelper(t *testing.T, env ...string) *helper {
 	h.cmd.Stderr = h.stderr
 	stdout, err := h.cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.cmd.Start(); err != nil {
@@ -320,6 +332,8 @@ func TestMainStopsEmulators(t *testing.T) {
 				if err := h.cmd.Process.Signal(tt.signal); err != nil {
 					t.Fatal(err)
 				}
+			} else if _, err := io.WriteString(h.stdin, "go\n"); err != nil {
+				t.Fatal(err)
 			}
 			if code := h.wait(t); code != tt.wantCode {
 				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tt.wantCode, h.stderr)
