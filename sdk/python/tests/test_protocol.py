@@ -487,12 +487,13 @@ class TestFencing(Base):
         f = self.servo()
 
         def handle(t: sw.Task) -> Any:
-            # Many more heartbeats than fit in one heartbeatTimeoutMs.
-            f.wait_for(lambda calls: sum(c.op == "heartbeat" for c in calls) >= 12, timeout=20)
+            # Three times as many heartbeats as fit in one heartbeatTimeoutMs
+            # (whose margin over the interval absorbs a loaded machine's stalls).
+            f.wait_for(lambda calls: sum(c.op == "heartbeat" for c in calls) >= 30, timeout=20)
             t.check_cancelled()
             return 1
 
-        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=200))
+        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=500))
         self.assertAnswer(got, 200, "committed")
 
 
