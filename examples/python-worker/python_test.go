@@ -108,7 +108,9 @@ func startWorker(t *testing.T, py, port string, logs *syncBuffer) *pyWorker {
 		w.port = strings.TrimSuffix(u[strings.LastIndex(u, ":")+1:], "/")
 	case <-w.done:
 		t.Fatalf("worker.py exited at start:\n%s", logs)
-	case <-time.After(30 * time.Second):
+	// A timeout, not a figure: a loaded machine has been seen to take
+	// tens of seconds to start any Python process.
+	case <-time.After(90 * time.Second):
 		t.Fatalf("worker.py did not start:\n%s", logs)
 	}
 	return w
