@@ -2,7 +2,10 @@
 // (Firestore and Pub/Sub) for tests and the local stack.
 //
 // [Start] runs the emulator on a free port of 127.0.0.1 and waits until it
-// answers HTTP GET / with 200. It runs the emulator's jar from the Cloud SDK
+// answers HTTP GET / with 200. When the port is taken between choosing and
+// binding it (the emulator logs a BindException; the Pub/Sub emulator's JVM
+// then keeps running without a server), Start stops it and tries another
+// port, up to three in all. It runs the emulator's jar from the Cloud SDK
 // directly with java — found next to the gcloud on PATH
 // (ROOT/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar,
 // ROOT/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar), with
