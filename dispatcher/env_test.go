@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,6 +76,9 @@ type envOptions struct {
 	// ctDown points the dispatcher's Cloud Tasks client at an address where
 	// nothing listens.
 	ctDown bool
+	// ctStalled points it at an address that accepts connections and
+	// never answers: every call lasts until its deadline.
+	ctStalled bool
 	// paused pauses the queue, so tasks stay QUEUED in Cloud Tasks.
 	paused bool
 	// config edits the handler configuration.
@@ -144,8 +148,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatalf("workers: %v", err)
 	}
 	client := e.tasks
-	if o.ctDown {
+	switch {
+	case o.ctDown:
 		client = newTasksClient(t, servotest.DeadAddr(t))
+	case o.ctStalled:
+		client = newTasksClient(t, stalledAddr(t))
 	}
 	e.enq = e.newEnqueuer(client)
 	cfg := Config{Store: e.st, Enqueuer: e.enq, Logger: testLogger(t), MinTimer: task.MinTimerLocal}
@@ -180,6 +187,38 @@ func newTasksClient(t testing.TB, addr string) *cloudtasksapi.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// stalledAddr returns a loopback address that accepts connections and
+// never reads or writes on them, until the test ends.
+func stalledAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
 }
 
 // deadStore is a store option pointing the Firestore client at nothing.

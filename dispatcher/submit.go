@@ -515,16 +515,21 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 // on this failure path only), so the sweeper's next pass re-drives it;
 // should that transaction fail too, the dispatch check of the QUEUED task
 // re-drives it after the start timeout. The enqueue outlives a caller that
-// hangs up, bounded by CloudTasksTimeout.
+// hangs up, bounded by CloudTasksTimeout; the record of its failure has a
+// budget of its own (RequestTimeout), since a stalled Cloud Tasks uses up
+// all of the enqueue's.
 func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CloudTasksTimeout)
-	defer cancel()
-	err := h.cfg.Enqueuer.Enqueue(ctx, t)
+	ctx = context.WithoutCancel(ctx)
+	ectx, cancel := context.WithTimeout(ctx, h.cfg.CloudTasksTimeout)
+	err := h.cfg.Enqueuer.Enqueue(ectx, t)
+	cancel()
 	if err == nil {
 		return task.Queued
 	}
 	h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
 	if t.State == task.Queued {
+		ctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
+		defer cancel()
 		ev := task.Event{Kind: task.EventDispatchFailed, Attempt: t.Attempt, Now: h.cfg.Now().UTC()}
 		r, aerr := h.cfg.Store.Apply(ctx, t.ID, ev)
 		if aerr != nil {

@@ -255,6 +255,23 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 	}
 }
 
+// A Cloud Tasks that stalls until the enqueue's deadline leaves the
+// submit's record of the failure its own budget: the task is PENDING with
+// its dispatch check due, for the next sweep to re-drive, not QUEUED until
+// the start timeout.
+func TestSubmitCloudTasksStalled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{ctStalled: true, config: func(c *Config) { c.CloudTasksTimeout = 300 * time.Millisecond }})
+	sr := e.submit(validSubmit("acme"), http.StatusCreated)
+	if sr.State != task.Pending {
+		t.Fatalf("submit with Cloud Tasks stalled = %+v, want PENDING", sr)
+	}
+	st := e.storedTask(sr.TaskID)
+	if st.State != task.Pending || st.DispatchCheckAt == nil || st.DispatchCheckAt.After(time.Now()) {
+		t.Fatalf("stored %s, dispatch check %v: want PENDING, due now", st.State, st.DispatchCheckAt)
+	}
+}
+
 // A Firestore outage is 503 unavailable with Retry-After, on every route.
 func TestStoreUnavailable(t *testing.T) {
 	t.Parallel()
