@@ -475,7 +475,7 @@ class TestFencing(Base):
                         causes.append(e)
                     return "finished anyway"  # even a success is not reported
 
-                got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=300))
+                got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=1000))
                 self.assertAnswer(got, 200, "lease_lost")
                 self.assertEqual(got[1]["code"], "heartbeat_timeout")
                 self.assertEqual(len(causes), 1)
