@@ -26,6 +26,7 @@ import (
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/task"
 )
 
@@ -35,6 +36,10 @@ func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.
 // missing or older than 3.10.
 func python3(t *testing.T) string {
 	t.Helper()
+	// The worker and the SDK are inputs of these tests: go test reruns
+	// them, rather than answer from its cache, when one changes.
+	servotest.TrackFiles(t, ".", ".py")
+	servotest.TrackFiles(t, "../../sdk/python/servo_worker", ".py")
 	p, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatal("python3 is not installed: the Python example worker needs it; install the Debian package python3 (apt-get install python3), Python >= 3.10")

@@ -9,12 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 // python3 returns the interpreter, failing (never skipping) when it is
 // missing or older than 3.10.
 func python3(tb testing.TB) string {
 	tb.Helper()
+	// The Python sources are inputs of these tests: go test reruns them,
+	// rather than answer from its cache, when one changes.
+	servotest.TrackFiles(tb, ".", ".py")
 	p, err := exec.LookPath("python3")
 	if err != nil {
 		tb.Fatal("python3 is not installed: the Python worker SDK's tests need it; install the Debian package python3 (apt-get install python3), Python >= 3.10")
