@@ -262,9 +262,10 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 
 func TestCancelWhileRunning(t *testing.T) {
 	e := start(t)
-	// A grace period no loaded machine outlasts: the callbacks below come
-	// within it (past it they are 410, see TestCancelTimeout).
-	r := e.submit(map[string]any{"cancelGracePeriodMs": 60000})
+	// A grace period and a lease no loaded machine outlasts: the callbacks
+	// below come within them (past the grace they are 410, see
+	// TestCancelTimeout; past the lease the sweeper ends the task).
+	r := e.submit(map[string]any{"cancelGracePeriodMs": 60000, "heartbeatTimeoutMs": 60000})
 	d := e.worker.next(t)
 	e.callback(d.env, "started", started(d.env, "w1"))
 	status, out := e.do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{"reason": "user_requested"})
