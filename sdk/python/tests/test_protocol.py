@@ -164,7 +164,7 @@ class TestStartedRows(Base):
     def test_unreachable_answers_503(self) -> None:
         f = self.servo(lambda op, n, b: Answer(hijack=True))
         ran = []
-        got = self.deliver(self.app(lambda t: ran.append(1), start_retry_window=0.05), f.envelope())
+        got = self.deliver(self.app(lambda t: ran.append(1), start_retry_window=0.5), f.envelope())
         self.assertAnswer(got, 503, "servo_unreachable")
         self.assertEqual(ran, [])
         self.assertGreater(len(f.ops("started")), 1, "transport failures are retried")
@@ -489,11 +489,11 @@ class TestFencing(Base):
         def handle(t: sw.Task) -> Any:
             # Three times as many heartbeats as fit in one heartbeatTimeoutMs
             # (whose margin over the interval absorbs a loaded machine's stalls).
-            f.wait_for(lambda calls: sum(c.op == "heartbeat" for c in calls) >= 30, timeout=20)
+            f.wait_for(lambda calls: sum(c.op == "heartbeat" for c in calls) >= 60, timeout=20)
             t.check_cancelled()
             return 1
 
-        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=500))
+        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=1000))
         self.assertAnswer(got, 200, "committed")
 
 
