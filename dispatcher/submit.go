@@ -527,18 +527,18 @@ func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
 		return task.Queued
 	}
 	h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
-	if t.State == task.Queued {
-		ctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
-		defer cancel()
-		ev := task.Event{Kind: task.EventDispatchFailed, Attempt: t.Attempt, Now: h.cfg.Now().UTC()}
-		r, aerr := h.cfg.Store.Apply(ctx, t.ID, ev)
-		if aerr != nil {
-			h.log.WarnContext(ctx, "could not record the failed enqueue; the dispatch check re-drives it", append(taskAttrs(&t), "error", aerr)...)
-			return task.Queued
-		}
-		return r.Task.State
+	if t.State != task.Queued {
+		return task.Pending
 	}
-	return task.Pending
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
+	defer cancel()
+	ev := task.Event{Kind: task.EventDispatchFailed, Attempt: t.Attempt, Now: h.cfg.Now().UTC()}
+	r, aerr := h.cfg.Store.Apply(rctx, t.ID, ev)
+	if aerr != nil {
+		h.log.WarnContext(ctx, "could not record the failed enqueue; the dispatch check re-drives it", append(taskAttrs(&t), "error", aerr)...)
+		return task.Queued
+	}
+	return r.Task.State
 }
 
 func truncate(s string, n int) string {
