@@ -64,7 +64,6 @@ type env struct {
 	h       *handler
 	api     *httptest.Server
 	worker  *httptest.Server
-	now     func() time.Time // the handler's clock; start and complete report at it
 
 	mu         sync.Mutex
 	deliveries []delivery
@@ -158,10 +157,6 @@ func newEnv(t testing.TB, o envOptions) *env {
 	cfg := Config{Store: e.st, Enqueuer: e.enq, Logger: testLogger(t), MinTimer: task.MinTimerLocal}
 	if o.config != nil {
 		o.config(&cfg)
-	}
-	e.now = time.Now
-	if cfg.Now != nil {
-		e.now = cfg.Now
 	}
 	e.h = newHandler(cfg)
 	e.api = httptest.NewServer(e.h)
@@ -382,7 +377,7 @@ func (e *env) tenantTasks(tenant string) []task.Task {
 // start applies a worker's `started` to the task (as the callbacks would).
 func (e *env) start(id string, attempt int) task.Task {
 	e.t.Helper()
-	r, err := e.st.Apply(e.ctx, id, task.Event{Kind: task.EventStarted, Attempt: attempt, Now: e.now().UTC(), WorkerID: "worker-1"})
+	r, err := e.st.Apply(e.ctx, id, task.Event{Kind: task.EventStarted, Attempt: attempt, Now: e.h.cfg.Now().UTC(), WorkerID: "worker-1"})
 	if err != nil || r.Rejection != nil {
 		e.t.Fatalf("start %s: %v %v", id, err, r.Rejection)
 	}
@@ -396,7 +391,7 @@ func (e *env) complete(id string, attempt int, o task.Outcome) task.Task {
 	if o == task.OutcomeFailed {
 		c.Error = &task.ErrorInfo{Category: task.CategoryConfiguration, Message: "bad config"}
 	}
-	r, err := e.st.Apply(e.ctx, id, task.Event{Kind: task.EventCompleted, Attempt: attempt, Now: e.now().UTC(), WorkerID: "worker-1", Completed: c})
+	r, err := e.st.Apply(e.ctx, id, task.Event{Kind: task.EventCompleted, Attempt: attempt, Now: e.h.cfg.Now().UTC(), WorkerID: "worker-1", Completed: c})
 	if err != nil || r.Rejection != nil {
 		e.t.Fatalf("complete %s: %v %v", id, err, r.Rejection)
 	}
