@@ -18,10 +18,10 @@ import (
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // latencies collects per-operation latencies from concurrent goroutines

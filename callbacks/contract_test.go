@@ -13,9 +13,9 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // cost is what a callback may cost in Firestore RPCs.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Kind names a callback: the last segment of its path.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestCancelGraceOutcomeIndependentOfOrder: a completed SUCCEEDED that

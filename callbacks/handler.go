@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // Defaults of Config.

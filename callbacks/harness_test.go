@@ -18,11 +18,11 @@ import (
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // TestMain runs the tests against one real Firestore emulator. Fuzz

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestLogsNeverShowTheToken runs callbacks of every kind, accepted and

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // newClient returns an HTTP client that keeps enough connections open for

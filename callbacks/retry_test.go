@@ -19,8 +19,8 @@ import (
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestRetriesReachTheWorker runs the retry paths end to end with the real

@@ -7,7 +7,7 @@ import (
 
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestRetryScheduledBeyondTheTokenLifetimeStarts: a retry whose backoff

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // BenchmarkCallbacksSizing measures what one callbacks instance sustains:

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // instrument wraps the callbacks in an OpenTelemetry HTTP server span that

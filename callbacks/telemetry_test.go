@@ -12,9 +12,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // withTelemetry sets the process's telemetry up with sampler (an

@@ -13,8 +13,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // claimsFor are the claims the control plane signs for tk's attempt.

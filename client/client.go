@@ -21,7 +21,7 @@ import (
 	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/internal/events"
 )
 
 // APIEnv names the variable holding the API's base URL.

@@ -13,7 +13,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"golang.org/x/mod/modfile"
 
-	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // The Terraform module is checked by reading it, not by running Terraform:

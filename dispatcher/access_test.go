@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 const testPolicy = `{"principals": {

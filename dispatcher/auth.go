@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/api/idtoken"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Error codes of authentication, authorisation and quotas.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // A batch stores and enqueues every task; tasks without a runId share the

@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // CancelRequest is the optional body of POST /v1/tasks/{id}/cancel and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/internal/servotest"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func (e *env) cancelTask(id, reason string, want int) response {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // A submit is one Firestore commit (the task, its first attempt, its

@@ -9,10 +9,10 @@ import (
 
 	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
 
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // fuzzHandler is a handler that can decode and prepare submits without

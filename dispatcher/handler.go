@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Limits and defaults of the control API.

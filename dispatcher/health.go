@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // HealthResponse answers GET /v1/health: what operators check to tell

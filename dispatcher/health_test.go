@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/store"
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // TestHealthShowsTheLastSweep: GET /v1/health answers sweeper null before

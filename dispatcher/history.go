@@ -9,10 +9,10 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/events"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // MaxWorkerNameBytes bounds the worker filter of GET /v1/tasks.

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestCountsListFiltersAndEvents(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // list pages through GET /v1/tasks with q, returning every task and the

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/quota"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
 

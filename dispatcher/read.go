@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TaskView is a task as the control API shows it (PRODUCT §5): identity,

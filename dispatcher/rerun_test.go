@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // A submit with rerunOf is refused with 409 task_not_terminal while the

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Routes, including the ":batch" custom method, answer the right handler;

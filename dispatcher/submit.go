@@ -13,10 +13,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Bounds of the caller-supplied strings, in bytes.

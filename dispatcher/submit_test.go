@@ -11,9 +11,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // A submitted task reaches the worker through Cloud Tasks with a complete

@@ -3,10 +3,10 @@ package dispatcher
 import (
 	"net/http"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/quota"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // UsageResponse answers GET /v1/tenants/{tenant}/usage.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Every bad field is 400 invalid_request naming the field, and stores

@@ -11,11 +11,11 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/dashboard"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() {

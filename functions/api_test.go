@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // TestDashboardOnlyWithoutAccessPolicy: ServoAPI serves the dashboard at

@@ -10,8 +10,8 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoCallbacks", ServoCallbacks) }

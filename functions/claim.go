@@ -11,9 +11,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/pull"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoClaim", ServoClaim) }

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servo-dev/servo/pull"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // ServoClaim accepts only a verified Google ID token: the local stack's

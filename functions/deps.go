@@ -44,15 +44,15 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/enqueue"
-	"github.com/servo-dev/servo/events"
-	"github.com/servo-dev/servo/jobs"
-	"github.com/servo-dev/servo/keysecret"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/pull"
-	"github.com/servo-dev/servo/quota"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/keysecret"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // Deps are the dependencies shared by the functions of one instance.

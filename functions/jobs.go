@@ -9,9 +9,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/servo-dev/servo/jobs"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoJobs", ServoJobs) }

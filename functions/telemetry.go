@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // telemetryOnce sets OpenTelemetry up once per instance: the standard

@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Callback operations (the last path segment).

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Error is a failure with an ADR-023 §6 category. Wrap an error with one of

@@ -24,9 +24,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/idtoken"
 
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Func does the work of one attempt. It returns the output (JSON-encoded

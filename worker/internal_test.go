@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestBackoffBounds(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // ErrNoEnvelope: RunJob found no envelope in its environment

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/api/idtoken"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Defaults of PullConfig.

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // run is one attempt in this process: the protocol around one call of the

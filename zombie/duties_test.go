@@ -7,7 +7,7 @@ import (
 
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
 

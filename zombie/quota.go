@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // DefaultQuotaRepairEvery is how often a Sweeper recounts the quota

@@ -38,10 +38,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Defaults of Config.

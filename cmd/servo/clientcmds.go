@@ -19,7 +19,7 @@ import (
 
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // clientFlags are the flags every client command takes.

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/dashboard"
-	"github.com/servo-dev/servo/devstack"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // workerFlags collects repeated --worker NAME=URL.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 var (

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/quota"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/quota"
 )
 
 // devAccessFlags are servo dev's --access FILE and --quotas FILE: a real

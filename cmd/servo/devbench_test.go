@@ -16,7 +16,7 @@ import (
 
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 
 	"github.com/servo-dev/servo/internal/benchworker"
 	"github.com/servo-dev/servo/internal/servotest"

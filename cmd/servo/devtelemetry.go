@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // devTelemetry sets OpenTelemetry up for servo dev: Prometheus text at

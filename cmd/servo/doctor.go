@@ -22,10 +22,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/events"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // doctorCheck is one row of servo doctor's table.

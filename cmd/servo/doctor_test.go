@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/devstack"
 )
 
 // servo doctor against the real local stack: every check passes; with the

@@ -9,8 +9,8 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/servo-dev/servo/devstack"
-	"github.com/servo-dev/servo/events"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/events"
 )
 
 func newEventsCmd() *cobra.Command {

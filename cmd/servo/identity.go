@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servo-dev/servo/access"
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/internal/access"
 )
 
 // asEmail is the global --as flag: act as this principal against the

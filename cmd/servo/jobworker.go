@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/servo-dev/servo/jobs"
+	"github.com/servo-dev/servo/internal/jobs"
 )
 
 // jobWorkerFlags collects repeated --job-worker NAME=COMMAND: job workers

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
 

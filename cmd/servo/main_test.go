@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestServoDevBinary runs what a newcomer runs: the built servo binary's

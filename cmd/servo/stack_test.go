@@ -22,11 +22,11 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/events"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 

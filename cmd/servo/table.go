@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // termInfo says how to draw on an output: whether it is a terminal (redraw

@@ -23,7 +23,7 @@ import (
 
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // otlpReceiver is an OTLP/HTTP (protobuf) collector: it keeps the spans'

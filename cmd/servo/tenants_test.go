@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/access"
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/quota"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/quota"
 )
 
 // servo --as EMAIL acts as that principal against servo dev under a real

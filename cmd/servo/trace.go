@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // getTrace prints a task's spans (GET /v1/tasks/{id}/trace, served by

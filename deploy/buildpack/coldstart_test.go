@@ -21,7 +21,7 @@ import (
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/token"
 )
 
 // helloSource is the hello-world function the cold starts are compared

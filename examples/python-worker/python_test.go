@@ -22,12 +22,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/devstack"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/servotest"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }

@@ -31,8 +31,8 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/logs"
-	"github.com/servo-dev/servo/telemetry"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
 )
 

@@ -17,11 +17,11 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/enqueue"
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/store"
-	"github.com/servo-dev/servo/task"
-	"github.com/servo-dev/servo/token"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/servo-dev/servo/functions"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestServoCallbacksUnconfigured: without its configuration the function

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/task"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 

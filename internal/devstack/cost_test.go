@@ -1,0 +1,254 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// callCounter counts gRPC calls by method (the Cloud Tasks client's).
+type callCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *callCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.mu.Lock()
+	c.n[method[strings.LastIndex(method, "/")+1:]]++
+	c.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *callCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.n
+	c.n = map[string]int{}
+	return out
+}
+
+// opCost is what one operation cost, events included (the publisher's
+// sender is flushed before it is read; unbatched, so the worst case).
+type opCost struct {
+	name       string
+	usage      store.Usage
+	firestore  map[string]int
+	cloudTasks map[string]int
+	events     int64 // messages published (events and dead letters)
+}
+
+// costEnv measures operations on a whole local stack, one at a time.
+type costEnv struct {
+	*env
+	rpc *store.RPCCounter
+	ct  *callCounter
+}
+
+func newCostEnv(t *testing.T) *costEnv {
+	rc, ct := store.NewRPCCounter(), &callCounter{n: map[string]int{}}
+	e := start(t, func(o *devstack.Options) {
+		o.SweepEvery = time.Hour             // one tick at start, none while measuring
+		o.DueShards = store.DefaultDueShards // production's, not the local default
+		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
+		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
+	})
+	// Wait for the start-up tick's sweep pass: one query per duty and
+	// shard, and one per shard for the outbox.
+	pass := len(zombie.Duties)*store.DefaultDueShards + store.DefaultDueShards
+	for deadline := time.Now().Add(time.Minute); rc.Counts()["RunQuery"] < pass; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no start-up sweep: %v", rc.Counts())
+		}
+	}
+	return &costEnv{env: e, rpc: rc, ct: ct}
+}
+
+// settle waits until the stack is idle: the start-up sweep done, the
+// events sent.
+func (c *costEnv) settle() {
+	c.t.Helper()
+	last := -1
+	for range 100 {
+		if err := c.stack.Events.Flush(context.Background()); err != nil {
+			c.t.Fatal(err)
+		}
+		if n := c.rpc.Total(); n == last {
+			return
+		} else {
+			last = n
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.t.Fatal("the stack never went idle")
+}
+
+// measure runs op alone and returns what it cost, its events included.
+func (c *costEnv) measure(name string, op func()) opCost {
+	c.t.Helper()
+	c.settle()
+	c.rpc.Reset()
+	c.ct.take()
+	ev0, dl0 := c.stack.Events.Published()
+	op()
+	if err := c.stack.Events.Flush(context.Background()); err != nil {
+		c.t.Fatal(err)
+	}
+	ev1, dl1 := c.stack.Events.Published()
+	return opCost{name: name, usage: c.rpc.Usage(), firestore: c.rpc.Counts(), cloudTasks: c.ct.take(), events: ev1 - ev0 + dl1 - dl0}
+}
+
+func (c *costEnv) heartbeat(d delivery, pct int) {
+	c.t.Helper()
+	st, res := c.callback(d.env, "heartbeat", task.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
+	expect(c.t, "heartbeat", st, res, 200, "", task.Continue)
+}
+
+// attempt plays one attempt: started, beats heartbeats, completed with
+// outcome (FAILED is a retryable INFRASTRUCTURE error).
+func (c *costEnv) attempt(beats int, outcome task.Outcome) {
+	c.t.Helper()
+	d := c.worker.next(c.t)
+	st, res := c.callback(d.env, "started", task.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
+	expect(c.t, "started", st, res, 200, "", task.Continue)
+	for i := range beats {
+		c.heartbeat(d, (i+1)*100/(beats+1))
+	}
+	body := task.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
+	if outcome == task.OutcomeFailed {
+		body.Error = &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "flaky"}
+	}
+	st, res = c.callback(d.env, "completed", body)
+	expect(c.t, "completed", st, res, 200, "", task.Committed)
+}
+
+// costTable runs every operation of docs/cost.md and returns its rows.
+func costTable(t *testing.T) []opCost {
+	c := newCostEnv(t)
+	var rows []opCost
+	retry := map[string]any{"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
+
+	// One task, step by step.
+	rows = append(rows, c.measure("submit", func() { c.submit(retry) }))
+	d := c.worker.next(t)
+	rows = append(rows, c.measure("started", func() {
+		st, res := c.callback(d.env, "started", task.StartedRequest{Attempt: 1, WorkerID: "w"})
+		expect(t, "started", st, res, 200, "", task.Continue)
+	}))
+	rows = append(rows, c.measure("heartbeat", func() { c.heartbeat(d, 10) }))
+	rows = append(rows, c.measure("completed FAILED, retry scheduled", func() {
+		st, res := c.callback(d.env, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: task.OutcomeFailed,
+			Error: &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "flaky"}})
+		expect(t, "completed", st, res, 200, "", task.Committed)
+	}))
+	c.attempt(0, task.OutcomeSucceeded) // attempt 2, to end the task
+	d3 := func() delivery { c.submit(nil); return c.worker.next(t) }()
+	st, res := c.callback(d3.env, "started", task.StartedRequest{Attempt: 1, WorkerID: "w"})
+	expect(t, "started", st, res, 200, "", task.Continue)
+	rows = append(rows, c.measure("completed SUCCEEDED", func() {
+		st, res := c.callback(d3.env, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: task.OutcomeSucceeded})
+		expect(t, "completed", st, res, 200, "", task.Committed)
+	}))
+	sw, err := zombie.New(zombie.Config{Store: c.stack.Store, Enqueuer: c.stack.Enqueuer, Redriver: c.stack.Events, Recorder: c.stack.Store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, c.measure("sweep pass, nothing due", func() {
+		if _, err := sw.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}))
+
+	// Whole lifecycles.
+	rows = append(rows, c.measure("lifecycle: 1 attempt, 10 heartbeats", func() {
+		c.submit(nil)
+		c.attempt(10, task.OutcomeSucceeded)
+	}))
+	var r3 string
+	rows = append(rows, c.measure("lifecycle: 3 attempts (2 retried failures), 10 heartbeats each", func() {
+		r3 = c.submit(retry).TaskID
+		c.attempt(10, task.OutcomeFailed)
+		c.attempt(10, task.OutcomeFailed)
+		c.attempt(10, task.OutcomeSucceeded)
+	}))
+	if v := c.waitState(r3, task.Succeeded); len(v.Attempts) != 3 {
+		t.Fatalf("%d attempts", len(v.Attempts))
+	}
+	return rows
+}
+
+// TestCostModel measures what each operation costs in Firestore, Cloud
+// Tasks and Pub/Sub on the real stack, and checks the figures docs/cost.md
+// is built on:
+//
+//	go test -run TestCostModel -v ./devstack/
+func TestCostModel(t *testing.T) {
+	rows := costTable(t)
+	var b strings.Builder
+	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %d (%s) | %d | %d | %d | %d | %d | %s | %d |\n", r.name, r.usage.RPCs, calls(r.firestore), r.usage.DocsRead, r.usage.DocsWritten,
+			r.usage.IndexEntries, r.usage.BytesSent, r.usage.BytesReceived, calls(r.cloudTasks), r.events)
+	}
+	t.Log("\n" + b.String())
+
+	byName := map[string]opCost{}
+	for _, r := range rows {
+		byName[r.name] = r
+	}
+	shards := store.DefaultDueShards
+	for _, c := range []struct {
+		op         string
+		firestore  map[string]int
+		cloudTasks map[string]int
+		events     int64
+	}{
+		// One commit; the two events' delivery mark is one more.
+		{"submit", map[string]int{"Commit": 2}, map[string]int{"CreateTask": 1}, 2},
+		{"started", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
+		{"heartbeat", map[string]int{"BatchGetDocuments": 1, "Commit": 1}, map[string]int{}, 0},
+		{"completed FAILED, retry scheduled", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{"CreateTask": 1}, 1},
+		{"completed SUCCEEDED", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
+		// One query per duty and shard, and one per shard for the outbox;
+		// the pass's record (meta/sweeper) is one commit.
+		{"sweep pass, nothing due", map[string]int{"RunQuery": len(zombie.Duties)*shards + shards, "Commit": 1}, map[string]int{}, 0},
+	} {
+		got := byName[c.op]
+		if !maps.Equal(got.firestore, c.firestore) || !maps.Equal(got.cloudTasks, c.cloudTasks) || got.events != c.events {
+			t.Errorf("%s: Firestore %v, Cloud Tasks %v, %d messages; want %v, %v, %d", c.op, got.firestore, got.cloudTasks, got.events, c.firestore, c.cloudTasks, c.events)
+		}
+	}
+	if hb := byName["heartbeat"]; hb.usage.DocsWritten != 1 || hb.usage.DocsRead != 1 {
+		t.Errorf("heartbeat: %d documents read, %d written, want 1 and 1", hb.usage.DocsRead, hb.usage.DocsWritten)
+	}
+	// A heartbeat moves the task's entry in the lease index and nothing
+	// else: its other fields are exempt from single-field indexes.
+	if hb := byName["heartbeat"]; hb.usage.IndexEntries != 1 {
+		t.Errorf("heartbeat: %d index entries written, want 1 (the lease index)", hb.usage.IndexEntries)
+	}
+}
+
+func calls(m map[string]int) string {
+	var parts []string
+	for _, k := range []string{"BatchGetDocuments", "Commit", "RunQuery", "Rollback", "CreateTask", "DeleteTask"} {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "0"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,669 @@
+// Package devstack runs Servo's whole local stack in one process: the
+// official Firestore and Pub/Sub emulators, Servo's Cloud Tasks emulator,
+// the control API, the callbacks, the sweeper (driven the production way:
+// a ticker publishes to a Pub/Sub topic whose push subscription calls the
+// CloudEvent function through functions-framework-go), the events
+// publisher, one Cloud Tasks queue per worker, and the example worker as
+// worker "example". `servo dev` and the end-to-end tests use it.
+package devstack
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
+	"github.com/servo-dev/servo/internal/token"
+	"github.com/servo-dev/servo/worker"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// Defaults.
+const (
+	DefaultAddr       = "127.0.0.1:8080"
+	DefaultProject    = "servo-local"
+	DefaultSweepEvery = time.Second
+	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
+	// the ticker publishes every TicksPerWindow × SweepEvery (at most every
+	// 5 minutes), and the invocation each tick starts sweeps every
+	// SweepEvery until just before the next tick (production: a tick a
+	// minute, a 55 s window).
+	// One tick a pass would cost the Pub/Sub emulator a publish and a push
+	// every second.
+	TicksPerWindow = 10
+	// DefaultDueShards is the local stack's number of due shards
+	// (Options.DueShards). Sharding spreads production's index writes;
+	// locally it would only multiply the sweeper's queries (one per duty
+	// and shard every second), which are most of the Firestore emulator's
+	// work.
+	DefaultDueShards = 1
+	// ExampleWorker is the name of the built-in example worker.
+	ExampleWorker = "example"
+	// SweepTopic is the topic the scheduler ticker publishes to.
+	SweepTopic = "servo-sweep"
+	// Location is the Cloud Tasks location of the local queues.
+	Location = "local"
+)
+
+// Options configure a Stack.
+type Options struct {
+	// Addr is where the API, callbacks, sweeper push endpoint and example
+	// worker listen; default DefaultAddr ("127.0.0.1:0" picks a free port).
+	Addr string
+	// Project is the Google Cloud project id used with the emulators.
+	Project string
+	// Workers are external workers, name → URL (http:// on loopback is
+	// accepted); each gets its own queue.
+	Workers map[string]string
+	// SweepEvery is the sweeper's cadence; default 1 s. The scheduler
+	// ticker publishes every TicksPerWindow × SweepEvery.
+	SweepEvery time.Duration
+	// StartTimeout is the default start timeout of new tasks (re-drive);
+	// default task.DefaultStartTimeout.
+	StartTimeout time.Duration
+	// MaxRedrives bounds re-drives before DISPATCH_TIMEOUT; default 5.
+	MaxRedrives int
+	// FirestoreHost and PubSubHost (HOST:PORT) name emulators that are
+	// already running: the stack uses them instead of starting its own, and
+	// leaves them running when it closes. Each is used alone too: an empty
+	// one is started as usual.
+	FirestoreHost, PubSubHost string
+	// ReuseEmulators uses the emulators named by FIRESTORE_EMULATOR_HOST and
+	// PUBSUB_EMULATOR_HOST instead of starting new ones (tests).
+	ReuseEmulators bool
+	// Log receives the components' JSON logs; default io.Discard.
+	Log io.Writer
+	// WorkerOptions are passed to the example worker's handler.
+	WorkerOptions []worker.Option
+	// DueShards is the number of due shards (store.WithDueShards,
+	// SERVO_DUE_SHARDS in production); default DefaultDueShards. It is
+	// raised to the shards of the tasks and outbox entries already in the
+	// Firestore emulator (store.DueShardsInUse), so that a stack started
+	// on data written with more shards still sweeps all of it.
+	DueShards int
+	// StoreOptions are passed to the store (an RPC counter, in benchmarks).
+	StoreOptions []store.Option
+	// TasksClientOptions are passed to the Cloud Tasks client (an
+	// interceptor counting calls, in benchmarks).
+	TasksClientOptions []option.ClientOption
+	// Keys sign and verify task tokens. Default: the key ring in
+	// SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE when set (so that tokens
+	// survive a restart of the stack), else one generated at start.
+	Keys *token.KeyRing
+	// StoreTimeout bounds the store work of one callback and of one API
+	// request (then 503 unavailable); default the handlers' own.
+	StoreTimeout time.Duration
+	// Metrics, when set, is served at GET /metrics (servo dev: the
+	// Prometheus text of every component's metrics).
+	Metrics http.Handler
+	// Traces, when set, serves GET /v1/tasks/{id}/trace from the spans it
+	// recorded (servo get --trace).
+	Traces *telemetry.Recorder
+	// PullPools are pull pools (package pull), name → the identities
+	// allowed to claim (none: any caller); each gets its Pub/Sub topic and
+	// pull subscription, and its workers claim at /v1/pools/{name}/claim,
+	// naming themselves in the pull.DevIdentityHeader header.
+	PullPools map[string][]string
+	// PoolPubSubOptions are passed to the pools' Pub/Sub client (tests put
+	// a proxy in front of the emulator to take it away).
+	PoolPubSubOptions []option.ClientOption
+	// JobWorkers are job workers, name → command line: each attempt runs
+	// as one subprocess of the command (jobs.Local), with the environment
+	// contract of a Cloud Run Job execution; each gets its own queue.
+	JobWorkers map[string]string
+	// Access is the control API's access policy; nil is the open policy.
+	// Either way the API accepts the dev identity tokens of `servo --as`
+	// signed with IdentityKey.
+	Access *access.Policy
+	// IdentityKey signs dev identity tokens (access.SignDev); nil means a
+	// fresh key for this run (Stack.IdentityKey).
+	IdentityKey []byte
+	// Quotas are the per-tenant and per-worker limits; nil means none.
+	Quotas *quota.Policy
+	// KeysFile, when set, is the token key ring file (servo keys generate)
+	// the stack signs and verifies with instead of a generated ring; it is
+	// re-read on an unknown kid and every token.DefaultRefresh, so `servo
+	// keys add|activate|retire --file` rotate the running stack's keys.
+	KeysFile string
+	// NoSweeper starts no scheduler ticker: the sweeper never runs (a
+	// stopped sweeper, for servo doctor's tests).
+	NoSweeper bool
+}
+
+// Stack is a running local stack.
+type Stack struct {
+	// URL is the base URL of the API, callbacks and example worker.
+	URL string
+	// Project is the project id used with the emulators.
+	Project string
+	// FirestoreHost, PubSubHost and CloudTasksHost are the emulators.
+	FirestoreHost, PubSubHost, CloudTasksHost string
+	// Store, Keys and Enqueuer are the stack's own, for tests.
+	Store    *store.Store
+	Keys     *token.KeyRing
+	Enqueuer *enqueue.Enqueuer
+	// Workers is the worker configuration in force.
+	Workers enqueue.Workers
+	// PubSub is the Pub/Sub client.
+	PubSub *pubsub.Client
+	// Events is the events publisher (the store's commit hook and the
+	// sweeper's outbox re-drive).
+	Events *events.Publisher
+	// Jobs runs the job workers' executions as subprocesses.
+	Jobs *jobs.Local
+	// IdentityKey is the dev identity key of this run (servo --as).
+	IdentityKey []byte
+
+	id        string
+	log       *slog.Logger
+	ready     atomic.Bool
+	server    *http.Server
+	emulators []*emulator.Process
+	tasksSrv  *cloudtasks.Server
+	tasks     *cloudtasksapi.Client
+	pub       *events.Publisher
+	pools     *pull.Transport
+	poolPS    *pubsub.Client
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Start starts the stack; Close stops it and everything it started.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	o.Addr = cmp.Or(o.Addr, DefaultAddr)
+	o.Project = cmp.Or(o.Project, DefaultProject)
+	o.SweepEvery = cmp.Or(o.SweepEvery, DefaultSweepEvery)
+	o.StartTimeout = cmp.Or(o.StartTimeout, task.DefaultStartTimeout)
+	o.MaxRedrives = cmp.Or(o.MaxRedrives, zombie.DefaultMaxRedrives)
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s = &Stack{Project: o.Project, id: task.NewRunID(time.Now()), log: logs.New(o.Log, slog.LevelInfo), cancel: cancel}
+	// The error returns below set s to nil: close what was started through
+	// its own reference.
+	partial := s
+	defer func() {
+		if err != nil {
+			partial.Close()
+		}
+	}()
+
+	// 1. Emulators, booting while the rest starts.
+	emulators := make(chan error, 1)
+	go func() { emulators <- s.startEmulators(ctx, o) }()
+	waitEmulators := sync.OnceValue(func() error { return <-emulators })
+	defer func() {
+		if err != nil {
+			waitEmulators() // before Close stops what they started
+		}
+	}()
+	s.tasksSrv = cloudtasks.NewServer(cloudtasks.Options{Logger: s.log})
+	if s.CloudTasksHost, err = s.tasksSrv.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("devstack: cloud tasks emulator: %w", err)
+	}
+	if s.tasks, err = cloudtasks.NewClient(ctx, append(cloudtasks.ClientOptions(s.CloudTasksHost), o.TasksClientOptions...)...); err != nil {
+		return nil, fmt.Errorf("devstack: cloud tasks client: %w", err)
+	}
+
+	// 2. The address everything is served on.
+	lis, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: listen on %s: %w (pass another --addr)", o.Addr, err)
+	}
+	s.URL = "http://" + lis.Addr().String()
+
+	// 3. State, keys, events.
+	if err := waitEmulators(); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	if o.Quotas != nil {
+		o.StoreOptions = append(o.StoreOptions[:len(o.StoreOptions):len(o.StoreOptions)], store.WithQuotas(o.Quotas))
+	}
+	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
+		s.IdentityKey = access.NewDevKey()
+	}
+	if s.Store, err = openStore(ctx, o); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	if o.KeysFile != "" {
+		s.Keys, err = token.NewReloadingKeyRing(ctx, nil, token.FileSource(o.KeysFile), 0)
+	} else {
+		s.Keys, err = keyRing(o.Keys)
+	}
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if s.PubSub, err = pubsub.NewClient(ctx, o.Project); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: pubsub client: %w", err)
+	}
+	if err := events.EnsureLocal(ctx, s.PubSub, "", ""); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: pubsub topics: %w", err)
+	}
+	if s.pub, err = events.New(ctx, events.Config{Store: s.Store, Client: s.PubSub, Logger: s.log}); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	s.Store.OnCommit(s.pub.Hook())
+	s.Events = s.pub
+
+	// 4. Workers and their queues.
+	s.Workers = enqueue.Workers{ExampleWorker: s.worker(ExampleWorker, s.URL+"/workers/"+ExampleWorker)}
+	for name, u := range o.Workers {
+		s.Workers[name] = s.worker(name, u)
+	}
+	for name, accounts := range o.PullPools {
+		s.Workers[name] = enqueue.Worker{Pull: true, ServiceAccounts: accounts}
+	}
+	jobCommands := map[string]string{}
+	for name, command := range o.JobWorkers {
+		w := s.worker(name, "")
+		w.Job = fmt.Sprintf("projects/%s/locations/%s/jobs/%s", s.Project, Location, name)
+		s.Workers[name], jobCommands[w.Job] = w, command
+	}
+	s.Jobs = jobs.NewLocal(jobCommands, o.Log, s.log)
+	if err := s.Workers.Validate(true); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if err := s.startPools(ctx, o); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	for _, name := range s.Workers.Names() {
+		if s.Workers[name].Pull {
+			continue
+		}
+		if err := s.createQueue(ctx, s.Workers[name].Queue); err != nil {
+			lis.Close()
+			return nil, err
+		}
+	}
+	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log, Pools: s.pools,
+		JobDispatchURL: s.URL + jobs.DispatchPath, Executions: s.Jobs}); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+
+	// 5. Handlers on one address.
+	// As in production (a Scheduler tick a minute, each invocation
+	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
+	// an invocation that sweeps every SweepEvery until just before the next
+	// tick.
+	tickEvery, window := sweepSchedule(o.SweepEvery)
+	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives,
+		Every: o.SweepEvery, Window: window})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	routerURL, err := registerSweeper(runCtx, s.id, sweeper)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout,
+		Access: o.Access, Verifiers: []dispatcher.Verifier{dispatcher.DevVerifier{Key: s.IdentityKey}}})
+	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
+	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
+	example := worker.Handler(partitions.Process, wopts...)
+	dispatch, err := jobs.NewHandler(jobs.Config{Store: s.Store, Keys: s.Keys, Workers: s.Workers, Runner: s.Jobs, Logger: s.log, Project: o.Project})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	target, _ := url.Parse(routerURL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, `{"status":"starting"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"ok"}`)
+	})
+	for _, kind := range []string{"started", "heartbeat", "completed"} {
+		mux.Handle("/v1/tasks/{taskId}/"+kind, cb)
+	}
+	mux.Handle("/workers/"+ExampleWorker, example)
+	if s.pools != nil {
+		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{Store: s.Store, Enqueuer: s.Enqueuer, Transport: s.pools, Identity: pull.DevIdentity(), Logger: s.log, Project: o.Project}))
+	}
+	mux.Handle("POST "+sweepPath, proxy)
+	mux.Handle(jobs.DispatchPath, dispatch)
+	mux.Handle("/", api)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.Traces != nil {
+		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
+	}
+	dash := dashboard.Config{Store: s.Store, API: api, Logger: s.log}
+	if o.Traces != nil {
+		dash.Traces = o.Traces // the task page's trace timeline
+	}
+	mux.Handle(dashboard.Prefix, dashboard.New(dash))
+	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.server.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("server stopped", "error", err)
+		}
+	}()
+
+	// 6. The scheduler ticker and the push subscription that drive the sweeper.
+	if !o.NoSweeper {
+		if err := s.startTicker(ctx, runCtx, tickEvery, window, o.SweepEvery); err != nil {
+			return nil, err
+		}
+	}
+	s.ready.Store(true)
+	return s, nil
+}
+
+// openStore opens the stack's store with o.DueShards due shards, or more
+// when the database already holds tasks or outbox entries in higher shards.
+func openStore(ctx context.Context, o Options) (*store.Store, error) {
+	shards := cmp.Or(o.DueShards, DefaultDueShards)
+	open := func(opts ...store.Option) (*store.Store, error) {
+		st, err := store.New(ctx, o.Project, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		return st, nil
+	}
+	// Options.StoreOptions may set the shards too (tests).
+	st, err := open(append([]store.Option{store.WithDueShards(shards)}, o.StoreOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	inUse, err := st.DueShardsInUse(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if inUse <= st.DueShards() {
+		return st, nil
+	}
+	st.Close()
+	return open(append(slices.Clone(o.StoreOptions), store.WithDueShards(inUse))...)
+}
+
+// keyRing returns given, else the key ring of the environment
+// (token.LoadKeyRing), else a new one.
+func keyRing(given *token.KeyRing) (*token.KeyRing, error) {
+	if given != nil {
+		return given, nil
+	}
+	r, err := token.LoadKeyRing()
+	if errors.Is(err, token.ErrNoKeys) {
+		r, _, err = token.GenerateKeyRing("local-1")
+	}
+	return r, err
+}
+
+func (s *Stack) worker(name, u string) enqueue.Worker {
+	return enqueue.Worker{URL: u, Queue: fmt.Sprintf("projects/%s/locations/%s/queues/%s", s.Project, Location, name)}
+}
+
+func (s *Stack) startEmulators(ctx context.Context, o Options) error {
+	given := map[emulator.Kind]string{emulator.Firestore: o.FirestoreHost, emulator.PubSub: o.PubSubHost}
+	if o.ReuseEmulators {
+		for k := range given {
+			given[k] = cmp.Or(given[k], os.Getenv(k.EnvVar()))
+			if given[k] == "" {
+				return errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+			}
+		}
+	}
+	use := func(k emulator.Kind, host string) {
+		os.Setenv(k.EnvVar(), host)
+		if k == emulator.Firestore {
+			s.FirestoreHost = host
+		} else {
+			s.PubSubHost = host
+		}
+	}
+	type started struct {
+		p   *emulator.Process
+		err error
+	}
+	ch := make(chan started, len(given))
+	var errs []error
+	n := 0
+	for k, host := range given {
+		if host != "" {
+			if err := checkEmulator(k, host); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			use(k, host)
+			continue
+		}
+		n++
+		go func(k emulator.Kind) {
+			p, err := emulator.Start(ctx, k)
+			ch <- started{p, err}
+		}(k)
+	}
+	for range n {
+		r := <-ch
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		s.emulators = append(s.emulators, r.p)
+		use(r.p.Kind, r.p.Host)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("devstack: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkEmulator checks that host is a HOST:PORT on which something accepts
+// connections, so that a wrong --firestore or --pubsub fails at start with
+// its name rather than as a timeout on the first request.
+func checkEmulator(k emulator.Kind, host string) error {
+	if _, port, err := net.SplitHostPort(host); err != nil || port == "" {
+		return fmt.Errorf("the %s emulator address %q is not HOST:PORT", k, host)
+	}
+	c, err := net.DialTimeout("tcp", host, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("no %s emulator answers at %s: %w", k, host, err)
+	}
+	return c.Close()
+}
+
+func (s *Stack) createQueue(ctx context.Context, name string) error {
+	parent := name[:strings.Index(name, "/queues/")]
+	_, err := s.tasks.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{
+		Name: name,
+		RetryConfig: &ctpb.RetryConfig{MaxAttempts: 20, MinBackoff: durationpb.New(100 * time.Millisecond),
+			MaxBackoff: durationpb.New(5 * time.Second), MaxDoublings: 5},
+	}})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("devstack: create queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// maxTickEvery bounds the ticker's period, so that an invocation's window
+// stays well under Pub/Sub's longest ack deadline (10 minutes).
+const maxTickEvery = 5 * time.Minute
+
+// sweepSchedule returns the ticker's period and each invocation's window
+// for a sweep every every: TicksPerWindow passes a tick (fewer past
+// maxTickEvery; one when every is longer), the window ending half a period
+// before the next tick.
+func sweepSchedule(every time.Duration) (tick, window time.Duration) {
+	tick = max(every, min(TicksPerWindow*every, maxTickEvery))
+	return tick, tick - every/2
+}
+
+// ackDeadline is the push subscription's ack deadline for a window: the
+// push is answered when the invocation ends, so the deadline outlasts the
+// window (or Pub/Sub would push the tick again while it is handled).
+func ackDeadline(window time.Duration) int32 {
+	return int32(min(600, 60+int(window.Seconds())))
+}
+
+// startTicker creates the sweep topic and its push subscription to this
+// stack's address, and publishes a tick every period, as Cloud Scheduler
+// does once a minute in production.
+func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry time.Duration) error {
+	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
+		return fmt.Errorf("devstack: sweep topic: %w", err)
+	}
+	subName := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
+	_, err := s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: ackDeadline(window),
+		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
+	})
+	if err != nil {
+		return fmt.Errorf("devstack: sweep push subscription: %w", err)
+	}
+	pubr := s.PubSub.Publisher(SweepTopic)
+	// A tick that could not be published (Pub/Sub down) is tried again
+	// every retry rather than a whole period later, so that the sweeper
+	// comes back as soon as Pub/Sub does.
+	tick := func() time.Duration {
+		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id}})
+		if _, err := res.Get(runCtx); err != nil && runCtx.Err() == nil {
+			s.log.Warn("sweep tick not published", "error", err)
+			return retry
+		}
+		return every
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			pubr.Stop()
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName})
+		}()
+		for {
+			// From the tick's publish: a publish held up by a frozen
+			// Pub/Sub is not followed at once by another tick.
+			t := time.NewTimer(tick())
+			select {
+			case <-runCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// Ready reports whether the stack serves.
+func (s *Stack) Ready() bool { return s.ready.Load() }
+
+// Exports are the shell lines a second shell needs.
+func (s *Stack) Exports() []string {
+	env := map[string]string{
+		emulator.Firestore.EnvVar(): s.FirestoreHost,
+		emulator.PubSub.EnvVar():    s.PubSubHost,
+		cloudtasks.EnvVar:           s.CloudTasksHost,
+		"SERVO_API":                 s.URL,
+		"SERVO_PROJECT":             s.Project,
+		access.DevKeyEnv:            base64.RawURLEncoding.EncodeToString(s.IdentityKey),
+	}
+	var out []string
+	for k, v := range env {
+		out = append(out, "export "+k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close stops the stack and everything it started.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.ready.Store(false)
+		unregisterSweeper(s.id)
+		s.cancel()
+		if s.Jobs != nil {
+			_ = s.Jobs.Close()
+		}
+		if s.server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.server.Shutdown(ctx)
+			cancel()
+		}
+		s.wg.Wait()
+		if s.pub != nil {
+			s.pub.Close()
+		}
+		if s.PubSub != nil {
+			s.PubSub.Close()
+		}
+		if s.poolPS != nil {
+			s.poolPS.Close()
+		}
+		if s.Store != nil {
+			s.Store.Close()
+		}
+		if s.tasks != nil {
+			s.tasks.Close()
+		}
+		if s.tasksSrv != nil {
+			s.tasksSrv.Stop()
+		}
+		for _, p := range s.emulators {
+			_ = p.Stop()
+		}
+	})
+	return nil
+}

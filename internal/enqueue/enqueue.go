@@ -1,0 +1,314 @@
+// Package enqueue hands a task's current attempt to Cloud Tasks: it signs
+// the attempt's token, builds the ADR-023 envelope, and creates an HTTP task
+// with a name derived from (task id, attempt, re-drive number), so repeating
+// an enqueue is safe (ALREADY_EXISTS counts as success). The dispatcher uses
+// it on submit, the callbacks and the sweeper for retries and re-drives.
+//
+// A job worker ([Worker.Job]) is enqueued the same way, but its Cloud Task
+// calls Servo's jobs dispatch endpoint ([Config.JobDispatchURL]) with the
+// envelope, and that endpoint runs the Cloud Run Job (package jobs): rate
+// limits, retries, names and re-drives work as for push workers.
+//
+// The token is valid from the moment the delivery can start (the retry's
+// NotBefore, when that is later than now) for [task.TokenTTL], so a retry
+// scheduled further ahead than a token lives still starts. Each sweeper
+// re-drive ([task.Task.Redrives]) is created under a fresh name
+// ([task.RedriveName]) with a freshly signed token: Cloud Tasks refuses a
+// name for about an hour after its task ran or was deleted, so re-driving
+// under the old name would deliver nothing when the first delivery was
+// lost (answered 2xx without a `started`). The previous re-drive's Cloud
+// Task is deleted first, best effort, so a delivery still waiting in the
+// queue is not doubled.
+//
+// A pull pool (Worker.Pull) has no queue: its attempts are published to the
+// pool's topic through Config.Pools (package pull), and Dequeue has nothing
+// to delete (the claim drops the message of an attempt no longer
+// claimable).
+package enqueue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
+	"github.com/servo-dev/servo/internal/token"
+)
+
+// Limits of Cloud Tasks HTTP tasks.
+const (
+	// MaxTaskBytes is Cloud Tasks' task size limit; the envelope must fit.
+	MaxTaskBytes = 1 << 20
+	// MinDispatchDeadline and MaxDispatchDeadline bound dispatch_deadline.
+	MinDispatchDeadline = 15 * time.Second
+	MaxDispatchDeadline = 30 * time.Minute
+)
+
+// Errors.
+var (
+	// ErrEnvelopeTooLarge: the envelope would exceed MaxTaskBytes.
+	ErrEnvelopeTooLarge = fmt.Errorf("envelope exceeds the Cloud Tasks task size limit of %d bytes", MaxTaskBytes)
+	// ErrCloudTasks: Cloud Tasks refused or could not be reached; the task
+	// stays as stored and the sweeper re-drives it.
+	ErrCloudTasks = errors.New("cloud tasks enqueue failed")
+)
+
+// Config configures an Enqueuer.
+type Config struct {
+	Store           *store.Store
+	Tasks           *cloudtasks.Client
+	Keys            *token.KeyRing
+	Workers         Workers
+	CallbackBaseURL string
+	// JobDispatchURL is Servo's jobs dispatch endpoint, which the Cloud
+	// Tasks of job workers (Worker.Job) call; required when a worker is one.
+	JobDispatchURL string
+	// Executions cancels the Cloud Run Job executions of job attempts that
+	// a timer ended (FollowUp); nil cancels none.
+	Executions ExecutionCanceller
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Pools is the transport of the pull pools among Workers (package
+	// pull); required only when there are any.
+	Pools Pools
+}
+
+// ExecutionCanceller cancels a Cloud Run Job execution; jobs.Runner is one.
+type ExecutionCanceller interface {
+	Cancel(ctx context.Context, execution string) error
+}
+
+// Enqueuer enqueues attempts. It is safe for concurrent use.
+type Enqueuer struct{ cfg Config }
+
+// New returns an Enqueuer.
+func New(cfg Config) (*Enqueuer, error) {
+	if cfg.Store == nil || cfg.Tasks == nil || cfg.Keys == nil {
+		return nil, errors.New("enqueue: Store, Tasks and Keys are required")
+	}
+	if cfg.CallbackBaseURL == "" {
+		return nil, errors.New("enqueue: CallbackBaseURL is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, n := range cfg.Workers.Names() {
+		if cfg.Workers[n].Job != "" && cfg.JobDispatchURL == "" {
+			return nil, fmt.Errorf("enqueue: worker %q runs a Cloud Run Job: JobDispatchURL is required", n)
+		}
+	}
+	return &Enqueuer{cfg: cfg}, nil
+}
+
+// Workers returns the configured workers.
+func (e *Enqueuer) Workers() Workers { return e.cfg.Workers }
+
+// Keys returns the token key ring.
+func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
+
+// Envelope signs a token for t's current attempt and returns the envelope
+// and its JSON. The token is valid from when the delivery can start (now,
+// or t.NotBefore when later) for task.TokenTTL from then.
+func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte, error) {
+	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
+	from := now
+	if t.NotBefore != nil && t.NotBefore.After(now) {
+		from = *t.NotBefore
+	}
+	tok, exp, err := e.cfg.Keys.SignFrom(scope, task.TokenTTL(from, t.Deadline, t.Timing.HeartbeatInterval()), now, from)
+	if err != nil {
+		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
+	}
+	env := t.Envelope(e.cfg.CallbackBaseURL, tok, exp, now)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // payloads pass through as sent, without growth
+	if err := enc.Encode(env); err != nil {
+		return task.Envelope{}, nil, fmt.Errorf("enqueue: encode envelope: %w", err)
+	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(body) > MaxTaskBytes {
+		return env, nil, fmt.Errorf("%w (envelope is %d bytes)", ErrEnvelopeTooLarge, len(body))
+	}
+	return env, body, nil
+}
+
+// TaskName is the Cloud Tasks task name for t's current attempt and
+// re-drive (task.RedriveName).
+func TaskName(queue string, t *task.Task) string {
+	return redriveName(queue, t, t.Redrives)
+}
+
+func redriveName(queue string, t *task.Task, redrive int) string {
+	return queue + "/tasks/" + task.RedriveName(t.ID, t.Attempt, redrive)
+}
+
+// DispatchDeadline is how long Cloud Tasks waits for the worker: the time
+// to the task deadline, else the maximum, clamped to Cloud Tasks' range.
+func DispatchDeadline(t *task.Task, now time.Time) time.Duration {
+	d := MaxDispatchDeadline
+	if t.Deadline != nil {
+		d = t.Deadline.Sub(now)
+	}
+	return min(max(d, MinDispatchDeadline), MaxDispatchDeadline)
+}
+
+// Enqueue creates the Cloud Task for t's current attempt (a repeat is a
+// no-op) and, when t is PENDING, records that it is QUEUED.
+func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "send "+t.Worker, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, t.Worker),
+			attribute.String("messaging.system", "gcp_cloud_tasks"), attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", t.Worker))...))
+	defer func() { telemetry.EndSpan(span, err) }()
+	w, err := e.cfg.Workers.Lookup(t.Worker)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", t.ID, err)
+	}
+	if w.Pull {
+		// The envelope is built, with a fresh token, when a worker claims it.
+		if err := e.enqueuePull(ctx, t.Worker, t); err != nil {
+			return err
+		}
+		return e.recordQueued(ctx, t)
+	}
+	now := e.cfg.Now().UTC()
+	_, body, err := e.Envelope(&t, now)
+	if err != nil {
+		return err
+	}
+	target := w.URL
+	if w.Job != "" {
+		target = e.cfg.JobDispatchURL
+	}
+	req := &ctpb.HttpRequest{
+		Url: target, HttpMethod: ctpb.HttpMethod_POST, Body: body,
+		Headers: map[string]string{"Content-Type": "application/json"},
+	}
+	// The delivery continues this trace: W3C traceparent in the Cloud
+	// Task's HTTP headers.
+	telemetry.Inject(ctx, propagation.MapCarrier(req.Headers))
+	if w.ServiceAccount != "" {
+		aud := w.Audience
+		if aud == "" {
+			aud = target
+		}
+		req.AuthorizationHeader = &ctpb.HttpRequest_OidcToken{OidcToken: &ctpb.OidcToken{ServiceAccountEmail: w.ServiceAccount, Audience: aud}}
+	}
+	ct := &ctpb.Task{
+		Name:             TaskName(w.Queue, &t),
+		MessageType:      &ctpb.Task_HttpRequest{HttpRequest: req},
+		DispatchDeadline: durationpb.New(DispatchDeadline(&t, now)),
+	}
+	if t.NotBefore != nil && t.NotBefore.After(now) {
+		ct.ScheduleTime = timestamppb.New(*t.NotBefore)
+	}
+	log := e.cfg.Logger.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "worker", t.Worker)
+	if t.Redrives > 0 {
+		// A re-drive: the previous name's delivery may still be waiting.
+		prev := redriveName(w.Queue, &t, t.Redrives-1)
+		if err := e.deleteTask(ctx, prev); err != nil {
+			log.WarnContext(ctx, "could not delete the re-driven attempt's previous Cloud Task", "cloudTask", prev, "error", err)
+		}
+	}
+	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: w.Queue, Task: ct})
+	switch status.Code(err) {
+	case codes.OK:
+		log.InfoContext(ctx, "attempt enqueued", "cloudTask", ct.Name)
+	case codes.AlreadyExists:
+		log.InfoContext(ctx, "attempt already enqueued", "cloudTask", ct.Name)
+	default:
+		log.WarnContext(ctx, "enqueue failed; the sweeper will re-drive", "error", err)
+		return fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+	}
+	return e.recordQueued(ctx, t)
+}
+
+// recordQueued records that a PENDING t is QUEUED once its attempt is
+// handed to the transport.
+func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
+	if t.State == task.Pending {
+		if _, err := e.cfg.Store.Apply(ctx, t.ID, task.Event{Kind: task.EventEnqueued, Attempt: t.Attempt, Now: e.cfg.Now().UTC()}); err != nil {
+			return fmt.Errorf("enqueue %s: record QUEUED: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+// Dequeue deletes the Cloud Tasks of t's current attempt: the current
+// re-drive's, then the earlier re-drives' (each re-drive deletes its
+// predecessor, but only best effort); a task already gone is not an error.
+// Every name is tried; the first failure is returned.
+func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
+	w, err := e.cfg.Workers.Lookup(t.Worker)
+	if err != nil {
+		return err
+	}
+	if w.Pull {
+		return nil // a claim drops the message of an attempt no longer claimable
+	}
+	var first error
+	for n := t.Redrives; n >= 0; n-- {
+		if err := e.deleteTask(ctx, redriveName(w.Queue, &t, n)); err != nil && first == nil {
+			first = fmt.Errorf("%w: delete %s attempt %d re-drive %d: %w", ErrCloudTasks, t.ID, t.Attempt, n, err)
+		}
+	}
+	return first
+}
+
+// deleteTask deletes the Cloud Task name; NOT_FOUND is success.
+func (e *Enqueuer) deleteTask(ctx context.Context, name string) error {
+	err := e.cfg.Tasks.DeleteTask(ctx, &ctpb.DeleteTaskRequest{Name: name})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return err
+	}
+	return nil
+}
+
+// FollowUp performs what a committed result asks for: cancel the job
+// execution of an attempt a timer ended (first, so that the stale execution
+// stops before the retry starts; best effort, logged), then enqueue the
+// next attempt (a retry or re-drive) or delete a cancelled attempt's Cloud
+// Task. A failure to enqueue or dequeue is logged and returned; the
+// sweeper recovers it.
+func (e *Enqueuer) FollowUp(ctx context.Context, r task.Result) error {
+	if r.CancelExecution != "" && e.cfg.Executions != nil {
+		log := e.cfg.Logger.With("taskId", r.Task.ID, "tenantId", r.Task.TenantID, "execution", r.CancelExecution)
+		if err := e.cfg.Executions.Cancel(ctx, r.CancelExecution); err != nil {
+			log.WarnContext(ctx, "could not cancel the ended attempt's job execution; its callbacks are refused", "error", err)
+		} else {
+			log.InfoContext(ctx, "cancelled the ended attempt's job execution")
+		}
+	}
+	switch {
+	case r.Enqueue:
+		return e.Enqueue(ctx, r.Task)
+	case r.Dequeue:
+		if err := e.Dequeue(ctx, r.Task); err != nil {
+			e.cfg.Logger.WarnContext(ctx, "could not delete the cancelled attempt's Cloud Task", "taskId", r.Task.ID, "attempt", r.Task.Attempt, "tenantId", r.Task.TenantID, "error", err)
+			return err
+		}
+	}
+	return nil
+}

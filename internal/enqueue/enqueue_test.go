@@ -1,0 +1,104 @@
+package enqueue
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+func TestParseWorkers(t *testing.T) {
+	const q = `"queue":"projects/my-project/locations/europe-west1/queues/render"`
+	cases := []struct {
+		name     string
+		json     string
+		loopback bool
+		wantErr  string
+	}{
+		{"https", `{"render":{"url":"https://render.example.run.app/",` + q + `}}`, false, ""},
+		{"http refused in production", `{"render":{"url":"http://render.example/",` + q + `}}`, false, "must be https"},
+		{"http on loopback locally", `{"render":{"url":"http://127.0.0.1:8080/w",` + q + `}}`, true, ""},
+		{"http off loopback locally", `{"render":{"url":"http://10.0.0.1/w",` + q + `}}`, true, "must be https"},
+		{"no scheme", `{"render":{"url":"render.example",` + q + `}}`, false, "absolute URL"},
+		{"other scheme", `{"render":{"url":"file:///etc/passwd",` + q + `}}`, true, "absolute URL"},
+		{"bad queue", `{"render":{"url":"https://r.example/","queue":"render"}}`, false, "queue"},
+		{"bad name", `{"Render!":{"url":"https://r.example/",` + q + `}}`, false, "name"},
+		{"not JSON", `{`, false, "SERVO_WORKERS"},
+		{"job, no url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render",` + q + `}}`, false, ""},
+		{"job and url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render","url":"https://r.example/",` + q + `}}`, false, "no url"},
+		{"bad job", `{"render":{"job":"render",` + q + `}}`, false, "jobs/JOB"},
+		{"job without queue", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render"}}`, false, "queue"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ws, err := ParseWorkers([]byte(c.json), c.loopback)
+			if c.wantErr == "" {
+				if err != nil || len(ws) != 1 {
+					t.Fatalf("got %v, %v", ws, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("got %v, want an error about %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestLookupUnknownWorker(t *testing.T) {
+	if _, err := (Workers{}).Lookup("nope"); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDispatchDeadline(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	cases := []struct {
+		deadline *time.Time
+		want     time.Duration
+	}{
+		{nil, MaxDispatchDeadline},
+		{at(5 * time.Minute), 5 * time.Minute},
+		{at(time.Second), MinDispatchDeadline},
+		{at(-time.Hour), MinDispatchDeadline},
+		{at(3 * time.Hour), MaxDispatchDeadline},
+	}
+	for _, c := range cases {
+		if got := DispatchDeadline(&task.Task{Deadline: c.deadline}, now); got != c.want {
+			t.Errorf("deadline %v: got %v, want %v", c.deadline, got, c.want)
+		}
+	}
+}
+
+func TestTaskNameIsDeterministicPerAttempt(t *testing.T) {
+	const q = "projects/p-12345/locations/l/queues/q"
+	a := &task.Task{ID: task.NewTaskID(time.Now()), Attempt: 1}
+	b := *a
+	b.Attempt = 2
+	if TaskName(q, a) != TaskName(q, a) || TaskName(q, a) == TaskName(q, &b) || !strings.HasPrefix(TaskName(q, a), q+"/tasks/") {
+		t.Fatalf("names: %s %s", TaskName(q, a), TaskName(q, &b))
+	}
+}
+
+// Each sweeper re-drive of an attempt has a name of its own (Cloud Tasks
+// refuses a name whose task ran or was deleted); the first dispatch keeps
+// task.DispatchName.
+func TestTaskNamePerRedrive(t *testing.T) {
+	const q = "projects/p-12345/locations/l/queues/q"
+	tk := task.Task{ID: task.NewTaskID(time.Now()), Attempt: 2}
+	if got, want := TaskName(q, &tk), q+"/tasks/"+task.DispatchName(tk.ID, 2); got != want {
+		t.Fatalf("first dispatch: %s, want %s", got, want)
+	}
+	seen := map[string]bool{TaskName(q, &tk): true}
+	for n := 1; n <= 3; n++ {
+		tk.Redrives = n
+		name := TaskName(q, &tk)
+		if seen[name] || name != q+"/tasks/"+task.RedriveName(tk.ID, 2, n) {
+			t.Fatalf("re-drive %d: %s", n, name)
+		}
+		seen[name] = true
+	}
+}

@@ -1,0 +1,296 @@
+package events
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+var t0 = time.Date(2025, 11, 21, 9, 30, 0, 123e6, time.UTC)
+
+func transition(id string, seq int64, from, to task.State) task.Transition {
+	return task.Transition{
+		EventID: task.EventID(id, 1, from, to), TaskID: id, RunID: "run_1", TenantID: "acme", WorkspaceID: "ws",
+		Worker: "etl", Attempt: 1, From: from, To: to, Reason: "R", Seq: seq, OccurredAt: t0,
+	}
+}
+
+func TestEventMessage(t *testing.T) {
+	tr := transition("task_A", 4, task.Running, task.Queued)
+	tr.Outcome, tr.NextAttempt = task.OutcomeFailed, 2
+	tr.Error = &task.ErrorInfo{Category: task.CategoryUserCode, Message: "boom"}
+	tr.DeadLetter = false
+	msg, err := EventMessage(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.OrderingKey != "task_A" {
+		t.Errorf("ordering key = %q, want the task id", msg.OrderingKey)
+	}
+	wantAttrs := map[string]string{
+		"type": TypeTransition, "eventId": tr.EventID, "tenantId": "acme", "workspaceId": "ws",
+		"taskId": "task_A", "runId": "run_1", "state": "QUEUED",
+	}
+	if !reflect.DeepEqual(msg.Attributes, wantAttrs) {
+		t.Errorf("attributes = %v, want %v", msg.Attributes, wantAttrs)
+	}
+	// The body has exactly the documented fields.
+	var raw map[string]any
+	if err := json.Unmarshal(msg.Data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"eventId", "taskId", "runId", "tenantId", "workspaceId", "worker", "attempt", "from", "to",
+		"reason", "occurredAt", "outcome", "error", "nextAttempt", "seq"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("body lacks %q: %s", k, msg.Data)
+		}
+	}
+	if len(raw) != 15 {
+		t.Errorf("body has %d fields, want 15: %s", len(raw), msg.Data)
+	}
+	if raw["occurredAt"] != "2025-11-21T09:30:00.123Z" {
+		t.Errorf("occurredAt = %v", raw["occurredAt"])
+	}
+	got, err := DecodeEvent(msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := EventOf(tr); !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip = %+v, want %+v", got, want)
+	}
+}
+
+func TestDecodeEventErrors(t *testing.T) {
+	for _, data := range []string{``, `not json`, `{}`, `{"eventId":"e"}`} {
+		if _, err := DecodeEvent([]byte(data)); err == nil {
+			t.Errorf("DecodeEvent(%q) succeeded", data)
+		}
+		if _, err := DecodeDeadLetter([]byte(data)); err == nil {
+			t.Errorf("DecodeDeadLetter(%q) succeeded", data)
+		}
+	}
+}
+
+func TestDeadLetterOf(t *testing.T) {
+	workerErr := &task.ErrorInfo{Category: task.CategoryDataQuality, Message: "bad row"}
+	attemptErr := &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"}
+	history := []task.Attempt{
+		{Attempt: 1, Outcome: task.OutcomeFailed, Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "first"}},
+		{Attempt: 2, Outcome: task.OutcomeZombie, Error: attemptErr},
+	}
+	tests := []struct {
+		name     string
+		reason   string
+		trErr    *task.ErrorInfo
+		attempts []task.Attempt
+		want     *task.ErrorInfo
+	}{
+		{"transition error wins", task.ReasonNonRetryable, workerErr, history, workerErr},
+		{"falls back to the last attempt's error", task.ReasonHeartbeatTimeout, nil, history, attemptErr},
+		{"deadline synthesized", task.ReasonDeadlineExceeded, nil, history[:1], &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task's deadline passed"}},
+		{"dispatch synthesized", task.ReasonDispatchTimeout, nil, nil, &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task never started: re-drives exhausted"}},
+		{"cancel timeout synthesized", task.ReasonCancelTimeout, nil, nil, &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the worker did not finish within the cancel grace period"}},
+		{"other synthesized", "SOMETHING", nil, nil, &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "task failed: SOMETHING"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := transition("task_A", 6, task.Running, task.Failed)
+			tr.Attempt, tr.Reason, tr.Error, tr.DeadLetter = 2, tt.reason, tt.trErr, true
+			d := DeadLetterOf(tr, tt.attempts)
+			if !reflect.DeepEqual(d.Error, tt.want) {
+				t.Errorf("error = %+v, want %+v", d.Error, tt.want)
+			}
+			if d.State != task.Failed || d.Reason != tt.reason || d.EventID != tr.EventID || d.Attempt != 2 {
+				t.Errorf("dead letter = %+v", d)
+			}
+			if d.Attempts == nil || len(d.Attempts) != len(tt.attempts) {
+				t.Errorf("attempts = %v, want %d records (never null)", d.Attempts, len(tt.attempts))
+			}
+			msg, err := DeadLetterMessage(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.OrderingKey != "" || msg.Attributes["type"] != TypeDeadLetter || msg.Attributes["state"] != "FAILED" ||
+				msg.Attributes["reason"] != tt.reason || msg.Attributes["eventId"] != tr.EventID || msg.Attributes["tenantId"] != "acme" {
+				t.Errorf("message = %+v", msg)
+			}
+			back, err := DecodeDeadLetter(msg.Data)
+			if err != nil || !reflect.DeepEqual(back.Error, tt.want) || len(back.Attempts) != len(tt.attempts) {
+				t.Errorf("round trip = %+v, %v", back, err)
+			}
+		})
+	}
+}
+
+func TestSortedCopy(t *testing.T) {
+	in := []task.Transition{
+		transition("task_B", 2, task.Pending, task.Queued),
+		transition("task_A", 3, task.Queued, task.Running),
+		transition("task_B", 1, "", task.Pending),
+		transition("task_A", 1, "", task.Pending),
+		transition("task_A", 2, task.Pending, task.Queued),
+	}
+	orig := append([]task.Transition(nil), in...)
+	got := sortedCopy(in)
+	var keys []string
+	for _, tr := range got {
+		keys = append(keys, tr.TaskID+"#"+string(rune('0'+tr.Seq)))
+	}
+	if want := "task_A#1 task_A#2 task_A#3 task_B#1 task_B#2"; strings.Join(keys, " ") != want {
+		t.Errorf("order = %s, want %s", strings.Join(keys, " "), want)
+	}
+	if !reflect.DeepEqual(in, orig) {
+		t.Error("sortedCopy modified its input")
+	}
+}
+
+func TestNames(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{TopicName("p", "servo-task-events"), "projects/p/topics/servo-task-events"},
+		{TopicName("p", "projects/q/topics/t"), "projects/q/topics/t"},
+		{SubscriptionName("p", "s"), "projects/p/subscriptions/s"},
+		{SubscriptionName("p", "projects/q/subscriptions/s"), "projects/q/subscriptions/s"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+func TestTailFilterAndMatches(t *testing.T) {
+	ev := EventOf(transition("task_A", 1, "", task.Pending))
+	tests := []struct {
+		opts   TailOptions
+		filter string
+		match  bool
+	}{
+		{TailOptions{}, "", true},
+		{TailOptions{TaskID: "task_A"}, `attributes.taskId = "task_A"`, true},
+		{TailOptions{TaskID: "task_B"}, `attributes.taskId = "task_B"`, false},
+		{TailOptions{RunID: "run_1"}, `attributes.runId = "run_1"`, true},
+		{TailOptions{TaskID: "task_A", RunID: "run_2"}, `attributes.taskId = "task_A" AND attributes.runId = "run_2"`, false},
+	}
+	for _, tt := range tests {
+		if got := tailFilter(tt.opts); got != tt.filter {
+			t.Errorf("tailFilter(%+v) = %q, want %q", tt.opts, got, tt.filter)
+		}
+		if got := tt.opts.Matches(ev); got != tt.match {
+			t.Errorf("%+v.Matches = %v, want %v", tt.opts, got, tt.match)
+		}
+	}
+}
+
+func TestTableRow(t *testing.T) {
+	created := EventOf(transition("task_A", 1, "", task.Pending))
+	created.Reason = task.ReasonSubmitted
+	retry := EventOf(transition("task_A", 4, task.Running, task.Queued))
+	retry.Reason, retry.Outcome, retry.NextAttempt = task.ReasonRetryScheduled, task.OutcomeFailed, 2
+	retry.Error = &task.ErrorInfo{Category: task.CategoryUserCode, Message: "boom"}
+	tests := []struct {
+		ev   Event
+		want []string
+	}{
+		{created, []string{"2025-11-21T09:30:00.123Z", "task_A", "∅ → PENDING", "SUBMITTED"}},
+		{retry, []string{"RUNNING → QUEUED", "RETRY_SCHEDULED", "outcome=FAILED", "nextAttempt=2", `error="USER_CODE: boom"`}},
+	}
+	for _, tt := range tests {
+		row := TableRow(tt.ev)
+		if !strings.HasSuffix(row, "\n") || strings.Count(row, "\n") != 1 {
+			t.Errorf("row %q is not one line", row)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(row, w) {
+				t.Errorf("row %q lacks %q", row, w)
+			}
+		}
+	}
+	if h := TableHeader(); !strings.HasPrefix(h, "TIME") || !strings.Contains(h, "TRANSITION") {
+		t.Errorf("header = %q", h)
+	}
+}
+
+// TestOccurredAtAsStored: the hook publishes from memory (nanoseconds),
+// Redrive from Firestore (microseconds); both bodies must be identical.
+func TestOccurredAtAsStored(t *testing.T) {
+	tr := transition("task_A", 1, "", task.Pending)
+	tr.OccurredAt = time.Date(2025, 11, 21, 9, 30, 0, 123456789, time.FixedZone("X", 3600))
+	stored := tr
+	stored.OccurredAt = time.Date(2025, 11, 21, 8, 30, 0, 123456000, time.UTC)
+	a, _ := EventMessage(tr)
+	b, _ := EventMessage(stored)
+	if string(a.Data) != string(b.Data) {
+		t.Errorf("bodies differ:\n%s\n%s", a.Data, b.Data)
+	}
+	if d1, d2 := DeadLetterOf(tr, nil), DeadLetterOf(stored, nil); !d1.OccurredAt.Equal(d2.OccurredAt) || d1.OccurredAt.Location() != time.UTC {
+		t.Errorf("dead letter times %v, %v", d1.OccurredAt, d2.OccurredAt)
+	}
+}
+
+// TestDeadLetterCappedUnit: a dead letter under the cap is unchanged;
+// over it, large fields are cut with a marker and, with many attempts,
+// the oldest ones are left out, so the body always fits.
+func TestDeadLetterCappedUnit(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("é", 40<<10) + `"`)
+	mid := json.RawMessage(`"` + strings.Repeat("é", 2<<10) + `"`)
+	mk := func(n int, out json.RawMessage) DeadLetter {
+		var as []task.Attempt
+		for i := 1; i <= n; i++ {
+			as = append(as, task.Attempt{Attempt: i, Outcome: task.OutcomeFailed, Output: out, Checkpoint: out, PartialProgress: out,
+				Message: strings.Repeat("m", 4<<10), Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "x", StackTrace: strings.Repeat("s", 16<<10)}})
+		}
+		return DeadLetterOf(transition("task_1", int64(n), task.Running, task.Failed), as)
+	}
+	tests := []struct {
+		name         string
+		d            DeadLetter
+		limit        int
+		truncated    bool
+		wantOmitted  bool
+		wantAttempts int
+	}{
+		{"small: unchanged", mk(3, json.RawMessage(`{"ok":1}`)), MaxDeadLetterBytes, false, false, 3},
+		{"20 large attempts: fields cut", mk(20, big), MaxDeadLetterBytes, true, false, 20},
+		{"300 attempts: oldest left out", mk(300, mid), MaxDeadLetterBytes, true, true, 0},
+		{"tiny cap: no attempt fits", mk(5, big), 2 << 10, true, true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.d.Capped(tc.limit)
+			data, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Truncated != tc.truncated || (c.OmittedAttempts > 0) != tc.wantOmitted {
+				t.Fatalf("truncated %v omitted %d", c.Truncated, c.OmittedAttempts)
+			}
+			if len(c.Attempts)+c.OmittedAttempts != len(tc.d.Attempts) {
+				t.Fatalf("%d attempts + %d omitted of %d", len(c.Attempts), c.OmittedAttempts, len(tc.d.Attempts))
+			}
+			if tc.wantAttempts > 0 && len(c.Attempts) != tc.wantAttempts {
+				t.Fatalf("%d attempts, want %d", len(c.Attempts), tc.wantAttempts)
+			}
+			if tc.limit >= 64<<10 && len(data) > tc.limit {
+				t.Fatalf("%d bytes over the cap %d", len(data), tc.limit)
+			}
+			if !tc.truncated {
+				return
+			}
+			if len(c.Attempts) > 0 {
+				a := c.Attempts[len(c.Attempts)-1]
+				if a.Attempt != len(tc.d.Attempts) || !strings.Contains(a.Error.StackTrace, TruncatedMarker) || !strings.Contains(a.Message, TruncatedMarker) || !json.Valid(a.Output) || !utf8.ValidString(a.Message) {
+					t.Fatalf("last attempt kept %+v", a.Attempt)
+				}
+			}
+			// The original is untouched.
+			if len(tc.d.Attempts[0].Output) < TruncatedFieldBytes || strings.Contains(tc.d.Attempts[0].Error.StackTrace, TruncatedMarker) {
+				t.Fatal("Capped modified its receiver")
+			}
+		})
+	}
+}

@@ -1,0 +1,578 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// Defaults of Config.
+const (
+	// DefaultGrace is how old an undelivered outbox entry must be before
+	// Redrive publishes it: younger ones are still being published by the
+	// writer that committed them.
+	DefaultGrace = 10 * time.Second
+	// DefaultPublishTimeout bounds one Publish or one Redrive batch waiting
+	// for Pub/Sub (and, separately, the commit that marks it delivered). The
+	// hook runs on the writer's critical path: during a Pub/Sub outage each
+	// commit waits this long before its events are left to Redrive.
+	DefaultPublishTimeout = 5 * time.Second
+	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
+	DefaultRedriveBatch = 200
+	// DefaultRedriveMaxBatches bounds the batches of one Redrive call; the
+	// next sweeper pass continues.
+	DefaultRedriveMaxBatches = 10
+	// RedriveMinBackoff is how long Redrive leaves an entry alone after its
+	// first failed delivery (plus the grace period); each further failure
+	// doubles it, up to RedriveMaxBackoff.
+	RedriveMinBackoff = 30 * time.Second
+	// RedriveMaxBackoff caps the wait between an entry's tries.
+	RedriveMaxBackoff = time.Hour
+)
+
+// redriveBackoff is the wait after an entry's tries-th failed delivery.
+func redriveBackoff(tries int) time.Duration {
+	if tries > 7 { // 30 s · 2^7 > 1 h
+		return RedriveMaxBackoff
+	}
+	return min(RedriveMaxBackoff, RedriveMinBackoff<<max(0, tries-1))
+}
+
+// maxWritesPerCommit is Firestore's limit of writes in one commit.
+const maxWritesPerCommit = 500
+
+// ErrUndelivered is wrapped by Publish and Redrive when some events were
+// not delivered (or not marked delivered); they stay in the outbox.
+var ErrUndelivered = errors.New("events: not delivered")
+
+// Outbox is the part of the store the publisher uses; *store.Store
+// implements it.
+type Outbox interface {
+	// Undelivered returns undelivered entries due for a try at or before
+	// dueBy, earliest first.
+	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	// DueShards is the number of shards Undelivered takes.
+	DueShards() int
+	// MarkDelivered marks entries delivered, in one commit.
+	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
+	// MarkFailed records failed deliveries and their next try, in one commit.
+	MarkFailed(ctx context.Context, failures []store.OutboxFailure) error
+	// Attempts returns a task's attempt records, oldest first.
+	Attempts(ctx context.Context, taskID string) ([]task.Attempt, error)
+}
+
+var _ Outbox = (*store.Store)(nil)
+
+// Config configures New.
+type Config struct {
+	// Store is the outbox; required.
+	Store Outbox
+	// Client is the Pub/Sub client; required. The caller closes it after
+	// the Publisher.
+	Client *pubsub.Client
+	// EventsTopic is the topic id (or full name) of transition events;
+	// default DefaultEventsTopic.
+	EventsTopic string
+	// DeadLetterTopic is the topic id (or full name) of dead letters;
+	// default DefaultDeadLetterTopic.
+	DeadLetterTopic string
+	// Logger defaults to a logger that discards.
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Grace is the age an undelivered entry must reach before Redrive
+	// publishes it; default DefaultGrace.
+	Grace time.Duration
+	// PublishTimeout bounds waiting for Pub/Sub; default DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	// RedriveBatch is the number of entries Redrive reads at once; default
+	// DefaultRedriveBatch.
+	RedriveBatch int
+	// RedriveMaxBatches bounds the batches of one Redrive call; default
+	// DefaultRedriveMaxBatches.
+	RedriveMaxBatches int
+	// MaxQueue bounds the transitions the hook queues for the sender;
+	// default DefaultMaxQueue.
+	MaxQueue int
+}
+
+// Publisher delivers the outbox's transition events to Pub/Sub: right after
+// each commit (Hook) and, for what that missed, from the outbox (Redrive).
+// It is safe for concurrent use.
+type Publisher struct {
+	outbox     Outbox
+	events     *pubsub.Publisher
+	dead       *pubsub.Publisher
+	log        *slog.Logger
+	now        func() time.Time
+	grace      time.Duration
+	timeout    time.Duration
+	batch      int
+	maxBatches int
+	redriveMu  sync.Mutex
+
+	// The hook's queue, drained by one sender goroutine (send).
+	qmu      sync.Mutex
+	queue    []task.Transition
+	inFlight int  // transitions taken by the sender, not yet done
+	closed   bool // Close was called: the hook queues nothing more
+	maxQueue int
+	wake     chan struct{} // a transition was queued
+	drained  *sync.Cond    // queue empty and nothing in flight
+	stopped  chan struct{} // the sender has returned
+	dropped  atomic.Int64  // transitions the full queue left to Redrive
+
+	published, publishedDead atomic.Int64 // messages acked by Pub/Sub
+}
+
+// Defaults of the hook's queue.
+const (
+	// DefaultMaxQueue bounds the transitions waiting for the sender; past
+	// it the hook leaves them to Redrive (they are in the outbox).
+	DefaultMaxQueue = 10000
+	// sendBatch is the most transitions one send publishes and marks
+	// delivered in one commit.
+	sendBatch = 500
+)
+
+// New returns a Publisher. It does not check that the topics exist: a
+// missing topic makes publishing fail, which leaves events in the outbox
+// until Redrive succeeds. Register it with the store:
+//
+//	st.OnCommit(p.Hook())
+func New(ctx context.Context, cfg Config) (*Publisher, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("events: Config.Store is required")
+	}
+	if cfg.Client == nil {
+		return nil, errors.New("events: Config.Client is required")
+	}
+	p := &Publisher{
+		outbox: cfg.Store, log: cfg.Logger, now: cfg.Now, grace: cfg.Grace, timeout: cfg.PublishTimeout,
+		batch: cfg.RedriveBatch, maxBatches: cfg.RedriveMaxBatches, maxQueue: cfg.MaxQueue,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+	}
+	p.drained = sync.NewCond(&p.qmu)
+	if p.maxQueue <= 0 {
+		p.maxQueue = DefaultMaxQueue
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.grace <= 0 {
+		p.grace = DefaultGrace
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultPublishTimeout
+	}
+	if p.batch <= 0 {
+		p.batch = DefaultRedriveBatch
+	}
+	if p.maxBatches <= 0 {
+		p.maxBatches = DefaultRedriveMaxBatches
+	}
+	project := cfg.Client.Project()
+	p.events = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.EventsTopic, DefaultEventsTopic)))
+	p.events.EnableMessageOrdering = true
+	p.dead = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.DeadLetterTopic, DefaultDeadLetterTopic)))
+	for _, t := range []*pubsub.Publisher{p.events, p.dead} {
+		// The sender publishes a batch and waits for it: send at once
+		// rather than wait for the default 10 ms bundling delay.
+		t.PublishSettings.DelayThreshold = time.Millisecond
+		t.PublishSettings.Timeout = p.timeout
+	}
+	go p.send()
+	return p, nil
+}
+
+// Close delivers what the hook has queued (bounded by the publish
+// timeout), stops the sender and the Pub/Sub publishers. Transitions
+// committed after Close stay in the outbox for Redrive. It does not close
+// the client.
+func (p *Publisher) Close() {
+	p.qmu.Lock()
+	p.closed = true
+	p.qmu.Unlock()
+	p.poke()
+	<-p.stopped
+	p.events.Stop()
+	p.dead.Stop()
+}
+
+// Hook returns the function to register with store.OnCommit. It only
+// queues the committed transitions for the sender and returns at once, so
+// a callback answers as soon as its transaction commits: publishing and
+// marking delivered happen off the request's path, many transitions to a
+// commit. What the sender cannot deliver (Pub/Sub down, a full queue, a
+// crash) stays in the outbox for Redrive. A task's transitions are queued
+// in commit order (the store runs one transaction per task at a time and
+// calls the hook before the next), and the sender keeps that order.
+func (p *Publisher) Hook() func(context.Context, []task.Transition) {
+	return func(_ context.Context, trs []task.Transition) { p.enqueue(trs) }
+}
+
+// enqueue queues trs for the sender, or leaves them to Redrive when the
+// queue is full or closed.
+func (p *Publisher) enqueue(trs []task.Transition) {
+	p.qmu.Lock()
+	if p.closed || len(p.queue)+len(trs) > p.maxQueue {
+		p.qmu.Unlock()
+		if n := p.dropped.Add(int64(len(trs))); n == int64(len(trs)) || n%1000 < int64(len(trs)) {
+			p.log.Warn("events: the publish queue is full; transitions are left to the outbox re-drive", "dropped", n)
+		}
+		return
+	}
+	p.queue = append(p.queue, trs...)
+	p.qmu.Unlock()
+	p.poke()
+}
+
+func (p *Publisher) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send is the sender: it takes up to sendBatch queued transitions at a
+// time, publishes them and marks them delivered in one commit, until Close.
+func (p *Publisher) send() {
+	defer close(p.stopped)
+	for {
+		p.qmu.Lock()
+		n := min(len(p.queue), sendBatch)
+		batch := slices.Clone(p.queue[:n])
+		p.queue = p.queue[n:]
+		p.inFlight = n
+		closed := p.closed
+		p.qmu.Unlock()
+		if n > 0 {
+			_ = p.Publish(context.Background(), batch)
+		}
+		p.qmu.Lock()
+		p.inFlight = 0
+		empty := len(p.queue) == 0
+		if empty {
+			p.drained.Broadcast()
+		}
+		p.qmu.Unlock()
+		switch {
+		case !empty:
+		case closed:
+			return
+		default:
+			<-p.wake
+		}
+	}
+}
+
+// Flush waits until every transition the hook queued so far has been
+// delivered or left to Redrive, or ctx ends.
+func (p *Publisher) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.qmu.Lock()
+		for len(p.queue) > 0 || p.inFlight > 0 {
+			p.drained.Wait()
+		}
+		p.qmu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Published is the number of messages Pub/Sub acked: transition events and
+// dead letters.
+func (p *Publisher) Published() (events, deadLetters int64) {
+	return p.published.Load(), p.publishedDead.Load()
+}
+
+// Dropped is the number of transitions the hook left to Redrive because
+// its queue was full or closed.
+func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
+
+// Publish delivers committed transitions now, on the caller's goroutine
+// (the hook's sender uses it; so may tools): it publishes them (in seq order
+// per task, ordering key = task id) and their dead letters, waits for
+// Pub/Sub's acks, and marks the delivered ones in one commit. It costs one
+// Firestore RPC (MarkDelivered), plus one read of the attempt history per
+// dead letter. It runs even when ctx is cancelled (the transitions are
+// committed), bounded by the publish timeout. Failures are logged and
+// returned wrapping ErrUndelivered; the entries stay undelivered.
+func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
+	if len(trs) == 0 {
+		return nil
+	}
+	items := make([]item, len(trs))
+	for i, tr := range sortedCopy(trs) {
+		items[i] = item{tr: tr}
+	}
+	ctx = context.WithoutCancel(ctx)
+	delivered, _, err := p.publishAll(ctx, items, "publish")
+	_, markErr := p.mark(ctx, delivered, nil, "publish")
+	return errors.Join(err, markErr)
+}
+
+// Redrive publishes the outbox entries still undelivered after the grace
+// period, in seq order per task, and marks them delivered: the events a
+// crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
+// it every pass. Failures are isolated per entry: an entry whose event or
+// dead letter is not acked gets a next try after a backoff
+// (RedriveMinBackoff doubling to RedriveMaxBackoff, after the grace
+// period), is skipped by the reads until then, and the pass goes on with
+// the other entries. It reads batches until the outbox has no entry due, a
+// batch delivers nothing (an outage: its entries are backed off and the
+// next pass goes on), a mark fails, or RedriveMaxBatches batches were
+// read. Concurrent calls on one Publisher run one at a time.
+func (p *Publisher) Redrive(ctx context.Context) error {
+	p.redriveMu.Lock()
+	defer p.redriveMu.Unlock()
+	cutoff := p.now().Add(-p.grace)
+	total, failedTotal := 0, 0
+	defer func() {
+		if total > 0 || failedTotal > 0 {
+			p.log.InfoContext(ctx, "events: re-drove outbox entries", "delivered", total, "failed", failedTotal)
+		}
+	}()
+	var errs []error
+	// Every shard in turn (a task's events share its shard, so its order
+	// by seq holds); a batch that delivers nothing at all is an outage, and
+	// ends the pass rather than wait out the publish timeout per shard.
+	outage := false
+	var backlog outboxBacklog
+	defer func() { backlog.record(ctx, p.now()) }()
+	for shard := 0; shard < p.outbox.DueShards() && !outage && ctx.Err() == nil; shard++ {
+		t, f, o, err := p.redriveShard(ctx, shard, cutoff, &backlog)
+		total, failedTotal, outage = total+t, failedTotal+f, o
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// redriveShard is Redrive for one due shard: batches of undelivered
+// entries until none is left, a mark fails, a batch delivers nothing
+// (outage), or RedriveMaxBatches batches were read.
+func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
+	var errs []error
+	for range p.maxBatches {
+		entries, err := p.outbox.Undelivered(ctx, shard, cutoff, p.batch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
+			break
+		}
+		backlog.add(entries)
+		if len(entries) == 0 {
+			break
+		}
+		items := make([]item, len(entries))
+		for i, e := range entries {
+			items[i] = item{tr: e.Transition, tries: e.Tries, eventPublished: e.EventPublished}
+		}
+		delivered, failed, err := p.publishAll(ctx, sortItems(items), "redrive")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: redrive: %w", err))
+		}
+		n, markErr := p.mark(ctx, delivered, failed, "redrive")
+		total += n
+		failedTotal += len(failed)
+		if markErr != nil {
+			// Entries not marked would be read again by the next batch.
+			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
+			break
+		}
+		if len(delivered) == 0 {
+			outage = true
+			break
+		}
+		if len(entries) < p.batch {
+			break
+		}
+	}
+	return total, failedTotal, outage, errors.Join(errs...)
+}
+
+// item is an outbox entry to publish.
+type item struct {
+	tr    task.Transition
+	tries int // failed deliveries so far
+	// eventPublished: the event was acked on an earlier try; only the dead
+	// letter is left.
+	eventPublished bool
+}
+
+// sortItems orders items by task, then seq.
+func sortItems(items []item) []item {
+	slices.SortStableFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(a.tr.TaskID, b.tr.TaskID), cmp.Compare(a.tr.Seq, b.tr.Seq))
+	})
+	return items
+}
+
+// sortedCopy orders transitions by task, then seq.
+func sortedCopy(trs []task.Transition) []task.Transition {
+	out := slices.Clone(trs)
+	slices.SortStableFunc(out, func(a, b task.Transition) int {
+		return cmp.Or(cmp.Compare(a.TaskID, b.TaskID), cmp.Compare(a.Seq, b.Seq))
+	})
+	return out
+}
+
+// pending is one transition in flight.
+type pending struct {
+	item
+	ev  *pubsub.PublishResult
+	dl  *pubsub.PublishResult
+	err error // set when a message could not even be built or sent
+}
+
+// mark records a batch's results: the delivered ids (one commit per
+// Firestore's write limit) and, for the re-drive, the failed entries with
+// their next try. Each is bounded by the publish timeout. It returns how
+// many were marked delivered.
+func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item, op string) (int, error) {
+	mctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	n, err := p.markDelivered(mctx, delivered)
+	if err != nil {
+		p.log.WarnContext(ctx, "events: published events not marked delivered; they will be re-published",
+			"op", op, "events", len(delivered)-n, "error", err.Error())
+		return n, fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(delivered)-n, err)
+	}
+	if len(failed) == 0 {
+		return n, nil
+	}
+	now := p.now()
+	fs := make([]store.OutboxFailure, len(failed))
+	for i, f := range failed {
+		tries := f.tries + 1
+		fs[i] = store.OutboxFailure{EventID: f.tr.EventID, Tries: tries, NextTryAt: now.Add(redriveBackoff(tries)), EventPublished: f.eventPublished}
+	}
+	fctx, fcancel := context.WithTimeout(ctx, p.timeout)
+	defer fcancel()
+	for chunk := range slices.Chunk(fs, maxWritesPerCommit) {
+		if err := p.outbox.MarkFailed(fctx, chunk); err != nil {
+			p.log.WarnContext(ctx, "events: failed deliveries not recorded; the entries are retried without backoff", "op", op, "error", err.Error())
+			return n, fmt.Errorf("events: record failed deliveries: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// publishAll publishes the items' events (those not yet acked) and dead
+// letters and waits for the acks; it returns the ids of the events fully
+// delivered and the items that failed (eventPublished set when their event
+// was acked this time).
+func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]string, []item, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	ps := make([]pending, len(items))
+	// Publish every event first: they are in flight while dead letters
+	// read their attempt histories.
+	for i, it := range items {
+		ps[i].item = it
+		if it.eventPublished {
+			continue
+		}
+		msg, err := EventMessage(it.tr)
+		if err != nil {
+			ps[i].err = err
+			continue
+		}
+		p.traceMessage(ctx, it.tr, msg)
+		ps[i].ev = p.events.Publish(ctx, msg)
+	}
+	for i := range ps {
+		if !ps[i].tr.DeadLetter || ps[i].err != nil {
+			continue
+		}
+		attempts, err := p.outbox.Attempts(ctx, ps[i].tr.TaskID)
+		if err != nil {
+			ps[i].err = fmt.Errorf("read attempts for the dead letter: %w", err)
+			continue
+		}
+		msg, err := DeadLetterMessage(DeadLetterOf(ps[i].tr, attempts))
+		if err != nil {
+			ps[i].err = err
+			continue
+		}
+		ps[i].dl = p.dead.Publish(ctx, msg)
+	}
+	var (
+		delivered []string
+		failed    []item
+		firstErr  error
+		paused    = map[string]bool{}
+	)
+	for i := range ps {
+		pe := &ps[i]
+		if pe.ev != nil {
+			if _, err := pe.ev.Get(ctx); err != nil {
+				// With ordering, a failure pauses the key: later messages
+				// for it fail too until ResumePublish.
+				paused[pe.tr.TaskID] = true
+				pe.err = cmp.Or(pe.err, fmt.Errorf("publish to %s: %w", p.events, err))
+			} else {
+				pe.eventPublished = true
+				p.published.Add(1)
+			}
+		}
+		if pe.dl != nil {
+			if _, err := pe.dl.Get(ctx); err != nil {
+				pe.err = cmp.Or(pe.err, fmt.Errorf("publish dead letter to %s: %w", p.dead, err))
+			} else {
+				p.publishedDead.Add(1)
+			}
+		}
+		if pe.err != nil {
+			failed = append(failed, pe.item)
+			firstErr = cmp.Or(firstErr, pe.err)
+			p.log.WarnContext(ctx, "events: event not delivered; it stays in the outbox",
+				"op", op, "taskId", pe.tr.TaskID, "attempt", pe.tr.Attempt, "tenantId", pe.tr.TenantID,
+				"eventId", pe.tr.EventID, "seq", pe.tr.Seq, "to", pe.tr.To, "tries", pe.tries+1,
+				"eventPublished", pe.eventPublished, "error", pe.err.Error())
+			continue
+		}
+		delivered = append(delivered, pe.tr.EventID)
+	}
+	for key := range paused {
+		p.events.ResumePublish(key)
+	}
+	if len(failed) > 0 {
+		return delivered, failed, fmt.Errorf("%w: %d of %d events: %w", ErrUndelivered, len(failed), len(ps), firstErr)
+	}
+	return delivered, nil, nil
+}
+
+// markDelivered marks ids delivered, one commit per Firestore's write limit.
+func (p *Publisher) markDelivered(ctx context.Context, ids []string) (int, error) {
+	done := 0
+	for chunk := range slices.Chunk(ids, maxWritesPerCommit) {
+		if err := p.outbox.MarkDelivered(ctx, chunk, p.now()); err != nil {
+			return done, err
+		}
+		done += len(chunk)
+	}
+	return done, nil
+}

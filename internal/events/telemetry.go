@@ -1,0 +1,59 @@
+package events
+
+import (
+	"context"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
+)
+
+// traceMessage puts the trace context of the hop that committed tr (stored
+// with the transition, so the outbox re-drive has it too) into msg's
+// attributes, under a messaging producer span ("send servo-task-events")
+// that is the child of that hop's span. A transition committed without a
+// trace context gets none.
+func (p *Publisher) traceMessage(ctx context.Context, tr task.Transition, msg *pubsub.Message) {
+	sc := telemetry.SpanContextOf(tr.Trace)
+	if !sc.IsValid() {
+		return
+	}
+	ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	_, span := telemetry.Tracer().Start(ctx, "send "+p.events.ID(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(append(telemetry.TaskAttrs(tr.TaskID, tr.Attempt, tr.TenantID, tr.Worker),
+			attribute.String("messaging.system", "gcp_pubsub"), attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", p.events.ID()), attribute.String("messaging.message.id", tr.EventID),
+			attribute.String("servo.to", string(tr.To)))...))
+	telemetry.Inject(trace.ContextWithSpan(ctx, span), propagation.MapCarrier(msg.Attributes))
+	span.End()
+}
+
+// outboxBacklog is what one re-drive pass found undelivered past the
+// grace period: how many entries, and the oldest.
+type outboxBacklog struct {
+	n      int
+	oldest time.Time
+}
+
+func (b *outboxBacklog) add(es []store.OutboxEntry) {
+	for _, e := range es {
+		b.n++
+		if b.oldest.IsZero() || e.OccurredAt.Before(b.oldest) {
+			b.oldest = e.OccurredAt
+		}
+	}
+}
+
+func (b *outboxBacklog) record(ctx context.Context, now time.Time) {
+	var age time.Duration
+	if !b.oldest.IsZero() {
+		age = now.Sub(b.oldest)
+	}
+	telemetry.RecordOutbox(ctx, b.n, age)
+}

@@ -1,0 +1,537 @@
+package faults
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// Call kinds besides the callbacks' ("started", "heartbeat", "completed").
+const (
+	KindSubmit = "submit"
+	KindGet    = "get"
+)
+
+// Call is one HTTP request a simulated worker or client made, and what it
+// saw: the answer, or the transport error.
+type Call struct {
+	TaskID   string
+	Kind     string // started, heartbeat, completed, submit, get
+	Attempt  int
+	WorkerID string
+	// Outcome is what a completed reported.
+	Outcome task.Outcome
+	// Key is a submit's idempotency key.
+	Key            string
+	Sent, Received time.Time
+	// Status is the HTTP status; 0 when the request failed in transport.
+	Status       int
+	TransportErr string
+	RetryAfter   string
+	// Answer is a callback's decoded answer.
+	Answer task.CallbackResponse
+	// Code is a control API error answer's code.
+	Code string
+}
+
+// Delivery is one envelope a worker received.
+type Delivery struct {
+	TaskID  string
+	Attempt int
+	At      time.Time
+}
+
+// TaskHistory is everything seen of one task.
+type TaskHistory struct {
+	TaskID     string
+	Calls      []Call
+	Deliveries []Delivery
+	// Events are the events read from the events topic, in arrival order,
+	// duplicates included.
+	Events []events.Event
+	// Final is the task as the API returned it after the run; nil if it
+	// could not be read.
+	Final *dispatcher.TaskView
+}
+
+// History is what a run saw, for Check.
+type History struct {
+	Tasks map[string]*TaskHistory
+	// Submits are the submit calls, by idempotency key (a submit that failed
+	// in transport has no task id yet).
+	Submits []Call
+	// Tokens are every task token the workers were handed (envelopes and
+	// refreshed tokens); Log is Servo's captured log, searched for them.
+	Tokens []string
+	Log    []byte
+	// MaxLatency bounds how long any answer may take (the store timeout and
+	// the follow-up enqueue, plus slack); 0: not checked.
+	MaxLatency time.Duration
+	// Start and End bound the run: every time Servo records lies within.
+	Start, End time.Time
+}
+
+// Task returns the history of id, created on first use.
+func (h *History) Task(id string) *TaskHistory {
+	if h.Tasks == nil {
+		h.Tasks = map[string]*TaskHistory{}
+	}
+	th := h.Tasks[id]
+	if th == nil {
+		th = &TaskHistory{TaskID: id}
+		h.Tasks[id] = th
+	}
+	return th
+}
+
+// Invariant names, as violations report them.
+const (
+	InvNotTerminal   = "terminal"       // every task ends in exactly one terminal state
+	InvAnswer        = "answer"         // only contract answers to conforming requests
+	InvLatency       = "latency"        // no answer blocked past the store timeout
+	InvCommitted     = "committed"      // COMMITTED answers agree with the final state
+	InvAttemptOrder  = "attempt-order"  // attempt never decreases
+	InvStaleAttempt  = "stale-attempt"  // nothing accepted from a superseded attempt
+	InvZombie        = "zombie"         // a zombie's lease never comes back
+	InvEvents        = "events"         // gapless seq along the machine's edges to the final state
+	InvServerTime    = "server-time"    // recorded times are Servo's, not the workers'
+	InvDuplicateTask = "duplicate-task" // one task per idempotency key
+	InvTokenInLog    = "token-in-log"   // no token in any log line
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string
+	TaskID    string
+	Message   string
+}
+
+func (v Violation) String() string {
+	if v.TaskID == "" {
+		return v.Invariant + ": " + v.Message
+	}
+	return v.Invariant + ": " + v.TaskID + ": " + v.Message
+}
+
+// Stats counts what Check went through.
+type Stats struct {
+	Tasks, Callbacks, Answers503, TransportErrors int
+	Events, DuplicateEvents                       int
+	Final                                         map[task.State]int
+}
+
+// Check checks h against the invariants and returns every violation (none
+// when the run kept every promise) and what it counted.
+func Check(h *History) ([]Violation, Stats) {
+	c := &checker{h: h, st: Stats{Final: map[task.State]int{}}}
+	ids := make([]string, 0, len(h.Tasks))
+	for id := range h.Tasks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c.task(h.Tasks[id])
+	}
+	c.submits()
+	c.tokens()
+	return c.vs, c.st
+}
+
+type checker struct {
+	h  *History
+	vs []Violation
+	st Stats
+}
+
+func (c *checker) fail(inv, id, format string, args ...any) {
+	c.vs = append(c.vs, Violation{Invariant: inv, TaskID: id, Message: fmt.Sprintf(format, args...)})
+}
+
+func isCallback(kind string) bool {
+	return kind == "started" || kind == "heartbeat" || kind == "completed"
+}
+
+func (c *checker) task(th *TaskHistory) {
+	id := th.TaskID
+	c.st.Tasks++
+	f := th.Final
+	if f == nil {
+		c.fail(InvNotTerminal, id, "the task's final state could not be read")
+	} else {
+		c.st.Final[f.State]++
+		if !f.State.Terminal() {
+			c.fail(InvNotTerminal, id, "left %s (attempt %d) after the faults healed and its timers ran out", f.State, f.Attempt)
+		}
+	}
+	evs := c.events(th)
+	superseded := map[int]time.Time{} // attempt → when the task moved past it
+	zombie := map[int]time.Time{}     // attempt → when its lease was declared lost
+	for _, e := range evs {
+		if e.NextAttempt > 0 {
+			if _, ok := superseded[e.Attempt]; !ok {
+				superseded[e.Attempt] = e.OccurredAt
+			}
+		}
+		if e.Outcome == task.OutcomeZombie {
+			zombie[e.Attempt] = e.OccurredAt
+		}
+	}
+	maxSeen := 0
+	for _, call := range th.Calls {
+		if !isCallback(call.Kind) {
+			c.apiAnswer(id, call)
+			continue
+		}
+		c.st.Callbacks++
+		if call.Status == 0 {
+			c.st.TransportErrors++
+			continue
+		}
+		if call.Status == 503 {
+			c.st.Answers503++
+		}
+		maxSeen = max(maxSeen, call.Attempt)
+		c.answer(id, call)
+		if c.h.MaxLatency > 0 && call.Received.Sub(call.Sent) > c.h.MaxLatency {
+			c.fail(InvLatency, id, "%s of attempt %d answered after %v (bound %v)", call.Kind, call.Attempt, call.Received.Sub(call.Sent).Round(time.Millisecond), c.h.MaxLatency)
+		}
+		if call.Status != 200 {
+			continue
+		}
+		if at, ok := superseded[call.Attempt]; ok && call.Sent.After(at) {
+			c.fail(InvStaleAttempt, id, "%s of attempt %d sent at %s accepted (%s) although the task moved to attempt %d at %s",
+				call.Kind, call.Attempt, ts(call.Sent), call.Answer.Disposition, call.Attempt+1, ts(at))
+		}
+		if at, ok := zombie[call.Attempt]; ok && call.Sent.After(at) {
+			c.fail(InvZombie, id, "%s of attempt %d sent at %s accepted although its lease was declared lost at %s", call.Kind, call.Attempt, ts(call.Sent), ts(at))
+		}
+		if call.Kind == "completed" && f != nil {
+			c.committed(id, call, f, evs)
+		}
+	}
+	for _, d := range th.Deliveries {
+		maxSeen = max(maxSeen, d.Attempt)
+	}
+	if f != nil && maxSeen > f.Attempt {
+		c.fail(InvAttemptOrder, id, "attempt %d was seen but the task ended at attempt %d", maxSeen, f.Attempt)
+	}
+	if f != nil {
+		c.serverTimes(id, f)
+		if len(evs) > 0 {
+			if last := evs[len(evs)-1]; last.To != f.State {
+				c.fail(InvEvents, id, "the last event (seq %d) enters %s but the task is %s", last.Seq, last.To, f.State)
+			}
+		}
+		for a := range zombie {
+			if a <= len(f.Attempts) && f.Attempts[a-1].Outcome != task.OutcomeZombie {
+				c.fail(InvZombie, id, "attempt %d was declared a zombie but its record says %q", a, f.Attempts[a-1].Outcome)
+			}
+		}
+	}
+}
+
+// answer checks that a callback's answer is one the contract gives a
+// conforming worker (PRODUCT §4).
+func (c *checker) answer(id string, call Call) {
+	a := call.Answer
+	want := task.Disposition("")
+	switch call.Status {
+	case 200:
+		want = task.Continue
+		if call.Kind == "completed" {
+			want = task.Committed
+		}
+	case 409:
+		switch a.Error {
+		case task.CodeTaskAlreadyTerminal, task.CodeAttemptMismatch, task.CodeAttemptAlreadyStarted:
+			want = task.Cancel
+		}
+	case 410:
+		if a.Error == task.CodeTaskExpired {
+			want = task.Cancel
+		}
+	case 503:
+		if a.Error == task.CodeUnavailable {
+			want = task.Retry
+		}
+		if call.RetryAfter == "" {
+			c.fail(InvAnswer, id, "%s of attempt %d: 503 without Retry-After", call.Kind, call.Attempt)
+		}
+	}
+	if want == "" {
+		c.fail(InvAnswer, id, "%s of attempt %d answered %d %q (%s): not an answer a conforming worker may get", call.Kind, call.Attempt, call.Status, a.Error, a.Message)
+		return
+	}
+	if a.Disposition != want {
+		c.fail(InvAnswer, id, "%s of attempt %d answered %d %q with disposition %q, want %q", call.Kind, call.Attempt, call.Status, a.Error, a.Disposition, want)
+	}
+}
+
+// apiAnswer checks a control API answer: success or 503 with Retry-After.
+func (c *checker) apiAnswer(id string, call Call) {
+	switch {
+	case call.Status == 0, call.Status >= 200 && call.Status < 300:
+	case call.Status == 503:
+		c.st.Answers503++
+		if call.RetryAfter == "" {
+			c.fail(InvAnswer, id, "%s: 503 without Retry-After", call.Kind)
+		}
+	default:
+		c.fail(InvAnswer, id, "%s answered %d %q", call.Kind, call.Status, call.Code)
+	}
+	if c.h.MaxLatency > 0 && call.Status != 0 && call.Received.Sub(call.Sent) > c.h.MaxLatency {
+		c.fail(InvLatency, id, "%s answered after %v (bound %v)", call.Kind, call.Received.Sub(call.Sent).Round(time.Millisecond), c.h.MaxLatency)
+	}
+}
+
+// committed checks an accepted completed against the final state.
+func (c *checker) committed(id string, call Call, f *dispatcher.TaskView, evs []events.Event) {
+	a := call.Answer
+	if a.RetryScheduled {
+		if a.FinalState != task.Queued || a.NextAttempt != call.Attempt+1 {
+			c.fail(InvCommitted, id, "completed of attempt %d: retry scheduled with finalState %s nextAttempt %d", call.Attempt, a.FinalState, a.NextAttempt)
+		}
+		if f.Attempt < call.Attempt+1 {
+			c.fail(InvCommitted, id, "completed of attempt %d was answered with a retry as attempt %d, but the task ended at attempt %d", call.Attempt, a.NextAttempt, f.Attempt)
+		}
+	} else {
+		if a.FinalState != f.State || call.Attempt != f.Attempt {
+			c.fail(InvCommitted, id, "completed of attempt %d was COMMITTED as %s, but the task ended %s at attempt %d", call.Attempt, a.FinalState, f.State, f.Attempt)
+		}
+	}
+	if call.Attempt <= len(f.Attempts) {
+		if got := f.Attempts[call.Attempt-1].Outcome; got != call.Outcome {
+			c.fail(InvCommitted, id, "completed of attempt %d reported %s and was COMMITTED, but the attempt's record says %q", call.Attempt, call.Outcome, got)
+		}
+	}
+}
+
+// events checks the task's events and returns one copy of each, by seq.
+func (c *checker) events(th *TaskHistory) []events.Event {
+	id := th.TaskID
+	bySeq := map[int64]events.Event{}
+	for _, e := range th.Events {
+		c.st.Events++
+		if prev, ok := bySeq[e.Seq]; ok {
+			c.st.DuplicateEvents++
+			if prev.EventID != e.EventID || prev.From != e.From || prev.To != e.To || prev.Attempt != e.Attempt {
+				c.fail(InvEvents, id, "two different events with seq %d: %s %s→%s and %s %s→%s", e.Seq, prev.EventID, prev.From, prev.To, e.EventID, e.From, e.To)
+			}
+			continue
+		}
+		bySeq[e.Seq] = e
+	}
+	evs := make([]events.Event, 0, len(bySeq))
+	for _, e := range bySeq {
+		evs = append(evs, e)
+	}
+	slices.SortFunc(evs, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(evs) == 0 {
+		c.fail(InvEvents, id, "no event was read")
+		return nil
+	}
+	terminal := 0
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			c.fail(InvEvents, id, "events have a gap: seq %d follows %d", e.Seq, i)
+			return evs
+		}
+		if e.To.Terminal() {
+			terminal++
+		}
+		if i == 0 {
+			if e.From != "" || e.To != task.Pending {
+				c.fail(InvEvents, id, "the first event is %q→%s, want the creation →PENDING", e.From, e.To)
+			}
+			continue
+		}
+		prev := evs[i-1]
+		if e.From != prev.To {
+			c.fail(InvEvents, id, "event seq %d leaves %s but seq %d entered %s", e.Seq, e.From, prev.Seq, prev.To)
+		}
+		if !edge(e.From, e.To) {
+			c.fail(InvEvents, id, "event seq %d: %s→%s is no edge of the state machine", e.Seq, e.From, e.To)
+		}
+		if e.Attempt < prev.Attempt {
+			c.fail(InvAttemptOrder, id, "event seq %d is of attempt %d after seq %d of attempt %d", e.Seq, e.Attempt, prev.Seq, prev.Attempt)
+		}
+		if prev.Outcome == task.OutcomeZombie && e.Attempt == prev.Attempt {
+			c.fail(InvZombie, id, "event seq %d (%s→%s) is of attempt %d, whose lease was lost at seq %d", e.Seq, e.From, e.To, e.Attempt, prev.Seq)
+		}
+	}
+	if terminal > 1 {
+		c.fail(InvNotTerminal, id, "%d distinct events enter a terminal state", terminal)
+	}
+	return evs
+}
+
+// edge reports whether some event of the machine takes from to to.
+func edge(from, to task.State) bool {
+	for _, tos := range task.Edges[from] {
+		if slices.Contains(tos, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverTimes checks that the attempt records hold Servo's times, not a
+// skewed worker's.
+func (c *checker) serverTimes(id string, f *dispatcher.TaskView) {
+	if c.h.Start.IsZero() || c.h.End.IsZero() {
+		return
+	}
+	lo, hi := c.h.Start.Add(-time.Minute), c.h.End.Add(time.Minute)
+	for _, a := range f.Attempts {
+		for name, t := range map[string]*time.Time{"startedAt": a.StartedAt, "lastHeartbeatAt": a.LastHeartbeatAt, "completedAt": a.CompletedAt} {
+			if t != nil && (t.Before(lo) || t.After(hi)) {
+				c.fail(InvServerTime, id, "attempt %d's %s is %s, outside the run [%s, %s]: a worker's clock was trusted", a.Attempt, name, ts(*t), ts(c.h.Start), ts(c.h.End))
+			}
+		}
+	}
+}
+
+// submits checks that each idempotency key made one task.
+func (c *checker) submits() {
+	ids := map[string]map[string]bool{}
+	for _, s := range c.h.Submits {
+		if s.TaskID == "" {
+			continue
+		}
+		if ids[s.Key] == nil {
+			ids[s.Key] = map[string]bool{}
+		}
+		ids[s.Key][s.TaskID] = true
+	}
+	for key, set := range ids {
+		if len(set) > 1 {
+			c.fail(InvDuplicateTask, "", "idempotency key %q made %d tasks: %v", key, len(set), slices.Sorted(func(yield func(string) bool) {
+				for id := range set {
+					if !yield(id) {
+						return
+					}
+				}
+			}))
+		}
+	}
+}
+
+// tokens looks for every token's claims and signature segments in the log:
+// the log is cut into runs of base64url characters, each looked up.
+func (c *checker) tokens() {
+	if len(c.h.Tokens) == 0 || len(c.h.Log) == 0 {
+		return
+	}
+	segs := map[string]bool{}
+	for _, tok := range c.h.Tokens {
+		parts := strings.Split(tok, ".")
+		for _, p := range parts[1:] { // the header is the same in every token
+			if len(p) >= 16 {
+				segs[p] = true
+			}
+		}
+	}
+	found := 0
+	line := 1
+	start := -1
+	for i := 0; i <= len(c.h.Log); i++ {
+		b := byte(' ')
+		if i < len(c.h.Log) {
+			b = c.h.Log[i]
+		}
+		if isB64URL(b) {
+			if start < 0 {
+				start = i
+			}
+			continue
+		}
+		if start >= 0 {
+			if segs[string(c.h.Log[start:i])] {
+				found++
+				if found <= 5 {
+					c.fail(InvTokenInLog, "", "log line %d holds a task token", line)
+				}
+			}
+			start = -1
+		}
+		if b == '\n' {
+			line++
+		}
+	}
+	if found > 5 {
+		c.fail(InvTokenInLog, "", "%d more token segments in the log", found-5)
+	}
+}
+
+func isB64URL(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_'
+}
+
+func ts(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// Describe prints the whole history of one task: its calls, deliveries
+// and events in time order, then its final state.
+func (h *History) Describe(id string) string {
+	th := h.Tasks[id]
+	if th == nil {
+		return "task " + id + ": no history\n"
+	}
+	type line struct {
+		at time.Time
+		s  string
+	}
+	var ls []line
+	for _, d := range th.Deliveries {
+		ls = append(ls, line{d.At, fmt.Sprintf("delivered attempt %d", d.Attempt)})
+	}
+	for _, c := range th.Calls {
+		ans := fmt.Sprintf("%d %s %s", c.Status, c.Answer.Disposition, cmp.Or(c.Answer.Error, c.Code))
+		if c.Status == 0 {
+			ans = "transport error: " + c.TransportErr
+		}
+		extra := ""
+		if c.Kind == "completed" {
+			extra = fmt.Sprintf(" outcome=%s → finalState=%s retry=%v next=%d", c.Outcome, c.Answer.FinalState, c.Answer.RetryScheduled, c.Answer.NextAttempt)
+		}
+		ls = append(ls, line{c.Sent, fmt.Sprintf("%s attempt=%d worker=%s: %s in %v%s", c.Kind, c.Attempt, c.WorkerID, ans, c.Received.Sub(c.Sent).Round(time.Millisecond), extra)})
+	}
+	for _, e := range th.Events {
+		ls = append(ls, line{e.OccurredAt, fmt.Sprintf("event seq=%d attempt=%d %s→%s %s outcome=%s next=%d id=%s", e.Seq, e.Attempt, e.From, e.To, e.Reason, e.Outcome, e.NextAttempt, e.EventID)})
+	}
+	slices.SortStableFunc(ls, func(a, b line) int { return a.at.Compare(b.at) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- history of %s ---\n", id)
+	for _, l := range ls {
+		fmt.Fprintf(&b, "  %s %s\n", ts(l.at), l.s)
+	}
+	if f := th.Final; f != nil {
+		fmt.Fprintf(&b, "  final: %s reason=%s attempt=%d\n", f.State, f.Reason, f.Attempt)
+		for _, a := range f.Attempts {
+			fmt.Fprintf(&b, "    attempt %d: outcome=%s worker=%s\n", a.Attempt, a.Outcome, a.WorkerID)
+		}
+	} else {
+		b.WriteString("  final: unknown\n")
+	}
+	return b.String()
+}
+
+// Report prints the violations, each followed by its task's whole history
+// (once per task).
+func Report(h *History, vs []Violation) string {
+	var b strings.Builder
+	shown := map[string]bool{}
+	for _, v := range vs {
+		fmt.Fprintf(&b, "VIOLATION %s\n", v)
+		if v.TaskID != "" && !shown[v.TaskID] {
+			shown[v.TaskID] = true
+			b.WriteString(h.Describe(v.TaskID))
+		}
+	}
+	return b.String()
+}

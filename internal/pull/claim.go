@@ -1,0 +1,279 @@
+package pull
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// Defaults of Config.
+const (
+	// MaxBodyBytes bounds a claim's body.
+	MaxBodyBytes = 4 << 10
+	// RetryAfter is the Retry-After of a 503 answer.
+	RetryAfter = time.Second
+	// idleBackoff is the pause between two empty receives of one claim
+	// (the emulator answers an empty pull at once).
+	idleBackoff = 100 * time.Millisecond
+	// pullSlack is how long a pull may outlive the claim's wait.
+	pullSlack = 500 * time.Millisecond
+)
+
+// Config configures the claim handler.
+type Config struct {
+	// Store applies the claim (required).
+	Store *store.Store
+	// Enqueuer knows the pools (its Workers) and signs the envelope's
+	// token (required).
+	Enqueuer *enqueue.Enqueuer
+	// Transport receives the pools' messages (required).
+	Transport *Transport
+	// Identity verifies the caller (required): IDToken in production,
+	// DevIdentity in the local stack.
+	Identity Identity
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Project, for trace correlation in logs.
+	Project string
+}
+
+// Handler serves POST /v1/pools/{pool}/claim.
+type Handler struct{ cfg Config }
+
+// NewHandler returns the claim handler; it panics when a required field of
+// cfg is missing.
+func NewHandler(cfg Config) *Handler {
+	if cfg.Store == nil || cfg.Enqueuer == nil || cfg.Transport == nil || cfg.Identity == nil {
+		panic("pull: Config.Store, Enqueuer, Transport and Identity are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg}
+}
+
+// ServeHTTP answers a claim. The pool is the path value "pool" (the route
+// is /v1/pools/{pool}/claim).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := logs.WithTrace(r.Context(), r, h.cfg.Project)
+	pool := r.PathValue("pool")
+	log := h.cfg.Logger.With("pool", pool)
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.fail(w, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "", "use POST")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		h.fail(w, http.StatusUnsupportedMediaType, task.CodeUnsupportedMediaType, "", "the body must be application/json")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		h.fail(w, http.StatusRequestEntityTooLarge, task.CodePayloadTooLarge, "", fmt.Sprintf("the body exceeds %d bytes", MaxBodyBytes))
+		return
+	}
+	who, err := h.cfg.Identity(r)
+	if err != nil {
+		log.WarnContext(ctx, "claim refused: the caller's identity could not be verified", "error", err)
+		h.fail(w, http.StatusUnauthorized, task.CodeUnauthenticated, "", "the caller's identity could not be verified")
+		return
+	}
+	wk, err := h.cfg.Enqueuer.Workers().Lookup(pool)
+	if err != nil || !wk.Pull {
+		h.fail(w, http.StatusNotFound, task.CodePoolNotFound, "", fmt.Sprintf("no pull pool named %q is configured", truncate(pool, 64)))
+		return
+	}
+	if len(wk.ServiceAccounts) > 0 && !slices.Contains(wk.ServiceAccounts, who) {
+		log.WarnContext(ctx, "claim refused: the caller is not one of the pool's service accounts", "caller", who)
+		code, status := task.CodePermissionDenied, http.StatusForbidden
+		if who == "" {
+			code, status = task.CodeUnauthenticated, http.StatusUnauthorized
+		}
+		h.fail(w, status, code, "", "the caller may not claim from pool "+pool)
+		return
+	}
+	var req task.ClaimRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		h.fail(w, http.StatusBadRequest, task.CodeInvalidRequest, jsonField(err), "the body is not a claim: "+err.Error())
+		return
+	}
+	if fe := req.Validate(); fe != nil {
+		h.fail(w, http.StatusBadRequest, task.CodeInvalidRequest, fe.Field, fe.Message)
+		return
+	}
+	env, err := h.claim(ctx, log.With("workerId", req.WorkerID), pool, req)
+	if err != nil {
+		log.WarnContext(ctx, "claim failed; the worker retries", "workerId", req.WorkerID, "error", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		h.fail(w, http.StatusServiceUnavailable, task.CodeUnavailable, "", "the store or the pool's transport is unavailable; retry")
+		return
+	}
+	h.write(w, http.StatusOK, task.ClaimResponse{Claimed: env != nil, Envelope: env, Disposition: task.Continue})
+}
+
+// claim receives the pool's messages until one starts an attempt for the
+// worker or the wait runs out (nil, nil). Messages whose attempt is not
+// claimable are acknowledged and dropped; a retry not due yet is held
+// until it is; a message is acknowledged only after the claim commits.
+func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req task.ClaimRequest) (*task.Envelope, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, req.Wait())
+	defer cancel()
+	// A pull cancelled just as Pub/Sub hands it a message hides that
+	// message for the ack deadline; so a pull may outlive the wait by
+	// pullSlack: a message it brings late is still settled and answered,
+	// or handed back at once if the caller has gone, rather than lost for
+	// the ack deadline.
+	pullCtx, cancelPull := context.WithTimeout(context.WithoutCancel(ctx), req.Wait()+pullSlack)
+	defer cancelPull()
+	for {
+		m, err := h.cfg.Transport.receive(pullCtx, pool)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil && ctx.Err() != nil {
+			if herr := h.cfg.Transport.hold(context.WithoutCancel(ctx), pool, m.ackID, 0); herr != nil {
+				log.WarnContext(ctx, "could not hand back a message that came after the caller left", "error", herr)
+			}
+			return nil, nil
+		}
+		if m == nil {
+			if waitCtx.Err() != nil {
+				return nil, nil
+			}
+			select {
+			case <-waitCtx.Done():
+				return nil, nil
+			case <-time.After(idleBackoff):
+			}
+			continue
+		}
+		env, err := h.settle(context.WithoutCancel(ctx), log, pool, req.WorkerID, m)
+		if env != nil || err != nil {
+			return env, err
+		}
+		if waitCtx.Err() != nil {
+			return nil, nil
+		}
+	}
+}
+
+// settle decides one message: claim it (its envelope), drop it, or hold it
+// (nil, nil), or hand it back on a store failure (the error).
+func (h *Handler) settle(ctx context.Context, log *slog.Logger, pool, workerID string, m *received) (*task.Envelope, error) {
+	settleCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	now := h.cfg.Now().UTC()
+	drop := func(why string, attrs ...any) {
+		if err := h.cfg.Transport.ack(settleCtx, pool, m.ackID); err != nil {
+			log.WarnContext(ctx, "could not acknowledge a dropped message; it comes back and is dropped again", "error", err)
+		}
+		log.InfoContext(ctx, "pool message dropped: "+why, attrs...)
+	}
+	if m.bad != nil {
+		drop("not a pool message", "error", m.bad)
+		return nil, nil
+	}
+	attrs := []any{"taskId", m.msg.TaskID, "attempt", m.msg.Attempt, "tenantId", m.msg.TenantID}
+	if nb := m.msg.NotBefore; nb != nil && nb.After(now) {
+		// A retry's backoff: Pub/Sub has no delivery time, so the message
+		// is hidden until it is due.
+		if err := h.cfg.Transport.hold(settleCtx, pool, m.ackID, nb.Sub(now)); err != nil {
+			log.WarnContext(ctx, "could not hold a retry that is not due yet", append(attrs, "error", err)...)
+		}
+		return nil, nil
+	}
+	res, err := h.cfg.Store.Apply(settleCtx, m.msg.TaskID, task.Event{Kind: task.EventClaimed, Attempt: m.msg.Attempt, WorkerID: workerID, Now: now})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		drop("no such task", attrs...)
+		return nil, nil
+	case err != nil:
+		// Not committed: hand the message back for the next claim.
+		if herr := h.cfg.Transport.hold(settleCtx, pool, m.ackID, 0); herr != nil {
+			log.WarnContext(ctx, "could not hand back a message; Pub/Sub redelivers it after its ack deadline", append(attrs, "error", herr)...)
+		}
+		return nil, fmt.Errorf("pull: claim %s attempt %d: %w", m.msg.TaskID, m.msg.Attempt, err)
+	case res.Rejection != nil:
+		drop("its attempt is not claimable", append(attrs, "code", res.Rejection.Code, "state", res.Task.State)...)
+		return nil, nil
+	}
+	env, _, err := h.cfg.Enqueuer.Envelope(&res.Task, now)
+	if err != nil {
+		// Committed but no envelope: the claimer never runs it; the lease
+		// expires and the sweeper retries the task.
+		drop("claimed, but its envelope could not be built", append(attrs, "error", err)...)
+		return nil, fmt.Errorf("pull: envelope of %s: %w", m.msg.TaskID, err)
+	}
+	if !m.publishedAt.IsZero() {
+		env.EnqueuedAt = m.publishedAt.UTC()
+	}
+	if err := h.cfg.Transport.ack(settleCtx, pool, m.ackID); err != nil {
+		// Committed: the redelivery finds the attempt started and is dropped.
+		log.WarnContext(ctx, "claimed, but the message could not be acknowledged; its redelivery is dropped", append(attrs, "error", err)...)
+	}
+	log.InfoContext(ctx, "attempt claimed", attrs...)
+	return &env, nil
+}
+
+func (h *Handler) fail(w http.ResponseWriter, status int, code, field, msg string) {
+	d := task.Rejected
+	if status == http.StatusServiceUnavailable {
+		d = task.Retry
+	}
+	h.write(w, status, task.ClaimResponse{Disposition: d, Error: code, Field: field, Message: msg})
+}
+
+func (h *Handler) write(w http.ResponseWriter, status int, resp task.ClaimResponse) {
+	resp.ServerTime = h.cfg.Now().UTC()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// jsonField names the field a decoding error is about, if any.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	var msg = err.Error()
+	const unknown = `json: unknown field "`
+	if i := bytes.Index([]byte(msg), []byte(unknown)); i >= 0 {
+		rest := msg[i+len(unknown):]
+		if j := bytes.IndexByte([]byte(rest), '"'); j >= 0 {
+			return rest[:j]
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ClaimPath is the claim route, with the pool as path value "pool".
+const ClaimPath = "/v1/pools/{pool}/claim"

@@ -1,0 +1,265 @@
+package pull_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/api/option"
+
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/worker"
+)
+
+// A worker that claims, stores a checkpoint and goes silent loses its
+// lease; the sweeper retries the task into the pool as attempt 2 with the
+// checkpoint as resumeFrom, and another worker claims it.
+func TestSilentWorkerRetriedIntoPool(t *testing.T) {
+	e := sharedEnv(t)
+	const pool = "zombie"
+	sub := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 8000})
+	first := e.claimUntil(pool, "", "silent")
+	if first.TaskID != sub.TaskID || first.Attempt != 1 {
+		t.Fatalf("first claim %+v", first)
+	}
+	hb := task.HeartbeatRequest{Attempt: 1, WorkerID: "silent", Checkpoint: json.RawMessage(`{"next":7}`)}
+	if status, r := e.callback(first, "heartbeat", hb); status != http.StatusOK {
+		t.Fatalf("heartbeat: %d %+v", status, r)
+	}
+	second := e.claimUntil(pool, "", "rescuer")
+	if second.TaskID != sub.TaskID || second.Attempt != 2 || string(second.ResumeFrom) != `{"next":7}` || second.TaskToken == first.TaskToken {
+		t.Fatalf("second claim: attempt %d resumeFrom %s", second.Attempt, second.ResumeFrom)
+	}
+	v := e.get(sub.TaskID)
+	if v.State != task.Running || len(v.Attempts) != 2 || v.Attempts[0].Outcome != task.OutcomeZombie || v.Attempts[1].WorkerID != "rescuer" {
+		t.Fatalf("task %s %+v", v.State, v.Attempts)
+	}
+	// The silent worker's late report is refused.
+	if status, r := e.callback(first, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "silent", Outcome: task.OutcomeSucceeded}); status != http.StatusConflict || r.Error != task.CodeAttemptMismatch {
+		t.Fatalf("late completed: %d %+v", status, r)
+	}
+	if status, r := e.callback(second, "completed", task.CompletedRequest{Attempt: 2, WorkerID: "rescuer", Outcome: task.OutcomeSucceeded}); status != http.StatusOK || r.FinalState != task.Succeeded {
+		t.Fatalf("completed: %d %+v", status, r)
+	}
+}
+
+// Claims are refused precisely, and nothing is claimed by a refused one:
+// unknown pool, a push worker's name, a caller not allowed for the pool
+// (pool A's account claiming from pool B), no identity, a bad body.
+func TestClaimErrors(t *testing.T) {
+	e := sharedEnv(t)
+	const a, b = "a@servo-test.iam.gserviceaccount.com", "b@servo-test.iam.gserviceaccount.com"
+	sub := e.submit("pool-b", nil)
+	cases := []struct {
+		name, pool, identity string
+		body                 any
+		ctype                string
+		status               int
+		code, field          string
+	}{
+		{"unknown pool", "nope", a, map[string]any{"workerId": "w"}, "", 404, task.CodePoolNotFound, ""},
+		{"push worker", devstack.ExampleWorker, a, map[string]any{"workerId": "w"}, "", 404, task.CodePoolNotFound, ""},
+		{"pool A's account on pool B", "pool-b", a, map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 403, task.CodePermissionDenied, ""},
+		{"no identity", "pool-b", "", map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 401, task.CodeUnauthenticated, ""},
+		{"no worker id", "pool-b", b, map[string]any{"maxWaitMs": 0}, "", 400, task.CodeInvalidRequest, "workerId"},
+		{"wait too long", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": 60001}, "", 400, task.CodeInvalidRequest, "maxWaitMs"},
+		{"negative wait", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": -1}, "", 400, task.CodeInvalidRequest, "maxWaitMs"},
+		{"wait not a number", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":"soon"}`), "", 400, task.CodeInvalidRequest, "maxWaitMs"},
+		{"unknown field", "pool-b", b, map[string]any{"workerId": "w", "streams": []string{"x"}}, "", 400, task.CodeInvalidRequest, "streams"},
+		{"not JSON", "pool-b", b, []byte(`{`), "", 400, task.CodeInvalidRequest, ""},
+		{"text body", "pool-b", b, []byte(`workerId=w`), "text/plain", 415, task.CodeUnsupportedMediaType, ""},
+		{"too large", "pool-b", b, []byte(`{"workerId":"` + string(make([]byte, 8<<10)) + `"}`), "", 413, task.CodePayloadTooLarge, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := []string{}
+			if c.identity != "" {
+				h = append(h, "X-Servo-Dev-Identity", c.identity)
+			}
+			if c.ctype != "" {
+				h = append(h, "Content-Type", c.ctype)
+			}
+			status, _, out := e.do("POST", "/v1/pools/"+c.pool+"/claim", c.body, h...)
+			var r task.ClaimResponse
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("%d %s", status, out)
+			}
+			if status != c.status || r.Error != c.code || r.Field != c.field || r.Disposition != task.Rejected || r.Claimed {
+				t.Fatalf("got %d %+v, want %d %s field %q", status, r, c.status, c.code, c.field)
+			}
+		})
+	}
+	if v := e.get(sub.TaskID); v.State != task.Queued {
+		t.Fatalf("a refused claim changed the task: %s", v.State)
+	}
+	// Pool B's own account claims it.
+	if en := e.claimUntil("pool-b", b, "w-b"); en.TaskID != sub.TaskID {
+		t.Fatalf("claimed %s", en.TaskID)
+	}
+}
+
+// With Pub/Sub unavailable a claim answers 503 RETRY with Retry-After, and
+// a task submitted meanwhile is not lost: it stays PENDING, and once
+// Pub/Sub is back the sweeper re-drives it into the pool and it is claimed.
+func TestPubSubUnavailable(t *testing.T) {
+	proxy := newSwitchable(t, os.Getenv("PUBSUB_EMULATOR_HOST"))
+	e := start(t, map[string][]string{"gpu": nil}, func(o *devstack.Options) {
+		o.PoolPubSubOptions = []option.ClientOption{option.WithEndpoint(proxy.addr())}
+		o.StartTimeout = 2 * time.Second
+		o.MaxRedrives = 100
+	})
+	proxy.setDown(true)
+	status, h, out := e.do("POST", "/v1/pools/gpu/claim", map[string]any{"workerId": "w", "maxWaitMs": 5000})
+	var r task.ClaimResponse
+	json.Unmarshal(out, &r)
+	if status != http.StatusServiceUnavailable || r.Error != task.CodeUnavailable || r.Disposition != task.Retry || h.Get("Retry-After") == "" {
+		t.Fatalf("claim with Pub/Sub down: %d %s (Retry-After %q)", status, out, h.Get("Retry-After"))
+	}
+	sub := e.submit("gpu", nil)
+	if sub.State != task.Pending {
+		t.Fatalf("submitted with Pub/Sub down: %s", sub.State)
+	}
+	proxy.setDown(false)
+	en := e.claimUntil("gpu", "", "w")
+	if en.TaskID != sub.TaskID || en.Attempt != 1 {
+		t.Fatalf("claimed %+v", en)
+	}
+	if v := e.get(sub.TaskID); v.State != task.Running || v.Attempts[0].WorkerID != "w" {
+		t.Fatalf("task %s %+v", v.State, v.Attempts)
+	}
+}
+
+// worker.Pull runs at most Concurrency attempts at once, claiming only with
+// a free slot, and every task succeeds.
+func TestPullConcurrencyLimit(t *testing.T) {
+	e := sharedEnv(t)
+	const pool, n, limit = "sdk", 6, 2
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	fn := func(ctx context.Context, tk *worker.Task) (any, error) {
+		cur := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return map[string]int{"ok": 1}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Pull(ctx, worker.PullConfig{API: e.stack.URL, Pool: pool, Concurrency: limit, MaxWait: time.Second}, fn)
+	}()
+	var ids []string
+	for range n {
+		ids = append(ids, e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 30000}).TaskID)
+	}
+	// Two attempts run; the other tasks wait in the pool, unclaimed.
+	deadline := time.Now().Add(time.Minute)
+	for running.Load() < limit && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	queued := 0
+	for _, id := range ids {
+		if e.get(id).State == task.Queued {
+			queued++
+		}
+	}
+	if running.Load() != limit || queued != n-limit {
+		t.Fatalf("%d running, %d queued; want %d and %d", running.Load(), queued, limit, n-limit)
+	}
+	close(release)
+	for _, id := range ids {
+		e.waitState(id, task.Succeeded)
+	}
+	if peak.Load() != limit {
+		t.Fatalf("peak concurrency %d, want %d", peak.Load(), limit)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// When ctx ends, Pull stops claiming and lets a running attempt finish
+// within the grace period; one that outlasts it is stopped (ErrStopping)
+// and reported FAILED/INFRASTRUCTURE, so Servo retries it; Pull returns
+// once the report is in.
+func TestPullGracefulStop(t *testing.T) {
+	e := sharedEnv(t)
+	const pool = "grace"
+	started := make(chan string, 2)
+	fn := func(ctx context.Context, tk *worker.Task) (any, error) {
+		started <- tk.ID()
+		if tk.ID() == quickID.Load() {
+			time.Sleep(300 * time.Millisecond) // finishes within the grace period
+			return map[string]int{"ok": 1}, nil
+		}
+		<-ctx.Done() // outlasts it
+		return nil, context.Cause(ctx)
+	}
+	quick := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 30000})
+	quickID.Store(quick.TaskID)
+	slow := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 30000})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Pull(ctx, worker.PullConfig{API: e.stack.URL, Pool: pool, Concurrency: 2, MaxWait: time.Second, Grace: 3 * time.Second}, fn)
+	}()
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("the attempts did not start")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v := e.get(quick.TaskID); v.State != task.Succeeded {
+		t.Fatalf("quick task %s", v.State)
+	}
+	v := e.get(slow.TaskID)
+	if v.State != task.Queued || v.Attempt != 2 || v.Attempts[0].Outcome != task.OutcomeFailed || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != task.CategoryInfrastructure {
+		t.Fatalf("slow task %s attempt %d %+v", v.State, v.Attempt, v.Attempts)
+	}
+}
+
+var quickID atomic.Value
+
+// A claim refused for good ends Pull with a *worker.ClaimError: an unknown
+// pool (404), and pool B claimed as pool A's account (403).
+func TestPullStopsOnRefusedClaim(t *testing.T) {
+	e := sharedEnv(t)
+	cases := []struct {
+		pool, identity string
+		status         int
+		code           string
+	}{
+		{"nope", "", http.StatusNotFound, task.CodePoolNotFound},
+		{"pool-b", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, task.CodePermissionDenied},
+	}
+	for _, c := range cases {
+		err := worker.Pull(context.Background(), worker.PullConfig{API: e.stack.URL, Pool: c.pool, DevIdentity: c.identity, MaxWait: time.Second},
+			func(ctx context.Context, tk *worker.Task) (any, error) { return nil, nil })
+		var ce *worker.ClaimError
+		if !errors.As(err, &ce) || ce.Status != c.status || ce.Code != c.code {
+			t.Fatalf("pool %s: Pull returned %v, want %d %s", c.pool, err, c.status, c.code)
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package pull_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
+
+// sharedPools are the pools of the stack most tests share, one pool per
+// test (a stack takes seconds to start on a loaded machine).
+var sharedPools = map[string][]string{
+	"succeed": nil, "empty": nil, "concurrent": nil, "duplicate": nil, "cancel": nil, "zombie": nil,
+	"sdk": nil, "grace": nil, "bench": nil,
+	"pool-a": {"a@servo-test.iam.gserviceaccount.com"}, "pool-b": {"b@servo-test.iam.gserviceaccount.com"},
+}
+
+var shared struct {
+	once  sync.Once
+	stack *devstack.Stack
+	err   error
+}
+
+// sharedEnv returns the shared stack (started on first use; it lives as
+// long as the test binary).
+func sharedEnv(t testing.TB) *env {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.stack, shared.err = devstack.Start(context.Background(), devstack.Options{
+			Addr: "127.0.0.1:0", Project: "servo-pull-shared", ReuseEmulators: true,
+			SweepEvery: 100 * time.Millisecond, PullPools: sharedPools,
+		})
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return &env{t: t, stack: shared.stack}
+}
+
+// env is one test's local stack with pull pools.
+type env struct {
+	t     testing.TB
+	stack *devstack.Stack
+}
+
+// start runs a stack whose pull pools are pools (name → allowed callers).
+func start(t *testing.T, pools map[string][]string, opts ...func(*devstack.Options)) *env {
+	t.Helper()
+	o := devstack.Options{
+		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+		SweepEvery: 100 * time.Millisecond, PullPools: pools,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s, err := devstack.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &env{t: t, stack: s}
+}
+
+func (e *env) do(method, path string, body any, header ...string) (int, http.Header, []byte) {
+	e.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, ok := body.([]byte)
+		if !ok {
+			b, _ = json.Marshal(body)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.stack.URL+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, out
+}
+
+// submit submits a task to pool with fast timers.
+func (e *env) submit(pool string, extra map[string]any) dispatcher.SubmitResponse {
+	e.t.Helper()
+	body := map[string]any{
+		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": pool, "payload": map[string]any{"partitions": 2, "partitionMs": 20},
+		"heartbeatIntervalMs": 500, "heartbeatTimeoutMs": 5000, "cancelGracePeriodMs": 300,
+		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
+	}
+	for k, v := range extra {
+		body[k] = v
+	}
+	status, _, out := e.do("POST", "/v1/tasks", body)
+	if status != http.StatusCreated {
+		e.t.Fatalf("submit: %d %s", status, out)
+	}
+	var r dispatcher.SubmitResponse
+	json.Unmarshal(out, &r)
+	return r
+}
+
+func (e *env) get(id string) dispatcher.TaskView {
+	e.t.Helper()
+	status, _, out := e.do("GET", "/v1/tasks/"+id, nil)
+	if status != http.StatusOK {
+		e.t.Fatalf("get: %d %s", status, out)
+	}
+	var v dispatcher.TaskView
+	json.Unmarshal(out, &v)
+	return v
+}
+
+// waitFor polls the task until ok says so.
+func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispatcher.TaskView {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v := e.get(id)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s is %s (%s, attempt %d), want %s", id, v.State, v.Reason, v.Attempt, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
+	e.t.Helper()
+	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
+}
+
+// claim posts one claim as identity (none when "").
+func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, task.ClaimResponse) {
+	e.t.Helper()
+	var h []string
+	if identity != "" {
+		h = []string{pull.DevIdentityHeader, identity}
+	}
+	status, _, out := e.do("POST", "/v1/pools/"+pool+"/claim", map[string]any{"workerId": workerID, "maxWaitMs": maxWaitMs}, h...)
+	var r task.ClaimResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		e.t.Fatalf("claim answer %d is not JSON: %s", status, out)
+	}
+	return status, r
+}
+
+// claimUntil claims until an attempt is claimed, or fails the test.
+func (e *env) claimUntil(pool, identity, workerID string) task.Envelope {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		status, r := e.claim(pool, identity, workerID, 2000)
+		if status == http.StatusServiceUnavailable && r.Disposition == task.Retry {
+			time.Sleep(pull.RetryAfter) // Pub/Sub or Firestore hiccup (or a reconnect): retry, as workers do
+			continue
+		}
+		if status != http.StatusOK {
+			e.t.Fatalf("claim: %d %+v", status, r)
+		}
+		if r.Claimed {
+			return *r.Envelope
+		}
+	}
+	e.t.Fatalf("nothing claimed from %s", pool)
+	return task.Envelope{}
+}
+
+// callback posts a worker callback with the envelope's token.
+func (e *env) callback(en task.Envelope, kind string, body any) (int, task.CallbackResponse) {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", en.CallbackBaseURL+"/v1/tasks/"+en.TaskID+"/"+kind, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+en.TaskToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var r task.CallbackResponse
+	json.NewDecoder(res.Body).Decode(&r)
+	return res.StatusCode, r
+}
+
+// switchable is a TCP proxy in front of an emulator that can be taken down
+// (every connection refused and the open ones cut) and brought back.
+type switchable struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func newSwitchable(t *testing.T, target string) *switchable {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &switchable{lis: lis, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { lis.Close(); p.setDown(true) })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *switchable) addr() string { return p.lis.Addr().String() }
+
+func (p *switchable) serve(c net.Conn) {
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	go func() { io.Copy(up, c); up.Close() }()
+	io.Copy(c, up)
+	c.Close()
+}
+
+func (p *switchable) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		p.conns = map[net.Conn]bool{}
+	}
+}

@@ -1,0 +1,182 @@
+package pull_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/worker"
+)
+
+// A task submitted to a pull pool is claimed by worker.Pull and runs to
+// SUCCEEDED; its attempt belongs to the claiming worker.
+func TestPulledTaskSucceeds(t *testing.T) {
+	e := sharedEnv(t)
+	const gpu = "succeed"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Pull(ctx, worker.PullConfig{API: e.stack.URL, Pool: gpu, MaxWait: time.Second,
+			Options: []worker.Option{worker.WithWorkerID("puller-1")}}, partitions.Process)
+	}()
+	sub := e.submit(gpu, nil)
+	v := e.waitState(sub.TaskID, task.Succeeded)
+	if len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "puller-1" || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+		t.Fatalf("attempts %+v", v.Attempts)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+}
+
+// An empty pool answers claimed:false once maxWaitMs has passed.
+func TestEmptyPoolAnswersAfterMaxWait(t *testing.T) {
+	e := sharedEnv(t)
+	const gpu = "empty"
+	for _, wait := range []int{0, 1000} {
+		began := time.Now()
+		status, r := e.claim(gpu, "", "w-1", wait)
+		took := time.Since(began)
+		if status != http.StatusOK || r.Claimed || r.Envelope != nil || r.Disposition != task.Continue {
+			t.Fatalf("maxWaitMs %d: %d %+v", wait, status, r)
+		}
+		// It waited (never less than asked), and not the default 20 s.
+		if took < time.Duration(wait)*time.Millisecond || took > 15*time.Second {
+			t.Fatalf("maxWaitMs %d answered after %v", wait, took)
+		}
+	}
+}
+
+// Four workers claiming concurrently from a pool of 50 tasks claim each
+// task exactly once, each claim starting the attempt for its worker.
+func TestConcurrentClaimsExactlyOnce(t *testing.T) {
+	e := sharedEnv(t)
+	const gpu = "concurrent"
+	const n, workers = 50, 4
+	ids := map[string]bool{}
+	for i := range n {
+		// Leases long enough that no claimed task expires meanwhile.
+		ids[e.submit(gpu, map[string]any{"taskKey": "k" + strconv.Itoa(i), "heartbeatIntervalMs": 10000, "heartbeatTimeoutMs": 300000}).TaskID] = true
+	}
+	var mu sync.Mutex
+	claims := map[string][]string{} // task → workers that claimed it
+	total := func() int { mu.Lock(); defer mu.Unlock(); return len(claims) }
+	deadline := time.Now().Add(2 * time.Minute)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "w-" + strconv.Itoa(w)
+			// Claim until every task is claimed, then once more: nothing
+			// is claimed twice.
+			for extra := 0; extra < 1 && time.Now().Before(deadline); {
+				if total() >= n {
+					extra++
+				}
+				status, r := e.claim(gpu, "", id, 1000)
+				if status == http.StatusServiceUnavailable && r.Disposition == task.Retry {
+					time.Sleep(pull.RetryAfter) // a hiccup of the loaded emulators: retry, as workers do
+					continue
+				}
+				if status != http.StatusOK {
+					t.Errorf("claim: %d %+v", status, r)
+					return
+				}
+				if r.Claimed {
+					mu.Lock()
+					claims[r.Envelope.TaskID] = append(claims[r.Envelope.TaskID], id)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(claims) != n {
+		t.Fatalf("%d tasks claimed, want %d", len(claims), n)
+	}
+	for id, by := range claims {
+		if !ids[id] || len(by) != 1 {
+			t.Fatalf("task %s claimed by %v", id, by)
+		}
+		v := e.get(id)
+		if v.State != task.Running || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != by[0] {
+			t.Fatalf("task %s: %s %+v, claimed by %s", id, v.State, v.Attempts, by[0])
+		}
+	}
+}
+
+// A transport message delivered twice (the same attempt published again)
+// yields one claim, even to the same worker id; the duplicate is dropped.
+func TestDuplicateMessageOneClaim(t *testing.T) {
+	e := sharedEnv(t)
+	const gpu = "duplicate"
+	sub := e.submit(gpu, nil)
+	stored, err := e.stack.Store.Get(context.Background(), sub.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pull.NewTransport(e.stack.PubSub).Publish(context.Background(), gpu, stored); err != nil {
+		t.Fatal(err)
+	}
+	en := e.claimUntil(gpu, "", "w-1")
+	if en.TaskID != sub.TaskID || en.Attempt != 1 || en.TaskToken == "" {
+		t.Fatalf("envelope %+v", en)
+	}
+	for range 2 {
+		if status, r := e.claim(gpu, "", "w-1", 1500); status != http.StatusOK || r.Claimed {
+			t.Fatalf("second claim: %d %+v", status, r)
+		}
+	}
+	// The claim was the attempt's started; a started from the same worker
+	// is a 200 repeat, and history holds one start.
+	if status, r := e.callback(en, "started", task.StartedRequest{Attempt: 1, WorkerID: "w-1"}); status != http.StatusOK || r.Disposition != task.Continue {
+		t.Fatalf("started after the claim: %d %+v", status, r)
+	}
+	if status, r := e.callback(en, "started", task.StartedRequest{Attempt: 1, WorkerID: "w-2"}); status != http.StatusConflict || r.Error != task.CodeAttemptAlreadyStarted {
+		t.Fatalf("started by another worker: %d %+v", status, r)
+	}
+	status, _, out := e.do("GET", "/v1/tasks/"+sub.TaskID+"/events", nil)
+	var hist struct {
+		Events []task.Transition `json:"events"`
+	}
+	if status != http.StatusOK || json.Unmarshal(out, &hist) != nil {
+		t.Fatalf("events: %d %s", status, out)
+	}
+	running := 0
+	for _, tr := range hist.Events {
+		if tr.To == task.Running {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Fatalf("%d transitions to RUNNING: %+v", running, hist.Events)
+	}
+}
+
+// A task cancelled while queued is never claimed.
+func TestCancelledWhileQueuedNeverClaimed(t *testing.T) {
+	e := sharedEnv(t)
+	const gpu = "cancel"
+	sub := e.submit(gpu, nil)
+	if status, _, out := e.do("POST", "/v1/tasks/"+sub.TaskID+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, out)
+	}
+	for range 2 {
+		if status, r := e.claim(gpu, "", "w-1", 1500); status != http.StatusOK || r.Claimed {
+			t.Fatalf("claim: %d %+v", status, r)
+		}
+	}
+	v := e.get(sub.TaskID)
+	if v.State != task.Cancelled || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "" || v.Attempts[0].StartedAt != nil {
+		t.Fatalf("task %s %+v", v.State, v.Attempts)
+	}
+}

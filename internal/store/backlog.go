@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"time"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// Duties lists the sweeper's duties in the order the dashboard shows them.
+var Duties = []Due{DueDeadline, DueCancel, DueLease, DueDispatch}
+
+// shardParallelism bounds the concurrent per-shard queries of the backlog
+// reads below.
+const shardParallelism = 16
+
+// DueBacklog counts, for each duty, the tasks due at now (what the next
+// sweeper pass has to handle), with one count aggregation per duty and
+// shard served by the duty's index: no task document is read. It costs
+// 4 × DueShards() aggregations.
+func (s *Store) DueBacklog(ctx context.Context, now time.Time) (map[Due]int64, error) {
+	counts := make([][]int64, len(Duties))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardParallelism)
+	for i, d := range Duties {
+		counts[i] = make([]int64, s.shards)
+		for shard := range s.shards {
+			g.Go(func() error {
+				q, err := s.dueQuery(d, shard, now, 1, nil)
+				if err != nil {
+					return err
+				}
+				q.Select, q.Limit, q.OrderBy = nil, nil, nil
+				n, err := s.count(gctx, q)
+				counts[i][shard] = n
+				return err
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, wrap("due backlog", err)
+	}
+	out := make(map[Due]int64, len(Duties))
+	for i, d := range Duties {
+		for _, n := range counts[i] {
+			out[d] += n
+		}
+	}
+	return out, nil
+}
+
+// OutboxBacklog counts the outbox entries not yet delivered and returns
+// the creation time of the oldest among those due first in each shard
+// (nil when there is none): one count aggregation and one single-entry
+// query per shard, served by the re-drive's index.
+func (s *Store) OutboxBacklog(ctx context.Context) (n int64, oldest *time.Time, err error) {
+	counts := make([]int64, s.shards)
+	firsts := make([]*time.Time, s.shards)
+	far := time.Now().Add(100 * 365 * 24 * time.Hour)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardParallelism)
+	for shard := range s.shards {
+		g.Go(func() error {
+			c, err := s.count(gctx, s.undeliveredCountQuery(shard))
+			counts[shard] = c
+			return err
+		})
+		g.Go(func() error {
+			es, err := s.queryOutbox(gctx, s.undeliveredQuery(shard, far, 1))
+			if len(es) > 0 {
+				firsts[shard] = &es[0].CreatedAt
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, wrap("outbox backlog", err)
+	}
+	for shard := range s.shards {
+		n += counts[shard]
+		if f := firsts[shard]; f != nil && (oldest == nil || f.Before(*oldest)) {
+			oldest = f
+		}
+	}
+	return n, oldest, nil
+}
+
+// TransitionStamp is when a transition happened and to which state.
+type TransitionStamp struct {
+	To         task.State `firestore:"to"`
+	OccurredAt time.Time  `firestore:"occurredAt"`
+}
+
+// RecentTransitions returns the transitions that occurred at or after
+// since, as far as the outbox still holds them (delivered entries are
+// kept for OutboxRetention), in no particular order. It reads at most
+// limit entries, spread over the shards and their delivered and
+// undelivered ranges of the re-drive's index (an entry's next try is never
+// before it occurred), projected to two fields; truncated reports that a
+// range held more.
+func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit int) (out []TransitionStamp, truncated bool, err error) {
+	per := max(1, limit/(2*s.shards))
+	parts := make([][]TransitionStamp, 2*s.shards)
+	full := make([]bool, 2*s.shards)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardParallelism)
+	for i := range parts {
+		shard, delivered := i/2, i%2 == 1
+		g.Go(func() error {
+			q := s.recentQuery(shard, delivered, since, per)
+			n := 0
+			err := s.runQuery(gctx, s.docs, q, func(d *pb.Document) error {
+				n++
+				var ts TransitionStamp
+				if err := decodeFields(d.GetFields(), &ts); err != nil {
+					return err
+				}
+				if !ts.OccurredAt.Before(since) {
+					parts[i] = append(parts[i], ts)
+				}
+				return nil
+			})
+			full[i] = n >= per
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, false, wrap("recent transitions", err)
+	}
+	return slices.Concat(parts...), slices.Contains(full, true), nil
+}
+
+// undeliveredCountQuery selects one shard's undelivered outbox entries
+// (OutboxBacklog's count).
+func (s *Store) undeliveredCountQuery(shard int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}})),
+	}
+}
+
+// recentQuery is RecentTransitions' query of one shard's delivered or
+// undelivered range, served by the re-drive's index.
+func (s *Store) recentQuery(shard int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
+			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},
+		Limit:   wrapInt(limit),
+	}
+}

@@ -1,0 +1,158 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// shape is what a query asks of Firestore's indexes: its collection, the
+// fields of its equality filters in order, then its inequality and order
+// fields (without __name__).
+type shape struct {
+	collection string
+	equality   []string
+	ordered    []string
+}
+
+func shapeOf(q *pb.StructuredQuery) shape {
+	sh := shape{collection: q.GetFrom()[0].GetCollectionId()}
+	var walk func(f *pb.StructuredQuery_Filter)
+	walk = func(f *pb.StructuredQuery_Filter) {
+		if c := f.GetCompositeFilter(); c != nil {
+			for _, sub := range c.GetFilters() {
+				walk(sub)
+			}
+			return
+		}
+		ff := f.GetFieldFilter()
+		switch ff.GetOp() {
+		case pb.StructuredQuery_FieldFilter_EQUAL, pb.StructuredQuery_FieldFilter_IN:
+			sh.equality = append(sh.equality, ff.GetField().GetFieldPath())
+		default:
+			sh.ordered = append(sh.ordered, ff.GetField().GetFieldPath())
+		}
+	}
+	if q.GetWhere() != nil {
+		walk(q.GetWhere())
+	}
+	for _, o := range q.GetOrderBy() {
+		if p := o.GetField().GetFieldPath(); p != "__name__" && !slices.Contains(sh.ordered, p) {
+			sh.ordered = append(sh.ordered, p)
+		}
+	}
+	return sh
+}
+
+// needsComposite: Firestore serves equality filters alone (merging
+// single-field indexes, with __name__ order) and a single field's range or
+// order; anything else needs a composite index.
+func (sh shape) needsComposite() bool {
+	return len(sh.ordered) > 1 || (len(sh.ordered) == 1 && len(sh.equality) > 0)
+}
+
+func (sh shape) index() string {
+	return sh.collection + "(" + strings.Join(append(slices.Clone(sh.equality), sh.ordered...), ",") + ")"
+}
+
+// everyQuery builds every query the store runs, with representative
+// arguments.
+func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
+	s := &Store{docs: "projects/p/databases/(default)/documents", shards: DefaultDueShards}
+	now := time.Now()
+	qs := map[string]*pb.StructuredQuery{}
+	for d := range DueStates {
+		q, err := s.dueQuery(d, 3, now, 10, &DueCursor{At: now, ID: "task_x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs["due "+string(d)] = q
+	}
+	qs["undelivered"] = s.undeliveredQuery(3, now, 10)
+	qs["undelivered count"] = s.undeliveredCountQuery(3)
+	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
+	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
+	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
+	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
+	qs["attempts"] = attemptsQuery()
+	qs["outbox of a task"] = outboxQuery("taskId", "task_x")
+	qs["outbox of a run"] = outboxQuery("runId", "run_x")
+	full := ListFilter{TenantID: "t", RunID: "r", State: task.Running, Worker: "w"}
+	for _, newest := range []bool{false, true} {
+		f := full
+		f.NewestFirst = newest
+		qs[fmt.Sprintf("list newest=%v", newest)] = f.query(10)
+		qs[fmt.Sprintf("list all newest=%v", newest)] = ListFilter{NewestFirst: newest}.query(10)
+	}
+	qs["count"] = full.countQuery()
+	qs["runs"] = RunFilter{After: "run_x"}.query(10)
+	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query(10)
+	return qs
+}
+
+// TestEveryQueryHasItsIndex: each query that needs a composite index finds
+// exactly it in Indexes, led by dueShard (but the runs listing's); the others use no field that
+// FieldExemptions takes out of single-field indexing; and every index in
+// Indexes serves some query.
+func TestEveryQueryHasItsIndex(t *testing.T) {
+	declared := map[string]bool{}
+	for _, ix := range Indexes {
+		var fs []string
+		for _, f := range ix.Fields {
+			fs = append(fs, f.Path)
+		}
+		declared[ix.Collection+"("+strings.Join(fs, ",")+")"] = false
+	}
+	exempt := map[string]bool{}
+	for _, e := range FieldExemptions {
+		exempt[e.Collection+"."+e.Path] = true
+	}
+	for name, q := range everyQuery(t) {
+		sh := shapeOf(q)
+		if sh.needsComposite() {
+			if _, ok := declared[sh.index()]; !ok {
+				t.Errorf("%s needs the index %s, which store.Indexes lacks", name, sh.index())
+				continue
+			}
+			declared[sh.index()] = true
+			// Due times grow steadily and are rewritten all the time; a
+			// run's id is written once (runs are listed by it).
+			if sh.equality[0] != "dueShard" && sh.collection != RunsCollection {
+				t.Errorf("%s: index %s does not lead with dueShard", name, sh.index())
+			}
+			continue
+		}
+		for _, f := range append(sh.equality, sh.ordered...) {
+			if exempt[sh.collection+"."+f] {
+				t.Errorf("%s filters or orders on %s.%s alone, which FieldExemptions exempts from indexing", name, sh.collection, f)
+			}
+		}
+	}
+	for ix, used := range declared {
+		if !used {
+			t.Errorf("index %s serves no query", ix)
+		}
+	}
+}
+
+// TestFieldExemptionsAreStoredFields: every exemption names a field the
+// store writes (a typo would exempt nothing).
+func TestFieldExemptionsAreStoredFields(t *testing.T) {
+	stored := map[string]map[string]*pb.Value{
+		TasksCollection:    encodeFields(task.Task{}),
+		AttemptsCollection: encodeFields(task.Attempt{}),
+		OutboxCollection:   flatten(encodeFields(outboxDoc{})),
+		RunsCollection:     encodeFields(Run{}),
+	}
+	for _, e := range FieldExemptions {
+		if _, ok := stored[e.Collection][e.Path]; !ok {
+			t.Errorf("exemption %s.%s: no such stored field", e.Collection, e.Path)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"reflect"
+	"slices"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// A heartbeat is the hottest write in Servo: every running task sends one
+// every interval. It reads the task document through a field mask that
+// leaves out everything large (payload, resources, resumeFrom, the live
+// checkpoint) and writes only the fields it changed, through an update
+// mask, in that one document: the current attempt's heartbeat state lives
+// on the task (task.Task.Live) and is folded into the attempt record at the
+// attempt's next transition. Its cost does not grow with the payload or
+// with a checkpoint stored earlier.
+
+// liveField is the task document's field that holds task.Task.Live.
+const liveField = "live"
+
+// heartbeatSkips are the task fields a heartbeat never reads: large, and
+// changed only by transitions.
+var heartbeatSkips = []string{"payload", "resources", "resumeFrom", liveField}
+
+// heartbeatMask lists the task fields a heartbeat reads: every top-level
+// field but heartbeatSkips, and the live attempt but its checkpoint.
+var heartbeatMask = func() []string {
+	var paths []string
+	rt := reflect.TypeOf(task.Task{})
+	for i := range rt.NumField() {
+		if name, ok := fieldName(rt.Field(i)); ok && !slices.Contains(heartbeatSkips, name) {
+			paths = append(paths, name)
+		}
+	}
+	lt := reflect.TypeOf(task.LiveAttempt{})
+	for i := range lt.NumField() {
+		if name, ok := fieldName(lt.Field(i)); ok && name != "checkpoint" {
+			paths = append(paths, liveField+"."+name)
+		}
+	}
+	return paths
+}()
+
+// HeartbeatReadMask returns the task document's field paths a heartbeat
+// reads (the benchmarks replay its read against the emulator).
+func HeartbeatReadMask() []string { return slices.Clone(heartbeatMask) }
+
+// liveOf is the heartbeat state of a running attempt's record.
+func liveOf(a *task.Attempt) *task.LiveAttempt {
+	return &task.LiveAttempt{Attempt: a.Attempt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
+		Heartbeats: a.Heartbeats, HeartbeatTicks: a.HeartbeatTicks, ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint}
+}
+
+// overlay lays the task's live heartbeat state over its attempt record.
+func overlay(a *task.Attempt, l *task.LiveAttempt) {
+	if a == nil || l == nil || l.Attempt != a.Attempt {
+		return
+	}
+	if l.WorkerID != "" {
+		a.WorkerID = l.WorkerID
+	}
+	if l.StartedAt != nil {
+		a.StartedAt = l.StartedAt
+	}
+	if l.LastHeartbeatAt != nil {
+		a.LastHeartbeatAt = l.LastHeartbeatAt
+	}
+	if l.Heartbeats > a.Heartbeats {
+		a.Heartbeats, a.HeartbeatTicks = l.Heartbeats, l.HeartbeatTicks
+	}
+	if l.ProgressPct != nil {
+		a.ProgressPct = l.ProgressPct
+	}
+	if l.Message != "" {
+		a.Message = l.Message
+	}
+	if len(l.Checkpoint) > 0 {
+		a.Checkpoint = l.Checkpoint
+	}
+}
+
+// setLive makes the task's live state follow the result: the current
+// attempt's heartbeat state while it runs, nothing once it has ended or a
+// new attempt has begun.
+func setLive(r *task.Result) {
+	switch a := r.Attempt; {
+	case a != nil && a.Attempt == r.Task.Attempt:
+		r.Task.Live = nil
+		if !a.Ended() && a.WorkerID != "" {
+			r.Task.Live = liveOf(a)
+		}
+	case r.Task.Live != nil && r.Task.Live.Attempt != r.Task.Attempt:
+		r.Task.Live = nil
+	}
+}
+
+// heartbeatOnce is applyOnce for a heartbeat: a masked read of the task
+// document, and when the heartbeat changes no state (the usual case) an
+// update of the changed fields only. A heartbeat that makes a transition (a
+// first heartbeat that starts the attempt, one that finds the lease
+// expired) reads the full task and attempt within the same transaction and
+// takes the ordinary path: one more read, on a rare path.
+func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+	name := s.taskName(id)
+	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
+	docs, tx, err := s.batchGetMasked(ctx, []string{name}, heartbeatMask, &pb.BatchGetDocumentsRequest_NewTransaction{
+		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	if err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, err
+	}
+	td := docs[name]
+	if td == nil {
+		s.rollback(tx)
+		return task.Result{}, tx, ErrNotFound
+	}
+	var before task.Task
+	if err := decodeFields(td.GetFields(), &before); err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, err
+	}
+	var cur *task.Attempt
+	if l := before.Live; l != nil && l.Attempt == ev.Attempt {
+		// The attempt as far as the masked read shows it (no checkpoint).
+		cur = &task.Attempt{Attempt: l.Attempt}
+		overlay(cur, l)
+	}
+	r := task.Apply(before, cur, ev)
+	if !r.Write {
+		s.rollback(tx)
+		return r, tx, nil
+	}
+	if len(r.Transitions) > 0 || r.Next != nil || cur == nil {
+		return s.fullOnce(ctx, id, ev, tx, nil)
+	}
+	setLive(&r)
+	w, ok := updateWrite(name, &before, &r.Task)
+	if !ok {
+		return s.fullOnce(ctx, id, ev, tx, nil)
+	}
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}, Transaction: tx}); err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, err
+	}
+	return r, tx, nil
+}
+
+// updateWrite is the write of the fields of after that differ from before,
+// with its update mask; ok is false when a field the heartbeat did not read
+// changed (the caller then writes the whole document).
+func updateWrite(name string, before, after *task.Task) (*pb.Write, bool) {
+	b, a := encodeFields(before), encodeFields(after)
+	fields := map[string]*pb.Value{}
+	var paths []string
+	for k, av := range a {
+		if k == liveField {
+			continue
+		}
+		if proto.Equal(av, b[k]) {
+			continue
+		}
+		if slices.Contains(heartbeatSkips, k) {
+			return nil, false
+		}
+		fields[k] = av
+		paths = append(paths, k)
+	}
+	bl, al := b[liveField].GetMapValue().GetFields(), a[liveField].GetMapValue().GetFields()
+	if a[liveField].GetMapValue() == nil {
+		// The live state went away: that is a transition's business.
+		return nil, false
+	}
+	live := map[string]*pb.Value{}
+	for k, av := range al {
+		if proto.Equal(av, bl[k]) {
+			continue
+		}
+		live[k] = av
+		paths = append(paths, liveField+"."+k)
+	}
+	if len(live) > 0 {
+		fields[liveField] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: live}}}
+	}
+	slices.Sort(paths)
+	return &pb.Write{
+		Operation:  &pb.Write_Update{Update: &pb.Document{Name: name, Fields: fields}},
+		UpdateMask: &pb.DocumentMask{FieldPaths: paths},
+	}, true
+}

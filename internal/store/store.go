@@ -1,0 +1,1201 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	firestoreapi "cloud.google.com/go/firestore/apiv1"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
+)
+
+// Sentinel errors.
+var (
+	// ErrNotFound: no such task.
+	ErrNotFound = errors.New("store: task not found")
+	// ErrUnavailable: Firestore failed or contention outlasted the retries;
+	// the caller may retry the same request.
+	ErrUnavailable = errors.New("store: firestore unavailable")
+	// ErrRejected: Firestore refused the write as invalid (for example a
+	// document over its size limit); retrying the same request cannot help.
+	ErrRejected = errors.New("store: firestore rejected the write")
+	// ErrInvalidPageToken: a list page token that this store did not issue.
+	ErrInvalidPageToken = errors.New("store: invalid page token")
+)
+
+// EmulatorHostEnv is the variable the Firestore emulator's address is read from.
+const EmulatorHostEnv = "FIRESTORE_EMULATOR_HOST"
+
+// IdempotencyRetention is how long an idempotency key maps to its task
+// before Firestore's TTL policy may delete the mapping.
+const IdempotencyRetention = 30 * 24 * time.Hour
+
+// OutboxRetention is how long a delivered outbox entry is kept.
+const OutboxRetention = 7 * 24 * time.Hour
+
+// Store is Servo's Firestore state. It is safe for concurrent use.
+type Store struct {
+	client     *firestoreapi.Client
+	db         string // projects/P/databases/D
+	docs       string // db + "/documents"
+	maxRetries int
+	shards     int
+	perTask    keyedMutex
+	recentRuns recentRuns
+	quotas     *quota.Policy
+	perScope   keyedMutex
+	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
+}
+
+// OnCommit registers fn to run after every commit that wrote transitions
+// (Create and Apply), with those transitions in order: the events publisher
+// delivers them at once; what it misses stays in the outbox for re-drive.
+// fn must not block for long; it runs on the caller's goroutine.
+func (s *Store) OnCommit(fn func(context.Context, []task.Transition)) { s.onCommit.Store(&fn) }
+
+func (s *Store) committed(ctx context.Context, trs []task.Transition) {
+	telemetry.RecordTransitions(ctx, trs)
+	if fn := s.onCommit.Load(); fn != nil && *fn != nil && len(trs) > 0 {
+		(*fn)(ctx, trs)
+	}
+}
+
+type config struct {
+	shards     int
+	database   string
+	counter    *RPCCounter
+	clientOpts []option.ClientOption
+	maxRetries int
+	quotas     *quota.Policy
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithDatabase selects a database other than "(default)".
+func WithDatabase(id string) Option { return func(c *config) { c.database = id } }
+
+// WithRPCCounter counts every Firestore RPC the store makes.
+func WithRPCCounter(rc *RPCCounter) Option { return func(c *config) { c.counter = rc } }
+
+// WithClientOptions passes options to the Firestore client.
+func WithClientOptions(opts ...option.ClientOption) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// DefaultDueShards is the number of due-index shards (WithDueShards).
+const DefaultDueShards = 16
+
+// WithDueShards sets how many shards the due indexes are split into
+// (default DefaultDueShards): each task is given a shard at creation, and
+// the sweeper and the outbox re-drive query every shard. The number may
+// grow between deployments, never shrink: a task's shard is fixed, and a
+// shard no longer queried would never be swept.
+func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
+
+// WithMaxRetries bounds transaction retries on contention (default 25).
+func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
+
+// New connects to Firestore for project; it honours FIRESTORE_EMULATOR_HOST.
+func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
+	if project == "" {
+		return nil, errors.New("store: project id is required")
+	}
+	cfg := config{database: "(default)", maxRetries: 25, shards: DefaultDueShards}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.shards < 1 {
+		return nil, fmt.Errorf("store: %d due shards: want at least 1", cfg.shards)
+	}
+	var copts []option.ClientOption
+	if host := os.Getenv(EmulatorHostEnv); host != "" {
+		copts = append(copts, option.WithEndpoint(host), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			option.WithGRPCDialOption(grpc.WithPerRPCCredentials(emulatorCreds{})))
+	}
+	if cfg.counter != nil {
+		copts = append(copts,
+			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(cfg.counter.unary)),
+			option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(cfg.counter.stream)))
+	}
+	// Per-request RPC tallies (telemetry.CountRPCs): a counter in the
+	// context, no call of its own.
+	copts = append(copts, option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(telemetry.UnaryRPCTally)),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(telemetry.StreamRPCTally)))
+	copts = append(copts, cfg.clientOpts...)
+	client, err := firestoreapi.NewClient(ctx, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect to firestore: %w", err)
+	}
+	db := "projects/" + project + "/databases/" + cfg.database
+	if cfg.quotas != nil {
+		if err := cfg.quotas.Validate(); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, quotas: cfg.quotas}, nil
+}
+
+// DueShards is the number of due-index shards; DueTasks and Undelivered
+// take a shard in [0, DueShards()).
+func (s *Store) DueShards() int { return s.shards }
+
+// DueShardsInUse returns one more than the highest due shard of any task
+// or outbox entry in the database (0 when there is none): the least
+// WithDueShards that sweeps and re-drives every one of them. A store may
+// start with fewer shards on an empty database (servo dev), never with
+// fewer than this. Two queries of at most one document each, ordered by
+// dueShard alone (its automatic single-field index).
+func (s *Store) DueShardsInUse(ctx context.Context) (int, error) {
+	n := 0
+	for _, coll := range []string{TasksCollection, OutboxCollection} {
+		err := s.runQuery(ctx, s.docs, highestShardQuery(coll), func(d *pb.Document) error {
+			n = max(n, int(d.GetFields()["dueShard"].GetIntegerValue())+1)
+			return nil
+		})
+		if err != nil {
+			return 0, wrap("due shards in use", err)
+		}
+	}
+	return n, nil
+}
+
+// highestShardQuery reads the document of coll with the highest dueShard,
+// projected to it.
+func highestShardQuery(coll string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		Select:  &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("dueShard")}},
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("dueShard"), Direction: pb.StructuredQuery_DESCENDING}},
+		Limit:   wrapInt(1),
+	}
+}
+
+// DueShardOf is the due-index shard of a task id among n shards: a hash,
+// so that tasks created together spread over every shard.
+func DueShardOf(taskID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Close releases the connection.
+func (s *Store) Close() error { return s.client.Close() }
+
+// emulatorCreds authenticates to the emulator as its owner, as the official
+// client does.
+type emulatorCreds struct{}
+
+func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+func (emulatorCreds) RequireTransportSecurity() bool { return false }
+
+func (s *Store) taskName(id string) string { return s.docs + "/" + TasksCollection + "/" + id }
+func (s *Store) attemptName(id string, n int) string {
+	return s.taskName(id) + "/attempts/" + strconv.Itoa(n)
+}
+func (s *Store) outboxName(eventID string) string {
+	return s.docs + "/" + OutboxCollection + "/" + eventID
+}
+func (s *Store) idemName(tenant, key string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return s.docs + "/" + IdempotencyCollection + "/" + hex.EncodeToString(sum[:])
+}
+
+// wrap maps a Firestore error to the store's sentinels.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fmt.Errorf("store: %s: %w", op, ErrNotFound)
+	case codes.Canceled:
+		return fmt.Errorf("store: %s: %w", op, err)
+	case codes.InvalidArgument:
+		return fmt.Errorf("store: %s: %w: %w", op, ErrRejected, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	return fmt.Errorf("store: %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// outboxDoc is an outbox entry as stored.
+type outboxDoc struct {
+	task.Transition
+	// DueShard leads the re-drive's index, as on tasks.
+	DueShard    int        `firestore:"dueShard"`
+	Delivered   bool       `firestore:"delivered"`
+	CreatedAt   time.Time  `firestore:"createdAt"`
+	DeliveredAt *time.Time `firestore:"deliveredAt"`
+	ExpireAt    *time.Time `firestore:"expireAt"`
+	// NextTryAt is when the re-drive may take the entry: its creation
+	// time, then, after each failed delivery, a time set by MarkFailed.
+	NextTryAt time.Time `firestore:"nextTryAt"`
+	// Tries counts the re-drive's failed deliveries.
+	Tries int `firestore:"tries"`
+	// EventPublished: the event itself was acked; only the dead letter
+	// is still to deliver.
+	EventPublished bool `firestore:"eventPublished"`
+}
+
+func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
+	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
+	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
+}
+
+// flatten inlines the embedded Transition's fields into the outbox document.
+func flatten(f map[string]*pb.Value) map[string]*pb.Value {
+	if tr, ok := f["Transition"]; ok {
+		delete(f, "Transition")
+		for k, v := range tr.GetMapValue().GetFields() {
+			f[k] = v
+		}
+	}
+	return f
+}
+
+func setWrite(name string, v any, mustNotExist bool) *pb.Write {
+	w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: encodeFields(v)}}}
+	if mustNotExist {
+		w.CurrentDocument = &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: false}}
+	}
+	return w
+}
+
+// Limits of one Firestore commit that CreateMany keeps within.
+const (
+	// MaxCommitWrites is the most writes CreateMany puts in one commit.
+	MaxCommitWrites = 500
+	// MaxCommitBytes is the most encoded bytes CreateMany puts in one commit,
+	// below Firestore's 10 MiB request limit.
+	MaxCommitBytes = 9 << 20
+)
+
+// Create stores a submitted task (ID set, fields validated) as PENDING with
+// its first attempt record and creation event, in one commit. When the task
+// has an idempotency key and a task already exists for (tenant, key), that
+// task is returned with existed = true and nothing is written.
+func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created task.Task, existed bool, err error) {
+	r := s.CreateMany(ctx, []task.Task{t}, now, false)[0]
+	return r.Task, r.Existed, r.Err
+}
+
+// CreateResult is one task's outcome in CreateMany, in input order.
+type CreateResult struct {
+	// Task is the stored task: the new one, or the one an idempotency key
+	// already named (Existed).
+	Task    task.Task
+	Existed bool
+	Err     error
+}
+
+// CreateMany stores submitted tasks (IDs set, fields validated) with their
+// first attempt records, idempotency records and events, and the document
+// of each run they belong to (runs/{runId}, once per run per commit), in as few commits
+// as Firestore's limits allow (MaxCommitWrites, MaxCommitBytes): a single
+// task is one Commit RPC. With queued, each task is stored already QUEUED
+// (the creation and ENQUEUED transitions both recorded): the caller creates
+// its Cloud Task right after, and a Cloud Task that is never created is
+// re-driven by the sweeper (the dispatch check), or sooner when the caller
+// reports the failure (task.EventDispatchFailed).
+//
+// A task whose idempotency key already names a task is not written; that
+// task is returned with Existed. When a commit of several tasks fails
+// because of such a key, its tasks are committed one by one.
+func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
+	if queued && s.QuotasEnabled() {
+		// Tasks of limited tenants or workers: one transaction each
+		// (store/quota.go); the others as below.
+		var lim, rest []int
+		for i := range ts {
+			if s.limited(&ts[i]) {
+				lim = append(lim, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		if len(lim) > 0 {
+			out := make([]CreateResult, len(ts))
+			pick := func(idx []int) []task.Task {
+				o := make([]task.Task, len(idx))
+				for j, i := range idx {
+					o[j] = ts[i]
+				}
+				return o
+			}
+			for j, r := range s.createLimitedMany(ctx, pick(lim), now) {
+				out[lim[j]] = r
+			}
+			if len(rest) > 0 {
+				for j, r := range s.CreateMany(ctx, pick(rest), now, queued) {
+					out[rest[j]] = r
+				}
+			}
+			return out
+		}
+	}
+	out := make([]CreateResult, len(ts))
+	type prepared struct {
+		i      int
+		t      task.Task
+		trs    []task.Transition
+		writes []*pb.Write
+	}
+	var chunk []prepared
+	nWrites, nBytes := 0, 0
+	runs := map[string]bool{} // the runs of chunk, whose documents flush writes
+	flush := func() {
+		if len(chunk) == 0 {
+			return
+		}
+		var writes []*pb.Write
+		var trs []task.Transition
+		for _, p := range chunk {
+			writes = append(writes, p.writes...)
+			trs = append(trs, p.trs...)
+		}
+		var written []string
+		for _, p := range chunk {
+			if runs[p.t.RunID] {
+				writes = append(writes, s.runWrite(&p.t))
+				delete(runs, p.t.RunID)
+				written = append(written, p.t.RunID)
+			}
+		}
+		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+		switch c := status.Code(err); {
+		case err == nil:
+			s.recentRuns.mark(written, now)
+			s.committed(ctx, trs)
+			for _, p := range chunk {
+				out[p.i] = CreateResult{Task: p.t}
+			}
+		case (c == codes.AlreadyExists || c == codes.FailedPrecondition) && len(chunk) > 1:
+			// One of the tasks repeats an idempotency key (or, never in
+			// practice, an id): commit them one by one.
+			for _, p := range chunk {
+				out[p.i] = s.createOne(ctx, p.t, p.writes, p.trs)
+			}
+		case c == codes.AlreadyExists || c == codes.FailedPrecondition:
+			out[chunk[0].i] = s.existing(ctx, chunk[0].t, err)
+		default:
+			for _, p := range chunk {
+				out[p.i] = CreateResult{Err: wrap("create", err)}
+			}
+		}
+		chunk, nWrites, nBytes = nil, 0, 0
+	}
+	for i, t := range ts {
+		nt, writes, trs := s.creationWrites(t, now, queued)
+		size := 0
+		for _, w := range writes {
+			size += proto.Size(w)
+		}
+		// A commit also writes the document of each run it stores tasks of,
+		// unless this store wrote it within RunDocumentEvery.
+		want := runs[nt.RunID] || s.recentRuns.due(nt.RunID, now)
+		extra := 0
+		if want && !runs[nt.RunID] {
+			extra = 1
+		}
+		if len(chunk) > 0 && (nWrites+len(writes)+extra > MaxCommitWrites || nBytes+size > MaxCommitBytes-runDocBytes*(len(runs)+extra)) {
+			flush()
+			want, extra = s.recentRuns.due(nt.RunID, now), 0
+			if want {
+				extra = 1
+			}
+		}
+		chunk = append(chunk, prepared{i: i, t: nt, trs: trs, writes: writes})
+		if want {
+			runs[nt.RunID] = true
+		}
+		nWrites += len(writes) + extra
+		nBytes += size
+	}
+	flush()
+	return out
+}
+
+// creationWrites builds the stored form of a submitted task and the writes
+// that create it.
+func (s *Store) creationWrites(t task.Task, now time.Time, queued bool) (task.Task, []*pb.Write, []task.Transition) {
+	return s.creationWritesWith(t, now, queued, nil, false)
+}
+
+// creationWritesWith is creationWrites for a task given the quota hold
+// hold (nil: none) and, with it, a run slot or not.
+func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold *task.QuotaHold, slotFree bool) (task.Task, []*pb.Write, []task.Transition) {
+	t.DueShard = DueShardOf(t.ID, s.shards)
+	nt, a, tr := task.NewTask(t, now)
+	trs := []task.Transition{tr}
+	if queued {
+		r := task.Apply(nt, &a, task.Event{Kind: task.EventEnqueued, Attempt: nt.Attempt, Now: now, Hold: hold, SlotFree: slotFree})
+		nt = r.Task
+		trs = append(trs, r.Transitions...)
+	}
+	for i := range trs {
+		trs[i].Trace = nt.Trace
+	}
+	writes := []*pb.Write{
+		setWrite(s.taskName(nt.ID), nt, true),
+		setWrite(s.attemptName(nt.ID, 1), a, true),
+	}
+	for _, tr := range trs {
+		writes = append(writes, s.outboxWrite(tr))
+	}
+	if nt.IdempotencyKey != "" {
+		exp := nt.CreatedAt.Add(IdempotencyRetention)
+		writes = append(writes, setWrite(s.idemName(nt.TenantID, nt.IdempotencyKey), idemDoc{
+			TenantID: nt.TenantID, Key: nt.IdempotencyKey, TaskID: nt.ID, CreatedAt: nt.CreatedAt, ExpireAt: exp,
+		}, true))
+	}
+	return nt, writes, trs
+}
+
+// createOne commits one task's writes and its run's document.
+func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
+	run := s.recentRuns.due(t.RunID, t.CreatedAt)
+	if run {
+		writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	if err == nil {
+		if run {
+			s.recentRuns.mark([]string{t.RunID}, t.CreatedAt)
+		}
+		s.committed(ctx, trs)
+		return CreateResult{Task: t}
+	}
+	if c := status.Code(err); c == codes.AlreadyExists || c == codes.FailedPrecondition {
+		return s.existing(ctx, t, err)
+	}
+	return CreateResult{Err: wrap("create", err)}
+}
+
+// existing answers a create refused because a document already existed: the
+// task t's idempotency key names.
+func (s *Store) existing(ctx context.Context, t task.Task, err error) CreateResult {
+	if t.IdempotencyKey == "" {
+		return CreateResult{Err: wrap("create", err)}
+	}
+	var d idemDoc
+	found, gerr := s.getDoc(ctx, s.idemName(t.TenantID, t.IdempotencyKey), &d)
+	if gerr != nil {
+		return CreateResult{Err: wrap("create: read idempotency record", gerr)}
+	}
+	if !found {
+		return CreateResult{Err: fmt.Errorf("store: create: idempotency record vanished: %w", ErrUnavailable)}
+	}
+	got, gerr := s.GetTask(ctx, d.TaskID)
+	if gerr != nil {
+		return CreateResult{Err: gerr}
+	}
+	return CreateResult{Task: got, Existed: true}
+}
+
+type idemDoc struct {
+	TenantID  string    `firestore:"tenantId"`
+	Key       string    `firestore:"key"`
+	TaskID    string    `firestore:"taskId"`
+	CreatedAt time.Time `firestore:"createdAt"`
+	ExpireAt  time.Time `firestore:"expireAt"`
+}
+
+// getDoc reads one document outside a transaction.
+func (s *Store) getDoc(ctx context.Context, name string, out any) (bool, error) {
+	docs, _, err := s.batchGet(ctx, []string{name}, nil)
+	if err != nil {
+		return false, err
+	}
+	if docs[name] == nil {
+		return false, nil
+	}
+	return true, decodeFields(docs[name].GetFields(), out)
+}
+
+// batchGet reads documents in one RPC. With sel it runs inside (or begins)
+// a transaction and returns the transaction id.
+func (s *Store) batchGet(ctx context.Context, names []string, sel any) (map[string]*pb.Document, []byte, error) {
+	return s.batchGetMasked(ctx, names, nil, sel)
+}
+
+// batchGetMasked is batchGet returning only the fields mask names (all
+// when mask is nil).
+func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel any) (map[string]*pb.Document, []byte, error) {
+	req := &pb.BatchGetDocumentsRequest{Database: s.db, Documents: names}
+	if mask != nil {
+		req.Mask = &pb.DocumentMask{FieldPaths: mask}
+	}
+	switch v := sel.(type) {
+	case *pb.BatchGetDocumentsRequest_NewTransaction:
+		req.ConsistencySelector = v
+	case *pb.BatchGetDocumentsRequest_Transaction:
+		req.ConsistencySelector = v
+	}
+	stream, err := s.client.BatchGetDocuments(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]*pb.Document, len(names))
+	var tx []byte
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, tx, err
+		}
+		if len(res.GetTransaction()) > 0 {
+			tx = res.GetTransaction()
+		}
+		if d := res.GetFound(); d != nil {
+			out[d.GetName()] = d
+		}
+	}
+	return out, tx, nil
+}
+
+// GetTask reads a task document without its attempts (1 RPC).
+func (s *Store) GetTask(ctx context.Context, id string) (task.Task, error) {
+	var t task.Task
+	found, err := s.getDoc(ctx, s.taskName(id), &t)
+	if err != nil {
+		return task.Task{}, wrap("get task", err)
+	}
+	if !found {
+		return task.Task{}, ErrNotFound
+	}
+	return t, nil
+}
+
+// Get reads a task with its attempts, oldest first (2 RPCs).
+func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
+	t, err := s.GetTask(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	t.Attempts, err = s.Attempts(ctx, id)
+	for i := range t.Attempts {
+		overlay(&t.Attempts[i], t.Live)
+	}
+	return t, err
+}
+
+// Attempts reads a task's attempt records, oldest first.
+func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
+	q := attemptsQuery()
+	var out []task.Attempt
+	err := s.runQuery(ctx, s.taskName(id), q, func(d *pb.Document) error {
+		var a task.Attempt
+		if err := decodeFields(d.GetFields(), &a); err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	})
+	return out, wrap("attempts", err)
+}
+
+// attemptsQuery reads a task's attempt records in order.
+func attemptsQuery() *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: AttemptsCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("attempt"), Direction: pb.StructuredQuery_ASCENDING}},
+	}
+}
+
+// outboxQuery selects the outbox entries whose field equals v.
+func outboxQuery(field, v string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
+	}
+}
+
+func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
+	stream, err := s.client.RunQuery(ctx, &pb.RunQueryRequest{Parent: parent, QueryType: &pb.RunQueryRequest_StructuredQuery{StructuredQuery: q}})
+	if err != nil {
+		return err
+	}
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d := res.GetDocument(); d != nil {
+			if err := each(d); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// queryTasks runs a query over the tasks collection.
+func (s *Store) queryTasks(ctx context.Context, q *pb.StructuredQuery) ([]task.Task, error) {
+	var out []task.Task
+	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(d.GetFields(), &t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
+}
+
+// queryOutbox runs a query over the outbox collection.
+func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]OutboxEntry, error) {
+	var out []OutboxEntry
+	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var o outboxDoc
+		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+			return err
+		}
+		if err := decodeFields(doc.GetFields(), &o); err != nil {
+			return err
+		}
+		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished})
+		return nil
+	})
+	return out, err
+}
+
+func fieldRef(path string) *pb.StructuredQuery_FieldReference {
+	return &pb.StructuredQuery_FieldReference{FieldPath: path}
+}
+
+func fieldFilter(path string, op pb.StructuredQuery_FieldFilter_Operator, v *pb.Value) *pb.StructuredQuery_Filter {
+	return &pb.StructuredQuery_Filter{FilterType: &pb.StructuredQuery_Filter_FieldFilter{FieldFilter: &pb.StructuredQuery_FieldFilter{Field: fieldRef(path), Op: op, Value: v}}}
+}
+
+func and(filters ...*pb.StructuredQuery_Filter) *pb.StructuredQuery_Filter {
+	if len(filters) == 1 {
+		return filters[0]
+	}
+	return &pb.StructuredQuery_Filter{FilterType: &pb.StructuredQuery_Filter_CompositeFilter{CompositeFilter: &pb.StructuredQuery_CompositeFilter{Op: pb.StructuredQuery_CompositeFilter_AND, Filters: filters}}}
+}
+
+func strVal(s string) *pb.Value { return &pb.Value{ValueType: &pb.Value_StringValue{StringValue: s}} }
+
+func intVal(n int) *pb.Value {
+	return &pb.Value{ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}
+}
+
+func statesVal(states []task.State) *pb.Value {
+	vals := make([]*pb.Value, len(states))
+	for i, st := range states {
+		vals[i] = strVal(string(st))
+	}
+	return &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: vals}}}
+}
+
+func refVal(name string) *pb.Value {
+	return &pb.Value{ValueType: &pb.Value_ReferenceValue{ReferenceValue: name}}
+}
+
+// ListFilter selects tasks for List; empty fields match everything.
+type ListFilter struct {
+	TenantID string
+	RunID    string
+	State    task.State
+	// Worker is the task's worker name.
+	Worker string
+	// NewestFirst lists in reverse creation order.
+	NewestFirst bool
+	// PageSize defaults to 50 and is capped at 500.
+	PageSize int
+	// PageToken continues a previous listing.
+	PageToken string
+	// TenantIDs, when set, lists only tasks of these tenants (an "in"
+	// filter of at most 30 values, in the query).
+	TenantIDs []string
+}
+
+// filters are f's equality filters.
+func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
+	var filters []*pb.StructuredQuery_Filter
+	for _, c := range []struct{ field, v string }{{"tenantId", f.TenantID}, {"runId", f.RunID}, {"state", string(f.State)}, {"worker", f.Worker}} {
+		if c.v != "" {
+			filters = append(filters, fieldFilter(c.field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(c.v)))
+		}
+	}
+	if len(f.TenantIDs) > 0 {
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs)))
+	}
+	return filters
+}
+
+// query is List's query without its cursor: f's equality filters, in id
+// order (served by Firestore's single-field indexes, merged).
+func (f ListFilter) query(limit int) *pb.StructuredQuery {
+	dir := pb.StructuredQuery_ASCENDING
+	if f.NewestFirst {
+		dir = pb.StructuredQuery_DESCENDING
+	}
+	q := &pb.StructuredQuery{
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
+		Limit:   wrapInt(limit),
+	}
+	if filters := f.filters(); len(filters) > 0 {
+		q.Where = and(filters...)
+	} else if f.NewestFirst {
+		// Firestore refuses a descending scan of document names over the
+		// whole collection: order by the taskId field (the id, a ULID).
+		q.OrderBy[0].Field = fieldRef("taskId")
+	}
+	return q
+}
+
+// List returns tasks matching f in id order (creation order; newest first
+// with f.NewestFirst), and the token of the next page ("" on the last
+// page). Pages are stable: a task created during an oldest-first listing
+// appears after the ones already returned.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, error) {
+	size := f.PageSize
+	if size <= 0 {
+		size = 50
+	}
+	size = min(size, 500)
+	q := f.query(size + 1)
+	if f.PageToken != "" {
+		after, err := base64.RawURLEncoding.DecodeString(f.PageToken)
+		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
+			return nil, "", ErrInvalidPageToken
+		}
+		cursor := refVal(s.taskName(string(after)))
+		if q.OrderBy[0].Field.FieldPath == "taskId" {
+			cursor = strVal(string(after))
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{cursor}, Before: false}
+	}
+	out, err := s.queryTasks(ctx, q)
+	if err != nil {
+		return nil, "", wrap("list", err)
+	}
+	next := ""
+	if len(out) > size {
+		out = out[:size]
+		next = base64.RawURLEncoding.EncodeToString([]byte(out[size-1].ID))
+	}
+	return out, next, nil
+}
+
+// Apply runs ev against task id in one transaction and returns the
+// machine's result. When the result has a Rejection, the caller answers
+// with it; anything the machine wrote alongside (an expired lease) is
+// committed. The task is re-read on every retry after contention.
+//
+// Within one process, Apply runs one transaction per task at a time.
+func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Result, err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "firestore.transaction "+string(ev.Kind), oteltrace.WithSpanKind(oteltrace.SpanKindClient),
+		oteltrace.WithAttributes(append(telemetry.TaskAttrs(id, ev.Attempt, "", ""), attribute.String("db.system.name", "gcp.firestore"),
+			attribute.String("db.operation.name", "transaction"))...))
+	defer func() { telemetry.EndSpan(span, err) }()
+	unlock, err := s.perTask.lock(ctx, id)
+	if err != nil {
+		return task.Result{}, wrap("apply "+string(ev.Kind), err)
+	}
+	defer unlock()
+	var retryTx []byte
+	for try := 0; ; try++ {
+		r, tx, err := s.applyOnce(ctx, id, ev, retryTx)
+		if err == nil {
+			if r.Write {
+				s.committed(ctx, r.Transitions)
+				telemetry.RecordStarted(ctx, r)
+			}
+			span.SetAttributes(telemetry.TenantIDKey.String(r.Task.TenantID), telemetry.WorkerKey.String(r.Task.Worker))
+			return r, nil
+		}
+		if status.Code(err) != codes.Aborted || try >= s.maxRetries {
+			if status.Code(err) == codes.Aborted {
+				return task.Result{}, fmt.Errorf("store: apply %s: contention outlasted %d retries: %w", ev.Kind, try, ErrUnavailable)
+			}
+			return task.Result{}, wrap("apply "+string(ev.Kind), err)
+		}
+		retryTx = tx
+		backoff := min(time.Duration(5<<min(try, 6))*time.Millisecond, 300*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return task.Result{}, wrap("apply", ctx.Err())
+		case <-time.After(time.Duration(rand.Int64N(int64(backoff)) + int64(time.Millisecond))):
+		}
+	}
+}
+
+// applyOnce is one try of Apply's transaction: a heartbeat takes its own
+// small path (heartbeatOnce), every other event reads the whole task and
+// attempt record.
+func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+	if ev.Kind == task.EventHeartbeat && ev.Attempt > 0 {
+		return s.heartbeatOnce(ctx, id, ev, retryTx)
+	}
+	return s.fullOnce(ctx, id, ev, nil, retryTx)
+}
+
+// fullOnce reads the task and the event's attempt record whole, applies
+// the event, and writes both whole. It begins a transaction (retrying
+// retryTx), or continues tx when one is given.
+func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retryTx []byte) (task.Result, []byte, error) {
+	names := []string{s.taskName(id)}
+	if ev.Attempt > 0 {
+		names = append(names, s.attemptName(id, ev.Attempt))
+	}
+	var sel any = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
+	if tx == nil {
+		rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
+		sel = &pb.BatchGetDocumentsRequest_NewTransaction{
+			NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}}
+	}
+	docs, newTx, err := s.batchGet(ctx, names, sel)
+	if len(newTx) > 0 {
+		tx = newTx
+	}
+	if err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, err
+	}
+	td := docs[names[0]]
+	if td == nil {
+		s.rollback(tx)
+		return task.Result{}, tx, ErrNotFound
+	}
+	var t task.Task
+	if err := decodeFields(td.GetFields(), &t); err != nil {
+		s.rollback(tx)
+		return task.Result{}, tx, fmt.Errorf("decode task %s: %w", id, err)
+	}
+	want := ev.Attempt
+	if want == 0 {
+		// The event concerns the current attempt, unknown before the read.
+		want = t.Attempt
+		more, _, err := s.batchGet(ctx, []string{s.attemptName(id, want)}, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		for k, v := range more {
+			docs[k] = v
+		}
+	}
+	var cur *task.Attempt
+	if ad := docs[s.attemptName(id, want)]; ad != nil {
+		cur = new(task.Attempt)
+		if err := decodeFields(ad.GetFields(), cur); err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
+		}
+		overlay(cur, t.Live)
+	}
+	if ev.Kind == task.EventAdmit && t.WaitingSince != nil {
+		unlock, err := s.lockScopes(ctx, &t)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		defer unlock()
+		hold, free, err := s.pickSlots(ctx, &t, tx)
+		if err != nil {
+			s.rollback(tx)
+			return task.Result{}, tx, err
+		}
+		ev.Hold, ev.SlotFree = hold, free
+	}
+	r := task.Apply(t, cur, ev)
+	if !r.Write {
+		s.rollback(tx)
+		return r, tx, nil
+	}
+	setLive(&r)
+	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
+	writes = append(writes, s.quotaWrites(&t, &r.Task)...)
+	if r.Attempt != nil {
+		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
+	}
+	if r.Next != nil {
+		writes = append(writes, setWrite(s.attemptName(id, r.Next.Attempt), r.Next, true))
+	}
+	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
+	for i := range r.Transitions {
+		r.Transitions[i].Trace = tp
+		writes = append(writes, s.outboxWrite(r.Transitions[i]))
+	}
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
+		s.rollback(tx) // releases the locks if the commit never reached Firestore
+		return task.Result{}, tx, err
+	}
+	return r, tx, nil
+}
+
+// rollback releases a transaction's locks; it is best effort and runs even
+// when the request's context is done.
+func (s *Store) rollback(tx []byte) {
+	if len(tx) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.client.Rollback(ctx, &pb.RollbackRequest{Database: s.db, Transaction: tx})
+}
+
+func wrapInt(n int) *wrapperspb.Int32Value { return wrapperspb.Int32(int32(n)) }
+
+func sortBySeq(es []OutboxEntry) {
+	slices.SortFunc(es, func(a, b OutboxEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+}
+
+// Due names a sweeper duty's query.
+type Due string
+
+// The sweeper's duties, each one indexed query (see Indexes).
+const (
+	DueLease    Due = "leaseExpiresAt"  // RUNNING, CANCELLING past the lease
+	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
+	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
+	DueDeadline Due = "deadline"        // any active state past the task deadline
+	DueAdmit    Due = "waitingSince"    // QUEUED waiting for a run slot (quotas)
+)
+
+// DueStates are the states each duty's query selects.
+var DueStates = map[Due][]task.State{
+	DueLease:    {task.Running, task.Cancelling},
+	DueCancel:   {task.Cancelling},
+	DueDispatch: {task.Pending, task.Queued},
+	DueDeadline: task.ActiveStates,
+	DueAdmit:    {task.Queued},
+}
+
+// DueCursor continues a due query after the last task of a page.
+type DueCursor struct {
+	At time.Time
+	ID string
+}
+
+// dueFields are the task fields a due query returns: what the sweeper
+// needs to apply the duty's event (id, attempt), log it (tenant, state)
+// and continue the query (the due time). The sweeper acts on the task that
+// its transaction reads; a due task has no payload, timing or other field.
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace"}
+
+// DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
+// whose duty d is due at now, ordered by the due time, after cursor (nil
+// for the first page). The query reads only
+// due tasks: its cost grows with their number, not with the running ones.
+// It projects the tasks to their id, tenant, state, attempt and d's due
+// time: a page's size does not depend on the tasks' payloads.
+func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	q, err := s.dueQuery(d, shard, now, limit, after)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.queryTasks(ctx, q)
+	return out, wrap("due "+string(d), err)
+}
+
+// dueQuery is DueTasks' query: one shard, the duty's states, due by now,
+// in due order; served by the index (dueShard, state, due field).
+func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
+	states, ok := DueStates[d]
+	if !ok {
+		return nil, fmt.Errorf("store: unknown duty %q", d)
+	}
+	op := pb.StructuredQuery_FieldFilter_EQUAL
+	var sv *pb.Value = strVal(string(states[0]))
+	if len(states) > 1 {
+		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
+	}
+	sel := &pb.StructuredQuery_Projection{}
+	for _, f := range append(slices.Clone(dueFields), string(d)) {
+		sel.Fields = append(sel.Fields, fieldRef(f))
+	}
+	q := &pb.StructuredQuery{
+		Select: sel,
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)), fieldFilter("state", op, sv),
+			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{
+			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
+		},
+		Limit: wrapInt(limit),
+	}
+	if after != nil {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
+	}
+	return q, nil
+}
+
+// DueTime is the time the duty d looks at on t (nil if unset).
+func DueTime(d Due, t *task.Task) *time.Time {
+	switch d {
+	case DueLease:
+		return t.LeaseExpiresAt
+	case DueCancel:
+		return t.CancelDeadline
+	case DueDispatch:
+		return t.DispatchCheckAt
+	case DueDeadline:
+		return t.Deadline
+	case DueAdmit:
+		return t.WaitingSince
+	}
+	return nil
+}
+
+// OutboxEntry is a transition event waiting for, or past, delivery.
+type OutboxEntry struct {
+	task.Transition
+	Delivered bool
+	CreatedAt time.Time
+	// NextTryAt is when the re-drive may take the entry (CreatedAt until a
+	// delivery failed; see MarkFailed).
+	NextTryAt time.Time
+	// Tries counts the failed deliveries MarkFailed recorded.
+	Tries int
+	// EventPublished: the event was acked, only its dead letter was not.
+	EventPublished bool
+}
+
+// Undelivered returns up to limit outbox entries of one due shard (in [0,
+// DueShards())) not yet delivered whose
+// next try is due at or before dueBy (an entry is due from its creation,
+// and after a failed delivery from the time MarkFailed set), earliest
+// first. Entries that keep failing are skipped until their next try, so
+// they never hide the others.
+func (s *Store) Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
+	out, err := s.queryOutbox(ctx, s.undeliveredQuery(shard, dueBy, limit))
+	return out, wrap("undelivered", err)
+}
+
+// undeliveredQuery is Undelivered's query, served by the index (dueShard,
+// delivered, nextTryAt).
+func (s *Store) undeliveredQuery(shard int, dueBy time.Time, limit int) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
+		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
+			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(dueBy.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{
+			{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
+		},
+		Limit: wrapInt(limit),
+	}
+}
+
+// OutboxFailure records a failed delivery of one outbox entry.
+type OutboxFailure struct {
+	EventID string
+	// Tries is the number of failed deliveries, this one included.
+	Tries int
+	// NextTryAt is when Undelivered may return the entry again.
+	NextTryAt time.Time
+	// EventPublished: the event was acked (only the dead letter failed);
+	// the next try publishes only the dead letter.
+	EventPublished bool
+}
+
+// MarkFailed records failed deliveries, in one commit (at most 500): each
+// entry stays undelivered and is skipped by Undelivered until its
+// NextTryAt.
+func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
+	if len(failures) == 0 {
+		return nil
+	}
+	writes := make([]*pb.Write, 0, len(failures))
+	for _, f := range failures {
+		fields := encodeFields(struct {
+			NextTryAt      time.Time `firestore:"nextTryAt"`
+			Tries          int       `firestore:"tries"`
+			EventPublished bool      `firestore:"eventPublished"`
+		}{f.NextTryAt.UTC(), f.Tries, f.EventPublished})
+		writes = append(writes, &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(f.EventID), Fields: fields}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"nextTryAt", "tries", "eventPublished"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
+		})
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return wrap("mark failed", err)
+}
+
+// OutboxEntries returns every outbox entry of a task, delivered or not, in
+// transition order (for tests and tools).
+func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
+	out, err := s.queryOutbox(ctx, outboxQuery("taskId", taskID))
+	sortBySeq(out)
+	return out, wrap("outbox entries", err)
+}
+
+// MarkDelivered records that the events were published, in one commit; the
+// entries expire after OutboxRetention.
+func (s *Store) MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	now = now.UTC()
+	exp := now.Add(OutboxRetention)
+	fields := encodeFields(struct {
+		Delivered   bool      `firestore:"delivered"`
+		DeliveredAt time.Time `firestore:"deliveredAt"`
+		ExpireAt    time.Time `firestore:"expireAt"`
+	}{true, now, exp})
+	writes := make([]*pb.Write, 0, len(eventIDs))
+	for _, id := range eventIDs {
+		writes = append(writes, &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(id), Fields: fields}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"delivered", "deliveredAt", "expireAt"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
+		})
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	return wrap("mark delivered", err)
+}
+
+// Project returns the project id of the store's database.
+func (s *Store) Project() string {
+	p := strings.TrimPrefix(s.db, "projects/")
+	p, _, _ = strings.Cut(p, "/")
+	return p
+}
