@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/logs"
@@ -71,7 +72,7 @@ func BenchmarkCallbacks(b *testing.B) {
 	defer srv.Close()
 	const parallel = 8
 	client := newClient(parallel)
-	longLease := func(tk *task.Task) { tk.Timing = task.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} }
+	longLease := func(tk *task.Task) { tk.Timing = api.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} }
 	newRunning := func() (task.Task, string) {
 		tk := e.create(longLease)
 		e.apply(tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC()})

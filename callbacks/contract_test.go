@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -54,7 +55,7 @@ type contractCase struct {
 	prep   func(e *env) request
 	status int
 	code   string
-	disp   task.Disposition
+	disp   api.Disposition
 	cost   cost
 	check  func(t *testing.T, e *env, rq request, rp reply)
 }
@@ -66,7 +67,7 @@ func (e *env) zombieThenSucceeded() task.Task {
 	if r := e.apply(tk.ID, task.Event{Kind: task.EventLeaseExpired, Attempt: 1}); r.Task.Attempt != 2 {
 		e.t.Fatalf("zombie: task %s attempt %d", r.Task.State, r.Task.Attempt)
 	}
-	c := completedReq(2, "w2", task.OutcomeSucceeded)
+	c := completedReq(2, "w2", api.OutcomeSucceeded)
 	return e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 2, WorkerID: "w2", Completed: &c}).Task
 }
 
@@ -74,7 +75,7 @@ func (e *env) zombieThenSucceeded() task.Task {
 // FAILED and whose attempt 2 succeeded.
 func (e *env) retriedThenSucceeded() task.Task {
 	tk := e.retriedRunning()
-	c := completedReq(2, "w2", task.OutcomeSucceeded)
+	c := completedReq(2, "w2", api.OutcomeSucceeded)
 	return e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 2, WorkerID: "w2", Completed: &c}).Task
 }
 
@@ -100,7 +101,7 @@ func (e *env) cancellingSince(worker string, ago time.Duration) task.Task {
 func wantCancelTimeout(t *testing.T, e *env, rq request, rp reply) {
 	t.Helper()
 	got := e.get(rq.taskID)
-	if got.State != task.Failed || got.Reason != task.ReasonCancelTimeout || got.Attempt != 1 || got.Attempts[0].Outcome != task.OutcomeCancelTimeout ||
+	if got.State != api.Failed || got.Reason != api.ReasonCancelTimeout || got.Attempt != 1 || got.Attempts[0].Outcome != api.OutcomeCancelTimeout ||
 		got.LeaseExpiresAt != nil || len(got.Attempts) != 1 {
 		t.Errorf("task %s %s attempt %d lease %v, attempts %+v; want FAILED CANCEL_TIMEOUT, attempt 1 CANCEL_TIMEOUT", got.State, got.Reason, got.Attempt, got.LeaseExpiresAt, got.Attempts)
 	}
@@ -116,7 +117,7 @@ func contractCases() []contractCase {
 	return []contractCase{
 		// 200 CONTINUE: accepted started / heartbeat.
 		{
-			name: "started QUEUED", status: 200, disp: task.Continue, cost: readCommit,
+			name: "started QUEUED", status: 200, disp: api.Continue, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.queued()
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
@@ -125,7 +126,7 @@ func contractCases() []contractCase {
 				got := e.get(rq.taskID)
 				now := e.clock.Now()
 				a := got.Attempts[0]
-				if got.State != task.Running || a.WorkerID != "w1" || !a.StartedAt.Equal(now) || !got.LeaseExpiresAt.Equal(now.Add(testTiming.HeartbeatTimeout())) {
+				if got.State != api.Running || a.WorkerID != "w1" || !a.StartedAt.Equal(now) || !got.LeaseExpiresAt.Equal(now.Add(testTiming.HeartbeatTimeout())) {
 					t.Errorf("task %s lease %v, attempt %+v", got.State, got.LeaseExpiresAt, a)
 				}
 				if _, ok := rp.fields["shouldCancel"]; ok {
@@ -134,31 +135,31 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "started PENDING (delivered before QUEUED was recorded)", status: 200, disp: task.Continue, cost: readCommit,
+			name: "started PENDING (delivered before QUEUED was recorded)", status: 200, disp: api.Continue, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.create(nil)
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
 			},
-			check: wantState(task.Running, 1),
+			check: wantState(api.Running, 1),
 		},
 		{
-			name: "started with charset parameter", status: 200, disp: task.Continue, cost: readCommit,
+			name: "started with charset parameter", status: 200, disp: api.Continue, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.queued()
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1")),
 					contentType: "Application/JSON; charset=utf-8"}
 			},
-			check: wantState(task.Running, 1),
+			check: wantState(api.Running, 1),
 		},
 		{
-			name: "started repeated by the same worker", status: 200, disp: task.Continue, cost: readRollback,
+			name: "started repeated by the same worker", status: 200, disp: api.Continue, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
 			},
 		},
 		{
-			name: "heartbeat RUNNING", status: 200, disp: task.Continue, cost: readCommit,
+			name: "heartbeat RUNNING", status: 200, disp: api.Continue, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				hb := heartbeatReq(1, "w1")
@@ -180,15 +181,15 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "heartbeat without started", status: 200, disp: task.Continue, cost: heartbeatTransition,
+			name: "heartbeat without started", status: 200, disp: api.Continue, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.queued()
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
-			check: wantState(task.Running, 1),
+			check: wantState(api.Running, 1),
 		},
 		{
-			name: "heartbeat CANCELLING answers shouldCancel", status: 200, disp: task.Continue, cost: readCommit,
+			name: "heartbeat CANCELLING answers shouldCancel", status: 200, disp: api.Continue, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.cancelling("w1", "operator said so")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -201,56 +202,56 @@ func contractCases() []contractCase {
 		},
 		// 200 COMMITTED: accepted completed, or its identical repeat.
 		{
-			name: "completed SUCCEEDED", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed SUCCEEDED", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.running("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				wantFinal(task.Succeeded, false, 0)(t, e, rq, rp)
+				wantFinal(api.Succeeded, false, 0)(t, e, rq, rp)
 				a := e.get(rq.taskID).Attempts[0]
-				if a.Outcome != task.OutcomeSucceeded || string(a.Output) != `{"rowCount":1000}` || a.Metrics == nil || a.Metrics.CPUTimeMs != 5 {
+				if a.Outcome != api.OutcomeSucceeded || string(a.Output) != `{"rowCount":1000}` || a.Metrics == nil || a.Metrics.CPUTimeMs != 5 {
 					t.Errorf("attempt %+v", a)
 				}
 			},
 		},
 		{
-			name: "completed identical repeat replays", status: 200, disp: task.Committed, cost: readRollback,
+			name: "completed identical repeat replays", status: 200, disp: api.Committed, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantFinal(task.Succeeded, false, 0),
+			check: wantFinal(api.Succeeded, false, 0),
 		},
 		{
-			name: "completed identical repeat of a retried failure replays", status: 200, disp: task.Committed, cost: readRollback,
+			name: "completed identical repeat of a retried failure replays", status: 200, disp: api.Committed, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", task.CategoryInfrastructure))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryInfrastructure))}
 			},
-			check: wantFinal(task.Queued, true, 2),
+			check: wantFinal(api.Queued, true, 2),
 		},
 		{
-			name: "completed without started", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed without started", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.queued()
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				wantFinal(task.Succeeded, false, 0)(t, e, rq, rp)
+				wantFinal(api.Succeeded, false, 0)(t, e, rq, rp)
 				if a := e.get(rq.taskID).Attempts[0]; a.WorkerID != "w1" || a.StartedAt == nil {
 					t.Errorf("completed did not count as the start: %+v", a)
 				}
 			},
 		},
 		{
-			name: "completed FAILED retryable schedules a retry", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed FAILED retryable schedules a retry", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.running("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", task.CategoryUserCode))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryUserCode))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				wantFinal(task.Queued, true, 2)(t, e, rq, rp)
+				wantFinal(api.Queued, true, 2)(t, e, rq, rp)
 				got := e.get(rq.taskID)
 				now := e.clock.Now()
 				if got.Attempt != 2 || len(got.Attempts) != 2 || got.NotBefore == nil || got.NotBefore.Before(now) || got.NotBefore.After(now.Add(100*time.Millisecond)) {
@@ -259,101 +260,101 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "completed FAILED DATA_QUALITY is not retried", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed FAILED DATA_QUALITY is not retried", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.running("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", task.CategoryDataQuality))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryDataQuality))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				wantFinal(task.Failed, false, 0)(t, e, rq, rp)
-				if got := e.get(rq.taskID); got.Reason != task.ReasonNonRetryable {
+				wantFinal(api.Failed, false, 0)(t, e, rq, rp)
+				if got := e.get(rq.taskID); got.Reason != api.ReasonNonRetryable {
 					t.Errorf("reason %q", got.Reason)
 				}
 			},
 		},
 		{
-			name: "completed CANCELLED in the grace period", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed CANCELLED in the grace period", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.cancelling("w1", "")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeCancelled))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeCancelled))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				wantFinal(task.Cancelled, false, 0)(t, e, rq, rp)
+				wantFinal(api.Cancelled, false, 0)(t, e, rq, rp)
 				if a := e.get(rq.taskID).Attempts[0]; a.CancelledDuringPhase != "processing" || string(a.PartialProgress) != `{"records":5}` {
 					t.Errorf("attempt %+v", a)
 				}
 			},
 		},
 		{
-			name: "completed FAILED while CANCELLING is never retried", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed FAILED while CANCELLING is never retried", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.cancelling("w1", "")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", task.CategoryInfrastructure))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryInfrastructure))}
 			},
-			check: wantFinal(task.Failed, false, 0),
+			check: wantFinal(api.Failed, false, 0),
 		},
 		{
-			name: "completed SUCCEEDED just within the grace period is accepted as reported", status: 200, disp: task.Committed, cost: readCommit,
+			name: "completed SUCCEEDED just within the grace period is accepted as reported", status: 200, disp: api.Committed, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()-time.Millisecond)
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantFinal(task.Succeeded, false, 0),
+			check: wantFinal(api.Succeeded, false, 0),
 		},
 		// 409 task_already_terminal, CANCELLED.
 		{
-			name: "started after cancel before start", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "started after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.cancelledBeforeStart()
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
 			},
-			check: wantTerminal(task.Cancelled),
+			check: wantTerminal(api.Cancelled),
 		},
 		{
-			name: "completed after cancel before start", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "completed after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.cancelledBeforeStart()
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantTerminal(task.Cancelled),
+			check: wantTerminal(api.Cancelled),
 		},
 		{
-			name: "heartbeat on a SUCCEEDED task", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "heartbeat on a SUCCEEDED task", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
-			check: wantTerminal(task.Succeeded),
+			check: wantTerminal(api.Succeeded),
 		},
 		{
 			// Terminal rows come before attempt_mismatch (PRODUCT §4).
-			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.zombieThenSucceeded()
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantTerminal(task.Succeeded),
+			check: wantTerminal(api.Succeeded),
 		},
 		{
-			name: "heartbeat of an older attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "heartbeat of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.retriedThenSucceeded()
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
-			check: wantTerminal(task.Succeeded),
+			check: wantTerminal(api.Succeeded),
 		},
 		{
 			// Only the attempt that ended the task can conflict.
-			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: task.CodeTaskAlreadyTerminal, disp: task.Cancel, cost: readRollback,
+			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.retriedThenSucceeded()
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantTerminal(task.Succeeded),
+			check: wantTerminal(api.Succeeded),
 		},
 		// 409 attempt_mismatch, CANCELLED.
 		{
-			name: "heartbeat of an older attempt", status: 409, code: task.CodeAttemptMismatch, disp: task.Cancel, cost: readRollback,
+			name: "heartbeat of an older attempt", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -361,38 +362,38 @@ func contractCases() []contractCase {
 			check: wantMismatch(2, 1),
 		},
 		{
-			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: task.CodeAttemptMismatch, disp: task.Cancel, cost: readRollback,
+			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.retriedRunning()
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
 			check: wantMismatch(2, 1),
 		},
 		// 409 attempt_already_started, CANCELLED.
 		{
-			name: "started by another worker (duplicate delivery)", status: 409, code: task.CodeAttemptAlreadyStarted, disp: task.Cancel, cost: readRollback,
+			name: "started by another worker (duplicate delivery)", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w2"))}
 			},
 		},
 		{
-			name: "completed by another worker", status: 409, code: task.CodeAttemptAlreadyStarted, disp: task.Cancel, cost: readRollback,
+			name: "completed by another worker", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.running("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w2", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w2", api.OutcomeSucceeded))}
 			},
 		},
 		// 410 task_expired, CANCELLED: the zombie transition is applied.
 		{
-			name: "heartbeat after the lease expired", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			name: "heartbeat after the lease expired", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.expired("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
 				got := e.get(rq.taskID)
-				if got.State != task.Queued || got.Attempt != 2 || got.Attempts[0].Outcome != task.OutcomeZombie {
+				if got.State != api.Queued || got.Attempt != 2 || got.Attempts[0].Outcome != api.OutcomeZombie {
 					t.Errorf("zombie not applied: %s attempt %d, attempt 1 %+v", got.State, got.Attempt, got.Attempts[0])
 				}
 				if tr := e.outboxTransitions(rq.taskID); tr[len(tr)-1] != "RUNNING>QUEUED" {
@@ -401,15 +402,15 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "completed after the lease expired", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: readCommit,
+			name: "completed after the lease expired", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.expired("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
-			check: wantState(task.Queued, 2),
+			check: wantState(api.Queued, 2),
 		},
 		{
-			name: "heartbeat after the lease expired while CANCELLING", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			name: "heartbeat after the lease expired while CANCELLING", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				now := e.clock.Now()
 				e.clock.Set(now.Add(-testTiming.HeartbeatTimeout() - time.Second))
@@ -418,13 +419,13 @@ func contractCases() []contractCase {
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
 			check: func(t *testing.T, e *env, rq request, rp reply) {
-				if got := e.get(rq.taskID); got.State != task.Failed || got.Reason != task.ReasonCancelTimeout {
+				if got := e.get(rq.taskID); got.State != api.Failed || got.Reason != api.ReasonCancelTimeout {
 					t.Errorf("task %s %s, want FAILED CANCEL_TIMEOUT", got.State, got.Reason)
 				}
 			},
 		},
 		{
-			name: "heartbeat past the cancel grace", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			name: "heartbeat past the cancel grace", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()+time.Second) // the lease is still valid
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -432,7 +433,7 @@ func contractCases() []contractCase {
 			check: wantCancelTimeout,
 		},
 		{
-			name: "heartbeat at the cancel deadline", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: heartbeatTransition,
+			name: "heartbeat at the cancel deadline", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: heartbeatTransition,
 			prep: func(e *env) request {
 				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod())
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -440,26 +441,26 @@ func contractCases() []contractCase {
 			check: wantCancelTimeout,
 		},
 		{
-			name: "completed SUCCEEDED past the cancel grace", status: 410, code: task.CodeTaskExpired, disp: task.Cancel, cost: readCommit,
+			name: "completed SUCCEEDED past the cancel grace", status: 410, code: api.CodeTaskExpired, disp: api.Cancel, cost: readCommit,
 			prep: func(e *env) request {
 				tk := e.cancellingSince("w1", testTiming.CancelGracePeriod()+time.Second)
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
 			check: wantCancelTimeout,
 		},
 		// 409 completion_conflict, REJECTED.
 		{
-			name: "completed with a different outcome", status: 409, code: task.CodeCompletionConflict, disp: task.Rejected, cost: readRollback,
+			name: "completed with a different outcome", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", task.CategoryDataQuality))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryDataQuality))}
 			},
 		},
 		{
-			name: "completed with a different output", status: 409, code: task.CodeCompletionConflict, disp: task.Rejected, cost: readRollback,
+			name: "completed with a different output", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
-				c := completedReq(1, "w1", task.OutcomeSucceeded)
+				c := completedReq(1, "w1", api.OutcomeSucceeded)
 				c.Output = json.RawMessage(`{"rowCount":999}`)
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, c)}
 			},
@@ -471,14 +472,14 @@ func contractCases() []contractCase {
 		badBody("workerId missing", callbacks.KindStarted, `{"attempt":1}`, "workerId"),
 		badBody("attempt of the wrong type", callbacks.KindStarted, `{"attempt":"one","workerId":"w1"}`, "attempt"),
 		badBody("progressPct out of range", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","progressPct":150}`, "progressPct"),
-		badBody("checkpoint over 64 KiB", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","checkpoint":"`+strings.Repeat("x", task.MaxCheckpointBytes)+`"}`, "checkpoint"),
+		badBody("checkpoint over 64 KiB", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","checkpoint":"`+strings.Repeat("x", api.MaxCheckpointBytes)+`"}`, "checkpoint"),
 		badBody("unknown outcome", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"ZOMBIE"}`, "outcome"),
 		badBody("FAILED without error", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"FAILED"}`, "error"),
 		badBody("FAILED with an unknown category", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"FAILED","error":{"category":"OOPS"}}`, "error.category"),
-		badBody("output over the cap", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"SUCCEEDED","output":"`+strings.Repeat("x", task.MaxOutputBytes)+`"}`, "output"),
+		badBody("output over the cap", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"SUCCEEDED","output":"`+strings.Repeat("x", api.MaxOutputBytes)+`"}`, "output"),
 		// 401 invalid_token / token_expired, REJECTED.
 		{
-			name: "no Authorization header", status: 401, code: task.CodeInvalidToken, disp: task.Rejected, cost: noRPC,
+			name: "no Authorization header", status: 401, code: api.CodeInvalidToken, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, authz: "-", body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -486,7 +487,7 @@ func contractCases() []contractCase {
 			check: wantAuthenticate,
 		},
 		{
-			name: "not a bearer token", status: 401, code: task.CodeInvalidToken, disp: task.Rejected, cost: noRPC,
+			name: "not a bearer token", status: 401, code: api.CodeInvalidToken, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, authz: "Basic " + e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -494,7 +495,7 @@ func contractCases() []contractCase {
 			check: wantAuthenticate,
 		},
 		{
-			name: "garbage token", status: 401, code: task.CodeInvalidToken, disp: task.Rejected, cost: noRPC,
+			name: "garbage token", status: 401, code: api.CodeInvalidToken, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: "not.a.jwt", body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -502,7 +503,7 @@ func contractCases() []contractCase {
 			check: wantAuthenticate,
 		},
 		{
-			name: "expired token", status: 401, code: task.CodeTokenExpired, disp: task.Rejected, cost: noRPC,
+			name: "expired token", status: 401, code: api.CodeTokenExpired, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				tok := e.tokenFor(scopeOf(tk, 1), time.Hour, e.clock.Now().Add(-2*time.Hour))
@@ -512,29 +513,29 @@ func contractCases() []contractCase {
 		},
 		// 403 token_scope_mismatch, REJECTED.
 		{
-			name: "token of another task", status: 403, code: task.CodeTokenScopeMismatch, disp: task.Rejected, cost: noRPC,
+			name: "token of another task", status: 403, code: api.CodeTokenScopeMismatch, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk, other := e.running("w1"), e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(other, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
 		},
 		{
-			name: "token of another tenant's task", status: 403, code: task.CodeTokenScopeMismatch, disp: task.Rejected, cost: noRPC,
+			name: "token of another tenant's task", status: 403, code: api.CodeTokenScopeMismatch, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				other := e.create(func(t *task.Task) { t.TenantID = "globex" })
-				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(other, 1), body: mustJSON(e.t, completedReq(1, "w1", task.OutcomeSucceeded))}
+				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(other, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
 			},
 		},
 		{
-			name: "body attempt is not the token's", status: 403, code: task.CodeTokenScopeMismatch, disp: task.Rejected, cost: noRPC,
+			name: "body attempt is not the token's", status: 403, code: api.CodeTokenScopeMismatch, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(2, "w2"))}
 			},
 		},
 		{
-			name: "scope beats a bad body", status: 403, code: task.CodeTokenScopeMismatch, disp: task.Rejected, cost: noRPC,
+			name: "scope beats a bad body", status: 403, code: api.CodeTokenScopeMismatch, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: []byte(`{"attempt":2,"progressPct":"x"}`)}
@@ -542,7 +543,7 @@ func contractCases() []contractCase {
 		},
 		// 404 task_not_found, REJECTED.
 		{
-			name: "unknown task", status: 404, code: task.CodeTaskNotFound, disp: task.Rejected, cost: readRollback,
+			name: "unknown task", status: 404, code: api.CodeTaskNotFound, disp: api.Rejected, cost: readRollback,
 			prep: func(e *env) request {
 				id := task.NewTaskID(e.clock.Now())
 				tok := e.tokenFor(token.Scope{TenantID: "acme", WorkspaceID: "ws1", RunID: "run_x", TaskID: id, Attempt: 1}, time.Hour, e.clock.Now())
@@ -550,7 +551,7 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "unknown callback path", status: 404, code: task.CodeNotFound, disp: task.Rejected, cost: noRPC,
+			name: "unknown callback path", status: 404, code: api.CodeNotFound, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{path: callbacks.PathPrefix + tk.ID + "/finished", taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
@@ -558,7 +559,7 @@ func contractCases() []contractCase {
 		},
 		// 405 (method first).
 		{
-			name: "GET", status: 405, code: task.CodeMethodNotAllowed, disp: task.Rejected, cost: noRPC,
+			name: "GET", status: 405, code: api.CodeMethodNotAllowed, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{method: http.MethodGet, kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1)}
@@ -571,7 +572,7 @@ func contractCases() []contractCase {
 		},
 		// 413 payload_too_large / 415 unsupported_media_type, REJECTED.
 		{
-			name: "body over 1 MiB", status: 413, code: task.CodePayloadTooLarge, disp: task.Rejected, cost: noRPC,
+			name: "body over 1 MiB", status: 413, code: api.CodePayloadTooLarge, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				big := `{"attempt":1,"workerId":"w1","message":"` + strings.Repeat("x", callbacks.DefaultMaxBodyBytes) + `"}`
@@ -579,21 +580,21 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "oversized body beats a missing token", status: 413, code: task.CodePayloadTooLarge, disp: task.Rejected, cost: noRPC,
+			name: "oversized body beats a missing token", status: 413, code: api.CodePayloadTooLarge, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, authz: "-", body: make([]byte, callbacks.DefaultMaxBodyBytes+1)}
 			},
 		},
 		{
-			name: "text/plain", status: 415, code: task.CodeUnsupportedMediaType, disp: task.Rejected, cost: noRPC,
+			name: "text/plain", status: 415, code: api.CodeUnsupportedMediaType, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), contentType: "text/plain", body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
 		},
 		{
-			name: "no Content-Type", status: 415, code: task.CodeUnsupportedMediaType, disp: task.Rejected, cost: noRPC,
+			name: "no Content-Type", status: 415, code: api.CodeUnsupportedMediaType, disp: api.Rejected, cost: noRPC,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), contentType: "-", body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -604,7 +605,7 @@ func contractCases() []contractCase {
 
 func badBody(name string, kind callbacks.Kind, body, field string) contractCase {
 	return contractCase{
-		name: "bad body: " + name, status: 400, code: task.CodeInvalidRequest, disp: task.Rejected, cost: noRPC,
+		name: "bad body: " + name, status: 400, code: api.CodeInvalidRequest, disp: api.Rejected, cost: noRPC,
 		prep: func(e *env) request {
 			tk := e.running("w1")
 			return request{kind: kind, taskID: tk.ID, token: e.token(tk, 1), body: []byte(body)}
@@ -626,7 +627,7 @@ func (e *env) get(id string) task.Task {
 	return got
 }
 
-func wantState(state task.State, attempt int) func(*testing.T, *env, request, reply) {
+func wantState(state api.State, attempt int) func(*testing.T, *env, request, reply) {
 	return func(t *testing.T, e *env, rq request, rp reply) {
 		t.Helper()
 		if got := e.get(rq.taskID); got.State != state || got.Attempt != attempt {
@@ -635,7 +636,7 @@ func wantState(state task.State, attempt int) func(*testing.T, *env, request, re
 	}
 }
 
-func wantFinal(state task.State, retry bool, next int) func(*testing.T, *env, request, reply) {
+func wantFinal(state api.State, retry bool, next int) func(*testing.T, *env, request, reply) {
 	return func(t *testing.T, e *env, rq request, rp reply) {
 		t.Helper()
 		if rp.resp.FinalState != state || rp.resp.RetryScheduled != retry || rp.resp.NextAttempt != next {
@@ -647,7 +648,7 @@ func wantFinal(state task.State, retry bool, next int) func(*testing.T, *env, re
 	}
 }
 
-func wantTerminal(state task.State) func(*testing.T, *env, request, reply) {
+func wantTerminal(state api.State) func(*testing.T, *env, request, reply) {
 	return func(t *testing.T, e *env, rq request, rp reply) {
 		t.Helper()
 		if rp.resp.State != state {
@@ -743,10 +744,10 @@ func TestUnavailable(t *testing.T) {
 	for _, kind := range []callbacks.Kind{callbacks.KindStarted, callbacks.KindHeartbeat, callbacks.KindCompleted} {
 		body := map[callbacks.Kind]any{
 			callbacks.KindStarted: startedReq(1, "w1"), callbacks.KindHeartbeat: heartbeatReq(1, "w1"),
-			callbacks.KindCompleted: completedReq(1, "w1", task.OutcomeSucceeded),
+			callbacks.KindCompleted: completedReq(1, "w1", api.OutcomeSucceeded),
 		}[kind]
 		rp := serve(t, h, request{kind: kind, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(t, body)})
-		if rp.status != http.StatusServiceUnavailable || rp.resp.Error != task.CodeUnavailable || rp.resp.Disposition != task.Retry {
+		if rp.status != http.StatusServiceUnavailable || rp.resp.Error != api.CodeUnavailable || rp.resp.Disposition != api.Retry {
 			t.Fatalf("%s: %d %s", kind, rp.status, rp.raw)
 		}
 		if ra := rp.header.Get("Retry-After"); ra != "3" {
@@ -757,7 +758,7 @@ func TestUnavailable(t *testing.T) {
 		t.Errorf("no token with the store down: %d %s", rp.status, rp.raw)
 	}
 	// The same body succeeds once the store is back.
-	if rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", task.OutcomeSucceeded)); rp.status != http.StatusOK {
+	if rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", api.OutcomeSucceeded)); rp.status != http.StatusOK {
 		t.Errorf("retry against the live store: %d %s", rp.status, rp.raw)
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, `"status":503`) || !strings.Contains(logs, `"storeError"`) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -40,9 +41,9 @@ type Request struct {
 	Kind      Kind
 	Attempt   int
 	WorkerID  string
-	Started   *task.StartedRequest
-	Heartbeat *task.HeartbeatRequest
-	Completed *task.CompletedRequest
+	Started   *api.StartedRequest
+	Heartbeat *api.HeartbeatRequest
+	Completed *api.CompletedRequest
 }
 
 // DecodeRequest decodes the JSON body of a callback of kind k. It does not
@@ -57,13 +58,13 @@ func DecodeRequest(k Kind, body []byte) (r Request, ferr *task.FieldError) {
 	var dst any
 	switch k {
 	case KindStarted:
-		r.Started = new(task.StartedRequest)
+		r.Started = new(api.StartedRequest)
 		dst = r.Started
 	case KindHeartbeat:
-		r.Heartbeat = new(task.HeartbeatRequest)
+		r.Heartbeat = new(api.HeartbeatRequest)
 		dst = r.Heartbeat
 	case KindCompleted:
-		r.Completed = new(task.CompletedRequest)
+		r.Completed = new(api.CompletedRequest)
 		dst = r.Completed
 	default:
 		return r, &task.FieldError{Field: "path", Message: fmt.Sprintf("unknown callback %q", k)}
@@ -147,19 +148,19 @@ func jsonType(goKind string) string {
 	return "value of another type"
 }
 
-// Validate checks the body's fields (task's Validate methods) and, for
+// Validate checks the body's fields (task's Validate functions) and, for
 // completed, truncates free text to the stored limits.
 func (r *Request) Validate() *task.FieldError {
 	switch {
 	case r.Started != nil:
-		return r.Started.Validate()
+		return task.ValidateStarted(r.Started)
 	case r.Heartbeat != nil:
-		return r.Heartbeat.Validate()
+		return task.ValidateHeartbeat(r.Heartbeat)
 	case r.Completed != nil:
-		if err := r.Completed.Validate(); err != nil {
+		if err := task.ValidateCompleted(r.Completed); err != nil {
 			return err
 		}
-		r.Completed.Normalize()
+		task.NormalizeCompleted(r.Completed)
 		return nil
 	}
 	return &task.FieldError{Field: "body", Message: "is required"}

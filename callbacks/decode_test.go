@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -64,7 +65,7 @@ func TestDecodeRequest(t *testing.T) {
 		{"no attempt", KindStarted, `{"workerId":"w"}`, 0, "attempt", true},
 		{"no worker", KindStarted, `{"attempt":1}`, 1, "workerId", true},
 		{"progress range", KindHeartbeat, `{"attempt":1,"workerId":"w","progressPct":101}`, 1, "progressPct", true},
-		{"checkpoint too large", KindHeartbeat, `{"attempt":1,"workerId":"w","checkpoint":"` + strings.Repeat("x", task.MaxCheckpointBytes) + `"}`, 1, "checkpoint", true},
+		{"checkpoint too large", KindHeartbeat, `{"attempt":1,"workerId":"w","checkpoint":"` + strings.Repeat("x", api.MaxCheckpointBytes) + `"}`, 1, "checkpoint", true},
 		{"bad outcome", KindCompleted, `{"attempt":1,"workerId":"w","outcome":"ZOMBIE"}`, 1, "outcome", true},
 		{"failed without error", KindCompleted, `{"attempt":1,"workerId":"w","outcome":"FAILED"}`, 1, "error", true},
 		{"bad category", KindCompleted, `{"attempt":1,"workerId":"w","outcome":"FAILED","error":{"category":"OOPS"}}`, 1, "error.category", true},
@@ -98,7 +99,7 @@ func TestDecodeRequest(t *testing.T) {
 }
 
 func TestDecodeNormalizesStackTrace(t *testing.T) {
-	body := `{"attempt":1,"workerId":"w","outcome":"FAILED","error":{"category":"USER_CODE","stackTrace":"` + strings.Repeat("é", task.MaxStackTraceBytes) + `"}}`
+	body := `{"attempt":1,"workerId":"w","outcome":"FAILED","error":{"category":"USER_CODE","stackTrace":"` + strings.Repeat("é", api.MaxStackTraceBytes) + `"}}`
 	r, ferr := DecodeRequest(KindCompleted, []byte(body))
 	if ferr != nil {
 		t.Fatal(ferr)
@@ -107,8 +108,8 @@ func TestDecodeNormalizesStackTrace(t *testing.T) {
 		t.Fatal(verr)
 	}
 	st := r.Completed.Error.StackTrace
-	if len(st) > task.MaxStackTraceBytes || !utf8.ValidString(st) || len(st) < task.MaxStackTraceBytes-1 {
-		t.Fatalf("stack trace not truncated to %d valid bytes: %d bytes", task.MaxStackTraceBytes, len(st))
+	if len(st) > api.MaxStackTraceBytes || !utf8.ValidString(st) || len(st) < api.MaxStackTraceBytes-1 {
+		t.Fatalf("stack trace not truncated to %d valid bytes: %d bytes", api.MaxStackTraceBytes, len(st))
 	}
 }
 
@@ -185,7 +186,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if r2.Attempt != r.Attempt || r2.WorkerID != r.WorkerID {
 			t.Fatalf("round trip changed the request: %+v vs %+v", r, r2)
 		}
-		if kind == KindCompleted && r.Completed.Digest() != r2.Completed.Digest() {
+		if kind == KindCompleted && task.CompletionDigest(r.Completed) != task.CompletionDigest(r2.Completed) {
 			t.Fatalf("round trip changed the completion digest")
 		}
 		if kind == KindHeartbeat && !bytes.Equal(compact(r.Heartbeat.Checkpoint), compact(r2.Heartbeat.Checkpoint)) {

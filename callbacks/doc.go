@@ -37,7 +37,7 @@
 //
 // # Answers
 //
-// Every answer is JSON ([task.CallbackResponse]) with "disposition" and
+// Every answer is JSON ([api.CallbackResponse]) with "disposition" and
 // "serverTime"; "acknowledged" is true on 200 only:
 //
 //	situation                                    status   error                     disposition

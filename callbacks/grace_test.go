@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -25,8 +26,8 @@ func TestCancelGraceOutcomeIndependentOfOrder(t *testing.T) {
 		code         string
 		sweeperWrote bool
 	}{
-		{"callback first", false, http.StatusGone, task.CodeTaskExpired, false},
-		{"sweeper first", true, http.StatusConflict, task.CodeTaskAlreadyTerminal, true},
+		{"callback first", false, http.StatusGone, api.CodeTaskExpired, false},
+		{"sweeper first", true, http.StatusConflict, api.CodeTaskAlreadyTerminal, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e.t = t
@@ -38,18 +39,18 @@ func TestCancelGraceOutcomeIndependentOfOrder(t *testing.T) {
 			if c.sweeperFirst {
 				swept = sweep()
 			}
-			rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", task.OutcomeSucceeded))
+			rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", api.OutcomeSucceeded))
 			if !c.sweeperFirst {
 				swept = sweep()
 			}
-			if rp.status != c.status || rp.resp.Error != c.code || rp.resp.Disposition != task.Cancel {
+			if rp.status != c.status || rp.resp.Error != c.code || rp.resp.Disposition != api.Cancel {
 				t.Fatalf("answer %d %s, want %d %s CANCELLED", rp.status, rp.raw, c.status, c.code)
 			}
 			if swept.Write != c.sweeperWrote {
 				t.Errorf("sweeper wrote %v, want %v", swept.Write, c.sweeperWrote)
 			}
 			got := e.get(tk.ID)
-			if got.State != task.Failed || got.Reason != task.ReasonCancelTimeout || got.Attempts[0].Outcome != task.OutcomeCancelTimeout {
+			if got.State != api.Failed || got.Reason != api.ReasonCancelTimeout || got.Attempts[0].Outcome != api.OutcomeCancelTimeout {
 				t.Errorf("task %s %s, attempt 1 %s; want FAILED CANCEL_TIMEOUT, CANCEL_TIMEOUT", got.State, got.Reason, got.Attempts[0].Outcome)
 			}
 			tr := e.outboxTransitions(tk.ID)

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -130,7 +131,7 @@ type exchange struct {
 	tenantID string
 	workerID string
 	status   int
-	resp     task.CallbackResponse
+	resp     api.CallbackResponse
 	header   http.Header
 	// logged only
 	followUpErr error
@@ -140,14 +141,14 @@ type exchange struct {
 	rpcs *atomic.Int64
 }
 
-func (x *exchange) answer(status int, resp task.CallbackResponse) {
+func (x *exchange) answer(status int, resp api.CallbackResponse) {
 	x.status = status
 	resp.ServerTime = x.now
 	x.resp = resp
 }
 
-func (x *exchange) reject(status int, disp task.Disposition, code, msg string) {
-	x.answer(status, task.CallbackResponse{Disposition: disp, Error: code, Message: msg})
+func (x *exchange) reject(status int, disp api.Disposition, code, msg string) {
+	x.answer(status, api.CallbackResponse{Disposition: disp, Error: code, Message: msg})
 }
 
 // ServeHTTP runs the checks of PRODUCT §4 in their order: path (404),
@@ -168,16 +169,16 @@ func (h *handler) serve(ctx context.Context, r *http.Request, x *exchange) {
 	taskID, kind, ok := SplitPath(r.URL.Path)
 	x.taskID, x.kind = taskID, kind
 	if !ok {
-		x.reject(http.StatusNotFound, task.Rejected, task.CodeNotFound, "no such callback; POST /v1/tasks/{taskId}/started, /heartbeat or /completed")
+		x.reject(http.StatusNotFound, api.Rejected, api.CodeNotFound, "no such callback; POST /v1/tasks/{taskId}/started, /heartbeat or /completed")
 		return
 	}
 	if r.Method != http.MethodPost {
 		x.header.Set("Allow", http.MethodPost)
-		x.reject(http.StatusMethodNotAllowed, task.Rejected, task.CodeMethodNotAllowed, "use POST")
+		x.reject(http.StatusMethodNotAllowed, api.Rejected, api.CodeMethodNotAllowed, "use POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		x.reject(http.StatusUnsupportedMediaType, task.Rejected, task.CodeUnsupportedMediaType, "Content-Type must be application/json")
+		x.reject(http.StatusUnsupportedMediaType, api.Rejected, api.CodeUnsupportedMediaType, "Content-Type must be application/json")
 		return
 	}
 	body, ok := h.readBody(r, x)
@@ -196,14 +197,14 @@ func (h *handler) serve(ctx context.Context, r *http.Request, x *exchange) {
 	// judged, so that a body for another attempt is 403 whatever else is
 	// wrong with it.
 	if claims.TaskID != taskID || (req.Attempt != 0 && req.Attempt != claims.Attempt) {
-		x.reject(http.StatusForbidden, task.Rejected, task.CodeTokenScopeMismatch, "the task token is for another task or attempt")
+		x.reject(http.StatusForbidden, api.Rejected, api.CodeTokenScopeMismatch, "the task token is for another task or attempt")
 		return
 	}
 	if decodeErr == nil {
 		decodeErr = req.Validate()
 	}
 	if decodeErr != nil {
-		x.answer(http.StatusBadRequest, task.CallbackResponse{Disposition: task.Rejected, Error: task.CodeInvalidRequest,
+		x.answer(http.StatusBadRequest, api.CallbackResponse{Disposition: api.Rejected, Error: api.CodeInvalidRequest,
 			Field: decodeErr.Field, Message: decodeErr.Error()})
 		return
 	}
@@ -216,7 +217,7 @@ func (h *handler) readBody(r *http.Request, x *exchange) ([]byte, bool) {
 	if r.ContentLength <= limit {
 		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 		if err != nil {
-			x.reject(http.StatusBadRequest, task.Rejected, task.CodeInvalidRequest, "could not read the body")
+			x.reject(http.StatusBadRequest, api.Rejected, api.CodeInvalidRequest, "could not read the body")
 			x.resp.Field = "body"
 			return nil, false
 		}
@@ -224,7 +225,7 @@ func (h *handler) readBody(r *http.Request, x *exchange) ([]byte, bool) {
 			return body, true
 		}
 	}
-	x.reject(http.StatusRequestEntityTooLarge, task.Rejected, task.CodePayloadTooLarge,
+	x.reject(http.StatusRequestEntityTooLarge, api.Rejected, api.CodePayloadTooLarge,
 		"the body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 	return nil, false
 }
@@ -235,7 +236,7 @@ func (h *handler) verify(r *http.Request, x *exchange) (*token.Claims, bool) {
 	authz := r.Header.Get("Authorization")
 	if len(authz) <= len(bearer) || !strings.EqualFold(authz[:len(bearer)], bearer) {
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeInvalidToken, "Authorization: Bearer <task token> is required")
+		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeInvalidToken, "Authorization: Bearer <task token> is required")
 		return nil, false
 	}
 	claims, err := h.cfg.Keys.Verify(strings.TrimSpace(authz[len(bearer):]), x.now)
@@ -244,11 +245,11 @@ func (h *handler) verify(r *http.Request, x *exchange) (*token.Claims, bool) {
 		return claims, true
 	case errors.Is(err, token.ErrExpired):
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="expired"`)
-		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeTokenExpired, "the task token has expired")
+		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeTokenExpired, "the task token has expired")
 	default:
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 		// err's text is token-free by contract (token.Verify).
-		x.reject(http.StatusUnauthorized, task.Rejected, task.CodeInvalidToken, err.Error())
+		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeInvalidToken, err.Error())
 	}
 	return nil, false
 }
@@ -270,20 +271,20 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, 
 		x.storeErr = err
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			x.reject(http.StatusNotFound, task.Rejected, task.CodeTaskNotFound, "no such task")
+			x.reject(http.StatusNotFound, api.Rejected, api.CodeTaskNotFound, "no such task")
 			return
 		case errors.Is(err, store.ErrRejected):
 			// Firestore refused the write as invalid: the same body would
 			// fail again. Nothing was written; the lease runs out and the
 			// sweeper retries the task.
-			x.reject(http.StatusInternalServerError, task.Rejected, task.CodeInternal, "the task store refused the write")
+			x.reject(http.StatusInternalServerError, api.Rejected, api.CodeInternal, "the task store refused the write")
 			return
 		}
 		// ErrUnavailable (Firestore errors, contention outlasting the
 		// retries, the store timeout) and anything else: the worker retries
 		// the same body, which is safe whatever happened.
 		x.header.Set("Retry-After", strconv.Itoa(int(max(1, h.cfg.RetryAfter.Round(time.Second)/time.Second))))
-		x.reject(http.StatusServiceUnavailable, task.Retry, task.CodeUnavailable, "the task store is unavailable; retry with the same body")
+		x.reject(http.StatusServiceUnavailable, api.Retry, api.CodeUnavailable, "the task store is unavailable; retry with the same body")
 		return
 	}
 	if res.Write && (res.Enqueue || res.Dequeue || res.CancelExecution != "") && h.cfg.Enqueuer != nil {
@@ -300,18 +301,18 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, 
 		// unreachable with tokens this control plane signed (task ids are
 		// unique, and the signer copies the task's scope): the machine
 		// refuses it before any write, and it is logged loudly.
-		x.alarm = rej.Code == task.CodeTokenScopeMismatch
+		x.alarm = rej.Code == api.CodeTokenScopeMismatch
 		h.rejection(x, rej)
 		return
 	}
-	resp := task.CallbackResponse{Acknowledged: true, Disposition: task.Continue}
+	resp := api.CallbackResponse{Acknowledged: true, Disposition: api.Continue}
 	switch req.Kind {
 	case KindHeartbeat:
 		should := res.ShouldCancel
 		resp.ShouldCancel, resp.CancelReason = &should, res.CancelReason
 		h.refreshToken(x, claims, t, &resp)
 	case KindCompleted:
-		resp.Disposition = task.Committed
+		resp.Disposition = api.Committed
 		resp.FinalState, resp.RetryScheduled, resp.NextAttempt = res.FinalState, res.RetryScheduled, res.NextAttempt
 	}
 	x.answer(http.StatusOK, resp)
@@ -319,22 +320,22 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, 
 
 // rejection maps a state-machine refusal to PRODUCT §4's row.
 func (h *handler) rejection(x *exchange, rej *task.Rejection) {
-	resp := task.CallbackResponse{Disposition: task.Cancel, Error: rej.Code, Message: rej.Message}
+	resp := api.CallbackResponse{Disposition: api.Cancel, Error: rej.Code, Message: rej.Message}
 	status := http.StatusConflict
 	switch rej.Code {
-	case task.CodeTaskAlreadyTerminal:
+	case api.CodeTaskAlreadyTerminal:
 		resp.State = rej.State
-	case task.CodeAttemptMismatch:
+	case api.CodeAttemptMismatch:
 		resp.ExpectedAttempt, resp.ReceivedAttempt = rej.Expected, rej.Received
-	case task.CodeAttemptAlreadyStarted:
-	case task.CodeTaskExpired:
+	case api.CodeAttemptAlreadyStarted:
+	case api.CodeTaskExpired:
 		status = http.StatusGone
-	case task.CodeCompletionConflict:
-		resp.Disposition = task.Rejected
-	case task.CodeTokenScopeMismatch:
-		status, resp.Disposition = http.StatusForbidden, task.Rejected
+	case api.CodeCompletionConflict:
+		resp.Disposition = api.Rejected
+	case api.CodeTokenScopeMismatch:
+		status, resp.Disposition = http.StatusForbidden, api.Rejected
 	default:
-		resp.Disposition = task.Rejected
+		resp.Disposition = api.Rejected
 	}
 	x.answer(status, resp)
 }
@@ -343,7 +344,7 @@ func (h *handler) rejection(x *exchange, rej *task.Rejection) {
 // worker used would expire before the next heartbeat could arrive: less
 // than task.RefreshBefore (a quarter of its lifetime, or two heartbeat
 // intervals when that is more) left.
-func (h *handler) refreshToken(x *exchange, claims *token.Claims, t *task.Task, resp *task.CallbackResponse) {
+func (h *handler) refreshToken(x *exchange, claims *token.Claims, t *task.Task, resp *api.CallbackResponse) {
 	interval := t.Timing.HeartbeatInterval()
 	if claims.ExpiresAtTime().Sub(x.now) >= task.RefreshBefore(claims.Lifetime(), interval) {
 		return

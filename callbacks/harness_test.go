@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -95,8 +96,8 @@ func (e *env) instance() http.Handler {
 
 // Test task timers: a 1 s interval, a 3 s lease, 1 s grace, retries after
 // at most 100 ms.
-var testTiming = task.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 1000}
-var testRetry = task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 100}
+var testTiming = api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 1000}
+var testRetry = api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 100}
 
 // create stores a new PENDING task at the clock's time.
 func (e *env) create(mutate func(*task.Task)) task.Task {
@@ -153,7 +154,7 @@ func (e *env) cancelledBeforeStart() task.Task {
 
 func (e *env) succeeded(worker string) task.Task {
 	tk := e.running(worker)
-	c := completedReq(1, worker, task.OutcomeSucceeded)
+	c := completedReq(1, worker, api.OutcomeSucceeded)
 	return e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: worker, Completed: &c}).Task
 }
 
@@ -162,10 +163,10 @@ func (e *env) succeeded(worker string) task.Task {
 func (e *env) retried(worker string) task.Task {
 	tk := e.running(worker)
 	e.apply(tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: worker,
-		Heartbeat: &task.HeartbeatRequest{Attempt: 1, WorkerID: worker, Checkpoint: json.RawMessage(`{"offset":42}`)}})
-	c := failedReq(1, worker, task.CategoryInfrastructure)
+		Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: worker, Checkpoint: json.RawMessage(`{"offset":42}`)}})
+	c := failedReq(1, worker, api.CategoryInfrastructure)
 	r := e.apply(tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: worker, Completed: &c})
-	if r.Task.State != task.Queued || r.Task.Attempt != 2 {
+	if r.Task.State != api.Queued || r.Task.Attempt != 2 {
 		e.t.Fatalf("retried: task is %s attempt %d", r.Task.State, r.Task.Attempt)
 	}
 	return r.Task
@@ -202,29 +203,29 @@ func scopeOf(tk task.Task, attempt int) token.Scope {
 
 // Request bodies.
 
-func startedReq(attempt int, worker string) task.StartedRequest {
-	return task.StartedRequest{Attempt: attempt, WorkerID: worker}
+func startedReq(attempt int, worker string) api.StartedRequest {
+	return api.StartedRequest{Attempt: attempt, WorkerID: worker}
 }
 
-func heartbeatReq(attempt int, worker string) task.HeartbeatRequest {
+func heartbeatReq(attempt int, worker string) api.HeartbeatRequest {
 	p := 45
-	return task.HeartbeatRequest{Attempt: attempt, WorkerID: worker, ProgressPct: &p, Message: "partition 5 of 10"}
+	return api.HeartbeatRequest{Attempt: attempt, WorkerID: worker, ProgressPct: &p, Message: "partition 5 of 10"}
 }
 
-func completedReq(attempt int, worker string, o task.Outcome) task.CompletedRequest {
-	c := task.CompletedRequest{Attempt: attempt, WorkerID: worker, Outcome: o, Metrics: &task.Metrics{CPUTimeMs: 5}}
+func completedReq(attempt int, worker string, o api.Outcome) api.CompletedRequest {
+	c := api.CompletedRequest{Attempt: attempt, WorkerID: worker, Outcome: o, Metrics: &api.Metrics{CPUTimeMs: 5}}
 	switch o {
-	case task.OutcomeSucceeded:
+	case api.OutcomeSucceeded:
 		c.Output = json.RawMessage(`{"rowCount":1000}`)
-	case task.OutcomeCancelled:
+	case api.OutcomeCancelled:
 		c.CancelledDuringPhase, c.PartialProgress = "processing", json.RawMessage(`{"records":5}`)
 	}
 	return c
 }
 
-func failedReq(attempt int, worker string, cat task.Category) task.CompletedRequest {
-	c := completedReq(attempt, worker, task.OutcomeFailed)
-	c.Error = &task.ErrorInfo{Category: cat, Message: "boom", StackTrace: "at main()"}
+func failedReq(attempt int, worker string, cat api.Category) api.CompletedRequest {
+	c := completedReq(attempt, worker, api.OutcomeFailed)
+	c.Error = &api.ErrorInfo{Category: cat, Message: "boom", StackTrace: "at main()"}
 	return c
 }
 
@@ -259,7 +260,7 @@ type request struct {
 type reply struct {
 	status int
 	header http.Header
-	resp   task.CallbackResponse
+	resp   api.CallbackResponse
 	fields map[string]json.RawMessage
 	raw    string
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestLogsNeverShowTheToken runs callbacks of every kind, accepted and
@@ -34,9 +34,9 @@ func TestLogsNeverShowTheToken(t *testing.T) {
 		{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: tok, body: []byte(`{"attempt":1,"workerId":"w1","progressPct":"` + tok + `"}`)},
 		{kind: callbacks.KindStarted, taskID: tk.ID, token: tok, body: mustJSON(t, startedReq(1, "w2"))},
 		{kind: callbacks.KindStarted, taskID: tk.ID, token: tok, contentType: "text/plain", body: mustJSON(t, startedReq(1, "w1"))},
-		{kind: callbacks.KindCompleted, taskID: tk.ID, authz: "Bearer " + tok + " trailing", body: mustJSON(t, completedReq(1, "w1", task.OutcomeSucceeded))},
-		{kind: callbacks.KindCompleted, taskID: tk.ID, token: tok, body: mustJSON(t, completedReq(1, "w1", task.OutcomeSucceeded))},
-		{kind: callbacks.KindCompleted, taskID: tk.ID, token: tok, body: mustJSON(t, failedReq(1, "w1", task.CategoryUserCode))},
+		{kind: callbacks.KindCompleted, taskID: tk.ID, authz: "Bearer " + tok + " trailing", body: mustJSON(t, completedReq(1, "w1", api.OutcomeSucceeded))},
+		{kind: callbacks.KindCompleted, taskID: tk.ID, token: tok, body: mustJSON(t, completedReq(1, "w1", api.OutcomeSucceeded))},
+		{kind: callbacks.KindCompleted, taskID: tk.ID, token: tok, body: mustJSON(t, failedReq(1, "w1", api.CategoryUserCode))},
 	}
 	statuses := make([]int, len(calls))
 	for i, rq := range calls {
@@ -45,7 +45,7 @@ func TestLogsNeverShowTheToken(t *testing.T) {
 		w := newRecorder()
 		e.h.ServeHTTP(w, r)
 		statuses[i] = w.Code
-		var resp task.CallbackResponse
+		var resp api.CallbackResponse
 		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -63,7 +64,7 @@ func TestConcurrentIdenticalCompleted(t *testing.T) {
 			}
 			client := newClient(n)
 			tok := e.token(tk, 1)
-			body := completedReq(1, "w1", task.OutcomeSucceeded)
+			body := completedReq(1, "w1", api.OutcomeSucceeded)
 			replies := make([]reply, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
@@ -80,12 +81,12 @@ func TestConcurrentIdenticalCompleted(t *testing.T) {
 				if errs[i] != nil {
 					t.Fatalf("reply %d: %v", i, errs[i])
 				}
-				if rp.status != http.StatusOK || rp.resp.Disposition != task.Committed || rp.resp.FinalState != task.Succeeded {
+				if rp.status != http.StatusOK || rp.resp.Disposition != api.Committed || rp.resp.FinalState != api.Succeeded {
 					t.Errorf("reply %d: %d %s", i, rp.status, rp.raw)
 				}
 			}
 			got := e.get(tk.ID)
-			if got.State != task.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].Outcome != task.OutcomeSucceeded {
+			if got.State != api.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].Outcome != api.OutcomeSucceeded {
 				t.Fatalf("task %s with attempts %+v", got.State, got.Attempts)
 			}
 			want := []string{">PENDING", "PENDING>QUEUED", "QUEUED>RUNNING", "RUNNING>SUCCEEDED"}
@@ -111,8 +112,8 @@ func TestConcurrentDifferentOutcomes(t *testing.T) {
 		defer srv.Close()
 	}
 	client := newClient(2)
-	bodies := []task.CompletedRequest{completedReq(1, "w1", task.OutcomeSucceeded), failedReq(1, "w1", task.CategoryDataQuality)}
-	finals := []task.State{task.Succeeded, task.Failed}
+	bodies := []api.CompletedRequest{completedReq(1, "w1", api.OutcomeSucceeded), failedReq(1, "w1", api.CategoryDataQuality)}
+	finals := []api.State{api.Succeeded, api.Failed}
 	wins := [2]int{}
 	for round := range 5 {
 		tk := e.running("w1")
@@ -137,12 +138,12 @@ func TestConcurrentDifferentOutcomes(t *testing.T) {
 		winner := -1
 		for i, rp := range replies {
 			switch {
-			case rp.status == http.StatusOK && rp.resp.Disposition == task.Committed && rp.resp.FinalState == finals[i]:
+			case rp.status == http.StatusOK && rp.resp.Disposition == api.Committed && rp.resp.FinalState == finals[i]:
 				if winner >= 0 {
 					t.Fatalf("round %d: both committed: %s / %s", round, replies[0].raw, replies[1].raw)
 				}
 				winner = i
-			case rp.status == http.StatusConflict && rp.resp.Error == task.CodeCompletionConflict && rp.resp.Disposition == task.Rejected:
+			case rp.status == http.StatusConflict && rp.resp.Error == api.CodeCompletionConflict && rp.resp.Disposition == api.Rejected:
 			default:
 				t.Fatalf("round %d: reply %d: %d %s", round, i, rp.status, rp.raw)
 			}
@@ -230,21 +231,21 @@ func TestHeartbeatRacingExpiry(t *testing.T) {
 				zombies++
 			}
 		}
-		expired := got.State == task.Queued && got.Attempt == 2 && got.Attempts[0].Outcome == task.OutcomeZombie && zombies == 1
-		alive := got.State == task.Running && got.Attempt == 1 && got.Attempts[0].Outcome == "" && zombies == 0
+		expired := got.State == api.Queued && got.Attempt == 2 && got.Attempts[0].Outcome == api.OutcomeZombie && zombies == 1
+		alive := got.State == api.Running && got.Attempt == 1 && got.Attempts[0].Outcome == "" && zombies == 0
 		var outcome string
 		switch {
 		case rp.status == http.StatusOK && alive && !sweep.Write && got.LeaseExpiresAt.After(time.Now()):
 			outcome = "heartbeat won"
-		case rp.status == http.StatusGone && rp.resp.Error == task.CodeTaskExpired && expired && !sweep.Write:
+		case rp.status == http.StatusGone && rp.resp.Error == api.CodeTaskExpired && expired && !sweep.Write:
 			outcome = "expiry won (heartbeat applied it: 410)"
-		case rp.status == http.StatusConflict && rp.resp.Error == task.CodeAttemptMismatch && expired && sweep.Write:
+		case rp.status == http.StatusConflict && rp.resp.Error == api.CodeAttemptMismatch && expired && sweep.Write:
 			outcome = "expiry won (sweeper applied it: 409)"
 		default:
 			t.Fatalf("offset %v: heartbeat %d %s; sweeper wrote %v; task %s attempt %d, attempt 1 outcome %q, zombie transitions %d",
 				off, rp.status, rp.raw, sweep.Write, got.State, got.Attempt, got.Attempts[0].Outcome, zombies)
 		}
-		if rp.resp.Disposition != map[int]task.Disposition{200: task.Continue, 409: task.Cancel, 410: task.Cancel}[rp.status] {
+		if rp.resp.Disposition != map[int]api.Disposition{200: api.Continue, 409: api.Cancel, 410: api.Cancel}[rp.status] {
 			t.Errorf("offset %v: disposition %s on %d", off, rp.resp.Disposition, rp.status)
 		}
 		if off == time.Second && outcome != "heartbeat won" || off == -time.Second && outcome == "heartbeat won" {

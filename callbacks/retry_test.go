@@ -17,6 +17,7 @@ import (
 	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/internal/enqueue"
@@ -47,13 +48,13 @@ func TestRetriesReachTheWorker(t *testing.T) {
 	e.clock.Set(time.Now().UTC())
 	tk := e.create(func(tk *task.Task) {
 		tk.Worker = "example"
-		tk.Timing = task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 400, CancelGracePeriodMs: 1000}
-		tk.Retry = task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 200}
+		tk.Timing = api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 400, CancelGracePeriodMs: 1000}
+		tk.Retry = api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 200}
 	})
 	if err := enq.Enqueue(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	next := func(attempt int, resume string) task.Envelope {
+	next := func(attempt int, resume string) api.Envelope {
 		t.Helper()
 		select {
 		case env := <-envelopes:
@@ -70,7 +71,7 @@ func TestRetriesReachTheWorker(t *testing.T) {
 		}
 		panic("unreachable")
 	}
-	post := func(env task.Envelope, kind callbacks.Kind, body any) reply {
+	post := func(env api.Envelope, kind callbacks.Kind, body any) reply {
 		t.Helper()
 		rp, err := httpPost(client, env.CallbackBaseURL, kind, env.TaskID, env.TaskToken, body)
 		if err != nil {
@@ -92,16 +93,16 @@ func TestRetriesReachTheWorker(t *testing.T) {
 	hb.Checkpoint = json.RawMessage(`{"offset":42}`)
 	expect(post(env1, callbacks.KindHeartbeat, hb), 200, "")
 	e.rpc.Reset()
-	rp := post(env1, callbacks.KindCompleted, failedReq(1, "pod-a", task.CategoryInfrastructure))
+	rp := post(env1, callbacks.KindCompleted, failedReq(1, "pod-a", api.CategoryInfrastructure))
 	expect(rp, 200, "")
-	if rp.resp.Disposition != task.Committed || rp.resp.FinalState != task.Queued || !rp.resp.RetryScheduled || rp.resp.NextAttempt != 2 {
+	if rp.resp.Disposition != api.Committed || rp.resp.FinalState != api.Queued || !rp.resp.RetryScheduled || rp.resp.NextAttempt != 2 {
 		t.Fatalf("completed FAILED: %s", rp.raw)
 	}
 	if got, want := e.rpc.Counts(), (map[string]int{"BatchGetDocuments": 1, "Commit": 1}); !maps.Equal(got, want) {
 		t.Errorf("completed with a retry enqueued: Firestore RPCs %v, want %v", got, want)
 	}
 	env2 := next(2, `{"offset":42}`)
-	expect(post(env1, callbacks.KindHeartbeat, heartbeatReq(1, "pod-a")), 409, task.CodeAttemptMismatch)
+	expect(post(env1, callbacks.KindHeartbeat, heartbeatReq(1, "pod-a")), 409, api.CodeAttemptMismatch)
 
 	// 2. Attempt 2 goes silent past its lease: 410, and attempt 3 is enqueued.
 	expect(post(env2, callbacks.KindStarted, startedReq(2, "pod-b")), 200, "")
@@ -109,14 +110,14 @@ func TestRetriesReachTheWorker(t *testing.T) {
 	hb.Checkpoint = json.RawMessage(`{"offset":99}`)
 	expect(post(env2, callbacks.KindHeartbeat, hb), 200, "")
 	time.Sleep(500 * time.Millisecond) // longer than the 400 ms lease
-	expect(post(env2, callbacks.KindHeartbeat, heartbeatReq(2, "pod-b")), 410, task.CodeTaskExpired)
+	expect(post(env2, callbacks.KindHeartbeat, heartbeatReq(2, "pod-b")), 410, api.CodeTaskExpired)
 	env3 := next(3, `{"offset":99}`)
 
 	// 3. Attempt 3 succeeds.
 	expect(post(env3, callbacks.KindStarted, startedReq(3, "pod-c")), 200, "")
-	rp = post(env3, callbacks.KindCompleted, completedReq(3, "pod-c", task.OutcomeSucceeded))
+	rp = post(env3, callbacks.KindCompleted, completedReq(3, "pod-c", api.OutcomeSucceeded))
 	expect(rp, 200, "")
-	if rp.resp.FinalState != task.Succeeded || rp.resp.RetryScheduled {
+	if rp.resp.FinalState != api.Succeeded || rp.resp.RetryScheduled {
 		t.Fatalf("completed SUCCEEDED: %s", rp.raw)
 	}
 	select {
@@ -126,11 +127,11 @@ func TestRetriesReachTheWorker(t *testing.T) {
 	}
 
 	got := e.get(tk.ID)
-	var outcomes []task.Outcome
+	var outcomes []api.Outcome
 	for _, a := range got.Attempts {
 		outcomes = append(outcomes, a.Outcome)
 	}
-	if got.State != task.Succeeded || !slices.Equal(outcomes, []task.Outcome{task.OutcomeFailed, task.OutcomeZombie, task.OutcomeSucceeded}) {
+	if got.State != api.Succeeded || !slices.Equal(outcomes, []api.Outcome{api.OutcomeFailed, api.OutcomeZombie, api.OutcomeSucceeded}) {
 		t.Fatalf("task %s, attempt outcomes %v", got.State, outcomes)
 	}
 	want := []string{">PENDING", "PENDING>QUEUED", "QUEUED>RUNNING", "RUNNING>QUEUED", "QUEUED>RUNNING", "RUNNING>QUEUED", "QUEUED>RUNNING", "RUNNING>SUCCEEDED"}
@@ -155,19 +156,19 @@ func TestRetryEnqueueFailureKeepsTheAnswer(t *testing.T) {
 	f := failingEnqueuer{calls: make(chan task.Result, 1)}
 	e := newEnv(t, func(c *callbacks.Config) { c.Enqueuer = f })
 	tk := e.running("w1")
-	rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), failedReq(1, "w1", task.CategoryTimeout))
-	if rp.status != http.StatusOK || rp.resp.Disposition != task.Committed || !rp.resp.RetryScheduled || rp.resp.NextAttempt != 2 {
+	rp := e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), failedReq(1, "w1", api.CategoryTimeout))
+	if rp.status != http.StatusOK || rp.resp.Disposition != api.Committed || !rp.resp.RetryScheduled || rp.resp.NextAttempt != 2 {
 		t.Fatalf("%d %s", rp.status, rp.raw)
 	}
 	select {
 	case r := <-f.calls:
-		if !r.Enqueue || r.Task.Attempt != 2 || r.Task.State != task.Queued {
+		if !r.Enqueue || r.Task.Attempt != 2 || r.Task.State != api.Queued {
 			t.Errorf("follow-up got %+v", r)
 		}
 	default:
 		t.Fatal("the retry was not handed to the Enqueuer")
 	}
-	if got := e.get(tk.ID); got.State != task.Queued || got.Attempt != 2 || got.DispatchCheckAt == nil {
+	if got := e.get(tk.ID); got.State != api.Queued || got.Attempt != 2 || got.DispatchCheckAt == nil {
 		t.Errorf("task %s attempt %d dispatchCheckAt %v: the sweeper could not re-drive it", got.State, got.Attempt, got.DispatchCheckAt)
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, `"followUpError"`) {
@@ -175,7 +176,7 @@ func TestRetryEnqueueFailureKeepsTheAnswer(t *testing.T) {
 	}
 	// Callbacks that schedule nothing never call the Enqueuer.
 	tk = e.running("w1")
-	e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", task.OutcomeSucceeded))
+	e.post(callbacks.KindCompleted, tk.ID, e.token(tk, 1), completedReq(1, "w1", api.OutcomeSucceeded))
 	select {
 	case r := <-f.calls:
 		t.Errorf("follow-up for a result that scheduled nothing: %+v", r)
@@ -190,7 +191,7 @@ func TestRetryEnqueueFailureKeepsTheAnswer(t *testing.T) {
 // (base) with now as its clock. Everything stops with the test.
 type retryPath struct {
 	enq       *enqueue.Enqueuer
-	envelopes chan task.Envelope
+	envelopes chan api.Envelope
 	base      string
 }
 
@@ -212,10 +213,10 @@ func newRetryPath(t *testing.T, e *env, worker string, opts cloudtasks.Options, 
 	if _, err := ctClient.CreateQueue(e.ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{Name: queue}}); err != nil {
 		t.Fatal(err)
 	}
-	rp := &retryPath{envelopes: make(chan task.Envelope, 10)}
+	rp := &retryPath{envelopes: make(chan api.Envelope, 10)}
 	w := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		var env task.Envelope
+		var env api.Envelope
 		if err := json.Unmarshal(b, &env); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

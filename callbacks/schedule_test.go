@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/internal/task"
@@ -34,9 +35,9 @@ func TestRetryScheduledBeyondTheTokenLifetimeStarts(t *testing.T) {
 	}
 	tk := e.create(func(tk *task.Task) {
 		tk.Worker = "later"
-		tk.Retry = task.RetryPolicy{MaxAttempts: 2, InitialBackoffMs: backoff.Milliseconds(), BackoffCoefficient: 2, MaxBackoffMs: backoff.Milliseconds()}
+		tk.Retry = api.RetryPolicy{MaxAttempts: 2, InitialBackoffMs: backoff.Milliseconds(), BackoffCoefficient: 2, MaxBackoffMs: backoff.Milliseconds()}
 	})
-	next := func(attempt int) task.Envelope {
+	next := func(attempt int) api.Envelope {
 		t.Helper()
 		select {
 		case env := <-envelopes:
@@ -49,7 +50,7 @@ func TestRetryScheduledBeyondTheTokenLifetimeStarts(t *testing.T) {
 		}
 		panic("unreachable")
 	}
-	post := func(env task.Envelope, kind callbacks.Kind, body any) reply {
+	post := func(env api.Envelope, kind callbacks.Kind, body any) reply {
 		t.Helper()
 		rp, err := httpPost(client, env.CallbackBaseURL, kind, env.TaskID, env.TaskToken, body)
 		if err != nil {
@@ -68,7 +69,7 @@ func TestRetryScheduledBeyondTheTokenLifetimeStarts(t *testing.T) {
 	if rp := post(env1, callbacks.KindStarted, startedReq(1, "pod-a")); rp.status != http.StatusOK {
 		t.Fatalf("attempt 1 started: %d %s", rp.status, rp.raw)
 	}
-	c := failedReq(1, "pod-a", task.CategoryInfrastructure)
+	c := failedReq(1, "pod-a", api.CategoryInfrastructure)
 	r, err := e.st.Apply(ctx, tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "pod-a", Completed: &c, Now: clock.Now(), Jitter: 0.9})
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +92,14 @@ func TestRetryScheduledBeyondTheTokenLifetimeStarts(t *testing.T) {
 	if rp := post(env2, callbacks.KindStarted, startedReq(2, "pod-b")); rp.status != http.StatusOK {
 		t.Fatalf("attempt 2 started %v after it was enqueued: %d %s", clock.Now().Sub(e.clock.Now()), rp.status, rp.raw)
 	}
-	if rp := post(env2, callbacks.KindCompleted, completedReq(2, "pod-b", task.OutcomeSucceeded)); rp.status != http.StatusOK || rp.resp.FinalState != task.Succeeded {
+	if rp := post(env2, callbacks.KindCompleted, completedReq(2, "pod-b", api.OutcomeSucceeded)); rp.status != http.StatusOK || rp.resp.FinalState != api.Succeeded {
 		t.Fatalf("attempt 2 completed: %d %s", rp.status, rp.raw)
 	}
 	got, err := e.st.Get(ctx, tk.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != task.Succeeded || got.Attempt != 2 || len(got.Attempts) != 2 {
+	if got.State != api.Succeeded || got.Attempt != 2 || len(got.Attempts) != 2 {
 		t.Fatalf("task %s attempt %d with %d attempts", got.State, got.Attempt, len(got.Attempts))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/task"
@@ -35,7 +36,7 @@ func BenchmarkCallbacksSizing(b *testing.B) {
 	srv := httptest.NewServer(e.h)
 	defer srv.Close()
 	client := newClient(64)
-	longLease := func(tk *task.Task) { tk.Timing = task.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} }
+	longLease := func(tk *task.Task) { tk.Timing = api.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} }
 	type running struct {
 		tk  task.Task
 		tok string

@@ -11,6 +11,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/task"
@@ -57,7 +58,7 @@ func TestTelemetryAddsNoFirestoreRPC(t *testing.T) {
 			}{
 				{callbacks.KindStarted, startedReq(1, "w1")},
 				{callbacks.KindHeartbeat, heartbeatReq(1, "w1")},
-				{callbacks.KindCompleted, completedReq(1, "w1", task.OutcomeSucceeded)},
+				{callbacks.KindCompleted, completedReq(1, "w1", api.OutcomeSucceeded)},
 			} {
 				e.rpc.Reset()
 				rp := e.do(request{kind: step.kind, taskID: tk.ID, token: tok, body: mustJSON(t, step.body)})
@@ -119,7 +120,7 @@ func BenchmarkCallbackTracing(b *testing.B) {
 	mk := func(e *env) *side {
 		srv := httptest.NewServer(e.h)
 		b.Cleanup(srv.Close)
-		tk := e.create(func(tk *task.Task) { tk.Timing = task.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} })
+		tk := e.create(func(tk *task.Task) { tk.Timing = api.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 3600000} })
 		e.apply(tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC()})
 		return &side{srv: srv, tk: tk, tok: e.tokenFor(scopeOf(tk, 1), time.Hour, time.Now())}
 	}

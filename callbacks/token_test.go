@@ -12,6 +12,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/token"
@@ -93,28 +94,28 @@ func TestForgedTokens(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"alg none", algNone(t, "k1", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"alg none without kid", algNone(t, "", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"alg none with the genuine signature", strings.Replace(genuine, parts[0], base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"k1","typ":"JWT"}`)), 1), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"wrong key under the right kid", signWith(t, jwt.SigningMethodHS256, "k1", wrongSecret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		{"alg none", algNone(t, "k1", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"alg none without kid", algNone(t, "", claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"alg none with the genuine signature", strings.Replace(genuine, parts[0], base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"k1","typ":"JWT"}`)), 1), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"wrong key under the right kid", signWith(t, jwt.SigningMethodHS256, "k1", wrongSecret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"another deployment's genuine token", func() string {
 			s, _, _ := otherRing.Sign(scopeOf(tk, 1), time.Hour, now)
 			return s
-		}(), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"unknown kid", signWith(t, jwt.SigningMethodHS256, "k9", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"HS512 with the real secret", signWith(t, jwt.SigningMethodHS512, "k1", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
+		}(), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"unknown kid", signWith(t, jwt.SigningMethodHS256, "k9", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"HS512 with the real secret", signWith(t, jwt.SigningMethodHS512, "k1", secret, claimsFor(tk, 1, now)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"HS256 with the real secret but no issuer", func() string {
 			c := claimsFor(tk, 1, now)
 			c.Issuer = ""
 			return signWith(t, jwt.SigningMethodHS256, "k1", secret, c)
-		}(), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"claims tampered (attempt 1 → 2)", parts[0] + "." + base64.RawURLEncoding.EncodeToString(tp) + "." + parts[2], heartbeatReq(2, "w1"), 401, task.CodeInvalidToken},
-		{"signature stripped", parts[0] + "." + parts[1] + ".", heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-token.Leeway-time.Second)), heartbeatReq(1, "w1"), 401, task.CodeTokenExpired},
-		{"not valid yet", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(time.Minute)), heartbeatReq(1, "w1"), 401, task.CodeInvalidToken},
-		{"another task's token", e.token(other, 1), heartbeatReq(1, "w1"), 403, task.CodeTokenScopeMismatch},
-		{"body attempt is not the token's", genuine, heartbeatReq(2, "w1"), 403, task.CodeTokenScopeMismatch},
-		{"token of a later attempt, body of this one", e.token(tk, 2), heartbeatReq(1, "w1"), 403, task.CodeTokenScopeMismatch},
+		}(), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"claims tampered (attempt 1 → 2)", parts[0] + "." + base64.RawURLEncoding.EncodeToString(tp) + "." + parts[2], heartbeatReq(2, "w1"), 401, api.CodeInvalidToken},
+		{"signature stripped", parts[0] + "." + parts[1] + ".", heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-token.Leeway-time.Second)), heartbeatReq(1, "w1"), 401, api.CodeTokenExpired},
+		{"not valid yet", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(time.Minute)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		{"another task's token", e.token(other, 1), heartbeatReq(1, "w1"), 403, api.CodeTokenScopeMismatch},
+		{"body attempt is not the token's", genuine, heartbeatReq(2, "w1"), 403, api.CodeTokenScopeMismatch},
+		{"token of a later attempt, body of this one", e.token(tk, 2), heartbeatReq(1, "w1"), 403, api.CodeTokenScopeMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestForgedTokens(t *testing.T) {
 			before := e.snapshot(tk.ID)
 			e.rpc.Reset()
 			rp := e.post(callbacks.KindHeartbeat, tk.ID, tt.tok, tt.body)
-			if rp.status != tt.status || rp.resp.Error != tt.code || rp.resp.Disposition != task.Rejected {
+			if rp.status != tt.status || rp.resp.Error != tt.code || rp.resp.Disposition != api.Rejected {
 				t.Fatalf("got %d %s, want %d %s REJECTED", rp.status, rp.raw, tt.status, tt.code)
 			}
 			if got := e.rpc.Counts(); !maps.Equal(got, map[string]int{}) {
@@ -157,7 +158,7 @@ func TestTokenScopeCheckedAgainstTheTask(t *testing.T) {
 		s := scopeOf(tk, 1)
 		mutate(&s)
 		rp := e.post(callbacks.KindStarted, tk.ID, e.tokenFor(s, time.Hour, e.clock.Now()), startedReq(1, "w1"))
-		if rp.status != http.StatusForbidden || rp.resp.Error != task.CodeTokenScopeMismatch || rp.resp.Disposition != task.Rejected {
+		if rp.status != http.StatusForbidden || rp.resp.Error != api.CodeTokenScopeMismatch || rp.resp.Disposition != api.Rejected {
 			t.Fatalf("scope %+v: %d %s", s, rp.status, rp.raw)
 		}
 	}
@@ -197,7 +198,7 @@ func TestHeartbeatRefreshesToken(t *testing.T) {
 			e.clock.Set(now)
 			timing := testTiming
 			if tt.interval > 0 {
-				timing = task.Timing{HeartbeatIntervalMs: tt.interval.Milliseconds(), HeartbeatTimeoutMs: 3 * tt.interval.Milliseconds(), CancelGracePeriodMs: 1000}
+				timing = api.Timing{HeartbeatIntervalMs: tt.interval.Milliseconds(), HeartbeatTimeoutMs: 3 * tt.interval.Milliseconds(), CancelGracePeriodMs: 1000}
 			}
 			tk := e.create(func(tk *task.Task) { tk.Deadline, tk.Timing = tt.deadline, timing })
 			old := e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-tt.issued))

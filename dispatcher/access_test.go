@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 const testPolicy = `{"principals": {
@@ -94,7 +94,7 @@ func TestAccessPerRoute(t *testing.T) {
 	b2 := submitAs(admin, "tenant-b", http.StatusCreated)
 	for _, id := range []string{a1.TaskID, b1.TaskID} {
 		e.start(id, 1)
-		e.complete(id, 1, task.OutcomeSucceeded)
+		e.complete(id, 1, api.OutcomeSucceeded)
 	}
 
 	cases := []struct {

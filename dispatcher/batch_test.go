@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -42,7 +43,7 @@ func TestBatchSubmit(t *testing.T) {
 		if i == 5 {
 			wantRun = own
 		}
-		if res.Status != http.StatusCreated || res.State != task.Queued || res.Attempt != 1 || res.RunID != wantRun || ids[res.TaskID] {
+		if res.Status != http.StatusCreated || res.State != api.Queued || res.Attempt != 1 || res.RunID != wantRun || ids[res.TaskID] {
 			t.Errorf("tasks[%d] = %+v", i, res)
 		}
 		ids[res.TaskID] = true
@@ -139,7 +140,7 @@ func TestBatchCloudTasksDown(t *testing.T) {
 	var br BatchResponse
 	r.decode(t, &br)
 	for i, res := range br.Tasks {
-		if res.State != task.Pending || res.Status != http.StatusCreated {
+		if res.State != api.Pending || res.Status != http.StatusCreated {
 			t.Errorf("tasks[%d] = %+v, want 201 PENDING", i, res)
 		}
 	}

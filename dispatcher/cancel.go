@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -53,7 +54,7 @@ func (h *handler) cancelReason(w http.ResponseWriter, r *http.Request) (string, 
 		return "", e
 	}
 	if req.Reason == "" {
-		req.Reason = task.ReasonUserRequested
+		req.Reason = api.ReasonUserRequested
 	}
 	return req.Reason, nil
 }
@@ -69,7 +70,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), access.Operate); !all {
@@ -182,9 +183,9 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 					count(func() { resp.Failed++ })
 				case res.Rejection != nil:
 					count(func() { resp.AlreadyTerminal++ })
-				case res.Task.State == task.Cancelled:
+				case res.Task.State == api.Cancelled:
 					count(func() { resp.Cancelled++ })
-				case res.Task.State == task.Cancelling:
+				case res.Task.State == api.Cancelling:
 					count(func() { resp.Cancelling++ })
 				default:
 					// Only a terminal task keeps another state; counted above.
@@ -203,7 +204,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "the run has no tasks"})
 	case resp.Failed > 0:
 		// Retrying is safe: cancelled tasks are skipped, cancelling ones unchanged.
-		resp.Error, resp.Message = task.CodeUnavailable, fmt.Sprintf("%d tasks could not be cancelled now; retry the same request", resp.Failed)
+		resp.Error, resp.Message = api.CodeUnavailable, fmt.Sprintf("%d tasks could not be cancelled now; retry the same request", resp.Failed)
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 		writeJSON(w, http.StatusServiceUnavailable, resp)
 	default:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -36,19 +37,19 @@ func TestCancelQueued(t *testing.T) {
 	r := e.cancelTask(sr.TaskID, "operator stopped the run", http.StatusOK)
 	var v TaskView
 	r.decode(t, &v)
-	if v.State != task.Cancelled || v.Reason != "operator stopped the run" || v.EndedAt == nil || len(v.Attempts) != 1 ||
-		v.Attempts[0].Outcome != task.OutcomeCancelled {
+	if v.State != api.Cancelled || v.Reason != "operator stopped the run" || v.EndedAt == nil || len(v.Attempts) != 1 ||
+		v.Attempts[0].Outcome != api.OutcomeCancelled {
 		t.Fatalf("cancel answer = %+v", v)
 	}
 	if ct := e.cloudTask(&st); ct != nil {
 		t.Fatalf("Cloud Task %s still exists after cancel", ct.Name)
 	}
-	if got := e.getTask(sr.TaskID); got.State != task.Cancelled {
+	if got := e.getTask(sr.TaskID); got.State != api.Cancelled {
 		t.Fatalf("stored state %s", got.State)
 	}
 	// A late `started` for the cancelled task is refused.
 	res, err := e.st.Apply(e.ctx, sr.TaskID, task.Event{Kind: task.EventStarted, Attempt: 1, Now: time.Now(), WorkerID: "w"})
-	if err != nil || res.Rejection == nil || res.Rejection.Code != task.CodeTaskAlreadyTerminal {
+	if err != nil || res.Rejection == nil || res.Rejection.Code != api.CodeTaskAlreadyTerminal {
 		t.Fatalf("late started: %v %+v", err, res.Rejection)
 	}
 }
@@ -60,12 +61,12 @@ func TestCancelPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{ctDown: true, config: func(c *Config) { c.CloudTasksTimeout = 300 * time.Millisecond }})
 	sr := e.submit(validSubmit("acme"), http.StatusCreated)
-	if sr.State != task.Pending {
+	if sr.State != api.Pending {
 		t.Fatalf("state %s, want PENDING", sr.State)
 	}
 	var v TaskView
 	e.cancelTask(sr.TaskID, "", http.StatusOK).decode(t, &v)
-	if v.State != task.Cancelled || v.Reason != task.ReasonUserRequested || v.CancelReason != task.ReasonUserRequested {
+	if v.State != api.Cancelled || v.Reason != api.ReasonUserRequested || v.CancelReason != api.ReasonUserRequested {
 		t.Fatalf("cancel answer = %+v", v)
 	}
 }
@@ -85,7 +86,7 @@ func TestCancelRunning(t *testing.T) {
 	var v TaskView
 	e.cancelTask(sr.TaskID, "", http.StatusOK).decode(t, &v)
 	want := clk.Now().Add(4500 * time.Millisecond)
-	if v.State != task.Cancelling || v.CancelDeadline == nil || !v.CancelDeadline.Equal(want) || v.Reason != task.ReasonUserRequested {
+	if v.State != api.Cancelling || v.CancelDeadline == nil || !v.CancelDeadline.Equal(want) || v.Reason != api.ReasonUserRequested {
 		t.Fatalf("cancel answer = state %s cancelDeadline %v reason %q, want CANCELLING %v", v.State, v.CancelDeadline, v.Reason, want)
 	}
 	if v.EndedAt != nil || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "worker-1" || v.Attempts[0].Outcome != "" {
@@ -96,13 +97,13 @@ func TestCancelRunning(t *testing.T) {
 	clk.Set(clk.Now().Add(time.Second))
 	var again TaskView
 	e.cancelTask(sr.TaskID, "again", http.StatusOK).decode(t, &again)
-	if again.State != task.Cancelling || !again.CancelDeadline.Equal(want) {
+	if again.State != api.Cancelling || !again.CancelDeadline.Equal(want) {
 		t.Fatalf("second cancel = %s %v", again.State, again.CancelDeadline)
 	}
 
-	e.complete(sr.TaskID, 1, task.OutcomeCancelled)
+	e.complete(sr.TaskID, 1, api.OutcomeCancelled)
 	r := e.cancelTask(sr.TaskID, "", http.StatusConflict)
-	if eb := r.err(t); eb.Error != task.CodeTaskAlreadyTerminal || eb.State != task.Cancelled {
+	if eb := r.err(t); eb.Error != api.CodeTaskAlreadyTerminal || eb.State != api.Cancelled {
 		t.Fatalf("cancel of a cancelled task = %+v", eb)
 	}
 }
@@ -115,18 +116,18 @@ func TestCancelTerminal(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		end  func(id string)
-		want task.State
+		want api.State
 	}{
-		{"succeeded", func(id string) { e.start(id, 1); e.complete(id, 1, task.OutcomeSucceeded) }, task.Succeeded},
-		{"failed", func(id string) { e.start(id, 1); e.complete(id, 1, task.OutcomeFailed) }, task.Failed},
-		{"cancelled", func(id string) { e.cancelTask(id, "", http.StatusOK) }, task.Cancelled},
+		{"succeeded", func(id string) { e.start(id, 1); e.complete(id, 1, api.OutcomeSucceeded) }, api.Succeeded},
+		{"failed", func(id string) { e.start(id, 1); e.complete(id, 1, api.OutcomeFailed) }, api.Failed},
+		{"cancelled", func(id string) { e.cancelTask(id, "", http.StatusOK) }, api.Cancelled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sr := e.submit(validSubmit("acme"), http.StatusCreated)
 			c.end(sr.TaskID)
 			before := e.storedTask(sr.TaskID)
 			r := e.cancelTask(sr.TaskID, "too late", http.StatusConflict)
-			if eb := r.err(t); eb.Error != task.CodeTaskAlreadyTerminal || eb.State != c.want || eb.Message == "" {
+			if eb := r.err(t); eb.Error != api.CodeTaskAlreadyTerminal || eb.State != c.want || eb.Message == "" {
 				t.Fatalf("answer = %+v", eb)
 			}
 			after := e.storedTask(sr.TaskID)
@@ -158,7 +159,7 @@ func TestCancelRun(t *testing.T) {
 	e.start(running, 1)
 	done := submitIn(run).TaskID
 	e.start(done, 1)
-	e.complete(done, 1, task.OutcomeSucceeded)
+	e.complete(done, 1, api.OutcomeSucceeded)
 	other := submitIn(task.NewRunID(time.Now())).TaskID
 
 	r := e.do("POST", "/v1/runs/"+run+"/cancel", map[string]any{"reason": "run aborted"}, "")
@@ -173,20 +174,20 @@ func TestCancelRun(t *testing.T) {
 	}
 	for _, id := range queued {
 		st := e.storedTask(id)
-		if st.State != task.Cancelled || st.Reason != "run aborted" {
+		if st.State != api.Cancelled || st.Reason != "run aborted" {
 			t.Errorf("%s: %s %q, want CANCELLED", id, st.State, st.Reason)
 		}
 		if e.cloudTask(&st) != nil {
 			t.Errorf("%s: Cloud Task not deleted", id)
 		}
 	}
-	if st := e.storedTask(running); st.State != task.Cancelling || st.CancelDeadline == nil {
+	if st := e.storedTask(running); st.State != api.Cancelling || st.CancelDeadline == nil {
 		t.Errorf("running task: %s, want CANCELLING with a deadline", st.State)
 	}
-	if st := e.storedTask(done); st.State != task.Succeeded {
+	if st := e.storedTask(done); st.State != api.Succeeded {
 		t.Errorf("finished task: %s", st.State)
 	}
-	if st := e.storedTask(other); st.State != task.Queued {
+	if st := e.storedTask(other); st.State != api.Queued {
 		t.Errorf("other run's task: %s, want QUEUED", st.State)
 	}
 
@@ -232,7 +233,7 @@ func TestCancelConcurrent(t *testing.T) {
 	}
 	cancelled := 0
 	for _, o := range outbox {
-		if o.To == task.Cancelled {
+		if o.To == api.Cancelled {
 			cancelled++
 		}
 	}

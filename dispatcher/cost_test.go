@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -38,7 +39,7 @@ func TestSubmitRoundTrips(t *testing.T) {
 		if got := rc.Counts(); !maps.Equal(got, c.want) {
 			t.Errorf("%s: Firestore RPCs %v, want %v", c.name, got, c.want)
 		}
-		if sr.State != task.Queued {
+		if sr.State != api.Queued {
 			t.Errorf("%s: state %s, want QUEUED", c.name, sr.State)
 		}
 		// Both transitions are recorded, in order, by that one commit.
@@ -46,7 +47,7 @@ func TestSubmitRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(entries) != 2 || entries[0].To != task.Pending || entries[1].From != task.Pending || entries[1].To != task.Queued || entries[1].Seq != 2 {
+		if len(entries) != 2 || entries[0].To != api.Pending || entries[1].From != api.Pending || entries[1].To != api.Queued || entries[1].Seq != 2 {
 			t.Errorf("%s: outbox %+v, want →PENDING then PENDING→QUEUED", c.name, entries)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/api/option"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -385,11 +386,11 @@ func (e *env) start(id string, attempt int) task.Task {
 }
 
 // complete applies a worker's `completed` with outcome o.
-func (e *env) complete(id string, attempt int, o task.Outcome) task.Task {
+func (e *env) complete(id string, attempt int, o api.Outcome) task.Task {
 	e.t.Helper()
-	c := &task.CompletedRequest{Attempt: attempt, WorkerID: "worker-1", Outcome: o}
-	if o == task.OutcomeFailed {
-		c.Error = &task.ErrorInfo{Category: task.CategoryConfiguration, Message: "bad config"}
+	c := &api.CompletedRequest{Attempt: attempt, WorkerID: "worker-1", Outcome: o}
+	if o == api.OutcomeFailed {
+		c.Error = &api.ErrorInfo{Category: api.CategoryConfiguration, Message: "bad config"}
 	}
 	r, err := e.st.Apply(e.ctx, id, task.Event{Kind: task.EventCompleted, Attempt: attempt, Now: e.h.cfg.Now().UTC(), WorkerID: "worker-1", Completed: c})
 	if err != nil || r.Rejection != nil {

@@ -9,6 +9,7 @@ import (
 
 	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -54,7 +55,7 @@ func FuzzSubmitDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req SubmitRequest
 		if e := decodeObject(body, &req, ""); e != nil {
-			if e.status != http.StatusBadRequest || e.body.Error != task.CodeInvalidRequest || e.body.Field == "" || e.body.Message == "" {
+			if e.status != http.StatusBadRequest || e.body.Error != api.CodeInvalidRequest || e.body.Field == "" || e.body.Message == "" {
 				t.Fatalf("decode refused %q with %d %+v: want 400 invalid_request naming the field", body, e.status, e.body)
 			}
 			return
@@ -62,17 +63,17 @@ func FuzzSubmitDecode(f *testing.F) {
 		tk, e := h.prepare(&req, "", now, "")
 		if e != nil {
 			switch {
-			case e.status == http.StatusBadRequest && e.body.Error == task.CodeInvalidRequest && e.body.Field != "":
-			case e.status == http.StatusRequestEntityTooLarge && e.body.Error == task.CodePayloadTooLarge:
+			case e.status == http.StatusBadRequest && e.body.Error == api.CodeInvalidRequest && e.body.Field != "":
+			case e.status == http.StatusRequestEntityTooLarge && e.body.Error == api.CodePayloadTooLarge:
 			default:
 				t.Fatalf("prepare refused %q with %d %+v: want a precise 4xx", body, e.status, e.body)
 			}
 			return
 		}
-		if fe := tk.Timing.Validate(task.MinTimerLocal); fe != nil {
+		if fe := task.ValidateTiming(tk.Timing, task.MinTimerLocal); fe != nil {
 			t.Fatalf("accepted %q with invalid timing: %v", body, fe)
 		}
-		if fe := tk.Retry.Validate(task.MinTimerLocal); fe != nil {
+		if fe := task.ValidateRetry(tk.Retry, task.MinTimerLocal); fe != nil {
 			t.Fatalf("accepted %q with an invalid retry policy: %v", body, fe)
 		}
 		if tk.TenantID == "" || tk.WorkspaceID == "" || tk.TaskKey == "" || tk.Worker != "render" || !task.ValidID(tk.ID, task.TaskIDPrefix) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
@@ -63,7 +64,7 @@ type Config struct {
 	// local stack and tests.
 	MinTimer time.Duration
 	// DefaultStartTimeout is how long a new task may stay PENDING or QUEUED
-	// before the sweeper re-drives it; 0 means task.DefaultStartTimeout.
+	// before the sweeper re-drives it; 0 means api.DefaultStartTimeout.
 	DefaultStartTimeout time.Duration
 	// MaxBodyBytes caps a submit or cancel body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -120,7 +121,7 @@ func newHandler(cfg Config) *handler {
 		cfg.MinTimer = task.MinTimerProduction
 	}
 	if cfg.DefaultStartTimeout <= 0 {
-		cfg.DefaultStartTimeout = task.DefaultStartTimeout
+		cfg.DefaultStartTimeout = api.DefaultStartTimeout
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -170,7 +171,7 @@ func (h *handler) routes() {
 	m.HandleFunc("GET /v1/tenants/{tenant}/usage", h.usage)
 	m.HandleFunc("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})
 }
 
@@ -194,7 +195,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: task.CodeMethodNotAllowed,
+		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
 	}
 }
@@ -208,7 +209,7 @@ type ErrorResponse struct {
 	// Message is for people.
 	Message string `json:"message"`
 	// State is the task's state (task_already_terminal).
-	State task.State `json:"state,omitempty"`
+	State api.State `json:"state,omitempty"`
 	// LimitBytes is the limit that was exceeded (payload_too_large).
 	LimitBytes int64 `json:"limitBytes,omitempty"`
 }
@@ -222,7 +223,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.body.Error + ": " + e.body.Message }
 
 func invalid(field, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: ErrorResponse{Error: task.CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}}
+	return &apiError{status: http.StatusBadRequest, body: ErrorResponse{Error: api.CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}}
 }
 
 func fromFieldError(prefix string, fe *task.FieldError) *apiError {
@@ -230,7 +231,7 @@ func fromFieldError(prefix string, fe *task.FieldError) *apiError {
 }
 
 func tooLarge(field string, limit int64, what string) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{Error: task.CodePayloadTooLarge, Field: field, LimitBytes: limit,
+	return &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{Error: api.CodePayloadTooLarge, Field: field, LimitBytes: limit,
 		Message: fmt.Sprintf("%s exceeds the limit of %d bytes", what, limit)}}
 }
 
@@ -266,12 +267,12 @@ func (h *handler) storeError(w http.ResponseWriter, r *http.Request, err error, 
 func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *ErrorResponse) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task"}
+		return http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task"}
 	case errors.Is(err, store.ErrQuotaExceeded):
 		return http.StatusTooManyRequests, &ErrorResponse{Error: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)
-		return http.StatusServiceUnavailable, &ErrorResponse{Error: task.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
+		return http.StatusServiceUnavailable, &ErrorResponse{Error: api.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
 	}
 	h.log.ErrorContext(r.Context(), "control API failed", append(attrs, "error", err)...)
 	return http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error"}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/store"
@@ -21,8 +22,8 @@ const MaxWorkerNameBytes = 128
 // CountsResponse answers GET /v1/tasks:counts: how many tasks matching the
 // filter are in each state (every state is present, zeros included).
 type CountsResponse struct {
-	Counts map[task.State]int `json:"counts"`
-	Total  int                `json:"total"`
+	Counts map[api.State]int `json:"counts"`
+	Total  int               `json:"total"`
 }
 
 // countParams are the query parameters GET /v1/tasks:counts accepts.
@@ -62,7 +63,7 @@ type EventsResponse struct {
 func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	t, err := h.cfg.Store.GetTask(r.Context(), id)

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 func TestCountsListFiltersAndEvents(t *testing.T) {
@@ -24,18 +24,18 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 		ids = append(ids, sr.TaskID)
 	}
 	e.start(ids[0], 1)
-	e.complete(ids[0], 1, task.OutcomeSucceeded)
+	e.complete(ids[0], 1, api.OutcomeSucceeded)
 
 	t.Run("counts", func(t *testing.T) {
 		r := e.do("GET", "/v1/tasks:counts?tenantId="+tenant, nil, "")
 		var c CountsResponse
 		r.decode(t, &c)
-		if r.status != http.StatusOK || c.Total != 3 || c.Counts[task.Succeeded] != 1 || c.Counts[task.Queued] != 2 || len(c.Counts) != 7 {
+		if r.status != http.StatusOK || c.Total != 3 || c.Counts[api.Succeeded] != 1 || c.Counts[api.Queued] != 2 || len(c.Counts) != 7 {
 			t.Fatalf("counts = %d %+v", r.status, c)
 		}
 		r = e.do("GET", "/v1/tasks:counts?tenantId="+tenant+"&worker=ingest", nil, "")
 		r.decode(t, &c)
-		if c.Total != 1 || c.Counts[task.Queued] != 1 {
+		if c.Total != 1 || c.Counts[api.Queued] != 1 {
 			t.Fatalf("counts for worker ingest = %+v", c)
 		}
 	})
@@ -54,7 +54,7 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 		var ev EventsResponse
 		r := e.do("GET", "/v1/tasks/"+ids[0]+"/events", nil, "")
 		r.decode(t, &ev)
-		want := []task.State{task.Pending, task.Queued, task.Running, task.Succeeded}
+		want := []api.State{api.Pending, api.Queued, api.Running, api.Succeeded}
 		if r.status != http.StatusOK || len(ev.Events) != len(want) {
 			t.Fatalf("events = %d %s", r.status, r.body)
 		}

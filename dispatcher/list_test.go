@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -161,7 +162,7 @@ func TestGetShape(t *testing.T) {
 	}
 	var v TaskView
 	r.decode(t, &v)
-	if v.State != task.Running || string(v.Payload) != `{"partition":5}` || v.Attempts[0].WorkerID != "worker-1" {
+	if v.State != api.Running || string(v.Payload) != `{"partition":5}` || v.Attempts[0].WorkerID != "worker-1" {
 		t.Errorf("view = %+v", v)
 	}
 }

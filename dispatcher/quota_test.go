@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -100,7 +100,7 @@ func TestMaxRunningHoldsTasksUntilASlotFrees(t *testing.T) {
 		b := validSubmit("acme")
 		b["taskKey"] = fmt.Sprintf("k-%d", i)
 		sr := e.submit(b, http.StatusCreated)
-		if sr.State != task.Queued {
+		if sr.State != api.Queued {
 			t.Fatalf("task %d: state %s", i, sr.State)
 		}
 		ids = append(ids, sr.TaskID)
@@ -116,7 +116,7 @@ func TestMaxRunningHoldsTasksUntilASlotFrees(t *testing.T) {
 		}
 		var delivered []string
 		for _, d := range e.waitDeliveries(len(out)) {
-			var env task.Envelope
+			var env api.Envelope
 			if err := json.Unmarshal(d.body, &env); err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestMaxRunningHoldsTasksUntilASlotFrees(t *testing.T) {
 	}
 	// One task ends: the oldest waiting task, and only it, is enqueued.
 	e.start(slotted[0], 1)
-	e.complete(slotted[0], 1, task.OutcomeSucceeded)
+	e.complete(slotted[0], 1, api.OutcomeSucceeded)
 	st, err := e.sweeper().Sweep(e.ctx)
 	if err != nil || st.Admit.Applied != 1 {
 		t.Fatalf("sweep after a slot freed: %+v %v", st.Admit, err)
@@ -271,7 +271,7 @@ func TestQuotaRoundTrips(t *testing.T) {
 	submitWrites := rc.Usage().DocsWritten
 	e.start(sr.TaskID, 1)
 	rc.Reset()
-	e.complete(sr.TaskID, 1, task.OutcomeSucceeded)
+	e.complete(sr.TaskID, 1, api.OutcomeSucceeded)
 	if got, want := rc.Counts(), map[string]int{"BatchGetDocuments": 1, "Commit": 1}; !maps.Equal(got, want) {
 		t.Errorf("completion: Firestore RPCs %v, want %v", got, want)
 	}

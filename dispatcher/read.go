@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -23,7 +24,7 @@ type TaskView struct {
 	TaskKey        string          `json:"taskKey"`
 	AssetID        string          `json:"assetId,omitempty"`
 	Worker         string          `json:"worker"`
-	State          task.State      `json:"state"`
+	State          api.State       `json:"state"`
 	Reason         string          `json:"reason,omitempty"`
 	CancelReason   string          `json:"cancelReason,omitempty"`
 	Attempt        int             `json:"attempt"`
@@ -33,12 +34,12 @@ type TaskView struct {
 	// RerunOf is the task this one reruns.
 	RerunOf string `json:"rerunOf,omitempty"`
 
-	HeartbeatIntervalMs int64            `json:"heartbeatIntervalMs"`
-	HeartbeatTimeoutMs  int64            `json:"heartbeatTimeoutMs"`
-	CancelGracePeriodMs int64            `json:"cancelGracePeriodMs"`
-	StartTimeoutMs      int64            `json:"startTimeoutMs"`
-	Retry               task.RetryPolicy `json:"retry"`
-	Deadline            *time.Time       `json:"deadline,omitempty"`
+	HeartbeatIntervalMs int64           `json:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64           `json:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64           `json:"cancelGracePeriodMs"`
+	StartTimeoutMs      int64           `json:"startTimeoutMs"`
+	Retry               api.RetryPolicy `json:"retry"`
+	Deadline            *time.Time      `json:"deadline,omitempty"`
 
 	CreatedAt time.Time  `json:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt"`
@@ -65,7 +66,7 @@ func ViewOf(t *task.Task) TaskView {
 		Retry: t.Retry, Deadline: t.Deadline, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt,
 		CancelDeadline: t.CancelDeadline, Attempts: t.Attempts,
 	}
-	if t.State == task.Queued || t.State == task.Pending {
+	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
 	}
 	return v
@@ -82,7 +83,7 @@ type ListResponse struct {
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	t, err := h.cfg.Store.Get(r.Context(), id)
@@ -115,7 +116,7 @@ func listFilter(r *http.Request, allowed map[string]bool, names string) (store.L
 			return store.ListFilter{}, invalid(k, "must be given at most once")
 		}
 	}
-	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: task.State(q.Get("state")), Worker: q.Get("worker"), PageToken: q.Get("pageToken")}
+	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: api.State(q.Get("state")), Worker: q.Get("worker"), PageToken: q.Get("pageToken")}
 	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
 		return f, e
 	}

@@ -13,7 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // readBody checks the content type and reads the body under limit. With
@@ -61,7 +61,7 @@ func checkContentType(r *http.Request) *apiError {
 	if ct == "" {
 		ct = "none"
 	}
-	return &apiError{status: http.StatusUnsupportedMediaType, body: ErrorResponse{Error: task.CodeUnsupportedMediaType,
+	return &apiError{status: http.StatusUnsupportedMediaType, body: ErrorResponse{Error: api.CodeUnsupportedMediaType,
 		Message: fmt.Sprintf("Content-Type must be application/json (got %s)", ct)}}
 }
 

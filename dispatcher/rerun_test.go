@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // A submit with rerunOf is refused with 409 task_not_terminal while the
@@ -27,7 +27,7 @@ func TestSubmitRerunOf(t *testing.T) {
 	} {
 		r := e.do("POST", c.path, c.body, "")
 		eb := r.err(t)
-		if r.status != http.StatusConflict || eb.Error != CodeTaskNotTerminal || eb.Field != c.field || eb.State != task.Queued {
+		if r.status != http.StatusConflict || eb.Error != CodeTaskNotTerminal || eb.Field != c.field || eb.State != api.Queued {
 			t.Fatalf("%s with rerunOf of a QUEUED task: %d %+v", c.name, r.status, eb)
 		}
 	}
@@ -36,7 +36,7 @@ func TestSubmitRerunOf(t *testing.T) {
 	}
 
 	e.start(orig.TaskID, 1)
-	e.complete(orig.TaskID, 1, task.OutcomeSucceeded)
+	e.complete(orig.TaskID, 1, api.OutcomeSucceeded)
 	sr := e.submit(rerun, http.StatusCreated)
 	if sr.TaskID == orig.TaskID {
 		t.Fatal("the rerun is the original task")

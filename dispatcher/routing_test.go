@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -31,25 +32,25 @@ func TestRouting(t *testing.T) {
 		allow        string
 	}{
 		{"POST", "/v1/tasks:batch", batch, http.StatusCreated, "", ""},
-		{"GET", "/v1/tasks:batch", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "POST"},
-		{"PUT", "/v1/tasks:batch", batch, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "POST"},
-		{"POST", "/v1/tasks:batchx", batch, http.StatusNotFound, task.CodeNotFound, ""},
-		{"POST", "/v1/tasks:cancel", nil, http.StatusNotFound, task.CodeNotFound, ""},
-		{"POST", "/v1/tasks/" + sr.TaskID + ":batch", batch, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "GET, HEAD"},
+		{"GET", "/v1/tasks:batch", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
+		{"PUT", "/v1/tasks:batch", batch, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
+		{"POST", "/v1/tasks:batchx", batch, http.StatusNotFound, api.CodeNotFound, ""},
+		{"POST", "/v1/tasks:cancel", nil, http.StatusNotFound, api.CodeNotFound, ""},
+		{"POST", "/v1/tasks/" + sr.TaskID + ":batch", batch, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "GET, HEAD"},
 		{"GET", "/v1/tasks", nil, http.StatusOK, "", ""},
-		{"DELETE", "/v1/tasks", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "GET, HEAD, POST"},
+		{"DELETE", "/v1/tasks", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "GET, HEAD, POST"},
 		{"GET", "/v1/tasks/" + sr.TaskID, nil, http.StatusOK, "", ""},
-		{"DELETE", "/v1/tasks/" + sr.TaskID, nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "GET, HEAD"},
-		{"GET", "/v1/tasks/" + unknown, nil, http.StatusNotFound, task.CodeTaskNotFound, ""},
-		{"GET", "/v1/tasks/not-a-task-id", nil, http.StatusNotFound, task.CodeTaskNotFound, ""},
-		{"GET", "/v1/tasks/", nil, http.StatusNotFound, task.CodeNotFound, ""},
-		{"GET", "/v1/tasks/" + sr.TaskID + "/cancel", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "POST"},
-		{"POST", "/v1/tasks/" + unknown + "/cancel", nil, http.StatusNotFound, task.CodeTaskNotFound, ""},
-		{"GET", "/v1/runs/" + sr.RunID + "/cancel", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "POST"},
+		{"DELETE", "/v1/tasks/" + sr.TaskID, nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "GET, HEAD"},
+		{"GET", "/v1/tasks/" + unknown, nil, http.StatusNotFound, api.CodeTaskNotFound, ""},
+		{"GET", "/v1/tasks/not-a-task-id", nil, http.StatusNotFound, api.CodeTaskNotFound, ""},
+		{"GET", "/v1/tasks/", nil, http.StatusNotFound, api.CodeNotFound, ""},
+		{"GET", "/v1/tasks/" + sr.TaskID + "/cancel", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
+		{"POST", "/v1/tasks/" + unknown + "/cancel", nil, http.StatusNotFound, api.CodeTaskNotFound, ""},
+		{"GET", "/v1/runs/" + sr.RunID + "/cancel", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
 		{"POST", "/v1/runs/" + task.NewRunID(time.Now()) + "/cancel", nil, http.StatusNotFound, CodeRunNotFound, ""},
 		{"POST", "/v1/runs/not-a-run/cancel", nil, http.StatusNotFound, CodeRunNotFound, ""},
-		{"GET", "/v2/tasks", nil, http.StatusNotFound, task.CodeNotFound, ""},
-		{"GET", "/", nil, http.StatusNotFound, task.CodeNotFound, ""},
+		{"GET", "/v2/tasks", nil, http.StatusNotFound, api.CodeNotFound, ""},
+		{"GET", "/", nil, http.StatusNotFound, api.CodeNotFound, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.method+" "+c.path, func(t *testing.T) {
@@ -97,7 +98,7 @@ func TestContentType(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
 			}
 			if c.status == http.StatusUnsupportedMediaType {
-				if eb := r.err(t); eb.Error != task.CodeUnsupportedMediaType {
+				if eb := r.err(t); eb.Error != api.CodeUnsupportedMediaType {
 					t.Fatalf("error %+v", eb)
 				}
 			}
@@ -134,7 +135,7 @@ func TestPayloadTooLarge(t *testing.T) {
 			t.Fatalf("payload of %d bytes: status %d, want 413: %.300s", size, r.status, r.body)
 		}
 		eb := r.err(t)
-		if eb.Error != task.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != MaxEnvelopeBytes ||
+		if eb.Error != api.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != MaxEnvelopeBytes ||
 			!strings.Contains(eb.Message, fmt.Sprint(enqueue.MaxTaskBytes)) || !strings.Contains(eb.Message, "Cloud Tasks") {
 			t.Fatalf("answer = %+v", eb)
 		}
@@ -146,7 +147,7 @@ func TestPayloadTooLarge(t *testing.T) {
 	if r.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", r.status)
 	}
-	if eb := r.err(t); eb.Error != task.CodePayloadTooLarge || eb.LimitBytes != DefaultMaxBodyBytes ||
+	if eb := r.err(t); eb.Error != api.CodePayloadTooLarge || eb.LimitBytes != DefaultMaxBodyBytes ||
 		!strings.Contains(eb.Message, fmt.Sprint(DefaultMaxBodyBytes)) {
 		t.Fatalf("answer = %+v", eb)
 	}
@@ -182,8 +183,8 @@ func TestStoreStatus(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("get: %w", store.ErrNotFound), http.StatusNotFound, task.CodeTaskNotFound},
-		{fmt.Errorf("apply: %w: deadline", store.ErrUnavailable), http.StatusServiceUnavailable, task.CodeUnavailable},
+		{fmt.Errorf("get: %w", store.ErrNotFound), http.StatusNotFound, api.CodeTaskNotFound},
+		{fmt.Errorf("apply: %w: deadline", store.ErrUnavailable), http.StatusServiceUnavailable, api.CodeUnavailable},
 		{errors.New("decode: bad field"), http.StatusInternalServerError, CodeInternal},
 	} {
 		status, body := h.storeStatus(r, c.err)

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -31,12 +32,12 @@ const (
 
 // MaxEnvelopeBytes is the largest envelope a submit may produce: Cloud
 // Tasks' task size limit (enqueue.MaxTaskBytes) less room for what a retry
-// adds (the checkpoint to resume from, up to task.MaxCheckpointBytes), for
+// adds (the checkpoint to resume from, up to api.MaxCheckpointBytes), for
 // the running attempt's own checkpoint (kept on the task document, see
 // task.Task.Live) and for the task's other fields, so that every later
 // attempt's envelope fits in a Cloud Task and the task in a Firestore
 // document (also 1 MiB).
-const MaxEnvelopeBytes = enqueue.MaxTaskBytes - 2*task.MaxCheckpointBytes - 8<<10
+const MaxEnvelopeBytes = enqueue.MaxTaskBytes - 2*api.MaxCheckpointBytes - 8<<10
 
 // SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
 // milliseconds; absent ones take the defaults (heartbeat interval 30 s,
@@ -82,10 +83,10 @@ type RetryRequest struct {
 // SubmitResponse answers a submit: 201 for a new task, 200 for a repeated
 // idempotency key.
 type SubmitResponse struct {
-	TaskID  string     `json:"taskId"`
-	RunID   string     `json:"runId"`
-	Attempt int        `json:"attempt"`
-	State   task.State `json:"state"`
+	TaskID  string    `json:"taskId"`
+	RunID   string    `json:"runId"`
+	Attempt int       `json:"attempt"`
+	State   api.State `json:"state"`
 }
 
 // BatchRequest is the body of POST /v1/tasks:batch. Tasks without a runId
@@ -98,10 +99,10 @@ type BatchRequest struct {
 
 // BatchResult is one task's outcome in a BatchResponse, in request order.
 type BatchResult struct {
-	TaskID  string     `json:"taskId"`
-	RunID   string     `json:"runId"`
-	Attempt int        `json:"attempt,omitempty"`
-	State   task.State `json:"state,omitempty"`
+	TaskID  string    `json:"taskId"`
+	RunID   string    `json:"runId"`
+	Attempt int       `json:"attempt,omitempty"`
+	State   api.State `json:"state,omitempty"`
 	// Status is the HTTP status the task would have had on its own: 201
 	// created, 200 repeated idempotency key, 503 not stored (retry).
 	Status  int    `json:"status"`
@@ -282,7 +283,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		resp.Error, resp.Message = CodeInternal, "no task could be stored"
 	case resp.Failed == len(tasks):
 		status = http.StatusServiceUnavailable
-		resp.Error, resp.Message = task.CodeUnavailable, "no task could be stored; retry the same request"
+		resp.Error, resp.Message = api.CodeUnavailable, "no task could be stored; retry the same request"
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 	case resp.Failed > 0:
 		status = http.StatusMultiStatus
@@ -362,11 +363,11 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 		deadline = &d
 	}
 	timing := h.timing(req)
-	if fe := timing.Validate(h.cfg.MinTimer); fe != nil {
+	if fe := task.ValidateTiming(timing, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
 	retry := retryPolicy(req.Retry)
-	if fe := retry.Validate(h.cfg.MinTimer); fe != nil {
+	if fe := task.ValidateRetry(retry, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
 	t := task.Task{
@@ -381,7 +382,7 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 	switch {
 	case errors.Is(err, enqueue.ErrEnvelopeTooLarge) || (err == nil && len(body) > MaxEnvelopeBytes):
 		return task.Task{}, &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{
-			Error: task.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
+			Error: api.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
 			Message: fmt.Sprintf("the task envelope (payload, resources and task fields) would exceed %d bytes: "+
 				"Cloud Tasks' task size limit is %d bytes, and %d are reserved for a retry's checkpoint and bookkeeping",
 				MaxEnvelopeBytes, enqueue.MaxTaskBytes, enqueue.MaxTaskBytes-MaxEnvelopeBytes)}}
@@ -414,16 +415,16 @@ func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiE
 
 // timing builds the task's timers: explicit values as given (Validate
 // rejects zero and negative ones), defaults for the rest.
-func (h *handler) timing(req *SubmitRequest) task.Timing {
-	t := task.Timing{
-		HeartbeatIntervalMs: task.DefaultHeartbeatInterval.Milliseconds(),
-		CancelGracePeriodMs: task.DefaultCancelGracePeriod.Milliseconds(),
+func (h *handler) timing(req *SubmitRequest) api.Timing {
+	t := api.Timing{
+		HeartbeatIntervalMs: api.DefaultHeartbeatInterval.Milliseconds(),
+		CancelGracePeriodMs: api.DefaultCancelGracePeriod.Milliseconds(),
 		StartTimeoutMs:      h.cfg.DefaultStartTimeout.Milliseconds(),
 	}
 	if req.HeartbeatIntervalMs != nil {
 		t.HeartbeatIntervalMs = *req.HeartbeatIntervalMs
 	}
-	t.HeartbeatTimeoutMs = max(task.DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
+	t.HeartbeatTimeoutMs = max(api.DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
 	if req.HeartbeatTimeoutMs != nil {
 		t.HeartbeatTimeoutMs = *req.HeartbeatTimeoutMs
 	}
@@ -435,11 +436,11 @@ func (h *handler) timing(req *SubmitRequest) task.Timing {
 
 // retryPolicy builds the task's retry policy: explicit values as given,
 // defaults for the rest.
-func retryPolicy(r *RetryRequest) task.RetryPolicy {
-	p := task.RetryPolicy{
-		MaxAttempts:        task.DefaultMaxAttempts,
-		InitialBackoffMs:   task.DefaultInitialBackoff.Milliseconds(),
-		BackoffCoefficient: task.DefaultBackoffCoefficient,
+func retryPolicy(r *RetryRequest) api.RetryPolicy {
+	p := api.RetryPolicy{
+		MaxAttempts:        api.DefaultMaxAttempts,
+		InitialBackoffMs:   api.DefaultInitialBackoff.Milliseconds(),
+		BackoffCoefficient: api.DefaultBackoffCoefficient,
 	}
 	if r == nil {
 		r = &RetryRequest{}
@@ -453,7 +454,7 @@ func retryPolicy(r *RetryRequest) task.RetryPolicy {
 	if r.BackoffCoefficient != nil {
 		p.BackoffCoefficient = *r.BackoffCoefficient
 	}
-	p.MaxBackoffMs = max(task.DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
+	p.MaxBackoffMs = max(api.DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
 	if r.MaxBackoffMs != nil {
 		p.MaxBackoffMs = *r.MaxBackoffMs
 	}
@@ -493,7 +494,7 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 		// enqueues it when one frees.
 	case !c.Existed:
 		state = h.enqueue(ctx, stored)
-	case state == task.Pending:
+	case state == api.Pending:
 		// A repeat of a task still PENDING re-drives its enqueue: safe, the
 		// Cloud Task name is deterministic.
 		state = h.enqueue(ctx, stored)
@@ -518,17 +519,17 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 // hangs up, bounded by CloudTasksTimeout; the record of its failure has a
 // budget of its own (RequestTimeout), since a stalled Cloud Tasks uses up
 // all of the enqueue's.
-func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
+func (h *handler) enqueue(ctx context.Context, t task.Task) api.State {
 	ctx = context.WithoutCancel(ctx)
 	ectx, cancel := context.WithTimeout(ctx, h.cfg.CloudTasksTimeout)
 	err := h.cfg.Enqueuer.Enqueue(ectx, t)
 	cancel()
 	if err == nil {
-		return task.Queued
+		return api.Queued
 	}
 	h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
-	if t.State != task.Queued {
-		return task.Pending
+	if t.State != api.Queued {
+		return api.Pending
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
 	defer cancel()
@@ -536,7 +537,7 @@ func (h *handler) enqueue(ctx context.Context, t task.Task) task.State {
 	r, aerr := h.cfg.Store.Apply(rctx, t.ID, ev)
 	if aerr != nil {
 		h.log.WarnContext(ctx, "could not record the failed enqueue; the dispatch check re-drives it", append(taskAttrs(&t), "error", aerr)...)
-		return task.Queued
+		return api.Queued
 	}
 	return r.Task.State
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -33,7 +34,7 @@ func TestSubmitDeliversEnvelope(t *testing.T) {
 	body["retry"] = map[string]any{"maxAttempts": 5, "initialBackoffMs": 200, "backoffCoefficient": 3, "maxBackoffMs": 5000}
 
 	sr := e.submit(body, http.StatusCreated)
-	if !task.ValidID(sr.TaskID, task.TaskIDPrefix) || !task.ValidID(sr.RunID, task.RunIDPrefix) || sr.Attempt != 1 || sr.State != task.Queued {
+	if !task.ValidID(sr.TaskID, task.TaskIDPrefix) || !task.ValidID(sr.RunID, task.RunIDPrefix) || sr.Attempt != 1 || sr.State != api.Queued {
 		t.Fatalf("submit answer = %+v, want new ids, attempt 1, QUEUED", sr)
 	}
 
@@ -71,11 +72,11 @@ func TestSubmitDeliversEnvelope(t *testing.T) {
 		t.Errorf("OIDC claims email=%q aud=%v, want %q and [%s]", oidc.Email, oidc.Audience, workerSA, e.workers["render"].URL)
 	}
 
-	var env task.Envelope
+	var env api.Envelope
 	if err := json.Unmarshal(d.body, &env); err != nil {
 		t.Fatalf("envelope: %v: %s", err, d.body)
 	}
-	want := task.Envelope{
+	want := api.Envelope{
 		TaskID: sr.TaskID, RunID: sr.RunID, AssetID: "raw.events", TaskKey: "raw.events/2030-01-15", TenantID: "acme",
 		WorkspaceID: "ws-1", Attempt: 1, Worker: "render", CallbackBaseURL: "http://127.0.0.1:1/callbacks",
 		HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 2000,
@@ -111,11 +112,11 @@ func TestSubmitDeliversEnvelope(t *testing.T) {
 	}
 
 	// The stored task: QUEUED, policy and timers as submitted.
-	if stored.State != task.Queued || stored.Retry.MaxAttempts != 5 || stored.Retry.BackoffCoefficient != 3 ||
-		stored.Timing.HeartbeatTimeoutMs != 3000 || stored.Timing.StartTimeoutMs != task.DefaultStartTimeout.Milliseconds() {
+	if stored.State != api.Queued || stored.Retry.MaxAttempts != 5 || stored.Retry.BackoffCoefficient != 3 ||
+		stored.Timing.HeartbeatTimeoutMs != 3000 || stored.Timing.StartTimeoutMs != api.DefaultStartTimeout.Milliseconds() {
 		t.Errorf("stored = %+v", stored)
 	}
-	if v := e.getTask(sr.TaskID); v.State != task.Queued || len(v.Attempts) != 1 || v.Attempts[0].Attempt != 1 {
+	if v := e.getTask(sr.TaskID); v.State != api.Queued || len(v.Attempts) != 1 || v.Attempts[0].Attempt != 1 {
 		t.Errorf("GET = %+v", v)
 	}
 }
@@ -132,7 +133,7 @@ func TestSubmitDefaults(t *testing.T) {
 	if v.HeartbeatIntervalMs != 40000 || v.HeartbeatTimeoutMs != 120000 || v.CancelGracePeriodMs != 30000 {
 		t.Errorf("timers = %d/%d/%d, want 40000/120000 (3 × interval)/30000", v.HeartbeatIntervalMs, v.HeartbeatTimeoutMs, v.CancelGracePeriodMs)
 	}
-	want := task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 900000, BackoffCoefficient: 2, MaxBackoffMs: 900000}
+	want := api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 900000, BackoffCoefficient: 2, MaxBackoffMs: 900000}
 	if v.Retry != want {
 		t.Errorf("retry = %+v, want %+v (maxBackoff raised to the initial backoff)", v.Retry, want)
 	}
@@ -214,10 +215,10 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 	keyed["idempotencyKey"] = "k-1"
 	b := e.submit(keyed, http.StatusCreated)
 	for _, sr := range []SubmitResponse{a, b} {
-		if sr.State != task.Pending || sr.Attempt != 1 {
+		if sr.State != api.Pending || sr.Attempt != 1 {
 			t.Fatalf("submit with Cloud Tasks down = %+v, want PENDING attempt 1", sr)
 		}
-		if v := e.getTask(sr.TaskID); v.State != task.Pending {
+		if v := e.getTask(sr.TaskID); v.State != api.Pending {
 			t.Fatalf("stored state %s, want PENDING", v.State)
 		}
 		// Stored QUEUED by the submit's commit, then back to PENDING with
@@ -233,14 +234,14 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 	if err := live.Enqueue(e.ctx, e.storedTask(a.TaskID)); err != nil {
 		t.Fatalf("re-drive: %v", err)
 	}
-	if v := e.getTask(a.TaskID); v.State != task.Queued {
+	if v := e.getTask(a.TaskID); v.State != api.Queued {
 		t.Fatalf("after re-drive: %s, want QUEUED", v.State)
 	}
 
 	// A repeated submit of the PENDING task re-drives it too.
 	e.h.cfg.Enqueuer = live
 	again := e.submit(keyed, http.StatusOK)
-	if again.TaskID != b.TaskID || again.State != task.Queued {
+	if again.TaskID != b.TaskID || again.State != api.Queued {
 		t.Fatalf("repeat after recovery = %+v, want %s QUEUED", again, b.TaskID)
 	}
 	ds := e.waitDeliveries(2)
@@ -263,11 +264,11 @@ func TestSubmitCloudTasksStalled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{ctStalled: true, config: func(c *Config) { c.CloudTasksTimeout = 300 * time.Millisecond }})
 	sr := e.submit(validSubmit("acme"), http.StatusCreated)
-	if sr.State != task.Pending {
+	if sr.State != api.Pending {
 		t.Fatalf("submit with Cloud Tasks stalled = %+v, want PENDING", sr)
 	}
 	st := e.storedTask(sr.TaskID)
-	if st.State != task.Pending || st.DispatchCheckAt == nil || st.DispatchCheckAt.After(time.Now()) {
+	if st.State != api.Pending || st.DispatchCheckAt == nil || st.DispatchCheckAt.After(time.Now()) {
 		t.Fatalf("stored %s, dispatch check %v: want PENDING, due now", st.State, st.DispatchCheckAt)
 	}
 }
@@ -296,7 +297,7 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 		var eb struct{ Error string }
 		r.decode(t, &eb)
-		if eb.Error != task.CodeUnavailable {
+		if eb.Error != api.CodeUnavailable {
 			t.Errorf("%s %s: error %q, want unavailable", c.method, c.path, eb.Error)
 		}
 	}

@@ -3,10 +3,10 @@ package dispatcher
 import (
 	"net/http"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // UsageResponse answers GET /v1/tenants/{tenant}/usage.
@@ -53,8 +53,8 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
-	resp.Running = counts[task.Running] + counts[task.Cancelling]
-	resp.Queued = counts[task.Pending] + counts[task.Queued]
+	resp.Running = counts[api.Running] + counts[api.Cancelling]
+	resp.Queued = counts[api.Pending] + counts[api.Queued]
 	resp.Source = "tasks"
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -68,7 +69,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"retry not an object", set("retry", 3), "retry"},
 		{"retry unknown field", set("retry", map[string]any{"jitter": true}), "retry.jitter"},
 		{"retry.maxAttempts zero", set("retry", map[string]any{"maxAttempts": 0}), "retry.maxAttempts"},
-		{"retry.maxAttempts above the limit", set("retry", map[string]any{"maxAttempts": task.MaxAttemptsLimit + 1}), "retry.maxAttempts"},
+		{"retry.maxAttempts above the limit", set("retry", map[string]any{"maxAttempts": api.MaxAttemptsLimit + 1}), "retry.maxAttempts"},
 		{"retry.maxAttempts a string", set("retry", map[string]any{"maxAttempts": "3"}), "retry.maxAttempts"},
 		{"retry.initialBackoffMs below the minimum", set("retry", map[string]any{"initialBackoffMs": 10}), "retry.initialBackoffMs"},
 		{"retry.backoffCoefficient below 1", set("retry", map[string]any{"backoffCoefficient": 0.5}), "retry.backoffCoefficient"},
@@ -123,7 +124,7 @@ func checkInvalid(t *testing.T, r response, field string) {
 		t.Fatalf("status %d, want 400: %s", r.status, r.body)
 	}
 	eb := r.err(t)
-	if eb.Error != task.CodeInvalidRequest || eb.Field != field || eb.Message == "" {
+	if eb.Error != api.CodeInvalidRequest || eb.Field != field || eb.Message == "" {
 		t.Fatalf("answer = %+v, want invalid_request for field %q", eb, field)
 	}
 }
@@ -159,7 +160,7 @@ func TestQueryAndCancelValidation(t *testing.T) {
 			checkInvalid(t, e.do("POST", "/v1/tasks/"+sr.TaskID+"/cancel", c.body, ""), c.field)
 		})
 	}
-	if v := e.getTask(sr.TaskID); v.State != task.Queued {
+	if v := e.getTask(sr.TaskID); v.State != api.Queued {
 		t.Fatalf("rejected cancels changed the task: %s", v.State)
 	}
 }

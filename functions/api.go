@@ -11,6 +11,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/dashboard"
@@ -43,7 +44,7 @@ func ServoAPI(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(dispatcher.ErrorResponse{Error: task.CodeUnavailable,
+		_ = json.NewEncoder(w).Encode(dispatcher.ErrorResponse{Error: api.CodeUnavailable,
 			Message: "the Servo control API is not configured: " + err.Error()})
 		return
 	}
@@ -55,7 +56,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	startTimeout, err := EnvDuration("SERVO_START_TIMEOUT", task.DefaultStartTimeout)
+	startTimeout, err := EnvDuration("SERVO_START_TIMEOUT", api.DefaultStartTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

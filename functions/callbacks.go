@@ -9,9 +9,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/logs"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoCallbacks", ServoCallbacks) }
@@ -40,8 +40,8 @@ func ServoCallbacks(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(task.CallbackResponse{
-			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
+		_ = json.NewEncoder(w).Encode(api.CallbackResponse{
+			Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: api.CodeUnavailable,
 			Message: "the callbacks service is not configured or cannot reach its dependencies; retry with the same body",
 		})
 		return

@@ -11,9 +11,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/pull"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoClaim", ServoClaim) }
@@ -42,8 +42,8 @@ func ServoClaim(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(task.ClaimResponse{
-			Disposition: task.Retry, ServerTime: time.Now().UTC(), Error: task.CodeUnavailable,
+		_ = json.NewEncoder(w).Encode(api.ClaimResponse{
+			Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: api.CodeUnavailable,
 			Message: "the claim service is not configured or cannot reach its dependencies; retry",
 		})
 		return

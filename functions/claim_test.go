@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/pull"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/token"
 )
 
@@ -33,9 +33,9 @@ func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
 		want                int
 		code                string
 	}{
-		{"dev identity header", pull.DevIdentityHeader, sa, http.StatusUnauthorized, task.CodeUnauthenticated},
-		{"unverifiable ID token", "Authorization", "Bearer not.a.token", http.StatusUnauthorized, task.CodeUnauthenticated},
-		{"nothing", "", "", http.StatusUnauthorized, task.CodeUnauthenticated},
+		{"dev identity header", pull.DevIdentityHeader, sa, http.StatusUnauthorized, api.CodeUnauthenticated},
+		{"unverifiable ID token", "Authorization", "Bearer not.a.token", http.StatusUnauthorized, api.CodeUnauthenticated},
+		{"nothing", "", "", http.StatusUnauthorized, api.CodeUnauthenticated},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,8 +46,8 @@ func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			ServoClaim(rec, r)
-			var body task.ClaimResponse
-			if rec.Code != c.want || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != c.code || body.Disposition != task.Rejected {
+			var body api.ClaimResponse
+			if rec.Code != c.want || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != c.code || body.Disposition != api.Rejected {
 				t.Fatalf("%d %s, want %d %s", rec.Code, rec.Body, c.want, c.code)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/servotest"
@@ -75,8 +76,8 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 				var body struct {
 					Error string `json:"error"`
 				}
-				if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != task.CodeUnavailable {
-					t.Fatalf("%s: %d %s, want 503 %s", step, rec.Code, rec.Body, task.CodeUnavailable)
+				if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != api.CodeUnavailable {
+					t.Fatalf("%s: %d %s, want 503 %s", step, rec.Code, rec.Body, api.CodeUnavailable)
 				}
 				if ra := rec.Header().Get("Retry-After"); ra != "1" {
 					t.Fatalf("%s: Retry-After %q, want 1", step, ra)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/jobs"
 	"github.com/servo-dev/servo/internal/logs"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func init() { functions.HTTP("ServoJobs", ServoJobs) }
@@ -38,7 +38,7 @@ func ServoJobs(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(jobs.Answer{Error: task.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
+		_ = json.NewEncoder(w).Encode(jobs.Answer{Error: api.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"})
 		return
 	}
 	h.ServeHTTP(w, r)

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
@@ -36,12 +36,12 @@ const maxResponseBytes = 64 << 10
 type reply struct {
 	status int
 	// resp is Servo's body; zero when the answer had none (a proxy's page).
-	resp task.CallbackResponse
+	resp api.CallbackResponse
 	// disp is what the worker must do: the body's disposition, or, for an
-	// answer without a Servo body, one derived from the status. task.Retry
+	// answer without a Servo body, one derived from the status. api.Retry
 	// means: send the same request again after a backoff.
-	disp task.Disposition
-	// retryAfter is the answer's Retry-After when disp is task.Retry.
+	disp api.Disposition
+	// retryAfter is the answer's Retry-After when disp is api.Retry.
 	retryAfter time.Duration
 }
 
@@ -59,43 +59,43 @@ type reply struct {
 // else as REJECTED.
 func judge(op string, status int, body []byte, retryAfterHeader string) reply {
 	rep := reply{status: status}
-	var resp task.CallbackResponse
+	var resp api.CallbackResponse
 	if json.Unmarshal(body, &resp) == nil && knownDisposition(resp.Disposition) {
 		rep.resp, rep.disp = resp, resp.Disposition
 	} else {
 		rep.disp = bareDisposition(op, status)
 	}
-	if rep.disp == task.Retry {
+	if rep.disp == api.Retry {
 		rep.retryAfter = retryAfter(retryAfterHeader)
 	}
 	return rep
 }
 
-func knownDisposition(d task.Disposition) bool {
+func knownDisposition(d api.Disposition) bool {
 	switch d {
-	case task.Continue, task.Committed, task.Cancel, task.Rejected, task.Retry:
+	case api.Continue, api.Committed, api.Cancel, api.Rejected, api.Retry:
 		return true
 	}
 	return false
 }
 
 // bareDisposition is the disposition of an answer without a Servo body.
-func bareDisposition(op string, status int) task.Disposition {
+func bareDisposition(op string, status int) api.Disposition {
 	switch {
 	case status >= 200 && status < 300:
 		if op == opCompleted {
-			return task.Committed
+			return api.Committed
 		}
-		return task.Continue
+		return api.Continue
 	case status == http.StatusConflict || status == http.StatusGone:
-		return task.Cancel
+		return api.Cancel
 	}
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return task.Retry
+		return api.Retry
 	}
-	return task.Rejected
+	return api.Rejected
 }
 
 // backoff is the delay before retry number try (from 0): exponential from
@@ -125,7 +125,7 @@ func retryAfter(h string) time.Duration {
 var errStopped = errors.New("stopped")
 
 // post delivers one callback. It retries transport errors, per-request
-// timeouts and answers judged task.Retry with backoff while the next try can start
+// timeouts and answers judged api.Retry with backoff while the next try can start
 // before until() (re-read each time: an adopted token extends it); the first
 // try is always made. It returns the first non-retryable reply, or an error
 // wrapping errUnreachable when the window closed, or errStopped when stop
@@ -141,7 +141,7 @@ func (r *run) post(ctx context.Context, op string, body func() ([]byte, error), 
 			return reply{}, fmt.Errorf("worker: encode %s: %w", op, err)
 		}
 		rep, err := r.once(ctx, op, u, b)
-		if err == nil && rep.disp != task.Retry {
+		if err == nil && rep.disp != api.Retry {
 			return rep, nil
 		}
 		if ctx.Err() != nil {

@@ -17,7 +17,7 @@
 // # Protocol
 //
 // For each delivery of an envelope (a Cloud Tasks push, POST with the JSON
-// [task.Envelope]), the handler:
+// [api.Envelope]), the handler:
 //
 //  1. sends `started`; the Func runs only if Servo answers CONTINUE. A 409
 //     (task terminal or cancelled, a newer attempt, the attempt started by
@@ -63,7 +63,7 @@
 // deadline passed). After Servo asked to cancel, an error is reported as
 // CANCELLED with the last checkpoint as partialProgress (and the
 // [Task.SetPhase] phase as cancelledDuringPhase). A panic is FAILED/USER_CODE
-// with the stack (truncated to task.MaxStackTraceBytes). Metrics:
+// with the stack (truncated to api.MaxStackTraceBytes). Metrics:
 // cpuTimeMs is the process's CPU time while the Func ran (getrusage deltas),
 // peakMemoryBytes the most memory the Go runtime had mapped, sampled every
 // 200 ms; both are process-wide, so exact with one attempt per instance.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // Error is a failure with an ADR-023 §6 category. Wrap an error with one of
@@ -14,10 +14,10 @@ import (
 // FAILED with that category (CANCELLED with the outcome CANCELLED). An error
 // without an Error in its chain is reported as USER_CODE.
 type Error struct {
-	// Category is one of the task.Category constants.
-	Category task.Category
+	// Category is one of the api.Category constants.
+	Category api.Category
 	// Retryable is the worker's advice to Servo; nil means the category's
-	// default (task.Category.RetryableByDefault). Servo decides.
+	// default (api.Category.RetryableByDefault). Servo decides.
 	Retryable *bool
 	// Err is the underlying error; its message is reported.
 	Err error
@@ -34,7 +34,7 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
 
-func categorise(c task.Category, err error) error {
+func categorise(c api.Category, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -44,28 +44,28 @@ func categorise(c task.Category, err error) error {
 // UserCode marks err as a bug or exception in the task's own code
 // (retryable by default). It is also what an uncategorised error becomes.
 // A nil err gives nil.
-func UserCode(err error) error { return categorise(task.CategoryUserCode, err) }
+func UserCode(err error) error { return categorise(api.CategoryUserCode, err) }
 
 // DataQuality marks err as input that failed validation (not retryable by
 // default: the same input fails again). A nil err gives nil.
-func DataQuality(err error) error { return categorise(task.CategoryDataQuality, err) }
+func DataQuality(err error) error { return categorise(api.CategoryDataQuality, err) }
 
 // Infrastructure marks err as a cloud service error, OOM or full disk
 // (retryable by default). A nil err gives nil.
-func Infrastructure(err error) error { return categorise(task.CategoryInfrastructure, err) }
+func Infrastructure(err error) error { return categorise(api.CategoryInfrastructure, err) }
 
 // Configuration marks err as missing or invalid configuration (not
 // retryable by default). A nil err gives nil.
-func Configuration(err error) error { return categorise(task.CategoryConfiguration, err) }
+func Configuration(err error) error { return categorise(api.CategoryConfiguration, err) }
 
 // Timeout marks err as execution that exceeded a deadline (retryable by
 // default, with backoff). A nil err gives nil.
-func Timeout(err error) error { return categorise(task.CategoryTimeout, err) }
+func Timeout(err error) error { return categorise(api.CategoryTimeout, err) }
 
 // Cancelled marks err as the worker's own decision to cancel the task: the
 // attempt is reported with the outcome CANCELLED (and the last checkpoint as
 // partialProgress), which ends the task CANCELLED. A nil err gives nil.
-func Cancelled(err error) error { return categorise(task.CategoryCancelled, err) }
+func Cancelled(err error) error { return categorise(api.CategoryCancelled, err) }
 
 // WithRetryable returns err with retryable as the worker's retry advice,
 // keeping the category of the Error in err's chain (USER_CODE if there is
@@ -74,7 +74,7 @@ func WithRetryable(err error, retryable bool) error {
 	if err == nil {
 		return nil
 	}
-	c := task.CategoryUserCode
+	c := api.CategoryUserCode
 	var we *Error
 	if errors.As(err, &we) && we.Category.Valid() {
 		c = we.Category
@@ -180,8 +180,8 @@ func (e *RejectedError) Error() string {
 // Unwrap returns ErrRejected.
 func (e *RejectedError) Unwrap() error { return ErrRejected }
 
-// ErrCheckpointTooLarge: a checkpoint's JSON exceeds task.MaxCheckpointBytes.
-var ErrCheckpointTooLarge = fmt.Errorf("worker: checkpoint exceeds %d bytes", task.MaxCheckpointBytes)
+// ErrCheckpointTooLarge: a checkpoint's JSON exceeds api.MaxCheckpointBytes.
+var ErrCheckpointTooLarge = fmt.Errorf("worker: checkpoint exceeds %d bytes", api.MaxCheckpointBytes)
 
 // errUnreachable: a callback could not be delivered within its retry window.
 var errUnreachable = errors.New("servo unreachable")

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -30,7 +30,7 @@ type call struct {
 
 type fakeAnswer struct {
 	status int
-	resp   task.CallbackResponse
+	resp   api.CallbackResponse
 	// hijack closes the connection without an answer.
 	hijack bool
 	// hang never answers: it holds the request until the client gives up
@@ -127,16 +127,16 @@ func (f *fakeServo) serve(w http.ResponseWriter, r *http.Request) {
 func accept(op string) fakeAnswer {
 	switch op {
 	case "completed":
-		return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Committed, FinalState: task.Succeeded}}
+		return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Committed, FinalState: api.Succeeded}}
 	case "heartbeat":
 		no := false
-		return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Continue, ShouldCancel: &no}}
+		return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Continue, ShouldCancel: &no}}
 	}
-	return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Continue}}
+	return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Continue}}
 }
 
-func refuse(status int, code string, d task.Disposition) fakeAnswer {
-	return fakeAnswer{status: status, resp: task.CallbackResponse{Disposition: d, Error: code, Message: code}}
+func refuse(status int, code string, d api.Disposition) fakeAnswer {
+	return fakeAnswer{status: status, resp: api.CallbackResponse{Disposition: d, Error: code, Message: code}}
 }
 
 // ops returns the recorded calls of op (all calls for "").
@@ -174,8 +174,8 @@ func (f *fakeServo) waitFor(ok func(call) bool) call {
 	}
 }
 
-func (f *fakeServo) envelope() task.Envelope {
-	return task.Envelope{
+func (f *fakeServo) envelope() api.Envelope {
+	return api.Envelope{
 		TaskID: "task_01UNIT", RunID: "run_01UNIT", TaskKey: "k", TenantID: "acme", WorkspaceID: "ws", Attempt: 1,
 		Worker: "unit", Payload: json.RawMessage(`{"rows":3}`), EnqueuedAt: time.Now().UTC(),
 		CallbackBaseURL: f.srv.URL, TaskToken: "tok-1", TokenExpiresAt: time.Now().Add(time.Minute).UTC(),
@@ -273,14 +273,14 @@ func (l *logRecorder) waitFor(t *testing.T, substr string) {
 }
 
 type deliveryAnswer struct {
-	TaskID     string     `json:"taskId"`
-	Attempt    int        `json:"attempt"`
-	WorkerID   string     `json:"workerId"`
-	Result     string     `json:"result"`
-	Code       string     `json:"code"`
-	Outcome    string     `json:"outcome"`
-	FinalState task.State `json:"finalState"`
-	Detail     string     `json:"detail"`
+	TaskID     string    `json:"taskId"`
+	Attempt    int       `json:"attempt"`
+	WorkerID   string    `json:"workerId"`
+	Result     string    `json:"result"`
+	Code       string    `json:"code"`
+	Outcome    string    `json:"outcome"`
+	FinalState api.State `json:"finalState"`
+	Detail     string    `json:"detail"`
 }
 
 // deliver posts body to h as Cloud Tasks would and returns the answer.
@@ -301,7 +301,7 @@ func deliver(t *testing.T, h http.Handler, body []byte, header ...string) (int, 
 	return rec.Code, a
 }
 
-func deliverEnv(t *testing.T, h http.Handler, env task.Envelope) (int, deliveryAnswer) {
+func deliverEnv(t *testing.T, h http.Handler, env api.Envelope) (int, deliveryAnswer) {
 	t.Helper()
 	b, err := json.Marshal(env)
 	if err != nil {

@@ -24,8 +24,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/idtoken"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
@@ -204,11 +204,11 @@ type answer struct {
 	Attempt  int    `json:"attempt,omitempty"`
 	WorkerID string `json:"workerId"`
 	// Result is one of the result* constants.
-	Result     string     `json:"result"`
-	Code       string     `json:"code,omitempty"`
-	Outcome    string     `json:"outcome,omitempty"`
-	FinalState task.State `json:"finalState,omitempty"`
-	Detail     string     `json:"detail,omitempty"`
+	Result     string    `json:"result"`
+	Code       string    `json:"code,omitempty"`
+	Outcome    string    `json:"outcome,omitempty"`
+	FinalState api.State `json:"finalState,omitempty"`
+	Detail     string    `json:"detail,omitempty"`
 }
 
 // Results in the answer to Cloud Tasks.
@@ -291,7 +291,7 @@ func (h *handler) write(w http.ResponseWriter, status int, a answer) {
 // Tasks delivers the same attempt again while it runs (dispatch deadline
 // passed, or an at-least-once duplicate): the duplicate waits and gets the
 // same answer, and the function runs once.
-func (h *handler) deliver(ctx context.Context, env task.Envelope) (int, answer) {
+func (h *handler) deliver(ctx context.Context, env api.Envelope) (int, answer) {
 	k := attemptKey{env.TaskID, env.Attempt}
 	h.mu.Lock()
 	if cur := h.inflight[k]; cur != nil {
@@ -325,8 +325,8 @@ func (h *handler) deliver(ctx context.Context, env task.Envelope) (int, answer) 
 
 // parseEnvelope decodes and checks a delivery. On error the returned
 // envelope holds whatever could be decoded, for the log line.
-func parseEnvelope(body []byte) (task.Envelope, error) {
-	var env task.Envelope
+func parseEnvelope(body []byte) (api.Envelope, error) {
+	var env api.Envelope
 	if err := json.Unmarshal(body, &env); err != nil {
 		return env, fmt.Errorf("decode envelope: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -65,8 +66,8 @@ func (st *stack) create(t *testing.T, payload string, mutate func(*task.Task)) t
 	tk := task.Task{
 		ID: task.NewTaskID(now), RunID: task.NewRunID(now), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k",
 		Worker: "it", Payload: json.RawMessage(payload),
-		Timing: task.Timing{HeartbeatIntervalMs: 150, HeartbeatTimeoutMs: 10_000, CancelGracePeriodMs: 20_000},
-		Retry:  task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, MaxBackoffMs: 200},
+		Timing: api.Timing{HeartbeatIntervalMs: 150, HeartbeatTimeoutMs: 10_000, CancelGracePeriodMs: 20_000},
+		Retry:  api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, MaxBackoffMs: 200},
 	}
 	if mutate != nil {
 		mutate(&tk)
@@ -76,7 +77,7 @@ func (st *stack) create(t *testing.T, payload string, mutate func(*task.Task)) t
 		t.Fatal(err)
 	}
 	r, err := st.store.Apply(ctx, created.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: time.Now().UTC()})
-	if err != nil || r.Task.State != task.Queued {
+	if err != nil || r.Task.State != api.Queued {
 		t.Fatalf("enqueue: %v %s", err, r.Task.State)
 	}
 	return r.Task
@@ -84,7 +85,7 @@ func (st *stack) create(t *testing.T, payload string, mutate func(*task.Task)) t
 
 // envelope signs a token for tk's current attempt and builds its envelope
 // for callbacks at base.
-func (st *stack) envelope(t *testing.T, tk task.Task, base string, ttl time.Duration) task.Envelope {
+func (st *stack) envelope(t *testing.T, tk task.Task, base string, ttl time.Duration) api.Envelope {
 	t.Helper()
 	now := time.Now()
 	tok, exp, err := st.keys.Sign(token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: tk.Attempt}, ttl, now)
@@ -222,15 +223,15 @@ func TestIntegrationHappyPath(t *testing.T) {
 		return map[string]int{"rows": in.Rows}, nil
 	}, worker.WithWorkerID("w-int"))
 	status, ans := deliverEnv(t, h, st.envelope(t, tk, st.url, 0))
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Succeeded {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Succeeded {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	got := st.get(t, tk.ID)
-	if got.State != task.Succeeded || len(got.Attempts) != 1 {
+	if got.State != api.Succeeded || len(got.Attempts) != 1 {
 		t.Fatalf("task %s with %d attempts", got.State, len(got.Attempts))
 	}
 	a := got.Attempts[0]
-	if a.Outcome != task.OutcomeSucceeded || string(a.Output) != `{"rows":3}` || a.WorkerID != "w-int" ||
+	if a.Outcome != api.OutcomeSucceeded || string(a.Output) != `{"rows":3}` || a.WorkerID != "w-int" ||
 		a.ProgressPct == nil || *a.ProgressPct != 50 || a.Message != "half way" || string(a.Checkpoint) != `{"step":1}` ||
 		a.Metrics == nil || a.Metrics.PeakMemoryBytes <= 0 || a.StartedAt == nil || a.LastHeartbeatAt == nil {
 		t.Fatalf("attempt %+v", a)
@@ -260,15 +261,15 @@ func TestIntegrationCancelMidRun(t *testing.T) {
 	go func() { _, a := deliverEnv(t, h, st.envelope(t, tk, st.url, 0)); done <- a }()
 	waitUntil(t, "the attempt runs and has checkpointed", func() bool {
 		g := st.get(t, tk.ID)
-		return g.State == task.Running && len(g.Attempts) == 1 && len(g.Attempts[0].Checkpoint) > 0
+		return g.State == api.Running && len(g.Attempts) == 1 && len(g.Attempts[0].Checkpoint) > 0
 	})
 	// What the dispatcher's cancel does.
 	r, err := st.store.Apply(context.Background(), tk.ID, task.Event{Kind: task.EventCancel, Now: time.Now().UTC(), Reason: "user_requested"})
-	if err != nil || r.Task.State != task.Cancelling {
+	if err != nil || r.Task.State != api.Cancelling {
 		t.Fatalf("cancel: %v %s", err, r.Task.State)
 	}
 	ans := <-done
-	if ans.Result != "committed" || ans.Outcome != "CANCELLED" || ans.FinalState != task.Cancelled {
+	if ans.Result != "committed" || ans.Outcome != "CANCELLED" || ans.FinalState != api.Cancelled {
 		t.Fatalf("answer %+v", ans)
 	}
 	var ce *worker.CancelledError
@@ -277,7 +278,7 @@ func TestIntegrationCancelMidRun(t *testing.T) {
 	}
 	got := st.get(t, tk.ID)
 	a := got.Attempts[0]
-	if got.State != task.Cancelled || got.Reason != "user_requested" || a.Outcome != task.OutcomeCancelled ||
+	if got.State != api.Cancelled || got.Reason != "user_requested" || a.Outcome != api.OutcomeCancelled ||
 		string(a.PartialProgress) != string(last) || a.CancelledDuringPhase != "copying" {
 		t.Fatalf("task %s/%s, attempt %s partialProgress %s (want %s) phase %q", got.State, got.Reason, a.Outcome, a.PartialProgress, last, a.CancelledDuringPhase)
 	}
@@ -290,7 +291,7 @@ func TestIntegrationCancelMidRun(t *testing.T) {
 func TestIntegrationHeartbeatTimeoutFencesWorker(t *testing.T) {
 	st := newStack(t)
 	tk := st.create(t, `{}`, func(tk *task.Task) {
-		tk.Timing = task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 1000}
+		tk.Timing = api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 1000}
 	})
 	p := newProxy(t, st.url, func(op string, _ int) action {
 		if op == "heartbeat" {
@@ -314,10 +315,10 @@ func TestIntegrationHeartbeatTimeoutFencesWorker(t *testing.T) {
 	}
 	waitUntil(t, "Servo expires attempt 1 on the late heartbeat", func() bool {
 		g := st.get(t, tk.ID)
-		return len(g.Attempts) > 0 && g.Attempts[0].Outcome == task.OutcomeZombie
+		return len(g.Attempts) > 0 && g.Attempts[0].Outcome == api.OutcomeZombie
 	})
 	got := st.get(t, tk.ID)
-	if got.State != task.Queued || got.Attempt != 2 {
+	if got.State != api.Queued || got.Attempt != 2 {
 		t.Fatalf("task %s attempt %d", got.State, got.Attempt)
 	}
 	if p.count("completed") != 0 || p.count("heartbeat") != 1 {
@@ -344,11 +345,11 @@ func TestIntegrationDuplicateDelivery(t *testing.T) {
 	go func() { _, a := deliverEnv(t, hA, env); done <- a }()
 	waitUntil(t, "worker A runs the attempt", func() bool {
 		g := st.get(t, tk.ID)
-		return g.State == task.Running && g.Attempts[0].WorkerID == "w-a"
+		return g.State == api.Running && g.Attempts[0].WorkerID == "w-a"
 	})
 	// Cloud Tasks delivers the same envelope again, to another instance.
 	status, ans := deliverEnv(t, hB, env)
-	if status != http.StatusOK || ans.Result != "not_started" || ans.Code != task.CodeAttemptAlreadyStarted || callsB.Load() != 0 {
+	if status != http.StatusOK || ans.Result != "not_started" || ans.Code != api.CodeAttemptAlreadyStarted || callsB.Load() != 0 {
 		t.Fatalf("duplicate delivery: %d %+v, function called %d times", status, ans, callsB.Load())
 	}
 	close(release)
@@ -356,7 +357,7 @@ func TestIntegrationDuplicateDelivery(t *testing.T) {
 		t.Fatalf("worker A: %+v", a)
 	}
 	got := st.get(t, tk.ID)
-	if got.State != task.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].WorkerID != "w-a" || string(got.Attempts[0].Output) != `"a"` || callsA.Load() != 1 {
+	if got.State != api.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].WorkerID != "w-a" || string(got.Attempts[0].Output) != `"a"` || callsA.Load() != 1 {
 		t.Fatalf("task %s attempts %+v", got.State, got.Attempts)
 	}
 }
@@ -396,14 +397,14 @@ func TestIntegrationFlakyNetworkExactlyOneCompletion(t *testing.T) {
 		return map[string]string{"result": "ok"}, nil
 	})
 	status, ans := deliverEnv(t, h, st.envelope(t, tk, p.srv.URL, 0))
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Succeeded {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Succeeded {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	if p.count("started") != 3 || p.count("completed") != 4 || p.count("heartbeat") < 4 {
 		t.Fatalf("calls: started %d heartbeat %d completed %d", p.count("started"), p.count("heartbeat"), p.count("completed"))
 	}
 	got := st.get(t, tk.ID)
-	if got.State != task.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].Outcome != task.OutcomeSucceeded || string(got.Attempts[0].Output) != `{"result":"ok"}` {
+	if got.State != api.Succeeded || len(got.Attempts) != 1 || got.Attempts[0].Outcome != api.OutcomeSucceeded || string(got.Attempts[0].Output) != `{"result":"ok"}` {
 		t.Fatalf("task %s attempts %+v", got.State, got.Attempts)
 	}
 	// Exactly one completion: PENDING, QUEUED, RUNNING, SUCCEEDED, no more.
@@ -427,13 +428,13 @@ func TestIntegrationPanic(t *testing.T) {
 		panic("integration kaboom")
 	})
 	status, ans := deliverEnv(t, h, st.envelope(t, tk, st.url, 0))
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Failed {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Failed {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	got := st.get(t, tk.ID)
 	e := got.Attempts[0].Error
-	if got.State != task.Failed || got.Reason != task.ReasonRetriesExhausted || got.Attempts[0].Outcome != task.OutcomeFailed || e == nil ||
-		e.Category != task.CategoryUserCode || e.Message != "panic: integration kaboom" || !strings.Contains(e.StackTrace, "TestIntegrationPanic") {
+	if got.State != api.Failed || got.Reason != api.ReasonRetriesExhausted || got.Attempts[0].Outcome != api.OutcomeFailed || e == nil ||
+		e.Category != api.CategoryUserCode || e.Message != "panic: integration kaboom" || !strings.Contains(e.StackTrace, "TestIntegrationPanic") {
 		t.Fatalf("task %s/%s attempt %+v", got.State, got.Reason, got.Attempts[0])
 	}
 }
@@ -463,26 +464,26 @@ func TestIntegrationRetryResumesFromCheckpoint(t *testing.T) {
 		return map[string]int{"from": st.Next}, nil
 	})
 	status, ans := deliverEnv(t, h, st.envelope(t, tk, st.url, 0))
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Queued {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Queued {
 		t.Fatalf("attempt 1: %d %+v", status, ans)
 	}
 	retry, err := st.store.GetTask(context.Background(), tk.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if retry.State != task.Queued || retry.Attempt != 2 || string(retry.ResumeFrom) != `{"next":3}` {
+	if retry.State != api.Queued || retry.Attempt != 2 || string(retry.ResumeFrom) != `{"next":3}` {
 		t.Fatalf("after attempt 1: %s attempt %d resumeFrom %s", retry.State, retry.Attempt, retry.ResumeFrom)
 	}
 	status, ans = deliverEnv(t, h, st.envelope(t, retry, st.url, 0))
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Succeeded {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Succeeded {
 		t.Fatalf("attempt 2: %d %+v", status, ans)
 	}
 	if len(runs) != 2 || runs[0].resume != nil || runs[1].attempt != 2 || string(runs[1].resume) != `{"next":3}` {
 		t.Fatalf("runs %+v", runs)
 	}
 	got := st.get(t, tk.ID)
-	if got.State != task.Succeeded || len(got.Attempts) != 2 || got.Attempts[0].Error == nil ||
-		got.Attempts[0].Error.Category != task.CategoryInfrastructure || string(got.Attempts[1].Output) != `{"from":3}` {
+	if got.State != api.Succeeded || len(got.Attempts) != 2 || got.Attempts[0].Error == nil ||
+		got.Attempts[0].Error.Category != api.CategoryInfrastructure || string(got.Attempts[1].Output) != `{"from":3}` {
 		t.Fatalf("task %s attempts %+v", got.State, got.Attempts)
 	}
 }
@@ -504,7 +505,7 @@ func TestIntegrationAdoptsRefreshedToken(t *testing.T) {
 		return "outlived", nil
 	})
 	status, ans := deliverEnv(t, h, env)
-	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != task.Succeeded {
+	if status != http.StatusOK || ans.Result != "committed" || ans.FinalState != api.Succeeded {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	p.mu.Lock()

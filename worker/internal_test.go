@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -35,8 +36,8 @@ func TestBackoffBounds(t *testing.T) {
 }
 
 // servoBody is a callback answer as Servo writes it.
-func servoBody(d task.Disposition, code string) string {
-	b, err := json.Marshal(task.CallbackResponse{Disposition: d, Error: code, Message: code, ServerTime: time.Now()})
+func servoBody(d api.Disposition, code string) string {
+	b, err := json.Marshal(api.CallbackResponse{Disposition: d, Error: code, Message: code, ServerTime: time.Now()})
 	if err != nil {
 		panic(err)
 	}
@@ -54,50 +55,50 @@ func TestJudge(t *testing.T) {
 		status     int
 		body       string
 		retryAfter string
-		want       task.Disposition
+		want       api.Disposition
 		wantAfter  time.Duration
 	}{
 		// PRODUCT §4, row by row.
-		{"started accepted", opStarted, 200, servoBody(task.Continue, ""), "", task.Continue, 0},
-		{"heartbeat accepted", opHeartbeat, 200, servoBody(task.Continue, ""), "", task.Continue, 0},
-		{"completed accepted", opCompleted, 200, servoBody(task.Committed, ""), "", task.Committed, 0},
-		{"task terminal", opStarted, 409, servoBody(task.Cancel, task.CodeTaskAlreadyTerminal), "", task.Cancel, 0},
-		{"older attempt", opCompleted, 409, servoBody(task.Cancel, task.CodeAttemptMismatch), "", task.Cancel, 0},
-		{"duplicate delivery", opStarted, 409, servoBody(task.Cancel, task.CodeAttemptAlreadyStarted), "", task.Cancel, 0},
-		{"lease lost", opHeartbeat, 410, servoBody(task.Cancel, task.CodeTaskExpired), "", task.Cancel, 0},
-		{"completion conflict", opCompleted, 409, servoBody(task.Rejected, task.CodeCompletionConflict), "", task.Rejected, 0},
-		{"invalid request", opHeartbeat, 400, servoBody(task.Rejected, task.CodeInvalidRequest), "", task.Rejected, 0},
-		{"invalid token", opStarted, 401, servoBody(task.Rejected, task.CodeInvalidToken), "", task.Rejected, 0},
-		{"expired token", opHeartbeat, 401, servoBody(task.Rejected, task.CodeTokenExpired), "", task.Rejected, 0},
-		{"scope mismatch", opCompleted, 403, servoBody(task.Rejected, task.CodeTokenScopeMismatch), "", task.Rejected, 0},
-		{"unknown task", opStarted, 404, servoBody(task.Rejected, task.CodeTaskNotFound), "", task.Rejected, 0},
-		{"too large", opHeartbeat, 413, servoBody(task.Rejected, task.CodePayloadTooLarge), "", task.Rejected, 0},
-		{"not JSON", opCompleted, 415, servoBody(task.Rejected, task.CodeUnsupportedMediaType), "", task.Rejected, 0},
-		{"unavailable", opCompleted, 503, servoBody(task.Retry, task.CodeUnavailable), "2", task.Retry, 2 * time.Second},
-		{"unavailable without Retry-After", opStarted, 503, servoBody(task.Retry, task.CodeUnavailable), "", task.Retry, 0},
+		{"started accepted", opStarted, 200, servoBody(api.Continue, ""), "", api.Continue, 0},
+		{"heartbeat accepted", opHeartbeat, 200, servoBody(api.Continue, ""), "", api.Continue, 0},
+		{"completed accepted", opCompleted, 200, servoBody(api.Committed, ""), "", api.Committed, 0},
+		{"task terminal", opStarted, 409, servoBody(api.Cancel, api.CodeTaskAlreadyTerminal), "", api.Cancel, 0},
+		{"older attempt", opCompleted, 409, servoBody(api.Cancel, api.CodeAttemptMismatch), "", api.Cancel, 0},
+		{"duplicate delivery", opStarted, 409, servoBody(api.Cancel, api.CodeAttemptAlreadyStarted), "", api.Cancel, 0},
+		{"lease lost", opHeartbeat, 410, servoBody(api.Cancel, api.CodeTaskExpired), "", api.Cancel, 0},
+		{"completion conflict", opCompleted, 409, servoBody(api.Rejected, api.CodeCompletionConflict), "", api.Rejected, 0},
+		{"invalid request", opHeartbeat, 400, servoBody(api.Rejected, api.CodeInvalidRequest), "", api.Rejected, 0},
+		{"invalid token", opStarted, 401, servoBody(api.Rejected, api.CodeInvalidToken), "", api.Rejected, 0},
+		{"expired token", opHeartbeat, 401, servoBody(api.Rejected, api.CodeTokenExpired), "", api.Rejected, 0},
+		{"scope mismatch", opCompleted, 403, servoBody(api.Rejected, api.CodeTokenScopeMismatch), "", api.Rejected, 0},
+		{"unknown task", opStarted, 404, servoBody(api.Rejected, api.CodeTaskNotFound), "", api.Rejected, 0},
+		{"too large", opHeartbeat, 413, servoBody(api.Rejected, api.CodePayloadTooLarge), "", api.Rejected, 0},
+		{"not JSON", opCompleted, 415, servoBody(api.Rejected, api.CodeUnsupportedMediaType), "", api.Rejected, 0},
+		{"unavailable", opCompleted, 503, servoBody(api.Retry, api.CodeUnavailable), "2", api.Retry, 2 * time.Second},
+		{"unavailable without Retry-After", opStarted, 503, servoBody(api.Retry, api.CodeUnavailable), "", api.Retry, 0},
 		// A Servo disposition is final whatever the status.
-		{"REJECTED 500", opCompleted, 500, servoBody(task.Rejected, "internal"), "", task.Rejected, 0},
-		{"REJECTED 429", opHeartbeat, 429, servoBody(task.Rejected, "rate_limited"), "3", task.Rejected, 0},
-		{"REJECTED 502", opStarted, 502, servoBody(task.Rejected, "x"), "", task.Rejected, 0},
-		{"REJECTED 408", opCompleted, 408, servoBody(task.Rejected, "x"), "", task.Rejected, 0},
-		{"CANCELLED 504", opHeartbeat, 504, servoBody(task.Cancel, task.CodeTaskExpired), "", task.Cancel, 0},
-		{"COMMITTED 503", opCompleted, 503, servoBody(task.Committed, ""), "", task.Committed, 0},
+		{"REJECTED 500", opCompleted, 500, servoBody(api.Rejected, "internal"), "", api.Rejected, 0},
+		{"REJECTED 429", opHeartbeat, 429, servoBody(api.Rejected, "rate_limited"), "3", api.Rejected, 0},
+		{"REJECTED 502", opStarted, 502, servoBody(api.Rejected, "x"), "", api.Rejected, 0},
+		{"REJECTED 408", opCompleted, 408, servoBody(api.Rejected, "x"), "", api.Rejected, 0},
+		{"CANCELLED 504", opHeartbeat, 504, servoBody(api.Cancel, api.CodeTaskExpired), "", api.Cancel, 0},
+		{"COMMITTED 503", opCompleted, 503, servoBody(api.Committed, ""), "", api.Committed, 0},
 		// Answers without a Servo body: the infrastructure in front of Servo.
-		{"gateway 502 page", opCompleted, 502, html, "", task.Retry, 0},
-		{"gateway 504 empty", opHeartbeat, 504, "", "", task.Retry, 0},
-		{"gateway 429 page", opStarted, 429, "Too Many Requests", "1", task.Retry, time.Second},
-		{"gateway 429 Google JSON", opStarted, 429, googleJSON, "", task.Retry, 0},
-		{"gateway 503 page", opCompleted, 503, "upstream connect error", "4", task.Retry, 4 * time.Second},
-		{"gateway 500 page", opHeartbeat, 500, "Internal Server Error", "", task.Retry, 0},
-		{"gateway 408 empty", opStarted, 408, "", "", task.Retry, 0},
-		{"JSON without a disposition", opCompleted, 502, `{"error":"bad_gateway"}`, "", task.Retry, 0},
-		{"unknown disposition", opCompleted, 503, `{"disposition":"MAYBE"}`, "", task.Retry, 0},
-		{"bare 200 started", opStarted, 200, "", "", task.Continue, 0},
-		{"bare 200 completed", opCompleted, 200, "", "", task.Committed, 0},
-		{"bare 409", opStarted, 409, "conflict", "", task.Cancel, 0},
-		{"bare 410", opHeartbeat, 410, "", "", task.Cancel, 0},
-		{"bare 404", opStarted, 404, "404 page not found", "", task.Rejected, 0},
-		{"bare 401", opCompleted, 401, "", "", task.Rejected, 0},
+		{"gateway 502 page", opCompleted, 502, html, "", api.Retry, 0},
+		{"gateway 504 empty", opHeartbeat, 504, "", "", api.Retry, 0},
+		{"gateway 429 page", opStarted, 429, "Too Many Requests", "1", api.Retry, time.Second},
+		{"gateway 429 Google JSON", opStarted, 429, googleJSON, "", api.Retry, 0},
+		{"gateway 503 page", opCompleted, 503, "upstream connect error", "4", api.Retry, 4 * time.Second},
+		{"gateway 500 page", opHeartbeat, 500, "Internal Server Error", "", api.Retry, 0},
+		{"gateway 408 empty", opStarted, 408, "", "", api.Retry, 0},
+		{"JSON without a disposition", opCompleted, 502, `{"error":"bad_gateway"}`, "", api.Retry, 0},
+		{"unknown disposition", opCompleted, 503, `{"disposition":"MAYBE"}`, "", api.Retry, 0},
+		{"bare 200 started", opStarted, 200, "", "", api.Continue, 0},
+		{"bare 200 completed", opCompleted, 200, "", "", api.Committed, 0},
+		{"bare 409", opStarted, 409, "conflict", "", api.Cancel, 0},
+		{"bare 410", opHeartbeat, 410, "", "", api.Cancel, 0},
+		{"bare 404", opStarted, 404, "404 page not found", "", api.Rejected, 0},
+		{"bare 401", opCompleted, 401, "", "", api.Rejected, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := judge(tc.op, tc.status, []byte(tc.body), tc.retryAfter)
@@ -121,46 +122,46 @@ func TestRetryAfter(t *testing.T) {
 
 func TestOutcome(t *testing.T) {
 	cancelCause := &CancelledError{Reason: "user_requested"}
-	big := strings.Repeat("x", task.MaxOutputBytes)
+	big := strings.Repeat("x", api.MaxOutputBytes)
 	for _, tc := range []struct {
 		name      string
 		cause     error
 		out       any
 		err       error
 		panicked  *panicked
-		outcome   task.Outcome
-		category  task.Category
+		outcome   api.Outcome
+		category  api.Category
 		retryable *bool
 		output    string
 		message   string
 	}{
-		{name: "success with output", out: map[string]int{"rows": 3}, outcome: task.OutcomeSucceeded, output: `{"rows":3}`},
-		{name: "success raw output", out: json.RawMessage(` {"a": 1} `), outcome: task.OutcomeSucceeded, output: `{"a":1}`},
-		{name: "success no output", outcome: task.OutcomeSucceeded},
-		{name: "success despite cancel", cause: cancelCause, out: 1, outcome: task.OutcomeSucceeded, output: `1`},
-		{name: "unencodable output", out: func() {}, outcome: task.OutcomeFailed, category: task.CategoryUserCode, retryable: boolPtr(false)},
-		{name: "output too large", out: big, outcome: task.OutcomeFailed, category: task.CategoryUserCode, retryable: boolPtr(false)},
-		{name: "plain error", err: errors.New("boom"), outcome: task.OutcomeFailed, category: task.CategoryUserCode, message: "boom"},
-		{name: "data quality", err: DataQuality(errors.New("bad row")), outcome: task.OutcomeFailed, category: task.CategoryDataQuality, message: "bad row"},
-		{name: "wrapped infrastructure", err: fmt.Errorf("partition 3: %w", Infrastructure(errors.New("gcs 503"))), outcome: task.OutcomeFailed,
-			category: task.CategoryInfrastructure, message: "partition 3: INFRASTRUCTURE: gcs 503"},
-		{name: "configuration", err: Configuration(errors.New("no BUCKET")), outcome: task.OutcomeFailed, category: task.CategoryConfiguration},
-		{name: "timeout", err: Timeout(errors.New("slow")), outcome: task.OutcomeFailed, category: task.CategoryTimeout},
-		{name: "retry advice", err: WithRetryable(Infrastructure(errors.New("quota")), false), outcome: task.OutcomeFailed,
-			category: task.CategoryInfrastructure, retryable: boolPtr(false)},
-		{name: "retry advice on plain", err: WithRetryable(errors.New("x"), false), outcome: task.OutcomeFailed,
-			category: task.CategoryUserCode, retryable: boolPtr(false)},
-		{name: "worker cancels itself", err: Cancelled(errors.New("not needed")), outcome: task.OutcomeCancelled},
-		{name: "servo cancel, ctx error", cause: cancelCause, err: context.Canceled, outcome: task.OutcomeCancelled},
-		{name: "servo cancel, plain error", cause: cancelCause, err: errors.New("stopped"), outcome: task.OutcomeCancelled},
-		{name: "servo cancel, wrapped ctx error in infra", cause: cancelCause, err: Infrastructure(fmt.Errorf("rpc: %w", context.Canceled)), outcome: task.OutcomeCancelled},
-		{name: "servo cancel, real data error", cause: cancelCause, err: DataQuality(errors.New("bad")), outcome: task.OutcomeFailed, category: task.CategoryDataQuality},
-		{name: "deadline", cause: ErrDeadlineExceeded, err: context.DeadlineExceeded, outcome: task.OutcomeFailed, category: task.CategoryTimeout},
-		{name: "panic", panicked: &panicked{value: "kaboom", stack: []byte("goroutine 1 [running]:\nmain.f()")}, outcome: task.OutcomeFailed,
-			category: task.CategoryUserCode, message: "panic: kaboom"},
+		{name: "success with output", out: map[string]int{"rows": 3}, outcome: api.OutcomeSucceeded, output: `{"rows":3}`},
+		{name: "success raw output", out: json.RawMessage(` {"a": 1} `), outcome: api.OutcomeSucceeded, output: `{"a":1}`},
+		{name: "success no output", outcome: api.OutcomeSucceeded},
+		{name: "success despite cancel", cause: cancelCause, out: 1, outcome: api.OutcomeSucceeded, output: `1`},
+		{name: "unencodable output", out: func() {}, outcome: api.OutcomeFailed, category: api.CategoryUserCode, retryable: boolPtr(false)},
+		{name: "output too large", out: big, outcome: api.OutcomeFailed, category: api.CategoryUserCode, retryable: boolPtr(false)},
+		{name: "plain error", err: errors.New("boom"), outcome: api.OutcomeFailed, category: api.CategoryUserCode, message: "boom"},
+		{name: "data quality", err: DataQuality(errors.New("bad row")), outcome: api.OutcomeFailed, category: api.CategoryDataQuality, message: "bad row"},
+		{name: "wrapped infrastructure", err: fmt.Errorf("partition 3: %w", Infrastructure(errors.New("gcs 503"))), outcome: api.OutcomeFailed,
+			category: api.CategoryInfrastructure, message: "partition 3: INFRASTRUCTURE: gcs 503"},
+		{name: "configuration", err: Configuration(errors.New("no BUCKET")), outcome: api.OutcomeFailed, category: api.CategoryConfiguration},
+		{name: "timeout", err: Timeout(errors.New("slow")), outcome: api.OutcomeFailed, category: api.CategoryTimeout},
+		{name: "retry advice", err: WithRetryable(Infrastructure(errors.New("quota")), false), outcome: api.OutcomeFailed,
+			category: api.CategoryInfrastructure, retryable: boolPtr(false)},
+		{name: "retry advice on plain", err: WithRetryable(errors.New("x"), false), outcome: api.OutcomeFailed,
+			category: api.CategoryUserCode, retryable: boolPtr(false)},
+		{name: "worker cancels itself", err: Cancelled(errors.New("not needed")), outcome: api.OutcomeCancelled},
+		{name: "servo cancel, ctx error", cause: cancelCause, err: context.Canceled, outcome: api.OutcomeCancelled},
+		{name: "servo cancel, plain error", cause: cancelCause, err: errors.New("stopped"), outcome: api.OutcomeCancelled},
+		{name: "servo cancel, wrapped ctx error in infra", cause: cancelCause, err: Infrastructure(fmt.Errorf("rpc: %w", context.Canceled)), outcome: api.OutcomeCancelled},
+		{name: "servo cancel, real data error", cause: cancelCause, err: DataQuality(errors.New("bad")), outcome: api.OutcomeFailed, category: api.CategoryDataQuality},
+		{name: "deadline", cause: ErrDeadlineExceeded, err: context.DeadlineExceeded, outcome: api.OutcomeFailed, category: api.CategoryTimeout},
+		{name: "panic", panicked: &panicked{value: "kaboom", stack: []byte("goroutine 1 [running]:\nmain.f()")}, outcome: api.OutcomeFailed,
+			category: api.CategoryUserCode, message: "panic: kaboom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tk := NewTestTask(task.Envelope{TaskID: "task_x", Attempt: 1}, nil)
+			tk := NewTestTask(api.Envelope{TaskID: "task_x", Attempt: 1}, nil)
 			if err := tk.Checkpoint(map[string]int{"next": 4}); err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +174,7 @@ func TestOutcome(t *testing.T) {
 				t.Errorf("output %s, want %s", req.Output, tc.output)
 			}
 			switch req.Outcome {
-			case task.OutcomeFailed:
+			case api.OutcomeFailed:
 				if req.Error == nil || req.Error.Category != tc.category {
 					t.Fatalf("error %+v, want category %s", req.Error, tc.category)
 				}
@@ -186,13 +187,13 @@ func TestOutcome(t *testing.T) {
 				if tc.panicked != nil && !strings.Contains(req.Error.StackTrace, "goroutine 1") {
 					t.Errorf("stack %q", req.Error.StackTrace)
 				}
-			case task.OutcomeCancelled:
+			case api.OutcomeCancelled:
 				if string(req.PartialProgress) != `{"next":4}` || req.CancelledDuringPhase != "loading" {
 					t.Errorf("cancelled report %s / %q", req.PartialProgress, req.CancelledDuringPhase)
 				}
 			}
 			req.Attempt, req.WorkerID = 1, "w"
-			if ferr := req.Validate(); ferr != nil {
+			if ferr := task.ValidateCompleted(&req); ferr != nil {
 				t.Fatalf("the report would be refused: %v", ferr)
 			}
 		})
@@ -200,19 +201,19 @@ func TestOutcome(t *testing.T) {
 }
 
 func TestOutcomeTruncatesStack(t *testing.T) {
-	tk := NewTestTask(task.Envelope{TaskID: "task_x", Attempt: 1}, nil)
-	req := outcome(nil, nil, nil, &panicked{value: strings.Repeat("é", task.MaxMessageBytes), stack: []byte(strings.Repeat("ü", task.MaxStackTraceBytes))}, tk)
-	if len(req.Error.StackTrace) > task.MaxStackTraceBytes || len(req.Error.Message) > task.MaxMessageBytes {
+	tk := NewTestTask(api.Envelope{TaskID: "task_x", Attempt: 1}, nil)
+	req := outcome(nil, nil, nil, &panicked{value: strings.Repeat("é", api.MaxMessageBytes), stack: []byte(strings.Repeat("ü", api.MaxStackTraceBytes))}, tk)
+	if len(req.Error.StackTrace) > api.MaxStackTraceBytes || len(req.Error.Message) > api.MaxMessageBytes {
 		t.Fatalf("not truncated: stack %d message %d", len(req.Error.StackTrace), len(req.Error.Message))
 	}
 	req.Attempt, req.WorkerID = 1, "w"
-	if ferr := req.Validate(); ferr != nil {
+	if ferr := task.ValidateCompleted(&req); ferr != nil {
 		t.Fatal(ferr)
 	}
 }
 
 func TestTaskCheckpointAndDecode(t *testing.T) {
-	tk := NewTestTask(task.Envelope{TaskID: "task_x", Attempt: 2, Payload: json.RawMessage(`{"partitions":3}`),
+	tk := NewTestTask(api.Envelope{TaskID: "task_x", Attempt: 2, Payload: json.RawMessage(`{"partitions":3}`),
 		ResumeFrom: json.RawMessage(`{"nextPartition":2}`), TaskToken: "secret"}, nil)
 	if tk.Envelope().TaskToken != "" {
 		t.Fatal("the envelope handed to the function must not carry the token")
@@ -224,7 +225,7 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 	var bad struct{ Partitions string }
 	err := tk.Decode(&bad)
 	var we *Error
-	if !errors.As(err, &we) || we.Category != task.CategoryDataQuality {
+	if !errors.As(err, &we) || we.Category != api.CategoryDataQuality {
 		t.Fatalf("a payload that does not decode is DATA_QUALITY, got %v", err)
 	}
 	var cp struct{ NextPartition int }
@@ -232,7 +233,7 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 		t.Fatalf("resume: %v %v %+v", ok, err, cp)
 	}
 	for _, raw := range []string{"", "null", " null "} {
-		empty := NewTestTask(task.Envelope{ResumeFrom: json.RawMessage(raw)}, nil)
+		empty := NewTestTask(api.Envelope{ResumeFrom: json.RawMessage(raw)}, nil)
 		if ok, err := empty.DecodeResumeFrom(&cp); ok || err != nil {
 			t.Fatalf("resumeFrom %q: %v %v", raw, ok, err)
 		}
@@ -240,7 +241,7 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 	if err := tk.Checkpoint(json.RawMessage(`{"a":`)); err == nil {
 		t.Fatal("invalid raw JSON accepted")
 	}
-	if err := tk.Checkpoint(strings.Repeat("x", task.MaxCheckpointBytes)); !errors.Is(err, ErrCheckpointTooLarge) {
+	if err := tk.Checkpoint(strings.Repeat("x", api.MaxCheckpointBytes)); !errors.Is(err, ErrCheckpointTooLarge) {
 		t.Fatalf("want ErrCheckpointTooLarge, got %v", err)
 	}
 	if err := tk.Checkpoint(map[string]int{"nextPartition": 3}); err != nil {
@@ -249,9 +250,9 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 	if string(tk.LastCheckpoint()) != `{"nextPartition":3}` {
 		t.Fatalf("checkpoint %s", tk.LastCheckpoint())
 	}
-	tk.Progress(150, strings.Repeat("m", task.MaxMessageBytes+10))
+	tk.Progress(150, strings.Repeat("m", api.MaxMessageBytes+10))
 	pct, msg, ok := tk.LastProgress()
-	if !ok || pct != 100 || len(msg) != task.MaxMessageBytes {
+	if !ok || pct != 100 || len(msg) != api.MaxMessageBytes {
 		t.Fatalf("progress %d %d %v", pct, len(msg), ok)
 	}
 	hb, v := tk.heartbeat(2, "w", time.Now())
@@ -262,7 +263,7 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 	if hb, _ = tk.heartbeat(2, "w", time.Now()); hb.Checkpoint != nil || tk.dirty() {
 		t.Fatal("an acknowledged checkpoint is sent again")
 	}
-	if ferr := hb.Validate(); ferr != nil {
+	if ferr := task.ValidateHeartbeat(&hb); ferr != nil {
 		t.Fatal(ferr)
 	}
 }

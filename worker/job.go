@@ -8,12 +8,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // ErrNoEnvelope: RunJob found no envelope in its environment
-// (task.EnvelopeEnv): the process was not started by Servo's jobs dispatch.
-var ErrNoEnvelope = errors.New("worker: no Servo envelope in " + task.EnvelopeEnv)
+// (api.EnvelopeEnv): the process was not started by Servo's jobs dispatch.
+var ErrNoEnvelope = errors.New("worker: no Servo envelope in " + api.EnvelopeEnv)
 
 // ErrJobNotRun: RunJob could not run the attempt for a reason a later
 // execution may not have (Servo unreachable for `started`); the process
@@ -23,7 +23,7 @@ var ErrJobNotRun = errors.New("worker: attempt not run")
 
 // RunJob runs one attempt in a Cloud Run Job execution (a job worker, see
 // package jobs): it reads the envelope from the environment
-// (task.EnvelopeEnv, set by Servo's dispatch for this execution only) and
+// (api.EnvelopeEnv, set by Servo's dispatch for this execution only) and
 // runs fn under the same protocol as [Handler] (`started`, heartbeats with
 // checkpoints and token refresh, cancel, the lease fence, exactly one
 // `completed`).
@@ -39,7 +39,7 @@ var ErrJobNotRun = errors.New("worker: attempt not run")
 // The default worker id is the execution's (CLOUD_RUN_EXECUTION, task
 // index and Cloud Run task attempt); [WithWorkerID] overrides it.
 func RunJob(ctx context.Context, fn Func, opts ...Option) error {
-	raw := os.Getenv(task.EnvelopeEnv)
+	raw := os.Getenv(api.EnvelopeEnv)
 	if raw == "" {
 		return ErrNoEnvelope
 	}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // What the metrics of a `completed` report measure. Both figures are
@@ -67,11 +67,11 @@ func (m *meter) sample() {
 }
 
 // finish stops sampling and returns the metrics (nil if none measured).
-func (m *meter) finish() *task.Metrics {
+func (m *meter) finish() *api.Metrics {
 	close(m.stop)
 	<-m.done
 	m.sample()
-	out := &task.Metrics{CPUTimeMs: max(cpuTime()-m.cpu0, 0).Milliseconds(), PeakMemoryBytes: int64(min(m.peak.Load(), 1<<62))}
+	out := &api.Metrics{CPUTimeMs: max(cpuTime()-m.cpu0, 0).Milliseconds(), PeakMemoryBytes: int64(min(m.peak.Load(), 1<<62))}
 	if out.CPUTimeMs == 0 && out.PeakMemoryBytes == 0 {
 		return nil
 	}

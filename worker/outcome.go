@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // panicked is a recovered panic of a Func.
@@ -35,7 +35,7 @@ func boolPtr(b bool) *bool { return &b }
 //
 //   - a panic: FAILED, USER_CODE, "panic: <value>" with the stack;
 //   - nil error: SUCCEEDED with the output (an output that cannot be encoded
-//     or exceeds task.MaxOutputBytes is FAILED/USER_CODE, not retryable);
+//     or exceeds api.MaxOutputBytes is FAILED/USER_CODE, not retryable);
 //   - an error after Servo asked to cancel: CANCELLED with the last
 //     checkpoint as partialProgress, unless the error carries an explicit
 //     [Error] category other than CANCELLED and is not a context
@@ -47,31 +47,31 @@ func boolPtr(b bool) *bool { return &b }
 //   - any other error after [Pull] stopped the Func at the end of its
 //     grace period: FAILED/INFRASTRUCTURE (retried, from the checkpoint);
 //   - any other error: FAILED/USER_CODE.
-func outcome(cause error, out any, ferr error, p *panicked, t *Task) task.CompletedRequest {
-	var req task.CompletedRequest
-	fail := func(c task.Category, msg, stack string, retryable *bool) {
-		req.Outcome = task.OutcomeFailed
-		req.Error = &task.ErrorInfo{Category: c, Message: truncate(msg, task.MaxMessageBytes),
-			StackTrace: truncate(stack, task.MaxStackTraceBytes), Retryable: retryable}
+func outcome(cause error, out any, ferr error, p *panicked, t *Task) api.CompletedRequest {
+	var req api.CompletedRequest
+	fail := func(c api.Category, msg, stack string, retryable *bool) {
+		req.Outcome = api.OutcomeFailed
+		req.Error = &api.ErrorInfo{Category: c, Message: truncate(msg, api.MaxMessageBytes),
+			StackTrace: truncate(stack, api.MaxStackTraceBytes), Retryable: retryable}
 	}
 	cancelled := func() {
-		req.Outcome = task.OutcomeCancelled
+		req.Outcome = api.OutcomeCancelled
 		req.CancelledDuringPhase, req.PartialProgress = t.phaseAndCheckpoint()
 	}
 	switch {
 	case p != nil:
-		fail(task.CategoryUserCode, fmt.Sprintf("panic: %v", p.value), string(p.stack), nil)
+		fail(api.CategoryUserCode, fmt.Sprintf("panic: %v", p.value), string(p.stack), nil)
 	case ferr == nil:
-		req.Outcome = task.OutcomeSucceeded
+		req.Outcome = api.OutcomeSucceeded
 		if raw, ok := out.(json.RawMessage); out == nil || (ok && len(raw) == 0) {
 			break
 		}
 		b, err := encodeJSON(out)
 		switch {
 		case err != nil:
-			fail(task.CategoryUserCode, "encode output: "+err.Error(), "", boolPtr(false))
-		case len(b) > task.MaxOutputBytes:
-			fail(task.CategoryUserCode, fmt.Sprintf("output is %d bytes; the limit is %d", len(b), task.MaxOutputBytes), "", boolPtr(false))
+			fail(api.CategoryUserCode, "encode output: "+err.Error(), "", boolPtr(false))
+		case len(b) > api.MaxOutputBytes:
+			fail(api.CategoryUserCode, fmt.Sprintf("output is %d bytes; the limit is %d", len(b), api.MaxOutputBytes), "", boolPtr(false))
 		default:
 			req.Output = b
 		}
@@ -83,19 +83,19 @@ func outcome(cause error, out any, ferr error, p *panicked, t *Task) task.Comple
 			msg = e.Err.Error()
 		}
 		switch {
-		case errors.Is(cause, ErrCancelled) && (!explicit || we.Category == task.CategoryCancelled ||
+		case errors.Is(cause, ErrCancelled) && (!explicit || we.Category == api.CategoryCancelled ||
 			errors.Is(ferr, context.Canceled) || errors.Is(ferr, ErrCancelled)):
 			cancelled()
-		case explicit && we.Category == task.CategoryCancelled:
+		case explicit && we.Category == api.CategoryCancelled:
 			cancelled()
 		case explicit:
 			fail(we.Category, msg, "", we.Retryable)
 		case errors.Is(cause, ErrDeadlineExceeded):
-			fail(task.CategoryTimeout, msg, "", nil)
+			fail(api.CategoryTimeout, msg, "", nil)
 		case errors.Is(cause, ErrStopping):
-			fail(task.CategoryInfrastructure, msg, "", nil)
+			fail(api.CategoryInfrastructure, msg, "", nil)
 		default:
-			fail(task.CategoryUserCode, msg, "", nil)
+			fail(api.CategoryUserCode, msg, "", nil)
 		}
 	}
 	return req

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
@@ -39,7 +40,7 @@ func TestProtocolHappyPath(t *testing.T) {
 		return map[string]int{"rows": in.Rows}, nil
 	})
 	status, ans := deliverEnv(t, h, f.envelope())
-	if status != http.StatusOK || ans.Result != "committed" || ans.Outcome != "SUCCEEDED" || ans.FinalState != task.Succeeded || ans.WorkerID != "w-1" {
+	if status != http.StatusOK || ans.Result != "committed" || ans.Outcome != "SUCCEEDED" || ans.FinalState != api.Succeeded || ans.WorkerID != "w-1" {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	all := f.ops("")
@@ -51,14 +52,14 @@ func TestProtocolHappyPath(t *testing.T) {
 			t.Fatalf("%s sent Authorization %q", c.op, c.auth)
 		}
 	}
-	st := decode[task.StartedRequest](t, f.ops("started")[0].body)
-	if len(f.ops("started")) != 1 || st.Attempt != 1 || st.WorkerID != "w-1" || st.StartedAt == nil || st.Validate() != nil {
+	st := decode[api.StartedRequest](t, f.ops("started")[0].body)
+	if len(f.ops("started")) != 1 || st.Attempt != 1 || st.WorkerID != "w-1" || st.StartedAt == nil || task.ValidateStarted(&st) != nil {
 		t.Fatalf("started %+v", st)
 	}
 	var withCheckpoint int
 	for _, c := range f.ops("heartbeat") {
-		hb := decode[task.HeartbeatRequest](t, c.body)
-		if hb.Validate() != nil || hb.WorkerID != "w-1" || hb.ProgressPct == nil || *hb.ProgressPct != 50 || hb.Message != "half way" {
+		hb := decode[api.HeartbeatRequest](t, c.body)
+		if task.ValidateHeartbeat(&hb) != nil || hb.WorkerID != "w-1" || hb.ProgressPct == nil || *hb.ProgressPct != 50 || hb.Message != "half way" {
 			t.Fatalf("heartbeat %s", c.body)
 		}
 		if string(hb.Checkpoint) == `{"next":1}` {
@@ -72,8 +73,8 @@ func TestProtocolHappyPath(t *testing.T) {
 	if len(cs) != 1 {
 		t.Fatalf("%d completed reports", len(cs))
 	}
-	c := decode[task.CompletedRequest](t, cs[0].body)
-	if c.Outcome != task.OutcomeSucceeded || string(c.Output) != `{"rows":3}` || c.Metrics == nil || c.Metrics.PeakMemoryBytes <= 0 || c.CompletedAt == nil || c.Validate() != nil {
+	c := decode[api.CompletedRequest](t, cs[0].body)
+	if c.Outcome != api.OutcomeSucceeded || string(c.Output) != `{"rows":3}` || c.Metrics == nil || c.Metrics.PeakMemoryBytes <= 0 || c.CompletedAt == nil || task.ValidateCompleted(&c) != nil {
 		t.Fatalf("completed %s", cs[0].body)
 	}
 }
@@ -85,7 +86,7 @@ func TestProtocolStartedRetriedOnTransientFailures(t *testing.T) {
 		}
 		switch n {
 		case 1:
-			return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+			return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 		case 2:
 			return fakeAnswer{hijack: true}
 		case 3:
@@ -118,14 +119,14 @@ func TestProtocolStartedRefusedNeverRunsFunction(t *testing.T) {
 		answer fakeAnswer
 		result string
 	}{
-		{"duplicate delivery", refuse(http.StatusConflict, task.CodeAttemptAlreadyStarted, task.Cancel), "not_started"},
-		{"task terminal", refuse(http.StatusConflict, task.CodeTaskAlreadyTerminal, task.Cancel), "not_started"},
-		{"older attempt", refuse(http.StatusConflict, task.CodeAttemptMismatch, task.Cancel), "not_started"},
-		{"lease expired", refuse(http.StatusGone, task.CodeTaskExpired, task.Cancel), "not_started"},
+		{"duplicate delivery", refuse(http.StatusConflict, api.CodeAttemptAlreadyStarted, api.Cancel), "not_started"},
+		{"task terminal", refuse(http.StatusConflict, api.CodeTaskAlreadyTerminal, api.Cancel), "not_started"},
+		{"older attempt", refuse(http.StatusConflict, api.CodeAttemptMismatch, api.Cancel), "not_started"},
+		{"lease expired", refuse(http.StatusGone, api.CodeTaskExpired, api.Cancel), "not_started"},
 		{"409 without body", fakeAnswer{status: http.StatusConflict, raw: "conflict"}, "not_started"},
-		{"expired token", refuse(http.StatusUnauthorized, task.CodeTokenExpired, task.Rejected), "rejected"},
-		{"unknown task", refuse(http.StatusNotFound, task.CodeTaskNotFound, task.Rejected), "rejected"},
-		{"scope mismatch", refuse(http.StatusForbidden, task.CodeTokenScopeMismatch, task.Rejected), "rejected"},
+		{"expired token", refuse(http.StatusUnauthorized, api.CodeTokenExpired, api.Rejected), "rejected"},
+		{"unknown task", refuse(http.StatusNotFound, api.CodeTaskNotFound, api.Rejected), "rejected"},
+		{"scope mismatch", refuse(http.StatusForbidden, api.CodeTokenScopeMismatch, api.Rejected), "rejected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, func(op string, _ int, _ []byte) fakeAnswer {
@@ -158,7 +159,7 @@ func TestProtocolStartedUnreachableAnswers503(t *testing.T) {
 		if n%2 == 0 {
 			return fakeAnswer{hijack: true}
 		}
-		return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+		return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 	})
 	var calls atomic.Int32
 	h, _ := testHandler(t, func(context.Context, *worker.Task) (any, error) {
@@ -182,10 +183,10 @@ func TestProtocolLostAuthorityStopsAndReportsNothing(t *testing.T) {
 		code   string
 		result string
 	}{
-		{"410 lease expired", refuse(http.StatusGone, task.CodeTaskExpired, task.Cancel), worker.ErrLeaseLost, task.CodeTaskExpired, "lease_lost"},
-		{"409 newer attempt", refuse(http.StatusConflict, task.CodeAttemptMismatch, task.Cancel), worker.ErrLeaseLost, task.CodeAttemptMismatch, "lease_lost"},
-		{"409 task terminal", refuse(http.StatusConflict, task.CodeTaskAlreadyTerminal, task.Cancel), worker.ErrLeaseLost, task.CodeTaskAlreadyTerminal, "lease_lost"},
-		{"401 rejected", refuse(http.StatusUnauthorized, task.CodeTokenExpired, task.Rejected), worker.ErrRejected, task.CodeTokenExpired, "rejected"},
+		{"410 lease expired", refuse(http.StatusGone, api.CodeTaskExpired, api.Cancel), worker.ErrLeaseLost, api.CodeTaskExpired, "lease_lost"},
+		{"409 newer attempt", refuse(http.StatusConflict, api.CodeAttemptMismatch, api.Cancel), worker.ErrLeaseLost, api.CodeAttemptMismatch, "lease_lost"},
+		{"409 task terminal", refuse(http.StatusConflict, api.CodeTaskAlreadyTerminal, api.Cancel), worker.ErrLeaseLost, api.CodeTaskAlreadyTerminal, "lease_lost"},
+		{"401 rejected", refuse(http.StatusUnauthorized, api.CodeTokenExpired, api.Rejected), worker.ErrRejected, api.CodeTokenExpired, "rejected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
@@ -228,7 +229,7 @@ func TestProtocolHeartbeatUnreachableUntilTokenExpiry(t *testing.T) {
 			if n%2 == 0 {
 				return fakeAnswer{hijack: true}
 			}
-			return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+			return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 		}
 		return fakeAnswer{}
 	})
@@ -264,7 +265,7 @@ func TestProtocolHeartbeatTimeoutFencesAttempt(t *testing.T) {
 	}{
 		{"partition after started: requests hang", 0, fakeAnswer{hang: true}},
 		{"partition after started: connections reset", 0, fakeAnswer{hijack: true}},
-		{"Servo answers only RETRY", 0, refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)},
+		{"Servo answers only RETRY", 0, refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)},
 		{"partition after 5 acknowledged heartbeats", 5, fakeAnswer{hang: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -313,10 +314,10 @@ func TestProtocolShouldCancelReportsCancelled(t *testing.T) {
 	yes := true
 	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
 		if op == "heartbeat" && n >= 2 {
-			return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Continue, ShouldCancel: &yes, CancelReason: "user_requested"}}
+			return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Continue, ShouldCancel: &yes, CancelReason: "user_requested"}}
 		}
 		if op == "completed" {
-			return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Committed, FinalState: task.Cancelled}}
+			return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Committed, FinalState: api.Cancelled}}
 		}
 		return fakeAnswer{}
 	})
@@ -347,8 +348,8 @@ func TestProtocolShouldCancelReportsCancelled(t *testing.T) {
 	if len(cs) != 1 {
 		t.Fatalf("%d completed", len(cs))
 	}
-	c := decode[task.CompletedRequest](t, cs[0].body)
-	if c.Outcome != task.OutcomeCancelled || c.CancelledDuringPhase != "copying" || !strings.HasPrefix(string(c.PartialProgress), `{"nextPartition":`) {
+	c := decode[api.CompletedRequest](t, cs[0].body)
+	if c.Outcome != api.OutcomeCancelled || c.CancelledDuringPhase != "copying" || !strings.HasPrefix(string(c.PartialProgress), `{"nextPartition":`) {
 		t.Fatalf("completed %s", cs[0].body)
 	}
 }
@@ -358,9 +359,9 @@ func TestProtocolAdoptsRefreshedToken(t *testing.T) {
 	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
 		switch {
 		case op == "heartbeat" && n == 1:
-			return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Continue, TaskToken: "tok-2", TokenExpiresAt: &fresh}}
+			return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Continue, TaskToken: "tok-2", TokenExpiresAt: &fresh}}
 		case op == "completed" && n == 1:
-			return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+			return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 		}
 		return fakeAnswer{}
 	})
@@ -395,7 +396,7 @@ func TestProtocolCompletedExactlyOnceThroughRetries(t *testing.T) {
 		}
 		switch n {
 		case 1:
-			return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+			return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 		case 2:
 			return fakeAnswer{hijack: true}
 		case 3:
@@ -433,10 +434,10 @@ func TestProtocolCompletedFinalAnswersNotRetried(t *testing.T) {
 		answer fakeAnswer
 		result string
 	}{
-		{"completion conflict", refuse(http.StatusConflict, task.CodeCompletionConflict, task.Rejected), "rejected"},
-		{"terminal", refuse(http.StatusConflict, task.CodeTaskAlreadyTerminal, task.Cancel), "discarded"},
-		{"expired lease", refuse(http.StatusGone, task.CodeTaskExpired, task.Cancel), "discarded"},
-		{"invalid request", fakeAnswer{status: 400, resp: task.CallbackResponse{Disposition: task.Rejected, Error: task.CodeInvalidRequest, Field: "output"}}, "rejected"},
+		{"completion conflict", refuse(http.StatusConflict, api.CodeCompletionConflict, api.Rejected), "rejected"},
+		{"terminal", refuse(http.StatusConflict, api.CodeTaskAlreadyTerminal, api.Cancel), "discarded"},
+		{"expired lease", refuse(http.StatusGone, api.CodeTaskExpired, api.Cancel), "discarded"},
+		{"invalid request", fakeAnswer{status: 400, resp: api.CallbackResponse{Disposition: api.Rejected, Error: api.CodeInvalidRequest, Field: "output"}}, "rejected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, func(op string, _ int, _ []byte) fakeAnswer {
@@ -469,15 +470,15 @@ func TestProtocolServoDispositionFinalWhateverStatus(t *testing.T) {
 		result string
 		ran    bool
 	}{
-		{"started REJECTED 500", "started", refuse(http.StatusInternalServerError, "internal", task.Rejected), "rejected", false},
-		{"started REJECTED 429", "started", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", false},
-		{"started CANCELLED 502", "started", refuse(http.StatusBadGateway, task.CodeTaskAlreadyTerminal, task.Cancel), "not_started", false},
-		{"heartbeat REJECTED 429", "heartbeat", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", true},
-		{"heartbeat CANCELLED 504", "heartbeat", refuse(http.StatusGatewayTimeout, task.CodeTaskExpired, task.Cancel), "lease_lost", true},
-		{"completed REJECTED 500", "completed", refuse(http.StatusInternalServerError, "internal", task.Rejected), "rejected", true},
-		{"completed REJECTED 429", "completed", refuse(http.StatusTooManyRequests, "rate_limited", task.Rejected), "rejected", true},
-		{"completed REJECTED 408", "completed", refuse(http.StatusRequestTimeout, "timeout", task.Rejected), "rejected", true},
-		{"completed CANCELLED 502", "completed", refuse(http.StatusBadGateway, task.CodeAttemptMismatch, task.Cancel), "discarded", true},
+		{"started REJECTED 500", "started", refuse(http.StatusInternalServerError, "internal", api.Rejected), "rejected", false},
+		{"started REJECTED 429", "started", refuse(http.StatusTooManyRequests, "rate_limited", api.Rejected), "rejected", false},
+		{"started CANCELLED 502", "started", refuse(http.StatusBadGateway, api.CodeTaskAlreadyTerminal, api.Cancel), "not_started", false},
+		{"heartbeat REJECTED 429", "heartbeat", refuse(http.StatusTooManyRequests, "rate_limited", api.Rejected), "rejected", true},
+		{"heartbeat CANCELLED 504", "heartbeat", refuse(http.StatusGatewayTimeout, api.CodeTaskExpired, api.Cancel), "lease_lost", true},
+		{"completed REJECTED 500", "completed", refuse(http.StatusInternalServerError, "internal", api.Rejected), "rejected", true},
+		{"completed REJECTED 429", "completed", refuse(http.StatusTooManyRequests, "rate_limited", api.Rejected), "rejected", true},
+		{"completed REJECTED 408", "completed", refuse(http.StatusRequestTimeout, "timeout", api.Rejected), "rejected", true},
+		{"completed CANCELLED 502", "completed", refuse(http.StatusBadGateway, api.CodeAttemptMismatch, api.Cancel), "discarded", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, func(op string, _ int, _ []byte) fakeAnswer {
@@ -551,7 +552,7 @@ func TestProtocolGatewayAnswersRetried(t *testing.T) {
 func TestProtocolCompletedUnreachableAnswers503(t *testing.T) {
 	f := newFake(t, func(op string, _ int, _ []byte) fakeAnswer {
 		if op == "completed" {
-			return refuse(http.StatusServiceUnavailable, task.CodeUnavailable, task.Retry)
+			return refuse(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
 		}
 		return fakeAnswer{}
 	})
@@ -578,8 +579,8 @@ func TestProtocolPanicReportedAsUserCodeFailure(t *testing.T) {
 	if status != http.StatusOK || ans.Result != "committed" || ans.Outcome != "FAILED" {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
-	c := decode[task.CompletedRequest](t, f.ops("completed")[0].body)
-	if c.Error == nil || c.Error.Category != task.CategoryUserCode || !strings.Contains(c.Error.Message, "nil map") ||
+	c := decode[api.CompletedRequest](t, f.ops("completed")[0].body)
+	if c.Error == nil || c.Error.Category != api.CategoryUserCode || !strings.Contains(c.Error.Message, "nil map") ||
 		!strings.Contains(c.Error.StackTrace, "TestProtocolPanicReportedAsUserCodeFailure") {
 		t.Fatalf("completed %s", f.ops("completed")[0].body)
 	}
@@ -603,9 +604,9 @@ func TestProtocolFailureFlushesCheckpointFirst(t *testing.T) {
 	if len(all) != 3 || all[1].op != "heartbeat" || all[2].op != "completed" {
 		t.Fatalf("calls %v", all)
 	}
-	hb := decode[task.HeartbeatRequest](t, all[1].body)
-	c := decode[task.CompletedRequest](t, all[2].body)
-	if string(hb.Checkpoint) != `{"nextPartition":2}` || c.Error.Category != task.CategoryInfrastructure || c.Error.Message != "bucket unavailable" {
+	hb := decode[api.HeartbeatRequest](t, all[1].body)
+	c := decode[api.CompletedRequest](t, all[2].body)
+	if string(hb.Checkpoint) != `{"nextPartition":2}` || c.Error.Category != api.CategoryInfrastructure || c.Error.Message != "bucket unavailable" {
 		t.Fatalf("heartbeat %s completed %s", all[1].body, all[2].body)
 	}
 }
@@ -631,7 +632,7 @@ func TestProtocolCheckpointBringsHeartbeatForward(t *testing.T) {
 		t.Fatalf("answer %d %+v", status, ans)
 	}
 	hbs := f.ops("heartbeat")
-	if len(hbs) != 1 || string(decode[task.HeartbeatRequest](t, hbs[0].body).Checkpoint) != `{"i":2}` {
+	if len(hbs) != 1 || string(decode[api.HeartbeatRequest](t, hbs[0].body).Checkpoint) != `{"i":2}` {
 		t.Fatalf("heartbeats %d, first %s", len(hbs), hbs[0].body)
 	}
 }
@@ -651,8 +652,8 @@ func TestProtocolDeadlineIsTimeout(t *testing.T) {
 	if !errors.Is(cause, worker.ErrDeadlineExceeded) {
 		t.Fatalf("cause %v", cause)
 	}
-	c := decode[task.CompletedRequest](t, f.ops("completed")[0].body)
-	if c.Outcome != task.OutcomeFailed || c.Error.Category != task.CategoryTimeout {
+	c := decode[api.CompletedRequest](t, f.ops("completed")[0].body)
+	if c.Outcome != api.OutcomeFailed || c.Error.Category != api.CategoryTimeout {
 		t.Fatalf("completed %+v", c)
 	}
 }
@@ -727,11 +728,11 @@ func TestProtocolLogLinesCarryIDsNeverToken(t *testing.T) {
 	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
 		switch {
 		case op == "heartbeat" && n == 1:
-			return fakeAnswer{status: 200, resp: task.CallbackResponse{Acknowledged: true, Disposition: task.Continue, TaskToken: "tok-secret-2", TokenExpiresAt: &fresh}}
+			return fakeAnswer{status: 200, resp: api.CallbackResponse{Acknowledged: true, Disposition: api.Continue, TaskToken: "tok-secret-2", TokenExpiresAt: &fresh}}
 		case op == "heartbeat" && n == 2:
 			return fakeAnswer{hijack: true}
 		case op == "completed":
-			return refuse(http.StatusConflict, task.CodeCompletionConflict, task.Rejected)
+			return refuse(http.StatusConflict, api.CodeCompletionConflict, api.Rejected)
 		}
 		return fakeAnswer{}
 	})

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"google.golang.org/api/idtoken"
-
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // Defaults of PullConfig.
@@ -106,7 +105,7 @@ func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultPullMaxWait
 	}
-	cfg.MaxWait = min(cfg.MaxWait, task.MaxClaimWait)
+	cfg.MaxWait = min(cfg.MaxWait, api.MaxClaimWait)
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultPullGrace
 	}
@@ -215,7 +214,7 @@ func (p *puller) loop(ctx context.Context) error {
 
 // start runs a claimed attempt in its own goroutine, freeing its slot at
 // the end.
-func (p *puller) start(env task.Envelope, slots chan struct{}) {
+func (p *puller) start(env api.Envelope, slots chan struct{}) {
 	ru := newRun(p.h, env)
 	ru.claimed = true
 	k := attemptKey{env.TaskID, env.Attempt}
@@ -255,23 +254,23 @@ func (p *puller) stopRunning() {
 	}
 }
 
-// claimResponse is task.ClaimResponse with the envelope kept raw, for
+// claimResponse is api.ClaimResponse with the envelope kept raw, for
 // parseEnvelope's checks.
 type claimResponse struct {
-	Claimed     bool             `json:"claimed"`
-	Envelope    json.RawMessage  `json:"envelope"`
-	Disposition task.Disposition `json:"disposition"`
-	Error       string           `json:"error"`
-	Field       string           `json:"field"`
-	Message     string           `json:"message"`
+	Claimed     bool            `json:"claimed"`
+	Envelope    json.RawMessage `json:"envelope"`
+	Disposition api.Disposition `json:"disposition"`
+	Error       string          `json:"error"`
+	Field       string          `json:"field"`
+	Message     string          `json:"message"`
 }
 
 // claim makes one claim. It is sent under graceCtx (an envelope claimed
 // just as ctx ends is still run), and abandoned when ctx ends and the
 // grace period runs out. It returns the envelope (nil when nothing was
 // claimed), a Retry-After to honour, and an error (*ClaimError: final).
-func (p *puller) claim(ctx, graceCtx context.Context) (*task.Envelope, time.Duration, error) {
-	body, _ := json.Marshal(task.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
+func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Duration, error) {
+	body, _ := json.Marshal(api.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
 	rctx, cancel := context.WithTimeout(graceCtx, p.cfg.MaxWait+p.h.cfg.requestTimeout)
 	defer cancel()
 	u := strings.TrimSuffix(p.cfg.API, "/") + "/v1/pools/" + url.PathEscape(p.cfg.Pool) + "/claim"
@@ -306,7 +305,7 @@ func (p *puller) claim(ctx, graceCtx context.Context) (*task.Envelope, time.Dura
 			return nil, 0, fmt.Errorf("worker: claimed an envelope that is not valid: %w", err)
 		}
 		return &env, 0, nil
-	case servo && cr.Disposition == task.Retry, !servo && retryableStatus(res.StatusCode):
+	case servo && cr.Disposition == api.Retry, !servo && retryableStatus(res.StatusCode):
 		return nil, retryAfter(res.Header.Get("Retry-After")), fmt.Errorf("worker: claim answered %d %s", res.StatusCode, cr.Error)
 	}
 	return nil, 0, &ClaimError{Status: res.StatusCode, Code: cr.Error, Field: cr.Field, Message: cr.Message}

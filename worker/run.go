@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
@@ -19,7 +19,7 @@ import (
 // Func.
 type run struct {
 	h   *handler
-	env task.Envelope
+	env api.Envelope
 	log *slog.Logger
 	t   *Task
 
@@ -47,7 +47,7 @@ type run struct {
 	claimed bool
 }
 
-func newRun(h *handler, env task.Envelope) *run {
+func newRun(h *handler, env api.Envelope) *run {
 	log := h.cfg.logger.With("taskId", env.TaskID, "attempt", env.Attempt, "tenantId", env.TenantID,
 		"runId", env.RunID, "workerId", h.cfg.workerID)
 	r := &run{h: h, env: env, log: log, done: make(chan struct{}), flushCh: make(chan struct{}, 1),
@@ -76,7 +76,7 @@ func (r *run) tokenUntil() time.Time {
 }
 
 // adopt takes a refreshed token from a callback response.
-func (r *run) adopt(resp task.CallbackResponse) {
+func (r *run) adopt(resp api.CallbackResponse) {
 	if resp.TaskToken == "" {
 		return
 	}
@@ -204,7 +204,7 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	ctx = context.WithoutCancel(ctx)
 	cfg := &r.h.cfg
 	startedAt := cfg.now().UTC()
-	body, err := json.Marshal(task.StartedRequest{Attempt: r.env.Attempt, WorkerID: cfg.workerID, StartedAt: &startedAt})
+	body, err := json.Marshal(api.StartedRequest{Attempt: r.env.Attempt, WorkerID: cfg.workerID, StartedAt: &startedAt})
 	if err != nil {
 		return http.StatusInternalServerError, answer{Result: resultInternal, Detail: err.Error()}
 	}
@@ -214,7 +214,7 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	var rep reply
 	if r.claimed {
 		// A pull-pool claim was the attempt's `started`.
-		rep.status, rep.disp = http.StatusOK, task.Continue
+		rep.status, rep.disp = http.StatusOK, api.Continue
 	} else {
 		rep, err = r.post(ctx, opStarted, fixedBody(body), startUntil, nil)
 	}
@@ -224,9 +224,9 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	}
 	r.adopt(rep.resp)
 	switch rep.disp {
-	case task.Continue:
+	case api.Continue:
 		r.acked()
-	case task.Cancel:
+	case api.Cancel:
 		r.log.InfoContext(ctx, "Servo declined the attempt; the function is not run",
 			"status", rep.status, "code", rep.resp.Error, "state", rep.resp.State, "message", rep.resp.Message)
 		return http.StatusOK, answer{Result: resultNotStarted, Code: rep.resp.Error, FinalState: rep.resp.State}
@@ -283,7 +283,7 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	if pnc != nil {
 		r.log.ErrorContext(ctx, "the function panicked", "panic", req.Error.Message)
 	}
-	if req.Outcome == task.OutcomeFailed && r.t.dirty() {
+	if req.Outcome == api.OutcomeFailed && r.t.dirty() {
 		// Store the last checkpoint first: a retry resumes from it.
 		if !r.heartbeatOnce(ctx, nil) {
 			if stop := r.stopped(); stop != nil {
@@ -303,11 +303,11 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 		return http.StatusServiceUnavailable, answer{Result: resultUnreachable, Outcome: string(req.Outcome), Detail: err.Error()}
 	}
 	switch rep.disp {
-	case task.Committed:
+	case api.Committed:
 		r.log.InfoContext(ctx, "attempt reported", "outcome", req.Outcome, "finalState", rep.resp.FinalState,
 			"retryScheduled", rep.resp.RetryScheduled, "nextAttempt", rep.resp.NextAttempt)
 		return http.StatusOK, answer{Result: resultCommitted, Outcome: string(req.Outcome), FinalState: rep.resp.FinalState}
-	case task.Cancel:
+	case api.Cancel:
 		r.log.WarnContext(ctx, "Servo discarded the attempt's result: the attempt had no authority any more",
 			"outcome", req.Outcome, "status", rep.status, "code", rep.resp.Error, "message", rep.resp.Message)
 		return http.StatusOK, answer{Result: resultDiscarded, Outcome: string(req.Outcome), Code: rep.resp.Error}
@@ -391,14 +391,14 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 	}
 	r.adopt(rep.resp)
 	switch rep.disp {
-	case task.Continue:
+	case api.Continue:
 		r.acked()
 		r.t.acked(version)
 		if rep.resp.ShouldCancel != nil && *rep.resp.ShouldCancel {
 			r.cancelBy(rep.resp.CancelReason)
 		}
 		return true
-	case task.Cancel:
+	case api.Cancel:
 		r.lose(&LeaseLostError{Status: rep.status, Code: rep.resp.Error, Message: rep.resp.Message})
 	default:
 		r.lose(&RejectedError{Op: opHeartbeat, Status: rep.status, Code: rep.resp.Error, Field: rep.resp.Field, Message: rep.resp.Message})

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // Task is one attempt of a Servo task as a [Func] sees it: the envelope, the
@@ -23,7 +23,7 @@ type Task struct {
 	// on a first attempt or when no earlier attempt checkpointed).
 	ResumeFrom json.RawMessage
 
-	env      task.Envelope
+	env      api.Envelope
 	workerID string
 	log      *slog.Logger
 	// flush asks the heartbeat loop for an early heartbeat; nil when detached.
@@ -38,7 +38,7 @@ type Task struct {
 	cpVersion, cpAcked int
 }
 
-func newTask(env task.Envelope, workerID string, log *slog.Logger, flush func()) *Task {
+func newTask(env api.Envelope, workerID string, log *slog.Logger, flush func()) *Task {
 	env.TaskToken = ""
 	return &Task{Payload: env.Payload, ResumeFrom: env.ResumeFrom, env: env, workerID: workerID, log: log, flush: flush}
 }
@@ -47,7 +47,7 @@ func newTask(env task.Envelope, workerID string, log *slog.Logger, flush func())
 // unit tests of a [Func]: Progress and Checkpoint only record, and
 // LastProgress and LastCheckpoint read what was recorded. A nil log
 // discards log lines.
-func NewTestTask(env task.Envelope, log *slog.Logger) *Task {
+func NewTestTask(env api.Envelope, log *slog.Logger) *Task {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +56,7 @@ func NewTestTask(env task.Envelope, log *slog.Logger) *Task {
 
 // Envelope returns a copy of the envelope Cloud Tasks delivered, with the
 // task token removed (the SDK alone uses it).
-func (t *Task) Envelope() task.Envelope { return t.env }
+func (t *Task) Envelope() api.Envelope { return t.env }
 
 // ID returns the task id.
 func (t *Task) ID() string { return t.env.TaskID }
@@ -98,10 +98,10 @@ func (t *Task) DecodeResumeFrom(v any) (bool, error) {
 }
 
 // Progress records the attempt's progress (pct is clamped to 0–100, msg is
-// truncated to task.MaxMessageBytes). The next heartbeat carries it.
+// truncated to api.MaxMessageBytes). The next heartbeat carries it.
 func (t *Task) Progress(pct int, msg string) {
 	pct = min(max(pct, 0), 100)
-	msg = truncate(msg, task.MaxMessageBytes)
+	msg = truncate(msg, api.MaxMessageBytes)
 	t.mu.Lock()
 	t.progressPct, t.message = &pct, msg
 	t.mu.Unlock()
@@ -119,7 +119,7 @@ func (t *Task) SetPhase(phase string) {
 // Checkpoint records v (JSON-encoded; a json.RawMessage is used as is) as
 // the attempt's checkpoint: the state a later attempt resumes from
 // ([Task.ResumeFrom]) if this one fails and Servo retries. It must encode to
-// at most task.MaxCheckpointBytes ([ErrCheckpointTooLarge] otherwise).
+// at most api.MaxCheckpointBytes ([ErrCheckpointTooLarge] otherwise).
 //
 // Delivery: a checkpoint asks for an early heartbeat, sent at once unless a
 // heartbeat went out less than a quarter of the heartbeat interval ago (then
@@ -132,7 +132,7 @@ func (t *Task) Checkpoint(v any) error {
 	if err != nil {
 		return fmt.Errorf("worker: checkpoint: %w", err)
 	}
-	if len(b) > task.MaxCheckpointBytes {
+	if len(b) > api.MaxCheckpointBytes {
 		return fmt.Errorf("%w (it has %d bytes)", ErrCheckpointTooLarge, len(b))
 	}
 	t.mu.Lock()
@@ -165,10 +165,10 @@ func (t *Task) LastProgress() (pct int, msg string, ok bool) {
 // heartbeat builds a heartbeat body with the latest progress and, when
 // Servo has not stored it yet, the latest checkpoint. It returns the
 // checkpoint version the body carries.
-func (t *Task) heartbeat(attempt int, workerID string, at time.Time) (task.HeartbeatRequest, int) {
+func (t *Task) heartbeat(attempt int, workerID string, at time.Time) (api.HeartbeatRequest, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	req := task.HeartbeatRequest{Attempt: attempt, WorkerID: workerID, HeartbeatAt: &at, Message: t.message}
+	req := api.HeartbeatRequest{Attempt: attempt, WorkerID: workerID, HeartbeatAt: &at, Message: t.message}
 	if t.progressPct != nil {
 		p := *t.progressPct
 		req.ProgressPct = &p

@@ -12,6 +12,7 @@ import (
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
@@ -28,14 +29,14 @@ func seedRunning(t testing.TB, st *store.Store, project string, n, due int) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	live := task.Timing{HeartbeatIntervalMs: 60_000, HeartbeatTimeoutMs: 3_600_000, CancelGracePeriodMs: 30_000, StartTimeoutMs: 600_000}
-	seed := func(count int, tm task.Timing, started time.Time) {
+	live := api.Timing{HeartbeatIntervalMs: 60_000, HeartbeatTimeoutMs: 3_600_000, CancelGracePeriodMs: 30_000, StartTimeoutMs: 600_000}
+	seed := func(count int, tm api.Timing, started time.Time) {
 		if count <= 0 {
 			return
 		}
 		tk, _, err := st.Create(ctx, task.Task{
 			ID: task.NewTaskID(now), RunID: "run_cost", TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
-			Payload: json.RawMessage(`{}`), Timing: tm, Retry: task.RetryPolicy{MaxAttempts: 1},
+			Payload: json.RawMessage(`{}`), Timing: tm, Retry: api.RetryPolicy{MaxAttempts: 1},
 		}, now)
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
@@ -58,15 +59,15 @@ func TestLeaseExpired(t *testing.T) {
 			}
 			got := e.get(tk.ID)
 			a1 := got.Attempts[0]
-			if a1.Outcome != task.OutcomeZombie || a1.Error == nil || a1.Error.Category != task.CategoryInfrastructure {
+			if a1.Outcome != api.OutcomeZombie || a1.Error == nil || a1.Error.Category != api.CategoryInfrastructure {
 				t.Fatalf("attempt 1: %+v", a1)
 			}
 			tr, _ := lastTransition(t, e, tk.ID)
 			if tc.retry {
-				if got.State != task.Queued || got.Attempt != 2 || len(got.Attempts) != 2 || got.LeaseExpiresAt != nil || got.DispatchCheckAt == nil {
+				if got.State != api.Queued || got.Attempt != 2 || len(got.Attempts) != 2 || got.LeaseExpiresAt != nil || got.DispatchCheckAt == nil {
 					t.Fatalf("after retry: %s attempt %d attempts %d", got.State, got.Attempt, len(got.Attempts))
 				}
-				if tr.From != task.Running || tr.To != task.Queued || tr.Reason != task.ReasonRetryScheduled || tr.Outcome != task.OutcomeZombie || tr.NextAttempt != 2 || tr.DeadLetter {
+				if tr.From != api.Running || tr.To != api.Queued || tr.Reason != api.ReasonRetryScheduled || tr.Outcome != api.OutcomeZombie || tr.NextAttempt != 2 || tr.DeadLetter {
 					t.Fatalf("retry transition %+v", tr)
 				}
 				if calls := e.rec.calls()[tk.ID]; len(calls) != 1 || !calls[0].Enqueue {
@@ -79,10 +80,10 @@ func TestLeaseExpired(t *testing.T) {
 				}
 				return
 			}
-			if got.State != task.Failed || got.Reason != task.ReasonHeartbeatTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.EndedAt == nil {
+			if got.State != api.Failed || got.Reason != api.ReasonHeartbeatTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.EndedAt == nil {
 				t.Fatalf("after zombie: %s %s attempt %d", got.State, got.Reason, got.Attempt)
 			}
-			if tr.To != task.Failed || tr.Reason != task.ReasonHeartbeatTimeout || tr.Outcome != task.OutcomeZombie || !tr.DeadLetter {
+			if tr.To != api.Failed || tr.Reason != api.ReasonHeartbeatTimeout || tr.Outcome != api.OutcomeZombie || !tr.DeadLetter {
 				t.Fatalf("failure transition %+v", tr)
 			}
 			if n := len(e.rec.calls()[tk.ID]); n != 0 {
@@ -106,12 +107,12 @@ func TestLeaseExpired(t *testing.T) {
 func TestCancellingTimesOut(t *testing.T) {
 	tests := []struct {
 		name    string
-		timing  task.Timing
-		outcome task.Outcome
+		timing  api.Timing
+		outcome api.Outcome
 		lease   bool // the lease duty applies, else the cancel duty
 	}{
-		{"lease runs out first", task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}, task.OutcomeZombie, true},
-		{"grace period runs out first", task.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 300, StartTimeoutMs: 60_000}, task.OutcomeCancelTimeout, false},
+		{"lease runs out first", api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}, api.OutcomeZombie, true},
+		{"grace period runs out first", api.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 300, StartTimeoutMs: 60_000}, api.OutcomeCancelTimeout, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +120,7 @@ func TestCancellingTimesOut(t *testing.T) {
 			sw := e.sweeper(nil)
 			tk := e.running(spec{maxAttempts: 3, timing: tc.timing}, false)
 			c := e.apply(tk.ID, task.Event{Kind: task.EventCancel, Reason: "user_requested"}).Task
-			if c.State != task.Cancelling {
+			if c.State != api.Cancelling {
 				t.Fatalf("state %s", c.State)
 			}
 			if tc.lease {
@@ -132,11 +133,11 @@ func TestCancellingTimesOut(t *testing.T) {
 				t.Fatalf("stats %+v", st)
 			}
 			got := e.get(tk.ID)
-			if got.State != task.Failed || got.Reason != task.ReasonCancelTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != tc.outcome {
+			if got.State != api.Failed || got.Reason != api.ReasonCancelTimeout || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != tc.outcome {
 				t.Fatalf("got %s %s attempt %d outcome %s", got.State, got.Reason, got.Attempt, got.Attempts[0].Outcome)
 			}
 			tr, _ := lastTransition(t, e, tk.ID)
-			if tr.From != task.Cancelling || tr.To != task.Failed || tr.Reason != task.ReasonCancelTimeout || !tr.DeadLetter {
+			if tr.From != api.Cancelling || tr.To != api.Failed || tr.Reason != api.ReasonCancelTimeout || !tr.DeadLetter {
 				t.Fatalf("transition %+v", tr)
 			}
 			if e.rec.count() != 0 {
@@ -155,18 +156,18 @@ func TestCancellingTimesOut(t *testing.T) {
 // ends FAILED DISPATCH_TIMEOUT.
 func TestStuckDispatchRedriven(t *testing.T) {
 	const maxRedrives = 2
-	for _, start := range []task.State{task.Pending, task.Queued} {
+	for _, start := range []api.State{api.Pending, api.Queued} {
 		t.Run(string(start), func(t *testing.T) {
 			e := newEnv(t)
 			sw := e.sweeper(func(c *zombie.Config) { c.MaxRedrives = maxRedrives })
 			tk := e.create(spec{maxAttempts: 3})
-			if start == task.Queued {
+			if start == api.Queued {
 				if err := e.enq.Enqueue(e.ctx, tk); err != nil {
 					t.Fatal(err)
 				}
 			}
 			var names []string // the deliveries expected so far
-			if start == task.Queued {
+			if start == api.Queued {
 				names = append(names, task.DispatchName(tk.ID, 1))
 				eventually(t, "the first dispatch delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
 			}
@@ -178,7 +179,7 @@ func TestStuckDispatchRedriven(t *testing.T) {
 					t.Fatalf("re-drive %d: stats %+v", i, st)
 				}
 				got := e.get(tk.ID)
-				if got.State != task.Queued || got.Redrives != i || got.Attempt != 1 {
+				if got.State != api.Queued || got.Redrives != i || got.Attempt != 1 {
 					t.Fatalf("re-drive %d: %s redrives %d attempt %d", i, got.State, got.Redrives, got.Attempt)
 				}
 				names = append(names, task.RedriveName(tk.ID, 1, i))
@@ -198,11 +199,11 @@ func TestStuckDispatchRedriven(t *testing.T) {
 				t.Fatalf("final pass %+v", st)
 			}
 			got := e.get(tk.ID)
-			if got.State != task.Failed || got.Reason != task.ReasonDispatchTimeout || got.Attempts[0].Outcome != task.OutcomeTimedOut || got.DispatchCheckAt != nil {
+			if got.State != api.Failed || got.Reason != api.ReasonDispatchTimeout || got.Attempts[0].Outcome != api.OutcomeTimedOut || got.DispatchCheckAt != nil {
 				t.Fatalf("final: %s %s outcome %s", got.State, got.Reason, got.Attempts[0].Outcome)
 			}
 			tr, _ := lastTransition(t, e, tk.ID)
-			if tr.To != task.Failed || tr.Reason != task.ReasonDispatchTimeout || !tr.DeadLetter {
+			if tr.To != api.Failed || tr.Reason != api.ReasonDispatchTimeout || !tr.DeadLetter {
 				t.Fatalf("transition %+v", tr)
 			}
 			// Each dispatch of attempt 1 was delivered once, under its name.
@@ -235,7 +236,7 @@ func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	got := e.get(tk.ID)
-	if got.State != task.Queued || got.Attempt != 2 || e.cloudTask(tk.ID, 2) != nil {
+	if got.State != api.Queued || got.Attempt != 2 || e.cloudTask(tk.ID, 2) != nil {
 		t.Fatalf("after failed enqueue: %s attempt %d", got.State, got.Attempt)
 	}
 	waitPast(t, got.DispatchCheckAt)
@@ -247,7 +248,7 @@ func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
 	if d := e.worker.of(tk.ID)[0]; d.Attempt != 2 || d.TaskName != task.RedriveName(tk.ID, 2, 1) {
 		t.Fatalf("delivery %+v", d)
 	}
-	if got := e.get(tk.ID); got.State != task.Queued || got.Redrives != 1 {
+	if got := e.get(tk.ID); got.State != api.Queued || got.Redrives != 1 {
 		t.Fatalf("after re-drive: %s redrives %d", got.State, got.Redrives)
 	}
 }
@@ -257,10 +258,10 @@ func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
 // when its lease ran out too (the deadline duty runs first) and whatever its
 // state.
 func TestDeadlineExceeded(t *testing.T) {
-	long := task.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}
+	long := api.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 60_000, StartTimeoutMs: 60_000}
 	tests := []struct {
 		name   string
-		timing task.Timing
+		timing api.Timing
 		setup  func(e *env, s spec) task.Task
 	}{
 		{"running", long, func(e *env, s spec) task.Task { return e.running(s, false) }},
@@ -284,11 +285,11 @@ func TestDeadlineExceeded(t *testing.T) {
 				t.Fatalf("stats %+v", st)
 			}
 			got := e.get(tk.ID)
-			if got.State != task.Failed || got.Reason != task.ReasonDeadlineExceeded || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != task.OutcomeTimedOut {
+			if got.State != api.Failed || got.Reason != api.ReasonDeadlineExceeded || got.Attempt != 1 || len(got.Attempts) != 1 || got.Attempts[0].Outcome != api.OutcomeTimedOut {
 				t.Fatalf("got %s %s attempt %d attempts %d", got.State, got.Reason, got.Attempt, len(got.Attempts))
 			}
 			tr, _ := lastTransition(t, e, tk.ID)
-			if tr.To != task.Failed || tr.Reason != task.ReasonDeadlineExceeded || tr.Outcome != task.OutcomeTimedOut || !tr.DeadLetter {
+			if tr.To != api.Failed || tr.Reason != api.ReasonDeadlineExceeded || tr.Outcome != api.OutcomeTimedOut || !tr.DeadLetter {
 				t.Fatalf("transition %+v", tr)
 			}
 			if e.rec.count() != 0 {
@@ -328,7 +329,7 @@ func TestRedriveReplacesWaitingCloudTask(t *testing.T) {
 		t.Fatalf("after the re-drive: first queued %v, re-drive queued %v; want only the re-drive", exists(first), exists(redrive))
 	}
 	r := e.apply(tk.ID, task.Event{Kind: task.EventCancel})
-	if r.Task.State != task.Cancelled || !r.Dequeue {
+	if r.Task.State != api.Cancelled || !r.Dequeue {
 		t.Fatalf("cancel: %s dequeue %v", r.Task.State, r.Dequeue)
 	}
 	if err := e.enq.FollowUp(e.ctx, r); err != nil {

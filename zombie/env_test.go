@@ -15,6 +15,7 @@ import (
 	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -28,7 +29,7 @@ import (
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
 // Short timers for the integration tests (the local minimum is 100 ms).
-var shortTiming = task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 300, StartTimeoutMs: 300}
+var shortTiming = api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 300, StartTimeoutMs: 300}
 
 // Cloud Tasks queues live in a fixed project name (enqueue validates it);
 // every test has its own emulator, so they never meet.
@@ -52,7 +53,7 @@ type worker struct {
 func newWorker(t *testing.T) *worker {
 	w := &worker{}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var env task.Envelope
+		var env api.Envelope
 		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -152,7 +153,7 @@ func (e *env) sweeper(mod func(*zombie.Config)) *zombie.Sweeper {
 // spec describes a task to create.
 type spec struct {
 	maxAttempts int
-	timing      task.Timing
+	timing      api.Timing
 	deadline    time.Duration // from now; 0 for none
 }
 
@@ -161,13 +162,13 @@ func (e *env) create(s spec) task.Task {
 	e.t.Helper()
 	now := time.Now().UTC()
 	tm := s.timing
-	if tm == (task.Timing{}) {
+	if tm == (api.Timing{}) {
 		tm = shortTiming
 	}
 	tk := task.Task{
 		ID: task.NewTaskID(now), RunID: "run_z", TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
 		Payload: json.RawMessage(`{"n":1}`), Timing: tm,
-		Retry: task.RetryPolicy{MaxAttempts: max(s.maxAttempts, 1), InitialBackoffMs: 100, MaxBackoffMs: 100},
+		Retry: api.RetryPolicy{MaxAttempts: max(s.maxAttempts, 1), InitialBackoffMs: 100, MaxBackoffMs: 100},
 	}
 	if s.deadline > 0 {
 		d := now.Add(s.deadline)

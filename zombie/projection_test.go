@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
@@ -45,7 +46,7 @@ func TestDueQueriesReadNoPayload(t *testing.T) {
 		now := time.Now().UTC()
 		tk := task.Task{
 			ID: task.NewTaskID(now), RunID: "run_p", TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
-			Payload: big, Timing: shortTiming, Retry: task.RetryPolicy{MaxAttempts: 1},
+			Payload: big, Timing: shortTiming, Retry: api.RetryPolicy{MaxAttempts: 1},
 		}
 		if deadline > 0 {
 			d := now.Add(deadline)
@@ -105,7 +106,7 @@ func TestDueQueriesReadNoPayload(t *testing.T) {
 		t.Fatalf("re-drive enqueued with a %d-byte payload, want %d", len(p), len(big))
 	}
 	for _, id := range []string{deadline.ID, lease.ID, cancel.ID} {
-		if got := e.get(id); got.State != task.Failed || len(got.Payload) != len(big) {
+		if got := e.get(id); got.State != api.Failed || len(got.Payload) != len(big) {
 			t.Fatalf("%s: %s with %d payload bytes", id, got.State, len(got.Payload))
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
@@ -141,7 +142,7 @@ func zombieFixture(t *testing.T) (*env, task.Task) {
 
 func assertSwept(t *testing.T, e *env, id string) {
 	t.Helper()
-	if got := e.get(id); got.State != task.Failed || got.Reason != task.ReasonHeartbeatTimeout {
+	if got := e.get(id); got.State != api.Failed || got.Reason != api.ReasonHeartbeatTimeout {
 		t.Fatalf("task not swept: %s %s", got.State, got.Reason)
 	}
 }
@@ -264,11 +265,11 @@ func TestPubSubEmulatorPushReachesTheFunction(t *testing.T) {
 	if !sources["//pubsub.googleapis.com/"] || !sources["//pubsub.googleapis.com/"+topic] {
 		t.Fatalf("sources %v", sources)
 	}
-	eventually(t, "the zombie swept", func() bool { return e.get(tk.ID).State == task.Failed })
+	eventually(t, "the zombie swept", func() bool { return e.get(tk.ID).State == api.Failed })
 	assertSwept(t, e, tk.ID)
 	n := 0
 	for _, ob := range e.outbox(tk.ID) {
-		if ob.To == task.Failed {
+		if ob.To == api.Failed {
 			n++
 		}
 	}

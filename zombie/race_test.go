@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
@@ -21,7 +22,7 @@ import (
 func TestHeartbeatVersusSweepRace(t *testing.T) {
 	const n = 40
 	e := newEnv(t)
-	long := task.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 60_000, StartTimeoutMs: 600_000}
+	long := api.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 60_000, CancelGracePeriodMs: 60_000, StartTimeoutMs: 600_000}
 	base := time.Now().UTC().Truncate(time.Millisecond)
 	lease := base.Add(long.HeartbeatTimeout())
 	ids := make([]string, n)
@@ -63,7 +64,7 @@ func TestHeartbeatVersusSweepRace(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			r, err := e.st.Apply(context.Background(), id, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Now: hbAt,
-				Heartbeat: &task.HeartbeatRequest{Attempt: 1, WorkerID: "w1"}})
+				Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1"}})
 			results[i] = hbResult{r, err}
 		})
 	}
@@ -81,25 +82,25 @@ func TestHeartbeatVersusSweepRace(t *testing.T) {
 		got := e.get(id)
 		a1 := got.Attempts[0]
 		accepted := hb.r.Rejection == nil && hb.r.Write
-		swept := a1.Outcome == task.OutcomeZombie
+		swept := a1.Outcome == api.OutcomeZombie
 		zombieEvents := 0
 		for _, ob := range e.outbox(id) {
-			if ob.Attempt == 1 && ob.Outcome == task.OutcomeZombie {
+			if ob.Attempt == 1 && ob.Outcome == api.OutcomeZombie {
 				zombieEvents++
 			}
 		}
 		switch {
 		case accepted && !swept:
 			alive++
-			if got.State != task.Running || got.Attempt != 1 || zombieEvents != 0 || !got.LeaseExpiresAt.Equal(hbAt.Add(long.HeartbeatTimeout())) {
+			if got.State != api.Running || got.Attempt != 1 || zombieEvents != 0 || !got.LeaseExpiresAt.Equal(hbAt.Add(long.HeartbeatTimeout())) {
 				t.Fatalf("%s: heartbeat won but task is %s attempt %d, %d zombie events", id, got.State, got.Attempt, zombieEvents)
 			}
 		case !accepted && swept:
 			zombies++
-			if hb.r.Rejection == nil || hb.r.Rejection.Code != task.CodeAttemptMismatch {
+			if hb.r.Rejection == nil || hb.r.Rejection.Code != api.CodeAttemptMismatch {
 				t.Fatalf("%s: sweep won but the heartbeat got %+v", id, hb.r.Rejection)
 			}
-			if got.State != task.Queued || got.Attempt != 2 || zombieEvents != 1 {
+			if got.State != api.Queued || got.Attempt != 2 || zombieEvents != 1 {
 				t.Fatalf("%s: sweep won but task is %s attempt %d, %d zombie events", id, got.State, got.Attempt, zombieEvents)
 			}
 		default:
@@ -145,7 +146,7 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 		wg.Go(func() {
 			// A long start timeout: the retried attempts must not become
 			// due for a re-drive during the test.
-			tk := e.running(spec{maxAttempts: 3, timing: task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 300, StartTimeoutMs: 60_000}}, false)
+			tk := e.running(spec{maxAttempts: 3, timing: api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 300, CancelGracePeriodMs: 300, StartTimeoutMs: 60_000}}, false)
 			ids[i] = tk.ID
 			mu.Lock()
 			if tk.LeaseExpiresAt.After(lease) {
@@ -206,14 +207,14 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 	}
 	calls := rec.calls()
 	for _, id := range ids {
-		if trs := committed[id]; len(trs) != 1 || trs[0].From != task.Running || trs[0].To != task.Queued || trs[0].NextAttempt != 2 {
+		if trs := committed[id]; len(trs) != 1 || trs[0].From != api.Running || trs[0].To != api.Queued || trs[0].NextAttempt != 2 {
 			t.Fatalf("%s: committed transitions %+v", id, trs)
 		}
 		if len(calls[id]) != 1 {
 			t.Fatalf("%s: %d follow-ups", id, len(calls[id]))
 		}
 		got := e.get(id)
-		if got.State != task.Queued || got.Attempt != 2 || len(got.Attempts) != 2 || got.Seq != 4 {
+		if got.State != api.Queued || got.Attempt != 2 || len(got.Attempts) != 2 || got.Seq != 4 {
 			t.Fatalf("%s: %s attempt %d attempts %d seq %d", id, got.State, got.Attempt, len(got.Attempts), got.Seq)
 		}
 		ob := e.outbox(id)
@@ -224,7 +225,7 @@ func TestTwoSweepersAtOnce(t *testing.T) {
 			}
 			seen[o.EventID] = true
 		}
-		if len(ob) != 4 || ob[3].To != task.Queued || ob[3].Outcome != task.OutcomeZombie {
+		if len(ob) != 4 || ob[3].To != api.Queued || ob[3].Outcome != api.OutcomeZombie {
 			t.Fatalf("%s: outbox has %d entries, last %+v", id, len(ob), ob[len(ob)-1].Transition)
 		}
 		if e.cloudTask(id, 2) == nil && len(e.worker.of(id)) == 0 {

@@ -13,6 +13,7 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
@@ -24,7 +25,7 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // unitTiming: 1 s interval, 3 s lease, 2 s grace, 5 s start timeout.
-var unitTiming = task.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 2000, StartTimeoutMs: 5000}
+var unitTiming = api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 2000, StartTimeoutMs: 5000}
 
 // build makes a task at now and drives it with the pure machine through
 // kinds (Enqueued, Started, Cancel), all at now.
@@ -32,7 +33,7 @@ func build(t *testing.T, i int, now time.Time, maxAttempts int, kinds ...task.Ev
 	t.Helper()
 	tk, _, _ := task.NewTask(task.Task{
 		ID: task.NewTaskID(now), RunID: "run_u", TenantID: "acme", WorkspaceID: "ws", TaskKey: fmt.Sprint("k", i), Worker: "w",
-		Timing: unitTiming, Retry: task.RetryPolicy{MaxAttempts: maxAttempts, InitialBackoffMs: 1000, MaxBackoffMs: 1000},
+		Timing: unitTiming, Retry: api.RetryPolicy{MaxAttempts: maxAttempts, InitialBackoffMs: 1000, MaxBackoffMs: 1000},
 	}, now)
 	var cur *task.Attempt
 	for _, k := range kinds {
@@ -86,28 +87,28 @@ func TestDutiesApplyTheirEvents(t *testing.T) {
 		task     func(t *testing.T) task.Task
 		kind     task.EventKind
 		due      store.Due
-		want     task.State
+		want     api.State
 		reason   string
 		followUp bool
 	}{
 		{"lease retry", func(t *testing.T) task.Task { return build(t, 0, t0, 3, task.EventEnqueued, task.EventStarted) },
-			task.EventLeaseExpired, store.DueLease, task.Queued, "", true},
+			task.EventLeaseExpired, store.DueLease, api.Queued, "", true},
 		{"lease no retry", func(t *testing.T) task.Task { return build(t, 0, t0, 1, task.EventEnqueued, task.EventStarted) },
-			task.EventLeaseExpired, store.DueLease, task.Failed, task.ReasonHeartbeatTimeout, false},
+			task.EventLeaseExpired, store.DueLease, api.Failed, api.ReasonHeartbeatTimeout, false},
 		{"cancel timeout", func(t *testing.T) task.Task {
 			tk := build(t, 0, t0, 3, task.EventEnqueued, task.EventStarted, task.EventCancel)
 			far := later.Add(time.Hour) // lease still valid: only the grace period ran out
 			tk.LeaseExpiresAt = &far
 			return tk
-		}, task.EventCancelTimeout, store.DueCancel, task.Failed, task.ReasonCancelTimeout, false},
+		}, task.EventCancelTimeout, store.DueCancel, api.Failed, api.ReasonCancelTimeout, false},
 		{"stuck pending re-driven", func(t *testing.T) task.Task { return build(t, 0, t0, 3) },
-			task.EventRedrive, store.DueDispatch, task.Pending, "", true},
+			task.EventRedrive, store.DueDispatch, api.Pending, "", true},
 		{"deadline", func(t *testing.T) task.Task {
 			tk := build(t, 0, t0, 3, task.EventEnqueued, task.EventStarted)
 			far := later.Add(time.Hour)
 			tk.LeaseExpiresAt, tk.Deadline = &far, &deadline
 			return tk
-		}, task.EventDeadlineExceeded, store.DueDeadline, task.Failed, task.ReasonDeadlineExceeded, false},
+		}, task.EventDeadlineExceeded, store.DueDeadline, api.Failed, api.ReasonDeadlineExceeded, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,7 +176,7 @@ func TestSweepPaginatesWithBoundedConcurrency(t *testing.T) {
 		t.Fatalf("lease events %d", len(ms.eventsOf(task.EventLeaseExpired)))
 	}
 	for id := range ids {
-		if got := ms.get(id); got.State != task.Failed || got.Reason != task.ReasonHeartbeatTimeout {
+		if got := ms.get(id); got.State != api.Failed || got.Reason != api.ReasonHeartbeatTimeout {
 			t.Fatalf("task %s: %s %s", id, got.State, got.Reason)
 		}
 	}
@@ -301,14 +302,14 @@ func TestNoOpsErrorsAndFollowUps(t *testing.T) {
 	if st.Lease.Due != 4 || st.Lease.Applied != 2 || st.Lease.NoOp != 1 || st.Lease.Errors != 1 || st.Lease.FollowUpErrors != 2 {
 		t.Fatalf("lease stats %+v", st.Lease)
 	}
-	if got := ms.get(stale.ID); got.State != task.Running || got.Attempt != 1 {
+	if got := ms.get(stale.ID); got.State != api.Running || got.Attempt != 1 {
 		t.Fatalf("stale task changed: %s attempt %d", got.State, got.Attempt)
 	}
 	calls := enq.calls()
 	if len(calls[ok1.ID]) != 1 || len(calls[ok2.ID]) != 1 || len(calls) != 2 {
 		t.Fatalf("follow-ups %v", calls)
 	}
-	if r := calls[ok1.ID][0]; !r.Enqueue || r.Task.Attempt != 2 || r.Task.State != task.Queued {
+	if r := calls[ok1.ID][0]; !r.Enqueue || r.Task.Attempt != 2 || r.Task.State != api.Queued {
 		t.Fatalf("follow-up result %+v", r)
 	}
 	// A vanished task is a no-op, not an error.

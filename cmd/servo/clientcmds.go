@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // clientFlags are the flags every client command takes.
@@ -302,8 +302,8 @@ nextPageToken for --page-token.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if state != "" && !task.State(strings.ToUpper(state)).Valid() {
-				return usageErr("--state must be one of %v", task.States)
+			if state != "" && !api.State(strings.ToUpper(state)).Valid() {
+				return usageErr("--state must be one of %v", api.States)
 			}
 			if order != "" && order != "newest" && order != "oldest" {
 				return usageErr("--order must be newest or oldest")
@@ -486,7 +486,7 @@ recorded runs are not listed (servo list --run still shows their tasks).`,
 			t := newTable("RUN", "TENANT", "CREATED", "TOTAL", "PENDING", "QUEUED", "RUNNING", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED").shrink(0, 1)
 			for _, r := range runs {
 				row := []string{r.RunID, r.TenantID, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), fmt.Sprint(r.Total)}
-				for _, st := range []task.State{task.Pending, task.Queued, task.Running, task.Cancelling, task.Succeeded, task.Failed, task.Cancelled} {
+				for _, st := range []api.State{api.Pending, api.Queued, api.Running, api.Cancelling, api.Succeeded, api.Failed, api.Cancelled} {
 					row = append(row, fmt.Sprint(r.Counts[st]))
 				}
 				t.add(row...)
@@ -532,7 +532,7 @@ its next heartbeat. A finished task is a conflict (exit 4).`,
 		},
 	}
 	cf.register(cmd.Flags())
-	cmd.Flags().StringVar(&reason, "reason", task.ReasonUserRequested, "cancel reason handed to the worker")
+	cmd.Flags().StringVar(&reason, "reason", api.ReasonUserRequested, "cancel reason handed to the worker")
 	return cmd
 }
 

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 var (
@@ -128,7 +128,7 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State == task.Succeeded {
+		if got.State == api.Succeeded {
 			break
 		}
 		if got.State.Terminal() || time.Now().After(deadline) {
@@ -163,7 +163,7 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 	}
 	defer st.Close()
 	got, err := st.GetTask(ctx, sub.TaskID)
-	if err != nil || got.State != task.Succeeded {
+	if err != nil || got.State != api.Succeeded {
 		t.Fatalf("task in the given Firestore: %+v, %v", got.State, err)
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
-	"github.com/servo-dev/servo/internal/task"
 
 	"github.com/servo-dev/servo/internal/benchworker"
 	"github.com/servo-dev/servo/internal/servotest"
@@ -254,7 +254,7 @@ func BenchmarkDevWorkload(b *testing.B) {
 		}
 		ok := 0
 		for _, t := range tasks {
-			if t.State == task.Succeeded {
+			if t.State == api.Succeeded {
 				ok++
 			}
 		}

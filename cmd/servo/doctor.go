@@ -21,11 +21,11 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // doctorCheck is one row of servo doctor's table.
@@ -185,7 +185,7 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	switch {
 	case err != nil:
 		add("canary", checkFail, "%s: %v", sub.TaskID, err)
-	case final.State != task.Succeeded:
+	case final.State != api.Succeeded:
 		add("canary", checkFail, "%s ended %s %s after %d attempt(s)", sub.TaskID, final.State, final.Reason, final.Attempt)
 	default:
 		add("canary", checkPass, "%s SUCCEEDED on worker %s in %s", sub.TaskID, o.worker, time.Since(started).Round(time.Millisecond))
@@ -200,7 +200,7 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	switch {
 	case err != nil:
 		add("events", checkFail, "GET /v1/tasks/%s/events: %v", sub.TaskID, err)
-	case len(evs) == 0 || evs[len(evs)-1].To != task.Succeeded:
+	case len(evs) == 0 || evs[len(evs)-1].To != api.Succeeded:
 		add("events", checkFail, "recorded transitions %v, want them to end SUCCEEDED", states)
 	default:
 		add("events", checkPass, "%d transitions recorded: %s", len(evs), strings.Join(states, " → "))
@@ -311,7 +311,7 @@ func (t *doctorTopic) waitSucceeded(ctx context.Context, taskID string, limit ti
 	var found atomic.Bool
 	err := t.ps.Subscriber(t.sub).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
-		if m.Attributes[events.AttrTaskID] == taskID && m.Attributes[events.AttrState] == string(task.Succeeded) {
+		if m.Attributes[events.AttrTaskID] == taskID && m.Attributes[events.AttrState] == string(api.Succeeded) {
 			found.Store(true)
 			cancel()
 		}

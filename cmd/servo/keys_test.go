@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
@@ -134,7 +134,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	// The SDK keeps the envelope's token to itself: read it on the way in.
 	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var env task.Envelope
+		var env api.Envelope
 		if json.Unmarshal(body, &env) == nil {
 			mu.Lock()
 			envelopeKids[env.TaskID] = kidOf(t, env.TaskToken)
@@ -166,7 +166,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	runningNow := func(id string) client.Task {
 		return st.wait(id, "RUNNING at 40%", func(v client.Task) bool {
 			p, known, _ := progressOf(&v)
-			return v.State == task.Running && known && p == 40 && len(v.Attempts) > 0
+			return v.State == api.Running && known && p == 40 && len(v.Attempts) > 0
 		})
 	}
 	for _, id := range ids {
@@ -203,7 +203,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := json.Marshal(task.HeartbeatRequest{Attempt: v.Attempt, WorkerID: a.WorkerID})
+		body, _ := json.Marshal(api.HeartbeatRequest{Attempt: v.Attempt, WorkerID: a.WorkerID})
 		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/tasks/"+id+"/heartbeat", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -212,7 +212,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out task.CallbackResponse
+		var out api.CallbackResponse
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || out.TaskToken == "" {
 			t.Fatalf("heartbeat of %s signed with kid %s: %d %+v %v; want 200 with a fresh token", id, kidOf(t, tok), resp.StatusCode, out, err)
 		}
@@ -235,10 +235,10 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	// A task submitted after the rotation gets a k2 envelope; the running
 	// ones finish through their k1 tokens.
 	late := st.submit("held", `{}`, slowTimers).TaskID
-	st.wait(late, "RUNNING", func(v client.Task) bool { return v.State == task.Running })
+	st.wait(late, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
 	st.unhold()
 	for _, id := range append(ids, late) {
-		st.waitState(id, task.Succeeded)
+		st.waitState(id, api.Succeeded)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -84,15 +85,15 @@ func TestServoDevBinary(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("servo dev not ready\n%s", stderr.String())
 	}
-	api := "http://" + addr
-	res, err := http.Get(api + "/healthz")
+	base := "http://" + addr
+	res, err := http.Get(base + "/healthz")
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("healthz: %v %v", res, err)
 	}
 	res.Body.Close()
 
 	run := func(args ...string) (string, int) {
-		cmd := exec.Command(bin, append(args, "--api", api)...)
+		cmd := exec.Command(bin, append(args, "--api", base)...)
 		out, err := cmd.Output()
 		code := 0
 		var ee *exec.ExitError
@@ -116,7 +117,7 @@ func TestServoDevBinary(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
 			t.Fatalf("get: exit %d, %s", code, out)
 		}
-		if v.State == task.Succeeded {
+		if v.State == api.Succeeded {
 			break
 		}
 		if v.State.Terminal() || time.Now().After(deadline) {
@@ -193,10 +194,10 @@ func TestWatcherPlainOutput(t *testing.T) {
 	var buf bytes.Buffer
 	w := newWatcher(&buf, false, false)
 	p := 40
-	tk := client.Task{TaskID: "task_1", State: task.Running, Attempt: 1, Attempts: []task.Attempt{{Attempt: 1, ProgressPct: &p, Message: "partition 4"}}}
+	tk := client.Task{TaskID: "task_1", State: api.Running, Attempt: 1, Attempts: []task.Attempt{{Attempt: 1, ProgressPct: &p, Message: "partition 4"}}}
 	w.render([]client.Task{tk})
 	w.render([]client.Task{tk}) // unchanged: no new line
-	tk.State = task.Succeeded
+	tk.State = api.Succeeded
 	w.render([]client.Task{tk})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], " 40% partition 4") || !strings.Contains(lines[1], "SUCCEEDED") || !strings.Contains(lines[1], "100%") {

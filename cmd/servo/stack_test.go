@@ -21,6 +21,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/creack/pty"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -116,7 +117,7 @@ func (st *stack) wait(id string, what string, ok func(client.Task) bool) client.
 	}
 }
 
-func (st *stack) waitState(id string, s task.State) client.Task {
+func (st *stack) waitState(id string, s api.State) client.Task {
 	st.t.Helper()
 	return st.wait(id, string(s), func(v client.Task) bool { return v.State == s })
 }
@@ -217,7 +218,7 @@ func TestWatchLinesAndJSON(t *testing.T) {
 
 	out, _, code = st.cli("watch", ok, "--json")
 	var ev watchEvent
-	if code != 0 || strings.Count(out, "\n") != 1 || json.Unmarshal([]byte(out), &ev) != nil || ev.State != task.Succeeded || ev.ProgressPct == nil || *ev.ProgressPct != 100 {
+	if code != 0 || strings.Count(out, "\n") != 1 || json.Unmarshal([]byte(out), &ev) != nil || ev.State != api.Succeeded || ev.ProgressPct == nil || *ev.ProgressPct != 100 {
 		t.Fatalf("watch --json of a finished task: exit %d, %q", code, out)
 	}
 
@@ -226,7 +227,7 @@ func TestWatchLinesAndJSON(t *testing.T) {
 	if code != exitNotOK || !strings.Contains(errOut, "FAILED") {
 		t.Fatalf("watch of a failing task: exit %d, stderr %q", code, errOut)
 	}
-	var states []task.State
+	var states []api.State
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		var e watchEvent
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
@@ -234,7 +235,7 @@ func TestWatchLinesAndJSON(t *testing.T) {
 		}
 		states = append(states, e.State)
 	}
-	if states[len(states)-1] != task.Failed {
+	if states[len(states)-1] != api.Failed {
 		t.Errorf("states %v, want FAILED last", states)
 	}
 	if _, _, code := st.cli("watch", "task_01HGW5N7XHJM4GX29KZRXQP6N9"); code != exitNotFound {
@@ -255,7 +256,7 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 	if _, _, code := st.cli("cancel", id); code != 0 {
 		t.Fatalf("cancel: exit %d", code)
 	}
-	st.waitState(id, task.Cancelling)
+	st.waitState(id, api.Cancelling)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -263,7 +264,7 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 	execute(ctx, []string{"watch", id, "--json", "--api", st.s.URL}, nil, &out, &errOut)
 	var e watchEvent
 	line, _, _ := strings.Cut(out.String(), "\n")
-	if err := json.Unmarshal([]byte(line), &e); err != nil || e.State != task.Cancelling || e.ProgressPct == nil || *e.ProgressPct != 40 {
+	if err := json.Unmarshal([]byte(line), &e); err != nil || e.State != api.Cancelling || e.ProgressPct == nil || *e.ProgressPct != 40 {
 		t.Fatalf("watch of a CANCELLING task: %q", out.String())
 	}
 	out.Reset()
@@ -274,7 +275,7 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 		t.Fatalf("line mode: %q", out.String())
 	}
 	st.unhold()
-	st.waitState(id, task.Cancelled)
+	st.waitState(id, api.Cancelled)
 	for _, args := range [][]string{{"watch", id, "--json"}, {"watch", "--run", sub.RunID, "--json"}} {
 		out2, _, code := st.cli(args...)
 		if code != exitNotOK || !strings.Contains(out2, `"progressPct":40`) || !strings.Contains(out2, `"CANCELLED"`) {
@@ -329,7 +330,7 @@ func TestEventsTailAll(t *testing.T) {
 	st := startStack(t)
 	run := task.NewRunID(time.Now())
 	first := st.submit(devstack.ExampleWorker, `{"partitions": 4, "partitionMs": 50, "failAttempts": 1}`, map[string]any{"runId": run}).TaskID
-	done := st.waitState(first, task.Succeeded)
+	done := st.waitState(first, api.Succeeded)
 	if done.Attempt != 2 {
 		t.Fatalf("the task ended on attempt %d, want a retry", done.Attempt)
 	}
@@ -394,7 +395,7 @@ func TestEventsTailAll(t *testing.T) {
 	}
 	pub.Stop()
 	second := st.submit(devstack.ExampleWorker, `{"partitions": 2, "partitionMs": 50}`, map[string]any{"runId": run, "taskKey": "second"}).TaskID
-	st.waitState(second, task.Succeeded)
+	st.waitState(second, api.Succeeded)
 	live, err := st.c.TaskEvents(context.Background(), second)
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +434,7 @@ func TestRerun(t *testing.T) {
 	st := startStack(t)
 	orig := st.submit(devstack.ExampleWorker, `{"partitions": 2, "partitionMs": 50}`, map[string]any{"idempotencyKey": "first-run", "assetId": "asset-9"})
 	running := st.submit("held", `{}`, nil).TaskID
-	st.wait(running, "RUNNING", func(v client.Task) bool { return v.State == task.Running })
+	st.wait(running, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
 
 	_, errOut, code := st.cli("rerun", running)
 	if code != exitConflict || !strings.Contains(errOut, "only a finished task can be rerun") {
@@ -442,7 +443,7 @@ func TestRerun(t *testing.T) {
 	// The API refuses it too, whoever asks.
 	b := rerunBody(&client.Task{TaskID: running, TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "held",
 		HeartbeatIntervalMs: 200, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 1000,
-		Retry: task.RetryPolicy{MaxAttempts: 1, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 100}}, time.Now())
+		Retry: api.RetryPolicy{MaxAttempts: 1, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 100}}, time.Now())
 	_, _, err := st.c.Submit(context.Background(), b)
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != "task_not_terminal" || ae.Field != "rerunOf" {
@@ -452,13 +453,13 @@ func TestRerun(t *testing.T) {
 		t.Fatalf("rerun of an unknown task: exit %d", code)
 	}
 
-	first := st.waitState(orig.TaskID, task.Succeeded)
+	first := st.waitState(orig.TaskID, api.Succeeded)
 	out, errOut, code := st.cli("rerun", orig.TaskID, "--json")
 	var res client.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.TaskID == "" || res.TaskID == orig.TaskID {
 		t.Fatalf("rerun: exit %d, %s %s", code, out, errOut)
 	}
-	again := st.waitState(res.TaskID, task.Succeeded)
+	again := st.waitState(res.TaskID, api.Succeeded)
 	if again.RerunOf != orig.TaskID || again.IdempotencyKey == "" || again.IdempotencyKey == first.IdempotencyKey ||
 		again.RunID != first.RunID || again.TaskKey != first.TaskKey || again.AssetID != "asset-9" || string(again.Payload) != string(first.Payload) ||
 		again.HeartbeatIntervalMs != first.HeartbeatIntervalMs || again.Retry != first.Retry {
@@ -487,9 +488,9 @@ func TestRunsAndList(t *testing.T) {
 		st.submit(devstack.ExampleWorker, `{"partitions": 1, "partitionMs": 10}`, map[string]any{"runId": older, "taskKey": fmt.Sprint("o", i)})
 	}
 	held := st.submit("held", `{}`, map[string]any{"runId": newer}).TaskID
-	st.wait(held, "RUNNING", func(v client.Task) bool { return v.State == task.Running })
+	st.wait(held, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
 	for _, id := range mustList(t, st, older) {
-		st.waitState(id, task.Succeeded)
+		st.waitState(id, api.Succeeded)
 	}
 
 	out, errOut, code := st.cli("runs", "--json")
@@ -500,7 +501,7 @@ func TestRunsAndList(t *testing.T) {
 		t.Fatalf("runs: exit %d %s %s", code, out, errOut)
 	}
 	if len(rr.Runs) != 2 || rr.Runs[0].RunID != newer || rr.Runs[1].RunID != older ||
-		rr.Runs[0].Total != 1 || rr.Runs[0].Counts[task.Running] != 1 || rr.Runs[1].Total != 3 || rr.Runs[1].Counts[task.Succeeded] != 3 {
+		rr.Runs[0].Total != 1 || rr.Runs[0].Counts[api.Running] != 1 || rr.Runs[1].Total != 3 || rr.Runs[1].Counts[api.Succeeded] != 3 {
 		t.Fatalf("runs: %+v", rr.Runs)
 	}
 	for tenant, want := range map[string]int{"acme": 2, "nobody": 0} {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // termInfo says how to draw on an output: whether it is a terminal (redraw
@@ -112,7 +112,7 @@ func (t *table) lines(ti termInfo) []string {
 			c = fit(c, widths[i])
 			pad := widths[i] - utf8.RuneCountInString(c)
 			if ti.color && ri > 0 && i == t.colorCol {
-				c = colorize(c, task.State(strings.TrimSpace(c)))
+				c = colorize(c, api.State(strings.TrimSpace(c)))
 			}
 			b.WriteString(c)
 			if i < len(r)-1 {
@@ -163,18 +163,18 @@ const (
 	ansiDim    = "\x1b[2m"
 )
 
-func colorize(s string, st task.State) string {
+func colorize(s string, st api.State) string {
 	var c string
 	switch st {
-	case task.Succeeded:
+	case api.Succeeded:
 		c = ansiGreen
-	case task.Failed:
+	case api.Failed:
 		c = ansiRed
-	case task.Cancelling, task.Cancelled:
+	case api.Cancelling, api.Cancelled:
 		c = ansiYellow
-	case task.Running:
+	case api.Running:
 		c = ansiCyan
-	case task.Pending, task.Queued:
+	case api.Pending, api.Queued:
 		c = ansiDim
 	default:
 		return s

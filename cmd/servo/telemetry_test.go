@@ -21,9 +21,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // otlpReceiver is an OTLP/HTTP (protobuf) collector: it keeps the spans'
@@ -178,7 +178,7 @@ func TestServoDevTelemetry(t *testing.T) {
 	}
 	retried := submit("retried", `{"partitions":4,"partitionMs":150,"failAttempts":1}`, `{"maxAttempts":3,"initialBackoffMs":100,"maxBackoffMs":200}`)
 	dead := submit("dead", `{"partitions":1,"partitionMs":10,"failAttempts":1}`, `{"maxAttempts":1}`)
-	wait := func(id string, want task.State) {
+	wait := func(id string, want api.State) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
@@ -195,8 +195,8 @@ func TestServoDevTelemetry(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	wait(retried, task.Succeeded)
-	wait(dead, task.Failed)
+	wait(retried, api.Succeeded)
+	wait(dead, api.Failed)
 
 	// GET /metrics: every instrument of the run, with its count. Poll: a
 	// worker's run is counted just after its `completed` is answered.

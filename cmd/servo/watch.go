@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func newWatchCmd() *cobra.Command {
@@ -63,7 +63,7 @@ task does not exist.`,
 				return apiErr(err)
 			}
 			for _, t := range final {
-				if t.State != task.Succeeded {
+				if t.State != api.Succeeded {
 					return &exitError{exitNotOK, fmt.Errorf("%s ended %s (%s)", t.TaskID, t.State, dash(t.Reason))}
 				}
 			}
@@ -174,7 +174,7 @@ func progressOf(t *client.Task) (p int, known bool, msg string) {
 		}
 		break
 	}
-	if t.State == task.Succeeded {
+	if t.State == api.Succeeded {
 		p, known = 100, true
 	}
 	return p, known, msg
@@ -242,15 +242,15 @@ func (w *watcher) finish(tasks []client.Task) {
 
 // watchEvent is one --json line.
 type watchEvent struct {
-	TaskID      string     `json:"taskId"`
-	RunID       string     `json:"runId"`
-	TaskKey     string     `json:"taskKey"`
-	State       task.State `json:"state"`
-	Attempt     int        `json:"attempt"`
-	ProgressPct *int       `json:"progressPct"`
-	Message     string     `json:"message,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	ElapsedMs   int64      `json:"elapsedMs"`
+	TaskID      string    `json:"taskId"`
+	RunID       string    `json:"runId"`
+	TaskKey     string    `json:"taskKey"`
+	State       api.State `json:"state"`
+	Attempt     int       `json:"attempt"`
+	ProgressPct *int      `json:"progressPct"`
+	Message     string    `json:"message,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	ElapsedMs   int64     `json:"elapsedMs"`
 }
 
 func (w *watcher) renderJSON(tasks []client.Task) {
@@ -277,7 +277,7 @@ func (w *watcher) renderLines(tasks []client.Task) {
 		t := &tasks[i]
 		p, known, msg := progressOf(t)
 		line := fmt.Sprintf("%s %-10s a%d %s %s", t.TaskID, t.State, t.Attempt, pctText(p, known), oneLineOf(msg))
-		if t.Reason != "" && (t.State.Terminal() || t.State == task.Cancelling) {
+		if t.Reason != "" && (t.State.Terminal() || t.State == api.Cancelling) {
 			line += " (" + t.Reason + ")"
 		}
 		if w.last[t.TaskID] == line {
@@ -298,7 +298,7 @@ func (w *watcher) redraw(tasks []client.Task, done bool) {
 	for i := range tasks {
 		t := &tasks[i]
 		p, known, msg := progressOf(t)
-		if t.Reason != "" && (t.State.Terminal() || t.State == task.Cancelling) {
+		if t.Reason != "" && (t.State.Terminal() || t.State == api.Cancelling) {
 			msg = strings.TrimSpace(msg + " (" + t.Reason + ")")
 		}
 		tb.add(t.TaskID, t.TaskKey, string(t.State), fmt.Sprint(t.Attempt), bar(p, barWidth)+" "+pctText(p, known), dash(msg), shortDuration(w.elapsed(t)))
@@ -321,12 +321,12 @@ func (w *watcher) redraw(tasks []client.Task, done bool) {
 
 // summary counts tasks per state: "3 tasks: 1 RUNNING, 2 SUCCEEDED".
 func summary(tasks []client.Task) string {
-	counts := map[task.State]int{}
+	counts := map[api.State]int{}
 	for _, t := range tasks {
 		counts[t.State]++
 	}
 	var parts []string
-	for _, st := range task.States {
+	for _, st := range api.States {
 		if n := counts[st]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, st))
 		}
@@ -342,7 +342,7 @@ func summary(tasks []client.Task) string {
 func outcome(tasks []client.Task) string {
 	var bad []string
 	for _, t := range tasks {
-		if t.State != task.Succeeded {
+		if t.State != api.Succeeded {
 			bad = append(bad, fmt.Sprintf("%s %s (%s)", t.TaskID, t.State, dash(t.Reason)))
 		}
 	}

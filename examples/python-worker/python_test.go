@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -206,14 +207,14 @@ func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispat
 	}
 }
 
-func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
 	e.t.Helper()
 	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
 }
 
 // checkpointed: the running attempt has stored a checkpoint.
 func checkpointed(v dispatcher.TaskView) bool {
-	if v.State != task.Running || len(v.Attempts) == 0 {
+	if v.State != api.Running || len(v.Attempts) == 0 {
 		return false
 	}
 	return len(v.Attempts[len(v.Attempts)-1].Checkpoint) > 0
@@ -272,8 +273,8 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 			t.Parallel()
 			e := &env{t: t, stack: s}
 			id := e.submit("ok", map[string]any{"partitions": 4, "partitionMs": 20})
-			v := e.waitState(id, task.Succeeded)
-			if len(v.Attempts) != 1 || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+			v := e.waitState(id, api.Succeeded)
+			if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded {
 				t.Fatalf("attempts %s", attemptsOf(v))
 			}
 			o := outputOf(t, v.Attempts[0])
@@ -285,19 +286,19 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 			t.Parallel()
 			e := &env{t: t, stack: s}
 			id := e.submit("retry", map[string]any{"partitions": 6, "partitionMs": 20, "failAttempts": 1})
-			v := e.waitState(id, task.Succeeded)
+			v := e.waitState(id, api.Succeeded)
 			if len(v.Attempts) != 2 {
 				t.Fatalf("want 2 attempts, got %s", attemptsOf(v))
 			}
 			a1, a2 := v.Attempts[0], v.Attempts[1]
-			if a1.Outcome != task.OutcomeFailed || a1.Error == nil || a1.Error.Category != task.CategoryInfrastructure {
+			if a1.Outcome != api.OutcomeFailed || a1.Error == nil || a1.Error.Category != api.CategoryInfrastructure {
 				t.Fatalf("attempt 1: %s", attemptsOf(v))
 			}
 			if string(a1.Checkpoint) != `{"nextPartition":3}` {
 				t.Fatalf("attempt 1 checkpoint %s, want {\"nextPartition\":3} (stored before completed)", a1.Checkpoint)
 			}
 			// Attempt 2 got resumeFrom and started at partition 3.
-			if o := outputOf(t, a2); a2.Outcome != task.OutcomeSucceeded || o.Attempt != 2 || o.ResumedFrom != 3 || o.Processed != 3 {
+			if o := outputOf(t, a2); a2.Outcome != api.OutcomeSucceeded || o.Attempt != 2 || o.ResumedFrom != 3 || o.Processed != 3 {
 				t.Fatalf("attempt 2: %s output %+v", attemptsOf(v), o)
 			}
 		})
@@ -309,9 +310,9 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 			if status, out := e.do("POST", "/v1/tasks/"+id+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
 				t.Fatalf("cancel: %d %s", status, out)
 			}
-			v := e.waitState(id, task.Cancelled)
+			v := e.waitState(id, api.Cancelled)
 			a := v.Attempts[len(v.Attempts)-1]
-			if len(v.Attempts) != 1 || a.Outcome != task.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("nextPartition")) {
+			if len(v.Attempts) != 1 || a.Outcome != api.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("nextPartition")) {
 				t.Fatalf("attempts %s phase %q partial %s", attemptsOf(v), a.CancelledDuringPhase, a.PartialProgress)
 			}
 		})
@@ -319,8 +320,8 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 			t.Parallel()
 			e := &env{t: t, stack: s}
 			id := e.submit("invalid", map[string]any{"partitions": 3, "invalid": true})
-			v := e.waitState(id, task.Failed)
-			if v.Reason != "NON_RETRYABLE" || len(v.Attempts) != 1 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != task.CategoryDataQuality {
+			v := e.waitState(id, api.Failed)
+			if v.Reason != "NON_RETRYABLE" || len(v.Attempts) != 1 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryDataQuality {
 				t.Fatalf("reason %s, attempts %s", v.Reason, attemptsOf(v))
 			}
 		})
@@ -336,8 +337,8 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 		// A new process on the same address: Servo's sweeper finds the
 		// attempt's lease expired and the retry reaches it.
 		startWorker(t, py, w.port, logs)
-		v := e.waitState(id, task.Succeeded)
-		if len(v.Attempts) != 2 || v.Attempts[0].Outcome != task.OutcomeZombie || v.Attempts[1].Outcome != task.OutcomeSucceeded {
+		v := e.waitState(id, api.Succeeded)
+		if len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie || v.Attempts[1].Outcome != api.OutcomeSucceeded {
 			t.Fatalf("attempts %s", attemptsOf(v))
 		}
 		if v.Attempts[0].WorkerID == v.Attempts[1].WorkerID {

@@ -13,6 +13,7 @@ import (
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
@@ -103,8 +104,8 @@ func (e *e2e) submit(t *testing.T, payload string) string {
 	tk, _, err := e.store.Create(context.Background(), task.Task{
 		ID: task.NewTaskID(now), RunID: task.NewRunID(now), TenantID: "acme", WorkspaceID: "ws", TaskKey: "demo",
 		Worker: "partitions", Payload: json.RawMessage(payload),
-		Timing: task.Timing{HeartbeatIntervalMs: 200, HeartbeatTimeoutMs: 10_000, CancelGracePeriodMs: 10_000},
-		Retry:  task.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, MaxBackoffMs: 200},
+		Timing: api.Timing{HeartbeatIntervalMs: 200, HeartbeatTimeoutMs: 10_000, CancelGracePeriodMs: 10_000},
+		Retry:  api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 100, MaxBackoffMs: 200},
 	}, now)
 	if err != nil {
 		t.Fatal(err)
@@ -136,11 +137,11 @@ func TestEndToEndRetryResumesFromCheckpoint(t *testing.T) {
 	e := newE2E(t)
 	id := e.submit(t, `{"partitions":4,"partitionMs":50,"failAttempts":1}`)
 	got := e.waitTerminal(t, id)
-	if got.State != task.Succeeded || len(got.Attempts) != 2 {
+	if got.State != api.Succeeded || len(got.Attempts) != 2 {
 		t.Fatalf("task %s/%s with %d attempts", got.State, got.Reason, len(got.Attempts))
 	}
 	a1, a2 := got.Attempts[0], got.Attempts[1]
-	if a1.Outcome != task.OutcomeFailed || a1.Error == nil || a1.Error.Category != task.CategoryInfrastructure ||
+	if a1.Outcome != api.OutcomeFailed || a1.Error == nil || a1.Error.Category != api.CategoryInfrastructure ||
 		string(a1.Checkpoint) != `{"nextPartition":2}` {
 		t.Fatalf("attempt 1: %+v", a1)
 	}
@@ -149,7 +150,7 @@ func TestEndToEndRetryResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Progress is as of the last heartbeat (`completed` carries none).
-	if a2.Outcome != task.OutcomeSucceeded || out.ResumedFrom != 2 || out.Processed != 2 || out.Attempt != 2 ||
+	if a2.Outcome != api.OutcomeSucceeded || out.ResumedFrom != 2 || out.Processed != 2 || out.Attempt != 2 ||
 		a2.ProgressPct == nil || *a2.ProgressPct < 50 {
 		t.Fatalf("attempt 2: %+v output %+v", a2, out)
 	}
@@ -161,15 +162,15 @@ func TestEndToEndRetryResumesFromCheckpoint(t *testing.T) {
 func TestEndToEndInvalidPayloadIsNotRetried(t *testing.T) {
 	e := newE2E(t)
 	got := e.waitTerminal(t, e.submit(t, `{"partitions":3,"invalid":true}`))
-	if got.State != task.Failed || got.Reason != task.ReasonNonRetryable || len(got.Attempts) != 1 ||
-		got.Attempts[0].Error == nil || got.Attempts[0].Error.Category != task.CategoryDataQuality {
+	if got.State != api.Failed || got.Reason != api.ReasonNonRetryable || len(got.Attempts) != 1 ||
+		got.Attempts[0].Error == nil || got.Attempts[0].Error.Category != api.CategoryDataQuality {
 		t.Fatalf("task %s/%s attempts %+v", got.State, got.Reason, got.Attempts)
 	}
 }
 
 // digestOfWhole is the digest of the same work done in one attempt.
 func digestOfWhole(t *testing.T) string {
-	out, err := partitions.Process(context.Background(), worker.NewTestTask(task.Envelope{Attempt: 1, Payload: json.RawMessage(`{"partitions":4}`)}, nil))
+	out, err := partitions.Process(context.Background(), worker.NewTestTask(api.Envelope{Attempt: 1, Payload: json.RawMessage(`{"partitions":4}`)}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

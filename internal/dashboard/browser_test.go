@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -119,7 +120,7 @@ func stack(t *testing.T) *fixture {
 		}, worker.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
 		tracedSrv := httptest.NewServer(traced)
 		beatsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var env task.Envelope
+			var env api.Envelope
 			if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
 				w.WriteHeader(http.StatusBadRequest)
 				return
@@ -151,7 +152,7 @@ func stack(t *testing.T) *fixture {
 // payload's "beats" heartbeats 100 ms apart, then completed SUCCEEDED,
 // through the callbacks' HTTP API (no SDK: its heartbeats are timed, not
 // counted).
-func (f *fixture) beat(env task.Envelope) {
+func (f *fixture) beat(env api.Envelope) {
 	f.mu.Lock()
 	f.tokens = append(f.tokens, env.TaskToken)
 	f.mu.Unlock()
@@ -170,18 +171,18 @@ func (f *fixture) beat(env task.Envelope) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}
-	if !post("started", task.StartedRequest{Attempt: env.Attempt, WorkerID: wid}) {
+	if !post("started", api.StartedRequest{Attempt: env.Attempt, WorkerID: wid}) {
 		return
 	}
 	for i := range p.Beats {
 		time.Sleep(100 * time.Millisecond)
 		pct := (i + 1) * 100 / (p.Beats + 1)
-		if !post("heartbeat", task.HeartbeatRequest{Attempt: env.Attempt, WorkerID: wid, ProgressPct: &pct, Message: fmt.Sprint("beat ", i+1)}) {
+		if !post("heartbeat", api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: wid, ProgressPct: &pct, Message: fmt.Sprint("beat ", i+1)}) {
 			return
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	post("completed", task.CompletedRequest{Attempt: env.Attempt, WorkerID: wid, Outcome: task.OutcomeSucceeded, Output: json.RawMessage(`{"ok":true}`)})
+	post("completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: wid, Outcome: api.OutcomeSucceeded, Output: json.RawMessage(`{"ok":true}`)})
 }
 
 // cancelLater cancels a held task when the test ends, so that it does not
@@ -246,7 +247,7 @@ func (f *fixture) get(t *testing.T, id string) dispatcher.TaskView {
 }
 
 // waitState polls the API until the task is in state.
-func (f *fixture) waitState(t *testing.T, id string, state task.State) dispatcher.TaskView {
+func (f *fixture) waitState(t *testing.T, id string, state api.State) dispatcher.TaskView {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -395,7 +396,7 @@ func TestTaskPageRetriedAttempts(t *testing.T) {
 	f := stack(t)
 	id := f.submit(t, map[string]any{"worker": devstack.ExampleWorker, "taskKey": "flaky",
 		"payload": map[string]any{"partitions": 6, "partitionMs": 100, "failAttempts": 1}})
-	f.waitState(t, id, task.Succeeded)
+	f.waitState(t, id, api.Succeeded)
 	ctx := tab(t)
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+id)); err != nil {
 		t.Fatal(err)
@@ -442,7 +443,7 @@ func TestCancelRunningTask(t *testing.T) {
 	defer release()
 	id := f.submit(t, map[string]any{"worker": "held", "taskKey": "to-cancel", "cancelGracePeriodMs": 60000,
 		"payload": map[string]any{"message": "working", "gate": t.Name()}})
-	f.waitState(t, id, task.Running)
+	f.waitState(t, id, api.Running)
 	ctx := tab(t)
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+id)); err != nil {
 		t.Fatal(err)
@@ -459,7 +460,7 @@ func TestCancelRunningTask(t *testing.T) {
 		t.Errorf("flash = %q", flash)
 	}
 	shot(t, ctx, "cancelling")
-	if v := f.get(t, id); v.State != task.Cancelling || v.CancelReason != "from the dashboard" {
+	if v := f.get(t, id); v.State != api.Cancelling || v.CancelReason != "from the dashboard" {
 		t.Fatalf("after Cancel the API shows %s (cancel reason %q)", v.State, v.CancelReason)
 	}
 	release()
@@ -479,7 +480,7 @@ func TestHostileTextRendersInert(t *testing.T) {
 		"payload": map[string]any{"message": xss, "gate": t.Name(), "note": xss}})
 	f.cancelLater(t, id)
 	deadline := time.Now().Add(90 * time.Second)
-	for f.get(t, id).State != task.Running || f.progressMessage(t, id) != xss {
+	for f.get(t, id).State != api.Running || f.progressMessage(t, id) != xss {
 		if time.Now().After(deadline) {
 			t.Fatal("the held task did not report its progress")
 		}
@@ -552,7 +553,7 @@ func TestCrossSitePostRefused(t *testing.T) {
 	release := f.gate(t.Name())
 	defer release()
 	id := f.submit(t, map[string]any{"worker": "held", "taskKey": "target", "payload": map[string]any{"message": "x", "gate": t.Name()}})
-	f.waitState(t, id, task.Running)
+	f.waitState(t, id, api.Running)
 	target := f.stack.URL + "/ui/tasks/" + id + "/cancel"
 
 	// A real cross-site form post, from a page on another site.
@@ -623,7 +624,7 @@ func TestCrossSitePostRefused(t *testing.T) {
 			}
 		})
 	}
-	if v := f.get(t, id); v.State != task.Running {
+	if v := f.get(t, id); v.State != api.Running {
 		t.Fatalf("after refused posts the task is %s, want RUNNING", v.State)
 	}
 	// And the legitimate post is accepted.
@@ -639,7 +640,7 @@ func TestCrossSitePostRefused(t *testing.T) {
 	if res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("same-origin post with the token: %d, want 303", res.StatusCode)
 	}
-	if v := f.get(t, id); v.State != task.Cancelling {
+	if v := f.get(t, id); v.State != api.Cancelling {
 		t.Fatalf("after the accepted post the task is %s, want CANCELLING", v.State)
 	}
 }
@@ -666,9 +667,9 @@ func TestPagesOnDemoData(t *testing.T) {
 			"taskKey": c.key, "payload": c.payload}))
 	}
 	for i, id := range ids {
-		want := task.Succeeded
+		want := api.Succeeded
 		if i == 3 {
-			want = task.Failed
+			want = api.Failed
 		}
 		f.waitState(t, id, want)
 	}
@@ -749,7 +750,7 @@ func TestCancelRun(t *testing.T) {
 			"cancelGracePeriodMs": 60000, "payload": map[string]any{"message": "holding", "gate": t.Name()}}))
 	}
 	for _, id := range ids {
-		f.waitState(t, id, task.Running)
+		f.waitState(t, id, api.Running)
 	}
 	ctx := tab(t)
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/runs/"+run),
@@ -761,7 +762,7 @@ func TestCancelRun(t *testing.T) {
 		t.Errorf("flash = %q", got)
 	}
 	for _, id := range ids {
-		if v := f.get(t, id); v.State != task.Cancelling {
+		if v := f.get(t, id); v.State != api.Cancelling {
 			t.Errorf("task %s is %s, want CANCELLING", id, v.State)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -128,7 +129,7 @@ func heartbeatsOf(a *task.Attempt, times []time.Time) string {
 }
 
 // outcomeClass is the CSS class of an outcome.
-func outcomeClass(o task.Outcome) string {
+func outcomeClass(o api.Outcome) string {
 	if o == "" {
 		return "running"
 	}
@@ -168,15 +169,15 @@ type Rect struct {
 // chartOf draws stamps from since (a minute boundary) over 60 minutes.
 func chartOf(stamps []store.TransitionStamp, since time.Time, truncated bool) Chart {
 	c := Chart{Width: chartMinutes * chartColumn, Height: chartHeight, Truncated: truncated, Since: since.UTC()}
-	counts := make([]map[task.State]int, chartMinutes)
-	totals := map[task.State]int{}
+	counts := make([]map[api.State]int, chartMinutes)
+	totals := map[api.State]int{}
 	for _, s := range stamps {
 		m := int(s.OccurredAt.Sub(since) / time.Minute)
 		if s.OccurredAt.Before(since) || m >= chartMinutes {
 			continue
 		}
 		if counts[m] == nil {
-			counts[m] = map[task.State]int{}
+			counts[m] = map[api.State]int{}
 		}
 		counts[m][s.To]++
 		totals[s.To]++

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -18,12 +19,12 @@ import (
 func beaten(t *testing.T, t0 time.Time, secs ...float64) task.Attempt {
 	t.Helper()
 	started := t0.Add(time.Second)
-	tk := task.Task{ID: "tsk_01JTEST0000000000000000000", State: task.Running, Attempt: 1,
-		Timing: task.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 60000}}
+	tk := task.Task{ID: "tsk_01JTEST0000000000000000000", State: api.Running, Attempt: 1,
+		Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 60000}}
 	cur := &task.Attempt{Attempt: 1, WorkerID: "w", CreatedAt: t0, StartedAt: &started}
 	for _, s := range secs {
 		r := task.Apply(tk, cur, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w",
-			Now: t0.Add(time.Duration(s * float64(time.Second))), Heartbeat: &task.HeartbeatRequest{Attempt: 1, WorkerID: "w"}})
+			Now: t0.Add(time.Duration(s * float64(time.Second))), Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w"}})
 		if !r.Write || r.Attempt == nil {
 			t.Fatalf("heartbeat at %gs not applied: %+v", s, r)
 		}
@@ -40,7 +41,7 @@ func TestTimelineOf(t *testing.T) {
 	at := func(s float64) *time.Time { v := t0.Add(time.Duration(s * float64(time.Second))); return &v }
 	// Attempt 1 heartbeats at 2 s and 3 s, then fails at 4 s.
 	failed := beaten(t, t0, 2, 3)
-	failed.Outcome, failed.CompletedAt = task.OutcomeFailed, at(4)
+	failed.Outcome, failed.CompletedAt = api.OutcomeFailed, at(4)
 	// 1000 heartbeats, every 5 ms from 1 s: a sample is kept.
 	many := make([]float64, 1000)
 	for i := range many {
@@ -59,7 +60,7 @@ func TestTimelineOf(t *testing.T) {
 		{"none", nil, t0, nil, nil},
 		{"retried: a failed attempt with two heartbeats, a gap, a successful one", []task.Attempt{
 			failed,
-			{Attempt: 2, Outcome: task.OutcomeSucceeded, CreatedAt: *at(4), ScheduledAt: at(6), StartedAt: at(7), CompletedAt: at(10)},
+			{Attempt: 2, Outcome: api.OutcomeSucceeded, CreatedAt: *at(4), ScheduledAt: at(6), StartedAt: at(7), CompletedAt: at(10)},
 		}, t0.Add(time.Minute), [][5]any{
 			{90, 70, 160, 210, "failed"},
 			{510, 70, 580, 210, "succeeded"},
@@ -71,7 +72,7 @@ func TestTimelineOf(t *testing.T) {
 			{Attempt: 1, CreatedAt: t0, StartedAt: at(5), LastHeartbeatAt: at(6)},
 		}, t0.Add(10 * time.Second), [][5]any{{90, 350, 440, 350, "running"}}, [][]int{{510}}},
 		{"never started", []task.Attempt{
-			{Attempt: 1, Outcome: task.OutcomeCancelled, CreatedAt: t0, CompletedAt: at(2)},
+			{Attempt: 1, Outcome: api.OutcomeCancelled, CreatedAt: t0, CompletedAt: at(2)},
 		}, t0.Add(time.Minute), [][5]any{{90, 700, 0, 0, "cancelled"}}, [][]int{nil}},
 	}
 	for _, c := range cases {
@@ -130,12 +131,12 @@ func TestHeartbeatsOf(t *testing.T) {
 func TestChartOf(t *testing.T) {
 	since := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
 	stamps := []store.TransitionStamp{
-		{To: task.Running, OccurredAt: since.Add(30 * time.Second)},
-		{To: task.Running, OccurredAt: since.Add(50 * time.Second)},
-		{To: task.Succeeded, OccurredAt: since.Add(59 * time.Second)},
-		{To: task.Failed, OccurredAt: since.Add(59*time.Minute + 59*time.Second)},
-		{To: task.Failed, OccurredAt: since.Add(-time.Second)}, // before the hour
-		{To: task.Failed, OccurredAt: since.Add(time.Hour)},    // after it
+		{To: api.Running, OccurredAt: since.Add(30 * time.Second)},
+		{To: api.Running, OccurredAt: since.Add(50 * time.Second)},
+		{To: api.Succeeded, OccurredAt: since.Add(59 * time.Second)},
+		{To: api.Failed, OccurredAt: since.Add(59*time.Minute + 59*time.Second)},
+		{To: api.Failed, OccurredAt: since.Add(-time.Second)}, // before the hour
+		{To: api.Failed, OccurredAt: since.Add(time.Hour)},    // after it
 	}
 	c := chartOf(stamps, since, true)
 	if c.Total != 4 || c.Max != 3 || !c.Truncated {
@@ -155,7 +156,7 @@ func TestChartOf(t *testing.T) {
 			t.Errorf("rect %d = %+v, want %+v", i, r, want[i])
 		}
 	}
-	if len(c.Legend) != 3 || c.Legend[0] != (StateCount{State: task.Running, N: 2}) {
+	if len(c.Legend) != 3 || c.Legend[0] != (StateCount{State: api.Running, N: 2}) {
 		t.Errorf("legend %+v", c.Legend)
 	}
 }

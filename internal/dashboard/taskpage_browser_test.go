@@ -11,7 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
@@ -38,7 +38,7 @@ func callbackSpan(s sdktrace.ReadOnlySpan, kind string) bool {
 func TestTaskPageTrace(t *testing.T) {
 	f := stack(t)
 	id := f.submit(t, map[string]any{"worker": "traced", "taskKey": "traced"})
-	f.waitState(t, id, task.Succeeded)
+	f.waitState(t, id, api.Succeeded)
 
 	// The recorder's spans of the task once the attempt's are all ended:
 	// the worker's attempt span ends after its completed callback.
@@ -138,7 +138,7 @@ func TestAttemptHeartbeatTicks(t *testing.T) {
 	const k = 3
 	f := stack(t)
 	id := f.submit(t, map[string]any{"worker": "beats", "taskKey": "beats", "payload": map[string]any{"beats": k}})
-	f.waitState(t, id, task.Succeeded)
+	f.waitState(t, id, api.Succeeded)
 	ctx := tab(t)
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+id)); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -44,7 +45,7 @@ func (d *Dashboard) resolve(path string, q url.Values) (view, error) {
 	}
 	switch {
 	case rest == "":
-		f := store.ListFilter{TenantID: q.Get("tenant"), RunID: q.Get("run"), State: task.State(q.Get("state")), Worker: q.Get("worker"),
+		f := store.ListFilter{TenantID: q.Get("tenant"), RunID: q.Get("run"), State: api.State(q.Get("state")), Worker: q.Get("worker"),
 			NewestFirst: true, PageSize: pageSize, PageToken: q.Get("page")}
 		if f.RunID != "" && !task.ValidID(f.RunID, task.RunIDPrefix) {
 			return view{}, fmt.Errorf("%q is not a run id", f.RunID)
@@ -87,7 +88,7 @@ func (d *Dashboard) resolve(path string, q url.Values) (view, error) {
 
 // StateCount is one state's count.
 type StateCount struct {
-	State task.State
+	State api.State
 	N     int
 	// Link filters the tasks page by the state ("" when not a filter).
 	Link string
@@ -96,7 +97,7 @@ type StateCount struct {
 // Row is one task of a table.
 type Row struct {
 	ID, RunID, TenantID, TaskKey, Worker string
-	State                                task.State
+	State                                api.State
 	Attempt                              int
 	Reason                               string
 	// Progress is the current attempt's progress (nil when unknown).
@@ -111,7 +112,7 @@ type TasksView struct {
 	RunID string
 	// Filter fields, as given.
 	TenantID, FilterRunID, State, Worker string
-	States                               []task.State
+	States                               []api.State
 	Counts                               []StateCount
 	Total                                int
 	Rows                                 []Row
@@ -138,7 +139,7 @@ func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID str
 	var (
 		tasks  []task.Task
 		next   string
-		counts map[task.State]int
+		counts map[api.State]int
 		wg     sync.WaitGroup
 		errs   [2]error
 	)
@@ -190,7 +191,7 @@ func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID str
 
 // usage is the tenant's usage: its quota counters when it is limited (as
 // admission sees it), else its tasks per state.
-func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[task.State]int) (*UsageView, error) {
+func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[api.State]int) (*UsageView, error) {
 	u := &UsageView{TenantID: tenant, Limits: d.cfg.Store.Quotas().For(quota.KindTenant, tenant)}
 	if u.Limits.Limited() {
 		qu, err := d.cfg.Store.QuotaUsage(ctx, quota.KindTenant, tenant)
@@ -200,8 +201,8 @@ func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[task.St
 		u.Running, u.Queued = qu.Running, qu.Queued
 		return u, nil
 	}
-	u.Running = counts[task.Running] + counts[task.Cancelling]
-	u.Queued = counts[task.Pending] + counts[task.Queued]
+	u.Running = counts[api.Running] + counts[api.Cancelling]
+	u.Queued = counts[api.Pending] + counts[api.Queued]
 	return u, nil
 }
 
@@ -211,7 +212,7 @@ func rowOf(t *task.Task, now time.Time) Row {
 	if l := t.Live; l != nil && l.Attempt == t.Attempt {
 		r.Progress, r.Message = l.ProgressPct, l.Message
 	}
-	if t.State == task.Succeeded {
+	if t.State == api.Succeeded {
 		hundred := 100
 		r.Progress = &hundred
 	}
@@ -289,7 +290,7 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 			v.Progress, v.Message = a.ProgressPct, a.Message
 		}
 	}
-	if t.State == task.Succeeded {
+	if t.State == api.Succeeded {
 		hundred := 100
 		v.Progress = &hundred
 	}
@@ -367,7 +368,7 @@ func (d *Dashboard) loadHealth(ctx context.Context) (any, error) {
 	wg.Go(func() { backlog, errs[1] = d.cfg.Store.DueBacklog(ctx, now) })
 	wg.Go(func() { v.OutboxBacklog, oldest, errs[2] = d.cfg.Store.OutboxBacklog(ctx) })
 	wg.Go(func() {
-		failed, _, errs[3] = d.cfg.Store.List(ctx, store.ListFilter{State: task.Failed, NewestFirst: true, PageSize: deadLetters})
+		failed, _, errs[3] = d.cfg.Store.List(ctx, store.ListFilter{State: api.Failed, NewestFirst: true, PageSize: deadLetters})
 		if errs[3] != nil {
 			return
 		}

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -111,26 +111,26 @@ func (c *costEnv) measure(name string, op func()) opCost {
 
 func (c *costEnv) heartbeat(d delivery, pct int) {
 	c.t.Helper()
-	st, res := c.callback(d.env, "heartbeat", task.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
-	expect(c.t, "heartbeat", st, res, 200, "", task.Continue)
+	st, res := c.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
+	expect(c.t, "heartbeat", st, res, 200, "", api.Continue)
 }
 
 // attempt plays one attempt: started, beats heartbeats, completed with
 // outcome (FAILED is a retryable INFRASTRUCTURE error).
-func (c *costEnv) attempt(beats int, outcome task.Outcome) {
+func (c *costEnv) attempt(beats int, outcome api.Outcome) {
 	c.t.Helper()
 	d := c.worker.next(c.t)
-	st, res := c.callback(d.env, "started", task.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
-	expect(c.t, "started", st, res, 200, "", task.Continue)
+	st, res := c.callback(d.env, "started", api.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
+	expect(c.t, "started", st, res, 200, "", api.Continue)
 	for i := range beats {
 		c.heartbeat(d, (i+1)*100/(beats+1))
 	}
-	body := task.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
-	if outcome == task.OutcomeFailed {
-		body.Error = &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "flaky"}
+	body := api.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
+	if outcome == api.OutcomeFailed {
+		body.Error = &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}
 	}
 	st, res = c.callback(d.env, "completed", body)
-	expect(c.t, "completed", st, res, 200, "", task.Committed)
+	expect(c.t, "completed", st, res, 200, "", api.Committed)
 }
 
 // costTable runs every operation of docs/cost.md and returns its rows.
@@ -143,22 +143,22 @@ func costTable(t *testing.T) []opCost {
 	rows = append(rows, c.measure("submit", func() { c.submit(retry) }))
 	d := c.worker.next(t)
 	rows = append(rows, c.measure("started", func() {
-		st, res := c.callback(d.env, "started", task.StartedRequest{Attempt: 1, WorkerID: "w"})
-		expect(t, "started", st, res, 200, "", task.Continue)
+		st, res := c.callback(d.env, "started", api.StartedRequest{Attempt: 1, WorkerID: "w"})
+		expect(t, "started", st, res, 200, "", api.Continue)
 	}))
 	rows = append(rows, c.measure("heartbeat", func() { c.heartbeat(d, 10) }))
 	rows = append(rows, c.measure("completed FAILED, retry scheduled", func() {
-		st, res := c.callback(d.env, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: task.OutcomeFailed,
-			Error: &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "flaky"}})
-		expect(t, "completed", st, res, 200, "", task.Committed)
+		st, res := c.callback(d.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: api.OutcomeFailed,
+			Error: &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}})
+		expect(t, "completed", st, res, 200, "", api.Committed)
 	}))
-	c.attempt(0, task.OutcomeSucceeded) // attempt 2, to end the task
+	c.attempt(0, api.OutcomeSucceeded) // attempt 2, to end the task
 	d3 := func() delivery { c.submit(nil); return c.worker.next(t) }()
-	st, res := c.callback(d3.env, "started", task.StartedRequest{Attempt: 1, WorkerID: "w"})
-	expect(t, "started", st, res, 200, "", task.Continue)
+	st, res := c.callback(d3.env, "started", api.StartedRequest{Attempt: 1, WorkerID: "w"})
+	expect(t, "started", st, res, 200, "", api.Continue)
 	rows = append(rows, c.measure("completed SUCCEEDED", func() {
-		st, res := c.callback(d3.env, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: task.OutcomeSucceeded})
-		expect(t, "completed", st, res, 200, "", task.Committed)
+		st, res := c.callback(d3.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: api.OutcomeSucceeded})
+		expect(t, "completed", st, res, 200, "", api.Committed)
 	}))
 	sw, err := zombie.New(zombie.Config{Store: c.stack.Store, Enqueuer: c.stack.Enqueuer, Redriver: c.stack.Events, Recorder: c.stack.Store})
 	if err != nil {
@@ -173,16 +173,16 @@ func costTable(t *testing.T) []opCost {
 	// Whole lifecycles.
 	rows = append(rows, c.measure("lifecycle: 1 attempt, 10 heartbeats", func() {
 		c.submit(nil)
-		c.attempt(10, task.OutcomeSucceeded)
+		c.attempt(10, api.OutcomeSucceeded)
 	}))
 	var r3 string
 	rows = append(rows, c.measure("lifecycle: 3 attempts (2 retried failures), 10 heartbeats each", func() {
 		r3 = c.submit(retry).TaskID
-		c.attempt(10, task.OutcomeFailed)
-		c.attempt(10, task.OutcomeFailed)
-		c.attempt(10, task.OutcomeSucceeded)
+		c.attempt(10, api.OutcomeFailed)
+		c.attempt(10, api.OutcomeFailed)
+		c.attempt(10, api.OutcomeSucceeded)
 	}))
-	if v := c.waitState(r3, task.Succeeded); len(v.Attempts) != 3 {
+	if v := c.waitState(r3, api.Succeeded); len(v.Attempts) != 3 {
 		t.Fatalf("%d attempts", len(v.Attempts))
 	}
 	return rows

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
@@ -98,7 +99,7 @@ type Options struct {
 	// ticker publishes every TicksPerWindow × SweepEvery.
 	SweepEvery time.Duration
 	// StartTimeout is the default start timeout of new tasks (re-drive);
-	// default task.DefaultStartTimeout.
+	// default api.DefaultStartTimeout.
 	StartTimeout time.Duration
 	// MaxRedrives bounds re-drives before DISPATCH_TIMEOUT; default 5.
 	MaxRedrives int
@@ -213,7 +214,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	o.Addr = cmp.Or(o.Addr, DefaultAddr)
 	o.Project = cmp.Or(o.Project, DefaultProject)
 	o.SweepEvery = cmp.Or(o.SweepEvery, DefaultSweepEvery)
-	o.StartTimeout = cmp.Or(o.StartTimeout, task.DefaultStartTimeout)
+	o.StartTimeout = cmp.Or(o.StartTimeout, api.DefaultStartTimeout)
 	o.MaxRedrives = cmp.Or(o.MaxRedrives, zombie.DefaultMaxRedrives)
 	if o.Log == nil {
 		o.Log = io.Discard

@@ -15,12 +15,12 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -32,19 +32,19 @@ type scripted struct {
 	srv        *httptest.Server
 	deliveries chan delivery
 	mu         sync.Mutex
-	answer     func(n int, env task.Envelope) int // HTTP status for the nth delivery
+	answer     func(n int, env api.Envelope) int // HTTP status for the nth delivery
 	n          int
 }
 
 type delivery struct {
-	env     task.Envelope
+	env     api.Envelope
 	headers http.Header
 }
 
 func newScripted(t *testing.T) *scripted {
 	s := &scripted{deliveries: make(chan delivery, 100)}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var env task.Envelope
+		var env api.Envelope
 		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
 			t.Errorf("worker got a bad envelope: %v", err)
 			w.WriteHeader(http.StatusBadRequest)
@@ -152,7 +152,7 @@ func (e *env) get(id string) dispatcher.TaskView {
 }
 
 // waitState polls until the task is in state s.
-func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -168,7 +168,7 @@ func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
 }
 
 // callback posts a worker callback with the envelope's token.
-func (e *env) callback(en task.Envelope, kind string, body any) (int, task.CallbackResponse) {
+func (e *env) callback(en api.Envelope, kind string, body any) (int, api.CallbackResponse) {
 	e.t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest("POST", en.CallbackBaseURL+"/v1/tasks/"+en.TaskID+"/"+kind, bytes.NewReader(b))
@@ -179,24 +179,24 @@ func (e *env) callback(en task.Envelope, kind string, body any) (int, task.Callb
 		e.t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var r task.CallbackResponse
+	var r api.CallbackResponse
 	json.NewDecoder(res.Body).Decode(&r)
 	return res.StatusCode, r
 }
 
-func started(en task.Envelope, worker string) task.StartedRequest {
-	return task.StartedRequest{Attempt: en.Attempt, WorkerID: worker}
+func started(en api.Envelope, worker string) api.StartedRequest {
+	return api.StartedRequest{Attempt: en.Attempt, WorkerID: worker}
 }
 
-func succeeded(en task.Envelope, worker string) task.CompletedRequest {
-	return task.CompletedRequest{Attempt: en.Attempt, WorkerID: worker, Outcome: task.OutcomeSucceeded, Output: json.RawMessage(`{"rows":1}`)}
+func succeeded(en api.Envelope, worker string) api.CompletedRequest {
+	return api.CompletedRequest{Attempt: en.Attempt, WorkerID: worker, Outcome: api.OutcomeSucceeded, Output: json.RawMessage(`{"rows":1}`)}
 }
 
-func failed(en task.Envelope, worker string, c task.Category) task.CompletedRequest {
-	return task.CompletedRequest{Attempt: en.Attempt, WorkerID: worker, Outcome: task.OutcomeFailed, Error: &task.ErrorInfo{Category: c, Message: "boom"}}
+func failed(en api.Envelope, worker string, c api.Category) api.CompletedRequest {
+	return api.CompletedRequest{Attempt: en.Attempt, WorkerID: worker, Outcome: api.OutcomeFailed, Error: &api.ErrorInfo{Category: c, Message: "boom"}}
 }
 
-func expect(t *testing.T, what string, status int, r task.CallbackResponse, wantStatus int, wantCode string, wantDisp task.Disposition) {
+func expect(t *testing.T, what string, status int, r api.CallbackResponse, wantStatus int, wantCode string, wantDisp api.Disposition) {
 	t.Helper()
 	if status != wantStatus || r.Error != wantCode || r.Disposition != wantDisp {
 		t.Fatalf("%s: got %d %q %s, want %d %q %s", what, status, r.Error, r.Disposition, wantStatus, wantCode, wantDisp)
@@ -206,8 +206,8 @@ func expect(t *testing.T, what string, status int, r task.CallbackResponse, want
 func TestHappyPathWithTheExampleWorker(t *testing.T) {
 	e := start(t)
 	r := e.submit(map[string]any{"worker": devstack.ExampleWorker, "payload": map[string]any{"partitions": 4, "partitionMs": 50}})
-	v := e.waitState(r.TaskID, task.Succeeded)
-	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != task.OutcomeSucceeded || v.Attempts[0].WorkerID == "" || len(v.Attempts[0].Output) == 0 {
+	v := e.waitState(r.TaskID, api.Succeeded)
+	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded || v.Attempts[0].WorkerID == "" || len(v.Attempts[0].Output) == 0 {
 		t.Fatalf("attempts: %+v", v.Attempts)
 	}
 }
@@ -220,16 +220,16 @@ func TestHappyPathScripted(t *testing.T) {
 		t.Fatalf("delivery %+v %v", d.env, d.headers)
 	}
 	st, res := e.callback(d.env, "started", started(d.env, "w1"))
-	expect(t, "started", st, res, 200, "", task.Continue)
+	expect(t, "started", st, res, 200, "", api.Continue)
 	p := 50
-	st, res = e.callback(d.env, "heartbeat", task.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p})
-	expect(t, "heartbeat", st, res, 200, "", task.Continue)
+	st, res = e.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p})
+	expect(t, "heartbeat", st, res, 200, "", api.Continue)
 	st, res = e.callback(d.env, "completed", succeeded(d.env, "w1"))
-	expect(t, "completed", st, res, 200, "", task.Committed)
-	if res.FinalState != task.Succeeded {
+	expect(t, "completed", st, res, 200, "", api.Committed)
+	if res.FinalState != api.Succeeded {
 		t.Fatalf("finalState %s", res.FinalState)
 	}
-	e.waitState(r.TaskID, task.Succeeded)
+	e.waitState(r.TaskID, api.Succeeded)
 }
 
 func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
@@ -237,25 +237,25 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 	r := e.submit(nil)
 	d1 := e.worker.next(t)
 	st, res := e.callback(d1.env, "started", started(d1.env, "w1"))
-	expect(t, "started", st, res, 200, "", task.Continue)
+	expect(t, "started", st, res, 200, "", api.Continue)
 	// The worker dies: no heartbeats. The sweeper finds the zombie and retries.
 	d2 := e.worker.next(t)
 	if d2.env.Attempt != 2 {
 		t.Fatalf("second delivery is attempt %d", d2.env.Attempt)
 	}
 	st, res = e.callback(d2.env, "started", started(d2.env, "w2"))
-	expect(t, "attempt 2 started", st, res, 200, "", task.Continue)
+	expect(t, "attempt 2 started", st, res, 200, "", api.Continue)
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w2"))
-	expect(t, "attempt 2 completed", st, res, 200, "", task.Committed)
-	v := e.waitState(r.TaskID, task.Succeeded)
-	if v.Attempts[0].Outcome != task.OutcomeZombie {
+	expect(t, "attempt 2 completed", st, res, 200, "", api.Committed)
+	v := e.waitState(r.TaskID, api.Succeeded)
+	if v.Attempts[0].Outcome != api.OutcomeZombie {
 		t.Fatalf("attempt 1 outcome %s", v.Attempts[0].Outcome)
 	}
 	// Attempt 1's worker comes back late: the task has ended, and the
 	// terminal rows come before attempt_mismatch (PRODUCT §4).
 	st, res = e.callback(d1.env, "completed", succeeded(d1.env, "w1"))
-	expect(t, "late attempt 1", st, res, 409, task.CodeTaskAlreadyTerminal, task.Cancel)
-	if res.State != task.Succeeded {
+	expect(t, "late attempt 1", st, res, 409, api.CodeTaskAlreadyTerminal, api.Cancel)
+	if res.State != api.Succeeded {
 		t.Fatalf("task_already_terminal body %+v", res)
 	}
 }
@@ -272,13 +272,13 @@ func TestCancelWhileRunning(t *testing.T) {
 	if status != 200 || !strings.Contains(string(out), `"CANCELLING"`) {
 		t.Fatalf("cancel: %d %s", status, out)
 	}
-	st, res := e.callback(d.env, "heartbeat", task.HeartbeatRequest{Attempt: 1, WorkerID: "w1"})
-	if st != 200 || res.ShouldCancel == nil || !*res.ShouldCancel || res.CancelReason != "user_requested" || res.Disposition != task.Continue {
+	st, res := e.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: 1, WorkerID: "w1"})
+	if st != 200 || res.ShouldCancel == nil || !*res.ShouldCancel || res.CancelReason != "user_requested" || res.Disposition != api.Continue {
 		t.Fatalf("heartbeat while cancelling: %d %+v", st, res)
 	}
-	st, res = e.callback(d.env, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: task.OutcomeCancelled, CancelledDuringPhase: "processing"})
-	expect(t, "completed CANCELLED", st, res, 200, "", task.Committed)
-	v := e.waitState(r.TaskID, task.Cancelled)
+	st, res = e.callback(d.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeCancelled, CancelledDuringPhase: "processing"})
+	expect(t, "completed CANCELLED", st, res, 200, "", api.Committed)
+	v := e.waitState(r.TaskID, api.Cancelled)
 	if v.Reason != "user_requested" {
 		t.Fatalf("reason %q", v.Reason)
 	}
@@ -293,8 +293,8 @@ func TestCancelTimeout(t *testing.T) {
 		t.Fatalf("cancel: %d %s", status, out)
 	}
 	// The worker never reports: the grace period runs out before the lease.
-	v := e.waitState(r.TaskID, task.Failed)
-	if v.Reason != task.ReasonCancelTimeout || v.Attempts[0].Outcome != task.OutcomeCancelTimeout {
+	v := e.waitState(r.TaskID, api.Failed)
+	if v.Reason != api.ReasonCancelTimeout || v.Attempts[0].Outcome != api.OutcomeCancelTimeout {
 		t.Fatalf("got %s / %s", v.Reason, v.Attempts[0].Outcome)
 	}
 	if len(v.Attempts) != 1 {
@@ -306,7 +306,7 @@ func TestDuplicateCloudTasksDelivery(t *testing.T) {
 	e := start(t)
 	// The first delivery starts as w1 and then fails at the HTTP level, so
 	// Cloud Tasks delivers the same envelope again, to "another instance".
-	e.worker.answer = func(n int, _ task.Envelope) int {
+	e.worker.answer = func(n int, _ api.Envelope) int {
 		if n == 1 {
 			return http.StatusInternalServerError
 		}
@@ -315,13 +315,13 @@ func TestDuplicateCloudTasksDelivery(t *testing.T) {
 	e.submit(nil)
 	d1 := e.worker.next(t)
 	st, res := e.callback(d1.env, "started", started(d1.env, "w1"))
-	expect(t, "first started", st, res, 200, "", task.Continue)
+	expect(t, "first started", st, res, 200, "", api.Continue)
 	d2 := e.worker.next(t)
 	if d2.env.Attempt != 1 || d2.headers.Get("X-CloudTasks-TaskRetryCount") != "1" {
 		t.Fatalf("redelivery: attempt %d, retry count %q", d2.env.Attempt, d2.headers.Get("X-CloudTasks-TaskRetryCount"))
 	}
 	st, res = e.callback(d2.env, "started", started(d2.env, "w2"))
-	expect(t, "duplicate started", st, res, 409, task.CodeAttemptAlreadyStarted, task.Cancel)
+	expect(t, "duplicate started", st, res, 409, api.CodeAttemptAlreadyStarted, api.Cancel)
 }
 
 // TestSwallowedDeliveryIsRedelivered: the worker answers Cloud Tasks' first
@@ -352,11 +352,11 @@ func TestSwallowedDeliveryIsRedelivered(t *testing.T) {
 		t.Fatalf("re-delivered under the same Cloud Tasks name %s", n1)
 	}
 	st, res := e.callback(d2.env, "started", started(d2.env, "w1"))
-	expect(t, "started", st, res, 200, "", task.Continue)
+	expect(t, "started", st, res, 200, "", api.Continue)
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w1"))
-	expect(t, "completed", st, res, 200, "", task.Committed)
-	v := e.waitState(r.TaskID, task.Succeeded)
-	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+	expect(t, "completed", st, res, 200, "", api.Committed)
+	v := e.waitState(r.TaskID, api.Succeeded)
+	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded {
 		t.Fatalf("attempts %+v", v.Attempts)
 	}
 }
@@ -366,10 +366,10 @@ func TestInfrastructureFailureRetriesWithCheckpoint(t *testing.T) {
 	r := e.submit(nil)
 	d1 := e.worker.next(t)
 	e.callback(d1.env, "started", started(d1.env, "w1"))
-	e.callback(d1.env, "heartbeat", task.HeartbeatRequest{Attempt: 1, WorkerID: "w1", Checkpoint: json.RawMessage(`{"nextPartition":3}`)})
-	st, res := e.callback(d1.env, "completed", failed(d1.env, "w1", task.CategoryInfrastructure))
-	expect(t, "failed", st, res, 200, "", task.Committed)
-	if !res.RetryScheduled || res.NextAttempt != 2 || res.FinalState != task.Queued {
+	e.callback(d1.env, "heartbeat", api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", Checkpoint: json.RawMessage(`{"nextPartition":3}`)})
+	st, res := e.callback(d1.env, "completed", failed(d1.env, "w1", api.CategoryInfrastructure))
+	expect(t, "failed", st, res, 200, "", api.Committed)
+	if !res.RetryScheduled || res.NextAttempt != 2 || res.FinalState != api.Queued {
 		t.Fatalf("retry not scheduled: %+v", res)
 	}
 	d2 := e.worker.next(t)
@@ -380,25 +380,25 @@ func TestInfrastructureFailureRetriesWithCheckpoint(t *testing.T) {
 		t.Fatal("a new attempt must carry a new token")
 	}
 	v := e.get(r.TaskID)
-	if v.Attempts[0].Outcome != task.OutcomeFailed || v.Attempts[1].ScheduledAt == nil || v.Attempts[1].ScheduledAt.Before(*v.Attempts[0].CompletedAt) {
+	if v.Attempts[0].Outcome != api.OutcomeFailed || v.Attempts[1].ScheduledAt == nil || v.Attempts[1].ScheduledAt.Before(*v.Attempts[0].CompletedAt) {
 		t.Fatalf("attempt history %+v", v.Attempts)
 	}
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w2"))
-	expect(t, "attempt 2 completed", st, res, 200, "", task.Committed)
-	e.waitState(r.TaskID, task.Succeeded)
+	expect(t, "attempt 2 completed", st, res, 200, "", api.Committed)
+	e.waitState(r.TaskID, api.Succeeded)
 }
 
 func TestDataQualityFailureDeadLetters(t *testing.T) {
 	e := start(t)
 	r := e.submit(nil)
 	d := e.worker.next(t)
-	st, res := e.callback(d.env, "completed", failed(d.env, "w1", task.CategoryDataQuality))
-	expect(t, "failed", st, res, 200, "", task.Committed)
-	if res.RetryScheduled || res.FinalState != task.Failed {
+	st, res := e.callback(d.env, "completed", failed(d.env, "w1", api.CategoryDataQuality))
+	expect(t, "failed", st, res, 200, "", api.Committed)
+	if res.RetryScheduled || res.FinalState != api.Failed {
 		t.Fatalf("DATA_QUALITY must not retry: %+v", res)
 	}
-	v := e.waitState(r.TaskID, task.Failed)
-	if v.Reason != task.ReasonNonRetryable || len(v.Attempts) != 1 {
+	v := e.waitState(r.TaskID, api.Failed)
+	if v.Reason != api.ReasonNonRetryable || len(v.Attempts) != 1 {
 		t.Fatalf("got %s with %d attempts", v.Reason, len(v.Attempts))
 	}
 	var dl events.DeadLetter
@@ -410,7 +410,7 @@ func TestDataQualityFailureDeadLetters(t *testing.T) {
 		}
 		return false
 	})
-	if dl.Reason != task.ReasonNonRetryable || dl.State != task.Failed {
+	if dl.Reason != api.ReasonNonRetryable || dl.State != api.Failed {
 		t.Fatalf("dead letter %+v", dl)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -44,7 +45,7 @@ type lifecycleResult struct {
 	latencies, sweepLags     []time.Duration
 	statuses                 map[int]int
 	usage                    store.Usage
-	counts                   map[task.State]int
+	counts                   map[api.State]int
 }
 
 // The simulated workers send their heartbeats back to back; the timeout is
@@ -57,9 +58,9 @@ const (
 
 func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 	tb.Helper()
-	deliveries := make(chan task.Envelope, 2*lc.tasks+16)
+	deliveries := make(chan api.Envelope, 2*lc.tasks+16)
 	sim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var env task.Envelope
+		var env api.Envelope
 		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -102,11 +103,11 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 		done    atomic.Int64
 		allDone = make(chan struct{})
 	)
-	callback := func(env task.Envelope, kind string, body any) (int, task.CallbackResponse) {
+	callback := func(env api.Envelope, kind string, body any) (int, api.CallbackResponse) {
 		t0 := time.Now()
 		status, out, err := post(env.CallbackBaseURL+"/v1/tasks/"+env.TaskID+"/"+kind, env.TaskToken, body)
 		lat := time.Since(t0)
-		var r task.CallbackResponse
+		var r api.CallbackResponse
 		_ = json.Unmarshal(out, &r)
 		mu.Lock()
 		res.callbacks++
@@ -118,9 +119,9 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 		mu.Unlock()
 		return status, r
 	}
-	work := func(env task.Envelope) {
+	work := func(env api.Envelope) {
 		wid := fmt.Sprintf("sim-%s-%d", env.TaskID, env.Attempt)
-		st, sr := callback(env, "started", task.StartedRequest{Attempt: env.Attempt, WorkerID: wid})
+		st, sr := callback(env, "started", api.StartedRequest{Attempt: env.Attempt, WorkerID: wid})
 		if st != http.StatusOK {
 			return
 		}
@@ -134,13 +135,13 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 		}
 		for i := range lc.heartbeats {
 			pct := (i + 1) * 100 / (lc.heartbeats + 1)
-			if st, _ := callback(env, "heartbeat", task.HeartbeatRequest{Attempt: env.Attempt, WorkerID: wid, ProgressPct: &pct}); st != http.StatusOK {
+			if st, _ := callback(env, "heartbeat", api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: wid, ProgressPct: &pct}); st != http.StatusOK {
 				return
 			}
 		}
-		st, cr := callback(env, "completed", task.CompletedRequest{Attempt: env.Attempt, WorkerID: wid, Outcome: task.OutcomeSucceeded,
+		st, cr := callback(env, "completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: wid, Outcome: api.OutcomeSucceeded,
 			Output: json.RawMessage(`{"ok":true}`)})
-		if st == http.StatusOK && cr.Disposition == task.Committed && done.Add(1) == int64(lc.tasks) {
+		if st == http.StatusOK && cr.Disposition == api.Committed && done.Add(1) == int64(lc.tasks) {
 			close(allDone)
 		}
 	}
@@ -192,7 +193,7 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 			tb.Fatal(err)
 		}
 		for _, e := range entries {
-			if e.From == task.Running && e.Outcome == task.OutcomeZombie {
+			if e.From == api.Running && e.Outcome == api.OutcomeZombie {
 				res.sweepLags = append(res.sweepLags, e.OccurredAt.Sub(lease))
 			}
 		}
@@ -211,7 +212,7 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 		tb.Fatalf("counts: %d %v %s", status, err, out)
 	}
 	var counts struct {
-		Counts map[task.State]int `json:"counts"`
+		Counts map[api.State]int `json:"counts"`
 	}
 	if err := json.Unmarshal(out, &counts); err != nil {
 		tb.Fatalf("counts: %v %s", err, out)
@@ -237,7 +238,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func TestLifecycle(t *testing.T) {
 	lc := lifecycle{tasks: 120, workers: 16, heartbeats: 3, silentEvery: 40, timeout: 3 * time.Minute}
 	r := runLifecycle(t, lc)
-	if r.counts[task.Succeeded] != lc.tasks {
+	if r.counts[api.Succeeded] != lc.tasks {
 		t.Errorf("task states %v, want %d SUCCEEDED", r.counts, lc.tasks)
 	}
 	if r.silent != lc.tasks/lc.silentEvery || len(r.sweepLags) != r.silent {
@@ -268,7 +269,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	lc := lifecycle{tasks: *lifecycleTasks, workers: 64, heartbeats: 3, silentEvery: 100, timeout: 45 * time.Minute}
 	for range b.N {
 		r := runLifecycle(b, lc)
-		if r.counts[task.Succeeded] != lc.tasks {
+		if r.counts[api.Succeeded] != lc.tasks {
 			b.Fatalf("task states %v, want %d SUCCEEDED", r.counts, lc.tasks)
 		}
 		b.ReportMetric(float64(lc.tasks)/r.elapsed.Seconds(), "tasks/s")

@@ -19,9 +19,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
 )
@@ -131,15 +131,15 @@ func TestTraceAcrossEveryHop(t *testing.T) {
 		t.Fatalf("submit: %d %s", res.StatusCode, out)
 	}
 	id := regexp.MustCompile(`"taskId":"([^"]+)"`).FindStringSubmatch(string(out))[1]
-	v := e.waitState(id, task.Succeeded)
-	if v.Attempt != 2 || len(v.Attempts) != 2 || v.Attempts[0].Outcome != task.OutcomeZombie {
+	v := e.waitState(id, api.Succeeded)
+	if v.Attempt != 2 || len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie {
 		t.Fatalf("want attempt 1 ZOMBIE then attempt 2 SUCCEEDED, got %+v", v.Attempts)
 	}
 
 	// The Pub/Sub event of the success carries the trace context.
 	var eventTP string
 	receive(t, e.stack.PubSub, "traced-events", func(m *pubsub.Message) bool {
-		if m.Attributes[events.AttrTaskID] != id || m.Attributes[events.AttrState] != string(task.Succeeded) {
+		if m.Attributes[events.AttrTaskID] != id || m.Attributes[events.AttrState] != string(api.Succeeded) {
 			return false
 		}
 		eventTP = m.Attributes["traceparent"]

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -77,7 +77,7 @@ func (e *env) waitAll(ids []string) {
 	e.t.Helper()
 	for _, id := range ids {
 		deadline := time.Now().Add(2 * time.Minute)
-		for e.get(id).State != task.Succeeded {
+		for e.get(id).State != api.Succeeded {
 			if time.Now().After(deadline) {
 				v := e.get(id)
 				e.t.Fatalf("task %s is %s (%s), want SUCCEEDED", id, v.State, v.Reason)

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -130,7 +131,7 @@ func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
 // Envelope signs a token for t's current attempt and returns the envelope
 // and its JSON. The token is valid from when the delivery can start (now,
 // or t.NotBefore when later) for task.TokenTTL from then.
-func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte, error) {
+func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (api.Envelope, []byte, error) {
 	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
 	from := now
 	if t.NotBefore != nil && t.NotBefore.After(now) {
@@ -138,14 +139,14 @@ func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (task.Envelope, []byte,
 	}
 	tok, exp, err := e.cfg.Keys.SignFrom(scope, task.TokenTTL(from, t.Deadline, t.Timing.HeartbeatInterval()), now, from)
 	if err != nil {
-		return task.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
+		return api.Envelope{}, nil, fmt.Errorf("enqueue: sign token: %w", err)
 	}
 	env := t.Envelope(e.cfg.CallbackBaseURL, tok, exp, now)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // payloads pass through as sent, without growth
 	if err := enc.Encode(env); err != nil {
-		return task.Envelope{}, nil, fmt.Errorf("enqueue: encode envelope: %w", err)
+		return api.Envelope{}, nil, fmt.Errorf("enqueue: encode envelope: %w", err)
 	}
 	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > MaxTaskBytes {
@@ -248,7 +249,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 // recordQueued records that a PENDING t is QUEUED once its attempt is
 // handed to the transport.
 func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
-	if t.State == task.Pending {
+	if t.State == api.Pending {
 		if _, err := e.cfg.Store.Apply(ctx, t.ID, task.Event{Kind: task.EventEnqueued, Attempt: t.Attempt, Now: e.cfg.Now().UTC()}); err != nil {
 			return fmt.Errorf("enqueue %s: record QUEUED: %w", t.ID, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/events"
@@ -199,11 +200,11 @@ func firstByTask(t *testing.T, msgs []received) map[string][]events.Event {
 	return out
 }
 
-func submitted(now time.Time, run string, retry task.RetryPolicy) task.Task {
+func submitted(now time.Time, run string, retry api.RetryPolicy) task.Task {
 	return task.Task{
 		ID: task.NewTaskID(now), RunID: run, TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "etl",
 		Payload: json.RawMessage(`{"rows":10}`), Retry: retry,
-		Timing: task.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
+		Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
 	}
 }
 
@@ -238,20 +239,20 @@ func started(n int) step {
 func heartbeat(n int) step {
 	pct := 50
 	return apply(task.Event{Kind: task.EventHeartbeat, Attempt: n, WorkerID: "w-1",
-		Heartbeat: &task.HeartbeatRequest{Attempt: n, WorkerID: "w-1", ProgressPct: &pct}})
+		Heartbeat: &api.HeartbeatRequest{Attempt: n, WorkerID: "w-1", ProgressPct: &pct}})
 }
-func completed(n int, o task.Outcome, e *task.ErrorInfo) step {
+func completed(n int, o api.Outcome, e *api.ErrorInfo) step {
 	return apply(task.Event{Kind: task.EventCompleted, Attempt: n, WorkerID: "w-1",
-		Completed: &task.CompletedRequest{Attempt: n, WorkerID: "w-1", Outcome: o, Error: e}})
+		Completed: &api.CompletedRequest{Attempt: n, WorkerID: "w-1", Outcome: o, Error: e}})
 }
 
 // succeed is a full successful lifecycle.
-var succeed = []step{create, enqueued(1), started(1), heartbeat(1), completed(1, task.OutcomeSucceeded, nil)}
+var succeed = []step{create, enqueued(1), started(1), heartbeat(1), completed(1, api.OutcomeSucceeded, nil)}
 
-var dataErr = &task.ErrorInfo{Category: task.CategoryDataQuality, Message: "row 7: bad date"}
+var dataErr = &api.ErrorInfo{Category: api.CategoryDataQuality, Message: "row 7: bad date"}
 
 // failHard ends FAILED at once: a non-retryable error.
-var failHard = []step{create, enqueued(1), started(1), completed(1, task.OutcomeFailed, dataErr)}
+var failHard = []step{create, enqueued(1), started(1), completed(1, api.OutcomeFailed, dataErr)}
 
 // run drives each task through its steps, interleaving the tasks.
 func run(t *testing.T, st *store.Store, tasks []task.Task, steps [][]step) {
@@ -306,10 +307,10 @@ func outboxIDs(t *testing.T, st *store.Store, delivered bool, tasks ...task.Task
 }
 
 type transitionWant struct {
-	from, to task.State
+	from, to api.State
 	reason   string
 	attempt  int
-	outcome  task.Outcome
+	outcome  api.Outcome
 }
 
 func checkEvents(t *testing.T, tk task.Task, got []events.Event, want []transitionWant) {
@@ -331,17 +332,17 @@ func checkEvents(t *testing.T, tk task.Task, got []events.Event, want []transiti
 }
 
 var successWant = []transitionWant{
-	{"", task.Pending, task.ReasonSubmitted, 1, ""},
-	{task.Pending, task.Queued, task.ReasonEnqueued, 1, ""},
-	{task.Queued, task.Running, task.ReasonStarted, 1, ""},
-	{task.Running, task.Succeeded, task.ReasonSucceeded, 1, task.OutcomeSucceeded},
+	{"", api.Pending, api.ReasonSubmitted, 1, ""},
+	{api.Pending, api.Queued, api.ReasonEnqueued, 1, ""},
+	{api.Queued, api.Running, api.ReasonStarted, 1, ""},
+	{api.Running, api.Succeeded, api.ReasonSucceeded, 1, api.OutcomeSucceeded},
 }
 
 var failHardWant = []transitionWant{
-	{"", task.Pending, task.ReasonSubmitted, 1, ""},
-	{task.Pending, task.Queued, task.ReasonEnqueued, 1, ""},
-	{task.Queued, task.Running, task.ReasonStarted, 1, ""},
-	{task.Running, task.Failed, task.ReasonNonRetryable, 1, task.OutcomeFailed},
+	{"", api.Pending, api.ReasonSubmitted, 1, ""},
+	{api.Pending, api.Queued, api.ReasonEnqueued, 1, ""},
+	{api.Queued, api.Running, api.ReasonStarted, 1, ""},
+	{api.Running, api.Failed, api.ReasonNonRetryable, 1, api.OutcomeFailed},
 }
 
 // TestLifecycleEventsInOrder: tasks driven through a full lifecycle
@@ -356,7 +357,7 @@ func TestLifecycleEventsInOrder(t *testing.T) {
 	e.st.OnCommit(p.Hook())
 
 	now := time.Now()
-	tasks := []task.Task{submitted(now, "run_1", task.RetryPolicy{}), submitted(now, "run_1", task.RetryPolicy{}), submitted(now, "run_2", task.RetryPolicy{})}
+	tasks := []task.Task{submitted(now, "run_1", api.RetryPolicy{}), submitted(now, "run_1", api.RetryPolicy{}), submitted(now, "run_2", api.RetryPolicy{})}
 	run(t, e.st, tasks, [][]step{succeed, succeed, succeed})
 
 	ids := outboxIDs(t, e.st, true, tasks...)
@@ -469,12 +470,12 @@ func TestOutageThenRedrive(t *testing.T) {
 			e.st.OnCommit(hooked.Hook())
 
 			now := time.Now()
-			ok, failed := submitted(now, "run_1", task.RetryPolicy{}), submitted(now, "run_1", task.RetryPolicy{})
+			ok, failed := submitted(now, "run_1", api.RetryPolicy{}), submitted(now, "run_1", api.RetryPolicy{})
 			tasks := []task.Task{ok, failed}
 			run(t, e.st, tasks, [][]step{succeed, failHard})
 
 			// Committed regardless of Pub/Sub.
-			for tk, want := range map[string]task.State{ok.ID: task.Succeeded, failed.ID: task.Failed} {
+			for tk, want := range map[string]api.State{ok.ID: api.Succeeded, failed.ID: api.Failed} {
 				got, err := e.st.GetTask(ctx, tk)
 				if err != nil || got.State != want {
 					t.Fatalf("task %s: state %s, %v; want %s", tk, got.State, err, want)
@@ -532,7 +533,7 @@ func TestOutageThenRedrive(t *testing.T) {
 			checkEvents(t, ok, byTask[ok.ID], successWant)
 			checkEvents(t, failed, byTask[failed.ID], failHardWant)
 
-			dlID := task.EventID(failed.ID, 1, task.Running, task.Failed)
+			dlID := task.EventID(failed.ID, 1, api.Running, api.Failed)
 			dls := dlSub.waitIDs(t, []string{dlID}, tt.dups)
 			for _, m := range dls {
 				d, err := events.DecodeDeadLetter(m.data)
@@ -557,36 +558,36 @@ func TestDeadLetters(t *testing.T) {
 	p := e.publisher(t, events.Config{})
 	e.st.OnCommit(p.Hook())
 
-	userErr := &task.ErrorInfo{Category: task.CategoryUserCode, Message: "division by zero"}
+	userErr := &api.ErrorInfo{Category: api.CategoryUserCode, Message: "division by zero"}
 	now := time.Now()
 	tests := []struct {
 		name     string
 		task     task.Task
 		steps    []step
 		reason   string
-		err      *task.ErrorInfo
-		attempts []task.Outcome
+		err      *api.ErrorInfo
+		attempts []api.Outcome
 	}{
 		{
-			name: "retries exhausted", task: submitted(now, "run_1", task.RetryPolicy{MaxAttempts: 2}),
-			steps:  []step{create, enqueued(1), started(1), completed(1, task.OutcomeFailed, userErr), started(2), heartbeat(2), completed(2, task.OutcomeFailed, userErr)},
-			reason: task.ReasonRetriesExhausted, err: userErr, attempts: []task.Outcome{task.OutcomeFailed, task.OutcomeFailed},
+			name: "retries exhausted", task: submitted(now, "run_1", api.RetryPolicy{MaxAttempts: 2}),
+			steps:  []step{create, enqueued(1), started(1), completed(1, api.OutcomeFailed, userErr), started(2), heartbeat(2), completed(2, api.OutcomeFailed, userErr)},
+			reason: api.ReasonRetriesExhausted, err: userErr, attempts: []api.Outcome{api.OutcomeFailed, api.OutcomeFailed},
 		},
 		{
-			name: "non-retryable", task: submitted(now, "run_1", task.RetryPolicy{MaxAttempts: 3}),
+			name: "non-retryable", task: submitted(now, "run_1", api.RetryPolicy{MaxAttempts: 3}),
 			steps:  failHard,
-			reason: task.ReasonNonRetryable, err: dataErr, attempts: []task.Outcome{task.OutcomeFailed},
+			reason: api.ReasonNonRetryable, err: dataErr, attempts: []api.Outcome{api.OutcomeFailed},
 		},
 		{
 			name: "deadline exceeded", task: func() task.Task {
-				tk := submitted(now, "run_1", task.RetryPolicy{})
+				tk := submitted(now, "run_1", api.RetryPolicy{})
 				dl := now.Add(-time.Second)
 				tk.Deadline = &dl
 				return tk
 			}(),
 			steps:  []step{create, enqueued(1), started(1), apply(task.Event{Kind: task.EventDeadlineExceeded, Attempt: 1})},
-			reason: task.ReasonDeadlineExceeded, err: &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task's deadline passed"},
-			attempts: []task.Outcome{task.OutcomeTimedOut},
+			reason: api.ReasonDeadlineExceeded, err: &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the task's deadline passed"},
+			attempts: []api.Outcome{api.OutcomeTimedOut},
 		},
 	}
 	var tasks []task.Task
@@ -594,17 +595,17 @@ func TestDeadLetters(t *testing.T) {
 	for _, tt := range tests {
 		tasks, steps = append(tasks, tt.task), append(steps, tt.steps)
 	}
-	okTask := submitted(now, "run_1", task.RetryPolicy{})
+	okTask := submitted(now, "run_1", api.RetryPolicy{})
 	tasks, steps = append(tasks, okTask), append(steps, succeed)
 	run(t, e.st, tasks, steps)
 
 	var dlIDs []string
 	for _, tt := range tests {
 		got, err := e.st.GetTask(context.Background(), tt.task.ID)
-		if err != nil || got.State != task.Failed {
+		if err != nil || got.State != api.Failed {
 			t.Fatalf("%s: task state %s, %v", tt.name, got.State, err)
 		}
-		dlIDs = append(dlIDs, task.EventID(tt.task.ID, got.Attempt, task.Running, task.Failed))
+		dlIDs = append(dlIDs, task.EventID(tt.task.ID, got.Attempt, api.Running, api.Failed))
 	}
 	evSub.waitIDs(t, outboxIDs(t, e.st, true, tasks...), 1)
 	msgs := dlSub.waitIDs(t, dlIDs, 1)
@@ -629,7 +630,7 @@ func TestDeadLetters(t *testing.T) {
 			if !ok {
 				t.Fatal("no dead letter")
 			}
-			if d.TaskID != tt.task.ID || d.RunID != "run_1" || d.State != task.Failed || d.Reason != tt.reason || d.Attempt != len(tt.attempts) {
+			if d.TaskID != tt.task.ID || d.RunID != "run_1" || d.State != api.Failed || d.Reason != tt.reason || d.Attempt != len(tt.attempts) {
 				t.Errorf("dead letter = %+v", d)
 			}
 			if d.Error == nil || *d.Error != *tt.err {
@@ -642,7 +643,7 @@ func TestDeadLetters(t *testing.T) {
 				if a.Attempt != j+1 || a.Outcome != tt.attempts[j] || a.CompletedAt == nil {
 					t.Errorf("attempt %d = %+v, want outcome %s", j+1, a, tt.attempts[j])
 				}
-				if tt.attempts[j] == task.OutcomeFailed && (a.Error == nil || *a.Error != *tt.err || a.WorkerID != "w-1") {
+				if tt.attempts[j] == api.OutcomeFailed && (a.Error == nil || *a.Error != *tt.err || a.WorkerID != "w-1") {
 					t.Errorf("attempt %d error %+v worker %q", j+1, a.Error, a.WorkerID)
 				}
 			}
@@ -665,7 +666,7 @@ func TestTail(t *testing.T) {
 	p := e.publisher(t, events.Config{})
 	e.st.OnCommit(p.Hook())
 	now := time.Now()
-	a, b, other := submitted(now, "run_A", task.RetryPolicy{}), submitted(now, "run_A", task.RetryPolicy{}), submitted(now, "run_B", task.RetryPolicy{})
+	a, b, other := submitted(now, "run_A", api.RetryPolicy{}), submitted(now, "run_A", api.RetryPolicy{}), submitted(now, "run_B", api.RetryPolicy{})
 
 	tests := []struct {
 		name  string
@@ -807,7 +808,7 @@ func TestHookOffTheWritersPath(t *testing.T) {
 	e.subscribe(t, events.DefaultDeadLetterTopic)
 	p := e.publisher(t, events.Config{Store: pst})
 	e.st.OnCommit(p.Hook())
-	tk := submitted(time.Now(), "run_1", task.RetryPolicy{})
+	tk := submitted(time.Now(), "run_1", api.RetryPolicy{})
 	tests := []struct {
 		name string
 		step step
@@ -818,7 +819,7 @@ func TestHookOffTheWritersPath(t *testing.T) {
 		{"enqueued", enqueued(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"started", started(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"heartbeat (no transition)", heartbeat(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
-		{"failed for good (dead letter)", completed(1, task.OutcomeFailed, dataErr), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
+		{"failed for good (dead letter)", completed(1, api.OutcomeFailed, dataErr), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 	}
 	for _, tt := range tests {
 		writer.Reset()
@@ -839,7 +840,7 @@ func TestHookOffTheWritersPath(t *testing.T) {
 	// sender, one MarkDelivered commit.
 	var many []task.Task
 	for range 150 {
-		many = append(many, submitted(time.Now(), "run_2", task.RetryPolicy{}))
+		many = append(many, submitted(time.Now(), "run_2", api.RetryPolicy{}))
 	}
 	sender.Reset()
 	for _, r := range e.st.CreateMany(ctx, many, time.Now(), false) {
@@ -881,7 +882,7 @@ func TestHookDoesNotWaitForTheSender(t *testing.T) {
 	so := &stalledOutbox{Store: e.st, release: make(chan struct{})}
 	p := e.publisher(t, events.Config{Store: so})
 	e.st.OnCommit(p.Hook())
-	tk := submitted(time.Now(), "run_1", task.RetryPolicy{})
+	tk := submitted(time.Now(), "run_1", api.RetryPolicy{})
 	run(t, e.st, []task.Task{tk}, [][]step{succeed}) // would block here if the hook waited
 	for deadline := time.Now().Add(waitTimeout); so.calls.Load() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -930,7 +931,7 @@ func BenchmarkPublish(b *testing.B) {
 	defer p.Close()
 	trs := make([]task.Transition, b.N)
 	for i := range trs {
-		tk := submitted(time.Now(), "run_1", task.RetryPolicy{})
+		tk := submitted(time.Now(), "run_1", api.RetryPolicy{})
 		if _, _, err := st.Create(ctx, tk, time.Now()); err != nil {
 			b.Fatal(err)
 		}
@@ -978,7 +979,7 @@ func TestTailStopsOnWriteError(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("Tail not ready")
 	}
-	create(t, e.st, submitted(time.Now(), "run_1", task.RetryPolicy{}))
+	create(t, e.st, submitted(time.Now(), "run_1", api.RetryPolicy{}))
 	select {
 	case err := <-done:
 		if !errors.Is(err, errBroken) {

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -66,15 +67,15 @@ type Event struct {
 	// Attempt is the attempt the transition happened in.
 	Attempt int `json:"attempt"`
 	// From is the previous state; empty for the creation event.
-	From task.State `json:"from,omitempty"`
-	To   task.State `json:"to"`
+	From api.State `json:"from,omitempty"`
+	To   api.State `json:"to"`
 	// Reason is the machine's reason (SUBMITTED, ENQUEUED, RETRY_SCHEDULED, …).
 	Reason     string    `json:"reason,omitempty"`
 	OccurredAt time.Time `json:"occurredAt"`
 	// Outcome is the attempt's outcome when the transition ended it.
-	Outcome task.Outcome `json:"outcome,omitempty"`
+	Outcome api.Outcome `json:"outcome,omitempty"`
 	// Error is the attempt's error when the transition ended it with one.
-	Error *task.ErrorInfo `json:"error,omitempty"`
+	Error *api.ErrorInfo `json:"error,omitempty"`
 	// NextAttempt is set when a retry was scheduled (to = QUEUED).
 	NextAttempt int `json:"nextAttempt,omitempty"`
 	// Seq numbers the task's transitions from 1, without gaps.
@@ -101,23 +102,23 @@ func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 type DeadLetter struct {
 	// EventID is the id of the transition to FAILED (same as on the events
 	// topic), so duplicates are detectable here too.
-	EventID     string     `json:"eventId"`
-	TaskID      string     `json:"taskId"`
-	RunID       string     `json:"runId"`
-	TenantID    string     `json:"tenantId"`
-	WorkspaceID string     `json:"workspaceId"`
-	Worker      string     `json:"worker,omitempty"`
-	State       task.State `json:"state"`
+	EventID     string    `json:"eventId"`
+	TaskID      string    `json:"taskId"`
+	RunID       string    `json:"runId"`
+	TenantID    string    `json:"tenantId"`
+	WorkspaceID string    `json:"workspaceId"`
+	Worker      string    `json:"worker,omitempty"`
+	State       api.State `json:"state"`
 	// Reason says why the task failed (RETRIES_EXHAUSTED, NON_RETRYABLE,
 	// HEARTBEAT_TIMEOUT, DEADLINE_EXCEEDED, DISPATCH_TIMEOUT, CANCEL_TIMEOUT, …).
 	Reason string `json:"reason"`
 	// Attempt is the last attempt.
-	Attempt    int          `json:"attempt"`
-	Outcome    task.Outcome `json:"outcome,omitempty"`
-	OccurredAt time.Time    `json:"occurredAt"`
+	Attempt    int         `json:"attempt"`
+	Outcome    api.Outcome `json:"outcome,omitempty"`
+	OccurredAt time.Time   `json:"occurredAt"`
 	// Error is the last attempt's error; when no worker reported one (a
 	// timeout) it is synthesized from the reason.
-	Error *task.ErrorInfo `json:"error"`
+	Error *api.ErrorInfo `json:"error"`
 	// Attempts is the attempt history, oldest first (the latest ones only
 	// when OmittedAttempts > 0).
 	Attempts []task.Attempt `json:"attempts"`
@@ -180,21 +181,21 @@ func DeadLetterOf(tr task.Transition, attempts []task.Attempt) DeadLetter {
 }
 
 // synthesizedError describes a failure no worker reported.
-func synthesizedError(reason string) *task.ErrorInfo {
+func synthesizedError(reason string) *api.ErrorInfo {
 	switch reason {
-	case task.ReasonHeartbeatTimeout:
-		return &task.ErrorInfo{Category: task.CategoryTimeout, Message: "no heartbeat within the heartbeat timeout"}
-	case task.ReasonDeadlineExceeded:
-		return &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task's deadline passed"}
-	case task.ReasonDispatchTimeout:
-		return &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task never started: re-drives exhausted"}
-	case task.ReasonCancelTimeout:
-		return &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the worker did not finish within the cancel grace period"}
+	case api.ReasonHeartbeatTimeout:
+		return &api.ErrorInfo{Category: api.CategoryTimeout, Message: "no heartbeat within the heartbeat timeout"}
+	case api.ReasonDeadlineExceeded:
+		return &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the task's deadline passed"}
+	case api.ReasonDispatchTimeout:
+		return &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the task never started: re-drives exhausted"}
+	case api.ReasonCancelTimeout:
+		return &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the worker did not finish within the cancel grace period"}
 	}
-	return &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "task failed: " + reason}
+	return &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "task failed: " + reason}
 }
 
-func baseAttrs(typ, eventID, tenant, workspace, taskID, runID string, state task.State) map[string]string {
+func baseAttrs(typ, eventID, tenant, workspace, taskID, runID string, state api.State) map[string]string {
 	return map[string]string{
 		AttrType: typ, AttrEventID: eventID, AttrTenantID: tenant, AttrWorkspaceID: workspace,
 		AttrTaskID: taskID, AttrRunID: runID, AttrState: string(state),
@@ -317,7 +318,7 @@ func truncateAttempt(a task.Attempt) task.Attempt {
 	return a
 }
 
-func truncateError(e *task.ErrorInfo) *task.ErrorInfo {
+func truncateError(e *api.ErrorInfo) *api.ErrorInfo {
 	if e == nil {
 		return nil
 	}

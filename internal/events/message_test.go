@@ -8,12 +8,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
 var t0 = time.Date(2025, 11, 21, 9, 30, 0, 123e6, time.UTC)
 
-func transition(id string, seq int64, from, to task.State) task.Transition {
+func transition(id string, seq int64, from, to api.State) task.Transition {
 	return task.Transition{
 		EventID: task.EventID(id, 1, from, to), TaskID: id, RunID: "run_1", TenantID: "acme", WorkspaceID: "ws",
 		Worker: "etl", Attempt: 1, From: from, To: to, Reason: "R", Seq: seq, OccurredAt: t0,
@@ -21,9 +22,9 @@ func transition(id string, seq int64, from, to task.State) task.Transition {
 }
 
 func TestEventMessage(t *testing.T) {
-	tr := transition("task_A", 4, task.Running, task.Queued)
-	tr.Outcome, tr.NextAttempt = task.OutcomeFailed, 2
-	tr.Error = &task.ErrorInfo{Category: task.CategoryUserCode, Message: "boom"}
+	tr := transition("task_A", 4, api.Running, api.Queued)
+	tr.Outcome, tr.NextAttempt = api.OutcomeFailed, 2
+	tr.Error = &api.ErrorInfo{Category: api.CategoryUserCode, Message: "boom"}
 	tr.DeadLetter = false
 	msg, err := EventMessage(tr)
 	if err != nil {
@@ -77,35 +78,35 @@ func TestDecodeEventErrors(t *testing.T) {
 }
 
 func TestDeadLetterOf(t *testing.T) {
-	workerErr := &task.ErrorInfo{Category: task.CategoryDataQuality, Message: "bad row"}
-	attemptErr := &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"}
+	workerErr := &api.ErrorInfo{Category: api.CategoryDataQuality, Message: "bad row"}
+	attemptErr := &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"}
 	history := []task.Attempt{
-		{Attempt: 1, Outcome: task.OutcomeFailed, Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "first"}},
-		{Attempt: 2, Outcome: task.OutcomeZombie, Error: attemptErr},
+		{Attempt: 1, Outcome: api.OutcomeFailed, Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: "first"}},
+		{Attempt: 2, Outcome: api.OutcomeZombie, Error: attemptErr},
 	}
 	tests := []struct {
 		name     string
 		reason   string
-		trErr    *task.ErrorInfo
+		trErr    *api.ErrorInfo
 		attempts []task.Attempt
-		want     *task.ErrorInfo
+		want     *api.ErrorInfo
 	}{
-		{"transition error wins", task.ReasonNonRetryable, workerErr, history, workerErr},
-		{"falls back to the last attempt's error", task.ReasonHeartbeatTimeout, nil, history, attemptErr},
-		{"deadline synthesized", task.ReasonDeadlineExceeded, nil, history[:1], &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task's deadline passed"}},
-		{"dispatch synthesized", task.ReasonDispatchTimeout, nil, nil, &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the task never started: re-drives exhausted"}},
-		{"cancel timeout synthesized", task.ReasonCancelTimeout, nil, nil, &task.ErrorInfo{Category: task.CategoryTimeout, Message: "the worker did not finish within the cancel grace period"}},
-		{"other synthesized", "SOMETHING", nil, nil, &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "task failed: SOMETHING"}},
+		{"transition error wins", api.ReasonNonRetryable, workerErr, history, workerErr},
+		{"falls back to the last attempt's error", api.ReasonHeartbeatTimeout, nil, history, attemptErr},
+		{"deadline synthesized", api.ReasonDeadlineExceeded, nil, history[:1], &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the task's deadline passed"}},
+		{"dispatch synthesized", api.ReasonDispatchTimeout, nil, nil, &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the task never started: re-drives exhausted"}},
+		{"cancel timeout synthesized", api.ReasonCancelTimeout, nil, nil, &api.ErrorInfo{Category: api.CategoryTimeout, Message: "the worker did not finish within the cancel grace period"}},
+		{"other synthesized", "SOMETHING", nil, nil, &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "task failed: SOMETHING"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := transition("task_A", 6, task.Running, task.Failed)
+			tr := transition("task_A", 6, api.Running, api.Failed)
 			tr.Attempt, tr.Reason, tr.Error, tr.DeadLetter = 2, tt.reason, tt.trErr, true
 			d := DeadLetterOf(tr, tt.attempts)
 			if !reflect.DeepEqual(d.Error, tt.want) {
 				t.Errorf("error = %+v, want %+v", d.Error, tt.want)
 			}
-			if d.State != task.Failed || d.Reason != tt.reason || d.EventID != tr.EventID || d.Attempt != 2 {
+			if d.State != api.Failed || d.Reason != tt.reason || d.EventID != tr.EventID || d.Attempt != 2 {
 				t.Errorf("dead letter = %+v", d)
 			}
 			if d.Attempts == nil || len(d.Attempts) != len(tt.attempts) {
@@ -129,11 +130,11 @@ func TestDeadLetterOf(t *testing.T) {
 
 func TestSortedCopy(t *testing.T) {
 	in := []task.Transition{
-		transition("task_B", 2, task.Pending, task.Queued),
-		transition("task_A", 3, task.Queued, task.Running),
-		transition("task_B", 1, "", task.Pending),
-		transition("task_A", 1, "", task.Pending),
-		transition("task_A", 2, task.Pending, task.Queued),
+		transition("task_B", 2, api.Pending, api.Queued),
+		transition("task_A", 3, api.Queued, api.Running),
+		transition("task_B", 1, "", api.Pending),
+		transition("task_A", 1, "", api.Pending),
+		transition("task_A", 2, api.Pending, api.Queued),
 	}
 	orig := append([]task.Transition(nil), in...)
 	got := sortedCopy(in)
@@ -164,7 +165,7 @@ func TestNames(t *testing.T) {
 }
 
 func TestTailFilterAndMatches(t *testing.T) {
-	ev := EventOf(transition("task_A", 1, "", task.Pending))
+	ev := EventOf(transition("task_A", 1, "", api.Pending))
 	tests := []struct {
 		opts   TailOptions
 		filter string
@@ -187,11 +188,11 @@ func TestTailFilterAndMatches(t *testing.T) {
 }
 
 func TestTableRow(t *testing.T) {
-	created := EventOf(transition("task_A", 1, "", task.Pending))
-	created.Reason = task.ReasonSubmitted
-	retry := EventOf(transition("task_A", 4, task.Running, task.Queued))
-	retry.Reason, retry.Outcome, retry.NextAttempt = task.ReasonRetryScheduled, task.OutcomeFailed, 2
-	retry.Error = &task.ErrorInfo{Category: task.CategoryUserCode, Message: "boom"}
+	created := EventOf(transition("task_A", 1, "", api.Pending))
+	created.Reason = api.ReasonSubmitted
+	retry := EventOf(transition("task_A", 4, api.Running, api.Queued))
+	retry.Reason, retry.Outcome, retry.NextAttempt = api.ReasonRetryScheduled, api.OutcomeFailed, 2
+	retry.Error = &api.ErrorInfo{Category: api.CategoryUserCode, Message: "boom"}
 	tests := []struct {
 		ev   Event
 		want []string
@@ -218,7 +219,7 @@ func TestTableRow(t *testing.T) {
 // TestOccurredAtAsStored: the hook publishes from memory (nanoseconds),
 // Redrive from Firestore (microseconds); both bodies must be identical.
 func TestOccurredAtAsStored(t *testing.T) {
-	tr := transition("task_A", 1, "", task.Pending)
+	tr := transition("task_A", 1, "", api.Pending)
 	tr.OccurredAt = time.Date(2025, 11, 21, 9, 30, 0, 123456789, time.FixedZone("X", 3600))
 	stored := tr
 	stored.OccurredAt = time.Date(2025, 11, 21, 8, 30, 0, 123456000, time.UTC)
@@ -241,10 +242,10 @@ func TestDeadLetterCappedUnit(t *testing.T) {
 	mk := func(n int, out json.RawMessage) DeadLetter {
 		var as []task.Attempt
 		for i := 1; i <= n; i++ {
-			as = append(as, task.Attempt{Attempt: i, Outcome: task.OutcomeFailed, Output: out, Checkpoint: out, PartialProgress: out,
-				Message: strings.Repeat("m", 4<<10), Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "x", StackTrace: strings.Repeat("s", 16<<10)}})
+			as = append(as, task.Attempt{Attempt: i, Outcome: api.OutcomeFailed, Output: out, Checkpoint: out, PartialProgress: out,
+				Message: strings.Repeat("m", 4<<10), Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: "x", StackTrace: strings.Repeat("s", 16<<10)}})
 		}
-		return DeadLetterOf(transition("task_1", int64(n), task.Running, task.Failed), as)
+		return DeadLetterOf(transition("task_1", int64(n), api.Running, api.Failed), as)
 	}
 	tests := []struct {
 		name         string

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
 
 // entryOf returns the outbox entry of a task's transition to `to`.
-func entryOf(t *testing.T, st *store.Store, tk task.Task, to task.State) store.OutboxEntry {
+func entryOf(t *testing.T, st *store.Store, tk task.Task, to api.State) store.OutboxEntry {
 	t.Helper()
 	entries, err := st.OutboxEntries(context.Background(), tk.ID)
 	if err != nil {
@@ -47,7 +48,7 @@ func TestRedriveIsolatesFailingEntries(t *testing.T) {
 	var tasks, ok, bad []task.Task
 	var steps [][]step
 	for i := range 9 {
-		tk := submitted(now, "run_iso", task.RetryPolicy{MaxAttempts: 1})
+		tk := submitted(now, "run_iso", api.RetryPolicy{MaxAttempts: 1})
 		tasks = append(tasks, tk)
 		if i%3 == 1 {
 			bad, steps = append(bad, tk), append(steps, failHard)
@@ -73,7 +74,7 @@ func TestRedriveIsolatesFailingEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, en := range entries {
-			if en.To != task.Failed {
+			if en.To != api.Failed {
 				if !en.Delivered {
 					t.Errorf("task %s: %s → %s not delivered", tk.ID, en.From, en.To)
 				}
@@ -103,7 +104,7 @@ func TestRedriveIsolatesFailingEntries(t *testing.T) {
 		t.Fatalf("pass within the backoff: %v", err)
 	}
 	for _, tk := range bad {
-		if en := entryOf(t, e.st, tk, task.Failed); en.Tries != 1 || en.Delivered {
+		if en := entryOf(t, e.st, tk, api.Failed); en.Tries != 1 || en.Delivered {
 			t.Fatalf("task %s retried within the backoff: tries %d delivered %v", tk.ID, en.Tries, en.Delivered)
 		}
 	}
@@ -116,7 +117,7 @@ func TestRedriveIsolatesFailingEntries(t *testing.T) {
 	}
 	var dlIDs []string
 	for _, tk := range bad {
-		en := entryOf(t, e.st, tk, task.Failed)
+		en := entryOf(t, e.st, tk, api.Failed)
 		if !en.Delivered {
 			t.Fatalf("task %s: dead-letter entry not delivered after the backoff (tries %d)", tk.ID, en.Tries)
 		}
@@ -143,25 +144,25 @@ func TestDeadLetterCapped(t *testing.T) {
 	e.st.OnCommit(p.Hook())
 
 	const attempts = 20
-	output := json.RawMessage(`{"rows":"` + strings.Repeat("r", task.MaxOutputBytes-20) + `"}`)
-	stack := strings.Repeat("at frame\n", task.MaxStackTraceBytes/9)
+	output := json.RawMessage(`{"rows":"` + strings.Repeat("r", api.MaxOutputBytes-20) + `"}`)
+	stack := strings.Repeat("at frame\n", api.MaxStackTraceBytes/9)
 	fail := func(n int) step {
 		return apply(task.Event{Kind: task.EventCompleted, Attempt: n, WorkerID: "w-1",
-			Completed: &task.CompletedRequest{Attempt: n, WorkerID: "w-1", Outcome: task.OutcomeFailed, Output: output,
-				Error: &task.ErrorInfo{Category: task.CategoryUserCode, Message: "division by zero", StackTrace: stack}}})
+			Completed: &api.CompletedRequest{Attempt: n, WorkerID: "w-1", Outcome: api.OutcomeFailed, Output: output,
+				Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: "division by zero", StackTrace: stack}}})
 	}
-	tk := submitted(time.Now(), "run_big", task.RetryPolicy{MaxAttempts: attempts})
+	tk := submitted(time.Now(), "run_big", api.RetryPolicy{MaxAttempts: attempts})
 	steps := []step{create, enqueued(1)}
 	for n := 1; n <= attempts; n++ {
 		steps = append(steps, started(n), fail(n))
 	}
 	run(t, e.st, []task.Task{tk}, [][]step{steps})
 	got, err := e.st.GetTask(context.Background(), tk.ID)
-	if err != nil || got.State != task.Failed || got.Attempt != attempts {
+	if err != nil || got.State != api.Failed || got.Attempt != attempts {
 		t.Fatalf("task %s attempt %d, %v", got.State, got.Attempt, err)
 	}
 
-	id := task.EventID(tk.ID, attempts, task.Running, task.Failed)
+	id := task.EventID(tk.ID, attempts, api.Running, api.Failed)
 	msgs := dlSub.waitIDs(t, []string{id}, 1)
 	m := msgs[0]
 	if len(m.data) > events.MaxDeadLetterBytes {
@@ -171,7 +172,7 @@ func TestDeadLetterCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.Truncated || d.TaskID != tk.ID || d.Reason != task.ReasonRetriesExhausted || d.Attempt != attempts {
+	if !d.Truncated || d.TaskID != tk.ID || d.Reason != api.ReasonRetriesExhausted || d.Attempt != attempts {
 		t.Fatalf("dead letter: truncated %v task %s reason %s attempt %d", d.Truncated, d.TaskID, d.Reason, d.Attempt)
 	}
 	if len(d.Attempts)+d.OmittedAttempts != attempts || len(d.Attempts) == 0 || d.Attempts[len(d.Attempts)-1].Attempt != attempts {

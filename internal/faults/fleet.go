@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // Worker behaviours, chosen per task by its payload's "mode". Each fault
@@ -148,7 +148,7 @@ func (f *Fleet) count(mode string) {
 }
 
 func (f *Fleet) deliver(w http.ResponseWriter, r *http.Request) {
-	var env task.Envelope
+	var env api.Envelope
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&env); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -165,13 +165,13 @@ func (f *Fleet) deliver(w http.ResponseWriter, r *http.Request) {
 // worker is one attempt being worked on.
 type worker struct {
 	f     *Fleet
-	env   task.Envelope
+	env   api.Envelope
 	id    string
 	token string
 	skew  time.Duration
 }
 
-func (f *Fleet) work(env task.Envelope) {
+func (f *Fleet) work(env api.Envelope) {
 	var p Payload
 	_ = json.Unmarshal(env.Payload, &p)
 	w := &worker{f: f, env: env, id: fmt.Sprintf("w%d", f.seq.Add(1)), token: env.TaskToken, skew: time.Duration(p.SkewMs) * time.Millisecond}
@@ -191,7 +191,7 @@ func (f *Fleet) work(env task.Envelope) {
 	if once(ModeCrashBeforeStart) {
 		return
 	}
-	if !w.send("started", task.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
+	if !w.send("started", api.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
 		return
 	}
 	interval := time.Duration(env.HeartbeatIntervalMs) * time.Millisecond
@@ -203,18 +203,18 @@ func (f *Fleet) work(env task.Envelope) {
 		}
 		pct := (i + 1) * 100 / (p.Heartbeats + 1)
 		cp, _ := json.Marshal(map[string]int{"done": i + 1})
-		if !w.send("heartbeat", task.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}) {
+		if !w.send("heartbeat", api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}) {
 			return
 		}
 		if once(ModeCrashMid) {
 			return
 		}
 	}
-	done := task.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: task.OutcomeSucceeded, CompletedAt: w.now(), Output: json.RawMessage(`{"ok":true}`)}
+	done := api.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: api.OutcomeSucceeded, CompletedAt: w.now(), Output: json.RawMessage(`{"ok":true}`)}
 	if once(ModeFailOnce) {
-		done.Outcome = task.OutcomeFailed
+		done.Outcome = api.OutcomeFailed
 		done.Output = nil
-		done.Error = &task.ErrorInfo{Category: task.CategoryInfrastructure, Message: "transient", Retryable: ptrTo(true)}
+		done.Error = &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "transient", Retryable: ptrTo(true)}
 	}
 	if once(ModeCrashAfterCommit) {
 		// The answer is lost: the worker crashes as it arrives, restarts
@@ -235,8 +235,8 @@ func (w *worker) now() *time.Time {
 func (w *worker) send(kind string, body any) bool {
 	b, _ := json.Marshal(body)
 	url := w.env.CallbackBaseURL + "/v1/tasks/" + w.env.TaskID + "/" + kind
-	var outcome task.Outcome
-	if c, ok := body.(task.CompletedRequest); ok {
+	var outcome api.Outcome
+	if c, ok := body.(api.CompletedRequest); ok {
 		outcome = c.Outcome
 	}
 	giveUp := time.Now().Add(w.f.GiveUp)
@@ -272,7 +272,7 @@ func (w *worker) send(kind string, body any) bool {
 				w.token = c.Answer.TaskToken
 				w.f.rec.token(c.Answer.TaskToken)
 			}
-			return c.Status == http.StatusOK && c.Answer.Disposition != task.Committed
+			return c.Status == http.StatusOK && c.Answer.Disposition != api.Committed
 		}
 		if time.Now().After(giveUp) {
 			return false // as good as a crash: the lease will run out

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/task"
@@ -26,7 +27,7 @@ type Call struct {
 	Attempt  int
 	WorkerID string
 	// Outcome is what a completed reported.
-	Outcome task.Outcome
+	Outcome api.Outcome
 	// Key is a submit's idempotency key.
 	Key            string
 	Sent, Received time.Time
@@ -35,7 +36,7 @@ type Call struct {
 	TransportErr string
 	RetryAfter   string
 	// Answer is a callback's decoded answer.
-	Answer task.CallbackResponse
+	Answer api.CallbackResponse
 	// Code is a control API error answer's code.
 	Code string
 }
@@ -123,13 +124,13 @@ func (v Violation) String() string {
 type Stats struct {
 	Tasks, Callbacks, Answers503, TransportErrors int
 	Events, DuplicateEvents                       int
-	Final                                         map[task.State]int
+	Final                                         map[api.State]int
 }
 
 // Check checks h against the invariants and returns every violation (none
 // when the run kept every promise) and what it counted.
 func Check(h *History) ([]Violation, Stats) {
-	c := &checker{h: h, st: Stats{Final: map[task.State]int{}}}
+	c := &checker{h: h, st: Stats{Final: map[api.State]int{}}}
 	ids := make([]string, 0, len(h.Tasks))
 	for id := range h.Tasks {
 		ids = append(ids, id)
@@ -178,7 +179,7 @@ func (c *checker) task(th *TaskHistory) {
 				superseded[e.Attempt] = e.OccurredAt
 			}
 		}
-		if e.Outcome == task.OutcomeZombie {
+		if e.Outcome == api.OutcomeZombie {
 			zombie[e.Attempt] = e.OccurredAt
 		}
 	}
@@ -229,7 +230,7 @@ func (c *checker) task(th *TaskHistory) {
 			}
 		}
 		for a := range zombie {
-			if a <= len(f.Attempts) && f.Attempts[a-1].Outcome != task.OutcomeZombie {
+			if a <= len(f.Attempts) && f.Attempts[a-1].Outcome != api.OutcomeZombie {
 				c.fail(InvZombie, id, "attempt %d was declared a zombie but its record says %q", a, f.Attempts[a-1].Outcome)
 			}
 		}
@@ -240,25 +241,25 @@ func (c *checker) task(th *TaskHistory) {
 // conforming worker (PRODUCT §4).
 func (c *checker) answer(id string, call Call) {
 	a := call.Answer
-	want := task.Disposition("")
+	want := api.Disposition("")
 	switch call.Status {
 	case 200:
-		want = task.Continue
+		want = api.Continue
 		if call.Kind == "completed" {
-			want = task.Committed
+			want = api.Committed
 		}
 	case 409:
 		switch a.Error {
-		case task.CodeTaskAlreadyTerminal, task.CodeAttemptMismatch, task.CodeAttemptAlreadyStarted:
-			want = task.Cancel
+		case api.CodeTaskAlreadyTerminal, api.CodeAttemptMismatch, api.CodeAttemptAlreadyStarted:
+			want = api.Cancel
 		}
 	case 410:
-		if a.Error == task.CodeTaskExpired {
-			want = task.Cancel
+		if a.Error == api.CodeTaskExpired {
+			want = api.Cancel
 		}
 	case 503:
-		if a.Error == task.CodeUnavailable {
-			want = task.Retry
+		if a.Error == api.CodeUnavailable {
+			want = api.Retry
 		}
 		if call.RetryAfter == "" {
 			c.fail(InvAnswer, id, "%s of attempt %d: 503 without Retry-After", call.Kind, call.Attempt)
@@ -294,7 +295,7 @@ func (c *checker) apiAnswer(id string, call Call) {
 func (c *checker) committed(id string, call Call, f *dispatcher.TaskView, evs []events.Event) {
 	a := call.Answer
 	if a.RetryScheduled {
-		if a.FinalState != task.Queued || a.NextAttempt != call.Attempt+1 {
+		if a.FinalState != api.Queued || a.NextAttempt != call.Attempt+1 {
 			c.fail(InvCommitted, id, "completed of attempt %d: retry scheduled with finalState %s nextAttempt %d", call.Attempt, a.FinalState, a.NextAttempt)
 		}
 		if f.Attempt < call.Attempt+1 {
@@ -346,7 +347,7 @@ func (c *checker) events(th *TaskHistory) []events.Event {
 			terminal++
 		}
 		if i == 0 {
-			if e.From != "" || e.To != task.Pending {
+			if e.From != "" || e.To != api.Pending {
 				c.fail(InvEvents, id, "the first event is %q→%s, want the creation →PENDING", e.From, e.To)
 			}
 			continue
@@ -361,7 +362,7 @@ func (c *checker) events(th *TaskHistory) []events.Event {
 		if e.Attempt < prev.Attempt {
 			c.fail(InvAttemptOrder, id, "event seq %d is of attempt %d after seq %d of attempt %d", e.Seq, e.Attempt, prev.Seq, prev.Attempt)
 		}
-		if prev.Outcome == task.OutcomeZombie && e.Attempt == prev.Attempt {
+		if prev.Outcome == api.OutcomeZombie && e.Attempt == prev.Attempt {
 			c.fail(InvZombie, id, "event seq %d (%s→%s) is of attempt %d, whose lease was lost at seq %d", e.Seq, e.From, e.To, e.Attempt, prev.Seq)
 		}
 	}
@@ -372,7 +373,7 @@ func (c *checker) events(th *TaskHistory) []events.Event {
 }
 
 // edge reports whether some event of the machine takes from to to.
-func edge(from, to task.State) bool {
+func edge(from, to api.State) bool {
 	for _, tos := range task.Edges[from] {
 		if slices.Contains(tos, to) {
 			return true

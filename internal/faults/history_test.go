@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/task"
@@ -15,44 +16,44 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 func ptr[T any](v T) *T   { return &v }
 
-func ev(seq int64, attempt int, from, to task.State, ms int) events.Event {
+func ev(seq int64, attempt int, from, to api.State, ms int) events.Event {
 	return events.Event{EventID: task.EventID("task_1", attempt, from, to), TaskID: "task_1", Attempt: attempt, From: from, To: to, Seq: seq, OccurredAt: at(ms)}
 }
 
-func cb(kind string, attempt, status int, d task.Disposition, code string, sent int) Call {
+func cb(kind string, attempt, status int, d api.Disposition, code string, sent int) Call {
 	return Call{TaskID: "task_1", Kind: kind, Attempt: attempt, WorkerID: "w1", Sent: at(sent), Received: at(sent + 20), Status: status,
-		Answer: task.CallbackResponse{Disposition: d, Error: code}}
+		Answer: api.CallbackResponse{Disposition: d, Error: code}}
 }
 
 // retried is a good history: attempt 1 goes silent and is declared a
 // zombie, attempt 2 succeeds; the worker of attempt 2 crashed after its
 // completed was committed and repeated it.
 func retried() *History {
-	done := cb("completed", 2, 200, task.Committed, "", 5000)
-	done.Outcome, done.Answer.FinalState = task.OutcomeSucceeded, task.Succeeded
-	zombieToQueued := ev(4, 1, task.Running, task.Queued, 3000)
-	zombieToQueued.Outcome, zombieToQueued.NextAttempt, zombieToQueued.Reason = task.OutcomeZombie, 2, task.ReasonRetryScheduled
+	done := cb("completed", 2, 200, api.Committed, "", 5000)
+	done.Outcome, done.Answer.FinalState = api.OutcomeSucceeded, api.Succeeded
+	zombieToQueued := ev(4, 1, api.Running, api.Queued, 3000)
+	zombieToQueued.Outcome, zombieToQueued.NextAttempt, zombieToQueued.Reason = api.OutcomeZombie, 2, api.ReasonRetryScheduled
 	h := &History{MaxLatency: time.Second, Start: at(0), End: at(10000)}
 	th := h.Task("task_1")
 	th.Deliveries = []Delivery{{"task_1", 1, at(50)}, {"task_1", 2, at(3600)}}
 	th.Calls = []Call{
-		cb("started", 1, 200, task.Continue, "", 100),
-		cb("heartbeat", 1, 503, task.Retry, task.CodeUnavailable, 200),
-		cb("started", 2, 200, task.Continue, "", 4000),
-		cb("heartbeat", 2, 200, task.Continue, "", 4500),
+		cb("started", 1, 200, api.Continue, "", 100),
+		cb("heartbeat", 1, 503, api.Retry, api.CodeUnavailable, 200),
+		cb("started", 2, 200, api.Continue, "", 4000),
+		cb("heartbeat", 2, 200, api.Continue, "", 4500),
 		done,
 		done, // the repeat after the crash: an identical COMMITTED replay
-		cb("heartbeat", 1, 409, task.Cancel, task.CodeAttemptMismatch, 6000),
+		cb("heartbeat", 1, 409, api.Cancel, api.CodeAttemptMismatch, 6000),
 	}
 	th.Calls[1].RetryAfter = "1"
 	th.Events = []events.Event{
-		ev(1, 1, "", task.Pending, 0), ev(2, 1, task.Pending, task.Queued, 10), ev(3, 1, task.Queued, task.Running, 100),
-		zombieToQueued, ev(5, 2, task.Queued, task.Running, 4000), ev(6, 2, task.Running, task.Succeeded, 5000),
-		ev(6, 2, task.Running, task.Succeeded, 5000), // a duplicate delivery
+		ev(1, 1, "", api.Pending, 0), ev(2, 1, api.Pending, api.Queued, 10), ev(3, 1, api.Queued, api.Running, 100),
+		zombieToQueued, ev(5, 2, api.Queued, api.Running, 4000), ev(6, 2, api.Running, api.Succeeded, 5000),
+		ev(6, 2, api.Running, api.Succeeded, 5000), // a duplicate delivery
 	}
-	th.Final = &dispatcher.TaskView{TaskID: "task_1", State: task.Succeeded, Attempt: 2, Attempts: []task.Attempt{
-		{Attempt: 1, Outcome: task.OutcomeZombie, StartedAt: ptr(at(100))},
-		{Attempt: 2, Outcome: task.OutcomeSucceeded, StartedAt: ptr(at(4000)), LastHeartbeatAt: ptr(at(4500)), CompletedAt: ptr(at(5000))},
+	th.Final = &dispatcher.TaskView{TaskID: "task_1", State: api.Succeeded, Attempt: 2, Attempts: []task.Attempt{
+		{Attempt: 1, Outcome: api.OutcomeZombie, StartedAt: ptr(at(100))},
+		{Attempt: 2, Outcome: api.OutcomeSucceeded, StartedAt: ptr(at(4000)), LastHeartbeatAt: ptr(at(4500)), CompletedAt: ptr(at(5000))},
 	}}
 	h.Submits = []Call{{Kind: KindSubmit, Key: "k1", TaskID: "task_1", Status: 201}, {Kind: KindSubmit, Key: "k1", Status: 0}, {Kind: KindSubmit, Key: "k1", TaskID: "task_1", Status: 200}}
 	h.Tokens = []string{"eyJhbGciOiJIUzI1NiJ9.eyJ0YXNrSWQiOiJ0YXNrXzEifQ.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"}
@@ -66,7 +67,7 @@ func TestCheckAcceptsAGoodHistory(t *testing.T) {
 	if len(vs) != 0 {
 		t.Fatalf("violations in a good history:\n%s", Report(h, vs))
 	}
-	if st.Tasks != 1 || st.Callbacks != 7 || st.Answers503 != 1 || st.DuplicateEvents != 1 || st.Final[task.Succeeded] != 1 {
+	if st.Tasks != 1 || st.Callbacks != 7 || st.Answers503 != 1 || st.DuplicateEvents != 1 || st.Final[api.Succeeded] != 1 {
 		t.Errorf("stats = %+v", st)
 	}
 }
@@ -77,48 +78,48 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		name, inv, msg string
 		break_         func(h *History)
 	}{
-		{"left running", InvNotTerminal, "left RUNNING", func(h *History) { th(h).Final.State = task.Running }},
+		{"left running", InvNotTerminal, "left RUNNING", func(h *History) { th(h).Final.State = api.Running }},
 		{"final unknown", InvNotTerminal, "could not be read", func(h *History) { th(h).Final = nil }},
-		{"a 500", InvAnswer, "answered 500", func(h *History) { th(h).Calls[1].Status, th(h).Calls[1].Answer.Error = 500, task.CodeInternal }},
+		{"a 500", InvAnswer, "answered 500", func(h *History) { th(h).Calls[1].Status, th(h).Calls[1].Answer.Error = 500, api.CodeInternal }},
 		{"a 401 to a conforming worker", InvAnswer, "answered 401", func(h *History) {
-			th(h).Calls[3].Status, th(h).Calls[3].Answer = 401, task.CallbackResponse{Disposition: task.Rejected, Error: task.CodeInvalidToken}
+			th(h).Calls[3].Status, th(h).Calls[3].Answer = 401, api.CallbackResponse{Disposition: api.Rejected, Error: api.CodeInvalidToken}
 		}},
 		{"503 without Retry-After", InvAnswer, "without Retry-After", func(h *History) { th(h).Calls[1].RetryAfter = "" }},
-		{"wrong disposition", InvAnswer, `disposition "CONTINUE", want "CANCELLED"`, func(h *History) { th(h).Calls[6].Answer.Disposition = task.Continue }},
+		{"wrong disposition", InvAnswer, `disposition "CONTINUE", want "CANCELLED"`, func(h *History) { th(h).Calls[6].Answer.Disposition = api.Continue }},
 		{"API 500", InvAnswer, "submit answered 500", func(h *History) {
 			th(h).Calls = append(th(h).Calls, Call{TaskID: "task_1", Kind: KindSubmit, Status: 500, Code: "internal", Sent: at(1), Received: at(2)})
 		}},
 		{"blocked past the store timeout", InvLatency, "answered after 3s", func(h *History) { th(h).Calls[1].Received = at(3200) }},
-		{"COMMITTED disagrees", InvCommitted, "COMMITTED as FAILED, but the task ended SUCCEEDED", func(h *History) { th(h).Calls[4].Answer.FinalState = task.Failed }},
-		{"COMMITTED outcome lost", InvCommitted, "the attempt's record says \"FAILED\"", func(h *History) { th(h).Final.Attempts[1].Outcome = task.OutcomeFailed }},
+		{"COMMITTED disagrees", InvCommitted, "COMMITTED as FAILED, but the task ended SUCCEEDED", func(h *History) { th(h).Calls[4].Answer.FinalState = api.Failed }},
+		{"COMMITTED outcome lost", InvCommitted, "the attempt's record says \"FAILED\"", func(h *History) { th(h).Final.Attempts[1].Outcome = api.OutcomeFailed }},
 		{"retry promised, never made", InvCommitted, "ended at attempt 2", func(h *History) {
-			c := cb("completed", 2, 200, task.Committed, "", 5100)
-			c.Outcome, c.Answer.FinalState, c.Answer.RetryScheduled, c.Answer.NextAttempt = task.OutcomeFailed, task.Queued, true, 3
+			c := cb("completed", 2, 200, api.Committed, "", 5100)
+			c.Outcome, c.Answer.FinalState, c.Answer.RetryScheduled, c.Answer.NextAttempt = api.OutcomeFailed, api.Queued, true, 3
 			th(h).Calls = append(th(h).Calls, c)
 		}},
 		{"attempt went back", InvAttemptOrder, "attempt 3 was seen", func(h *History) { th(h).Deliveries = append(th(h).Deliveries, Delivery{"task_1", 3, at(9000)}) }},
 		{"event attempt decreases", InvAttemptOrder, "seq 6 is of attempt 1", func(h *History) { th(h).Events[5].Attempt = 1; th(h).Events[6].Attempt = 1 }},
 		{"stale attempt accepted", InvStaleAttempt, "heartbeat of attempt 1 sent at 12:00:06.000 accepted", func(h *History) {
-			th(h).Calls[6] = cb("heartbeat", 1, 200, task.Continue, "", 6000)
+			th(h).Calls[6] = cb("heartbeat", 1, 200, api.Continue, "", 6000)
 		}},
 		{"zombie lease came back", InvZombie, "lease was declared lost", func(h *History) {
-			th(h).Calls = append(th(h).Calls, cb("heartbeat", 1, 200, task.Continue, "", 3100))
+			th(h).Calls = append(th(h).Calls, cb("heartbeat", 1, 200, api.Continue, "", 3100))
 		}},
-		{"zombie record overwritten", InvZombie, "declared a zombie but its record says", func(h *History) { th(h).Final.Attempts[0].Outcome = task.OutcomeSucceeded }},
+		{"zombie record overwritten", InvZombie, "declared a zombie but its record says", func(h *History) { th(h).Final.Attempts[0].Outcome = api.OutcomeSucceeded }},
 		{"zombie attempt in events", InvZombie, "whose lease was lost at seq 4", func(h *History) { th(h).Events[4].Attempt = 1 }},
 		{"event gap", InvEvents, "gap: seq 6 follows 4", func(h *History) { th(h).Events = append(th(h).Events[:4], th(h).Events[5:]...) }},
 		{"no events", InvEvents, "no event was read", func(h *History) { th(h).Events = nil }},
 		{"event off the machine", InvEvents, "seq 4: RUNNING→PENDING is no edge", func(h *History) {
-			th(h).Events[3].To, th(h).Events[4].From = task.Pending, task.Pending
+			th(h).Events[3].To, th(h).Events[4].From = api.Pending, api.Pending
 		}},
 		{"events end elsewhere", InvEvents, "enters SUCCEEDED but the task is FAILED", func(h *History) {
-			th(h).Final.State = task.Failed
+			th(h).Final.State = api.Failed
 			th(h).Calls = th(h).Calls[:4]
 		}},
-		{"conflicting duplicates", InvEvents, "two different events with seq 6", func(h *History) { th(h).Events[6].To = task.Failed }},
-		{"first event", InvEvents, "want the creation", func(h *History) { th(h).Events[0].To = task.Queued }},
+		{"conflicting duplicates", InvEvents, "two different events with seq 6", func(h *History) { th(h).Events[6].To = api.Failed }},
+		{"first event", InvEvents, "want the creation", func(h *History) { th(h).Events[0].To = api.Queued }},
 		{"two terminal events", InvNotTerminal, "2 distinct events enter a terminal state", func(h *History) {
-			e := ev(7, 2, task.Succeeded, task.Failed, 5500)
+			e := ev(7, 2, api.Succeeded, api.Failed, 5500)
 			th(h).Events = append(th(h).Events, e)
 		}},
 		{"worker clock trusted", InvServerTime, "lastHeartbeatAt is 13:00:04.500", func(h *History) { th(h).Final.Attempts[1].LastHeartbeatAt = ptr(at(4500).Add(time.Hour)) }},
@@ -153,7 +154,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 
 func TestReportPrintsTheWholeHistory(t *testing.T) {
 	h := retried()
-	h.Tasks["task_1"].Final.State = task.Running
+	h.Tasks["task_1"].Final.State = api.Running
 	vs, _ := Check(h)
 	rep := Report(h, vs)
 	for _, want := range []string{

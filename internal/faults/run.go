@@ -18,10 +18,10 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/events"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/token"
 )
 
@@ -611,7 +611,7 @@ func (res *Result) Report() string {
 	st := res.Stats
 	fmt.Fprintf(&b, "faults report (seed %d, replay with -faults.seed %d), %v\n", res.Seed, res.Seed, res.Elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "  tasks %d (", st.Tasks)
-	for _, s := range []task.State{task.Succeeded, task.Failed, task.Cancelled, task.Running, task.Queued, task.Pending, task.Cancelling} {
+	for _, s := range []api.State{api.Succeeded, api.Failed, api.Cancelled, api.Running, api.Queued, api.Pending, api.Cancelling} {
 		if n := st.Final[s]; n > 0 {
 			fmt.Fprintf(&b, " %s %d", s, n)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
@@ -91,24 +92,24 @@ const (
 // Answer is the JSON answer of the dispatch endpoint (Cloud Tasks only
 // looks at the status: 2xx ends the Cloud Task, anything else retries it).
 type Answer struct {
-	Result    string     `json:"result,omitempty"`
-	TaskID    string     `json:"taskId,omitempty"`
-	Attempt   int        `json:"attempt,omitempty"`
-	State     task.State `json:"state,omitempty"`
-	Execution string     `json:"execution,omitempty"`
-	Error     string     `json:"error,omitempty"`
-	Message   string     `json:"message,omitempty"`
+	Result    string    `json:"result,omitempty"`
+	TaskID    string    `json:"taskId,omitempty"`
+	Attempt   int       `json:"attempt,omitempty"`
+	State     api.State `json:"state,omitempty"`
+	Execution string    `json:"execution,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Message   string    `json:"message,omitempty"`
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := logs.WithTrace(r.Context(), r, h.cfg.Project)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		write(w, http.StatusMethodNotAllowed, Answer{Error: task.CodeMethodNotAllowed, Message: "POST the envelope"})
+		write(w, http.StatusMethodNotAllowed, Answer{Error: api.CodeMethodNotAllowed, Message: "POST the envelope"})
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		write(w, http.StatusUnsupportedMediaType, Answer{Error: task.CodeUnsupportedMediaType, Message: "Content-Type must be application/json"})
+		write(w, http.StatusUnsupportedMediaType, Answer{Error: api.CodeUnsupportedMediaType, Message: "Content-Type must be application/json"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxEnvelopeBytes))
@@ -116,10 +117,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			h.log.ErrorContext(ctx, "JOB NOT STARTED: the envelope exceeds what a Cloud Run Job execution can be given (one environment variable); keep job payloads small", "limit", MaxEnvelopeBytes)
-			write(w, http.StatusRequestEntityTooLarge, Answer{Error: task.CodePayloadTooLarge, Message: fmt.Sprintf("the envelope exceeds %d bytes", MaxEnvelopeBytes)})
+			write(w, http.StatusRequestEntityTooLarge, Answer{Error: api.CodePayloadTooLarge, Message: fmt.Sprintf("the envelope exceeds %d bytes", MaxEnvelopeBytes)})
 			return
 		}
-		write(w, http.StatusBadRequest, Answer{Error: task.CodeInvalidRequest, Message: "could not read the body"})
+		write(w, http.StatusBadRequest, Answer{Error: api.CodeInvalidRequest, Message: "could not read the body"})
 		return
 	}
 	status, ans := h.dispatch(ctx, body)
@@ -135,9 +136,9 @@ func write(w http.ResponseWriter, status int, a Answer) {
 // dispatch starts the attempt's execution unless it exists or the attempt
 // no longer waits to start.
 func (h *Handler) dispatch(ctx context.Context, body []byte) (int, Answer) {
-	var env task.Envelope
+	var env api.Envelope
 	if err := json.Unmarshal(body, &env); err != nil || env.TaskID == "" || env.Attempt < 1 || env.TaskToken == "" {
-		return http.StatusBadRequest, Answer{Error: task.CodeInvalidRequest, Message: "the body must be a Servo envelope (taskId, attempt, taskToken)"}
+		return http.StatusBadRequest, Answer{Error: api.CodeInvalidRequest, Message: "the body must be a Servo envelope (taskId, attempt, taskToken)"}
 	}
 	ans := Answer{TaskID: env.TaskID, Attempt: env.Attempt}
 	log := h.log.With("taskId", env.TaskID, "attempt", env.Attempt, "tenantId", env.TenantID)
@@ -145,36 +146,36 @@ func (h *Handler) dispatch(ctx context.Context, body []byte) (int, Answer) {
 	// what authorises the dispatch (besides IAM on the function).
 	claims, err := h.cfg.Keys.Verify(env.TaskToken, h.cfg.Now())
 	if err != nil {
-		code := task.CodeInvalidToken
+		code := api.CodeInvalidToken
 		if errors.Is(err, token.ErrExpired) {
-			code = task.CodeTokenExpired
+			code = api.CodeTokenExpired
 		}
 		log.WarnContext(ctx, "dispatch refused: the envelope's task token was not accepted", "error", code)
 		ans.Error, ans.Message = code, "the envelope's task token was not accepted"
 		return http.StatusUnauthorized, ans
 	}
 	if claims.TaskID != env.TaskID || claims.Attempt != env.Attempt {
-		ans.Error, ans.Message = task.CodeTokenScopeMismatch, "the task token is for another task or attempt"
+		ans.Error, ans.Message = api.CodeTokenScopeMismatch, "the task token is for another task or attempt"
 		return http.StatusForbidden, ans
 	}
 	t, err := h.cfg.Store.GetTask(ctx, env.TaskID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		ans.Error, ans.Message = task.CodeTaskNotFound, "no such task"
+		ans.Error, ans.Message = api.CodeTaskNotFound, "no such task"
 		return http.StatusNotFound, ans
 	case err != nil:
 		log.WarnContext(ctx, "dispatch: could not read the task; Cloud Tasks retries", "error", err)
-		ans.Error, ans.Message = task.CodeUnavailable, "could not read the task"
+		ans.Error, ans.Message = api.CodeUnavailable, "could not read the task"
 		return http.StatusServiceUnavailable, ans
 	}
 	ans.State = t.State
 	wk, err := h.cfg.Workers.Lookup(t.Worker)
 	if err != nil || wk.Job == "" {
 		log.ErrorContext(ctx, "dispatch refused: the task's worker is not a job worker here; check SERVO_WORKERS", "worker", t.Worker)
-		ans.Error, ans.Message = task.CodeInvalidRequest, fmt.Sprintf("worker %q is not a job worker", t.Worker)
+		ans.Error, ans.Message = api.CodeInvalidRequest, fmt.Sprintf("worker %q is not a job worker", t.Worker)
 		return http.StatusBadRequest, ans
 	}
-	if t.Attempt != env.Attempt || (t.State != task.Pending && t.State != task.Queued) {
+	if t.Attempt != env.Attempt || (t.State != api.Pending && t.State != api.Queued) {
 		log.InfoContext(ctx, "dispatch of an attempt that no longer waits to start: nothing started", "state", t.State, "taskAttempt", t.Attempt)
 		ans.Result = ResultStale
 		return http.StatusOK, ans
@@ -184,7 +185,7 @@ func (h *Handler) dispatch(ctx context.Context, body []byte) (int, Answer) {
 	found, ok, err := h.cfg.Runner.Find(ctx, wk.Job, labels)
 	if err != nil {
 		log.WarnContext(ctx, "dispatch: could not look the attempt's execution up; Cloud Tasks retries", "error", err)
-		ans.Error, ans.Message = task.CodeUnavailable, "could not list the job's executions"
+		ans.Error, ans.Message = api.CodeUnavailable, "could not list the job's executions"
 		return http.StatusServiceUnavailable, ans
 	}
 	previous := ""
@@ -206,7 +207,7 @@ func (h *Handler) dispatch(ctx context.Context, body []byte) (int, Answer) {
 	ex, err := h.cfg.Runner.Run(ctx, wk.Job, body, labels)
 	if err != nil {
 		log.WarnContext(ctx, "dispatch: could not run the job; Cloud Tasks retries", "error", err)
-		ans.Error, ans.Message = task.CodeUnavailable, "could not run the job"
+		ans.Error, ans.Message = api.CodeUnavailable, "could not run the job"
 		return http.StatusServiceUnavailable, ans
 	}
 	ans.Execution = ex.Name
@@ -221,7 +222,7 @@ func (h *Handler) record(ctx context.Context, log *slog.Logger, ans Answer, exec
 	if err != nil {
 		// The execution runs; the retried delivery finds it and records it.
 		log.WarnContext(ctx, "dispatch: could not record the execution; Cloud Tasks retries", "execution", execution, "error", err)
-		ans.Error, ans.Message = task.CodeUnavailable, "could not record the execution"
+		ans.Error, ans.Message = api.CodeUnavailable, "could not record the execution"
 		return http.StatusServiceUnavailable, ans
 	}
 	ans.State = r.Task.State

@@ -18,6 +18,7 @@ import (
 
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
@@ -232,11 +233,11 @@ func testKilledAttemptResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk = s.waitFor(id, "SUCCEEDED", func(tk task.Task) bool { return tk.State.Terminal() })
-	if tk.State != task.Succeeded || tk.Attempt != 3 || len(tk.Attempts) != 3 {
+	if tk.State != api.Succeeded || tk.Attempt != 3 || len(tk.Attempts) != 3 {
 		t.Fatalf("task %s attempt %d, attempts %s", tk.State, tk.Attempt, attemptsOf(tk))
 	}
 	a1, a2, a3 := tk.Attempts[0], tk.Attempts[1], tk.Attempts[2]
-	if a1.Outcome != task.OutcomeZombie || a2.Outcome != task.OutcomeFailed || a3.Outcome != task.OutcomeSucceeded {
+	if a1.Outcome != api.OutcomeZombie || a2.Outcome != api.OutcomeFailed || a3.Outcome != api.OutcomeSucceeded {
 		t.Fatalf("outcomes %s", attemptsOf(tk))
 	}
 	executions := map[string]bool{a1.Execution: true, a2.Execution: true, a3.Execution: true}
@@ -274,14 +275,14 @@ func testCancelHonoured(t *testing.T) {
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	id := s.submit("render", `{"partitions":600,"partitionMs":200}`, 500, 10000, 60000, 1)
 	tk := s.waitFor(id, "RUNNING with a checkpoint", func(tk task.Task) bool {
-		return tk.State == task.Running && checkpointOf(t, current(tk)) >= 1
+		return tk.State == api.Running && checkpointOf(t, current(tk)) >= 1
 	})
 	exec1 := current(tk).Execution
 	if status, body := s.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	tk = s.waitFor(id, "terminal", func(tk task.Task) bool { return tk.State.Terminal() })
-	if tk.State != task.Cancelled || len(tk.Attempts) != 1 || tk.Attempts[0].Outcome != task.OutcomeCancelled {
+	if tk.State != api.Cancelled || len(tk.Attempts) != 1 || tk.Attempts[0].Outcome != api.OutcomeCancelled {
 		t.Fatalf("task %s reason %s, attempts %s", tk.State, tk.Reason, attemptsOf(tk))
 	}
 	if code := s.waitExit(exec1); code != 0 {
@@ -298,13 +299,13 @@ func testCancelHonoured(t *testing.T) {
 func testCancelIgnoredIsKilled(t *testing.T) {
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	id := s.submit("render", `{"partitions":600,"partitionMs":1000,"ignoreCancel":true}`, 500, 10000, 1000, 3)
-	tk := s.waitFor(id, "RUNNING", func(tk task.Task) bool { return tk.State == task.Running && current(tk).Execution != "" })
+	tk := s.waitFor(id, "RUNNING", func(tk task.Task) bool { return tk.State == api.Running && current(tk).Execution != "" })
 	exec1 := current(tk).Execution
 	if status, body := s.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	tk = s.waitFor(id, "terminal", func(tk task.Task) bool { return tk.State.Terminal() })
-	if tk.State != task.Failed || tk.Reason != task.ReasonCancelTimeout || len(tk.Attempts) != 1 || tk.Attempts[0].Outcome != task.OutcomeCancelTimeout {
+	if tk.State != api.Failed || tk.Reason != api.ReasonCancelTimeout || len(tk.Attempts) != 1 || tk.Attempts[0].Outcome != api.OutcomeCancelTimeout {
 		t.Fatalf("task %s reason %s, attempts %s", tk.State, tk.Reason, attemptsOf(tk))
 	}
 	if code := s.waitExit(exec1); code != -1 {
@@ -331,7 +332,7 @@ func pauseQueue(t *testing.T, s *stack, worker string) {
 }
 
 // dispatch POSTs an envelope to the dispatch endpoint as Cloud Tasks does.
-func (s *stack) dispatch(env task.Envelope) (int, jobs.Answer) {
+func (s *stack) dispatch(env api.Envelope) (int, jobs.Answer) {
 	s.t.Helper()
 	status, body := s.do("POST", jobs.DispatchPath, env)
 	var a jobs.Answer
@@ -343,7 +344,7 @@ func (s *stack) dispatch(env task.Envelope) (int, jobs.Answer) {
 
 // envelope builds the envelope of the task's current attempt, as the
 // enqueuer does for its Cloud Task.
-func (s *stack) envelope(id string) task.Envelope {
+func (s *stack) envelope(id string) api.Envelope {
 	s.t.Helper()
 	tk, err := s.s.Store.GetTask(context.Background(), id)
 	if err != nil {
@@ -375,7 +376,7 @@ func testOutlivesItsFirstToken(t *testing.T) {
 		t.Fatalf("dispatch: %d %+v", status, a)
 	}
 	tk = s.waitFor(id, "terminal", func(tk task.Task) bool { return tk.State.Terminal() })
-	if tk.State != task.Succeeded || len(tk.Attempts) != 1 {
+	if tk.State != api.Succeeded || len(tk.Attempts) != 1 {
 		t.Fatalf("task %s, attempts %s", tk.State, attemptsOf(tk))
 	}
 	a := tk.Attempts[0]
@@ -485,13 +486,13 @@ func testBadDeliveries(t *testing.T) {
 		code       string
 		result     string
 	}{
-		{"GET", "GET", "application/json", nil, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, ""},
-		{"not JSON", "POST", "text/plain", raw(env), http.StatusUnsupportedMediaType, task.CodeUnsupportedMediaType, ""},
-		{"not an envelope", "POST", "application/json", []byte(`{"hello":1}`), http.StatusBadRequest, task.CodeInvalidRequest, ""},
-		{"too large for a job", "POST", "application/json", raw(big), http.StatusRequestEntityTooLarge, task.CodePayloadTooLarge, ""},
-		{"forged token", "POST", "application/json", raw(forged), http.StatusUnauthorized, task.CodeInvalidToken, ""},
-		{"token of another attempt", "POST", "application/json", raw(otherAttempt), http.StatusForbidden, task.CodeTokenScopeMismatch, ""},
-		{"push worker's task", "POST", "application/json", raw(pushEnv), http.StatusBadRequest, task.CodeInvalidRequest, ""},
+		{"GET", "GET", "application/json", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, ""},
+		{"not JSON", "POST", "text/plain", raw(env), http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, ""},
+		{"not an envelope", "POST", "application/json", []byte(`{"hello":1}`), http.StatusBadRequest, api.CodeInvalidRequest, ""},
+		{"too large for a job", "POST", "application/json", raw(big), http.StatusRequestEntityTooLarge, api.CodePayloadTooLarge, ""},
+		{"forged token", "POST", "application/json", raw(forged), http.StatusUnauthorized, api.CodeInvalidToken, ""},
+		{"token of another attempt", "POST", "application/json", raw(otherAttempt), http.StatusForbidden, api.CodeTokenScopeMismatch, ""},
+		{"push worker's task", "POST", "application/json", raw(pushEnv), http.StatusBadRequest, api.CodeInvalidRequest, ""},
 		{"cancelled task", "POST", "application/json", raw(endedEnv), http.StatusOK, "", jobs.ResultStale},
 	}
 	for _, c := range cases {

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/api"
 )
 
 // Local is the Runner of the local stack (`servo dev --job-worker
 // NAME=COMMAND`): each execution is one subprocess running the job's
 // command with the same environment contract as a Cloud Run Job execution
-// (task.EnvelopeEnv, task.ExecutionLabelsEnv, CLOUD_RUN_JOB,
+// (api.EnvelopeEnv, api.ExecutionLabelsEnv, CLOUD_RUN_JOB,
 // CLOUD_RUN_EXECUTION, CLOUD_RUN_TASK_INDEX, CLOUD_RUN_TASK_ATTEMPT).
 // Cancel kills the execution's process group (SIGKILL): Cloud Run sends
 // SIGTERM and kills after a grace period; Servo's own grace period has
@@ -76,8 +76,8 @@ func (l *Local) Run(_ context.Context, job string, envelope []byte, labels map[s
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), l.env...)
 	cmd.Env = append(cmd.Env,
-		task.EnvelopeEnv+"="+string(envelope),
-		task.ExecutionLabelsEnv+"="+EncodeLabels(labels),
+		api.EnvelopeEnv+"="+string(envelope),
+		api.ExecutionLabelsEnv+"="+EncodeLabels(labels),
 		"CLOUD_RUN_JOB="+path.Base(job),
 		"CLOUD_RUN_EXECUTION="+short,
 		"CLOUD_RUN_TASK_INDEX=0",

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
@@ -79,72 +80,72 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := h.cfg.Logger.With("pool", pool)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.fail(w, http.StatusMethodNotAllowed, task.CodeMethodNotAllowed, "", "use POST")
+		h.fail(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "", "use POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		h.fail(w, http.StatusUnsupportedMediaType, task.CodeUnsupportedMediaType, "", "the body must be application/json")
+		h.fail(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, "", "the body must be application/json")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		h.fail(w, http.StatusRequestEntityTooLarge, task.CodePayloadTooLarge, "", fmt.Sprintf("the body exceeds %d bytes", MaxBodyBytes))
+		h.fail(w, http.StatusRequestEntityTooLarge, api.CodePayloadTooLarge, "", fmt.Sprintf("the body exceeds %d bytes", MaxBodyBytes))
 		return
 	}
 	who, err := h.cfg.Identity(r)
 	if err != nil {
 		log.WarnContext(ctx, "claim refused: the caller's identity could not be verified", "error", err)
-		h.fail(w, http.StatusUnauthorized, task.CodeUnauthenticated, "", "the caller's identity could not be verified")
+		h.fail(w, http.StatusUnauthorized, api.CodeUnauthenticated, "", "the caller's identity could not be verified")
 		return
 	}
 	wk, err := h.cfg.Enqueuer.Workers().Lookup(pool)
 	if err != nil || !wk.Pull {
-		h.fail(w, http.StatusNotFound, task.CodePoolNotFound, "", fmt.Sprintf("no pull pool named %q is configured", truncate(pool, 64)))
+		h.fail(w, http.StatusNotFound, api.CodePoolNotFound, "", fmt.Sprintf("no pull pool named %q is configured", truncate(pool, 64)))
 		return
 	}
 	if len(wk.ServiceAccounts) > 0 && !slices.Contains(wk.ServiceAccounts, who) {
 		log.WarnContext(ctx, "claim refused: the caller is not one of the pool's service accounts", "caller", who)
-		code, status := task.CodePermissionDenied, http.StatusForbidden
+		code, status := api.CodePermissionDenied, http.StatusForbidden
 		if who == "" {
-			code, status = task.CodeUnauthenticated, http.StatusUnauthorized
+			code, status = api.CodeUnauthenticated, http.StatusUnauthorized
 		}
 		h.fail(w, status, code, "", "the caller may not claim from pool "+pool)
 		return
 	}
-	var req task.ClaimRequest
+	var req api.ClaimRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		h.fail(w, http.StatusBadRequest, task.CodeInvalidRequest, jsonField(err), "the body is not a claim: "+err.Error())
+		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, jsonField(err), "the body is not a claim: "+err.Error())
 		return
 	}
-	if fe := req.Validate(); fe != nil {
-		h.fail(w, http.StatusBadRequest, task.CodeInvalidRequest, fe.Field, fe.Message)
+	if fe := task.ValidateClaim(req); fe != nil {
+		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, fe.Field, fe.Message)
 		return
 	}
 	env, err := h.claim(ctx, log.With("workerId", req.WorkerID), pool, req)
 	if err != nil {
 		log.WarnContext(ctx, "claim failed; the worker retries", "workerId", req.WorkerID, "error", err)
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-		h.fail(w, http.StatusServiceUnavailable, task.CodeUnavailable, "", "the store or the pool's transport is unavailable; retry")
+		h.fail(w, http.StatusServiceUnavailable, api.CodeUnavailable, "", "the store or the pool's transport is unavailable; retry")
 		return
 	}
-	h.write(w, http.StatusOK, task.ClaimResponse{Claimed: env != nil, Envelope: env, Disposition: task.Continue})
+	h.write(w, http.StatusOK, api.ClaimResponse{Claimed: env != nil, Envelope: env, Disposition: api.Continue})
 }
 
 // claim receives the pool's messages until one starts an attempt for the
 // worker or the wait runs out (nil, nil). Messages whose attempt is not
 // claimable are acknowledged and dropped; a retry not due yet is held
 // until it is; a message is acknowledged only after the claim commits.
-func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req task.ClaimRequest) (*task.Envelope, error) {
-	waitCtx, cancel := context.WithTimeout(ctx, req.Wait())
+func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req api.ClaimRequest) (*api.Envelope, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, task.ClaimWait(req))
 	defer cancel()
 	// A pull cancelled just as Pub/Sub hands it a message hides that
 	// message for the ack deadline; so a pull may outlive the wait by
 	// pullSlack: a message it brings late is still settled and answered,
 	// or handed back at once if the caller has gone, rather than lost for
 	// the ack deadline.
-	pullCtx, cancelPull := context.WithTimeout(context.WithoutCancel(ctx), req.Wait()+pullSlack)
+	pullCtx, cancelPull := context.WithTimeout(context.WithoutCancel(ctx), task.ClaimWait(req)+pullSlack)
 	defer cancelPull()
 	for {
 		m, err := h.cfg.Transport.receive(pullCtx, pool)
@@ -180,7 +181,7 @@ func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req 
 
 // settle decides one message: claim it (its envelope), drop it, or hold it
 // (nil, nil), or hand it back on a store failure (the error).
-func (h *Handler) settle(ctx context.Context, log *slog.Logger, pool, workerID string, m *received) (*task.Envelope, error) {
+func (h *Handler) settle(ctx context.Context, log *slog.Logger, pool, workerID string, m *received) (*api.Envelope, error) {
 	settleCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	now := h.cfg.Now().UTC()
@@ -237,14 +238,14 @@ func (h *Handler) settle(ctx context.Context, log *slog.Logger, pool, workerID s
 }
 
 func (h *Handler) fail(w http.ResponseWriter, status int, code, field, msg string) {
-	d := task.Rejected
+	d := api.Rejected
 	if status == http.StatusServiceUnavailable {
-		d = task.Retry
+		d = api.Retry
 	}
-	h.write(w, status, task.ClaimResponse{Disposition: d, Error: code, Field: field, Message: msg})
+	h.write(w, status, api.ClaimResponse{Disposition: d, Error: code, Field: field, Message: msg})
 }
 
-func (h *Handler) write(w http.ResponseWriter, status int, resp task.ClaimResponse) {
+func (h *Handler) write(w http.ResponseWriter, status int, resp api.ClaimResponse) {
 	resp.ServerTime = h.cfg.Now().UTC()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -28,7 +28,7 @@ func TestSilentWorkerRetriedIntoPool(t *testing.T) {
 	if first.TaskID != sub.TaskID || first.Attempt != 1 {
 		t.Fatalf("first claim %+v", first)
 	}
-	hb := task.HeartbeatRequest{Attempt: 1, WorkerID: "silent", Checkpoint: json.RawMessage(`{"next":7}`)}
+	hb := api.HeartbeatRequest{Attempt: 1, WorkerID: "silent", Checkpoint: json.RawMessage(`{"next":7}`)}
 	if status, r := e.callback(first, "heartbeat", hb); status != http.StatusOK {
 		t.Fatalf("heartbeat: %d %+v", status, r)
 	}
@@ -37,14 +37,14 @@ func TestSilentWorkerRetriedIntoPool(t *testing.T) {
 		t.Fatalf("second claim: attempt %d resumeFrom %s", second.Attempt, second.ResumeFrom)
 	}
 	v := e.get(sub.TaskID)
-	if v.State != task.Running || len(v.Attempts) != 2 || v.Attempts[0].Outcome != task.OutcomeZombie || v.Attempts[1].WorkerID != "rescuer" {
+	if v.State != api.Running || len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie || v.Attempts[1].WorkerID != "rescuer" {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
 	// The silent worker's late report is refused.
-	if status, r := e.callback(first, "completed", task.CompletedRequest{Attempt: 1, WorkerID: "silent", Outcome: task.OutcomeSucceeded}); status != http.StatusConflict || r.Error != task.CodeAttemptMismatch {
+	if status, r := e.callback(first, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "silent", Outcome: api.OutcomeSucceeded}); status != http.StatusConflict || r.Error != api.CodeAttemptMismatch {
 		t.Fatalf("late completed: %d %+v", status, r)
 	}
-	if status, r := e.callback(second, "completed", task.CompletedRequest{Attempt: 2, WorkerID: "rescuer", Outcome: task.OutcomeSucceeded}); status != http.StatusOK || r.FinalState != task.Succeeded {
+	if status, r := e.callback(second, "completed", api.CompletedRequest{Attempt: 2, WorkerID: "rescuer", Outcome: api.OutcomeSucceeded}); status != http.StatusOK || r.FinalState != api.Succeeded {
 		t.Fatalf("completed: %d %+v", status, r)
 	}
 }
@@ -63,18 +63,18 @@ func TestClaimErrors(t *testing.T) {
 		status               int
 		code, field          string
 	}{
-		{"unknown pool", "nope", a, map[string]any{"workerId": "w"}, "", 404, task.CodePoolNotFound, ""},
-		{"push worker", devstack.ExampleWorker, a, map[string]any{"workerId": "w"}, "", 404, task.CodePoolNotFound, ""},
-		{"pool A's account on pool B", "pool-b", a, map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 403, task.CodePermissionDenied, ""},
-		{"no identity", "pool-b", "", map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 401, task.CodeUnauthenticated, ""},
-		{"no worker id", "pool-b", b, map[string]any{"maxWaitMs": 0}, "", 400, task.CodeInvalidRequest, "workerId"},
-		{"wait too long", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": 60001}, "", 400, task.CodeInvalidRequest, "maxWaitMs"},
-		{"negative wait", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": -1}, "", 400, task.CodeInvalidRequest, "maxWaitMs"},
-		{"wait not a number", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":"soon"}`), "", 400, task.CodeInvalidRequest, "maxWaitMs"},
-		{"unknown field", "pool-b", b, map[string]any{"workerId": "w", "streams": []string{"x"}}, "", 400, task.CodeInvalidRequest, "streams"},
-		{"not JSON", "pool-b", b, []byte(`{`), "", 400, task.CodeInvalidRequest, ""},
-		{"text body", "pool-b", b, []byte(`workerId=w`), "text/plain", 415, task.CodeUnsupportedMediaType, ""},
-		{"too large", "pool-b", b, []byte(`{"workerId":"` + string(make([]byte, 8<<10)) + `"}`), "", 413, task.CodePayloadTooLarge, ""},
+		{"unknown pool", "nope", a, map[string]any{"workerId": "w"}, "", 404, api.CodePoolNotFound, ""},
+		{"push worker", devstack.ExampleWorker, a, map[string]any{"workerId": "w"}, "", 404, api.CodePoolNotFound, ""},
+		{"pool A's account on pool B", "pool-b", a, map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 403, api.CodePermissionDenied, ""},
+		{"no identity", "pool-b", "", map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 401, api.CodeUnauthenticated, ""},
+		{"no worker id", "pool-b", b, map[string]any{"maxWaitMs": 0}, "", 400, api.CodeInvalidRequest, "workerId"},
+		{"wait too long", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": 60001}, "", 400, api.CodeInvalidRequest, "maxWaitMs"},
+		{"negative wait", "pool-b", b, map[string]any{"workerId": "w", "maxWaitMs": -1}, "", 400, api.CodeInvalidRequest, "maxWaitMs"},
+		{"wait not a number", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":"soon"}`), "", 400, api.CodeInvalidRequest, "maxWaitMs"},
+		{"unknown field", "pool-b", b, map[string]any{"workerId": "w", "streams": []string{"x"}}, "", 400, api.CodeInvalidRequest, "streams"},
+		{"not JSON", "pool-b", b, []byte(`{`), "", 400, api.CodeInvalidRequest, ""},
+		{"text body", "pool-b", b, []byte(`workerId=w`), "text/plain", 415, api.CodeUnsupportedMediaType, ""},
+		{"too large", "pool-b", b, []byte(`{"workerId":"` + string(make([]byte, 8<<10)) + `"}`), "", 413, api.CodePayloadTooLarge, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,16 +86,16 @@ func TestClaimErrors(t *testing.T) {
 				h = append(h, "Content-Type", c.ctype)
 			}
 			status, _, out := e.do("POST", "/v1/pools/"+c.pool+"/claim", c.body, h...)
-			var r task.ClaimResponse
+			var r api.ClaimResponse
 			if err := json.Unmarshal(out, &r); err != nil {
 				t.Fatalf("%d %s", status, out)
 			}
-			if status != c.status || r.Error != c.code || r.Field != c.field || r.Disposition != task.Rejected || r.Claimed {
+			if status != c.status || r.Error != c.code || r.Field != c.field || r.Disposition != api.Rejected || r.Claimed {
 				t.Fatalf("got %d %+v, want %d %s field %q", status, r, c.status, c.code, c.field)
 			}
 		})
 	}
-	if v := e.get(sub.TaskID); v.State != task.Queued {
+	if v := e.get(sub.TaskID); v.State != api.Queued {
 		t.Fatalf("a refused claim changed the task: %s", v.State)
 	}
 	// Pool B's own account claims it.
@@ -116,13 +116,13 @@ func TestPubSubUnavailable(t *testing.T) {
 	})
 	proxy.setDown(true)
 	status, h, out := e.do("POST", "/v1/pools/gpu/claim", map[string]any{"workerId": "w", "maxWaitMs": 5000})
-	var r task.ClaimResponse
+	var r api.ClaimResponse
 	json.Unmarshal(out, &r)
-	if status != http.StatusServiceUnavailable || r.Error != task.CodeUnavailable || r.Disposition != task.Retry || h.Get("Retry-After") == "" {
+	if status != http.StatusServiceUnavailable || r.Error != api.CodeUnavailable || r.Disposition != api.Retry || h.Get("Retry-After") == "" {
 		t.Fatalf("claim with Pub/Sub down: %d %s (Retry-After %q)", status, out, h.Get("Retry-After"))
 	}
 	sub := e.submit("gpu", nil)
-	if sub.State != task.Pending {
+	if sub.State != api.Pending {
 		t.Fatalf("submitted with Pub/Sub down: %s", sub.State)
 	}
 	proxy.setDown(false)
@@ -130,7 +130,7 @@ func TestPubSubUnavailable(t *testing.T) {
 	if en.TaskID != sub.TaskID || en.Attempt != 1 {
 		t.Fatalf("claimed %+v", en)
 	}
-	if v := e.get(sub.TaskID); v.State != task.Running || v.Attempts[0].WorkerID != "w" {
+	if v := e.get(sub.TaskID); v.State != api.Running || v.Attempts[0].WorkerID != "w" {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
 }
@@ -175,7 +175,7 @@ func TestPullConcurrencyLimit(t *testing.T) {
 	}
 	queued := 0
 	for _, id := range ids {
-		if e.get(id).State == task.Queued {
+		if e.get(id).State == api.Queued {
 			queued++
 		}
 	}
@@ -184,7 +184,7 @@ func TestPullConcurrencyLimit(t *testing.T) {
 	}
 	close(release)
 	for _, id := range ids {
-		e.waitState(id, task.Succeeded)
+		e.waitState(id, api.Succeeded)
 	}
 	if peak.Load() != limit {
 		t.Fatalf("peak concurrency %d, want %d", peak.Load(), limit)
@@ -231,11 +231,11 @@ func TestPullGracefulStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if v := e.get(quick.TaskID); v.State != task.Succeeded {
+	if v := e.get(quick.TaskID); v.State != api.Succeeded {
 		t.Fatalf("quick task %s", v.State)
 	}
 	v := e.get(slow.TaskID)
-	if v.State != task.Queued || v.Attempt != 2 || v.Attempts[0].Outcome != task.OutcomeFailed || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != task.CategoryInfrastructure {
+	if v.State != api.Queued || v.Attempt != 2 || v.Attempts[0].Outcome != api.OutcomeFailed || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryInfrastructure {
 		t.Fatalf("slow task %s attempt %d %+v", v.State, v.Attempt, v.Attempts)
 	}
 }
@@ -251,8 +251,8 @@ func TestPullStopsOnRefusedClaim(t *testing.T) {
 		status         int
 		code           string
 	}{
-		{"nope", "", http.StatusNotFound, task.CodePoolNotFound},
-		{"pool-b", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, task.CodePermissionDenied},
+		{"nope", "", http.StatusNotFound, api.CodePoolNotFound},
+		{"pool-b", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, api.CodePermissionDenied},
 	}
 	for _, c := range cases {
 		err := worker.Pull(context.Background(), worker.PullConfig{API: e.stack.URL, Pool: c.pool, DevIdentity: c.identity, MaxWait: time.Second},

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/pull"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -146,20 +146,20 @@ func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispat
 	}
 }
 
-func (e *env) waitState(id string, s task.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
 	e.t.Helper()
 	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
 }
 
 // claim posts one claim as identity (none when "").
-func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, task.ClaimResponse) {
+func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, api.ClaimResponse) {
 	e.t.Helper()
 	var h []string
 	if identity != "" {
 		h = []string{pull.DevIdentityHeader, identity}
 	}
 	status, _, out := e.do("POST", "/v1/pools/"+pool+"/claim", map[string]any{"workerId": workerID, "maxWaitMs": maxWaitMs}, h...)
-	var r task.ClaimResponse
+	var r api.ClaimResponse
 	if err := json.Unmarshal(out, &r); err != nil {
 		e.t.Fatalf("claim answer %d is not JSON: %s", status, out)
 	}
@@ -167,12 +167,12 @@ func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, task.C
 }
 
 // claimUntil claims until an attempt is claimed, or fails the test.
-func (e *env) claimUntil(pool, identity, workerID string) task.Envelope {
+func (e *env) claimUntil(pool, identity, workerID string) api.Envelope {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		status, r := e.claim(pool, identity, workerID, 2000)
-		if status == http.StatusServiceUnavailable && r.Disposition == task.Retry {
+		if status == http.StatusServiceUnavailable && r.Disposition == api.Retry {
 			time.Sleep(pull.RetryAfter) // Pub/Sub or Firestore hiccup (or a reconnect): retry, as workers do
 			continue
 		}
@@ -184,11 +184,11 @@ func (e *env) claimUntil(pool, identity, workerID string) task.Envelope {
 		}
 	}
 	e.t.Fatalf("nothing claimed from %s", pool)
-	return task.Envelope{}
+	return api.Envelope{}
 }
 
 // callback posts a worker callback with the envelope's token.
-func (e *env) callback(en task.Envelope, kind string, body any) (int, task.CallbackResponse) {
+func (e *env) callback(en api.Envelope, kind string, body any) (int, api.CallbackResponse) {
 	e.t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest("POST", en.CallbackBaseURL+"/v1/tasks/"+en.TaskID+"/"+kind, bytes.NewReader(b))
@@ -199,7 +199,7 @@ func (e *env) callback(en task.Envelope, kind string, body any) (int, task.Callb
 		e.t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var r task.CallbackResponse
+	var r api.CallbackResponse
 	json.NewDecoder(res.Body).Decode(&r)
 	return res.StatusCode, r
 }

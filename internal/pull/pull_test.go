@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/task"
@@ -27,8 +28,8 @@ func TestPulledTaskSucceeds(t *testing.T) {
 			Options: []worker.Option{worker.WithWorkerID("puller-1")}}, partitions.Process)
 	}()
 	sub := e.submit(gpu, nil)
-	v := e.waitState(sub.TaskID, task.Succeeded)
-	if len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "puller-1" || v.Attempts[0].Outcome != task.OutcomeSucceeded {
+	v := e.waitState(sub.TaskID, api.Succeeded)
+	if len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "puller-1" || v.Attempts[0].Outcome != api.OutcomeSucceeded {
 		t.Fatalf("attempts %+v", v.Attempts)
 	}
 	cancel()
@@ -45,7 +46,7 @@ func TestEmptyPoolAnswersAfterMaxWait(t *testing.T) {
 		began := time.Now()
 		status, r := e.claim(gpu, "", "w-1", wait)
 		took := time.Since(began)
-		if status != http.StatusOK || r.Claimed || r.Envelope != nil || r.Disposition != task.Continue {
+		if status != http.StatusOK || r.Claimed || r.Envelope != nil || r.Disposition != api.Continue {
 			t.Fatalf("maxWaitMs %d: %d %+v", wait, status, r)
 		}
 		// It waited (never less than asked), and not the default 20 s.
@@ -83,7 +84,7 @@ func TestConcurrentClaimsExactlyOnce(t *testing.T) {
 					extra++
 				}
 				status, r := e.claim(gpu, "", id, 1000)
-				if status == http.StatusServiceUnavailable && r.Disposition == task.Retry {
+				if status == http.StatusServiceUnavailable && r.Disposition == api.Retry {
 					time.Sleep(pull.RetryAfter) // a hiccup of the loaded emulators: retry, as workers do
 					continue
 				}
@@ -108,7 +109,7 @@ func TestConcurrentClaimsExactlyOnce(t *testing.T) {
 			t.Fatalf("task %s claimed by %v", id, by)
 		}
 		v := e.get(id)
-		if v.State != task.Running || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != by[0] {
+		if v.State != api.Running || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != by[0] {
 			t.Fatalf("task %s: %s %+v, claimed by %s", id, v.State, v.Attempts, by[0])
 		}
 	}
@@ -138,10 +139,10 @@ func TestDuplicateMessageOneClaim(t *testing.T) {
 	}
 	// The claim was the attempt's started; a started from the same worker
 	// is a 200 repeat, and history holds one start.
-	if status, r := e.callback(en, "started", task.StartedRequest{Attempt: 1, WorkerID: "w-1"}); status != http.StatusOK || r.Disposition != task.Continue {
+	if status, r := e.callback(en, "started", api.StartedRequest{Attempt: 1, WorkerID: "w-1"}); status != http.StatusOK || r.Disposition != api.Continue {
 		t.Fatalf("started after the claim: %d %+v", status, r)
 	}
-	if status, r := e.callback(en, "started", task.StartedRequest{Attempt: 1, WorkerID: "w-2"}); status != http.StatusConflict || r.Error != task.CodeAttemptAlreadyStarted {
+	if status, r := e.callback(en, "started", api.StartedRequest{Attempt: 1, WorkerID: "w-2"}); status != http.StatusConflict || r.Error != api.CodeAttemptAlreadyStarted {
 		t.Fatalf("started by another worker: %d %+v", status, r)
 	}
 	status, _, out := e.do("GET", "/v1/tasks/"+sub.TaskID+"/events", nil)
@@ -153,7 +154,7 @@ func TestDuplicateMessageOneClaim(t *testing.T) {
 	}
 	running := 0
 	for _, tr := range hist.Events {
-		if tr.To == task.Running {
+		if tr.To == api.Running {
 			running++
 		}
 	}
@@ -176,7 +177,7 @@ func TestCancelledWhileQueuedNeverClaimed(t *testing.T) {
 		}
 	}
 	v := e.get(sub.TaskID)
-	if v.State != task.Cancelled || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "" || v.Attempts[0].StartedAt != nil {
+	if v.State != api.Cancelled || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "" || v.Attempts[0].StartedAt != nil {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
 }

@@ -7,9 +7,8 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"github.com/servo-dev/servo/api"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // Duties lists the sweeper's duties in the order the dashboard shows them.
@@ -92,8 +91,8 @@ func (s *Store) OutboxBacklog(ctx context.Context) (n int64, oldest *time.Time, 
 
 // TransitionStamp is when a transition happened and to which state.
 type TransitionStamp struct {
-	To         task.State `firestore:"to"`
-	OccurredAt time.Time  `firestore:"occurredAt"`
+	To         api.State `firestore:"to"`
+	OccurredAt time.Time `firestore:"occurredAt"`
 }
 
 // RecentTransitions returns the transitions that occurred at or after

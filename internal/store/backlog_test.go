@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -88,7 +89,7 @@ func TestBacklogs(t *testing.T) {
 				t.Fatalf("%d transitions, truncated %v; want %d, %v", len(got), truncated, c.want, c.wantTruncated)
 			}
 			for _, st := range got {
-				if st.OccurredAt.Before(c.since) || (st.To != task.Pending && st.To != task.Running) {
+				if st.OccurredAt.Before(c.since) || (st.To != api.Pending && st.To != api.Running) {
 					t.Errorf("unexpected %+v", st)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -14,8 +15,8 @@ func TestCodecRoundTrip(t *testing.T) {
 	p, yes := 42, true
 	in := task.Task{
 		ID: "task_1", RunID: "run_1", TenantID: "acme", Payload: json.RawMessage(`{"a":[1,2,{"b":null}]}`),
-		State: task.Running, Attempt: 3, Seq: 9, Deadline: &now, CreatedAt: now, LeaseExpiresAt: &now,
-		Timing: task.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200}, Retry: task.RetryPolicy{BackoffCoefficient: 1.5},
+		State: api.Running, Attempt: 3, Seq: 9, Deadline: &now, CreatedAt: now, LeaseExpiresAt: &now,
+		Timing: api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200}, Retry: api.RetryPolicy{BackoffCoefficient: 1.5},
 	}
 	var out task.Task
 	if err := decodeFields(encodeFields(in), &out); err != nil {
@@ -24,8 +25,8 @@ func TestCodecRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("task round trip:\n in %+v\nout %+v", in, out)
 	}
-	a := task.Attempt{Attempt: 2, ProgressPct: &p, Error: &task.ErrorInfo{Category: task.CategoryUserCode, Retryable: &yes},
-		Metrics: &task.Metrics{CPUTimeMs: 5}, StartedAt: &now, Checkpoint: json.RawMessage(`{"k":1}`)}
+	a := task.Attempt{Attempt: 2, ProgressPct: &p, Error: &api.ErrorInfo{Category: api.CategoryUserCode, Retryable: &yes},
+		Metrics: &api.Metrics{CPUTimeMs: 5}, StartedAt: &now, Checkpoint: json.RawMessage(`{"k":1}`)}
 	var b task.Attempt
 	if err := decodeFields(encodeFields(a), &b); err != nil {
 		t.Fatal(err)

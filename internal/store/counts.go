@@ -6,18 +6,17 @@ import (
 	"sort"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"github.com/servo-dev/servo/api"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // States lists every task state in lifecycle order, as CountByState reports them.
-var States = []task.State{task.Pending, task.Queued, task.Running, task.Cancelling, task.Succeeded, task.Failed, task.Cancelled}
+var States = []api.State{api.Pending, api.Queued, api.Running, api.Cancelling, api.Succeeded, api.Failed, api.Cancelled}
 
 // CountByState counts the tasks matching f (State, PageSize and PageToken
 // are ignored) in each state, with one count aggregation per state run in
 // parallel: no task document is read.
-func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[task.State]int, error) {
+func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[api.State]int, error) {
 	counts := make([]int64, len(States))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, st := range States {
@@ -32,7 +31,7 @@ func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[task.State]
 	if err := g.Wait(); err != nil {
 		return nil, wrap("count by state", err)
 	}
-	out := make(map[task.State]int, len(States))
+	out := make(map[api.State]int, len(States))
 	for i, st := range States {
 		out[st] = int(counts[i])
 	}

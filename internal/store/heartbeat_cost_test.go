@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -33,7 +34,7 @@ func TestHeartbeatCostIndependentOfPayload(t *testing.T) {
 		var c cost
 		for i := range beats {
 			p := i * 10
-			hb := &task.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p, Message: "working"}
+			hb := &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p, Message: "working"}
 			if withCheckpoint {
 				hb.Checkpoint = checkpoint(i)
 			}

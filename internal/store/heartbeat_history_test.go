@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -22,7 +23,7 @@ func TestHeartbeatHistory(t *testing.T) {
 	for i := range 5 {
 		at := now.Add(time.Duration(i+1) * 700 * time.Millisecond)
 		beats = append(beats, at)
-		mustApply(t, s, tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &task.HeartbeatRequest{}, Now: at})
+		mustApply(t, s, tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{}, Now: at})
 	}
 	check := func(when string) {
 		t.Helper()
@@ -47,6 +48,6 @@ func TestHeartbeatHistory(t *testing.T) {
 	check("running")
 	end := now.Add(5 * time.Second)
 	mustApply(t, s, tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: end,
-		Completed: &task.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: task.OutcomeSucceeded}})
+		Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}})
 	check("completed")
 }

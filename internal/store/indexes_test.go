@@ -9,6 +9,7 @@ import (
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -83,7 +84,7 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["attempts"] = attemptsQuery()
 	qs["outbox of a task"] = outboxQuery("taskId", "task_x")
 	qs["outbox of a run"] = outboxQuery("runId", "run_x")
-	full := ListFilter{TenantID: "t", RunID: "r", State: task.Running, Worker: "w"}
+	full := ListFilter{TenantID: "t", RunID: "r", State: api.Running, Worker: "w"}
 	for _, newest := range []bool{false, true} {
 		f := full
 		f.NewestFirst = newest

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -536,10 +537,10 @@ func (s *Store) RepairQuotaCounters(ctx context.Context) ([]QuotaRepair, error) 
 			}
 		}
 		queuedQ := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-			Where: and(append(base(shardField), fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]task.State{task.Pending, task.Queued})))...)}
+			Where: and(append(base(shardField), fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]api.State{api.Pending, api.Queued})))...)}
 		runningQ := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
 			Where: and(append(base(slotField), fieldFilter("quota.slot", pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
-				fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(task.ActiveStates)))...)}
+				fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(api.ActiveStates)))...)}
 		nq, err := s.count(ctx, queuedQ)
 		if err != nil {
 			errs = append(errs, err)

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -721,7 +722,7 @@ func intVal(n int) *pb.Value {
 	return &pb.Value{ValueType: &pb.Value_IntegerValue{IntegerValue: int64(n)}}
 }
 
-func statesVal(states []task.State) *pb.Value {
+func statesVal(states []api.State) *pb.Value {
 	vals := make([]*pb.Value, len(states))
 	for i, st := range states {
 		vals[i] = strVal(string(st))
@@ -737,7 +738,7 @@ func refVal(name string) *pb.Value {
 type ListFilter struct {
 	TenantID string
 	RunID    string
-	State    task.State
+	State    api.State
 	// Worker is the task's worker name.
 	Worker string
 	// NewestFirst lists in reverse creation order.
@@ -998,12 +999,12 @@ const (
 )
 
 // DueStates are the states each duty's query selects.
-var DueStates = map[Due][]task.State{
-	DueLease:    {task.Running, task.Cancelling},
-	DueCancel:   {task.Cancelling},
-	DueDispatch: {task.Pending, task.Queued},
-	DueDeadline: task.ActiveStates,
-	DueAdmit:    {task.Queued},
+var DueStates = map[Due][]api.State{
+	DueLease:    {api.Running, api.Cancelling},
+	DueCancel:   {api.Cancelling},
+	DueDispatch: {api.Pending, api.Queued},
+	DueDeadline: api.ActiveStates,
+	DueAdmit:    {api.Queued},
 }
 
 // DueCursor continues a due query after the last task of a page.

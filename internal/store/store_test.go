@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/store"
@@ -43,7 +44,7 @@ func submitted(now time.Time, key string) task.Task {
 	return task.Task{
 		ID: task.NewTaskID(now), RunID: "run_x", TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
 		Payload: json.RawMessage(`{"rows":10}`), IdempotencyKey: key,
-		Timing: task.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
+		Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
 	}
 }
 
@@ -74,14 +75,14 @@ func TestCreateGetAndOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != task.Pending || got.Attempt != 1 || string(got.Payload) != `{"rows":10}` || len(got.Attempts) != 1 || got.Timing.StartTimeoutMs == 0 {
+	if got.State != api.Pending || got.Attempt != 1 || string(got.Payload) != `{"rows":10}` || len(got.Attempts) != 1 || got.Timing.StartTimeoutMs == 0 {
 		t.Fatalf("unexpected task %+v", got)
 	}
 	if _, err := s.Get(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("want ErrNotFound, got %v", err)
 	}
 	ob, err := s.OutboxEntries(ctx, tk.ID)
-	if err != nil || len(ob) != 1 || ob[0].To != task.Pending || ob[0].Delivered {
+	if err != nil || len(ob) != 1 || ob[0].To != api.Pending || ob[0].Delivered {
 		t.Fatalf("outbox after create: %+v %v", ob, err)
 	}
 	shard := store.DueShardOf(tk.ID, s.DueShards())
@@ -157,9 +158,9 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		{"enqueued", task.Event{Kind: task.EventEnqueued, Attempt: 1}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"started", task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"duplicate started", task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"}, map[string]int{"BatchGetDocuments": 1, "Rollback": 1}},
-		{"heartbeat", task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &task.HeartbeatRequest{ProgressPct: &p}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
+		{"heartbeat", task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{ProgressPct: &p}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"cancel", task.Event{Kind: task.EventCancel, Reason: "user_requested"}, map[string]int{"BatchGetDocuments": 2, "Commit": 1}},
-		{"completed", task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Completed: &task.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: task.OutcomeCancelled}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
+		{"completed", task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeCancelled}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 	}
 	for _, st := range steps {
 		c.Reset()
@@ -189,10 +190,10 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: now})
 		return tk
 	}
-	done := func(o task.Outcome, c task.Category) *task.CompletedRequest {
-		r := &task.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: o, Output: json.RawMessage(`{"ok":true}`)}
-		if o == task.OutcomeFailed {
-			r.Output, r.Error = nil, &task.ErrorInfo{Category: c, Message: "x"}
+	done := func(o api.Outcome, c api.Category) *api.CompletedRequest {
+		r := &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: o, Output: json.RawMessage(`{"ok":true}`)}
+		if o == api.OutcomeFailed {
+			r.Output, r.Error = nil, &api.ErrorInfo{Category: c, Message: "x"}
 		}
 		return r
 	}
@@ -230,7 +231,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		}
 		n := 0
 		for _, e := range ob {
-			if e.To.Terminal() || (e.From == task.Running && e.To == task.Queued) {
+			if e.To.Terminal() || (e.From == api.Running && e.To == api.Queued) {
 				n++
 			}
 		}
@@ -242,7 +243,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		tk := running(t, s, 3)
 		var evs []task.Event
 		for i := 0; i < 12; i++ {
-			evs = append(evs, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(task.OutcomeSucceeded, "")})
+			evs = append(evs, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(api.OutcomeSucceeded, "")})
 		}
 		accepted, replays := 0, 0
 		for _, r := range race(evs, tk.ID, s) {
@@ -254,7 +255,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 			default:
 				accepted++
 			}
-			if r.FinalState != task.Succeeded {
+			if r.FinalState != api.Succeeded {
 				t.Errorf("final state %s", r.FinalState)
 			}
 		}
@@ -270,15 +271,15 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		s, _ := newStore(t)
 		tk := running(t, s, 3)
 		evs := []task.Event{
-			{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(task.OutcomeSucceeded, "")},
-			{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(task.OutcomeFailed, task.CategoryDataQuality)},
+			{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(api.OutcomeSucceeded, "")},
+			{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(api.OutcomeFailed, api.CategoryDataQuality)},
 		}
 		res := race(evs, tk.ID, s)
 		won, conflicts := 0, 0
 		for _, r := range res {
 			if r.Rejection == nil && !r.Replay {
 				won++
-			} else if r.Rejection != nil && r.Rejection.Code == task.CodeCompletionConflict {
+			} else if r.Rejection != nil && r.Rejection.Code == api.CodeCompletionConflict {
 				conflicts++
 			}
 		}
@@ -297,7 +298,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 			got, _ := s.GetTask(ctx, tk.ID)
 			late := got.LeaseExpiresAt.Add(time.Millisecond)
 			evs := []task.Event{
-				{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(task.OutcomeSucceeded, "")},
+				{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(), Completed: done(api.OutcomeSucceeded, "")},
 				{Kind: task.EventLeaseExpired, Attempt: 1, Now: late},
 			}
 			res := race(evs, tk.ID, s)
@@ -307,7 +308,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 			if completionWon == zombieWon {
 				t.Fatalf("exactly one must win: completion %v, zombie %v (%+v)", completionWon, zombieWon, res)
 			}
-			if completionWon && final.State != task.Succeeded || zombieWon && (final.State != task.Failed || final.Reason != task.ReasonHeartbeatTimeout) {
+			if completionWon && final.State != api.Succeeded || zombieWon && (final.State != api.Failed || final.Reason != api.ReasonHeartbeatTimeout) {
 				t.Fatalf("final %s/%s does not match the winner", final.State, final.Reason)
 			}
 			if n := terminalEvents(t, s, tk.ID); n != 1 {
@@ -325,9 +326,9 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		got, _ := s.GetTask(ctx, tk.ID)
 		mustApply(t, s, tk.ID, task.Event{Kind: task.EventLeaseExpired, Attempt: 1, Now: got.LeaseExpiresAt.Add(time.Millisecond)})
 		mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 2, WorkerID: "w2", Now: time.Now().UTC()})
-		stale := done(task.OutcomeSucceeded, "")
+		stale := done(api.OutcomeSucceeded, "")
 		stale.Output = json.RawMessage(`{"stale":true}`)
-		fresh := done(task.OutcomeSucceeded, "")
+		fresh := done(api.OutcomeSucceeded, "")
 		fresh.Attempt, fresh.WorkerID = 2, "w2"
 		var evs []task.Event
 		for i := 0; i < 4; i++ {
@@ -339,7 +340,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		for i, r := range race(evs, tk.ID, s) {
 			// attempt_mismatch while attempt 2 runs, task_already_terminal
 			// once it has completed (PRODUCT §4: terminal rows first).
-			if i%2 == 0 && (r.Rejection == nil || r.Rejection.Code != task.CodeAttemptMismatch && r.Rejection.Code != task.CodeTaskAlreadyTerminal) {
+			if i%2 == 0 && (r.Rejection == nil || r.Rejection.Code != api.CodeAttemptMismatch && r.Rejection.Code != api.CodeTaskAlreadyTerminal) {
 				t.Errorf("stale attempt 1 must be refused, got %+v", r.Rejection)
 			}
 			if i%2 == 1 && r.Rejection == nil && !r.Replay {
@@ -350,7 +351,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 			t.Fatalf("attempt 2 accepted %d times, want 1", accepted)
 		}
 		final, _ := s.Get(ctx, tk.ID)
-		if final.State != task.Succeeded || final.Attempt != 2 || string(final.Attempts[1].Output) != `{"ok":true}` {
+		if final.State != api.Succeeded || final.Attempt != 2 || string(final.Attempts[1].Output) != `{"ok":true}` {
 			t.Fatalf("final %+v", final)
 		}
 	})
@@ -390,7 +391,7 @@ func TestListPagination(t *testing.T) {
 	if pages != 3 || len(seen) != len(want) {
 		t.Fatalf("pages %d, seen %d of %d", pages, len(seen), len(want))
 	}
-	even, _, err := s.List(ctx, store.ListFilter{RunID: "run_even", State: task.Pending})
+	even, _, err := s.List(ctx, store.ListFilter{RunID: "run_even", State: api.Pending})
 	if err != nil || len(even) != 4 {
 		t.Fatalf("run filter: %d %v", len(even), err)
 	}

@@ -3,6 +3,8 @@ package task
 import (
 	"testing"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // A claim starts only an attempt nobody has started: a duplicate transport
@@ -11,20 +13,20 @@ import (
 func TestClaim(t *testing.T) {
 	cases := []struct {
 		name     string
-		state    State
+		state    api.State
 		attempt  int
 		workerID string
-		want     State
+		want     api.State
 		code     string
 	}{
-		{"pending", Pending, 1, "w2", Running, ""},
-		{"queued", Queued, 1, "w2", Running, ""},
-		{"running, same worker", Running, 1, "w1", Running, CodeAttemptAlreadyStarted},
-		{"running, another worker", Running, 1, "w2", Running, CodeAttemptAlreadyStarted},
-		{"cancelling", Cancelling, 1, "w2", Cancelling, CodeAttemptAlreadyStarted},
-		{"cancelled", Cancelled, 1, "w2", Cancelled, CodeTaskAlreadyTerminal},
-		{"succeeded", Succeeded, 1, "w2", Succeeded, CodeTaskAlreadyTerminal},
-		{"older attempt", Queued, 0, "w2", Queued, CodeAttemptMismatch},
+		{"pending", api.Pending, 1, "w2", api.Running, ""},
+		{"queued", api.Queued, 1, "w2", api.Running, ""},
+		{"running, same worker", api.Running, 1, "w1", api.Running, api.CodeAttemptAlreadyStarted},
+		{"running, another worker", api.Running, 1, "w2", api.Running, api.CodeAttemptAlreadyStarted},
+		{"cancelling", api.Cancelling, 1, "w2", api.Cancelling, api.CodeAttemptAlreadyStarted},
+		{"cancelled", api.Cancelled, 1, "w2", api.Cancelled, api.CodeTaskAlreadyTerminal},
+		{"succeeded", api.Succeeded, 1, "w2", api.Succeeded, api.CodeTaskAlreadyTerminal},
+		{"older attempt", api.Queued, 0, "w2", api.Queued, api.CodeAttemptMismatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -40,7 +42,7 @@ func TestClaim(t *testing.T) {
 				if r.Rejection != nil || !r.Write || r.Attempt.WorkerID != c.workerID || r.Task.LeaseExpiresAt == nil || !r.Task.LeaseExpiresAt.After(now) {
 					t.Fatalf("claim not applied: %+v", r)
 				}
-				if len(r.Transitions) != 1 || r.Transitions[0].Reason != ReasonStarted {
+				if len(r.Transitions) != 1 || r.Transitions[0].Reason != api.ReasonStarted {
 					t.Fatalf("transitions %+v", r.Transitions)
 				}
 				return

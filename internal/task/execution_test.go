@@ -3,6 +3,8 @@ package task
 import (
 	"testing"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // TestExecutionRecord covers EventExecution, the compare-and-set that
@@ -11,7 +13,7 @@ func TestExecutionRecord(t *testing.T) {
 	const e1, e2 = "projects/p/locations/l/jobs/j/executions/e1", "projects/p/locations/l/jobs/j/executions/e2"
 	cases := []struct {
 		name           string
-		state          State
+		state          api.State
 		recorded       string
 		attempt        int
 		exec, previous string
@@ -19,17 +21,17 @@ func TestExecutionRecord(t *testing.T) {
 		want           string // recorded afterwards
 		code           string
 	}{
-		{"first record while queued", Queued, "", 1, e1, "", true, e1, ""},
-		{"first record while pending", Pending, "", 1, e1, "", true, e1, ""},
-		{"record after the job started", Running, "", 1, e1, "", true, e1, ""},
-		{"record while cancelling", Cancelling, "", 1, e1, "", true, e1, ""},
-		{"same execution again", Queued, e1, 1, e1, "", false, e1, ""},
-		{"another execution: conflict", Queued, e1, 1, e2, "", false, e1, CodeExecutionConflict},
-		{"replacing the expected one", Queued, e1, 1, e2, e1, true, e2, ""},
-		{"replacing one not recorded", Queued, e2, 1, e1, "other", false, e2, CodeExecutionConflict},
-		{"replacing, none recorded", Queued, "", 1, e2, e1, true, e2, ""},
-		{"older attempt", Queued, "", 2, e1, "", false, "", CodeAttemptMismatch},
-		{"terminal task", Cancelled, "", 1, e1, "", false, "", CodeTaskAlreadyTerminal},
+		{"first record while queued", api.Queued, "", 1, e1, "", true, e1, ""},
+		{"first record while pending", api.Pending, "", 1, e1, "", true, e1, ""},
+		{"record after the job started", api.Running, "", 1, e1, "", true, e1, ""},
+		{"record while cancelling", api.Cancelling, "", 1, e1, "", true, e1, ""},
+		{"same execution again", api.Queued, e1, 1, e1, "", false, e1, ""},
+		{"another execution: conflict", api.Queued, e1, 1, e2, "", false, e1, api.CodeExecutionConflict},
+		{"replacing the expected one", api.Queued, e1, 1, e2, e1, true, e2, ""},
+		{"replacing one not recorded", api.Queued, e2, 1, e1, "other", false, e2, api.CodeExecutionConflict},
+		{"replacing, none recorded", api.Queued, "", 1, e2, e1, true, e2, ""},
+		{"older attempt", api.Queued, "", 2, e1, "", false, "", api.CodeAttemptMismatch},
+		{"terminal task", api.Cancelled, "", 1, e1, "", false, "", api.CodeTaskAlreadyTerminal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,19 +77,19 @@ func TestTimersCancelTheExecution(t *testing.T) {
 	late := t0.Add(time.Hour)
 	cases := []struct {
 		name      string
-		state     State
+		state     api.State
 		kind      EventKind
 		execution string
 		want      string
 	}{
-		{"lease expired, retry", Running, EventLeaseExpired, exec, exec},
-		{"lease expired while cancelling", Cancelling, EventLeaseExpired, exec, exec},
-		{"cancel grace over", Cancelling, EventCancelTimeout, exec, exec},
-		{"push worker: nothing to cancel", Running, EventLeaseExpired, "", ""},
-		{"heartbeat from the job after expiry", Running, EventHeartbeat, exec, exec},
-		{"cancelled before the job said started", Queued, EventCancel, exec, exec},
-		{"completed in time", Running, EventCompleted, exec, ""},
-		{"heartbeat in time", Running, EventHeartbeat, exec, ""},
+		{"lease expired, retry", api.Running, EventLeaseExpired, exec, exec},
+		{"lease expired while cancelling", api.Cancelling, EventLeaseExpired, exec, exec},
+		{"cancel grace over", api.Cancelling, EventCancelTimeout, exec, exec},
+		{"push worker: nothing to cancel", api.Running, EventLeaseExpired, "", ""},
+		{"heartbeat from the job after expiry", api.Running, EventHeartbeat, exec, exec},
+		{"cancelled before the job said started", api.Queued, EventCancel, exec, exec},
+		{"completed in time", api.Running, EventCompleted, exec, ""},
+		{"heartbeat in time", api.Running, EventHeartbeat, exec, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

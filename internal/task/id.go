@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/servo-dev/servo/api"
 )
 
 // Id prefixes.
@@ -45,7 +46,7 @@ func ValidID(id, prefix string) bool {
 }
 
 // EventID is the deterministic id of a transition event.
-func EventID(taskID string, attempt int, from, to State) string {
+func EventID(taskID string, attempt int, from, to api.State) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s", taskID, attempt, from, to)))
 	return "evt_" + hex.EncodeToString(sum[:12])
 }

@@ -3,6 +3,8 @@ package task
 import (
 	"fmt"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // EventKind names an input to the state machine.
@@ -54,52 +56,52 @@ var EventKinds = []EventKind{EventEnqueued, EventRedrive, EventStarted, EventHea
 // Edges is the transition table: for each state and event, the states the
 // task may be in afterwards. A pair that is absent leaves the state as it is
 // (the event is a no-op or is rejected). Terminal states have no edges.
-var Edges = map[State]map[EventKind][]State{
-	Pending: {
-		EventExecution:        {Pending},
-		EventEnqueued:         {Queued},
-		EventRedrive:          {Pending, Failed},
-		EventStarted:          {Running},
-		EventHeartbeat:        {Running},
-		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
-		EventCancel:           {Cancelled},
-		EventDeadlineExceeded: {Failed},
-		EventClaimed:          {Running},
+var Edges = map[api.State]map[EventKind][]api.State{
+	api.Pending: {
+		EventExecution:        {api.Pending},
+		EventEnqueued:         {api.Queued},
+		EventRedrive:          {api.Pending, api.Failed},
+		EventStarted:          {api.Running},
+		EventHeartbeat:        {api.Running},
+		EventCompleted:        {api.Succeeded, api.Failed, api.Cancelled, api.Queued},
+		EventCancel:           {api.Cancelled},
+		EventDeadlineExceeded: {api.Failed},
+		EventClaimed:          {api.Running},
 	},
-	Queued: {
-		EventExecution:        {Queued},
-		EventDispatchFailed:   {Pending},
-		EventAdmit:            {Queued},
-		EventRedrive:          {Queued, Failed},
-		EventStarted:          {Running},
-		EventHeartbeat:        {Running},
-		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
-		EventCancel:           {Cancelled},
-		EventDeadlineExceeded: {Failed},
-		EventClaimed:          {Running},
+	api.Queued: {
+		EventExecution:        {api.Queued},
+		EventDispatchFailed:   {api.Pending},
+		EventAdmit:            {api.Queued},
+		EventRedrive:          {api.Queued, api.Failed},
+		EventStarted:          {api.Running},
+		EventHeartbeat:        {api.Running},
+		EventCompleted:        {api.Succeeded, api.Failed, api.Cancelled, api.Queued},
+		EventCancel:           {api.Cancelled},
+		EventDeadlineExceeded: {api.Failed},
+		EventClaimed:          {api.Running},
 	},
-	Running: {
+	api.Running: {
 		// A started/heartbeat/completed that finds the lease expired applies
 		// the zombie transition itself (retry → QUEUED, or FAILED).
-		EventExecution:        {Running},
-		EventStarted:          {Running, Queued, Failed},
-		EventHeartbeat:        {Running, Queued, Failed},
-		EventCompleted:        {Succeeded, Failed, Cancelled, Queued},
-		EventCancel:           {Cancelling},
-		EventLeaseExpired:     {Queued, Failed},
-		EventDeadlineExceeded: {Failed},
+		EventExecution:        {api.Running},
+		EventStarted:          {api.Running, api.Queued, api.Failed},
+		EventHeartbeat:        {api.Running, api.Queued, api.Failed},
+		EventCompleted:        {api.Succeeded, api.Failed, api.Cancelled, api.Queued},
+		EventCancel:           {api.Cancelling},
+		EventLeaseExpired:     {api.Queued, api.Failed},
+		EventDeadlineExceeded: {api.Failed},
 	},
-	Cancelling: {
+	api.Cancelling: {
 		// A started/heartbeat/completed that finds the cancel grace or the
 		// lease run out applies the cancel timeout itself (FAILED).
-		EventExecution:        {Cancelling},
-		EventStarted:          {Cancelling, Failed},
-		EventHeartbeat:        {Cancelling, Failed},
-		EventCompleted:        {Succeeded, Failed, Cancelled},
-		EventCancel:           {Cancelling},
-		EventLeaseExpired:     {Failed},
-		EventCancelTimeout:    {Failed},
-		EventDeadlineExceeded: {Failed},
+		EventExecution:        {api.Cancelling},
+		EventStarted:          {api.Cancelling, api.Failed},
+		EventHeartbeat:        {api.Cancelling, api.Failed},
+		EventCompleted:        {api.Succeeded, api.Failed, api.Cancelled},
+		EventCancel:           {api.Cancelling},
+		EventLeaseExpired:     {api.Failed},
+		EventCancelTimeout:    {api.Failed},
+		EventDeadlineExceeded: {api.Failed},
 	},
 }
 
@@ -119,9 +121,9 @@ type Event struct {
 	// callback with token_scope_mismatch before anything else is decided.
 	TenantID, WorkspaceID, RunID string
 	// Heartbeat is the heartbeat body (EventHeartbeat).
-	Heartbeat *HeartbeatRequest
+	Heartbeat *api.HeartbeatRequest
 	// Completed is the completed body (EventCompleted).
-	Completed *CompletedRequest
+	Completed *api.CompletedRequest
 	// Reason is the cancel reason (EventCancel).
 	Reason string
 	// Jitter in [0, 1) draws the full-jitter retry delay.
@@ -144,7 +146,7 @@ type Rejection struct {
 	// Code is one of the Code* constants.
 	Code string
 	// State is the task's state (task_already_terminal).
-	State State
+	State api.State
 	// Expected and Received are attempts (attempt_mismatch).
 	Expected, Received int
 	// Message is for people.
@@ -184,7 +186,7 @@ type Result struct {
 	ShouldCancel bool
 	CancelReason string
 	// FinalState, RetryScheduled and NextAttempt answer a completion.
-	FinalState     State
+	FinalState     api.State
 	RetryScheduled bool
 	NextAttempt    int
 }
@@ -227,7 +229,7 @@ func (m *machine) apply() {
 		}
 		switch m.ev.Kind {
 		case EventStarted:
-			if t.State == Pending || t.State == Queued {
+			if t.State == api.Pending || t.State == api.Queued {
 				m.start()
 			}
 		case EventHeartbeat:
@@ -240,24 +242,24 @@ func (m *machine) apply() {
 	case EventCancel:
 		m.cancel()
 	case EventEnqueued:
-		if m.ev.Attempt == t.Attempt && t.State == Pending && m.ev.Hold != nil {
+		if m.ev.Attempt == t.Attempt && t.State == api.Pending && m.ev.Hold != nil {
 			m.hold()
 			if !m.ev.SlotFree {
 				return
 			}
 		}
-		if m.ev.Attempt == t.Attempt && t.State == Pending {
-			m.transition(Queued, ReasonEnqueued, "")
+		if m.ev.Attempt == t.Attempt && t.State == api.Pending {
+			m.transition(api.Queued, api.ReasonEnqueued, "")
 			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
 			t.DispatchCheckAt = &check
 		}
 	case EventRedrive:
-		if m.ev.Attempt != t.Attempt || (t.State != Pending && t.State != Queued) || !due(t.DispatchCheckAt, m.now) {
+		if m.ev.Attempt != t.Attempt || (t.State != api.Pending && t.State != api.Queued) || !due(t.DispatchCheckAt, m.now) {
 			return
 		}
 		if t.Redrives >= m.ev.MaxRedrives {
-			m.endAttempt(OutcomeTimedOut, nil)
-			m.transition(Failed, ReasonDispatchTimeout, OutcomeTimedOut)
+			m.endAttempt(api.OutcomeTimedOut, nil)
+			m.transition(api.Failed, api.ReasonDispatchTimeout, api.OutcomeTimedOut)
 			return
 		}
 		t.Redrives++
@@ -267,25 +269,25 @@ func (m *machine) apply() {
 	case EventAdmit:
 		m.admit()
 	case EventDispatchFailed:
-		if m.ev.Attempt == t.Attempt && t.State == Queued {
-			m.transition(Pending, ReasonDispatchFailed, "")
+		if m.ev.Attempt == t.Attempt && t.State == api.Queued {
+			m.transition(api.Pending, api.ReasonDispatchFailed, "")
 			now := m.now
 			t.DispatchCheckAt = &now
 		}
 	case EventLeaseExpired:
-		if m.ev.Attempt == t.Attempt && (t.State == Running || t.State == Cancelling) && due(t.LeaseExpiresAt, m.now) {
+		if m.ev.Attempt == t.Attempt && (t.State == api.Running || t.State == api.Cancelling) && due(t.LeaseExpiresAt, m.now) {
 			m.expire()
 		}
 	case EventCancelTimeout:
-		if m.ev.Attempt == t.Attempt && t.State == Cancelling && due(t.CancelDeadline, m.now) {
+		if m.ev.Attempt == t.Attempt && t.State == api.Cancelling && due(t.CancelDeadline, m.now) {
 			m.cancelTimeout()
 		}
 	case EventExecution:
 		m.execution()
 	case EventDeadlineExceeded:
 		if m.ev.Attempt == t.Attempt && !t.State.Terminal() && due(t.Deadline, m.now) {
-			m.endAttempt(OutcomeTimedOut, nil)
-			m.transition(Failed, ReasonDeadlineExceeded, OutcomeTimedOut)
+			m.endAttempt(api.OutcomeTimedOut, nil)
+			m.transition(api.Failed, api.ReasonDeadlineExceeded, api.OutcomeTimedOut)
 		}
 	}
 }
@@ -311,20 +313,20 @@ func (m *machine) apply() {
 func (m *machine) guardCallback() bool {
 	t, cur := m.t(), m.r.Attempt
 	if m.ev.TenantID != "" && (m.ev.TenantID != t.TenantID || m.ev.WorkspaceID != t.WorkspaceID || m.ev.RunID != t.RunID) {
-		m.reject(CodeTokenScopeMismatch, "the task token is for another tenant, workspace or run")
+		m.reject(api.CodeTokenScopeMismatch, "the task token is for another tenant, workspace or run")
 		return false
 	}
 	// committed is the token's attempt's accepted completion, if any.
 	committed := m.ev.Kind == EventCompleted && cur != nil && cur.CompletionDigest != ""
-	identical := committed && cur.CompletionDigest == m.ev.Completed.Digest()
+	identical := committed && cur.CompletionDigest == CompletionDigest(m.ev.Completed)
 	if t.State.Terminal() {
 		switch {
 		case identical:
 			m.replay()
 		case committed && cur.Attempt == t.Attempt:
-			m.reject(CodeCompletionConflict, fmt.Sprintf("attempt %d already completed with a different report", cur.Attempt))
+			m.reject(api.CodeCompletionConflict, fmt.Sprintf("attempt %d already completed with a different report", cur.Attempt))
 		default:
-			m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+			m.r.Rejection = &Rejection{Code: api.CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 		}
 		return false
 	}
@@ -333,25 +335,25 @@ func (m *machine) guardCallback() bool {
 			m.replay()
 			return false
 		}
-		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+		m.r.Rejection = &Rejection{Code: api.CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
 			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
 		return false
 	}
-	if t.State == Running || t.State == Cancelling {
+	if t.State == api.Running || t.State == api.Cancelling {
 		if cur != nil && cur.WorkerID != "" && cur.WorkerID != m.ev.WorkerID {
-			m.reject(CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was started by another worker", t.Attempt))
+			m.reject(api.CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was started by another worker", t.Attempt))
 			return false
 		}
 		// The sweeper applies the cancel timeout before the lease expiry
 		// (zombie duties "cancel", then "lease"); so does the callback.
 		switch {
-		case t.State == Cancelling && due(t.CancelDeadline, m.now):
+		case t.State == api.Cancelling && due(t.CancelDeadline, m.now):
 			m.cancelTimeout()
-			m.reject(CodeTaskExpired, "the cancel grace period has run out")
+			m.reject(api.CodeTaskExpired, "the cancel grace period has run out")
 			return false
 		case due(t.LeaseExpiresAt, m.now):
 			m.expire()
-			m.reject(CodeTaskExpired, "task exceeded its heartbeat timeout")
+			m.reject(api.CodeTaskExpired, "task exceeded its heartbeat timeout")
 			return false
 		}
 	}
@@ -366,12 +368,12 @@ func (m *machine) claim() {
 	t := m.t()
 	switch {
 	case t.State.Terminal():
-		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+		m.r.Rejection = &Rejection{Code: api.CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 	case m.ev.Attempt != t.Attempt:
-		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+		m.r.Rejection = &Rejection{Code: api.CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
 			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
-	case t.State == Running || t.State == Cancelling:
-		m.reject(CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was already claimed or started", t.Attempt))
+	case t.State == api.Running || t.State == api.Cancelling:
+		m.reject(api.CodeAttemptAlreadyStarted, fmt.Sprintf("attempt %d was already claimed or started", t.Attempt))
 	default:
 		m.start()
 	}
@@ -385,7 +387,7 @@ func (m *machine) replay() {
 	if cur.Attempt < t.Attempt {
 		// Only a completion that scheduled the retry leaves an older
 		// attempt with a committed report.
-		m.r.FinalState, m.r.RetryScheduled, m.r.NextAttempt = Queued, true, cur.Attempt+1
+		m.r.FinalState, m.r.RetryScheduled, m.r.NextAttempt = api.Queued, true, cur.Attempt+1
 		return
 	}
 	m.r.FinalState = t.State
@@ -402,14 +404,14 @@ func (m *machine) start() {
 	t, a := m.t(), m.attempt()
 	now := m.now
 	a.WorkerID, a.StartedAt = m.ev.WorkerID, &now
-	m.transition(Running, ReasonStarted, "")
+	m.transition(api.Running, api.ReasonStarted, "")
 	lease := now.Add(t.Timing.HeartbeatTimeout())
 	t.LeaseExpiresAt = &lease
 }
 
 func (m *machine) heartbeat() {
 	t := m.t()
-	if t.State == Pending || t.State == Queued {
+	if t.State == api.Pending || t.State == api.Queued {
 		m.start()
 	}
 	a, hb, now := m.attempt(), m.ev.Heartbeat, m.now
@@ -430,38 +432,38 @@ func (m *machine) heartbeat() {
 	lease := now.Add(t.Timing.HeartbeatTimeout())
 	t.LeaseExpiresAt = &lease
 	m.r.Write = true
-	if t.State == Cancelling {
+	if t.State == api.Cancelling {
 		m.r.ShouldCancel, m.r.CancelReason = true, t.CancelReason
 	}
 }
 
 func (m *machine) complete() {
 	t := m.t()
-	if t.State == Pending || t.State == Queued {
+	if t.State == api.Pending || t.State == api.Queued {
 		m.start()
 	}
 	c, a, now := m.ev.Completed, m.attempt(), m.now
 	a.CompletedAt, a.ReportedAt = &now, c.CompletedAt
 	a.Output, a.Error, a.Metrics = c.Output, c.Error, c.Metrics
 	a.CancelledDuringPhase, a.PartialProgress = c.CancelledDuringPhase, c.PartialProgress
-	a.CompletionDigest = c.Digest()
+	a.CompletionDigest = CompletionDigest(c)
 	a.Outcome = c.Outcome
 	switch c.Outcome {
-	case OutcomeSucceeded:
-		m.transition(Succeeded, ReasonSucceeded, c.Outcome)
-	case OutcomeCancelled:
-		reason := ReasonWorkerCancelled
-		if t.State == Cancelling && t.CancelReason != "" {
+	case api.OutcomeSucceeded:
+		m.transition(api.Succeeded, api.ReasonSucceeded, c.Outcome)
+	case api.OutcomeCancelled:
+		reason := api.ReasonWorkerCancelled
+		if t.State == api.Cancelling && t.CancelReason != "" {
 			reason = t.CancelReason
 		}
-		m.transition(Cancelled, reason, c.Outcome)
-	case OutcomeFailed:
-		if t.State == Cancelling {
-			m.transition(Failed, ReasonFailedCancelling, c.Outcome)
+		m.transition(api.Cancelled, reason, c.Outcome)
+	case api.OutcomeFailed:
+		if t.State == api.Cancelling {
+			m.transition(api.Failed, api.ReasonFailedCancelling, c.Outcome)
 			break
 		}
 		retryable := c.Error != nil && c.Error.Category.RetryableByDefault() && (c.Error.Retryable == nil || *c.Error.Retryable)
-		m.retryOrFail(retryable, ReasonRetriesExhausted, c.Outcome)
+		m.retryOrFail(retryable, api.ReasonRetriesExhausted, c.Outcome)
 	}
 	m.r.FinalState = t.State
 }
@@ -469,14 +471,14 @@ func (m *machine) complete() {
 // expire applies the zombie transition for a lease that ran out.
 func (m *machine) expire() {
 	t := m.t()
-	cancelling := t.State == Cancelling
+	cancelling := t.State == api.Cancelling
 	m.stopExecution()
-	m.endAttempt(OutcomeZombie, &ErrorInfo{Category: CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"})
+	m.endAttempt(api.OutcomeZombie, &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "no heartbeat within the heartbeat timeout"})
 	if cancelling {
-		m.transition(Failed, ReasonCancelTimeout, OutcomeZombie)
+		m.transition(api.Failed, api.ReasonCancelTimeout, api.OutcomeZombie)
 		return
 	}
-	m.retryOrFail(true, ReasonHeartbeatTimeout, OutcomeZombie)
+	m.retryOrFail(true, api.ReasonHeartbeatTimeout, api.OutcomeZombie)
 }
 
 // execution records the attempt's Cloud Run Job execution
@@ -485,10 +487,10 @@ func (m *machine) execution() {
 	t, cur := m.t(), m.r.Attempt
 	switch {
 	case t.State.Terminal():
-		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+		m.r.Rejection = &Rejection{Code: api.CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 		return
 	case m.ev.Attempt != t.Attempt:
-		m.r.Rejection = &Rejection{Code: CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
+		m.r.Rejection = &Rejection{Code: api.CodeAttemptMismatch, Expected: t.Attempt, Received: m.ev.Attempt,
 			Message: fmt.Sprintf("attempt %d is not the task's current attempt %d", m.ev.Attempt, t.Attempt)}
 		return
 	}
@@ -503,7 +505,7 @@ func (m *machine) execution() {
 		m.attempt().Execution = m.ev.Execution
 		m.r.Write = true
 	default:
-		m.reject(CodeExecutionConflict, fmt.Sprintf("attempt %d already runs in execution %s", t.Attempt, recorded))
+		m.reject(api.CodeExecutionConflict, fmt.Sprintf("attempt %d already runs in execution %s", t.Attempt, recorded))
 	}
 }
 
@@ -513,8 +515,8 @@ func (m *machine) execution() {
 // has run out, for the sweeper and for a callback alike.
 func (m *machine) cancelTimeout() {
 	m.stopExecution()
-	m.endAttempt(OutcomeCancelTimeout, nil)
-	m.transition(Failed, ReasonCancelTimeout, OutcomeCancelTimeout)
+	m.endAttempt(api.OutcomeCancelTimeout, nil)
+	m.transition(api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout)
 }
 
 // stopExecution asks the caller to cancel the attempt's Cloud Run Job
@@ -528,23 +530,23 @@ func (m *machine) stopExecution() {
 // retryOrFail ends the current (already ended) attempt's task: a new
 // attempt when the policy, the attempts left and the deadline allow it,
 // FAILED otherwise.
-func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome Outcome) {
+func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome api.Outcome) {
 	t := m.t()
 	switch {
 	case !retryable:
-		m.transition(Failed, ReasonNonRetryable, outcome)
+		m.transition(api.Failed, api.ReasonNonRetryable, outcome)
 		return
 	case t.Attempt >= t.Retry.MaxAttempts:
-		m.transition(Failed, exhaustedReason, outcome)
+		m.transition(api.Failed, exhaustedReason, outcome)
 		return
 	}
 	at := m.now.Add(t.Retry.Backoff(t.Attempt, m.ev.Jitter))
 	if t.Deadline != nil && !at.Before(*t.Deadline) {
-		m.transition(Failed, ReasonDeadlineExceeded, outcome)
+		m.transition(api.Failed, api.ReasonDeadlineExceeded, outcome)
 		return
 	}
 	prev := m.attempt()
-	m.transition(Queued, ReasonRetryScheduled, outcome)
+	m.transition(api.Queued, api.ReasonRetryScheduled, outcome)
 	m.r.Transitions[len(m.r.Transitions)-1].NextAttempt = t.Attempt + 1
 	if len(prev.Checkpoint) > 0 {
 		t.ResumeFrom = prev.Checkpoint
@@ -562,30 +564,30 @@ func (m *machine) cancel() {
 	t := m.t()
 	reason := m.ev.Reason
 	if reason == "" {
-		reason = ReasonUserRequested
+		reason = api.ReasonUserRequested
 	}
 	switch t.State {
-	case Pending, Queued:
+	case api.Pending, api.Queued:
 		// A job execution may have been started but not yet said started.
 		m.stopExecution()
-		m.endAttempt(OutcomeCancelled, nil)
+		m.endAttempt(api.OutcomeCancelled, nil)
 		t.CancelReason = reason
-		m.transition(Cancelled, reason, OutcomeCancelled)
+		m.transition(api.Cancelled, reason, api.OutcomeCancelled)
 		m.r.Dequeue = true
-	case Running:
+	case api.Running:
 		t.CancelReason = reason
 		deadline := m.now.Add(t.Timing.CancelGracePeriod())
-		m.transition(Cancelling, reason, "")
+		m.transition(api.Cancelling, reason, "")
 		t.CancelDeadline = &deadline
-	case Cancelling:
+	case api.Cancelling:
 		// Already cancelling: idempotent.
 	default:
-		m.r.Rejection = &Rejection{Code: CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
+		m.r.Rejection = &Rejection{Code: api.CodeTaskAlreadyTerminal, State: t.State, Message: "task is already " + string(t.State)}
 	}
 }
 
 // endAttempt gives the current attempt an outcome if it has none.
-func (m *machine) endAttempt(o Outcome, e *ErrorInfo) {
+func (m *machine) endAttempt(o api.Outcome, e *api.ErrorInfo) {
 	a := m.attempt()
 	if a.Ended() {
 		return
@@ -600,14 +602,14 @@ func (m *machine) endAttempt(o Outcome, e *ErrorInfo) {
 
 // transition moves the task to state to, records the event, and sets the
 // timers that state uses.
-func (m *machine) transition(to State, reason string, outcome Outcome) {
+func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 	t := m.t()
 	from := t.State
 	t.Seq++
 	tr := Transition{
 		EventID: EventID(t.ID, t.Attempt, from, to), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, From: from, To: to,
-		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == Failed,
+		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == api.Failed,
 	}
 	if outcome != "" && m.r.Attempt != nil {
 		tr.Error = m.r.Attempt.Error
@@ -616,11 +618,11 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 	t.State = to
 	m.r.Write = true
 	switch to {
-	case Running:
+	case api.Running:
 		t.DispatchCheckAt, t.CancelDeadline, t.WaitingSince = nil, nil, nil
-	case Cancelling:
+	case api.Cancelling:
 		t.DispatchCheckAt = nil
-	case Queued, Pending:
+	case api.Queued, api.Pending:
 		t.LeaseExpiresAt, t.CancelDeadline = nil, nil
 	}
 	if to.Terminal() {
@@ -628,7 +630,7 @@ func (m *machine) transition(to State, reason string, outcome Outcome) {
 		t.EndedAt = &now
 		t.Reason = reason
 		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt, t.WaitingSince = nil, nil, nil, nil
-	} else if to == Cancelling {
+	} else if to == api.Cancelling {
 		t.Reason = reason
 	}
 }
@@ -646,7 +648,7 @@ func laterOf(now time.Time, at *time.Time) time.Time {
 // attempt 1, defaults applied, the creation transition recorded.
 func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	now = now.UTC()
-	t.State, t.Attempt, t.Seq = Pending, 1, 1
+	t.State, t.Attempt, t.Seq = api.Pending, 1, 1
 	t.Timing = t.Timing.WithDefaults()
 	t.Retry = t.Retry.WithDefaults()
 	t.CreatedAt, t.UpdatedAt = now, now
@@ -654,8 +656,8 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	t.DispatchCheckAt = &check
 	a := Attempt{Attempt: 1, CreatedAt: now}
 	tr := Transition{
-		EventID: EventID(t.ID, 1, "", Pending), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
-		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: Pending, Reason: ReasonSubmitted,
+		EventID: EventID(t.ID, 1, "", api.Pending), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
+		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,
 		Seq: 1, OccurredAt: now,
 	}
 	return t, a, tr

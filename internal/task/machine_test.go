@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 var t0 = time.Date(2026, 1, 15, 10, 0, 0, 0, time.UTC)
@@ -19,7 +21,7 @@ func newTestTask() (Task, Attempt) {
 
 // taskIn returns a task in state s at t0 (attempt 1, lease and cancel
 // deadline in the future) and its current attempt record.
-func taskIn(s State) (Task, *Attempt) {
+func taskIn(s api.State) (Task, *Attempt) {
 	tk, a := newTestTask()
 	step := func(ev Event) {
 		r := Apply(tk, &a, ev)
@@ -29,18 +31,18 @@ func taskIn(s State) (Task, *Attempt) {
 		}
 	}
 	switch s {
-	case Pending:
-	case Queued:
+	case api.Pending:
+	case api.Queued:
 		step(Event{Kind: EventEnqueued, Attempt: 1, Now: t0})
-	case Running:
+	case api.Running:
 		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
-	case Cancelling:
+	case api.Cancelling:
 		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
 		step(Event{Kind: EventCancel, Now: t0, Reason: "user_requested"})
-	case Succeeded, Failed, Cancelled:
-		o := map[State]Outcome{Succeeded: OutcomeSucceeded, Failed: OutcomeFailed, Cancelled: OutcomeCancelled}[s]
+	case api.Succeeded, api.Failed, api.Cancelled:
+		o := map[api.State]api.Outcome{api.Succeeded: api.OutcomeSucceeded, api.Failed: api.OutcomeFailed, api.Cancelled: api.OutcomeCancelled}[s]
 		step(Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
-		step(Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0, Completed: completion(o, CategoryDataQuality)})
+		step(Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0, Completed: completion(o, api.CategoryDataQuality)})
 	}
 	if tk.State != s {
 		panic(fmt.Sprintf("setup: want %s, got %s", s, tk.State))
@@ -48,10 +50,10 @@ func taskIn(s State) (Task, *Attempt) {
 	return tk, &a
 }
 
-func completion(o Outcome, c Category) *CompletedRequest {
-	r := &CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: o}
-	if o == OutcomeFailed {
-		r.Error = &ErrorInfo{Category: c, Message: "boom"}
+func completion(o api.Outcome, c api.Category) *api.CompletedRequest {
+	r := &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: o}
+	if o == api.OutcomeFailed {
+		r.Error = &api.ErrorInfo{Category: c, Message: "boom"}
 	}
 	return r
 }
@@ -62,9 +64,9 @@ func eventFor(k EventKind, now time.Time) Event {
 	switch k {
 	case EventHeartbeat:
 		p := 50
-		ev.Heartbeat = &HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p}
+		ev.Heartbeat = &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p}
 	case EventCompleted:
-		ev.Completed = completion(OutcomeSucceeded, "")
+		ev.Completed = completion(api.OutcomeSucceeded, "")
 	case EventCancel:
 		ev.Attempt = 0
 	}
@@ -74,7 +76,7 @@ func eventFor(k EventKind, now time.Time) Event {
 // TestEveryStateEventPair applies every event to every state, both before
 // and after every timer is due, and checks the result against Edges.
 func TestEveryStateEventPair(t *testing.T) {
-	for _, s := range States {
+	for _, s := range api.States {
 		for _, k := range EventKinds {
 			for _, late := range []bool{false, true} {
 				name := fmt.Sprintf("%s/%s/late=%v", s, k, late)
@@ -87,7 +89,7 @@ func TestEveryStateEventPair(t *testing.T) {
 						tk.Deadline = &d
 					}
 					r := Apply(tk, a, eventFor(k, now))
-					allowed := append([]State{s}, Edges[s][k]...)
+					allowed := append([]api.State{s}, Edges[s][k]...)
 					if !slices.Contains(allowed, r.Task.State) {
 						t.Fatalf("%s --%s--> %s: not in Edges (allowed %v)", s, k, r.Task.State, allowed)
 					}
@@ -101,7 +103,7 @@ func TestEveryStateEventPair(t *testing.T) {
 						t.Fatalf("state changed without a transition")
 					}
 					for _, tr := range r.Transitions {
-						if tr.To != Pending && !slices.Contains(append(allEdgeTargets(tr.From), tr.From), tr.To) {
+						if tr.To != api.Pending && !slices.Contains(append(allEdgeTargets(tr.From), tr.From), tr.To) {
 							t.Fatalf("transition %s→%s not in Edges", tr.From, tr.To)
 						}
 					}
@@ -111,8 +113,8 @@ func TestEveryStateEventPair(t *testing.T) {
 	}
 }
 
-func allEdgeTargets(s State) []State {
-	var out []State
+func allEdgeTargets(s api.State) []api.State {
+	var out []api.State
 	for _, to := range Edges[s] {
 		out = append(out, to...)
 	}
@@ -122,30 +124,30 @@ func allEdgeTargets(s State) []State {
 func TestCallbackPrecedence(t *testing.T) {
 	cases := []struct {
 		name  string
-		state State
+		state api.State
 		ev    func(Event) Event
 		code  string
 	}{
-		{"terminal task", Cancelled, func(e Event) Event { e.Kind = EventStarted; return e }, CodeTaskAlreadyTerminal},
-		{"older attempt", Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Attempt = 0; return e }, CodeAttemptMismatch},
-		{"other worker", Running, func(e Event) Event { e.Kind = EventStarted; e.WorkerID = "w2"; return e }, CodeAttemptAlreadyStarted},
-		{"lease expired", Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Now = t0.Add(time.Hour); return e }, CodeTaskExpired},
-		{"other worker beats expiry", Running, func(e Event) Event {
+		{"terminal task", api.Cancelled, func(e Event) Event { e.Kind = EventStarted; return e }, api.CodeTaskAlreadyTerminal},
+		{"older attempt", api.Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Attempt = 0; return e }, api.CodeAttemptMismatch},
+		{"other worker", api.Running, func(e Event) Event { e.Kind = EventStarted; e.WorkerID = "w2"; return e }, api.CodeAttemptAlreadyStarted},
+		{"lease expired", api.Running, func(e Event) Event { e.Kind = EventHeartbeat; e.Now = t0.Add(time.Hour); return e }, api.CodeTaskExpired},
+		{"other worker beats expiry", api.Running, func(e Event) Event {
 			e.Kind = EventHeartbeat
 			e.WorkerID = "w2"
 			e.Now = t0.Add(time.Hour)
 			return e
-		}, CodeAttemptAlreadyStarted},
-		{"another tenant's token", Running, func(e Event) Event {
+		}, api.CodeAttemptAlreadyStarted},
+		{"another tenant's token", api.Running, func(e Event) Event {
 			e.Kind = EventHeartbeat
 			e.TenantID, e.WorkspaceID, e.RunID = "globex", "ws", "run_x"
 			return e
-		}, CodeTokenScopeMismatch},
-		{"different completion", Succeeded, func(e Event) Event {
+		}, api.CodeTokenScopeMismatch},
+		{"different completion", api.Succeeded, func(e Event) Event {
 			e.Kind = EventCompleted
-			e.Completed = completion(OutcomeFailed, CategoryUserCode)
+			e.Completed = completion(api.OutcomeFailed, api.CategoryUserCode)
 			return e
-		}, CodeCompletionConflict},
+		}, api.CodeCompletionConflict},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,9 +165,9 @@ func TestCallbackPrecedence(t *testing.T) {
 }
 
 func TestIdenticalCompletionReplays(t *testing.T) {
-	tk, a := taskIn(Succeeded)
-	r := Apply(tk, a, Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0.Add(time.Minute), Completed: completion(OutcomeSucceeded, "")})
-	if !r.Replay || r.Write || r.Rejection != nil || r.FinalState != Succeeded {
+	tk, a := taskIn(api.Succeeded)
+	r := Apply(tk, a, Event{Kind: EventCompleted, Attempt: 1, WorkerID: "w1", Now: t0.Add(time.Minute), Completed: completion(api.OutcomeSucceeded, "")})
+	if !r.Replay || r.Write || r.Rejection != nil || r.FinalState != api.Succeeded {
 		t.Fatalf("want replay without write, got %+v", r)
 	}
 }
@@ -175,36 +177,36 @@ func TestRetryDecisions(t *testing.T) {
 	no := false
 	cases := []struct {
 		name       string
-		category   Category
+		category   api.Category
 		retryable  *bool
 		attempt    int
 		deadline   *time.Time
-		wantState  State
+		wantState  api.State
 		wantReason string
 	}{
-		{"user code retries", CategoryUserCode, nil, 1, nil, Queued, ReasonRetryScheduled},
-		{"infrastructure retries", CategoryInfrastructure, nil, 2, nil, Queued, ReasonRetryScheduled},
-		{"data quality never", CategoryDataQuality, nil, 1, nil, Failed, ReasonNonRetryable},
-		{"configuration never", CategoryConfiguration, nil, 1, nil, Failed, ReasonNonRetryable},
-		{"worker advises no", CategoryUserCode, &no, 1, nil, Failed, ReasonNonRetryable},
-		{"attempts exhausted", CategoryUserCode, nil, 3, nil, Failed, ReasonRetriesExhausted},
-		{"deadline before retry", CategoryTimeout, nil, 1, &deadlineSoon, Failed, ReasonDeadlineExceeded},
+		{"user code retries", api.CategoryUserCode, nil, 1, nil, api.Queued, api.ReasonRetryScheduled},
+		{"infrastructure retries", api.CategoryInfrastructure, nil, 2, nil, api.Queued, api.ReasonRetryScheduled},
+		{"data quality never", api.CategoryDataQuality, nil, 1, nil, api.Failed, api.ReasonNonRetryable},
+		{"configuration never", api.CategoryConfiguration, nil, 1, nil, api.Failed, api.ReasonNonRetryable},
+		{"worker advises no", api.CategoryUserCode, &no, 1, nil, api.Failed, api.ReasonNonRetryable},
+		{"attempts exhausted", api.CategoryUserCode, nil, 3, nil, api.Failed, api.ReasonRetriesExhausted},
+		{"deadline before retry", api.CategoryTimeout, nil, 1, &deadlineSoon, api.Failed, api.ReasonDeadlineExceeded},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tk, a := taskIn(Running)
+			tk, a := taskIn(api.Running)
 			tk.Attempt, a.Attempt = c.attempt, c.attempt
 			tk.Deadline = c.deadline
-			tk.Retry = RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000}
+			tk.Retry = api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000}
 			a.Checkpoint = json.RawMessage(`{"partition":4}`)
-			cr := completion(OutcomeFailed, c.category)
+			cr := completion(api.OutcomeFailed, c.category)
 			cr.Attempt = c.attempt
 			cr.Error.Retryable = c.retryable
 			r := Apply(tk, a, Event{Kind: EventCompleted, Attempt: c.attempt, WorkerID: "w1", Now: t0.Add(time.Second), Completed: cr, Jitter: 0.999})
 			if r.Task.State != c.wantState || r.Transitions[len(r.Transitions)-1].Reason != c.wantReason {
 				t.Fatalf("got %s/%s, want %s/%s", r.Task.State, r.Transitions[len(r.Transitions)-1].Reason, c.wantState, c.wantReason)
 			}
-			if c.wantState == Queued {
+			if c.wantState == api.Queued {
 				if r.Next == nil || r.Task.Attempt != c.attempt+1 || !r.Enqueue || !r.RetryScheduled || r.NextAttempt != c.attempt+1 {
 					t.Fatalf("retry not scheduled: %+v", r)
 				}
@@ -222,7 +224,7 @@ func TestRetryDecisions(t *testing.T) {
 }
 
 func TestBackoffSchedule(t *testing.T) {
-	p := RetryPolicy{MaxAttempts: 10, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 5000}
+	p := api.RetryPolicy{MaxAttempts: 10, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 5000}
 	for _, c := range []struct {
 		n    int
 		want time.Duration
@@ -252,7 +254,7 @@ func TestRandomSequencesKeepInvariants(t *testing.T) {
 		tk.Retry.InitialBackoffMs = 1000
 		attempts := map[int]*Attempt{1: &a0}
 		now := t0
-		terminalSeen := State("")
+		terminalSeen := api.State("")
 		for step := 0; step < 200; step++ {
 			now = now.Add(time.Duration(rng.IntN(120_000)) * time.Millisecond)
 			k := EventKinds[rng.IntN(len(EventKinds))]
@@ -264,8 +266,8 @@ func TestRandomSequencesKeepInvariants(t *testing.T) {
 			ev.WorkerID = []string{"w1", "w2"}[rng.IntN(2)]
 			ev.Jitter = rng.Float64()
 			if k == EventCompleted {
-				o := []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeCancelled}[rng.IntN(3)]
-				ev.Completed = completion(o, Categories[rng.IntN(len(Categories))])
+				o := []api.Outcome{api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeCancelled}[rng.IntN(3)]
+				ev.Completed = completion(o, api.Categories[rng.IntN(len(api.Categories))])
 				ev.Completed.Attempt, ev.Completed.WorkerID = ev.Attempt, ev.WorkerID
 			}
 			which := ev.Attempt
@@ -288,7 +290,7 @@ func TestRandomSequencesKeepInvariants(t *testing.T) {
 				r.Task.LeaseExpiresAt != nil && r.Task.LeaseExpiresAt.After(*before.LeaseExpiresAt) {
 				t.Fatalf("seq %d step %d: an expired lease came back via %s", seq, step, k)
 			}
-			if !slices.Contains(append([]State{before.State}, Edges[before.State][k]...), r.Task.State) {
+			if !slices.Contains(append([]api.State{before.State}, Edges[before.State][k]...), r.Task.State) {
 				t.Fatalf("seq %d step %d: %s --%s--> %s not in Edges", seq, step, before.State, k, r.Task.State)
 			}
 			if r.Task.State.Terminal() {
@@ -314,7 +316,7 @@ func FuzzApply(f *testing.F) {
 	f.Add(uint64(1), uint64(2))
 	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
 		rng := rand.New(rand.NewPCG(s1, s2))
-		tk, a := taskIn(States[rng.IntN(len(States))])
+		tk, a := taskIn(api.States[rng.IntN(len(api.States))])
 		for i := 0; i < 20; i++ {
 			ev := eventFor(EventKinds[rng.IntN(len(EventKinds))], t0.Add(time.Duration(rng.IntN(300))*time.Second))
 			r := Apply(tk, a, ev)
@@ -337,20 +339,20 @@ func FuzzApply(f *testing.F) {
 func TestTimingValidation(t *testing.T) {
 	cases := []struct {
 		name  string
-		t     Timing
+		t     api.Timing
 		min   time.Duration
 		field string
 	}{
-		{"defaults", Timing{}.WithDefaults(), MinTimerProduction, ""},
-		{"timeout below 2x", Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 1999, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatTimeoutMs"},
-		{"100ms locally", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerLocal, ""},
-		{"100ms in production", Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerProduction, "heartbeatIntervalMs"},
-		{"interval half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds() / 2, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds(), CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, ""},
-		{"interval beyond half the max token TTL", Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds()/2 + 1, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds() + 2, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatIntervalMs"},
+		{"defaults", api.Timing{}.WithDefaults(), MinTimerProduction, ""},
+		{"timeout below 2x", api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 1999, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatTimeoutMs"},
+		{"100ms locally", api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerLocal, ""},
+		{"100ms in production", api.Timing{HeartbeatIntervalMs: 100, HeartbeatTimeoutMs: 200, CancelGracePeriodMs: 100, StartTimeoutMs: 100}, MinTimerProduction, "heartbeatIntervalMs"},
+		{"interval half the max token TTL", api.Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds() / 2, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds(), CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, ""},
+		{"interval beyond half the max token TTL", api.Timing{HeartbeatIntervalMs: MaxTokenTTL.Milliseconds()/2 + 1, HeartbeatTimeoutMs: MaxTokenTTL.Milliseconds() + 2, CancelGracePeriodMs: 1000, StartTimeoutMs: 1000}, MinTimerProduction, "heartbeatIntervalMs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.t.Validate(c.min)
+			err := ValidateTiming(c.t, c.min)
 			if (err == nil) != (c.field == "") || (err != nil && err.Field != c.field) {
 				t.Fatalf("got %v, want field %q", err, c.field)
 			}
@@ -389,7 +391,7 @@ func TestIDs(t *testing.T) {
 	if DispatchName(a, 1) != DispatchName(a, 1) || DispatchName(a, 1) == DispatchName(a, 2) {
 		t.Fatal("dispatch names must be deterministic per attempt")
 	}
-	if EventID(a, 1, Queued, Running) == EventID(a, 1, Running, Succeeded) {
+	if EventID(a, 1, api.Queued, api.Running) == EventID(a, 1, api.Running, api.Succeeded) {
 		t.Fatal("event ids must differ per transition")
 	}
 }
@@ -431,30 +433,30 @@ func started(attempt int, worker string, at time.Time) Event {
 	return Event{Kind: EventStarted, Attempt: attempt, WorkerID: worker, Now: at}
 }
 
-func completed(attempt int, worker string, at time.Time, o Outcome, c Category) Event {
+func completed(attempt int, worker string, at time.Time, o api.Outcome, c api.Category) Event {
 	cr := completion(o, c)
 	cr.Attempt, cr.WorkerID = attempt, worker
 	return Event{Kind: EventCompleted, Attempt: attempt, WorkerID: worker, Now: at, Completed: cr}
 }
 
 func heartbeat(attempt int, worker string, at time.Time) Event {
-	return Event{Kind: EventHeartbeat, Attempt: attempt, WorkerID: worker, Now: at, Heartbeat: &HeartbeatRequest{Attempt: attempt, WorkerID: worker}}
+	return Event{Kind: EventHeartbeat, Attempt: attempt, WorkerID: worker, Now: at, Heartbeat: &api.HeartbeatRequest{Attempt: attempt, WorkerID: worker}}
 }
 
 // TestCallbackGuard checks PRODUCT §4's precedence among the 409/410 rows
 // and the cancel grace at the callback: each case is a history, one
 // callback, and the answer and task it must leave.
 func TestCallbackGuard(t *testing.T) {
-	grace := DefaultCancelGracePeriod
+	grace := api.DefaultCancelGracePeriod
 	cancel := Event{Kind: EventCancel, Now: t0, Reason: "user_requested"}
 	// retried: attempt 1 reported a retryable FAILED; the task is QUEUED
 	// for attempt 2 (then started by w2 when running).
-	retried := []Event{started(1, "w1", t0), completed(1, "w1", t0, OutcomeFailed, CategoryUserCode)}
+	retried := []Event{started(1, "w1", t0), completed(1, "w1", t0, api.OutcomeFailed, api.CategoryUserCode)}
 	running2 := append(slices.Clone(retried), started(2, "w2", t0.Add(time.Minute)))
-	succeeded2 := append(slices.Clone(running2), completed(2, "w2", t0.Add(2*time.Minute), OutcomeSucceeded, ""))
+	succeeded2 := append(slices.Clone(running2), completed(2, "w2", t0.Add(2*time.Minute), api.OutcomeSucceeded, ""))
 	// zombie: attempt 1 went silent and was expired; attempt 2 succeeded.
 	zombie := []Event{started(1, "w1", t0), {Kind: EventLeaseExpired, Attempt: 1, Now: t0.Add(time.Hour)},
-		started(2, "w2", t0.Add(time.Hour+time.Minute)), completed(2, "w2", t0.Add(time.Hour+2*time.Minute), OutcomeSucceeded, "")}
+		started(2, "w2", t0.Add(time.Hour+time.Minute)), completed(2, "w2", t0.Add(time.Hour+2*time.Minute), api.OutcomeSucceeded, "")}
 	cancelling := []Event{started(1, "w1", t0), cancel}
 	later := t0.Add(3 * time.Hour)
 
@@ -464,33 +466,33 @@ func TestCallbackGuard(t *testing.T) {
 		ev      Event
 		code    string // "" accepted
 		replay  bool
-		state   State  // the task after the callback
-		reason  string // the task's reason after the callback, when it ended
-		outcome Outcome
+		state   api.State // the task after the callback
+		reason  string    // the task's reason after the callback, when it ended
+		outcome api.Outcome
 		trs     int // transitions written
 	}{
 		// Terminal rows come first.
-		{"identical repeat on the ended task replays", succeeded2, completed(2, "w2", later, OutcomeSucceeded, ""), "", true, Succeeded, ReasonSucceeded, "", 0},
-		{"different completed of the ending attempt conflicts", succeeded2, completed(2, "w2", later, OutcomeFailed, CategoryDataQuality), CodeCompletionConflict, false, Succeeded, ReasonSucceeded, "", 0},
-		{"older attempt's heartbeat on an ended task", succeeded2, heartbeat(1, "w1", later), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
-		{"zombie attempt's late completed on an ended task", zombie, completed(1, "w1", later, OutcomeSucceeded, ""), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
-		{"older attempt's different completed on an ended task", succeeded2, completed(1, "w1", later, OutcomeSucceeded, ""), CodeTaskAlreadyTerminal, false, Succeeded, ReasonSucceeded, "", 0},
-		{"older attempt's identical completed on an ended task replays", succeeded2, completed(1, "w1", later, OutcomeFailed, CategoryUserCode), "", true, Succeeded, ReasonSucceeded, "", 0},
+		{"identical repeat on the ended task replays", succeeded2, completed(2, "w2", later, api.OutcomeSucceeded, ""), "", true, api.Succeeded, api.ReasonSucceeded, "", 0},
+		{"different completed of the ending attempt conflicts", succeeded2, completed(2, "w2", later, api.OutcomeFailed, api.CategoryDataQuality), api.CodeCompletionConflict, false, api.Succeeded, api.ReasonSucceeded, "", 0},
+		{"older attempt's heartbeat on an ended task", succeeded2, heartbeat(1, "w1", later), api.CodeTaskAlreadyTerminal, false, api.Succeeded, api.ReasonSucceeded, "", 0},
+		{"zombie attempt's late completed on an ended task", zombie, completed(1, "w1", later, api.OutcomeSucceeded, ""), api.CodeTaskAlreadyTerminal, false, api.Succeeded, api.ReasonSucceeded, "", 0},
+		{"older attempt's different completed on an ended task", succeeded2, completed(1, "w1", later, api.OutcomeSucceeded, ""), api.CodeTaskAlreadyTerminal, false, api.Succeeded, api.ReasonSucceeded, "", 0},
+		{"older attempt's identical completed on an ended task replays", succeeded2, completed(1, "w1", later, api.OutcomeFailed, api.CategoryUserCode), "", true, api.Succeeded, api.ReasonSucceeded, "", 0},
 		// Then the attempt guard.
-		{"older attempt's heartbeat", running2, heartbeat(1, "w1", t0.Add(90*time.Second)), CodeAttemptMismatch, false, Running, "", "", 0},
-		{"older attempt's different completed", running2, completed(1, "w1", t0.Add(90*time.Second), OutcomeSucceeded, ""), CodeAttemptMismatch, false, Running, "", "", 0},
-		{"older attempt's identical completed replays", running2, completed(1, "w1", t0.Add(90*time.Second), OutcomeFailed, CategoryUserCode), "", true, Running, "", "", 0},
+		{"older attempt's heartbeat", running2, heartbeat(1, "w1", t0.Add(90*time.Second)), api.CodeAttemptMismatch, false, api.Running, "", "", 0},
+		{"older attempt's different completed", running2, completed(1, "w1", t0.Add(90*time.Second), api.OutcomeSucceeded, ""), api.CodeAttemptMismatch, false, api.Running, "", "", 0},
+		{"older attempt's identical completed replays", running2, completed(1, "w1", t0.Add(90*time.Second), api.OutcomeFailed, api.CategoryUserCode), "", true, api.Running, "", "", 0},
 		// Then another worker, before any expiry.
-		{"another worker past the grace", cancelling, heartbeat(1, "w2", t0.Add(grace)), CodeAttemptAlreadyStarted, false, Cancelling, "user_requested", "", 0},
+		{"another worker past the grace", cancelling, heartbeat(1, "w2", t0.Add(grace)), api.CodeAttemptAlreadyStarted, false, api.Cancelling, "user_requested", "", 0},
 		// The cancel grace: [cancel, CancelDeadline).
-		{"heartbeat within the grace", cancelling, heartbeat(1, "w1", t0.Add(grace-time.Millisecond)), "", false, Cancelling, "user_requested", "", 0},
-		{"completed SUCCEEDED within the grace", cancelling, completed(1, "w1", t0.Add(grace-time.Millisecond), OutcomeSucceeded, ""), "", false, Succeeded, ReasonSucceeded, OutcomeSucceeded, 1},
-		{"heartbeat at the cancel deadline", cancelling, heartbeat(1, "w1", t0.Add(grace)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
-		{"heartbeat past the grace", cancelling, heartbeat(1, "w1", t0.Add(grace+time.Second)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
-		{"completed SUCCEEDED past the grace", cancelling, completed(1, "w1", t0.Add(grace+30*time.Second), OutcomeSucceeded, ""), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
-		{"completed CANCELLED past the grace", cancelling, completed(1, "w1", t0.Add(grace+time.Second), OutcomeCancelled, ""), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
-		{"started repeated past the grace", cancelling, started(1, "w1", t0.Add(grace)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
-		{"grace and lease both run out: the grace first, as the sweeper", cancelling, heartbeat(1, "w1", t0.Add(time.Hour)), CodeTaskExpired, false, Failed, ReasonCancelTimeout, OutcomeCancelTimeout, 1},
+		{"heartbeat within the grace", cancelling, heartbeat(1, "w1", t0.Add(grace-time.Millisecond)), "", false, api.Cancelling, "user_requested", "", 0},
+		{"completed SUCCEEDED within the grace", cancelling, completed(1, "w1", t0.Add(grace-time.Millisecond), api.OutcomeSucceeded, ""), "", false, api.Succeeded, api.ReasonSucceeded, api.OutcomeSucceeded, 1},
+		{"heartbeat at the cancel deadline", cancelling, heartbeat(1, "w1", t0.Add(grace)), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
+		{"heartbeat past the grace", cancelling, heartbeat(1, "w1", t0.Add(grace+time.Second)), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
+		{"completed SUCCEEDED past the grace", cancelling, completed(1, "w1", t0.Add(grace+30*time.Second), api.OutcomeSucceeded, ""), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
+		{"completed CANCELLED past the grace", cancelling, completed(1, "w1", t0.Add(grace+time.Second), api.OutcomeCancelled, ""), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
+		{"started repeated past the grace", cancelling, started(1, "w1", t0.Add(grace)), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
+		{"grace and lease both run out: the grace first, as the sweeper", cancelling, heartbeat(1, "w1", t0.Add(time.Hour)), api.CodeTaskExpired, false, api.Failed, api.ReasonCancelTimeout, api.OutcomeCancelTimeout, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -507,7 +509,7 @@ func TestCallbackGuard(t *testing.T) {
 			if r.Task.State != c.state || len(r.Transitions) != c.trs {
 				t.Fatalf("task %s with %d transitions, want %s with %d", r.Task.State, len(r.Transitions), c.state, c.trs)
 			}
-			if c.code != "" && c.code != CodeTaskExpired || c.replay {
+			if c.code != "" && c.code != api.CodeTaskExpired || c.replay {
 				if r.Write || !reflectEqualTask(r.Task, before) {
 					t.Fatalf("a refusal or replay wrote: %+v", r.Task)
 				}
@@ -518,16 +520,16 @@ func TestCallbackGuard(t *testing.T) {
 			if c.trs > 0 && (r.Attempt == nil || r.Attempt.Attempt != r.Task.Attempt || r.Attempt.Outcome != c.outcome || r.Transitions[0].Outcome != c.outcome) {
 				t.Fatalf("attempt %+v, transitions %+v; want outcome %s", r.Attempt, r.Transitions, c.outcome)
 			}
-			if c.code == CodeTaskExpired && (r.Task.LeaseExpiresAt != nil || r.Enqueue || r.Next != nil) {
+			if c.code == api.CodeTaskExpired && (r.Task.LeaseExpiresAt != nil || r.Enqueue || r.Next != nil) {
 				t.Fatalf("a cancel timeout must not extend the lease nor retry: %+v", r)
 			}
-			if c.code == CodeTaskAlreadyTerminal && r.Rejection.State != c.state {
+			if c.code == api.CodeTaskAlreadyTerminal && r.Rejection.State != c.state {
 				t.Fatalf("rejection state %s", r.Rejection.State)
 			}
-			if c.code == CodeAttemptMismatch && (r.Rejection.Expected != 2 || r.Rejection.Received != 1) {
+			if c.code == api.CodeAttemptMismatch && (r.Rejection.Expected != 2 || r.Rejection.Received != 1) {
 				t.Fatalf("mismatch %+v", r.Rejection)
 			}
-			if c.replay && c.ev.Attempt == 1 && (r.FinalState != Queued || !r.RetryScheduled || r.NextAttempt != 2) {
+			if c.replay && c.ev.Attempt == 1 && (r.FinalState != api.Queued || !r.RetryScheduled || r.NextAttempt != 2) {
 				t.Fatalf("the replay of a retried attempt must repeat its answer: %+v", r)
 			}
 		})

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
-// Timing defaults (ADR-023 §4–5, PRODUCT §6).
+// Timer bounds.
 const (
-	DefaultHeartbeatInterval = 30 * time.Second
-	DefaultHeartbeatTimeout  = 90 * time.Second
-	DefaultCancelGracePeriod = 30 * time.Second
-	DefaultStartTimeout      = 10 * time.Minute
 	// MinTimerProduction is the smallest timer a production deployment accepts.
 	MinTimerProduction = time.Second
 	// MinTimerLocal is the smallest timer the local stack and tests accept.
@@ -26,48 +24,6 @@ const (
 	MaxTokenTTL     = 7200 * time.Second
 )
 
-// Size limits.
-const (
-	// MaxCheckpointBytes bounds a heartbeat checkpoint.
-	MaxCheckpointBytes = 64 << 10
-	// MaxOutputBytes bounds a completed output.
-	MaxOutputBytes = 256 << 10
-	// MaxPartialProgressBytes bounds a CANCELLED report's partialProgress.
-	MaxPartialProgressBytes = 64 << 10
-	// MaxStackTraceBytes is where a stack trace is truncated.
-	MaxStackTraceBytes = 16 << 10
-	// MaxMessageBytes is where messages are truncated.
-	MaxMessageBytes = 4 << 10
-	// MaxAttemptsLimit bounds RetryPolicy.MaxAttempts.
-	MaxAttemptsLimit = 100
-)
-
-// Timing holds a task's timers in milliseconds (JSON as ADR-023 §8).
-type Timing struct {
-	HeartbeatIntervalMs int64 `json:"heartbeatIntervalMs" firestore:"heartbeatIntervalMs"`
-	HeartbeatTimeoutMs  int64 `json:"heartbeatTimeoutMs" firestore:"heartbeatTimeoutMs"`
-	CancelGracePeriodMs int64 `json:"cancelGracePeriodMs" firestore:"cancelGracePeriodMs"`
-	// StartTimeoutMs is how long PENDING/QUEUED may last before a re-drive.
-	StartTimeoutMs int64 `json:"startTimeoutMs" firestore:"startTimeoutMs"`
-}
-
-// WithDefaults fills zero fields with the defaults.
-func (t Timing) WithDefaults() Timing {
-	if t.HeartbeatIntervalMs == 0 {
-		t.HeartbeatIntervalMs = DefaultHeartbeatInterval.Milliseconds()
-	}
-	if t.HeartbeatTimeoutMs == 0 {
-		t.HeartbeatTimeoutMs = max(DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
-	}
-	if t.CancelGracePeriodMs == 0 {
-		t.CancelGracePeriodMs = DefaultCancelGracePeriod.Milliseconds()
-	}
-	if t.StartTimeoutMs == 0 {
-		t.StartTimeoutMs = DefaultStartTimeout.Milliseconds()
-	}
-	return t
-}
-
 // FieldError is a validation failure naming the offending field.
 type FieldError struct {
 	Field   string
@@ -80,11 +36,11 @@ func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks the timers against min (MinTimerProduction or
+// ValidateTiming checks the timers against min (MinTimerProduction or
 // MinTimerLocal), the interval against half the maximum token lifetime (no
 // refresh could cover a longer one) and ADR-023's invariant
 // timeout ≥ 2 × interval.
-func (t Timing) Validate(min time.Duration) *FieldError {
+func ValidateTiming(t api.Timing, min time.Duration) *FieldError {
 	check := func(field string, ms int64) *FieldError {
 		d := time.Duration(ms) * time.Millisecond
 		if d < min || d > MaxTimer {
@@ -114,64 +70,11 @@ func (t Timing) Validate(min time.Duration) *FieldError {
 	return nil
 }
 
-// HeartbeatInterval is the interval as a duration.
-func (t Timing) HeartbeatInterval() time.Duration {
-	return time.Duration(t.HeartbeatIntervalMs) * time.Millisecond
-}
-
-// HeartbeatTimeout is the timeout as a duration.
-func (t Timing) HeartbeatTimeout() time.Duration {
-	return time.Duration(t.HeartbeatTimeoutMs) * time.Millisecond
-}
-
-// CancelGracePeriod is the grace period as a duration.
-func (t Timing) CancelGracePeriod() time.Duration {
-	return time.Duration(t.CancelGracePeriodMs) * time.Millisecond
-}
-
-// StartTimeout is the start timeout as a duration.
-func (t Timing) StartTimeout() time.Duration {
-	return time.Duration(t.StartTimeoutMs) * time.Millisecond
-}
-
-// RetryPolicy decides when a failed attempt is retried (PRODUCT §6).
-type RetryPolicy struct {
-	MaxAttempts        int     `json:"maxAttempts" firestore:"maxAttempts"`
-	InitialBackoffMs   int64   `json:"initialBackoffMs" firestore:"initialBackoffMs"`
-	BackoffCoefficient float64 `json:"backoffCoefficient" firestore:"backoffCoefficient"`
-	MaxBackoffMs       int64   `json:"maxBackoffMs" firestore:"maxBackoffMs"`
-}
-
-// Retry defaults.
-const (
-	DefaultMaxAttempts        = 3
-	DefaultInitialBackoff     = 30 * time.Second
-	DefaultBackoffCoefficient = 2.0
-	DefaultMaxBackoff         = 10 * time.Minute
-)
-
-// WithDefaults fills zero fields with the defaults.
-func (p RetryPolicy) WithDefaults() RetryPolicy {
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
-	}
-	if p.InitialBackoffMs == 0 {
-		p.InitialBackoffMs = DefaultInitialBackoff.Milliseconds()
-	}
-	if p.BackoffCoefficient == 0 {
-		p.BackoffCoefficient = DefaultBackoffCoefficient
-	}
-	if p.MaxBackoffMs == 0 {
-		p.MaxBackoffMs = max(DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
-	}
-	return p
-}
-
-// Validate checks the policy; min is the smallest accepted backoff.
-func (p RetryPolicy) Validate(min time.Duration) *FieldError {
+// ValidateRetry checks the policy; min is the smallest accepted backoff.
+func ValidateRetry(p api.RetryPolicy, min time.Duration) *FieldError {
 	switch {
-	case p.MaxAttempts < 1 || p.MaxAttempts > MaxAttemptsLimit:
-		return fieldErr("retry.maxAttempts", "must be between 1 and %d", MaxAttemptsLimit)
+	case p.MaxAttempts < 1 || p.MaxAttempts > api.MaxAttemptsLimit:
+		return fieldErr("retry.maxAttempts", "must be between 1 and %d", api.MaxAttemptsLimit)
 	case time.Duration(p.InitialBackoffMs)*time.Millisecond < min || time.Duration(p.InitialBackoffMs)*time.Millisecond > MaxTimer:
 		return fieldErr("retry.initialBackoffMs", "must be between %d and %d ms", min.Milliseconds(), MaxTimer.Milliseconds())
 	case math.IsNaN(p.BackoffCoefficient) || p.BackoffCoefficient < 1 || p.BackoffCoefficient > 10:
@@ -180,31 +83,6 @@ func (p RetryPolicy) Validate(min time.Duration) *FieldError {
 		return fieldErr("retry.maxBackoffMs", "must be between initialBackoffMs and %d ms", MaxTimer.Milliseconds())
 	}
 	return nil
-}
-
-// BackoffCap is the un-jittered delay before the attempt after failed
-// attempt n (n ≥ 1): min(max, initial × coefficient^(n-1)).
-func (p RetryPolicy) BackoffCap(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffCoefficient, float64(n-1))
-	if math.IsInf(d, 0) || math.IsNaN(d) || d > float64(p.MaxBackoffMs) {
-		d = float64(p.MaxBackoffMs)
-	}
-	return time.Duration(d) * time.Millisecond
-}
-
-// Backoff is the delay before the attempt after failed attempt n with full
-// jitter: r × BackoffCap(n), for r drawn uniformly from [0, 1).
-func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
-	if r < 0 || math.IsNaN(r) {
-		r = 0
-	}
-	if r >= 1 {
-		r = math.Nextafter(1, 0)
-	}
-	return time.Duration(r * float64(p.BackoffCap(n)))
 }
 
 // TokenTTL is the lifetime of an attempt token valid from from (when its

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 func TestRefreshBefore(t *testing.T) {
@@ -41,7 +43,7 @@ func TestRedriveName(t *testing.T) {
 			t.Errorf("attempt %d: the first dispatch must keep DispatchName", attempt)
 		}
 	}
-	if long := RedriveName(id, MaxAttemptsLimit, 1<<30); len(long) > 500 {
+	if long := RedriveName(id, api.MaxAttemptsLimit, 1<<30); len(long) > 500 {
 		t.Errorf("%d characters", len(long))
 	}
 }

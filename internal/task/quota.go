@@ -1,5 +1,7 @@
 package task
 
+import "github.com/servo-dev/servo/api"
+
 // QuotaHold records where a task of a limited tenant or worker keeps its
 // counts: the counter shard of each limited scope it was admitted on (its
 // queued count, fixed for the task's life, so that every later change
@@ -35,7 +37,7 @@ func (t *Task) QuotaCounts() (queued, running int) {
 	if t.Quota == nil {
 		return 0, 0
 	}
-	if t.State == Pending || t.State == Queued {
+	if t.State == api.Pending || t.State == api.Queued {
 		queued = 1
 	}
 	if t.Quota.Slot && !t.State.Terminal() {
@@ -55,7 +57,7 @@ func (m *machine) hold() {
 	if m.ev.SlotFree {
 		return
 	}
-	m.transition(Queued, ReasonQuotaWait, "")
+	m.transition(api.Queued, ReasonQuotaWait, "")
 	now := m.now
 	t.WaitingSince, t.DispatchCheckAt = &now, nil
 }
@@ -65,7 +67,7 @@ func (m *machine) hold() {
 // and asks to be enqueued.
 func (m *machine) admit() {
 	t := m.t()
-	if t.State != Queued || t.WaitingSince == nil || t.Quota == nil || !m.ev.SlotFree || (m.ev.Attempt != 0 && m.ev.Attempt != t.Attempt) {
+	if t.State != api.Queued || t.WaitingSince == nil || t.Quota == nil || !m.ev.SlotFree || (m.ev.Attempt != 0 && m.ev.Attempt != t.Attempt) {
 		return
 	}
 	h := *t.Quota

@@ -1,6 +1,10 @@
 package task
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/servo-dev/servo/api"
+)
 
 func TestQuotaHoldAndAdmit(t *testing.T) {
 	hold := &QuotaHold{Tenant: true, TenantShard: 1, TenantSlotShard: 1}
@@ -19,7 +23,7 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 			tk, a, _ := NewTask(Task{ID: "task_x", TenantID: "acme", Worker: "w"}, t0)
 			r := Apply(tk, &a, Event{Kind: EventEnqueued, Attempt: 1, Now: t0, Hold: hold, SlotFree: c.slotFree})
 			got := r.Task
-			if got.State != Queued || (got.WaitingSince != nil) != c.wantWait || (got.DispatchCheckAt != nil) != c.wantCheck {
+			if got.State != api.Queued || (got.WaitingSince != nil) != c.wantWait || (got.DispatchCheckAt != nil) != c.wantCheck {
 				t.Fatalf("state %s waiting %v check %v", got.State, got.WaitingSince, got.DispatchCheckAt)
 			}
 			if q, run := got.QuotaCounts(); q != c.wantQ || run != c.wantR {
@@ -38,7 +42,7 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 				if admitted != (free && c.wantWait) {
 					t.Fatalf("admit (free %v): write %v enqueue %v", free, ar.Write, ar.Enqueue)
 				}
-				if admitted && (ar.Task.WaitingSince != nil || ar.Task.DispatchCheckAt == nil || !ar.Task.Quota.Slot || ar.Task.Quota.TenantSlotShard != 3 || ar.Task.State != Queued) {
+				if admitted && (ar.Task.WaitingSince != nil || ar.Task.DispatchCheckAt == nil || !ar.Task.Quota.Slot || ar.Task.Quota.TenantSlotShard != 3 || ar.Task.State != api.Queued) {
 					t.Fatalf("admitted task %+v", ar.Task)
 				}
 				if admitted && got.Quota.Slot {
@@ -51,12 +55,12 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 
 func TestQuotaCounts(t *testing.T) {
 	for _, c := range []struct {
-		state State
+		state api.State
 		slot  bool
 		q, r  int
 	}{
-		{Pending, false, 1, 0}, {Queued, false, 1, 0}, {Queued, true, 1, 1}, {Running, true, 0, 1},
-		{Cancelling, true, 0, 1}, {Succeeded, true, 0, 0}, {Failed, true, 0, 0}, {Cancelled, false, 0, 0},
+		{api.Pending, false, 1, 0}, {api.Queued, false, 1, 0}, {api.Queued, true, 1, 1}, {api.Running, true, 0, 1},
+		{api.Cancelling, true, 0, 1}, {api.Succeeded, true, 0, 0}, {api.Failed, true, 0, 0}, {api.Cancelled, false, 0, 0},
 	} {
 		tk := Task{State: c.state, Quota: &QuotaHold{Slot: c.slot}}
 		if q, r := tk.QuotaCounts(); q != c.q || r != c.r {

@@ -3,6 +3,8 @@ package task
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // Task is the control plane's record of one unit of work. It is the
@@ -22,7 +24,7 @@ type Task struct {
 	// RerunOf is the id of the task this one reruns (servo rerun).
 	RerunOf string `json:"rerunOf,omitempty" firestore:"rerunOf"`
 
-	State State `json:"state" firestore:"state"`
+	State api.State `json:"state" firestore:"state"`
 	// Reason says why the task ended (or is cancelling).
 	Reason string `json:"reason,omitempty" firestore:"reason"`
 	// CancelReason is the reason given to cancel, handed to the worker.
@@ -32,9 +34,9 @@ type Task struct {
 	// Seq counts transitions; the next transition has Seq+1.
 	Seq int64 `json:"seq" firestore:"seq"`
 
-	Timing   Timing      `json:"timing" firestore:"timing"`
-	Retry    RetryPolicy `json:"retry" firestore:"retry"`
-	Deadline *time.Time  `json:"deadline,omitempty" firestore:"deadline"`
+	Timing   api.Timing      `json:"timing" firestore:"timing"`
+	Retry    api.RetryPolicy `json:"retry" firestore:"retry"`
+	Deadline *time.Time      `json:"deadline,omitempty" firestore:"deadline"`
 
 	CreatedAt time.Time  `json:"createdAt" firestore:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt" firestore:"updatedAt"`
@@ -86,14 +88,14 @@ type Task struct {
 
 // Attempt is the record of one attempt: tasks/{taskId}/attempts/{n}.
 type Attempt struct {
-	Attempt         int        `json:"attempt" firestore:"attempt"`
-	Outcome         Outcome    `json:"outcome,omitempty" firestore:"outcome"`
-	WorkerID        string     `json:"workerId,omitempty" firestore:"workerId"`
-	CreatedAt       time.Time  `json:"createdAt" firestore:"createdAt"`
-	ScheduledAt     *time.Time `json:"scheduledAt,omitempty" firestore:"scheduledAt"`
-	StartedAt       *time.Time `json:"startedAt,omitempty" firestore:"startedAt"`
-	CompletedAt     *time.Time `json:"completedAt,omitempty" firestore:"completedAt"`
-	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt,omitempty" firestore:"lastHeartbeatAt"`
+	Attempt         int         `json:"attempt" firestore:"attempt"`
+	Outcome         api.Outcome `json:"outcome,omitempty" firestore:"outcome"`
+	WorkerID        string      `json:"workerId,omitempty" firestore:"workerId"`
+	CreatedAt       time.Time   `json:"createdAt" firestore:"createdAt"`
+	ScheduledAt     *time.Time  `json:"scheduledAt,omitempty" firestore:"scheduledAt"`
+	StartedAt       *time.Time  `json:"startedAt,omitempty" firestore:"startedAt"`
+	CompletedAt     *time.Time  `json:"completedAt,omitempty" firestore:"completedAt"`
+	LastHeartbeatAt *time.Time  `json:"lastHeartbeatAt,omitempty" firestore:"lastHeartbeatAt"`
 	// Heartbeats counts the heartbeats the attempt received;
 	// HeartbeatTicks keeps a bounded sample of their instants (read them
 	// with HeartbeatTimes).
@@ -102,9 +104,9 @@ type Attempt struct {
 	ProgressPct    *int            `json:"progressPct,omitempty" firestore:"progressPct"`
 	Message        string          `json:"message,omitempty" firestore:"message"`
 	Checkpoint     json.RawMessage `json:"checkpoint,omitempty" firestore:"checkpoint"`
-	Error          *ErrorInfo      `json:"error,omitempty" firestore:"error"`
+	Error          *api.ErrorInfo  `json:"error,omitempty" firestore:"error"`
 	Output         json.RawMessage `json:"output,omitempty" firestore:"output"`
-	Metrics        *Metrics        `json:"metrics,omitempty" firestore:"metrics"`
+	Metrics        *api.Metrics    `json:"metrics,omitempty" firestore:"metrics"`
 	// CancelledDuringPhase and PartialProgress come with a CANCELLED report.
 	CancelledDuringPhase string          `json:"cancelledDuringPhase,omitempty" firestore:"cancelledDuringPhase"`
 	PartialProgress      json.RawMessage `json:"partialProgress,omitempty" firestore:"partialProgress"`
@@ -135,43 +137,26 @@ type LiveAttempt struct {
 // Ended reports whether the attempt has an outcome.
 func (a *Attempt) Ended() bool { return a.Outcome != "" }
 
-// ErrorInfo is a worker-reported failure (ADR-023 §3.3).
-type ErrorInfo struct {
-	Category   Category `json:"category" firestore:"category"`
-	Message    string   `json:"message,omitempty" firestore:"message"`
-	StackTrace string   `json:"stackTrace,omitempty" firestore:"stackTrace"`
-	// Retryable is the worker's advice; the control plane decides.
-	Retryable *bool `json:"retryable,omitempty" firestore:"retryable"`
-}
-
-// Metrics are a worker's resource figures for an attempt.
-type Metrics struct {
-	CPUTimeMs       int64 `json:"cpuTimeMs,omitempty" firestore:"cpuTimeMs"`
-	PeakMemoryBytes int64 `json:"peakMemoryBytes,omitempty" firestore:"peakMemoryBytes"`
-	IOReadBytes     int64 `json:"ioReadBytes,omitempty" firestore:"ioReadBytes"`
-	IOWriteBytes    int64 `json:"ioWriteBytes,omitempty" firestore:"ioWriteBytes"`
-}
-
 // Transition is the event every state change produces (PRODUCT §7). It is
 // written to the outbox in the transaction that makes the change.
 type Transition struct {
 	// EventID is deterministic from (task, attempt, from, to): a repeat
 	// delivery carries the same id.
-	EventID     string     `json:"eventId" firestore:"eventId"`
-	TaskID      string     `json:"taskId" firestore:"taskId"`
-	RunID       string     `json:"runId" firestore:"runId"`
-	TenantID    string     `json:"tenantId" firestore:"tenantId"`
-	WorkspaceID string     `json:"workspaceId" firestore:"workspaceId"`
-	Worker      string     `json:"worker,omitempty" firestore:"worker"`
-	Attempt     int        `json:"attempt" firestore:"attempt"`
-	From        State      `json:"from,omitempty" firestore:"from"`
-	To          State      `json:"to" firestore:"to"`
-	Reason      string     `json:"reason,omitempty" firestore:"reason"`
-	Outcome     Outcome    `json:"outcome,omitempty" firestore:"outcome"`
-	Error       *ErrorInfo `json:"error,omitempty" firestore:"error"`
-	NextAttempt int        `json:"nextAttempt,omitempty" firestore:"nextAttempt"`
-	Seq         int64      `json:"seq" firestore:"seq"`
-	OccurredAt  time.Time  `json:"occurredAt" firestore:"occurredAt"`
+	EventID     string         `json:"eventId" firestore:"eventId"`
+	TaskID      string         `json:"taskId" firestore:"taskId"`
+	RunID       string         `json:"runId" firestore:"runId"`
+	TenantID    string         `json:"tenantId" firestore:"tenantId"`
+	WorkspaceID string         `json:"workspaceId" firestore:"workspaceId"`
+	Worker      string         `json:"worker,omitempty" firestore:"worker"`
+	Attempt     int            `json:"attempt" firestore:"attempt"`
+	From        api.State      `json:"from,omitempty" firestore:"from"`
+	To          api.State      `json:"to" firestore:"to"`
+	Reason      string         `json:"reason,omitempty" firestore:"reason"`
+	Outcome     api.Outcome    `json:"outcome,omitempty" firestore:"outcome"`
+	Error       *api.ErrorInfo `json:"error,omitempty" firestore:"error"`
+	NextAttempt int            `json:"nextAttempt,omitempty" firestore:"nextAttempt"`
+	Seq         int64          `json:"seq" firestore:"seq"`
+	OccurredAt  time.Time      `json:"occurredAt" firestore:"occurredAt"`
 	// DeadLetter marks a task that ended FAILED with no retry left.
 	DeadLetter bool `json:"deadLetter,omitempty" firestore:"deadLetter"`
 	// Trace is the W3C traceparent of the span that committed the

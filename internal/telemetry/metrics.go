@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -92,7 +93,7 @@ func RecordTransitions(ctx context.Context, trs []task.Transition) {
 	for _, tr := range trs {
 		in.transitions.Add(ctx, 1, metric.WithAttributes(fromKey.String(string(tr.From)), toKey.String(string(tr.To)),
 			reasonKey.String(tr.Reason), WorkerKey.String(tr.Worker)))
-		if tr.Outcome == task.OutcomeZombie {
+		if tr.Outcome == api.OutcomeZombie {
 			in.zombies.Add(ctx, 1, metric.WithAttributes(WorkerKey.String(tr.Worker)))
 		}
 		if tr.NextAttempt > 0 {
@@ -115,7 +116,7 @@ func RecordStarted(ctx context.Context, r task.Result) {
 	}
 	started := false
 	for _, tr := range r.Transitions {
-		started = started || (tr.From == task.Queued && tr.To == task.Running)
+		started = started || (tr.From == api.Queued && tr.To == api.Running)
 	}
 	if !started {
 		return

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/functions"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestServoCallbacksUnconfigured: without its configuration the function
@@ -24,11 +24,11 @@ func TestServoCallbacksUnconfigured(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer abc.def.ghi")
 		functions.ServoCallbacks(w, r)
-		var resp task.CallbackResponse
+		var resp api.CallbackResponse
 		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
 			t.Fatalf("body %q: %v", w.Body.String(), err)
 		}
-		if w.Code != http.StatusServiceUnavailable || resp.Error != task.CodeUnavailable || resp.Disposition != task.Retry || resp.ServerTime.IsZero() {
+		if w.Code != http.StatusServiceUnavailable || resp.Error != api.CodeUnavailable || resp.Disposition != api.Retry || resp.ServerTime.IsZero() {
 			t.Fatalf("%d %s", w.Code, w.Body.String())
 		}
 		// Retry-After is the time to the next start-up try: 1 s after a

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
 
 func newTask(attempt int, payload, resume string) *worker.Task {
-	env := task.Envelope{TaskID: "task_x", Attempt: attempt, Payload: json.RawMessage(payload)}
+	env := api.Envelope{TaskID: "task_x", Attempt: attempt, Payload: json.RawMessage(payload)}
 	if resume != "" {
 		env.ResumeFrom = json.RawMessage(resume)
 	}
@@ -26,7 +26,7 @@ func TestProcess(t *testing.T) {
 		attempt    int
 		payload    string
 		resume     string
-		category   task.Category // "" for success
+		category   api.Category // "" for success
 		checkpoint string
 		out        partitions.Output
 	}{
@@ -36,23 +36,23 @@ func TestProcess(t *testing.T) {
 			out: partitions.Output{Partitions: 4, Processed: 1, ResumedFrom: 3, Attempt: 2}},
 		{name: "resume past the end", attempt: 2, payload: `{"partitions":2}`, resume: `{"nextPartition":9}`,
 			out: partitions.Output{Partitions: 2, Processed: 0, ResumedFrom: 2, Attempt: 2}},
-		{name: "injected failure half way", attempt: 1, payload: `{"partitions":6,"failAttempts":1}`, category: task.CategoryInfrastructure, checkpoint: `{"nextPartition":3}`},
+		{name: "injected failure half way", attempt: 1, payload: `{"partitions":6,"failAttempts":1}`, category: api.CategoryInfrastructure, checkpoint: `{"nextPartition":3}`},
 		{name: "injected failure on a resumed attempt", attempt: 2, payload: `{"partitions":6,"failAttempts":2}`, resume: `{"nextPartition":3}`,
-			category: task.CategoryInfrastructure, checkpoint: `{"nextPartition":4}`},
+			category: api.CategoryInfrastructure, checkpoint: `{"nextPartition":4}`},
 		{name: "after the failing attempts", attempt: 3, payload: `{"partitions":6,"failAttempts":2}`, resume: `{"nextPartition":4}`, checkpoint: `{"nextPartition":6}`,
 			out: partitions.Output{Partitions: 6, Processed: 2, ResumedFrom: 4, Attempt: 3}},
-		{name: "invalid", attempt: 1, payload: `{"partitions":3,"invalid":true}`, category: task.CategoryDataQuality},
-		{name: "no partitions", attempt: 1, payload: `{}`, category: task.CategoryDataQuality},
-		{name: "too slow", attempt: 1, payload: `{"partitions":1,"partitionMs":6000000}`, category: task.CategoryDataQuality},
-		{name: "not an object", attempt: 1, payload: `[1]`, category: task.CategoryDataQuality},
-		{name: "corrupt checkpoint", attempt: 2, payload: `{"partitions":2}`, resume: `"x"`, category: task.CategoryUserCode},
+		{name: "invalid", attempt: 1, payload: `{"partitions":3,"invalid":true}`, category: api.CategoryDataQuality},
+		{name: "no partitions", attempt: 1, payload: `{}`, category: api.CategoryDataQuality},
+		{name: "too slow", attempt: 1, payload: `{"partitions":1,"partitionMs":6000000}`, category: api.CategoryDataQuality},
+		{name: "not an object", attempt: 1, payload: `[1]`, category: api.CategoryDataQuality},
+		{name: "corrupt checkpoint", attempt: 2, payload: `{"partitions":2}`, resume: `"x"`, category: api.CategoryUserCode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := newTask(tc.attempt, tc.payload, tc.resume)
 			out, err := partitions.Process(context.Background(), tk)
 			if tc.category != "" {
 				var we *worker.Error
-				got := task.CategoryUserCode
+				got := api.CategoryUserCode
 				if errors.As(err, &we) {
 					got = we.Category
 				}

@@ -1,4 +1,4 @@
-package task
+package api
 
 // State is a task's lifecycle state (PRODUCT §3).
 type State string

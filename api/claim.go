@@ -1,0 +1,40 @@
+package api
+
+import "time"
+
+// Pull-pool claims (package pull; POST /v1/pools/{pool}/claim).
+const (
+	// MaxClaimWait caps ClaimRequest.MaxWaitMs.
+	MaxClaimWait = 60 * time.Second
+	// DefaultClaimWait is the long-poll of a claim that names no maxWaitMs.
+	DefaultClaimWait = 20 * time.Second
+	// CodePoolNotFound: the pool is not configured (404).
+	CodePoolNotFound = "pool_not_found"
+	// CodeUnauthenticated: the caller's identity could not be verified (401).
+	CodeUnauthenticated = "unauthenticated"
+	// CodePermissionDenied: the caller may not claim from the pool (403).
+	CodePermissionDenied = "permission_denied"
+)
+
+// ClaimRequest is the body of a claim.
+type ClaimRequest struct {
+	// WorkerID is the claiming worker; the attempt is started for it.
+	WorkerID string `json:"workerId"`
+	// MaxWaitMs is how long the claim may wait for work (0 … 60 000;
+	// absent: DefaultClaimWait).
+	MaxWaitMs *int64 `json:"maxWaitMs,omitempty"`
+}
+
+// ClaimResponse answers a claim: 200 with Claimed and, when true, the
+// envelope a push worker would have received; an error otherwise, with
+// Disposition REJECTED (4xx) or RETRY (503).
+type ClaimResponse struct {
+	Claimed     bool        `json:"claimed"`
+	Envelope    *Envelope   `json:"envelope,omitempty"`
+	Disposition Disposition `json:"disposition"`
+	ServerTime  time.Time   `json:"serverTime"`
+
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+	Field   string `json:"field,omitempty"`
+}

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"math"
+	"time"
+)
+
+// Timer defaults (docs/contract.md).
+const (
+	DefaultHeartbeatInterval = 30 * time.Second
+	DefaultHeartbeatTimeout  = 90 * time.Second
+	DefaultCancelGracePeriod = 30 * time.Second
+	DefaultStartTimeout      = 10 * time.Minute
+)
+
+// Size limits.
+const (
+	// MaxCheckpointBytes bounds a heartbeat checkpoint.
+	MaxCheckpointBytes = 64 << 10
+	// MaxOutputBytes bounds a completed output.
+	MaxOutputBytes = 256 << 10
+	// MaxPartialProgressBytes bounds a CANCELLED report's partialProgress.
+	MaxPartialProgressBytes = 64 << 10
+	// MaxStackTraceBytes is where a stack trace is truncated.
+	MaxStackTraceBytes = 16 << 10
+	// MaxMessageBytes is where messages are truncated.
+	MaxMessageBytes = 4 << 10
+)
+
+// Timing holds a task's timers in milliseconds (JSON as ADR-023 §8).
+type Timing struct {
+	HeartbeatIntervalMs int64 `json:"heartbeatIntervalMs" firestore:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64 `json:"heartbeatTimeoutMs" firestore:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64 `json:"cancelGracePeriodMs" firestore:"cancelGracePeriodMs"`
+	// StartTimeoutMs is how long PENDING/QUEUED may last before a re-drive.
+	StartTimeoutMs int64 `json:"startTimeoutMs" firestore:"startTimeoutMs"`
+}
+
+// WithDefaults fills zero fields with the defaults.
+func (t Timing) WithDefaults() Timing {
+	if t.HeartbeatIntervalMs == 0 {
+		t.HeartbeatIntervalMs = DefaultHeartbeatInterval.Milliseconds()
+	}
+	if t.HeartbeatTimeoutMs == 0 {
+		t.HeartbeatTimeoutMs = max(DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
+	}
+	if t.CancelGracePeriodMs == 0 {
+		t.CancelGracePeriodMs = DefaultCancelGracePeriod.Milliseconds()
+	}
+	if t.StartTimeoutMs == 0 {
+		t.StartTimeoutMs = DefaultStartTimeout.Milliseconds()
+	}
+	return t
+}
+
+// MaxAttemptsLimit bounds RetryPolicy.MaxAttempts.
+const MaxAttemptsLimit = 100
+
+// HeartbeatInterval is the interval as a duration.
+func (t Timing) HeartbeatInterval() time.Duration {
+	return time.Duration(t.HeartbeatIntervalMs) * time.Millisecond
+}
+
+// HeartbeatTimeout is the timeout as a duration.
+func (t Timing) HeartbeatTimeout() time.Duration {
+	return time.Duration(t.HeartbeatTimeoutMs) * time.Millisecond
+}
+
+// CancelGracePeriod is the grace period as a duration.
+func (t Timing) CancelGracePeriod() time.Duration {
+	return time.Duration(t.CancelGracePeriodMs) * time.Millisecond
+}
+
+// StartTimeout is the start timeout as a duration.
+func (t Timing) StartTimeout() time.Duration {
+	return time.Duration(t.StartTimeoutMs) * time.Millisecond
+}
+
+// RetryPolicy decides when a failed attempt is retried (PRODUCT §6).
+type RetryPolicy struct {
+	MaxAttempts        int     `json:"maxAttempts" firestore:"maxAttempts"`
+	InitialBackoffMs   int64   `json:"initialBackoffMs" firestore:"initialBackoffMs"`
+	BackoffCoefficient float64 `json:"backoffCoefficient" firestore:"backoffCoefficient"`
+	MaxBackoffMs       int64   `json:"maxBackoffMs" firestore:"maxBackoffMs"`
+}
+
+// Retry defaults.
+const (
+	DefaultMaxAttempts        = 3
+	DefaultInitialBackoff     = 30 * time.Second
+	DefaultBackoffCoefficient = 2.0
+	DefaultMaxBackoff         = 10 * time.Minute
+)
+
+// WithDefaults fills zero fields with the defaults.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.InitialBackoffMs == 0 {
+		p.InitialBackoffMs = DefaultInitialBackoff.Milliseconds()
+	}
+	if p.BackoffCoefficient == 0 {
+		p.BackoffCoefficient = DefaultBackoffCoefficient
+	}
+	if p.MaxBackoffMs == 0 {
+		p.MaxBackoffMs = max(DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
+	}
+	return p
+}
+
+// BackoffCap is the un-jittered delay before the attempt after failed
+// attempt n (n ≥ 1): min(max, initial × coefficient^(n-1)).
+func (p RetryPolicy) BackoffCap(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffCoefficient, float64(n-1))
+	if math.IsInf(d, 0) || math.IsNaN(d) || d > float64(p.MaxBackoffMs) {
+		d = float64(p.MaxBackoffMs)
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// Backoff is the delay before the attempt after failed attempt n with full
+// jitter: r × BackoffCap(n), for r drawn uniformly from [0, 1).
+func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
+	if r < 0 || math.IsNaN(r) {
+		r = 0
+	}
+	if r >= 1 {
+		r = math.Nextafter(1, 0)
+	}
+	return time.Duration(r * float64(p.BackoffCap(n)))
+}
