@@ -1,7 +1,17 @@
-// Package client is a Go client for Servo's control API, used by the servo
-// CLI. Against a deployed (HTTPS) API it authenticates with an ID token from
-// Application Default Credentials; against a loopback http:// API (the
-// local stack) it sends no credentials.
+// Package client is a Go client for Servo's control API (docs/contract.md,
+// "The control API"), used by the servo CLI. Its answers are the wire types
+// of package api; an error answer is an *[api.Error].
+//
+// The client adds no credentials of its own. Against a loopback http://
+// API (the local stack) none are needed; a deployed API sits behind Cloud
+// Run's IAM, so pass an HTTP client that adds an ID token whose audience is
+// the API's URL, for example one from google.golang.org/api/idtoken:
+//
+//	hc, err := idtoken.NewClient(ctx, "https://servo-api-….run.app")
+//	…
+//	c, err := client.New("https://servo-api-….run.app", client.WithHTTPClient(hc))
+//
+// The package depends on the standard library and package api only.
 package client
 
 import (
@@ -11,17 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/api/idtoken"
-
-	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/api"
 )
 
 // APIEnv names the variable holding the API's base URL.
@@ -33,52 +39,26 @@ type Client struct {
 	http *http.Client
 }
 
+// An Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sends the requests through hc (default: an http.Client
+// with a 60 s timeout and no credentials).
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.http = hc }
+}
+
 // New returns a client for the API at base (e.g. http://127.0.0.1:8080).
-func New(ctx context.Context, base string) (*Client, error) {
+func New(base string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("api url %q must be http(s)://host[:port]", base)
 	}
-	hc := &http.Client{Timeout: 60 * time.Second}
-	if u.Scheme == "https" && !isLoopback(u.Hostname()) {
-		hc, err = idtoken.NewClient(ctx, strings.TrimRight(base, "/"))
-		if err != nil {
-			return nil, fmt.Errorf("authenticate to %s with Application Default Credentials (run `gcloud auth application-default login`, or use a service account): %w", base, err)
-		}
+	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 60 * time.Second}}
+	for _, o := range opts {
+		o(c)
 	}
-	return &Client{base: strings.TrimRight(base, "/"), http: hc}, nil
-}
-
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
-}
-
-// APIError is a non-2xx answer from the API.
-type APIError struct {
-	Status  int
-	Code    string `json:"error"`
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
-
-func (e *APIError) Error() string {
-	s := fmt.Sprintf("%d %s", e.Status, e.Code)
-	if e.Field != "" {
-		s += " (" + e.Field + ")"
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// ErrNotFound matches an APIError with status 404.
-var ErrNotFound = errors.New("not found")
-
-// Is lets errors.Is(err, ErrNotFound) match a 404.
-func (e *APIError) Is(target error) bool {
-	return target == ErrNotFound && e.Status == http.StatusNotFound
+	return c, nil
 }
 
 // Do sends a request and decodes a 2xx JSON answer into out (if non-nil).
@@ -114,7 +94,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) ([]by
 		return nil, res.StatusCode, err
 	}
 	if res.StatusCode/100 != 2 {
-		e := &APIError{Status: res.StatusCode}
+		e := &api.Error{Status: res.StatusCode}
 		_ = json.Unmarshal(raw, e)
 		return raw, res.StatusCode, e
 	}
@@ -126,40 +106,30 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) ([]by
 	return raw, res.StatusCode, nil
 }
 
-// Wire types are the control API's own (package dispatcher).
-type (
-	// Task is a task as the API returns it.
-	Task = dispatcher.TaskView
-	// SubmitResponse is the answer to a submit.
-	SubmitResponse = dispatcher.SubmitResponse
-	// ListResponse is a page of tasks.
-	ListResponse = dispatcher.ListResponse
-)
-
 // Submit posts a task (a JSON object as PRODUCT §5 describes).
-func (c *Client) Submit(ctx context.Context, body []byte) (SubmitResponse, []byte, error) {
-	var r SubmitResponse
+func (c *Client) Submit(ctx context.Context, body []byte) (api.SubmitResponse, []byte, error) {
+	var r api.SubmitResponse
 	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &r)
 	return r, raw, err
 }
 
 // Get reads a task with its attempts.
-func (c *Client) Get(ctx context.Context, id string) (Task, []byte, error) {
-	var t Task
+func (c *Client) Get(ctx context.Context, id string) (api.Task, []byte, error) {
+	var t api.Task
 	raw, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t)
 	return t, raw, err
 }
 
 // List reads one page of tasks.
-func (c *Client) List(ctx context.Context, q url.Values) (ListResponse, []byte, error) {
-	var r ListResponse
+func (c *Client) List(ctx context.Context, q url.Values) (api.ListResponse, []byte, error) {
+	var r api.ListResponse
 	raw, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks?"+q.Encode(), nil, &r)
 	return r, raw, err
 }
 
 // ListAll reads every page.
-func (c *Client) ListAll(ctx context.Context, q url.Values) ([]Task, error) {
-	var all []Task
+func (c *Client) ListAll(ctx context.Context, q url.Values) ([]api.Task, error) {
+	var all []api.Task
 	q = cloneValues(q)
 	for {
 		page, _, err := c.List(ctx, q)
@@ -183,31 +153,31 @@ func cloneValues(q url.Values) url.Values {
 }
 
 // Cancel asks for a task's cancellation.
-func (c *Client) Cancel(ctx context.Context, id, reason string) (Task, []byte, error) {
-	var t Task
+func (c *Client) Cancel(ctx context.Context, id, reason string) (api.Task, []byte, error) {
+	var t api.Task
 	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", map[string]string{"reason": reason}, &t)
 	return t, raw, err
 }
 
 // Counts reads how many tasks matching q (tenantId, runId, worker) are in
 // each state (GET /v1/tasks:counts; count aggregations, no task is read).
-func (c *Client) Counts(ctx context.Context, q url.Values) (dispatcher.CountsResponse, error) {
-	var r dispatcher.CountsResponse
+func (c *Client) Counts(ctx context.Context, q url.Values) (api.CountsResponse, error) {
+	var r api.CountsResponse
 	_, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks:counts?"+q.Encode(), nil, &r)
 	return r, err
 }
 
 // Runs reads one page of runs, newest first (GET /v1/runs).
-func (c *Client) Runs(ctx context.Context, q url.Values) (dispatcher.RunsResponse, error) {
-	var r dispatcher.RunsResponse
+func (c *Client) Runs(ctx context.Context, q url.Values) (api.RunsResponse, error) {
+	var r api.RunsResponse
 	_, _, err := c.Do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &r)
 	return r, err
 }
 
 // RunCounts is a run with how many of its tasks are in each state.
 type RunCounts struct {
-	dispatcher.RunView
-	dispatcher.CountsResponse
+	api.Run
+	api.CountsResponse
 }
 
 // RunsWithCounts reads one page of runs (q as for Runs) and each run's
@@ -222,7 +192,7 @@ func (c *Client) RunsWithCounts(ctx context.Context, q url.Values) ([]RunCounts,
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for i, r := range page.Runs {
-		out[i].RunView = r
+		out[i].Run = r
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -235,16 +205,16 @@ func (c *Client) RunsWithCounts(ctx context.Context, q url.Values) ([]RunCounts,
 
 // TaskEvents reads a task's recorded transitions, in seq order
 // (GET /v1/tasks/{id}/events).
-func (c *Client) TaskEvents(ctx context.Context, id string) ([]events.Event, error) {
-	var r dispatcher.EventsResponse
+func (c *Client) TaskEvents(ctx context.Context, id string) ([]api.Event, error) {
+	var r api.EventsResponse
 	_, _, err := c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+"/events", nil, &r)
 	return r.Events, err
 }
 
 // RunEvents reads the recorded transitions of a run's tasks, each task's in
 // seq order (GET /v1/runs/{runId}/events).
-func (c *Client) RunEvents(ctx context.Context, runID string) ([]events.Event, error) {
-	var r dispatcher.EventsResponse
+func (c *Client) RunEvents(ctx context.Context, runID string) ([]api.Event, error) {
+	var r api.EventsResponse
 	_, _, err := c.Do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events", nil, &r)
 	return r.Events, err
 }

@@ -76,13 +76,13 @@ func TestAccessPerRoute(t *testing.T) {
 	operator := devToken(t, key, "operator-a@example.com")
 	stranger := devToken(t, key, "stranger@example.com")
 
-	submitAs := func(tok, tenant string, want int) SubmitResponse {
+	submitAs := func(tok, tenant string, want int) api.SubmitResponse {
 		t.Helper()
 		r := e.as(tok, "POST", "/v1/tasks", validSubmit(tenant))
 		if r.status != want {
 			t.Fatalf("submit %s: %d %s, want %d", tenant, r.status, r.body, want)
 		}
-		var sr SubmitResponse
+		var sr api.SubmitResponse
 		if want < 300 {
 			r.decode(t, &sr)
 		}
@@ -142,7 +142,7 @@ func TestAccessPerRoute(t *testing.T) {
 			if r.status != c.want {
 				t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.body, c.want)
 			}
-			if c.want == 403 && r.err(t).Error != CodePermissionDenied {
+			if c.want == 403 && r.err(t).Code != CodePermissionDenied {
 				t.Fatalf("error %s, want %s", r.body, CodePermissionDenied)
 			}
 		})
@@ -160,7 +160,7 @@ func TestAccessPerRoute(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("%s: %d %s", path, r.status, r.body)
 		}
-		var lr ListResponse
+		var lr api.ListResponse
 		r.decode(t, &lr)
 		for _, v := range lr.Tasks {
 			if !slices.Contains(tenants, v.TenantID) {
@@ -179,13 +179,13 @@ func TestAccessPerRoute(t *testing.T) {
 	if got, n := listed(admin, "/v1/tasks"); !slices.Equal(got, []string{"tenant-a", "tenant-b"}) || n != 5 {
 		t.Fatalf("admin lists %v (%d tasks), want both tenants' 5", got, n)
 	}
-	var counts CountsResponse
+	var counts api.CountsResponse
 	r := e.as(viewer, "GET", "/v1/tasks:counts", nil)
 	r.decode(t, &counts)
 	if r.status != 200 || counts.Total != 3 {
 		t.Fatalf("viewer counts: %d %s, want 3 tasks", r.status, r.body)
 	}
-	var runs RunsResponse
+	var runs api.RunsResponse
 	r = e.as(viewer, "GET", "/v1/runs", nil)
 	r.decode(t, &runs)
 	for _, run := range runs.Runs {
@@ -196,7 +196,7 @@ func TestAccessPerRoute(t *testing.T) {
 	if r.status != 200 || len(runs.Runs) != 3 {
 		t.Fatalf("viewer runs: %d %s, want tenant-a's 3 runs", r.status, r.body)
 	}
-	var evs EventsResponse
+	var evs api.EventsResponse
 	r = e.as(viewer, "GET", "/v1/runs/"+b1.RunID+"/events", nil)
 	r.decode(t, &evs)
 	if r.status != 200 || len(evs.Events) != 0 {
@@ -238,7 +238,7 @@ func TestIdentityTokens(t *testing.T) {
 				t.Fatalf("%d %s, want %d", r.status, r.body, c.want)
 			}
 			if c.want == 401 {
-				if er := r.err(t); er.Error != CodeUnauthenticated || !bytes.Contains([]byte(er.Message), []byte(c.msg)) {
+				if er := r.err(t); er.Code != CodeUnauthenticated || !bytes.Contains([]byte(er.Message), []byte(c.msg)) {
 					t.Fatalf("answer %s, want %s mentioning %q", r.body, CodeUnauthenticated, c.msg)
 				}
 				if res.Header.Get("WWW-Authenticate") != "Bearer" {

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/api/idtoken"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -128,7 +129,7 @@ func (h *handler) authenticate(r *http.Request) (string, *apiError) {
 }
 
 func unauthenticated(msg string) *apiError {
-	return &apiError{status: http.StatusUnauthorized, body: ErrorResponse{Error: CodeUnauthenticated, Message: msg}}
+	return &apiError{status: http.StatusUnauthorized, body: api.Error{Code: CodeUnauthenticated, Message: msg}}
 }
 
 // allowed checks that the caller may do a on tenant's tasks: nil, or 403
@@ -142,7 +143,7 @@ func (h *handler) allowed(r *http.Request, tenant string, a access.Action) *apiE
 	if who == "" {
 		who = "the anonymous caller"
 	}
-	return &apiError{status: http.StatusForbidden, body: ErrorResponse{Error: CodePermissionDenied,
+	return &apiError{status: http.StatusForbidden, body: api.Error{Code: CodePermissionDenied,
 		Message: fmt.Sprintf("%s may not %s this tenant's tasks (needs the %s role)", who, a, a.Needs())}}
 }
 

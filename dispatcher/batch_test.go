@@ -32,7 +32,7 @@ func TestBatchSubmit(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	var br BatchResponse
+	var br api.BatchResponse
 	r.decode(t, &br)
 	if !task.ValidID(br.RunID, task.RunIDPrefix) || br.Created != 6 || br.Existing != 0 || br.Failed != 0 || len(br.Tasks) != 6 {
 		t.Fatalf("answer = %+v", br)
@@ -66,7 +66,7 @@ func TestBatchSubmit(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("repeat status %d: %s", r.status, r.body)
 	}
-	var again BatchResponse
+	var again api.BatchResponse
 	r.decode(t, &again)
 	if again.Existing != 6 || again.Created != 0 {
 		t.Fatalf("repeat = %+v", again)
@@ -137,7 +137,7 @@ func TestBatchCloudTasksDown(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	var br BatchResponse
+	var br api.BatchResponse
 	r.decode(t, &br)
 	for i, res := range br.Tasks {
 		if res.State != api.Pending || res.Status != http.StatusCreated {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // benchEnv is an env for benchmarks: the queue is paused, so the figures
@@ -26,7 +28,7 @@ func post(b *testing.B, e *env, path string, body []byte, want int) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != want {
-		var eb ErrorResponse
+		var eb api.Error
 		_ = json.NewDecoder(resp.Body).Decode(&eb)
 		b.Fatalf("%s: status %d, want %d: %+v", path, resp.StatusCode, want, eb)
 	}

@@ -12,39 +12,13 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// CancelRequest is the optional body of POST /v1/tasks/{id}/cancel and
-// POST /v1/runs/{runId}/cancel. An empty body cancels with reason
-// "user_requested".
-type CancelRequest struct {
-	// Reason is recorded as the task's reason and handed to the worker.
-	Reason string `json:"reason,omitempty"`
-}
-
-// RunCancelResponse answers POST /v1/runs/{runId}/cancel with counts.
-type RunCancelResponse struct {
-	RunID string `json:"runId"`
-	// Matched counts the run's tasks, terminal ones included.
-	Matched int `json:"matched"`
-	// Cancelled counts tasks that became CANCELLED (they were PENDING or QUEUED).
-	Cancelled int `json:"cancelled"`
-	// Cancelling counts tasks that are now CANCELLING (they were running).
-	Cancelling int `json:"cancelling"`
-	// AlreadyTerminal counts tasks that had ended before the cancel.
-	AlreadyTerminal int `json:"alreadyTerminal"`
-	// Failed counts tasks the store could not cancel now; retry the request.
-	Failed int `json:"failed"`
-	// Error and Message are set with a 503: some tasks were not cancelled.
-	Error   string `json:"error,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
 // cancelReason reads the optional cancel body.
 func (h *handler) cancelReason(w http.ResponseWriter, r *http.Request) (string, *apiError) {
 	body, e := readBody(w, r, h.cfg.MaxBodyBytes, true)
 	if e != nil {
 		return "", e
 	}
-	var req CancelRequest
+	var req api.CancelRequest
 	if body != nil {
 		if e := decodeObject(body, &req, ""); e != nil {
 			return "", e
@@ -70,7 +44,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), access.Operate); !all {
@@ -92,7 +66,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rej := res.Rejection; rej != nil {
-		writeError(w, http.StatusConflict, &ErrorResponse{Error: rej.Code, State: rej.State, Message: rej.Message})
+		writeError(w, http.StatusConflict, &api.Error{Code: rej.Code, State: rej.State, Message: rej.Message})
 		return
 	}
 	t := res.Task
@@ -106,7 +80,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 			t.Attempts = []task.Attempt{*res.Attempt}
 		}
 	}
-	writeJSON(w, http.StatusOK, ViewOf(&t))
+	writeJSON(w, http.StatusOK, viewOf(&t))
 }
 
 // cancelOne applies a cancel to task id and deletes the Cloud Task of a
@@ -142,7 +116,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !task.ValidID(runID, task.RunIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
 		return
 	}
 	tenants, e := h.tenantScope(r, "", access.Operate)
@@ -150,7 +124,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	resp := RunCancelResponse{RunID: runID}
+	resp := api.RunCancelResponse{RunID: runID}
 	var mu sync.Mutex
 	count := func(f func()) {
 		mu.Lock()
@@ -201,7 +175,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case resp.Matched == 0:
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "the run has no tasks"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: CodeRunNotFound, Message: "the run has no tasks"})
 	case resp.Failed > 0:
 		// Retrying is safe: cancelled tasks are skipped, cancelling ones unchanged.
 		resp.Error, resp.Message = api.CodeUnavailable, fmt.Sprintf("%d tasks could not be cancelled now; retry the same request", resp.Failed)

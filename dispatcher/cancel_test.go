@@ -35,7 +35,7 @@ func TestCancelQueued(t *testing.T) {
 		t.Fatal("no Cloud Task after submit")
 	}
 	r := e.cancelTask(sr.TaskID, "operator stopped the run", http.StatusOK)
-	var v TaskView
+	var v api.Task
 	r.decode(t, &v)
 	if v.State != api.Cancelled || v.Reason != "operator stopped the run" || v.EndedAt == nil || len(v.Attempts) != 1 ||
 		v.Attempts[0].Outcome != api.OutcomeCancelled {
@@ -64,7 +64,7 @@ func TestCancelPending(t *testing.T) {
 	if sr.State != api.Pending {
 		t.Fatalf("state %s, want PENDING", sr.State)
 	}
-	var v TaskView
+	var v api.Task
 	e.cancelTask(sr.TaskID, "", http.StatusOK).decode(t, &v)
 	if v.State != api.Cancelled || v.Reason != api.ReasonUserRequested || v.CancelReason != api.ReasonUserRequested {
 		t.Fatalf("cancel answer = %+v", v)
@@ -83,7 +83,7 @@ func TestCancelRunning(t *testing.T) {
 	sr := e.submit(body, http.StatusCreated)
 	e.start(sr.TaskID, 1)
 
-	var v TaskView
+	var v api.Task
 	e.cancelTask(sr.TaskID, "", http.StatusOK).decode(t, &v)
 	want := clk.Now().Add(4500 * time.Millisecond)
 	if v.State != api.Cancelling || v.CancelDeadline == nil || !v.CancelDeadline.Equal(want) || v.Reason != api.ReasonUserRequested {
@@ -95,7 +95,7 @@ func TestCancelRunning(t *testing.T) {
 
 	// Cancelling again is idempotent: same deadline.
 	clk.Set(clk.Now().Add(time.Second))
-	var again TaskView
+	var again api.Task
 	e.cancelTask(sr.TaskID, "again", http.StatusOK).decode(t, &again)
 	if again.State != api.Cancelling || !again.CancelDeadline.Equal(want) {
 		t.Fatalf("second cancel = %s %v", again.State, again.CancelDeadline)
@@ -103,7 +103,7 @@ func TestCancelRunning(t *testing.T) {
 
 	e.complete(sr.TaskID, 1, api.OutcomeCancelled)
 	r := e.cancelTask(sr.TaskID, "", http.StatusConflict)
-	if eb := r.err(t); eb.Error != api.CodeTaskAlreadyTerminal || eb.State != api.Cancelled {
+	if eb := r.err(t); eb.Code != api.CodeTaskAlreadyTerminal || eb.State != api.Cancelled {
 		t.Fatalf("cancel of a cancelled task = %+v", eb)
 	}
 }
@@ -127,7 +127,7 @@ func TestCancelTerminal(t *testing.T) {
 			c.end(sr.TaskID)
 			before := e.storedTask(sr.TaskID)
 			r := e.cancelTask(sr.TaskID, "too late", http.StatusConflict)
-			if eb := r.err(t); eb.Error != api.CodeTaskAlreadyTerminal || eb.State != c.want || eb.Message == "" {
+			if eb := r.err(t); eb.Code != api.CodeTaskAlreadyTerminal || eb.State != c.want || eb.Message == "" {
 				t.Fatalf("answer = %+v", eb)
 			}
 			after := e.storedTask(sr.TaskID)
@@ -146,7 +146,7 @@ func TestCancelRun(t *testing.T) {
 	e := newEnv(t, envOptions{paused: true})
 	e.h.runPageSize = 2 // several pages
 	run := task.NewRunID(time.Now())
-	submitIn := func(runID string) SubmitResponse {
+	submitIn := func(runID string) api.SubmitResponse {
 		b := validSubmit("acme")
 		b["runId"] = runID
 		return e.submit(b, http.StatusCreated)
@@ -166,9 +166,9 @@ func TestCancelRun(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	var rc RunCancelResponse
+	var rc api.RunCancelResponse
 	r.decode(t, &rc)
-	want := RunCancelResponse{RunID: run, Matched: 5, Cancelled: 3, Cancelling: 1, AlreadyTerminal: 1}
+	want := api.RunCancelResponse{RunID: run, Matched: 5, Cancelled: 3, Cancelling: 1, AlreadyTerminal: 1}
 	if rc != want {
 		t.Fatalf("run cancel = %+v, want %+v", rc, want)
 	}
@@ -194,7 +194,7 @@ func TestCancelRun(t *testing.T) {
 	// Again: only the CANCELLING task is still active, and stays so.
 	r = e.do("POST", "/v1/runs/"+run+"/cancel", nil, "")
 	r.decode(t, &rc)
-	want = RunCancelResponse{RunID: run, Matched: 5, Cancelling: 1, AlreadyTerminal: 4}
+	want = api.RunCancelResponse{RunID: run, Matched: 5, Cancelling: 1, AlreadyTerminal: 4}
 	if r.status != http.StatusOK || rc != want {
 		t.Fatalf("repeat = %d %+v, want %+v", r.status, rc, want)
 	}

@@ -83,7 +83,7 @@ func TestSubmitRoundTrips(t *testing.T) {
 		mixed = append(mixed, b)
 	}
 	r = e.do("POST", "/v1/tasks:batch", map[string]any{"tasks": mixed}, "")
-	var br BatchResponse
+	var br api.BatchResponse
 	r.decode(t, &br)
 	if r.status != http.StatusCreated || br.Created != 3 || br.Existing != 1 || br.Tasks[0].Status != http.StatusOK {
 		t.Fatalf("mixed batch: %d %+v", r.status, br)

@@ -236,9 +236,9 @@ func (r response) decode(t testing.TB, v any) {
 	}
 }
 
-func (r response) err(t testing.TB) ErrorResponse {
+func (r response) err(t testing.TB) api.Error {
 	t.Helper()
-	var e ErrorResponse
+	var e api.Error
 	r.decode(t, &e)
 	return e
 }
@@ -294,25 +294,25 @@ func validSubmit(tenant string) map[string]any {
 }
 
 // submit posts body and expects want, returning the answer.
-func (e *env) submit(body any, want int) SubmitResponse {
+func (e *env) submit(body any, want int) api.SubmitResponse {
 	e.t.Helper()
 	r := e.do("POST", "/v1/tasks", body, "")
 	if r.status != want {
 		e.t.Fatalf("submit: status %d, want %d: %s", r.status, want, r.body)
 	}
-	var sr SubmitResponse
+	var sr api.SubmitResponse
 	r.decode(e.t, &sr)
 	return sr
 }
 
 // getTask reads a task through the API.
-func (e *env) getTask(id string) TaskView {
+func (e *env) getTask(id string) api.Task {
 	e.t.Helper()
 	r := e.do("GET", "/v1/tasks/"+id, nil, "")
 	if r.status != http.StatusOK {
 		e.t.Fatalf("GET %s: %d %s", id, r.status, r.body)
 	}
-	var v TaskView
+	var v api.Task
 	r.decode(e.t, &v)
 	return v
 }

@@ -53,9 +53,9 @@ func FuzzSubmitDecode(f *testing.F) {
 	}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var req SubmitRequest
+		var req api.SubmitRequest
 		if e := decodeObject(body, &req, ""); e != nil {
-			if e.status != http.StatusBadRequest || e.body.Error != api.CodeInvalidRequest || e.body.Field == "" || e.body.Message == "" {
+			if e.status != http.StatusBadRequest || e.body.Code != api.CodeInvalidRequest || e.body.Field == "" || e.body.Message == "" {
 				t.Fatalf("decode refused %q with %d %+v: want 400 invalid_request naming the field", body, e.status, e.body)
 			}
 			return
@@ -63,8 +63,8 @@ func FuzzSubmitDecode(f *testing.F) {
 		tk, e := h.prepare(&req, "", now, "")
 		if e != nil {
 			switch {
-			case e.status == http.StatusBadRequest && e.body.Error == api.CodeInvalidRequest && e.body.Field != "":
-			case e.status == http.StatusRequestEntityTooLarge && e.body.Error == api.CodePayloadTooLarge:
+			case e.status == http.StatusBadRequest && e.body.Code == api.CodeInvalidRequest && e.body.Field != "":
+			case e.status == http.StatusRequestEntityTooLarge && e.body.Code == api.CodePayloadTooLarge:
 			default:
 				t.Fatalf("prepare refused %q with %d %+v: want a precise 4xx", body, e.status, e.body)
 			}
@@ -86,7 +86,7 @@ func FuzzSubmitDecode(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var req2 SubmitRequest
+		var req2 api.SubmitRequest
 		if e := decodeObject(again, &req2, ""); e != nil {
 			t.Fatalf("the accepted request %q, encoded again as %s, is refused: %+v", body, again, e.body)
 		}
@@ -98,7 +98,7 @@ func FuzzSubmitDecode(f *testing.F) {
 
 // normalized compacts a request's raw JSON fields, which encoding may
 // re-space.
-func normalized(r SubmitRequest) SubmitRequest {
+func normalized(r api.SubmitRequest) api.SubmitRequest {
 	for _, raw := range []*json.RawMessage{&r.Payload, &r.Resources} {
 		if len(*raw) > 0 {
 			var v any

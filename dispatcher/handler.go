@@ -171,7 +171,7 @@ func (h *handler) routes() {
 	m.HandleFunc("GET /v1/tenants/{tenant}/usage", h.usage)
 	m.HandleFunc("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})
 }
 
@@ -195,35 +195,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, &ErrorResponse{Error: api.CodeMethodNotAllowed,
+		writeError(w, http.StatusMethodNotAllowed, &api.Error{Code: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
 	}
-}
-
-// ErrorResponse is the JSON body of every error answer.
-type ErrorResponse struct {
-	// Error is a machine-readable code (invalid_request, task_not_found, ...).
-	Error string `json:"error"`
-	// Field names the offending request field (invalid_request).
-	Field string `json:"field,omitempty"`
-	// Message is for people.
-	Message string `json:"message"`
-	// State is the task's state (task_already_terminal).
-	State api.State `json:"state,omitempty"`
-	// LimitBytes is the limit that was exceeded (payload_too_large).
-	LimitBytes int64 `json:"limitBytes,omitempty"`
 }
 
 // apiError is an error answer: a status and its body.
 type apiError struct {
 	status int
-	body   ErrorResponse
+	body   api.Error
 }
 
-func (e *apiError) Error() string { return e.body.Error + ": " + e.body.Message }
+func (e *apiError) Error() string { return e.body.Code + ": " + e.body.Message }
 
 func invalid(field, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: ErrorResponse{Error: api.CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}}
+	return &apiError{status: http.StatusBadRequest, body: api.Error{Code: api.CodeInvalidRequest, Field: field, Message: fmt.Sprintf(format, args...)}}
 }
 
 func fromFieldError(prefix string, fe *task.FieldError) *apiError {
@@ -231,7 +217,7 @@ func fromFieldError(prefix string, fe *task.FieldError) *apiError {
 }
 
 func tooLarge(field string, limit int64, what string) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{Error: api.CodePayloadTooLarge, Field: field, LimitBytes: limit,
+	return &apiError{status: http.StatusRequestEntityTooLarge, body: api.Error{Code: api.CodePayloadTooLarge, Field: field, LimitBytes: limit,
 		Message: fmt.Sprintf("%s exceeds the limit of %d bytes", what, limit)}}
 }
 
@@ -242,7 +228,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, body *ErrorResponse) {
+func writeError(w http.ResponseWriter, status int, body *api.Error) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 	}
@@ -264,18 +250,18 @@ func (h *handler) storeError(w http.ResponseWriter, r *http.Request, err error, 
 	writeError(w, status, body)
 }
 
-func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *ErrorResponse) {
+func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *api.Error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task"}
+		return http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task"}
 	case errors.Is(err, store.ErrQuotaExceeded):
-		return http.StatusTooManyRequests, &ErrorResponse{Error: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
+		return http.StatusTooManyRequests, &api.Error{Code: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)
-		return http.StatusServiceUnavailable, &ErrorResponse{Error: api.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
+		return http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
 	}
 	h.log.ErrorContext(r.Context(), "control API failed", append(attrs, "error", err)...)
-	return http.StatusInternalServerError, &ErrorResponse{Error: CodeInternal, Message: "internal error"}
+	return http.StatusInternalServerError, &api.Error{Code: CodeInternal, Message: "internal error"}
 }
 
 func taskAttrs(t *task.Task) []any {

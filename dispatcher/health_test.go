@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/api"
 )
 
 // TestHealthShowsTheLastSweep: GET /v1/health answers sweeper null before
@@ -13,7 +13,7 @@ import (
 func TestHealthShowsTheLastSweep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	var h HealthResponse
+	var h api.HealthResponse
 	r := e.do("GET", "/v1/health", nil, "")
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -23,11 +23,11 @@ func TestHealthShowsTheLastSweep(t *testing.T) {
 		t.Fatalf("before any pass: %s", r.body)
 	}
 	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
-	if err := e.st.RecordSweep(e.ctx, store.SweepStatus{LastPassAt: at, PassMs: 12, Duties: map[string]store.SweepDuty{"lease": {Due: 3, Applied: 2, MaxLagMs: 900}}}); err != nil {
+	if err := e.st.RecordSweep(e.ctx, api.SweepStatus{LastPassAt: at, PassMs: 12, Duties: map[string]api.SweepDuty{"lease": {Due: 3, Applied: 2, MaxLagMs: 900}}}); err != nil {
 		t.Fatal(err)
 	}
 	r = e.do("GET", "/v1/health", nil, "")
-	h = HealthResponse{}
+	h = api.HealthResponse{}
 	r.decode(t, &h)
 	s := h.Sweeper
 	if s == nil || !s.LastPassAt.Equal(at) || s.Passes != 1 || s.PassMs != 12 || s.Duties["lease"].Applied != 2 || s.Duties["lease"].MaxLagMs != 900 || s.AgeMs < 60000 {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -18,13 +17,6 @@ import (
 
 // MaxWorkerNameBytes bounds the worker filter of GET /v1/tasks.
 const MaxWorkerNameBytes = 128
-
-// CountsResponse answers GET /v1/tasks:counts: how many tasks matching the
-// filter are in each state (every state is present, zeros included).
-type CountsResponse struct {
-	Counts map[api.State]int `json:"counts"`
-	Total  int               `json:"total"`
-}
 
 // countParams are the query parameters GET /v1/tasks:counts accepts.
 var countParams = map[string]bool{"tenantId": true, "runId": true, "worker": true}
@@ -44,26 +36,18 @@ func (h *handler) counts(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
-	resp := CountsResponse{Counts: counts}
+	resp := api.CountsResponse{Counts: counts}
 	for _, n := range counts {
 		resp.Total += n
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// EventsResponse answers GET /v1/tasks/{id}/events and
-// GET /v1/runs/{runId}/events: the recorded transitions, each task's in seq
-// order (a run's grouped by task), exactly as the events topic carries
-// them. Entries are kept for store.OutboxRetention after delivery.
-type EventsResponse struct {
-	Events []events.Event `json:"events"`
-}
-
 // taskEvents serves GET /v1/tasks/{id}/events.
 func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	t, err := h.cfg.Store.GetTask(r.Context(), id)
@@ -100,27 +84,11 @@ func (h *handler) writeEvents(w http.ResponseWriter, r *http.Request, entries []
 		h.storeError(w, r, err)
 		return
 	}
-	resp := EventsResponse{Events: make([]events.Event, 0, len(entries))}
+	resp := api.EventsResponse{Events: make([]api.Event, 0, len(entries))}
 	for _, e := range entries {
 		resp.Events = append(resp.Events, events.EventOf(e.Transition))
 	}
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// RunView is a run as GET /v1/runs shows it.
-type RunView struct {
-	RunID    string `json:"runId"`
-	TenantID string `json:"tenantId"`
-	// CreatedAt is the time in the run id (when it was generated).
-	CreatedAt time.Time `json:"createdAt"`
-	// LastSubmitAt is when tasks were last submitted to the run.
-	LastSubmitAt time.Time `json:"lastSubmitAt"`
-}
-
-// RunsResponse answers GET /v1/runs: a page of runs, newest first.
-type RunsResponse struct {
-	Runs          []RunView `json:"runs"`
-	NextPageToken string    `json:"nextPageToken,omitempty"`
 }
 
 // runsParams are the query parameters GET /v1/runs accepts.
@@ -166,9 +134,9 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
-	resp := RunsResponse{Runs: make([]RunView, 0, len(runs)), NextPageToken: next}
+	resp := api.RunsResponse{Runs: make([]api.Run, 0, len(runs)), NextPageToken: next}
 	for _, run := range runs {
-		v := RunView{RunID: run.RunID, TenantID: run.TenantID, LastSubmitAt: run.LastSubmitAt}
+		v := api.Run{RunID: run.RunID, TenantID: run.TenantID, LastSubmitAt: run.LastSubmitAt}
 		if id, err := ulid.ParseStrict(strings.TrimPrefix(run.RunID, task.RunIDPrefix)); err == nil {
 			v.CreatedAt = ulid.Time(id.Time()).UTC()
 		}

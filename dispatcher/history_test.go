@@ -28,7 +28,7 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 
 	t.Run("counts", func(t *testing.T) {
 		r := e.do("GET", "/v1/tasks:counts?tenantId="+tenant, nil, "")
-		var c CountsResponse
+		var c api.CountsResponse
 		r.decode(t, &c)
 		if r.status != http.StatusOK || c.Total != 3 || c.Counts[api.Succeeded] != 1 || c.Counts[api.Queued] != 2 || len(c.Counts) != 7 {
 			t.Fatalf("counts = %d %+v", r.status, c)
@@ -40,7 +40,7 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 		}
 	})
 	t.Run("list worker and order", func(t *testing.T) {
-		var l ListResponse
+		var l api.ListResponse
 		e.do("GET", "/v1/tasks?tenantId="+tenant+"&worker=render&order=newest", nil, "").decode(t, &l)
 		if len(l.Tasks) != 2 || l.Tasks[0].TaskID != ids[1] || l.Tasks[1].TaskID != ids[0] {
 			t.Fatalf("newest-first render tasks = %+v, want %s then %s", l.Tasks, ids[1], ids[0])
@@ -51,7 +51,7 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 		}
 	})
 	t.Run("task events", func(t *testing.T) {
-		var ev EventsResponse
+		var ev api.EventsResponse
 		r := e.do("GET", "/v1/tasks/"+ids[0]+"/events", nil, "")
 		r.decode(t, &ev)
 		want := []api.State{api.Pending, api.Queued, api.Running, api.Succeeded}
@@ -65,7 +65,7 @@ func TestCountsListFiltersAndEvents(t *testing.T) {
 		}
 	})
 	t.Run("run events", func(t *testing.T) {
-		var ev EventsResponse
+		var ev api.EventsResponse
 		e.do("GET", "/v1/runs/"+run+"/events", nil, "").decode(t, &ev)
 		if len(ev.Events) != 4+2+2 {
 			t.Fatalf("run events = %d: %+v", len(ev.Events), ev.Events)

@@ -14,9 +14,9 @@ import (
 
 // list pages through GET /v1/tasks with q, returning every task and the
 // number of pages.
-func (e *env) list(q url.Values, pageSize int, during func(page int)) ([]TaskView, int) {
+func (e *env) list(q url.Values, pageSize int, during func(page int)) ([]api.Task, int) {
 	e.t.Helper()
-	var all []TaskView
+	var all []api.Task
 	pages := 0
 	q.Set("pageSize", itoa(pageSize))
 	for {
@@ -24,7 +24,7 @@ func (e *env) list(q url.Values, pageSize int, during func(page int)) ([]TaskVie
 		if r.status != http.StatusOK {
 			e.t.Fatalf("list: %d %s", r.status, r.body)
 		}
-		var lr ListResponse
+		var lr api.ListResponse
 		r.decode(e.t, &lr)
 		if len(lr.Tasks) > pageSize {
 			e.t.Fatalf("page of %d tasks, size %d", len(lr.Tasks), pageSize)
@@ -108,7 +108,7 @@ func TestList(t *testing.T) {
 
 	// No filter: everything, with the default page size.
 	r := e.do("GET", "/v1/tasks", nil, "")
-	var lr ListResponse
+	var lr api.ListResponse
 	r.decode(t, &lr)
 	if r.status != http.StatusOK || len(lr.Tasks) != 11 || lr.NextPageToken != "" {
 		t.Fatalf("unfiltered: %d, %d tasks, token %q", r.status, len(lr.Tasks), lr.NextPageToken)
@@ -160,7 +160,7 @@ func TestGetShape(t *testing.T) {
 	if _, ok := attempts[0]["completionDigest"]; ok {
 		t.Error("attempt leaks completionDigest")
 	}
-	var v TaskView
+	var v api.Task
 	r.decode(t, &v)
 	if v.State != api.Running || string(v.Payload) != `{"partition":5}` || v.Attempts[0].WorkerID != "worker-1" {
 		t.Errorf("view = %+v", v)

@@ -25,13 +25,13 @@ func quotaEnv(t *testing.T, p quota.Policy, opts ...store.Option) *env {
 	return newEnv(t, envOptions{store: append(opts, store.WithQuotas(&p)), config: func(c *Config) { c.RequestTimeout = 5 * time.Minute }})
 }
 
-func (e *env) usage(tenant string) UsageResponse {
+func (e *env) usage(tenant string) api.UsageResponse {
 	e.t.Helper()
 	r := e.do("GET", "/v1/tenants/"+tenant+"/usage", nil, "")
 	if r.status != http.StatusOK {
 		e.t.Fatalf("usage %s: %d %s", tenant, r.status, r.body)
 	}
-	var u UsageResponse
+	var u api.UsageResponse
 	r.decode(e.t, &u)
 	return u
 }
@@ -61,7 +61,7 @@ func TestMaxQueuedAdmitsExactly(t *testing.T) {
 			b["taskKey"] = fmt.Sprintf("k-%d", i)
 			r := e.do("POST", "/v1/tasks", b, "")
 			if r.status == http.StatusTooManyRequests {
-				if er := r.err(t); er.Error != CodeQuotaExceeded || r.header.Get("Retry-After") == "" {
+				if er := r.err(t); er.Code != CodeQuotaExceeded || r.header.Get("Retry-After") == "" {
 					t.Errorf("429 answer %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
 				}
 			}

@@ -1,11 +1,9 @@
 package dispatcher
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/access"
@@ -13,50 +11,9 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// TaskView is a task as the control API shows it (PRODUCT §5): identity,
-// payload, state, the reason it ended, the current attempt, timers, retry
-// policy, times, and (GET /v1/tasks/{id} only) every attempt's record.
-type TaskView struct {
-	TaskID         string          `json:"taskId"`
-	RunID          string          `json:"runId"`
-	TenantID       string          `json:"tenantId"`
-	WorkspaceID    string          `json:"workspaceId"`
-	TaskKey        string          `json:"taskKey"`
-	AssetID        string          `json:"assetId,omitempty"`
-	Worker         string          `json:"worker"`
-	State          api.State       `json:"state"`
-	Reason         string          `json:"reason,omitempty"`
-	CancelReason   string          `json:"cancelReason,omitempty"`
-	Attempt        int             `json:"attempt"`
-	Payload        json.RawMessage `json:"payload,omitempty"`
-	Resources      json.RawMessage `json:"resources,omitempty"`
-	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
-	// RerunOf is the task this one reruns.
-	RerunOf string `json:"rerunOf,omitempty"`
-
-	HeartbeatIntervalMs int64           `json:"heartbeatIntervalMs"`
-	HeartbeatTimeoutMs  int64           `json:"heartbeatTimeoutMs"`
-	CancelGracePeriodMs int64           `json:"cancelGracePeriodMs"`
-	StartTimeoutMs      int64           `json:"startTimeoutMs"`
-	Retry               api.RetryPolicy `json:"retry"`
-	Deadline            *time.Time      `json:"deadline,omitempty"`
-
-	CreatedAt time.Time  `json:"createdAt"`
-	UpdatedAt time.Time  `json:"updatedAt"`
-	EndedAt   *time.Time `json:"endedAt,omitempty"`
-	// ScheduledAt is when a QUEUED retry attempt is due to be delivered.
-	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
-	// CancelDeadline is when a CANCELLING task's grace period ends.
-	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
-
-	// Attempts are the attempt records, oldest first: outcome, worker id,
-	// times, last heartbeat, progress, message, error, output, metrics.
-	Attempts []task.Attempt `json:"attempts,omitempty"`
-}
-
-// ViewOf returns the API view of t (with t.Attempts, if read).
-func ViewOf(t *task.Task) TaskView {
-	v := TaskView{
+// viewOf returns the API view of t (with t.Attempts, if read).
+func viewOf(t *task.Task) api.Task {
+	v := api.Task{
 		TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
 		AssetID: t.AssetID, Worker: t.Worker, State: t.State, Reason: t.Reason, CancelReason: t.CancelReason,
 		Attempt: t.Attempt, Payload: t.Payload, Resources: t.Resources, IdempotencyKey: t.IdempotencyKey,
@@ -64,7 +21,10 @@ func ViewOf(t *task.Task) TaskView {
 		HeartbeatIntervalMs: t.Timing.HeartbeatIntervalMs, HeartbeatTimeoutMs: t.Timing.HeartbeatTimeoutMs,
 		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs, StartTimeoutMs: t.Timing.StartTimeoutMs,
 		Retry: t.Retry, Deadline: t.Deadline, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt,
-		CancelDeadline: t.CancelDeadline, Attempts: t.Attempts,
+		CancelDeadline: t.CancelDeadline,
+	}
+	for _, a := range t.Attempts {
+		v.Attempts = append(v.Attempts, attemptView(a))
 	}
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
@@ -72,18 +32,22 @@ func ViewOf(t *task.Task) TaskView {
 	return v
 }
 
-// ListResponse answers GET /v1/tasks: a page of tasks (without attempts)
-// in creation order, and the token of the next page ("" on the last).
-type ListResponse struct {
-	Tasks         []TaskView `json:"tasks"`
-	NextPageToken string     `json:"nextPageToken,omitempty"`
+// attemptView is an attempt's record as the API shows it.
+func attemptView(a task.Attempt) api.Attempt {
+	return api.Attempt{
+		Attempt: a.Attempt, Outcome: a.Outcome, WorkerID: a.WorkerID, CreatedAt: a.CreatedAt, ScheduledAt: a.ScheduledAt,
+		StartedAt: a.StartedAt, CompletedAt: a.CompletedAt, LastHeartbeatAt: a.LastHeartbeatAt, ProgressPct: a.ProgressPct,
+		Message: a.Message, Checkpoint: a.Checkpoint, Error: a.Error, Output: a.Output, Metrics: a.Metrics,
+		CancelledDuringPhase: a.CancelledDuringPhase, PartialProgress: a.PartialProgress, ReportedAt: a.ReportedAt,
+		Execution: a.Execution,
+	}
 }
 
 // get serves GET /v1/tasks/{id}.
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &ErrorResponse{Error: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
 	t, err := h.cfg.Store.Get(r.Context(), id)
@@ -95,7 +59,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, ViewOf(&t))
+	writeJSON(w, http.StatusOK, viewOf(&t))
 }
 
 // listParams are the query parameters GET /v1/tasks accepts.
@@ -165,9 +129,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err)
 		return
 	}
-	resp := ListResponse{Tasks: make([]TaskView, 0, len(tasks)), NextPageToken: next}
+	resp := api.ListResponse{Tasks: make([]api.Task, 0, len(tasks)), NextPageToken: next}
 	for i := range tasks {
-		resp.Tasks = append(resp.Tasks, ViewOf(&tasks[i]))
+		resp.Tasks = append(resp.Tasks, viewOf(&tasks[i]))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

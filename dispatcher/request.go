@@ -61,7 +61,7 @@ func checkContentType(r *http.Request) *apiError {
 	if ct == "" {
 		ct = "none"
 	}
-	return &apiError{status: http.StatusUnsupportedMediaType, body: ErrorResponse{Error: api.CodeUnsupportedMediaType,
+	return &apiError{status: http.StatusUnsupportedMediaType, body: api.Error{Code: api.CodeUnsupportedMediaType,
 		Message: fmt.Sprintf("Content-Type must be application/json (got %s)", ct)}}
 }
 

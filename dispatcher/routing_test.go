@@ -62,7 +62,7 @@ func TestRouting(t *testing.T) {
 				t.Errorf("Content-Type %q", r.header.Get("Content-Type"))
 			}
 			if c.code != "" {
-				if eb := r.err(t); eb.Error != c.code || eb.Message == "" {
+				if eb := r.err(t); eb.Code != c.code || eb.Message == "" {
 					t.Errorf("error = %+v, want %s", eb, c.code)
 				}
 			}
@@ -98,7 +98,7 @@ func TestContentType(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
 			}
 			if c.status == http.StatusUnsupportedMediaType {
-				if eb := r.err(t); eb.Error != api.CodeUnsupportedMediaType {
+				if eb := r.err(t); eb.Code != api.CodeUnsupportedMediaType {
 					t.Fatalf("error %+v", eb)
 				}
 			}
@@ -135,7 +135,7 @@ func TestPayloadTooLarge(t *testing.T) {
 			t.Fatalf("payload of %d bytes: status %d, want 413: %.300s", size, r.status, r.body)
 		}
 		eb := r.err(t)
-		if eb.Error != api.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != MaxEnvelopeBytes ||
+		if eb.Code != api.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != MaxEnvelopeBytes ||
 			!strings.Contains(eb.Message, fmt.Sprint(enqueue.MaxTaskBytes)) || !strings.Contains(eb.Message, "Cloud Tasks") {
 			t.Fatalf("answer = %+v", eb)
 		}
@@ -147,7 +147,7 @@ func TestPayloadTooLarge(t *testing.T) {
 	if r.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", r.status)
 	}
-	if eb := r.err(t); eb.Error != api.CodePayloadTooLarge || eb.LimitBytes != DefaultMaxBodyBytes ||
+	if eb := r.err(t); eb.Code != api.CodePayloadTooLarge || eb.LimitBytes != DefaultMaxBodyBytes ||
 		!strings.Contains(eb.Message, fmt.Sprint(DefaultMaxBodyBytes)) {
 		t.Fatalf("answer = %+v", eb)
 	}
@@ -188,8 +188,8 @@ func TestStoreStatus(t *testing.T) {
 		{errors.New("decode: bad field"), http.StatusInternalServerError, CodeInternal},
 	} {
 		status, body := h.storeStatus(r, c.err)
-		if status != c.status || body.Error != c.code {
-			t.Errorf("storeStatus(%v) = %d %s, want %d %s", c.err, status, body.Error, c.status, c.code)
+		if status != c.status || body.Code != c.code {
+			t.Errorf("storeStatus(%v) = %d %s, want %d %s", c.err, status, body.Code, c.status, c.code)
 		}
 		w := httptest.NewRecorder()
 		writeError(w, status, body)

@@ -39,91 +39,6 @@ const (
 // document (also 1 MiB).
 const MaxEnvelopeBytes = enqueue.MaxTaskBytes - 2*api.MaxCheckpointBytes - 8<<10
 
-// SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
-// milliseconds; absent ones take the defaults (heartbeat interval 30 s,
-// heartbeat timeout max(90 s, 3 × interval), cancel grace 30 s).
-type SubmitRequest struct {
-	TenantID    string `json:"tenantId"`
-	WorkspaceID string `json:"workspaceId"`
-	// RunID groups tasks; a new one is generated when absent. When given it
-	// must be a Servo run id ("run_" + ULID).
-	RunID   string `json:"runId,omitempty"`
-	TaskKey string `json:"taskKey"`
-	AssetID string `json:"assetId,omitempty"`
-	// Worker is a configured worker name; URLs are never accepted.
-	Worker string `json:"worker"`
-	// Payload is handed to the worker in the envelope.
-	Payload json.RawMessage `json:"payload,omitempty"`
-	// Resources is a JSON object passed through to the envelope.
-	Resources json.RawMessage `json:"resources,omitempty"`
-	// Deadline is an RFC 3339 time in the future.
-	Deadline            string        `json:"deadline,omitempty"`
-	HeartbeatIntervalMs *int64        `json:"heartbeatIntervalMs,omitempty"`
-	HeartbeatTimeoutMs  *int64        `json:"heartbeatTimeoutMs,omitempty"`
-	CancelGracePeriodMs *int64        `json:"cancelGracePeriodMs,omitempty"`
-	Retry               *RetryRequest `json:"retry,omitempty"`
-	// IdempotencyKey makes a repeated submit (same tenant, same key) return
-	// the task the first one created.
-	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	// RerunOf names the finished task this one reruns (a task id); the
-	// submit is refused with 409 while that task has not finished.
-	RerunOf string `json:"rerunOf,omitempty"`
-}
-
-// RetryRequest is a submit's retry policy (PRODUCT §6); absent fields take
-// the defaults (3 attempts, 30 s initial backoff, coefficient 2, 10 min
-// maximum backoff).
-type RetryRequest struct {
-	MaxAttempts        *int     `json:"maxAttempts,omitempty"`
-	InitialBackoffMs   *int64   `json:"initialBackoffMs,omitempty"`
-	BackoffCoefficient *float64 `json:"backoffCoefficient,omitempty"`
-	MaxBackoffMs       *int64   `json:"maxBackoffMs,omitempty"`
-}
-
-// SubmitResponse answers a submit: 201 for a new task, 200 for a repeated
-// idempotency key.
-type SubmitResponse struct {
-	TaskID  string    `json:"taskId"`
-	RunID   string    `json:"runId"`
-	Attempt int       `json:"attempt"`
-	State   api.State `json:"state"`
-}
-
-// BatchRequest is the body of POST /v1/tasks:batch. Tasks without a runId
-// join RunID, which is generated once when absent: a batch is one run
-// unless its tasks say otherwise.
-type BatchRequest struct {
-	RunID string          `json:"runId,omitempty"`
-	Tasks []SubmitRequest `json:"tasks"`
-}
-
-// BatchResult is one task's outcome in a BatchResponse, in request order.
-type BatchResult struct {
-	TaskID  string    `json:"taskId"`
-	RunID   string    `json:"runId"`
-	Attempt int       `json:"attempt,omitempty"`
-	State   api.State `json:"state,omitempty"`
-	// Status is the HTTP status the task would have had on its own: 201
-	// created, 200 repeated idempotency key, 503 not stored (retry).
-	Status  int    `json:"status"`
-	Error   string `json:"error,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
-// BatchResponse answers a batch: 201 when every task was stored and at
-// least one is new, 200 when all were repeats, 207 when some failed (see
-// each result's status), 503 when none could be stored.
-type BatchResponse struct {
-	RunID    string        `json:"runId"`
-	Created  int           `json:"created"`
-	Existing int           `json:"existing"`
-	Failed   int           `json:"failed"`
-	Tasks    []BatchResult `json:"tasks"`
-	// Error and Message are set when no task could be stored (503).
-	Error   string `json:"error,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
 // submit serves POST /v1/tasks.
 func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 	reject := func(e *apiError) {
@@ -135,7 +50,7 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 		reject(e)
 		return
 	}
-	var req SubmitRequest
+	var req api.SubmitRequest
 	if e := decodeObject(body, &req, ""); e != nil {
 		reject(e)
 		return
@@ -201,7 +116,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	keys := make(map[[2]string]int)
 	for i, item := range raw.Tasks {
 		prefix := fmt.Sprintf("tasks[%d].", i)
-		var req SubmitRequest
+		var req api.SubmitRequest
 		if e := decodeObject(item, &req, prefix); e != nil {
 			h.fail(w, r, e)
 			return
@@ -229,7 +144,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		tasks[i] = t
 	}
 
-	resp := BatchResponse{RunID: runID, Tasks: make([]BatchResult, len(tasks))}
+	resp := api.BatchResponse{RunID: runID, Tasks: make([]api.BatchResult, len(tasks))}
 	stored := h.cfg.Store.CreateMany(r.Context(), tasks, now, true)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, h.cfg.BatchParallelism)
@@ -238,12 +153,12 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			t := tasks[i]
-			res := BatchResult{TaskID: t.ID, RunID: t.RunID}
+			res := api.BatchResult{TaskID: t.ID, RunID: t.RunID}
 			sr, created, err := h.afterCreate(r.Context(), stored[i])
 			switch {
 			case err != nil:
 				status, eb := h.storeStatus(r, err, taskAttrs(&t)...)
-				res.Status, res.Error, res.Message = status, eb.Error, eb.Message
+				res.Status, res.Error, res.Message = status, eb.Code, eb.Message
 			default:
 				res.TaskID, res.RunID, res.Attempt, res.State = sr.TaskID, sr.RunID, sr.Attempt, sr.State
 				res.Status = http.StatusOK
@@ -296,7 +211,7 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 // prepare validates req and builds the task to store. defaultRunID is used
 // when req names no run (a new run id is generated when both are empty);
 // prefix is prepended to field names ("tasks[3].").
-func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time, prefix string) (task.Task, *apiError) {
+func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.Time, prefix string) (task.Task, *apiError) {
 	pf := func(e *apiError) *apiError {
 		if e != nil {
 			e.body.Field = prefix + e.body.Field
@@ -381,13 +296,13 @@ func (h *handler) prepare(req *SubmitRequest, defaultRunID string, now time.Time
 	_, body, err := h.cfg.Enqueuer.Envelope(&stored, now)
 	switch {
 	case errors.Is(err, enqueue.ErrEnvelopeTooLarge) || (err == nil && len(body) > MaxEnvelopeBytes):
-		return task.Task{}, &apiError{status: http.StatusRequestEntityTooLarge, body: ErrorResponse{
-			Error: api.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
+		return task.Task{}, &apiError{status: http.StatusRequestEntityTooLarge, body: api.Error{
+			Code: api.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
 			Message: fmt.Sprintf("the task envelope (payload, resources and task fields) would exceed %d bytes: "+
 				"Cloud Tasks' task size limit is %d bytes, and %d are reserved for a retry's checkpoint and bookkeeping",
 				MaxEnvelopeBytes, enqueue.MaxTaskBytes, enqueue.MaxTaskBytes-MaxEnvelopeBytes)}}
 	case err != nil:
-		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: ErrorResponse{Error: CodeInternal, Message: "could not build the task envelope"}}
+		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: api.Error{Code: CodeInternal, Message: "could not build the task envelope"}}
 	}
 	return t, nil
 }
@@ -407,7 +322,7 @@ func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiE
 		status, body := h.storeStatus(r, err, "rerunOf", t.RerunOf)
 		return &apiError{status: status, body: *body}
 	case !orig.State.Terminal():
-		return &apiError{status: http.StatusConflict, body: ErrorResponse{Error: CodeTaskNotTerminal, Field: prefix + "rerunOf", State: orig.State,
+		return &apiError{status: http.StatusConflict, body: api.Error{Code: CodeTaskNotTerminal, Field: prefix + "rerunOf", State: orig.State,
 			Message: fmt.Sprintf("task %s is %s: only a finished task can be rerun", orig.ID, orig.State)}}
 	}
 	return nil
@@ -415,7 +330,7 @@ func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiE
 
 // timing builds the task's timers: explicit values as given (Validate
 // rejects zero and negative ones), defaults for the rest.
-func (h *handler) timing(req *SubmitRequest) api.Timing {
+func (h *handler) timing(req *api.SubmitRequest) api.Timing {
 	t := api.Timing{
 		HeartbeatIntervalMs: api.DefaultHeartbeatInterval.Milliseconds(),
 		CancelGracePeriodMs: api.DefaultCancelGracePeriod.Milliseconds(),
@@ -436,14 +351,14 @@ func (h *handler) timing(req *SubmitRequest) api.Timing {
 
 // retryPolicy builds the task's retry policy: explicit values as given,
 // defaults for the rest.
-func retryPolicy(r *RetryRequest) api.RetryPolicy {
+func retryPolicy(r *api.RetryRequest) api.RetryPolicy {
 	p := api.RetryPolicy{
 		MaxAttempts:        api.DefaultMaxAttempts,
 		InitialBackoffMs:   api.DefaultInitialBackoff.Milliseconds(),
 		BackoffCoefficient: api.DefaultBackoffCoefficient,
 	}
 	if r == nil {
-		r = &RetryRequest{}
+		r = &api.RetryRequest{}
 	}
 	if r.MaxAttempts != nil {
 		p.MaxAttempts = *r.MaxAttempts
@@ -475,16 +390,16 @@ func compactJSON(field string, raw json.RawMessage) (json.RawMessage, *apiError)
 
 // submitOne stores t (or finds the task its idempotency key names) and
 // enqueues it. created is false for a repeat.
-func (h *handler) submitOne(ctx context.Context, t task.Task, now time.Time) (SubmitResponse, bool, error) {
+func (h *handler) submitOne(ctx context.Context, t task.Task, now time.Time) (api.SubmitResponse, bool, error) {
 	return h.afterCreate(ctx, h.cfg.Store.CreateMany(ctx, []task.Task{t}, now, true)[0])
 }
 
 // afterCreate creates the Cloud Task of a task just stored QUEUED (one
 // commit, then one CreateTask), or re-drives the enqueue of a repeat that is
 // still PENDING, and logs the submit. created is false for a repeat.
-func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (SubmitResponse, bool, error) {
+func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (api.SubmitResponse, bool, error) {
 	if c.Err != nil {
-		return SubmitResponse{}, false, c.Err
+		return api.SubmitResponse{}, false, c.Err
 	}
 	stored := c.Task
 	state := stored.State
@@ -506,7 +421,7 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (Submit
 	telemetry.RecordSubmit(ctx, result, 1)
 	h.log.InfoContext(ctx, "task submitted", append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker,
 		"state", state, "repeat", c.Existed)...)
-	return SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !c.Existed, nil
+	return api.SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !c.Existed, nil
 }
 
 // enqueue creates the Cloud Task of a stored task (QUEUED by the submit's

@@ -188,7 +188,7 @@ func TestSubmitIdempotentConcurrent(t *testing.T) {
 		default:
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
-		var sr SubmitResponse
+		var sr api.SubmitResponse
 		r.decode(t, &sr)
 		ids[sr.TaskID] = true
 	}
@@ -214,7 +214,7 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 	keyed := validSubmit("acme")
 	keyed["idempotencyKey"] = "k-1"
 	b := e.submit(keyed, http.StatusCreated)
-	for _, sr := range []SubmitResponse{a, b} {
+	for _, sr := range []api.SubmitResponse{a, b} {
 		if sr.State != api.Pending || sr.Attempt != 1 {
 			t.Fatalf("submit with Cloud Tasks down = %+v, want PENDING attempt 1", sr)
 		}

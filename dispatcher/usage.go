@@ -9,23 +9,6 @@ import (
 	"github.com/servo-dev/servo/internal/store"
 )
 
-// UsageResponse answers GET /v1/tenants/{tenant}/usage.
-type UsageResponse struct {
-	TenantID string `json:"tenantId"`
-	// Running counts the tenant's tasks holding a run slot: RUNNING or
-	// CANCELLING, and (for a limited tenant) those enqueued to their worker
-	// and not yet started.
-	Running int `json:"running"`
-	// Queued counts the tenant's tasks PENDING or QUEUED.
-	Queued int `json:"queued"`
-	// Limits are the tenant's limits (0: unlimited).
-	Limits quota.Limits `json:"limits"`
-	// Source says where the figures come from: "counters" (the quota
-	// counter shards of a limited tenant, one query) or "tasks" (count
-	// aggregations over the tenant's tasks).
-	Source string `json:"source"`
-}
-
 // usage serves GET /v1/tenants/{tenant}/usage.
 func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("tenant")
@@ -37,8 +20,9 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	resp := UsageResponse{TenantID: tenant, Limits: h.cfg.Store.Quotas().For(quota.KindTenant, tenant)}
-	if resp.Limits.Limited() {
+	limits := h.cfg.Store.Quotas().For(quota.KindTenant, tenant)
+	resp := api.UsageResponse{TenantID: tenant, Limits: api.Limits{MaxRunning: limits.MaxRunning, MaxQueued: limits.MaxQueued}}
+	if limits.Limited() {
 		u, err := h.cfg.Store.QuotaUsage(r.Context(), quota.KindTenant, tenant)
 		if err != nil {
 			h.storeError(w, r, err)

@@ -124,7 +124,7 @@ func checkInvalid(t *testing.T, r response, field string) {
 		t.Fatalf("status %d, want 400: %s", r.status, r.body)
 	}
 	eb := r.err(t)
-	if eb.Error != api.CodeInvalidRequest || eb.Field != field || eb.Message == "" {
+	if eb.Code != api.CodeInvalidRequest || eb.Field != field || eb.Message == "" {
 		t.Fatalf("answer = %+v, want invalid_request for field %q", eb, field)
 	}
 }

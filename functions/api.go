@@ -44,7 +44,7 @@ func ServoAPI(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(err)/time.Second)))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(dispatcher.ErrorResponse{Error: api.CodeUnavailable,
+		_ = json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable,
 			Message: "the Servo control API is not configured: " + err.Error()})
 		return
 	}

@@ -32,26 +32,6 @@ const (
 // so Servo retries it (from its last checkpoint) on another worker.
 var ErrStopping = errors.New("worker: stopping: the grace period for running tasks is over")
 
-// ClaimError is a claim refused for good (4xx: unknown pool, a caller not
-// allowed, a bad request): Pull stops with it.
-type ClaimError struct {
-	Status  int
-	Code    string
-	Field   string
-	Message string
-}
-
-func (e *ClaimError) Error() string {
-	s := fmt.Sprintf("worker: claim refused: %d %s", e.Status, e.Code)
-	if e.Field != "" {
-		s += " (field " + e.Field + ")"
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
 // PullConfig configures [Pull].
 type PullConfig struct {
 	// API is the base URL that serves POST /v1/pools/{pool}/claim: the
@@ -88,7 +68,7 @@ type PullConfig struct {
 // fence, exactly one `completed`), at most cfg.Concurrency at a time. The
 // claim is the attempt's `started`. Empty claims and Servo's 503 are
 // followed by a backoff; a claim refused for good (4xx) ends Pull with a
-// *ClaimError. When ctx ends Pull stops claiming, lets running attempts
+// *[api.Error]. When ctx ends Pull stops claiming, lets running attempts
 // finish within cfg.Grace, then cancels them (ErrStopping), waits for their
 // reports, and returns nil.
 func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
@@ -179,7 +159,7 @@ func (p *puller) loop(ctx context.Context) error {
 			break
 		}
 		env, wait, err := p.claim(ctx, graceCtx)
-		var ce *ClaimError
+		var ce *api.Error
 		switch {
 		case errors.As(err, &ce):
 			log.ErrorContext(ctx, "claim refused; stopping", "status", ce.Status, "code", ce.Code, "field", ce.Field, "message", ce.Message)
@@ -268,7 +248,7 @@ type claimResponse struct {
 // claim makes one claim. It is sent under graceCtx (an envelope claimed
 // just as ctx ends is still run), and abandoned when ctx ends and the
 // grace period runs out. It returns the envelope (nil when nothing was
-// claimed), a Retry-After to honour, and an error (*ClaimError: final).
+// claimed), a Retry-After to honour, and an error (*api.Error: final).
 func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Duration, error) {
 	body, _ := json.Marshal(api.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
 	rctx, cancel := context.WithTimeout(graceCtx, p.cfg.MaxWait+p.h.cfg.requestTimeout)
@@ -276,7 +256,7 @@ func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Durat
 	u := strings.TrimSuffix(p.cfg.API, "/") + "/v1/pools/" + url.PathEscape(p.cfg.Pool) + "/claim"
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, &ClaimError{Code: "bad_url", Message: err.Error()}
+		return nil, 0, &api.Error{Code: "bad_url", Message: err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
@@ -308,7 +288,7 @@ func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Durat
 	case servo && cr.Disposition == api.Retry, !servo && retryableStatus(res.StatusCode):
 		return nil, retryAfter(res.Header.Get("Retry-After")), fmt.Errorf("worker: claim answered %d %s", res.StatusCode, cr.Error)
 	}
-	return nil, 0, &ClaimError{Status: res.StatusCode, Code: cr.Error, Field: cr.Field, Message: cr.Message}
+	return nil, 0, &api.Error{Status: res.StatusCode, Code: cr.Error, Field: cr.Field, Message: cr.Message, Disposition: cr.Disposition}
 }
 
 func retryableStatus(s int) bool {

@@ -38,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -79,7 +80,7 @@ type Enqueuer interface {
 // Recorder keeps the latest pass's figures where operators can read them
 // (*store.Store writes the document meta/sweeper).
 type Recorder interface {
-	RecordSweep(ctx context.Context, st store.SweepStatus) error
+	RecordSweep(ctx context.Context, st api.SweepStatus) error
 }
 
 // Redriver re-delivers transition events left undelivered in the outbox
@@ -346,15 +347,15 @@ func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	rec := store.SweepStatus{
+	rec := api.SweepStatus{
 		LastPassAt:    time.Now(),
 		PassMs:        took.Milliseconds(),
-		Duties:        make(map[string]store.SweepDuty, len(Duties)),
+		Duties:        make(map[string]api.SweepDuty, len(Duties)),
 		RedriveErrors: st.RedriveErrors,
 	}
 	for _, d := range Duties {
 		ds := st.Duty(d.Due)
-		rec.Duties[d.Name] = store.SweepDuty{Due: ds.Due, Applied: ds.Applied, Errors: ds.Errors + ds.QueryErrors, MaxLagMs: ds.MaxLagMs}
+		rec.Duties[d.Name] = api.SweepDuty{Due: ds.Due, Applied: ds.Applied, Errors: ds.Errors + ds.QueryErrors, MaxLagMs: ds.MaxLagMs}
 	}
 	if err := s.cfg.Recorder.RecordSweep(ctx, rec); err != nil {
 		s.log.WarnContext(ctx, "recording the sweep pass failed", "error", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,10 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/dispatcher"
 )
 
 // clientFlags are the flags every client command takes.
@@ -41,16 +42,37 @@ func (c *clientFlags) client(ctx context.Context) (*client.Client, error) {
 	if api == "" {
 		return nil, usageErr("no API: pass --api URL or set %s (servo dev prints it)", client.APIEnv)
 	}
-	cl, err := client.New(ctx, api)
+	cl, err := newClient(ctx, api)
 	if err != nil {
 		return nil, err
 	}
 	return withIdentity(ctx, cl)
 }
 
+// newClient is a client for the API at base. Against a deployed (HTTPS)
+// API it authenticates with an ID token from Application Default
+// Credentials; against a loopback address (the local stack) it sends no
+// credentials.
+func newClient(ctx context.Context, base string) (*client.Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "https" || isLoopback(u.Hostname()) {
+		return client.New(base) // its own error for a bad URL
+	}
+	hc, err := idtoken.NewClient(ctx, strings.TrimRight(base, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("authenticate to %s with Application Default Credentials (run `gcloud auth application-default login`, or use a service account): %w", base, err)
+	}
+	return client.New(base, client.WithHTTPClient(hc))
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
 // apiErr maps API errors to exit codes.
 func apiErr(err error) error {
-	var ae *client.APIError
+	var ae *api.Error
 	if errors.As(err, &ae) {
 		switch ae.Status {
 		case http.StatusNotFound:
@@ -174,7 +196,7 @@ state (or the existing task for a repeated --idempotency-key).`,
 	return cmd
 }
 
-func printSubmitted(w io.Writer, res client.SubmitResponse) error {
+func printSubmitted(w io.Writer, res api.SubmitResponse) error {
 	t := newTable("TASK", "RUN", "ATTEMPT", "STATE").colorState(3)
 	t.add(res.TaskID, res.RunID, fmt.Sprint(res.Attempt), string(res.State))
 	return t.write(w, termOf(w))
@@ -218,7 +240,7 @@ its outcome, worker, times, progress and message or error.`,
 	return cmd
 }
 
-func printTask(w io.Writer, t *client.Task) error {
+func printTask(w io.Writer, t *api.Task) error {
 	ti := termOf(w)
 	state := string(t.State)
 	if ti.color {
@@ -371,7 +393,7 @@ func listPages(ctx context.Context, c *client.Client, q url.Values, limit, pageS
 	}
 	var shown, batch int
 	header := true
-	var buf []client.Task
+	var buf []api.Task
 	next := q.Get("pageToken")
 	first := true
 	for {
@@ -578,16 +600,16 @@ dropped. A task that has not finished is a conflict (exit 4).`,
 }
 
 // rerunBody is the submit body that reruns orig.
-func rerunBody(orig *client.Task, now time.Time) []byte {
+func rerunBody(orig *api.Task, now time.Time) []byte {
 	var suffix [8]byte
 	_, _ = rand.Read(suffix[:])
 	hb, hbt, grace := orig.HeartbeatIntervalMs, orig.HeartbeatTimeoutMs, orig.CancelGracePeriodMs
 	retry := orig.Retry
-	req := dispatcher.SubmitRequest{
+	req := api.SubmitRequest{
 		TenantID: orig.TenantID, WorkspaceID: orig.WorkspaceID, RunID: orig.RunID, TaskKey: orig.TaskKey,
 		AssetID: orig.AssetID, Worker: orig.Worker, Payload: orig.Payload, Resources: orig.Resources,
 		HeartbeatIntervalMs: &hb, HeartbeatTimeoutMs: &hbt, CancelGracePeriodMs: &grace,
-		Retry: &dispatcher.RetryRequest{MaxAttempts: &retry.MaxAttempts, InitialBackoffMs: &retry.InitialBackoffMs,
+		Retry: &api.RetryRequest{MaxAttempts: &retry.MaxAttempts, InitialBackoffMs: &retry.InitialBackoffMs,
 			BackoffCoefficient: &retry.BackoffCoefficient, MaxBackoffMs: &retry.MaxBackoffMs},
 		IdempotencyKey: "rerun-" + orig.TaskID + "-" + hex.EncodeToString(suffix[:]),
 		RerunOf:        orig.TaskID,

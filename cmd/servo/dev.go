@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/task"
@@ -196,8 +196,8 @@ func servoCommand() string {
 }
 
 // demo submits a small run to the example worker and shows it progressing.
-func demo(ctx context.Context, api string, out io.Writer) error {
-	c, err := client.New(ctx, api)
+func demo(ctx context.Context, base string, out io.Writer) error {
+	c, err := newClient(ctx, base)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func demo(ctx context.Context, api string, out io.Writer) error {
 		}
 	}
 	w := newWatcher(out, false, false).withTerm(termOf(out))
-	final, err := Watch(ctx, func() ([]client.Task, error) { return w.runTasks(ctx, c, run) }, w, 250*time.Millisecond)
+	final, err := Watch(ctx, func() ([]api.Task, error) { return w.runTasks(ctx, c, run) }, w, 250*time.Millisecond)
 	if err != nil {
 		return err
 	}

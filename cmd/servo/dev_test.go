@@ -114,7 +114,7 @@ func TestServoDevUsesRunningEmulators(t *testing.T) {
 		}
 	}
 
-	c, err := client.New(ctx, "http://"+addr)
+	c, err := client.New("http://" + addr)
 	if err != nil {
 		t.Fatal(err)
 	}

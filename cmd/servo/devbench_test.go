@@ -200,7 +200,7 @@ func BenchmarkDevWorkload(b *testing.B) {
 				pids[r] = p.pid
 			}
 		}
-		c, err := client.New(ctx, d.export("SERVO_API"))
+		c, err := client.New(d.export("SERVO_API"))
 		if err != nil {
 			b.Fatal(err)
 		}

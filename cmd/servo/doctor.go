@@ -23,7 +23,6 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
 )
@@ -128,7 +127,7 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	}
 
 	// 1. API and 2. sweeper: GET /v1/health.
-	var health dispatcher.HealthResponse
+	var health api.HealthResponse
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, status, err := c.Do(hctx, http.MethodGet, "/v1/health", nil, &health)
 	cancel()
@@ -227,7 +226,7 @@ func describeErr(status int, err error) string {
 }
 
 // waitFinal polls the task until it ends or limit passes.
-func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Duration) (client.Task, error) {
+func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Duration) (api.Task, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		v, _, err := c.Get(ctx, id)

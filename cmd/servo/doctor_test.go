@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 )
@@ -80,12 +80,12 @@ func TestDoctor(t *testing.T) {
 }
 
 // waitSweep waits until GET /v1/health shows a sweeper pass.
-func waitSweep(t *testing.T, api string) {
+func waitSweep(t *testing.T, base string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var h dispatcher.HealthResponse
-		if resp, err := http.Get(api + "/v1/health"); err == nil {
+		var h api.HealthResponse
+		if resp, err := http.Get(base + "/v1/health"); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&h)
 			resp.Body.Close()
 		}

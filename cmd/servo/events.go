@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
 )
@@ -59,8 +60,8 @@ export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 				if err != nil {
 					return err
 				}
-				opts.Replay = func(ctx context.Context) ([]events.Event, error) {
-					var evs []events.Event
+				opts.Replay = func(ctx context.Context) ([]api.Event, error) {
+					var evs []api.Event
 					var err error
 					if taskID != "" {
 						evs, err = c.TaskEvents(ctx, taskID)
@@ -108,16 +109,16 @@ export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 
 // mergeBySeq orders recorded events for printing: each task's in seq
 // order (as the API returns them), the tasks' interleaved by time.
-func mergeBySeq(evs []events.Event) []events.Event {
+func mergeBySeq(evs []api.Event) []api.Event {
 	var order []string
-	byTask := map[string][]events.Event{}
+	byTask := map[string][]api.Event{}
 	for _, e := range evs {
 		if _, ok := byTask[e.TaskID]; !ok {
 			order = append(order, e.TaskID)
 		}
 		byTask[e.TaskID] = append(byTask[e.TaskID], e)
 	}
-	out := make([]events.Event, 0, len(evs))
+	out := make([]api.Event, 0, len(evs))
 	for len(out) < len(evs) {
 		best := ""
 		for _, id := range order {

@@ -152,7 +152,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	c, err := client.New(context.Background(), s.URL)
+	c, err := client.New(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +163,8 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	for range 3 {
 		ids = append(ids, st.submit("held", `{}`, slowTimers).TaskID)
 	}
-	runningNow := func(id string) client.Task {
-		return st.wait(id, "RUNNING at 40%", func(v client.Task) bool {
+	runningNow := func(id string) api.Task {
+		return st.wait(id, "RUNNING at 40%", func(v api.Task) bool {
 			p, known, _ := progressOf(&v)
 			return v.State == api.Running && known && p == 40 && len(v.Attempts) > 0
 		})
@@ -235,7 +235,7 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	// A task submitted after the rotation gets a k2 envelope; the running
 	// ones finish through their k1 tokens.
 	late := st.submit("held", `{}`, slowTimers).TaskID
-	st.wait(late, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
+	st.wait(late, "RUNNING", func(v api.Task) bool { return v.State == api.Running })
 	st.unhold()
 	for _, id := range append(ids, late) {
 		st.waitState(id, api.Succeeded)

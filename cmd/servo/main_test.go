@@ -18,7 +18,6 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestServoDevBinary runs what a newcomer runs: the built servo binary's
@@ -106,14 +105,14 @@ func TestServoDevBinary(t *testing.T) {
 	}
 	out, code := run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "k1", "--worker", "example",
 		"--payload", `{"partitions": 3, "partitionMs": 50}`)
-	var sub client.SubmitResponse
+	var sub api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &sub) != nil || sub.TaskID == "" {
 		t.Fatalf("submit: exit %d, %s", code, out)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		out, code = run("get", sub.TaskID, "--json")
-		var v client.Task
+		var v api.Task
 		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
 			t.Fatalf("get: exit %d, %s", code, out)
 		}
@@ -194,11 +193,11 @@ func TestWatcherPlainOutput(t *testing.T) {
 	var buf bytes.Buffer
 	w := newWatcher(&buf, false, false)
 	p := 40
-	tk := client.Task{TaskID: "task_1", State: api.Running, Attempt: 1, Attempts: []task.Attempt{{Attempt: 1, ProgressPct: &p, Message: "partition 4"}}}
-	w.render([]client.Task{tk})
-	w.render([]client.Task{tk}) // unchanged: no new line
+	tk := api.Task{TaskID: "task_1", State: api.Running, Attempt: 1, Attempts: []api.Attempt{{Attempt: 1, ProgressPct: &p, Message: "partition 4"}}}
+	w.render([]api.Task{tk})
+	w.render([]api.Task{tk}) // unchanged: no new line
 	tk.State = api.Succeeded
-	w.render([]client.Task{tk})
+	w.render([]api.Task{tk})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], " 40% partition 4") || !strings.Contains(lines[1], "SUCCEEDED") || !strings.Contains(lines[1], "100%") {
 		t.Fatalf("output:\n%s", buf.String())

@@ -64,7 +64,7 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(func() { s.Close() })
 	t.Cleanup(st.unhold)
 	st.s = s
-	if st.c, err = client.New(context.Background(), s.URL); err != nil {
+	if st.c, err = client.New(s.URL); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -80,7 +80,7 @@ func (st *stack) unhold() {
 }
 
 // submit submits a task with fast timers; extra overrides fields.
-func (st *stack) submit(workerName, payload string, extra map[string]any) client.SubmitResponse {
+func (st *stack) submit(workerName, payload string, extra map[string]any) api.SubmitResponse {
 	st.t.Helper()
 	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": workerName, "payload": json.RawMessage(payload),
@@ -99,7 +99,7 @@ func (st *stack) submit(workerName, payload string, extra map[string]any) client
 }
 
 // wait polls the task until ok says so.
-func (st *stack) wait(id string, what string, ok func(client.Task) bool) client.Task {
+func (st *stack) wait(id string, what string, ok func(api.Task) bool) api.Task {
 	st.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -117,9 +117,9 @@ func (st *stack) wait(id string, what string, ok func(client.Task) bool) client.
 	}
 }
 
-func (st *stack) waitState(id string, s api.State) client.Task {
+func (st *stack) waitState(id string, s api.State) api.Task {
 	st.t.Helper()
-	return st.wait(id, string(s), func(v client.Task) bool { return v.State == s })
+	return st.wait(id, string(s), func(v api.Task) bool { return v.State == s })
 }
 
 // cli runs servo in process against the stack.
@@ -249,7 +249,7 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 	st := startStack(t)
 	sub := st.submit("held", `{}`, nil)
 	id := sub.TaskID
-	st.wait(id, "progress 40", func(v client.Task) bool {
+	st.wait(id, "progress 40", func(v api.Task) bool {
 		p, known, _ := progressOf(&v)
 		return known && p == 40
 	})
@@ -307,8 +307,8 @@ func (b *syncBuffer) String() string {
 }
 
 // tailEvents decodes the NDJSON events printed so far.
-func tailEvents(t *testing.T, s string) []events.Event {
-	var out []events.Event
+func tailEvents(t *testing.T, s string) []api.Event {
+	var out []api.Event
 	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
 		if l == "" {
 			continue
@@ -351,7 +351,7 @@ func TestEventsTailAll(t *testing.T) {
 	go func() {
 		exited <- execute(ctx, []string{"events", "tail", "--run", run, "--all", "--json", "--api", st.s.URL, "--project", st.s.Project}, nil, &out, &errOut)
 	}()
-	waitFor := func(what string, n int) []events.Event {
+	waitFor := func(what string, n int) []api.Event {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -434,18 +434,18 @@ func TestRerun(t *testing.T) {
 	st := startStack(t)
 	orig := st.submit(devstack.ExampleWorker, `{"partitions": 2, "partitionMs": 50}`, map[string]any{"idempotencyKey": "first-run", "assetId": "asset-9"})
 	running := st.submit("held", `{}`, nil).TaskID
-	st.wait(running, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
+	st.wait(running, "RUNNING", func(v api.Task) bool { return v.State == api.Running })
 
 	_, errOut, code := st.cli("rerun", running)
 	if code != exitConflict || !strings.Contains(errOut, "only a finished task can be rerun") {
 		t.Fatalf("rerun of a running task: exit %d, %s", code, errOut)
 	}
 	// The API refuses it too, whoever asks.
-	b := rerunBody(&client.Task{TaskID: running, TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "held",
+	b := rerunBody(&api.Task{TaskID: running, TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "held",
 		HeartbeatIntervalMs: 200, HeartbeatTimeoutMs: 3000, CancelGracePeriodMs: 1000,
 		Retry: api.RetryPolicy{MaxAttempts: 1, InitialBackoffMs: 100, BackoffCoefficient: 2, MaxBackoffMs: 100}}, time.Now())
 	_, _, err := st.c.Submit(context.Background(), b)
-	var ae *client.APIError
+	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != "task_not_terminal" || ae.Field != "rerunOf" {
 		t.Fatalf("submit with rerunOf of a running task: %v", err)
 	}
@@ -455,7 +455,7 @@ func TestRerun(t *testing.T) {
 
 	first := st.waitState(orig.TaskID, api.Succeeded)
 	out, errOut, code := st.cli("rerun", orig.TaskID, "--json")
-	var res client.SubmitResponse
+	var res api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.TaskID == "" || res.TaskID == orig.TaskID {
 		t.Fatalf("rerun: exit %d, %s %s", code, out, errOut)
 	}
@@ -471,7 +471,7 @@ func TestRerun(t *testing.T) {
 	}
 	// A second rerun is another new task.
 	out, _, code = st.cli("rerun", orig.TaskID, "--json")
-	var res2 client.SubmitResponse
+	var res2 api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &res2) != nil || res2.TaskID == res.TaskID {
 		t.Fatalf("second rerun: exit %d %s", code, out)
 	}
@@ -488,7 +488,7 @@ func TestRunsAndList(t *testing.T) {
 		st.submit(devstack.ExampleWorker, `{"partitions": 1, "partitionMs": 10}`, map[string]any{"runId": older, "taskKey": fmt.Sprint("o", i)})
 	}
 	held := st.submit("held", `{}`, map[string]any{"runId": newer}).TaskID
-	st.wait(held, "RUNNING", func(v client.Task) bool { return v.State == api.Running })
+	st.wait(held, "RUNNING", func(v api.Task) bool { return v.State == api.Running })
 	for _, id := range mustList(t, st, older) {
 		st.waitState(id, api.Succeeded)
 	}
@@ -563,7 +563,7 @@ func TestRunsAndList(t *testing.T) {
 func mustList(t *testing.T, st *stack, run string) []string {
 	t.Helper()
 	out, _, code := st.cli("list", "--run", run, "--json")
-	var lr client.ListResponse
+	var lr api.ListResponse
 	if code != 0 || json.Unmarshal([]byte(out), &lr) != nil {
 		t.Fatalf("list --json: exit %d %s", code, out)
 	}

@@ -163,7 +163,7 @@ func TestServoDevTelemetry(t *testing.T) {
 		t.Fatalf("servo dev not ready\n%s", stderr.String())
 	}
 
-	c, err := client.New(ctx, "http://"+addr)
+	c, err := client.New("http://" + addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -44,7 +44,7 @@ func TestAsAndUsage(t *testing.T) {
 		t.Fatalf("usage as alice: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, code = cli("--as", "alice@example.com", "usage", "acme", "--json")
-	var u dispatcher.UsageResponse
+	var u api.UsageResponse
 	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Limits.MaxRunning != 3 || u.Source != "counters" {
 		t.Fatalf("usage --json: exit %d %s", code, out)
 	}

@@ -3,9 +3,8 @@ package main
 import (
 	"fmt"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/spf13/cobra"
-
-	"github.com/servo-dev/servo/dispatcher"
 )
 
 func newUsageCmd() *cobra.Command {
@@ -27,7 +26,7 @@ tenant's maxRunning and maxQueued (0: unlimited).`,
 			if err != nil {
 				return err
 			}
-			var u dispatcher.UsageResponse
+			var u api.UsageResponse
 			raw, err := c.Usage(ctx, args[0], &u)
 			if err != nil {
 				return apiErr(err)

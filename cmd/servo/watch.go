@@ -51,12 +51,12 @@ task does not exist.`,
 			}
 			out := cmd.OutOrStdout()
 			w := newWatcher(out, false, cf.json).withTerm(termOf(out))
-			fetch := func() ([]client.Task, error) {
+			fetch := func() ([]api.Task, error) {
 				if run != "" {
 					return w.runTasks(ctx, c, run)
 				}
 				t, _, err := c.Get(ctx, args[0])
-				return []client.Task{t}, err
+				return []api.Task{t}, err
 			}
 			final, err := Watch(ctx, fetch, w, every)
 			if err != nil {
@@ -79,7 +79,7 @@ task does not exist.`,
 // runTasks lists a run's tasks and reads each one whose state changed
 // since the last poll (the list has no attempts), so a finished task is
 // read once more, for its final progress and message, and then no more.
-func (w *watcher) runTasks(ctx context.Context, c *client.Client, run string) ([]client.Task, error) {
+func (w *watcher) runTasks(ctx context.Context, c *client.Client, run string) ([]api.Task, error) {
 	tasks, err := c.ListAll(ctx, url.Values{"runId": {run}})
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func (w *watcher) runTasks(ctx context.Context, c *client.Client, run string) ([
 
 // Watch polls fetch every interval and renders the tasks with w until
 // every task is terminal or ctx ends; it returns the last tasks seen.
-func Watch(ctx context.Context, fetch func() ([]client.Task, error), w *watcher, every time.Duration) ([]client.Task, error) {
+func Watch(ctx context.Context, fetch func() ([]api.Task, error), w *watcher, every time.Duration) ([]api.Task, error) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -133,14 +133,14 @@ type watcher struct {
 	json  bool
 	lines int               // lines drawn by the last redraw
 	last  map[string]string // per task, what was last printed (line and JSON modes)
-	full  map[string]client.Task
+	full  map[string]api.Task
 	now   func() time.Time
 }
 
 // newWatcher returns a watcher writing to out: redrawing in place when tty
 // (at defaultWidth, without colours; see withTerm), JSON lines with asJSON.
 func newWatcher(out io.Writer, tty, asJSON bool) *watcher {
-	w := &watcher{out: out, json: asJSON, last: map[string]string{}, full: map[string]client.Task{}, now: time.Now}
+	w := &watcher{out: out, json: asJSON, last: map[string]string{}, full: map[string]api.Task{}, now: time.Now}
 	if tty {
 		w.ti = termInfo{tty: true, width: defaultWidth}
 	}
@@ -159,7 +159,7 @@ func (w *watcher) withTerm(ti termInfo) *watcher {
 // last reported. A CANCELLING or ended task keeps what its attempt
 // reported; a task with no report yet has known = false. A SUCCEEDED task
 // is at 100 %.
-func progressOf(t *client.Task) (p int, known bool, msg string) {
+func progressOf(t *api.Task) (p int, known bool, msg string) {
 	for i := len(t.Attempts) - 1; i >= 0; i-- {
 		a := t.Attempts[i]
 		if a.Attempt != t.Attempt {
@@ -181,7 +181,7 @@ func progressOf(t *client.Task) (p int, known bool, msg string) {
 }
 
 // elapsed is how long the task has existed: until it ended, or until now.
-func (w *watcher) elapsed(t *client.Task) time.Duration {
+func (w *watcher) elapsed(t *api.Task) time.Duration {
 	end := w.now()
 	if t.EndedAt != nil {
 		end = *t.EndedAt
@@ -216,7 +216,7 @@ func shortDuration(d time.Duration) string {
 }
 
 // render shows tasks.
-func (w *watcher) render(tasks []client.Task) {
+func (w *watcher) render(tasks []api.Task) {
 	switch {
 	case w.json:
 		w.renderJSON(tasks)
@@ -230,7 +230,7 @@ func (w *watcher) render(tasks []client.Task) {
 // finish shows the final outcome of tasks, which have all ended: the last
 // table with the outcome line on a terminal, the outcome line otherwise,
 // nothing more in JSON.
-func (w *watcher) finish(tasks []client.Task) {
+func (w *watcher) finish(tasks []api.Task) {
 	switch {
 	case w.json:
 	case w.ti.tty:
@@ -253,7 +253,7 @@ type watchEvent struct {
 	ElapsedMs   int64     `json:"elapsedMs"`
 }
 
-func (w *watcher) renderJSON(tasks []client.Task) {
+func (w *watcher) renderJSON(tasks []api.Task) {
 	for i := range tasks {
 		t := &tasks[i]
 		p, known, msg := progressOf(t)
@@ -272,7 +272,7 @@ func (w *watcher) renderJSON(tasks []client.Task) {
 	}
 }
 
-func (w *watcher) renderLines(tasks []client.Task) {
+func (w *watcher) renderLines(tasks []api.Task) {
 	for i := range tasks {
 		t := &tasks[i]
 		p, known, msg := progressOf(t)
@@ -289,7 +289,7 @@ func (w *watcher) renderLines(tasks []client.Task) {
 }
 
 // redraw draws the table over the previous one.
-func (w *watcher) redraw(tasks []client.Task, done bool) {
+func (w *watcher) redraw(tasks []api.Task, done bool) {
 	tb := newTable("TASK", "KEY", "STATE", "ATT", "PROGRESS", "MESSAGE", "ELAPSED").shrink(5, 1, 0).colorState(2)
 	barWidth := 20
 	if w.ti.width < 120 {
@@ -320,7 +320,7 @@ func (w *watcher) redraw(tasks []client.Task, done bool) {
 }
 
 // summary counts tasks per state: "3 tasks: 1 RUNNING, 2 SUCCEEDED".
-func summary(tasks []client.Task) string {
+func summary(tasks []api.Task) string {
 	counts := map[api.State]int{}
 	for _, t := range tasks {
 		counts[t.State]++
@@ -339,7 +339,7 @@ func summary(tasks []client.Task) string {
 }
 
 // outcome is the final line: all succeeded, or which did not.
-func outcome(tasks []client.Task) string {
+func outcome(tasks []api.Task) string {
 	var bad []string
 	for _, t := range tasks {
 		if t.State != api.Succeeded {

@@ -23,12 +23,10 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/servotest"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -171,20 +169,20 @@ func (e *env) submit(key string, payload map[string]any) string {
 	if status != http.StatusCreated {
 		e.t.Fatalf("submit: %d %s", status, out)
 	}
-	var r dispatcher.SubmitResponse
+	var r api.SubmitResponse
 	if err := json.Unmarshal(out, &r); err != nil {
 		e.t.Fatal(err)
 	}
 	return r.TaskID
 }
 
-func (e *env) get(id string) dispatcher.TaskView {
+func (e *env) get(id string) api.Task {
 	e.t.Helper()
 	status, out := e.do("GET", "/v1/tasks/"+id, nil)
 	if status != http.StatusOK {
 		e.t.Fatalf("get: %d %s", status, out)
 	}
-	var v dispatcher.TaskView
+	var v api.Task
 	if err := json.Unmarshal(out, &v); err != nil {
 		e.t.Fatal(err)
 	}
@@ -192,7 +190,7 @@ func (e *env) get(id string) dispatcher.TaskView {
 }
 
 // waitFor polls the task until ok says so.
-func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispatcher.TaskView {
+func (e *env) waitFor(id, what string, ok func(api.Task) bool) api.Task {
 	e.t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
@@ -207,20 +205,20 @@ func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispat
 	}
 }
 
-func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) api.Task {
 	e.t.Helper()
-	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
+	return e.waitFor(id, string(s), func(v api.Task) bool { return v.State == s })
 }
 
 // checkpointed: the running attempt has stored a checkpoint.
-func checkpointed(v dispatcher.TaskView) bool {
+func checkpointed(v api.Task) bool {
 	if v.State != api.Running || len(v.Attempts) == 0 {
 		return false
 	}
 	return len(v.Attempts[len(v.Attempts)-1].Checkpoint) > 0
 }
 
-func attemptsOf(v dispatcher.TaskView) string {
+func attemptsOf(v api.Task) string {
 	var b strings.Builder
 	for _, a := range v.Attempts {
 		fmt.Fprintf(&b, "[%d %s %s err=%v out=%s] ", a.Attempt, a.Outcome, a.WorkerID, a.Error, a.Output)
@@ -236,7 +234,7 @@ type output struct {
 	Digest      string `json:"digest"`
 }
 
-func outputOf(t *testing.T, a task.Attempt) output {
+func outputOf(t *testing.T, a api.Attempt) output {
 	t.Helper()
 	var o output
 	if err := json.Unmarshal(a.Output, &o); err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -224,7 +223,7 @@ func (f *fixture) submit(t *testing.T, body map[string]any) string {
 	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
 		t.Fatalf("submit: %d %s", res.StatusCode, out)
 	}
-	var r dispatcher.SubmitResponse
+	var r api.SubmitResponse
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -232,14 +231,14 @@ func (f *fixture) submit(t *testing.T, body map[string]any) string {
 }
 
 // get reads a task through the API.
-func (f *fixture) get(t *testing.T, id string) dispatcher.TaskView {
+func (f *fixture) get(t *testing.T, id string) api.Task {
 	t.Helper()
 	res, err := http.Get(f.stack.URL + "/v1/tasks/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var v dispatcher.TaskView
+	var v api.Task
 	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +246,7 @@ func (f *fixture) get(t *testing.T, id string) dispatcher.TaskView {
 }
 
 // waitState polls the API until the task is in state.
-func (f *fixture) waitState(t *testing.T, id string, state api.State) dispatcher.TaskView {
+func (f *fixture) waitState(t *testing.T, id string, state api.State) api.Task {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {

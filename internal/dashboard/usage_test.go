@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/api"
 )
 
 // TestTenantUsage: the tasks page filtered by a tenant shows the tenant's
@@ -35,7 +35,7 @@ func TestTenantUsage(t *testing.T) {
 	}
 	// Once the worker started it, the task holds a run slot and is no
 	// longer queued (enqueued and not started, it counts in both).
-	var api dispatcher.UsageResponse
+	var api api.UsageResponse
 	deadline := time.Now().Add(30 * time.Second)
 	for api.Running != 1 || api.Queued != 0 {
 		if time.Now().After(deadline) {

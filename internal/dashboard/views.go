@@ -305,7 +305,7 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 type HealthView struct {
 	ServerTime time.Time
 	// Sweeper is the latest pass (nil when none was recorded).
-	Sweeper *store.SweepStatus
+	Sweeper *api.SweepStatus
 	// SweeperAge is the time since that pass.
 	SweeperAge string
 	// Stale: the latest pass is older than a minute (the production
@@ -324,7 +324,7 @@ type HealthView struct {
 type DutyRow struct {
 	Name    store.Due
 	Backlog int64
-	Last    store.SweepDuty
+	Last    api.SweepDuty
 }
 
 // DeadLetter is a task that ended FAILED, with its attempts.
@@ -358,7 +358,7 @@ func (d *Dashboard) loadHealth(ctx context.Context) (any, error) {
 	var (
 		wg      sync.WaitGroup
 		errs    [5]error
-		st      store.SweepStatus
+		st      api.SweepStatus
 		found   bool
 		backlog map[store.Due]int64
 		oldest  *time.Time

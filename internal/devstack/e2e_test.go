@@ -16,7 +16,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -121,7 +120,7 @@ func (e *env) do(method, path string, body any) (int, []byte) {
 }
 
 // submit posts a task to the scripted worker with fast timers.
-func (e *env) submit(extra map[string]any) dispatcher.SubmitResponse {
+func (e *env) submit(extra map[string]any) api.SubmitResponse {
 	e.t.Helper()
 	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": "scripted", "payload": map[string]any{"n": 1},
@@ -135,24 +134,24 @@ func (e *env) submit(extra map[string]any) dispatcher.SubmitResponse {
 	if status != http.StatusCreated && status != http.StatusOK {
 		e.t.Fatalf("submit: %d %s", status, out)
 	}
-	var r dispatcher.SubmitResponse
+	var r api.SubmitResponse
 	json.Unmarshal(out, &r)
 	return r
 }
 
-func (e *env) get(id string) dispatcher.TaskView {
+func (e *env) get(id string) api.Task {
 	e.t.Helper()
 	status, out := e.do("GET", "/v1/tasks/"+id, nil)
 	if status != http.StatusOK {
 		e.t.Fatalf("get: %d %s", status, out)
 	}
-	var v dispatcher.TaskView
+	var v api.Task
 	json.Unmarshal(out, &v)
 	return v
 }
 
 // waitState polls until the task is in state s.
-func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) api.Task {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -420,7 +419,7 @@ func TestIdempotentSubmit(t *testing.T) {
 	body := map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": "scripted", "idempotencyKey": "order-42"}
 	s1, out1 := e.do("POST", "/v1/tasks", body)
 	s2, out2 := e.do("POST", "/v1/tasks", body)
-	var r1, r2 dispatcher.SubmitResponse
+	var r1, r2 api.SubmitResponse
 	json.Unmarshal(out1, &r1)
 	json.Unmarshal(out2, &r2)
 	if s1 != 201 || s2 != 200 || r1.TaskID == "" || r1.TaskID != r2.TaskID {
@@ -450,7 +449,7 @@ func TestEveryTaskEventsArriveInOrder(t *testing.T) {
 		e.callback(d.env, "completed", succeeded(d.env, "w"))
 	}
 	want := []string{"->PENDING", "PENDING->QUEUED", "QUEUED->RUNNING", "RUNNING->SUCCEEDED"}
-	got := map[string][]events.Event{}
+	got := map[string][]api.Event{}
 	receive(t, e.stack.PubSub, "e2e-events", func(m *pubsub.Message) bool {
 		ev, err := events.DecodeEvent(m.Data)
 		if err != nil {

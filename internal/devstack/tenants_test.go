@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
@@ -63,7 +62,7 @@ func (e *env) batch(tenant string, n int) []string {
 	if status != http.StatusCreated {
 		e.t.Fatalf("batch: %d %s", status, out)
 	}
-	var br dispatcher.BatchResponse
+	var br api.BatchResponse
 	json.Unmarshal(out, &br)
 	ids := make([]string, len(br.Tasks))
 	for i, r := range br.Tasks {
@@ -103,7 +102,7 @@ func TestTenantMaxRunning(t *testing.T) {
 		t.Fatalf("at most %d ran at once (want ≤ 2), %d started (want 10)", g.max, len(g.started))
 	}
 	status, out := e.do("GET", "/v1/tenants/acme/usage", nil)
-	var u dispatcher.UsageResponse
+	var u api.UsageResponse
 	json.Unmarshal(out, &u)
 	if status != 200 || u.Running != 0 || u.Queued != 0 || u.Limits.MaxRunning != 2 {
 		t.Fatalf("usage after: %d %s", status, out)

@@ -182,10 +182,10 @@ func (c *collector) waitIDs(t *testing.T, ids []string, min int) []received {
 
 // firstByTask decodes the events of msgs, first delivery of each event id
 // only, grouped by task in delivery order.
-func firstByTask(t *testing.T, msgs []received) map[string][]events.Event {
+func firstByTask(t *testing.T, msgs []received) map[string][]api.Event {
 	t.Helper()
 	seen := map[string]bool{}
-	out := map[string][]events.Event{}
+	out := map[string][]api.Event{}
 	for _, m := range msgs {
 		ev, err := events.DecodeEvent(m.data)
 		if err != nil {
@@ -313,7 +313,7 @@ type transitionWant struct {
 	outcome  api.Outcome
 }
 
-func checkEvents(t *testing.T, tk task.Task, got []events.Event, want []transitionWant) {
+func checkEvents(t *testing.T, tk task.Task, got []api.Event, want []transitionWant) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("task %s: %d events, want %d: %+v", tk.ID, len(got), len(want), got)

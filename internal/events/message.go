@@ -52,39 +52,9 @@ const (
 	AttrReason = "reason"
 )
 
-// Event is the JSON body of a message on the events topic: one task
-// transition (PRODUCT §7). Delivery is at least once; EventID identifies
-// duplicates and Seq orders a task's events.
-type Event struct {
-	// EventID is deterministic from (task, attempt, from, to).
-	EventID     string `json:"eventId"`
-	TaskID      string `json:"taskId"`
-	RunID       string `json:"runId"`
-	TenantID    string `json:"tenantId"`
-	WorkspaceID string `json:"workspaceId"`
-	// Worker is the task's worker name.
-	Worker string `json:"worker,omitempty"`
-	// Attempt is the attempt the transition happened in.
-	Attempt int `json:"attempt"`
-	// From is the previous state; empty for the creation event.
-	From api.State `json:"from,omitempty"`
-	To   api.State `json:"to"`
-	// Reason is the machine's reason (SUBMITTED, ENQUEUED, RETRY_SCHEDULED, …).
-	Reason     string    `json:"reason,omitempty"`
-	OccurredAt time.Time `json:"occurredAt"`
-	// Outcome is the attempt's outcome when the transition ended it.
-	Outcome api.Outcome `json:"outcome,omitempty"`
-	// Error is the attempt's error when the transition ended it with one.
-	Error *api.ErrorInfo `json:"error,omitempty"`
-	// NextAttempt is set when a retry was scheduled (to = QUEUED).
-	NextAttempt int `json:"nextAttempt,omitempty"`
-	// Seq numbers the task's transitions from 1, without gaps.
-	Seq int64 `json:"seq"`
-}
-
 // EventOf returns the event a transition publishes.
-func EventOf(tr task.Transition) Event {
-	return Event{
+func EventOf(tr task.Transition) api.Event {
+	return api.Event{
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID,
 		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, Attempt: tr.Attempt, From: tr.From, To: tr.To,
 		Reason: tr.Reason, OccurredAt: stamp(tr.OccurredAt), Outcome: tr.Outcome, Error: tr.Error,
@@ -229,13 +199,13 @@ func DeadLetterMessage(d DeadLetter) (*pubsub.Message, error) {
 }
 
 // DecodeEvent decodes an events-topic message body.
-func DecodeEvent(data []byte) (Event, error) {
-	var e Event
+func DecodeEvent(data []byte) (api.Event, error) {
+	var e api.Event
 	if err := json.Unmarshal(data, &e); err != nil {
-		return Event{}, fmt.Errorf("events: decode event: %w", err)
+		return api.Event{}, fmt.Errorf("events: decode event: %w", err)
 	}
 	if e.EventID == "" || e.TaskID == "" {
-		return Event{}, fmt.Errorf("events: decode event: missing eventId or taskId")
+		return api.Event{}, fmt.Errorf("events: decode event: missing eventId or taskId")
 	}
 	return e, nil
 }

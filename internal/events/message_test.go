@@ -194,7 +194,7 @@ func TestTableRow(t *testing.T) {
 	retry.Reason, retry.Outcome, retry.NextAttempt = api.ReasonRetryScheduled, api.OutcomeFailed, 2
 	retry.Error = &api.ErrorInfo{Category: api.CategoryUserCode, Message: "boom"}
 	tests := []struct {
-		ev   Event
+		ev   api.Event
 		want []string
 	}{
 		{created, []string{"2025-11-21T09:30:00.123Z", "task_A", "∅ → PENDING", "SUBMITTED"}},

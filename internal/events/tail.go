@@ -15,6 +15,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/servo-dev/servo/api"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -39,7 +40,7 @@ type TailOptions struct {
 	// record is read, an event is either in the record or arrives live, or
 	// both: a live event whose EventID was replayed is not printed again
 	// (nor is a redelivered one), so the seam has neither gap nor duplicate.
-	Replay func(ctx context.Context) ([]Event, error)
+	Replay func(ctx context.Context) ([]api.Event, error)
 	// ReplaySince, when set, prints only the replayed events that occurred
 	// at or after it; the earlier ones still count as printed.
 	ReplaySince time.Time
@@ -150,7 +151,7 @@ func tailFilter(opts TailOptions) string {
 }
 
 // Matches reports whether e passes the task and run filters of opts.
-func (opts TailOptions) Matches(e Event) bool {
+func (opts TailOptions) Matches(e api.Event) bool {
 	return (opts.TaskID == "" || e.TaskID == opts.TaskID) && (opts.RunID == "" || e.RunID == opts.RunID)
 }
 
@@ -175,7 +176,7 @@ func (p *printer) print(data []byte, opts TailOptions) {
 
 // printEvent prints e (data is its JSON) unless an event with its EventID
 // was printed already.
-func (p *printer) printEvent(e Event, data []byte) {
+func (p *printer) printEvent(e api.Event, data []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil || p.seen[e.EventID] {
@@ -205,7 +206,7 @@ func TableHeader() string {
 }
 
 // TableRow formats an event as one line of Tail's table.
-func TableRow(e Event) string {
+func TableRow(e api.Event) string {
 	from := string(e.From)
 	if from == "" {
 		from = "∅"

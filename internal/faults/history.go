@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -55,10 +53,10 @@ type TaskHistory struct {
 	Deliveries []Delivery
 	// Events are the events read from the events topic, in arrival order,
 	// duplicates included.
-	Events []events.Event
+	Events []api.Event
 	// Final is the task as the API returned it after the run; nil if it
 	// could not be read.
-	Final *dispatcher.TaskView
+	Final *api.Task
 }
 
 // History is what a run saw, for Check.
@@ -292,7 +290,7 @@ func (c *checker) apiAnswer(id string, call Call) {
 }
 
 // committed checks an accepted completed against the final state.
-func (c *checker) committed(id string, call Call, f *dispatcher.TaskView, evs []events.Event) {
+func (c *checker) committed(id string, call Call, f *api.Task, evs []api.Event) {
 	a := call.Answer
 	if a.RetryScheduled {
 		if a.FinalState != api.Queued || a.NextAttempt != call.Attempt+1 {
@@ -314,9 +312,9 @@ func (c *checker) committed(id string, call Call, f *dispatcher.TaskView, evs []
 }
 
 // events checks the task's events and returns one copy of each, by seq.
-func (c *checker) events(th *TaskHistory) []events.Event {
+func (c *checker) events(th *TaskHistory) []api.Event {
 	id := th.TaskID
-	bySeq := map[int64]events.Event{}
+	bySeq := map[int64]api.Event{}
 	for _, e := range th.Events {
 		c.st.Events++
 		if prev, ok := bySeq[e.Seq]; ok {
@@ -328,11 +326,11 @@ func (c *checker) events(th *TaskHistory) []events.Event {
 		}
 		bySeq[e.Seq] = e
 	}
-	evs := make([]events.Event, 0, len(bySeq))
+	evs := make([]api.Event, 0, len(bySeq))
 	for _, e := range bySeq {
 		evs = append(evs, e)
 	}
-	slices.SortFunc(evs, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(evs, func(a, b api.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	if len(evs) == 0 {
 		c.fail(InvEvents, id, "no event was read")
 		return nil
@@ -384,7 +382,7 @@ func edge(from, to api.State) bool {
 
 // serverTimes checks that the attempt records hold Servo's times, not a
 // skewed worker's.
-func (c *checker) serverTimes(id string, f *dispatcher.TaskView) {
+func (c *checker) serverTimes(id string, f *api.Task) {
 	if c.h.Start.IsZero() || c.h.End.IsZero() {
 		return
 	}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -16,8 +14,8 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 func ptr[T any](v T) *T   { return &v }
 
-func ev(seq int64, attempt int, from, to api.State, ms int) events.Event {
-	return events.Event{EventID: task.EventID("task_1", attempt, from, to), TaskID: "task_1", Attempt: attempt, From: from, To: to, Seq: seq, OccurredAt: at(ms)}
+func ev(seq int64, attempt int, from, to api.State, ms int) api.Event {
+	return api.Event{EventID: task.EventID("task_1", attempt, from, to), TaskID: "task_1", Attempt: attempt, From: from, To: to, Seq: seq, OccurredAt: at(ms)}
 }
 
 func cb(kind string, attempt, status int, d api.Disposition, code string, sent int) Call {
@@ -46,12 +44,12 @@ func retried() *History {
 		cb("heartbeat", 1, 409, api.Cancel, api.CodeAttemptMismatch, 6000),
 	}
 	th.Calls[1].RetryAfter = "1"
-	th.Events = []events.Event{
+	th.Events = []api.Event{
 		ev(1, 1, "", api.Pending, 0), ev(2, 1, api.Pending, api.Queued, 10), ev(3, 1, api.Queued, api.Running, 100),
 		zombieToQueued, ev(5, 2, api.Queued, api.Running, 4000), ev(6, 2, api.Running, api.Succeeded, 5000),
 		ev(6, 2, api.Running, api.Succeeded, 5000), // a duplicate delivery
 	}
-	th.Final = &dispatcher.TaskView{TaskID: "task_1", State: api.Succeeded, Attempt: 2, Attempts: []task.Attempt{
+	th.Final = &api.Task{TaskID: "task_1", State: api.Succeeded, Attempt: 2, Attempts: []api.Attempt{
 		{Attempt: 1, Outcome: api.OutcomeZombie, StartedAt: ptr(at(100))},
 		{Attempt: 2, Outcome: api.OutcomeSucceeded, StartedAt: ptr(at(4000)), LastHeartbeatAt: ptr(at(4500)), CompletedAt: ptr(at(5000))},
 	}}

@@ -19,7 +19,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/token"
@@ -203,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	go func() {
 		defer close(received)
 		_ = ps.Subscriber(subName).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
-			var e events.Event
+			var e api.Event
 			if err := json.Unmarshal(m.Data, &e); err == nil && e.TaskID != "" {
 				r.rec.With(func(h *History) {
 					th := h.Task(e.TaskID)
@@ -504,12 +503,12 @@ func (r *run) drain(ctx context.Context) error {
 }
 
 // get reads a task and records it as the task's final state so far.
-func (r *run) get(ctx context.Context, id string) (dispatcher.TaskView, bool) {
+func (r *run) get(ctx context.Context, id string) (api.Task, bool) {
 	c := Call{TaskID: id, Kind: KindGet, Sent: time.Now()}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.servo.URL()+"/v1/tasks/"+id, nil)
 	res, err := r.api.Do(req)
 	c.Received = time.Now()
-	var v dispatcher.TaskView
+	var v api.Task
 	if err != nil {
 		return v, false
 	}
@@ -543,7 +542,7 @@ func (r *run) waitEvents(ctx context.Context) {
 					continue
 				}
 				seqs := map[int64]bool{}
-				var last events.Event
+				var last api.Event
 				for _, e := range th.Events {
 					seqs[e.Seq] = true
 					if e.Seq > last.Seq {

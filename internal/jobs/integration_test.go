@@ -19,7 +19,6 @@ import (
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -121,15 +120,15 @@ func (s *stack) do(method, path string, body any) (int, []byte) {
 func (s *stack) submit(worker, payload string, intervalMs, timeoutMs, graceMs int64, maxAttempts int) string {
 	s.t.Helper()
 	backoff := int64(100)
-	status, body := s.do("POST", "/v1/tasks", dispatcher.SubmitRequest{
+	status, body := s.do("POST", "/v1/tasks", api.SubmitRequest{
 		TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: worker, Payload: json.RawMessage(payload),
 		HeartbeatIntervalMs: &intervalMs, HeartbeatTimeoutMs: &timeoutMs, CancelGracePeriodMs: &graceMs,
-		Retry: &dispatcher.RetryRequest{MaxAttempts: &maxAttempts, InitialBackoffMs: &backoff, MaxBackoffMs: &backoff},
+		Retry: &api.RetryRequest{MaxAttempts: &maxAttempts, InitialBackoffMs: &backoff, MaxBackoffMs: &backoff},
 	})
 	if status != http.StatusCreated {
 		s.t.Fatalf("submit: %d %s", status, body)
 	}
-	var r dispatcher.SubmitResponse
+	var r api.SubmitResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		s.t.Fatal(err)
 	}

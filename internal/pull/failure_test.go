@@ -242,7 +242,7 @@ func TestPullGracefulStop(t *testing.T) {
 
 var quickID atomic.Value
 
-// A claim refused for good ends Pull with a *worker.ClaimError: an unknown
+// A claim refused for good ends Pull with a *api.Error: an unknown
 // pool (404), and pool B claimed as pool A's account (403).
 func TestPullStopsOnRefusedClaim(t *testing.T) {
 	e := sharedEnv(t)
@@ -257,7 +257,7 @@ func TestPullStopsOnRefusedClaim(t *testing.T) {
 	for _, c := range cases {
 		err := worker.Pull(context.Background(), worker.PullConfig{API: e.stack.URL, Pool: c.pool, DevIdentity: c.identity, MaxWait: time.Second},
 			func(ctx context.Context, tk *worker.Task) (any, error) { return nil, nil })
-		var ce *worker.ClaimError
+		var ce *api.Error
 		if !errors.As(err, &ce) || ce.Status != c.status || ce.Code != c.code {
 			t.Fatalf("pool %s: Pull returned %v, want %d %s", c.pool, err, c.status, c.code)
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -100,7 +99,7 @@ func (e *env) do(method, path string, body any, header ...string) (int, http.Hea
 }
 
 // submit submits a task to pool with fast timers.
-func (e *env) submit(pool string, extra map[string]any) dispatcher.SubmitResponse {
+func (e *env) submit(pool string, extra map[string]any) api.SubmitResponse {
 	e.t.Helper()
 	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": pool, "payload": map[string]any{"partitions": 2, "partitionMs": 20},
@@ -114,24 +113,24 @@ func (e *env) submit(pool string, extra map[string]any) dispatcher.SubmitRespons
 	if status != http.StatusCreated {
 		e.t.Fatalf("submit: %d %s", status, out)
 	}
-	var r dispatcher.SubmitResponse
+	var r api.SubmitResponse
 	json.Unmarshal(out, &r)
 	return r
 }
 
-func (e *env) get(id string) dispatcher.TaskView {
+func (e *env) get(id string) api.Task {
 	e.t.Helper()
 	status, _, out := e.do("GET", "/v1/tasks/"+id, nil)
 	if status != http.StatusOK {
 		e.t.Fatalf("get: %d %s", status, out)
 	}
-	var v dispatcher.TaskView
+	var v api.Task
 	json.Unmarshal(out, &v)
 	return v
 }
 
 // waitFor polls the task until ok says so.
-func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispatcher.TaskView {
+func (e *env) waitFor(id, what string, ok func(api.Task) bool) api.Task {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -146,9 +145,9 @@ func (e *env) waitFor(id, what string, ok func(dispatcher.TaskView) bool) dispat
 	}
 }
 
-func (e *env) waitState(id string, s api.State) dispatcher.TaskView {
+func (e *env) waitState(id string, s api.State) api.Task {
 	e.t.Helper()
-	return e.waitFor(id, string(s), func(v dispatcher.TaskView) bool { return v.State == s })
+	return e.waitFor(id, string(s), func(v api.Task) bool { return v.State == s })
 }
 
 // claim posts one claim as identity (none when "").

@@ -1,0 +1,374 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
+// milliseconds; absent ones take the defaults (heartbeat interval 30 s,
+// heartbeat timeout max(90 s, 3 × interval), cancel grace 30 s).
+type SubmitRequest struct {
+	TenantID    string `json:"tenantId"`
+	WorkspaceID string `json:"workspaceId"`
+	// RunID groups tasks; a new one is generated when absent. When given it
+	// must be a Servo run id ("run_" + ULID).
+	RunID   string `json:"runId,omitempty"`
+	TaskKey string `json:"taskKey"`
+	AssetID string `json:"assetId,omitempty"`
+	// Worker is a configured worker name; URLs are never accepted.
+	Worker string `json:"worker"`
+	// Payload is handed to the worker in the envelope.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Resources is a JSON object passed through to the envelope.
+	Resources json.RawMessage `json:"resources,omitempty"`
+	// Deadline is an RFC 3339 time in the future.
+	Deadline            string        `json:"deadline,omitempty"`
+	HeartbeatIntervalMs *int64        `json:"heartbeatIntervalMs,omitempty"`
+	HeartbeatTimeoutMs  *int64        `json:"heartbeatTimeoutMs,omitempty"`
+	CancelGracePeriodMs *int64        `json:"cancelGracePeriodMs,omitempty"`
+	Retry               *RetryRequest `json:"retry,omitempty"`
+	// IdempotencyKey makes a repeated submit (same tenant, same key) return
+	// the task the first one created.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// RerunOf names the finished task this one reruns (a task id); the
+	// submit is refused with 409 while that task has not finished.
+	RerunOf string `json:"rerunOf,omitempty"`
+}
+
+// RetryRequest is a submit's retry policy (PRODUCT §6); absent fields take
+// the defaults (3 attempts, 30 s initial backoff, coefficient 2, 10 min
+// maximum backoff).
+type RetryRequest struct {
+	MaxAttempts        *int     `json:"maxAttempts,omitempty"`
+	InitialBackoffMs   *int64   `json:"initialBackoffMs,omitempty"`
+	BackoffCoefficient *float64 `json:"backoffCoefficient,omitempty"`
+	MaxBackoffMs       *int64   `json:"maxBackoffMs,omitempty"`
+}
+
+// SubmitResponse answers a submit: 201 for a new task, 200 for a repeated
+// idempotency key.
+type SubmitResponse struct {
+	TaskID  string `json:"taskId"`
+	RunID   string `json:"runId"`
+	Attempt int    `json:"attempt"`
+	State   State  `json:"state"`
+}
+
+// BatchRequest is the body of POST /v1/tasks:batch. Tasks without a runId
+// join RunID, which is generated once when absent: a batch is one run
+// unless its tasks say otherwise.
+type BatchRequest struct {
+	RunID string          `json:"runId,omitempty"`
+	Tasks []SubmitRequest `json:"tasks"`
+}
+
+// BatchResult is one task's outcome in a BatchResponse, in request order.
+type BatchResult struct {
+	TaskID  string `json:"taskId"`
+	RunID   string `json:"runId"`
+	Attempt int    `json:"attempt,omitempty"`
+	State   State  `json:"state,omitempty"`
+	// Status is the HTTP status the task would have had on its own: 201
+	// created, 200 repeated idempotency key, 503 not stored (retry).
+	Status  int    `json:"status"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// BatchResponse answers a batch: 201 when every task was stored and at
+// least one is new, 200 when all were repeats, 207 when some failed (see
+// each result's status), 503 when none could be stored.
+type BatchResponse struct {
+	RunID    string        `json:"runId"`
+	Created  int           `json:"created"`
+	Existing int           `json:"existing"`
+	Failed   int           `json:"failed"`
+	Tasks    []BatchResult `json:"tasks"`
+	// Error and Message are set when no task could be stored (503).
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Task is a task as the control API shows it (PRODUCT §5): identity,
+// payload, state, the reason it ended, the current attempt, timers, retry
+// policy, times, and (GET /v1/tasks/{id} only) every attempt's record.
+type Task struct {
+	TaskID         string          `json:"taskId"`
+	RunID          string          `json:"runId"`
+	TenantID       string          `json:"tenantId"`
+	WorkspaceID    string          `json:"workspaceId"`
+	TaskKey        string          `json:"taskKey"`
+	AssetID        string          `json:"assetId,omitempty"`
+	Worker         string          `json:"worker"`
+	State          State           `json:"state"`
+	Reason         string          `json:"reason,omitempty"`
+	CancelReason   string          `json:"cancelReason,omitempty"`
+	Attempt        int             `json:"attempt"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Resources      json.RawMessage `json:"resources,omitempty"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	// RerunOf is the task this one reruns.
+	RerunOf string `json:"rerunOf,omitempty"`
+
+	HeartbeatIntervalMs int64       `json:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64       `json:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64       `json:"cancelGracePeriodMs"`
+	StartTimeoutMs      int64       `json:"startTimeoutMs"`
+	Retry               RetryPolicy `json:"retry"`
+	Deadline            *time.Time  `json:"deadline,omitempty"`
+
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// ScheduledAt is when a QUEUED retry attempt is due to be delivered.
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	// CancelDeadline is when a CANCELLING task's grace period ends.
+	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
+
+	// Attempts are the attempt records, oldest first: outcome, worker id,
+	// times, last heartbeat, progress, message, error, output, metrics.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// ListResponse answers GET /v1/tasks: a page of tasks (without attempts)
+// in creation order, and the token of the next page ("" on the last).
+type ListResponse struct {
+	Tasks         []Task `json:"tasks"`
+	NextPageToken string `json:"nextPageToken,omitempty"`
+}
+
+// CountsResponse answers GET /v1/tasks:counts: how many tasks matching the
+// filter are in each state (every state is present, zeros included).
+type CountsResponse struct {
+	Counts map[State]int `json:"counts"`
+	Total  int           `json:"total"`
+}
+
+// EventsResponse answers GET /v1/tasks/{id}/events and
+// GET /v1/runs/{runId}/events: the recorded transitions, each task's in seq
+// order (a run's grouped by task), exactly as the events topic carries
+// them. Entries are kept for store.OutboxRetention after delivery.
+type EventsResponse struct {
+	Events []Event `json:"events"`
+}
+
+// Run is a run as GET /v1/runs shows it.
+type Run struct {
+	RunID    string `json:"runId"`
+	TenantID string `json:"tenantId"`
+	// CreatedAt is the time in the run id (when it was generated).
+	CreatedAt time.Time `json:"createdAt"`
+	// LastSubmitAt is when tasks were last submitted to the run.
+	LastSubmitAt time.Time `json:"lastSubmitAt"`
+}
+
+// RunsResponse answers GET /v1/runs: a page of runs, newest first.
+type RunsResponse struct {
+	Runs          []Run  `json:"runs"`
+	NextPageToken string `json:"nextPageToken,omitempty"`
+}
+
+// CancelRequest is the optional body of POST /v1/tasks/{id}/cancel and
+// POST /v1/runs/{runId}/cancel. An empty body cancels with reason
+// "user_requested".
+type CancelRequest struct {
+	// Reason is recorded as the task's reason and handed to the worker.
+	Reason string `json:"reason,omitempty"`
+}
+
+// RunCancelResponse answers POST /v1/runs/{runId}/cancel with counts.
+type RunCancelResponse struct {
+	RunID string `json:"runId"`
+	// Matched counts the run's tasks, terminal ones included.
+	Matched int `json:"matched"`
+	// Cancelled counts tasks that became CANCELLED (they were PENDING or QUEUED).
+	Cancelled int `json:"cancelled"`
+	// Cancelling counts tasks that are now CANCELLING (they were running).
+	Cancelling int `json:"cancelling"`
+	// AlreadyTerminal counts tasks that had ended before the cancel.
+	AlreadyTerminal int `json:"alreadyTerminal"`
+	// Failed counts tasks the store could not cancel now; retry the request.
+	Failed int `json:"failed"`
+	// Error and Message are set with a 503: some tasks were not cancelled.
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// HealthResponse answers GET /v1/health: what operators check to tell
+// whether Servo's background work is alive.
+type HealthResponse struct {
+	// ServerTime is the API's clock.
+	ServerTime time.Time `json:"serverTime"`
+	// Sweeper is the latest sweeper pass; nil when none was ever recorded.
+	Sweeper *SweeperHealth `json:"sweeper"`
+}
+
+// SweeperHealth is the latest sweeper pass as GET /v1/health shows it.
+type SweeperHealth struct {
+	SweepStatus
+	// AgeMs is the time since that pass ended, by the API's clock.
+	AgeMs int64 `json:"ageMs"`
+}
+
+// UsageResponse answers GET /v1/tenants/{tenant}/usage.
+type UsageResponse struct {
+	TenantID string `json:"tenantId"`
+	// Running counts the tenant's tasks holding a run slot: RUNNING or
+	// CANCELLING, and (for a limited tenant) those enqueued to their worker
+	// and not yet started.
+	Running int `json:"running"`
+	// Queued counts the tenant's tasks PENDING or QUEUED.
+	Queued int `json:"queued"`
+	// Limits are the tenant's limits (0: unlimited).
+	Limits Limits `json:"limits"`
+	// Source says where the figures come from: "counters" (the quota
+	// counter shards of a limited tenant, one query) or "tasks" (count
+	// aggregations over the tenant's tasks).
+	Source string `json:"source"`
+}
+
+// Error is an error answer of the control API, the callbacks' and claims'
+// transport errors included: its JSON is the answer's body, and Status the
+// HTTP status, which the body does not carry. Clients and the worker SDK
+// return it as a *Error.
+type Error struct {
+	// Status is the answer's HTTP status.
+	Status int `json:"-"`
+	// Code is the machine-readable code (invalid_request, task_not_found, …:
+	// the Code constants).
+	Code string `json:"error"`
+	// Field names the offending request field (invalid_request).
+	Field string `json:"field,omitempty"`
+	// Message is for people.
+	Message string `json:"message"`
+	// Disposition tells a worker what to do next, where the answer is a
+	// worker's (claims).
+	Disposition Disposition `json:"disposition,omitempty"`
+	// State is the task's state (task_already_terminal, task_not_terminal).
+	State State `json:"state,omitempty"`
+	// LimitBytes is the limit that was exceeded (payload_too_large).
+	LimitBytes int64 `json:"limitBytes,omitempty"`
+}
+
+// ErrNotFound matches, with errors.Is, an *Error whose status is 404.
+var ErrNotFound = errors.New("not found")
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%d %s", e.Status, e.Code)
+	if e.Field != "" {
+		s += " (" + e.Field + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Is reports whether target is ErrNotFound and e a 404.
+func (e *Error) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
+
+// Event is the JSON body of a message on the events topic: one task
+// transition (PRODUCT §7). Delivery is at least once; EventID identifies
+// duplicates and Seq orders a task's events.
+type Event struct {
+	// EventID is deterministic from (task, attempt, from, to).
+	EventID     string `json:"eventId"`
+	TaskID      string `json:"taskId"`
+	RunID       string `json:"runId"`
+	TenantID    string `json:"tenantId"`
+	WorkspaceID string `json:"workspaceId"`
+	// Worker is the task's worker name.
+	Worker string `json:"worker,omitempty"`
+	// Attempt is the attempt the transition happened in.
+	Attempt int `json:"attempt"`
+	// From is the previous state; empty for the creation event.
+	From State `json:"from,omitempty"`
+	To   State `json:"to"`
+	// Reason is the machine's reason (SUBMITTED, ENQUEUED, RETRY_SCHEDULED, …).
+	Reason     string    `json:"reason,omitempty"`
+	OccurredAt time.Time `json:"occurredAt"`
+	// Outcome is the attempt's outcome when the transition ended it.
+	Outcome Outcome `json:"outcome,omitempty"`
+	// Error is the attempt's error when the transition ended it with one.
+	Error *ErrorInfo `json:"error,omitempty"`
+	// NextAttempt is set when a retry was scheduled (to = QUEUED).
+	NextAttempt int `json:"nextAttempt,omitempty"`
+	// Seq numbers the task's transitions from 1, without gaps.
+	Seq int64 `json:"seq"`
+}
+
+// SweepStatus is the document meta/sweeper: the latest sweeper pass, written
+// once at the end of every pass (one write per pass, Every apart: far below
+// a document's sustained write rate). Operators, `servo doctor` and the
+// dashboard read it to tell whether the sweeper is alive and keeping up.
+type SweepStatus struct {
+	// LastPassAt is when the latest pass ended.
+	LastPassAt time.Time `firestore:"lastPassAt" json:"lastPassAt"`
+	// PassMs is how long that pass took.
+	PassMs int64 `firestore:"passMs" json:"passMs"`
+	// Passes counts the passes recorded since the document was created
+	// (an increment, so that concurrent sweeper instances do not lose
+	// counts).
+	Passes int64 `firestore:"passes" json:"passes"`
+	// Duties holds each duty's figures by duty name (deadline, cancel,
+	// lease, dispatch).
+	Duties map[string]SweepDuty `firestore:"duties" json:"duties"`
+	// RedriveErrors is 1 when the pass's outbox re-drive failed.
+	RedriveErrors int `firestore:"redriveErrors" json:"redriveErrors"`
+}
+
+// SweepDuty is what one duty of a sweeper pass did.
+type SweepDuty struct {
+	// Due is the number of due tasks the duty's query returned.
+	Due int `firestore:"due" json:"due"`
+	// Applied is the number of committed transitions or re-drives.
+	Applied int `firestore:"applied" json:"applied"`
+	// Errors counts failed transactions and queries.
+	Errors int `firestore:"errors" json:"errors"`
+	// MaxLagMs is the longest time between a handled task's due time and
+	// its transaction (0 when nothing was applied).
+	MaxLagMs int64 `firestore:"maxLagMs" json:"maxLagMs"`
+}
+
+// Attempt is one attempt's record as the control API shows it.
+type Attempt struct {
+	Attempt         int             `json:"attempt"`
+	Outcome         Outcome         `json:"outcome,omitempty"`
+	WorkerID        string          `json:"workerId,omitempty"`
+	CreatedAt       time.Time       `json:"createdAt"`
+	ScheduledAt     *time.Time      `json:"scheduledAt,omitempty"`
+	StartedAt       *time.Time      `json:"startedAt,omitempty"`
+	CompletedAt     *time.Time      `json:"completedAt,omitempty"`
+	LastHeartbeatAt *time.Time      `json:"lastHeartbeatAt,omitempty"`
+	ProgressPct     *int            `json:"progressPct,omitempty"`
+	Message         string          `json:"message,omitempty"`
+	Checkpoint      json.RawMessage `json:"checkpoint,omitempty"`
+	Error           *ErrorInfo      `json:"error,omitempty"`
+	Output          json.RawMessage `json:"output,omitempty"`
+	Metrics         *Metrics        `json:"metrics,omitempty"`
+	// CancelledDuringPhase and PartialProgress come with a CANCELLED report.
+	CancelledDuringPhase string          `json:"cancelledDuringPhase,omitempty"`
+	PartialProgress      json.RawMessage `json:"partialProgress,omitempty"`
+	// ReportedAt is the worker's own completedAt (informational).
+	ReportedAt *time.Time `json:"reportedAt,omitempty"`
+	// Execution is the Cloud Run Job execution that runs the attempt (job
+	// workers only): projects/P/locations/L/jobs/J/executions/E.
+	Execution string `json:"execution,omitempty"`
+}
+
+// Limits are a tenant's or a worker's quota limits; 0 is unlimited.
+type Limits struct {
+	// MaxRunning bounds the tasks holding a run slot: RUNNING or CANCELLING,
+	// or enqueued to their worker and not yet started. Tasks past it stay
+	// QUEUED, without a Cloud Task, until a slot frees.
+	MaxRunning int `json:"maxRunning,omitempty"`
+	// MaxQueued bounds the tasks PENDING or QUEUED; a submit past it is
+	// refused (429 quota_exceeded).
+	MaxQueued int `json:"maxQueued,omitempty"`
+}
