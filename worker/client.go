@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Callback operations (the last path segment).
@@ -176,20 +175,20 @@ func (r *run) post(ctx context.Context, op string, body func() ([]byte, error), 
 func (r *run) once(ctx context.Context, op, u string, b []byte) (rep reply, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.requestTimeout)
 	defer cancel()
-	ctx, span := telemetry.Tracer().Start(ctx, "POST /v1/tasks/{taskId}/"+op, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(append(telemetry.TaskAttrs(r.env.TaskID, r.env.Attempt, r.env.TenantID, r.env.Worker),
-			telemetry.CallbackKey.String(op), attribute.String("http.request.method", http.MethodPost))...))
+	ctx, span := r.h.inst.tracer.Start(ctx, "POST /v1/tasks/{taskId}/"+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(append(taskAttrs(r.env.TaskID, r.env.Attempt, r.env.TenantID, r.env.Worker),
+			callbackKey.String(op), attribute.String("http.request.method", http.MethodPost))...))
 	defer func() {
 		if err == nil {
-			span.SetAttributes(attribute.Int("http.response.status_code", rep.status), telemetry.DispositionKey.String(string(rep.disp)))
+			span.SetAttributes(attribute.Int("http.response.status_code", rep.status), dispositionKey.String(string(rep.disp)))
 		}
-		telemetry.EndSpan(span, err)
+		endSpan(span, err)
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
 	if err != nil {
 		return reply{}, err
 	}
-	telemetry.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+r.token())
 	req.Header.Set("User-Agent", userAgent)

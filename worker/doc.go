@@ -100,7 +100,13 @@
 // instance dies mid-attempt, Servo's lease expiry retries the attempt and
 // the retry resumes from the last stored checkpoint.
 //
-// [WithOIDCAudience] turns on verification of the Cloud Tasks OIDC token;
-// it is off by default because Cloud Run's IAM invoker check already
-// verifies it.
+// Verifying the Cloud Tasks OIDC token is off by default because Cloud
+// Run's IAM invoker check already verifies it; package worker/googleauth
+// turns it on ([WithDeliveryCheck]).
+//
+// The package depends on the standard library, package api and
+// OpenTelemetry's API only: spans and metrics go to the providers given
+// with [WithTracerProvider] and [WithMeterProvider] (default: the global
+// ones), and nothing of Servo's server, Google's clients or an exporter is
+// linked into a worker.
 package worker

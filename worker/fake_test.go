@@ -22,10 +22,11 @@ import (
 // The integration tests (integration_test.go) use the real callbacks.
 
 type call struct {
-	op   string
-	auth string
-	body []byte
-	at   int // sequence number across all ops
+	op          string
+	auth        string
+	traceparent string
+	body        []byte
+	at          int // sequence number across all ops
 }
 
 type fakeAnswer struct {
@@ -80,7 +81,7 @@ func (f *fakeServo) serve(w http.ResponseWriter, r *http.Request) {
 			n++
 		}
 	}
-	c := call{op: op, auth: r.Header.Get("Authorization"), body: body, at: len(f.calls)}
+	c := call{op: op, auth: r.Header.Get("Authorization"), traceparent: r.Header.Get("Traceparent"), body: body, at: len(f.calls)}
 	f.calls = append(f.calls, c)
 	respond := f.respond
 	f.mu.Unlock()

@@ -20,13 +20,12 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
-	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Func does the work of one attempt. It returns the output (JSON-encoded
@@ -69,9 +68,9 @@ type config struct {
 	backoffInitial   time.Duration
 	backoffMax       time.Duration
 	startRetryWindow time.Duration
-	oidcAudience     string
-	oidcEmails       []string
-	oidcValidator    *idtoken.Validator
+	deliveryCheck    func(*http.Request) error
+	tracerProvider   trace.TracerProvider
+	meterProvider    metric.MeterProvider
 	project          string
 	now              func() time.Time
 }
@@ -113,24 +112,15 @@ func WithStartRetryWindow(d time.Duration) Option {
 	return func(c *config) { c.startRetryWindow = d }
 }
 
-// WithOIDCAudience turns on verification of the Cloud Tasks OIDC token
-// (Authorization: Bearer) with google.golang.org/api/idtoken: a Google
-// signature, issuer accounts.google.com, and this audience (the audience
-// Servo's worker configuration names, by default the worker's URL). Off by
-// default: Cloud Run's IAM invoker check already verifies the token; turn
-// it on when the service allows unauthenticated invocations or runs
-// elsewhere. A delivery that fails verification is answered 401.
-func WithOIDCAudience(aud string) Option { return func(c *config) { c.oidcAudience = aud } }
-
-// WithOIDCServiceAccount additionally requires the OIDC token's verified
-// email to be one of emails (the service account Cloud Tasks signs as).
-func WithOIDCServiceAccount(emails ...string) Option {
-	return func(c *config) { c.oidcEmails = append(c.oidcEmails, emails...) }
+// WithDeliveryCheck makes the handler answer 401 to every delivery for
+// which check returns an error, before reading its body. Package
+// worker/googleauth's VerifyOIDC makes one that verifies the Cloud Tasks
+// OIDC token. Off by default: Cloud Run's IAM invoker check already
+// verifies that token; turn it on when the service allows unauthenticated
+// invocations or runs elsewhere.
+func WithDeliveryCheck(check func(r *http.Request) error) Option {
+	return func(c *config) { c.deliveryCheck = check }
 }
-
-// WithOIDCValidator sets the idtoken validator (default: idtoken.Validate's
-// shared validator, which fetches Google's certificates over HTTPS).
-func WithOIDCValidator(v *idtoken.Validator) Option { return func(c *config) { c.oidcValidator = v } }
 
 // Handler returns the http.Handler that receives Cloud Tasks pushes of a
 // Servo envelope and runs fn for the attempt under the ADR-023 protocol:
@@ -165,7 +155,7 @@ func Handler(fn Func, opts ...Option) http.Handler {
 	cfg.requestTimeout = max(cfg.requestTimeout, time.Millisecond)
 	cfg.backoffInitial = max(cfg.backoffInitial, time.Millisecond)
 	cfg.backoffMax = max(cfg.backoffMax, cfg.backoffInitial)
-	return &handler{fn: fn, cfg: cfg, inflight: map[attemptKey]*run{}}
+	return &handler{fn: fn, cfg: cfg, inst: newInstruments(cfg.tracerProvider, cfg.meterProvider), inflight: map[attemptKey]*run{}}
 }
 
 func defaultWorkerID() string {
@@ -190,8 +180,9 @@ type attemptKey struct {
 }
 
 type handler struct {
-	fn  Func
-	cfg config
+	fn   Func
+	cfg  config
+	inst *instruments
 
 	mu       sync.Mutex
 	inflight map[attemptKey]*run
@@ -230,16 +221,16 @@ const (
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Continue the trace the delivery carries (W3C traceparent, put in the
 	// Cloud Task's headers by Servo's enqueue).
-	ctx := logs.WithTrace(telemetry.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), r, h.cfg.project)
+	ctx := logs.WithTrace(propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), r, h.cfg.project)
 	log := h.cfg.logger.With("workerId", h.cfg.workerID)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		h.write(w, http.StatusMethodNotAllowed, answer{Result: resultMethodNotAllowed})
 		return
 	}
-	if h.cfg.oidcAudience != "" {
-		if err := h.verifyOIDC(ctx, r); err != nil {
-			log.WarnContext(ctx, "delivery refused: its OIDC token was not accepted", "error", err)
+	if h.cfg.deliveryCheck != nil {
+		if err := h.cfg.deliveryCheck(r); err != nil {
+			log.WarnContext(ctx, "delivery refused: its credentials were not accepted", "error", err)
 			h.write(w, http.StatusUnauthorized, answer{Result: resultUnauthenticated, Detail: err.Error()})
 			return
 		}
@@ -265,8 +256,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.write(w, http.StatusBadRequest, answer{TaskID: env.TaskID, Attempt: env.Attempt, Result: resultBadEnvelope, Detail: err.Error()})
 		return
 	}
-	ctx, span := telemetry.Tracer().Start(ctx, "process "+env.Worker, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(append(telemetry.TaskAttrs(env.TaskID, env.Attempt, env.TenantID, env.Worker),
+	ctx, span := h.inst.tracer.Start(ctx, "process "+env.Worker, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(append(taskAttrs(env.TaskID, env.Attempt, env.TenantID, env.Worker),
 			attribute.String("http.request.method", r.Method), attribute.String("servo.worker_id", h.cfg.workerID))...))
 	status, ans := h.deliver(ctx, env)
 	span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("servo.result", ans.Result))
@@ -319,7 +310,7 @@ func (h *handler) deliver(ctx context.Context, env api.Envelope) (int, answer) {
 	if outcome == "" || ru.ans.Result != resultCommitted {
 		outcome = cmp.Or(outcome+"/", "") + ru.ans.Result
 	}
-	telemetry.RecordWorkerRun(ctx, outcome, ru.category, env.Attempt, ru.ranFor)
+	h.inst.recordRun(ctx, outcome, ru.category, env.Attempt, ru.ranFor)
 	return ru.status, ru.ans
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/servo-dev/servo/worker"
+	"github.com/servo-dev/servo/worker/googleauth"
 )
 
 // certsTransport answers Google's certificate URL with our own JWKS, so
@@ -77,7 +78,7 @@ func TestOIDCVerification(t *testing.T) {
 	f := newFake(t, nil)
 	var calls atomic.Int32
 	h, _ := testHandler(t, func(context.Context, *worker.Task) (any, error) { calls.Add(1); return nil, nil },
-		worker.WithOIDCAudience(aud), worker.WithOIDCServiceAccount(sa), worker.WithOIDCValidator(v))
+		googleauth.VerifyOIDCWith(v, aud, sa))
 	env, _ := json.Marshal(f.envelope())
 	for _, tc := range []struct {
 		name   string

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"google.golang.org/api/idtoken"
 )
 
 // Defaults of PullConfig.
@@ -48,12 +47,11 @@ type PullConfig struct {
 	// Grace is how long, once ctx ends, running attempts may go on; then
 	// their contexts are cancelled with ErrStopping (default 30 s).
 	Grace time.Duration
-	// Client sends the claims. Default: for an https API, an ID-token
-	// client (google.golang.org/api/idtoken, Application Default
-	// Credentials, audience Audience); otherwise a plain client.
+	// Client sends the claims. A deployed API needs an ID token on each:
+	// worker/googleauth.Client makes such a client from Application
+	// Default Credentials. Default: a plain client, for an http:// API
+	// (`servo dev`); required for an https:// one.
 	Client *http.Client
-	// Audience of the ID token; default API.
-	Audience string
 	// DevIdentity, when set, is sent in the DevIdentityHeader header: the
 	// identity `servo dev` takes on trust. Production ignores it.
 	DevIdentity string
@@ -91,7 +89,7 @@ func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
 	}
 	if cfg.Client == nil {
 		var err error
-		if cfg.Client, err = defaultClaimClient(ctx, cfg); err != nil {
+		if cfg.Client, err = defaultClaimClient(cfg); err != nil {
 			return err
 		}
 	}
@@ -99,23 +97,15 @@ func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
 	return p.loop(ctx)
 }
 
-func defaultClaimClient(ctx context.Context, cfg PullConfig) (*http.Client, error) {
+func defaultClaimClient(cfg PullConfig) (*http.Client, error) {
 	u, err := url.Parse(cfg.API)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("worker: PullConfig.API %q is not an absolute URL", cfg.API)
 	}
-	if u.Scheme != "https" {
-		return &http.Client{}, nil
+	if u.Scheme == "https" {
+		return nil, fmt.Errorf("worker: PullConfig.Client is required for the https API %s: claims need an ID token (worker/googleauth.Client makes such a client)", cfg.API)
 	}
-	aud := cfg.Audience
-	if aud == "" {
-		aud = cfg.API
-	}
-	c, err := idtoken.NewClient(context.WithoutCancel(ctx), aud)
-	if err != nil {
-		return nil, fmt.Errorf("worker: ID token client for %s: %w", aud, err)
-	}
-	return c, nil
+	return &http.Client{}, nil
 }
 
 type puller struct {

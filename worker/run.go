@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // run is one attempt in this process: the protocol around one call of the
@@ -381,7 +380,7 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 		return json.Marshal(req)
 	}
 	rep, err := r.post(ctx, opHeartbeat, body, r.tokenUntil, stop)
-	telemetry.RecordWorkerHeartbeat(ctx, err == nil)
+	r.h.inst.recordHeartbeat(ctx, err == nil)
 	if err != nil {
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
 			return false

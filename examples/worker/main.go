@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
+	"github.com/servo-dev/servo/worker/googleauth"
 )
 
 func main() {
@@ -48,10 +50,11 @@ func main() {
 	log := logs.New(os.Stderr, level)
 	opts := []worker.Option{worker.WithLogger(log)}
 	if aud := os.Getenv("SERVO_OIDC_AUDIENCE"); aud != "" {
-		opts = append(opts, worker.WithOIDCAudience(aud))
+		var sas []string
 		if sa := os.Getenv("SERVO_OIDC_SA"); sa != "" {
-			opts = append(opts, worker.WithOIDCServiceAccount(sa))
+			sas = append(sas, sa)
 		}
+		opts = append(opts, googleauth.VerifyOIDC(aud, sas...))
 	}
 	// Traces and metrics where the OTEL_* variables say; nothing otherwise
 	// (the worker's service account holds no Cloud Trace role).
@@ -117,6 +120,14 @@ func runPull(log *slog.Logger, pool string, concurrency int, opts []worker.Optio
 	cfg := worker.PullConfig{
 		API: os.Getenv("SERVO_API"), Pool: pool, Concurrency: concurrency,
 		DevIdentity: os.Getenv("SERVO_DEV_IDENTITY"), Options: opts,
+	}
+	if strings.HasPrefix(cfg.API, "https://") {
+		hc, err := googleauth.Client(ctx, cfg.API)
+		if err != nil {
+			log.Error("no ID token for the claims", "error", err)
+			return 1
+		}
+		cfg.Client = hc
 	}
 	log.Info("worker claiming", "pool", pool, "api", cfg.API, "concurrency", concurrency)
 	if err := worker.Pull(ctx, cfg, partitions.Process); err != nil {

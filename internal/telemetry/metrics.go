@@ -28,11 +28,6 @@ const (
 	MetricOutboxBacklog    = "servo.outbox.backlog"
 	MetricOutboxOldestAge  = "servo.outbox.oldest_age"
 	MetricStartLatency     = "servo.task.start_latency"
-
-	MetricWorkerRuns      = "servo.worker.runs"
-	MetricWorkerDuration  = "servo.worker.run.duration"
-	MetricWorkerHeartbeat = "servo.worker.heartbeats"
-	MetricWorkerRetries   = "servo.worker.retry_attempts"
 )
 
 // Attribute keys of the metrics.
@@ -55,9 +50,6 @@ type instruments struct {
 	callbackRPCs                                                            metric.Int64Histogram
 	backlog                                                                 metric.Int64Gauge
 	oldestAge                                                               metric.Float64Gauge
-
-	workerRuns, workerHeartbeats, workerRetries metric.Int64Counter
-	workerDur                                   metric.Float64Histogram
 }
 
 func newInstruments(m metric.Meter) *instruments {
@@ -78,10 +70,6 @@ func newInstruments(m metric.Meter) *instruments {
 	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found."), metric.WithUnit("s"))
 	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
 
-	i.workerRuns, _ = m.Int64Counter(MetricWorkerRuns, metric.WithDescription("Attempts the worker SDK executed, by outcome and error category."), metric.WithUnit("{run}"))
-	i.workerDur, _ = m.Float64Histogram(MetricWorkerDuration, metric.WithDescription("Time the worker's function ran for an attempt, by outcome."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
-	i.workerHeartbeats, _ = m.Int64Counter(MetricWorkerHeartbeat, metric.WithDescription("Heartbeats the worker SDK sent, by result (sent, failed)."), metric.WithUnit("{heartbeat}"))
-	i.workerRetries, _ = m.Int64Counter(MetricWorkerRetries, metric.WithDescription("Retry attempts (attempt > 1) the worker SDK executed."), metric.WithUnit("{run}"))
 	return &i
 }
 
@@ -176,27 +164,4 @@ func RecordOutbox(ctx context.Context, backlog int, oldest time.Duration) {
 	in := inst()
 	in.backlog.Record(ctx, int64(backlog))
 	in.oldestAge.Record(ctx, max(0, oldest.Seconds()))
-}
-
-// RecordWorkerRun records one attempt the worker SDK executed: outcome
-// (SUCCEEDED, FAILED, CANCELLED, or a non-report such as "lost"), the
-// error category when it failed, how long the function ran, and whether it
-// was a retry.
-func RecordWorkerRun(ctx context.Context, outcome, category string, attempt int, d time.Duration) {
-	in := inst()
-	in.workerRuns.Add(ctx, 1, metric.WithAttributes(outcomeKey.String(outcome), categoryKey.String(category)))
-	in.workerDur.Record(ctx, d.Seconds(), metric.WithAttributes(outcomeKey.String(outcome)))
-	if attempt > 1 {
-		in.workerRetries.Add(ctx, 1)
-	}
-}
-
-// RecordWorkerHeartbeat counts one heartbeat the worker SDK sent (ok) or
-// could not deliver.
-func RecordWorkerHeartbeat(ctx context.Context, ok bool) {
-	r := "sent"
-	if !ok {
-		r = "failed"
-	}
-	inst().workerHeartbeats.Add(ctx, 1, metric.WithAttributes(resultKey.String(r)))
 }
