@@ -15,18 +15,18 @@ import (
 
 // Queue defaults the real service picks when a field is left unspecified.
 const (
-	// DefaultMaxDispatchesPerSecond is RateLimits.max_dispatches_per_second.
-	DefaultMaxDispatchesPerSecond = 500
-	// DefaultMaxConcurrentDispatches is RateLimits.max_concurrent_dispatches.
-	DefaultMaxConcurrentDispatches = 1000
-	// DefaultMaxAttempts is RetryConfig.max_attempts.
-	DefaultMaxAttempts = 100
-	// DefaultMinBackoff is RetryConfig.min_backoff.
-	DefaultMinBackoff = 100 * time.Millisecond
-	// DefaultMaxBackoff is RetryConfig.max_backoff.
-	DefaultMaxBackoff = time.Hour
-	// DefaultMaxDoublings is RetryConfig.max_doublings.
-	DefaultMaxDoublings = 16
+	// defaultMaxDispatchesPerSecond is RateLimits.max_dispatches_per_second.
+	defaultMaxDispatchesPerSecond = 500
+	// defaultMaxConcurrentDispatches is RateLimits.max_concurrent_dispatches.
+	defaultMaxConcurrentDispatches = 1000
+	// defaultMaxAttempts is RetryConfig.max_attempts.
+	defaultMaxAttempts = 100
+	// defaultMinBackoff is RetryConfig.min_backoff.
+	defaultMinBackoff = 100 * time.Millisecond
+	// defaultMaxBackoff is RetryConfig.max_backoff.
+	defaultMaxBackoff = time.Hour
+	// defaultMaxDoublings is RetryConfig.max_doublings.
+	defaultMaxDoublings = 16
 
 	maxDispatchesPerSecondLimit  = 500
 	maxConcurrentDispatchesLimit = 5000
@@ -37,10 +37,10 @@ const (
 // field a queue leaves unspecified.
 func defaultRetryConfig() *pb.RetryConfig {
 	return &pb.RetryConfig{
-		MaxAttempts:      DefaultMaxAttempts,
-		MinBackoff:       durationpb.New(DefaultMinBackoff),
-		MaxBackoff:       durationpb.New(DefaultMaxBackoff),
-		MaxDoublings:     DefaultMaxDoublings,
+		MaxAttempts:      defaultMaxAttempts,
+		MinBackoff:       durationpb.New(defaultMinBackoff),
+		MaxBackoff:       durationpb.New(defaultMaxBackoff),
+		MaxDoublings:     defaultMaxDoublings,
 		MaxRetryDuration: durationpb.New(0),
 	}
 }
@@ -60,7 +60,7 @@ func burstFor(rate float64) int32 {
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", errInvalidArgument, fmt.Sprintf(format, args...))
 }
 
 // checkDuration validates an optional, non-negative Duration field.
@@ -158,13 +158,13 @@ func normalizeQueueConfig(q *pb.Queue) error {
 	case math.IsNaN(r) || r < 0 || r > maxDispatchesPerSecondLimit:
 		return invalidf("rate_limits.max_dispatches_per_second must be in (0, %d], got %v", maxDispatchesPerSecondLimit, r)
 	case r == 0:
-		rl.MaxDispatchesPerSecond = DefaultMaxDispatchesPerSecond
+		rl.MaxDispatchesPerSecond = defaultMaxDispatchesPerSecond
 	}
 	switch c := rl.MaxConcurrentDispatches; {
 	case c < 0 || c > maxConcurrentDispatchesLimit:
 		return invalidf("rate_limits.max_concurrent_dispatches must be in [1, %d], got %d", maxConcurrentDispatchesLimit, c)
 	case c == 0:
-		rl.MaxConcurrentDispatches = DefaultMaxConcurrentDispatches
+		rl.MaxConcurrentDispatches = defaultMaxConcurrentDispatches
 	}
 	rl.MaxBurstSize = burstFor(rl.MaxDispatchesPerSecond) // output only
 
@@ -285,7 +285,7 @@ func backoff(rc *pb.RetryConfig, n int32) time.Duration {
 // be attempted again. Per RetryConfig, retrying stops only once every
 // configured limit is reached: max_attempts (unless -1, unlimited) and
 // max_retry_duration since the first attempt (unless 0, unlimited). With
-// both unlimited the task is retried until MaxTaskRetention.
+// both unlimited the task is retried until maxTaskRetention.
 func retryAllowed(rc *pb.RetryConfig, n int32, sinceFirst time.Duration) bool {
 	attemptsLimited := rc.MaxAttempts != -1
 	mrd := rc.MaxRetryDuration.AsDuration()
@@ -366,7 +366,7 @@ func applyURIOverride(raw string, o *pb.UriOverride) (string, error) {
 		u.RawQuery = o.QueryOverride.QueryParams
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("%w: task url has no host after uri_override", ErrInvalidArgument)
+		return "", fmt.Errorf("%w: task url has no host after uri_override", errInvalidArgument)
 	}
 	return u.String(), nil
 }

@@ -32,14 +32,14 @@ const (
 	HeaderExecutionCount = "X-CloudTasks-TaskExecutionCount"
 	// HeaderETA carries the schedule time in seconds since the epoch.
 	HeaderETA = "X-CloudTasks-TaskETA"
-	// HeaderPreviousResponse carries the previous attempt's HTTP status (0
+	// headerPreviousResponse carries the previous attempt's HTTP status (0
 	// when it got no response); retries only.
-	HeaderPreviousResponse = "X-CloudTasks-TaskPreviousResponse"
-	// HeaderRetryReason says why the previous attempt failed, as a
+	headerPreviousResponse = "X-CloudTasks-TaskPreviousResponse"
+	// headerRetryReason says why the previous attempt failed, as a
 	// google.rpc.Code name; retries only.
-	HeaderRetryReason = "X-CloudTasks-TaskRetryReason"
-	// UserAgent is the User-Agent of every HTTP task request.
-	UserAgent = "Google-Cloud-Tasks"
+	headerRetryReason = "X-CloudTasks-TaskRetryReason"
+	// userAgent is the User-Agent of every HTTP task request.
+	userAgent = "Google-Cloud-Tasks"
 )
 
 // maxResponseBody is how much of a response body is read (and discarded) so
@@ -102,7 +102,7 @@ func (q *queue) startLocked(t *task, now time.Time) {
 // http_target overrides.
 func (q *queue) prepareLocked(t *task, rec *pb.Attempt) *attempt {
 	hr := t.pb.GetHttpRequest()
-	a := &attempt{q: q, t: t, rec: rec, header: make(http.Header), deadline: DefaultDispatchDeadline}
+	a := &attempt{q: q, t: t, rec: rec, header: make(http.Header), deadline: defaultDispatchDeadline}
 	if d := t.pb.DispatchDeadline; d != nil {
 		a.deadline = d.AsDuration()
 	}
@@ -146,15 +146,15 @@ func (q *queue) prepareLocked(t *task, rec *pb.Attempt) *attempt {
 		a.header.Del("Authorization")
 	}
 
-	a.header.Set("User-Agent", UserAgent)
+	a.header.Set("User-Agent", userAgent)
 	a.header.Set(HeaderQueueName, q.name.queue)
 	a.header.Set(HeaderTaskName, t.id)
 	a.header.Set(HeaderRetryCount, strconv.Itoa(int(t.pb.DispatchCount-1)))
 	a.header.Set(HeaderExecutionCount, strconv.Itoa(int(t.executions)))
 	a.header.Set(HeaderETA, formatETA(t.pb.ScheduleTime.AsTime()))
 	if t.pb.DispatchCount > 1 {
-		a.header.Set(HeaderPreviousResponse, strconv.Itoa(t.prevStatus))
-		a.header.Set(HeaderRetryReason, t.prevReason)
+		a.header.Set(headerPreviousResponse, strconv.Itoa(t.prevStatus))
+		a.header.Set(headerRetryReason, t.prevReason)
 	}
 	return a
 }
@@ -301,7 +301,7 @@ func (q *queue) finish(a *attempt, out outcome) {
 		return
 	}
 	if !retryAllowed(rc, t.pb.DispatchCount, now.Sub(t.firstDispatch)) ||
-		now.Sub(t.pb.CreateTime.AsTime()) >= MaxTaskRetention {
+		now.Sub(t.pb.CreateTime.AsTime()) >= maxTaskRetention {
 		log.Info("cloudtasks emulator: task dropped after its last attempt", "task", t.pb.Name, "attempts", t.pb.DispatchCount, "status", st.Message)
 		q.removeLocked(t, now)
 		return
@@ -322,7 +322,7 @@ func attemptStatus(out outcome) *rpcstatus.Status {
 	switch {
 	case out.timedOut:
 		return &rpcstatus.Status{Code: int32(codes.DeadlineExceeded), Message: "dispatch deadline exceeded"}
-	case out.err != nil && errors.Is(out.err, ErrInvalidArgument):
+	case out.err != nil && errors.Is(out.err, errInvalidArgument):
 		return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: out.err.Error()}
 	case out.err != nil:
 		return &rpcstatus.Status{Code: int32(codes.Unavailable), Message: out.err.Error()}

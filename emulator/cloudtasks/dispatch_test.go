@@ -102,7 +102,7 @@ func TestCreateTaskDefaults(t *testing.T) {
 	if got := past.ScheduleTime.AsTime(); !got.Equal(fakeStart) {
 		t.Errorf("past schedule_time became %v, want now (%v)", got, fakeStart)
 	}
-	if got := past.DispatchDeadline.AsDuration(); got != DefaultDispatchDeadline {
+	if got := past.DispatchDeadline.AsDuration(); got != defaultDispatchDeadline {
 		t.Errorf("dispatch_deadline = %v, want the 10m default", got)
 	}
 	if got := past.CreateTime.AsTime(); !got.Equal(fakeStart) {
@@ -150,7 +150,7 @@ func TestOIDCAndOAuthTokens(t *testing.T) {
 		}, target, ""},
 		{"oauth default scope", func(hr *pb.HttpRequest) {
 			hr.AuthorizationHeader = &pb.HttpRequest_OauthToken{OauthToken: &pb.OAuthToken{ServiceAccountEmail: sa}}
-		}, target, DefaultOAuthScope},
+		}, target, defaultOAuthScope},
 		{"oauth explicit scope", func(hr *pb.HttpRequest) {
 			hr.AuthorizationHeader = &pb.HttpRequest_OauthToken{OauthToken: &pb.OAuthToken{ServiceAccountEmail: sa, Scope: "https://www.googleapis.com/auth/userinfo.email"}}
 		}, target, "https://www.googleapis.com/auth/userinfo.email"},
@@ -186,7 +186,7 @@ func TestOIDCAndOAuthTokens(t *testing.T) {
 				}
 				return
 			}
-			var c OAuthClaims
+			var c oAuthClaims
 			if _, err := jwt.ParseWithClaims(raw, &c, keyFunc, parser...); err != nil {
 				t.Fatalf("parse OAuth token: %v", err)
 			}
@@ -286,10 +286,10 @@ func TestRetryBackoffSequence(t *testing.T) {
 			t.Errorf("attempt %d: ETA %s, want %s", i+1, got, formatETA(now))
 		}
 		if i > 0 {
-			if got := d.header.Get(HeaderPreviousResponse); got != "500" {
+			if got := d.header.Get(headerPreviousResponse); got != "500" {
 				t.Errorf("attempt %d: previous response %q, want 500", i+1, got)
 			}
-			if got := d.header.Get(HeaderRetryReason); got != "INTERNAL" {
+			if got := d.header.Get(headerRetryReason); got != "INTERNAL" {
 				t.Errorf("attempt %d: retry reason %q", i+1, got)
 			}
 		}
@@ -436,7 +436,7 @@ func TestExecutionCountAndPreviousResponse(t *testing.T) {
 	for i, wnt := range want {
 		w.waitN(t, i+1)
 		d := w.nth(i)
-		got := []string{d.header.Get(HeaderRetryCount), d.header.Get(HeaderExecutionCount), d.header.Get(HeaderPreviousResponse), d.header.Get(HeaderRetryReason)}
+		got := []string{d.header.Get(HeaderRetryCount), d.header.Get(HeaderExecutionCount), d.header.Get(headerPreviousResponse), d.header.Get(headerRetryReason)}
 		if fmt.Sprint(got) != fmt.Sprint([]string{wnt.retry, wnt.exec, wnt.prev, wnt.reason}) {
 			t.Errorf("attempt %d: retry/exec/prev/reason = %q, want %+v", i+1, got, wnt)
 		}
@@ -522,8 +522,8 @@ func TestDispatchDeadlineTimeoutRetries(t *testing.T) {
 	h.clk.AdvanceTo(tk.ScheduleTime.AsTime())
 	w.waitN(t, 2)
 	d := w.nth(1)
-	if d.header.Get(HeaderPreviousResponse) != "0" || d.header.Get(HeaderRetryReason) != "DEADLINE_EXCEEDED" || d.header.Get(HeaderRetryCount) != "1" {
-		t.Errorf("retry headers: prev=%q reason=%q retry=%q", d.header.Get(HeaderPreviousResponse), d.header.Get(HeaderRetryReason), d.header.Get(HeaderRetryCount))
+	if d.header.Get(headerPreviousResponse) != "0" || d.header.Get(headerRetryReason) != "DEADLINE_EXCEEDED" || d.header.Get(HeaderRetryCount) != "1" {
+		t.Errorf("retry headers: prev=%q reason=%q retry=%q", d.header.Get(headerPreviousResponse), d.header.Get(headerRetryReason), d.header.Get(HeaderRetryCount))
 	}
 	h.waitGone(created.Name)
 }

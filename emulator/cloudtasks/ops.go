@@ -140,7 +140,7 @@ func (v *service) BatchDeleteTasks(_ context.Context, req *pb.BatchDeleteTasksRe
 		for i, id := range ids {
 			t := q.tasks[id]
 			if t == nil {
-				meta.FailedRequests[int32(i)] = status.Convert(grpcErr(fmt.Errorf("%w: task %s", ErrNotFound, req.GetNames()[i]))).Proto()
+				meta.FailedRequests[int32(i)] = status.Convert(grpcErr(fmt.Errorf("%w: task %s", errNotFound, req.GetNames()[i]))).Proto()
 				continue
 			}
 			q.removeLocked(t, now)
@@ -182,7 +182,7 @@ func (o *operations) GetOperation(_ context.Context, req *longrunningpb.GetOpera
 	if op := o.s.storedOperation(req.GetName()); op != nil {
 		return op, nil
 	}
-	return nil, grpcErr(fmt.Errorf("%w: operation %s", ErrNotFound, req.GetName()))
+	return nil, grpcErr(fmt.Errorf("%w: operation %s", errNotFound, req.GetName()))
 }
 
 func (o *operations) WaitOperation(ctx context.Context, req *longrunningpb.WaitOperationRequest) (*longrunningpb.Operation, error) {
@@ -200,7 +200,7 @@ func (o *operations) DeleteOperation(_ context.Context, req *longrunningpb.Delet
 	o.s.mu.Lock()
 	defer o.s.mu.Unlock()
 	if _, ok := o.s.ops[req.GetName()]; !ok {
-		return nil, grpcErr(fmt.Errorf("%w: operation %s", ErrNotFound, req.GetName()))
+		return nil, grpcErr(fmt.Errorf("%w: operation %s", errNotFound, req.GetName()))
 	}
 	delete(o.s.ops, req.GetName())
 	return &emptypb.Empty{}, nil

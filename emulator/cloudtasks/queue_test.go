@@ -335,7 +335,7 @@ func TestStatusCodes(t *testing.T) {
 			return createTask(q, httpTask(url, func(tk *pb.Task) { tk.ScheduleTime = timestamppb.New(time.Now().Add(31 * 24 * time.Hour)) }))
 		}, codes.InvalidArgument},
 		{"CreateTask larger than 1MB", func() error {
-			return createTask(q, httpTask(url, func(tk *pb.Task) { tk.GetHttpRequest().Body = make([]byte, MaxTaskSize) }))
+			return createTask(q, httpTask(url, func(tk *pb.Task) { tk.GetHttpRequest().Body = make([]byte, maxTaskSize) }))
 		}, codes.InvalidArgument},
 		{"CreateTask bad task retry config", func() error {
 			return createTask(q, httpTask(url, func(tk *pb.Task) { tk.RetryConfig = &pb.RetryConfig{MaxAttempts: -5} }))
@@ -392,7 +392,7 @@ func TestUpdateQueue(t *testing.T) {
 	if got.RateLimits.MaxDispatchesPerSecond != 5 || got.RateLimits.MaxBurstSize != 5 || got.RateLimits.MaxConcurrentDispatches != 7 {
 		t.Errorf("rate limits after masked update = %v", got.RateLimits)
 	}
-	if got.RetryConfig.MaxAttempts != 4 || got.RetryConfig.MaxDoublings != DefaultMaxDoublings {
+	if got.RetryConfig.MaxAttempts != 4 || got.RetryConfig.MaxDoublings != defaultMaxDoublings {
 		t.Errorf("retry config = %v", got.RetryConfig)
 	}
 	if got.State != pb.Queue_PAUSED {
@@ -403,7 +403,7 @@ func TestUpdateQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created.State != pb.Queue_RUNNING || created.RateLimits.MaxDispatchesPerSecond != DefaultMaxDispatchesPerSecond {
+	if created.State != pb.Queue_RUNNING || created.RateLimits.MaxDispatchesPerSecond != defaultMaxDispatchesPerSecond {
 		t.Errorf("upserted queue = %v", created)
 	}
 }
@@ -677,8 +677,8 @@ func TestStopWaitsAndLeaksNothing(t *testing.T) {
 		_ = c.Close()
 		srv.Stop()
 		srv.Stop() // idempotent
-		if _, err := srv.Start("127.0.0.1:0"); err != ErrStopped {
-			t.Errorf("Start after Stop = %v, want ErrStopped", err)
+		if _, err := srv.Start("127.0.0.1:0"); err != errStopped {
+			t.Errorf("Start after Stop = %v, want errStopped", err)
 		}
 		n := w.count()
 		w.quiet(t, n)

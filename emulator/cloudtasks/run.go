@@ -7,16 +7,16 @@ import (
 	"log/slog"
 )
 
-// DefaultHostPort is where `servo emulator cloudtasks` listens by default.
-const DefaultHostPort = "127.0.0.1:8123"
+// defaultHostPort is where `servo emulator cloudtasks` listens by default.
+const defaultHostPort = "127.0.0.1:8123"
 
 // Run is what `servo emulator cloudtasks --host-port HOST:PORT` calls: it
-// starts an emulator on hostPort ("" means DefaultHostPort), prints
+// starts an emulator on hostPort ("" means defaultHostPort), prints
 // "export CLOUD_TASKS_EMULATOR_HOST=host:port" to w, serves until ctx is
 // done, then stops the emulator and returns nil.
 func Run(ctx context.Context, hostPort string, w io.Writer) error {
 	if hostPort == "" {
-		hostPort = DefaultHostPort
+		hostPort = defaultHostPort
 	}
 	s := NewServer(Options{Logger: slog.Default()})
 	addr, err := s.Start(hostPort)

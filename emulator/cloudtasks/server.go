@@ -19,43 +19,43 @@ import (
 
 // Documented limits and defaults of Cloud Tasks that the emulator applies.
 const (
-	// DefaultTombstoneWindow is how long a deleted or executed task's name
+	// defaultTombstoneWindow is how long a deleted or executed task's name
 	// stays reserved ("~1 hour" in the Cloud Tasks limits).
-	DefaultTombstoneWindow = time.Hour
-	// DefaultDispatchDeadline is the dispatch deadline of an HTTP task that
+	defaultTombstoneWindow = time.Hour
+	// defaultDispatchDeadline is the dispatch deadline of an HTTP task that
 	// sets none.
-	DefaultDispatchDeadline = 10 * time.Minute
-	// MinDispatchDeadline and MaxDispatchDeadline bound an HTTP task's
+	defaultDispatchDeadline = 10 * time.Minute
+	// minDispatchDeadline and maxDispatchDeadline bound an HTTP task's
 	// dispatch_deadline.
-	MinDispatchDeadline = 15 * time.Second
-	MaxDispatchDeadline = 30 * time.Minute
-	// MaxTaskSize is the largest task CreateTask accepts, in bytes.
-	MaxTaskSize = 1 << 20
-	// MaxScheduleAhead is how far in the future a task may be scheduled.
-	MaxScheduleAhead = 30 * 24 * time.Hour
-	// MaxTaskRetention is how long a task may live in a queue; a task that
+	minDispatchDeadline = 15 * time.Second
+	maxDispatchDeadline = 30 * time.Minute
+	// maxTaskSize is the largest task CreateTask accepts, in bytes.
+	maxTaskSize = 1 << 20
+	// maxScheduleAhead is how far in the future a task may be scheduled.
+	maxScheduleAhead = 30 * 24 * time.Hour
+	// maxTaskRetention is how long a task may live in a queue; a task that
 	// fails after that is dropped instead of retried.
-	MaxTaskRetention = 31 * 24 * time.Hour
+	maxTaskRetention = 31 * 24 * time.Hour
 )
 
 // Sentinel errors.
 var (
-	// ErrStopped is returned by Serve and Start once Stop has been called.
-	ErrStopped = errors.New("cloudtasks emulator: server stopped")
-	// ErrInvalidName reports a malformed project, location, queue or task
+	// errStopped is returned by Serve and Start once Stop has been called.
+	errStopped = errors.New("cloudtasks emulator: server stopped")
+	// errInvalidName reports a malformed project, location, queue or task
 	// resource name. Over gRPC it is INVALID_ARGUMENT.
-	ErrInvalidName = errors.New("invalid resource name")
-	// ErrInvalidArgument reports a request the real service rejects with
+	errInvalidName = errors.New("invalid resource name")
+	// errInvalidArgument reports a request the real service rejects with
 	// INVALID_ARGUMENT.
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrNotFound reports a missing queue, task or operation (NOT_FOUND).
-	ErrNotFound = errors.New("not found")
-	// ErrAlreadyExists reports a duplicate queue, or a task name that is in
+	errInvalidArgument = errors.New("invalid argument")
+	// errNotFound reports a missing queue, task or operation (NOT_FOUND).
+	errNotFound = errors.New("not found")
+	// errAlreadyExists reports a duplicate queue, or a task name that is in
 	// use or tombstoned (ALREADY_EXISTS).
-	ErrAlreadyExists = errors.New("already exists")
-	// ErrFailedPrecondition reports a request that cannot be served in the
+	errAlreadyExists = errors.New("already exists")
+	// errFailedPrecondition reports a request that cannot be served in the
 	// resource's current state (FAILED_PRECONDITION).
-	ErrFailedPrecondition = errors.New("failed precondition")
+	errFailedPrecondition = errors.New("failed precondition")
 )
 
 // Options configure a [Server]. The zero value is ready to use.
@@ -63,7 +63,7 @@ type Options struct {
 	// Clock is the source of time; nil means the wall clock.
 	Clock Clock
 	// TombstoneWindow is how long the name of a deleted or executed task
-	// cannot be reused; 0 means DefaultTombstoneWindow (1h).
+	// cannot be reused; 0 means defaultTombstoneWindow (1h).
 	TombstoneWindow time.Duration
 	// QueueTombstoneWindow is how long the name of a deleted queue cannot be
 	// reused. The real service documents 7 days; the emulator's default, 0,
@@ -137,7 +137,7 @@ func NewServer(opts Options) *Server {
 		s.ownClient = true
 	}
 	if s.tombstone <= 0 {
-		s.tombstone = DefaultTombstoneWindow
+		s.tombstone = defaultTombstoneWindow
 	}
 	s.signer = newSigner(opts.SigningKey, opts.TokenIssuer)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -159,21 +159,21 @@ func (s *Server) PublicKey() *rsa.PublicKey {
 }
 
 // Serve serves the Cloud Tasks and long-running Operations gRPC services on
-// lis until Stop is called. It returns nil after Stop, ErrStopped if Stop was
+// lis until Stop is called. It returns nil after Stop, errStopped if Stop was
 // called before, or the listener's error.
 func (s *Server) Serve(lis net.Listener) error {
 	s.lifeMu.Lock()
 	if s.stopped {
 		s.lifeMu.Unlock()
 		_ = lis.Close()
-		return ErrStopped
+		return errStopped
 	}
 	s.lifeMu.Unlock()
 	switch err := s.grpc.Serve(lis); {
 	case err == nil:
 		return nil
 	case errors.Is(err, grpc.ErrServerStopped):
-		return ErrStopped // Stop won the race with this call
+		return errStopped // Stop won the race with this call
 	default:
 		return fmt.Errorf("cloudtasks emulator: serve: %w", err)
 	}
@@ -192,7 +192,7 @@ func (s *Server) Start(addr string) (hostPort string, err error) {
 		}
 	}) {
 		_ = lis.Close()
-		return "", ErrStopped
+		return "", errStopped
 	}
 	return lis.Addr().String(), nil
 }
@@ -247,7 +247,7 @@ func (s *Server) lookupQueue(name string) (*queue, error) {
 	q := s.queues[name]
 	s.mu.RUnlock()
 	if q == nil {
-		return nil, fmt.Errorf("%w: queue %s", ErrNotFound, name)
+		return nil, fmt.Errorf("%w: queue %s", errNotFound, name)
 	}
 	return q, nil
 }

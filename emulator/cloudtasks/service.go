@@ -47,15 +47,15 @@ func grpcErr(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, errInvalidName), errors.Is(err, errInvalidArgument):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, errNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrAlreadyExists):
+	case errors.Is(err, errAlreadyExists):
 		code = codes.AlreadyExists
-	case errors.Is(err, ErrFailedPrecondition):
+	case errors.Is(err, errFailedPrecondition):
 		code = codes.FailedPrecondition
-	case errors.Is(err, ErrStopped):
+	case errors.Is(err, errStopped):
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
@@ -179,7 +179,7 @@ func (v *service) withQueue(name string, f func(q *queue) error) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
-		return grpcErr(fmt.Errorf("%w: queue %s", ErrNotFound, qn))
+		return grpcErr(fmt.Errorf("%w: queue %s", errNotFound, qn))
 	}
 	return grpcErr(f(q))
 }
@@ -230,18 +230,18 @@ func (s *Server) createQueue(qn queueName, cfg *pb.Queue) (*queue, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.queues[cfg.Name]; ok {
-		return nil, fmt.Errorf("%w: queue %s", ErrAlreadyExists, cfg.Name)
+		return nil, fmt.Errorf("%w: queue %s", errAlreadyExists, cfg.Name)
 	}
 	if at, ok := s.queueTombs[cfg.Name]; ok {
 		if s.clock.Now().Sub(at) < s.queueTomb {
-			return nil, fmt.Errorf("%w: the queue cannot be created because a queue with this name existed too recently", ErrFailedPrecondition)
+			return nil, fmt.Errorf("%w: the queue cannot be created because a queue with this name existed too recently", errFailedPrecondition)
 		}
 		delete(s.queueTombs, cfg.Name)
 	}
 	q := newQueue(s, qn, cfg)
 	if !s.goTracked(q.run) {
 		q.cancel()
-		return nil, ErrStopped
+		return nil, errStopped
 	}
 	s.queues[cfg.Name] = q
 	return q, nil
@@ -259,7 +259,7 @@ func (v *service) UpdateQueue(_ context.Context, req *pb.UpdateQueueRequest) (*p
 	paths := req.GetUpdateMask().GetPaths()
 	for {
 		q, err := v.s.lookupQueue(qn.String())
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, errNotFound) {
 			// UpdateQueue creates the queue if it does not exist.
 			cfg := &pb.Queue{}
 			if err := applyQueueMask(cfg, src, paths); err != nil {
@@ -269,7 +269,7 @@ func (v *service) UpdateQueue(_ context.Context, req *pb.UpdateQueueRequest) (*p
 				return nil, grpcErr(err)
 			}
 			q, err := v.s.createQueue(qn, cfg)
-			if errors.Is(err, ErrAlreadyExists) {
+			if errors.Is(err, errAlreadyExists) {
 				continue // lost a race with another creator: update instead
 			}
 			if err != nil {
@@ -314,7 +314,7 @@ func (v *service) DeleteQueue(_ context.Context, req *pb.DeleteQueueRequest) (*e
 	}
 	v.s.mu.Unlock()
 	if !ok {
-		return nil, grpcErr(fmt.Errorf("%w: queue %s", ErrNotFound, name))
+		return nil, grpcErr(fmt.Errorf("%w: queue %s", errNotFound, name))
 	}
 	q.mu.Lock()
 	q.deleted = true
@@ -453,7 +453,7 @@ func (v *service) withTask(name string, f func(q *queue, t *task) error) error {
 	return v.withQueue(tn.queueName.String(), func(q *queue) error {
 		t := q.tasks[tn.task]
 		if t == nil {
-			return fmt.Errorf("%w: task %s", ErrNotFound, tn)
+			return fmt.Errorf("%w: task %s", errNotFound, tn)
 		}
 		return f(q, t)
 	})
@@ -561,15 +561,15 @@ func (s *Server) createTask(req *pb.CreateTaskRequest) (*pb.Task, error) {
 		if err := dd.CheckValid(); err != nil {
 			return nil, invalidf("dispatch_deadline: %v", err)
 		}
-		if d := dd.AsDuration(); d < MinDispatchDeadline || d > MaxDispatchDeadline {
-			return nil, invalidf("dispatch_deadline must be between %v and %v, got %v", MinDispatchDeadline, MaxDispatchDeadline, d)
+		if d := dd.AsDuration(); d < minDispatchDeadline || d > maxDispatchDeadline {
+			return nil, invalidf("dispatch_deadline must be between %v and %v, got %v", minDispatchDeadline, maxDispatchDeadline, d)
 		}
 	}
 	if err := checkRetryConfig(in.GetRetryConfig()); err != nil {
 		return nil, err
 	}
-	if size := proto.Size(in); size > MaxTaskSize {
-		return nil, invalidf("task size %d bytes exceeds the maximum of %d", size, MaxTaskSize)
+	if size := proto.Size(in); size > maxTaskSize {
+		return nil, invalidf("task size %d bytes exceeds the maximum of %d", size, maxTaskSize)
 	}
 	q, err := s.lookupQueue(qn.String())
 	if err != nil {
@@ -579,7 +579,7 @@ func (s *Server) createTask(req *pb.CreateTaskRequest) (*pb.Task, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.deleted {
-		return nil, fmt.Errorf("%w: queue %s", ErrNotFound, qn)
+		return nil, fmt.Errorf("%w: queue %s", errNotFound, qn)
 	}
 	if err := checkHTTPRequest(in.GetHttpRequest(), q.cfg.HttpTarget); err != nil {
 		return nil, err
@@ -591,15 +591,15 @@ func (s *Server) createTask(req *pb.CreateTaskRequest) (*pb.Task, error) {
 			return nil, invalidf("schedule_time: %v", err)
 		}
 		if t := st.AsTime(); t.After(now) {
-			if t.Sub(now) > MaxScheduleAhead {
-				return nil, invalidf("schedule_time must be at most %v in the future", MaxScheduleAhead)
+			if t.Sub(now) > maxScheduleAhead {
+				return nil, invalidf("schedule_time must be at most %v in the future", maxScheduleAhead)
 			}
 			sched = t
 		}
 	}
 	if id != "" {
 		if q.tasks[id] != nil || q.tombstonedLocked(id, now) {
-			return nil, fmt.Errorf("%w: the task cannot be created because a task with this name existed too recently or exists: %s", ErrAlreadyExists, in.GetName())
+			return nil, fmt.Errorf("%w: the task cannot be created because a task with this name existed too recently or exists: %s", errAlreadyExists, in.GetName())
 		}
 	} else {
 		for id == "" || q.tasks[id] != nil || q.tombs[id] != (time.Time{}) {
@@ -614,7 +614,7 @@ func (s *Server) createTask(req *pb.CreateTaskRequest) (*pb.Task, error) {
 	if stored.DispatchDeadline != nil {
 		stored.DispatchDeadline = truncateDuration(stored.DispatchDeadline.AsDuration(), time.Millisecond)
 	} else {
-		stored.DispatchDeadline = durationpb.New(DefaultDispatchDeadline)
+		stored.DispatchDeadline = durationpb.New(defaultDispatchDeadline)
 	}
 	stored.DispatchCount, stored.ResponseCount = 0, 0
 	stored.FirstAttempt, stored.LastAttempt, stored.View = nil, nil, pb.Task_VIEW_UNSPECIFIED

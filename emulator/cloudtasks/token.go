@@ -14,8 +14,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// DefaultOAuthScope is the scope of an oauth_token that names none.
-const DefaultOAuthScope = "https://www.googleapis.com/auth/cloud-platform"
+// defaultOAuthScope is the scope of an oauth_token that names none.
+const defaultOAuthScope = "https://www.googleapis.com/auth/cloud-platform"
 
 // tokenLifetime matches the one-hour lifetime of Google-issued ID tokens.
 const tokenLifetime = time.Hour
@@ -99,14 +99,14 @@ func (c OIDCClaims) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// OAuthClaims are the claims of the access token attached to a task request
+// oAuthClaims are the claims of the access token attached to a task request
 // that has an oauth_token. Real Google access tokens are opaque; the
 // emulator's are JWTs so that a local worker can inspect them.
-type OAuthClaims struct {
+type oAuthClaims struct {
 	jwt.RegisteredClaims
 	// Email is the oauth_token's service_account_email.
 	Email string `json:"email"`
-	// Scope is the oauth_token's scope, DefaultOAuthScope if it named none.
+	// Scope is the oauth_token's scope, defaultOAuthScope if it named none.
 	Scope string `json:"scope"`
 }
 
@@ -154,9 +154,9 @@ func (s *signer) oidcToken(email, aud string, now time.Time) (string, error) {
 // the request URL.
 func (s *signer) oauthToken(email, scope, aud string, now time.Time) (string, error) {
 	if scope == "" {
-		scope = DefaultOAuthScope
+		scope = defaultOAuthScope
 	}
-	return s.sign(OAuthClaims{
+	return s.sign(oAuthClaims{
 		RegisteredClaims: s.registered(subjectFor(email), aud, now),
 		Email:            email,
 		Scope:            scope,
