@@ -6,8 +6,6 @@ import "time"
 const (
 	// MaxClaimWait caps ClaimRequest.MaxWaitMs.
 	MaxClaimWait = 60 * time.Second
-	// DefaultClaimWait is the long-poll of a claim that names no maxWaitMs.
-	DefaultClaimWait = 20 * time.Second
 	// CodePoolNotFound: the pool is not configured (404).
 	CodePoolNotFound = "pool_not_found"
 	// CodeUnauthenticated: the caller's identity could not be verified (401).
@@ -21,7 +19,7 @@ type ClaimRequest struct {
 	// WorkerID is the claiming worker; the attempt is started for it.
 	WorkerID string `json:"workerId"`
 	// MaxWaitMs is how long the claim may wait for work (0 … 60 000;
-	// absent: DefaultClaimWait).
+	// absent: 20 s).
 	MaxWaitMs *int64 `json:"maxWaitMs,omitempty"`
 }
 

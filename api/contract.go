@@ -130,10 +130,6 @@ const (
 	// EnvelopeEnv holds the attempt's envelope (JSON), task token included:
 	// it exists only in that execution's overrides.
 	EnvelopeEnv = "SERVO_ENVELOPE"
-	// ExecutionLabelsEnv holds the execution's labels (task id and attempt,
-	// "k=v,k=v" sorted), by which a second dispatch of the same attempt
-	// finds the execution instead of starting another.
-	ExecutionLabelsEnv = "SERVO_EXECUTION_LABELS"
 )
 
 // ErrorInfo is a worker-reported failure (ADR-023 §3.3).

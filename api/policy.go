@@ -1,7 +1,6 @@
 package api
 
 import (
-	"math"
 	"time"
 )
 
@@ -107,29 +106,4 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 		p.MaxBackoffMs = max(DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
 	}
 	return p
-}
-
-// BackoffCap is the un-jittered delay before the attempt after failed
-// attempt n (n ≥ 1): min(max, initial × coefficient^(n-1)).
-func (p RetryPolicy) BackoffCap(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffCoefficient, float64(n-1))
-	if math.IsInf(d, 0) || math.IsNaN(d) || d > float64(p.MaxBackoffMs) {
-		d = float64(p.MaxBackoffMs)
-	}
-	return time.Duration(d) * time.Millisecond
-}
-
-// Backoff is the delay before the attempt after failed attempt n with full
-// jitter: r × BackoffCap(n), for r drawn uniformly from [0, 1).
-func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
-	if r < 0 || math.IsNaN(r) {
-		r = 0
-	}
-	if r >= 1 {
-		r = math.Nextafter(1, 0)
-	}
-	return time.Duration(r * float64(p.BackoffCap(n)))
 }

@@ -24,9 +24,6 @@ const (
 // States lists every state.
 var States = []State{Pending, Queued, Running, Cancelling, Succeeded, Failed, Cancelled}
 
-// ActiveStates lists the non-terminal states.
-var ActiveStates = []State{Pending, Queued, Running, Cancelling}
-
 // Terminal reports whether s never changes again.
 func (s State) Terminal() bool { return s == Succeeded || s == Failed || s == Cancelled }
 
@@ -52,11 +49,6 @@ const (
 	OutcomeTimedOut      Outcome = "TIMED_OUT"
 	OutcomeCancelTimeout Outcome = "CANCEL_TIMEOUT"
 )
-
-// ReportableOutcome reports whether a worker may report o in `completed`.
-func ReportableOutcome(o Outcome) bool {
-	return o == OutcomeSucceeded || o == OutcomeFailed || o == OutcomeCancelled
-}
 
 // Reasons why a task ended, or why it is cancelling.
 const (
@@ -92,23 +84,10 @@ const (
 	CategoryCancelled      Category = "CANCELLED"
 )
 
-// Categories lists every category.
-var Categories = []Category{CategoryUserCode, CategoryDataQuality, CategoryInfrastructure, CategoryConfiguration, CategoryTimeout, CategoryCancelled}
-
 // Valid reports whether c is one of ADR-023 §6's categories.
 func (c Category) Valid() bool {
-	for _, v := range Categories {
-		if c == v {
-			return true
-		}
-	}
-	return false
-}
-
-// RetryableByDefault is ADR-023 §6's default for the category.
-func (c Category) RetryableByDefault() bool {
 	switch c {
-	case CategoryUserCode, CategoryInfrastructure, CategoryTimeout:
+	case CategoryUserCode, CategoryDataQuality, CategoryInfrastructure, CategoryConfiguration, CategoryTimeout, CategoryCancelled:
 		return true
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 	run "cloud.google.com/go/run/apiv2"
 	"cloud.google.com/go/run/apiv2/runpb"
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
@@ -16,7 +17,7 @@ import (
 
 // CloudRun is the Runner on the Cloud Run Admin API (run/apiv2). Run
 // calls RunJob with a container override that sets api.EnvelopeEnv and
-// api.ExecutionLabelsEnv for that execution only (RunJob cannot set an
+// task.ExecutionLabelsEnv for that execution only (RunJob cannot set an
 // execution's Cloud Run labels, so Servo's labels travel as an environment
 // override, which the execution's template records); Find lists the job's
 // executions and matches that variable; Cancel calls CancelExecution. None
@@ -55,7 +56,7 @@ func (c *CloudRun) Run(ctx context.Context, job string, envelope []byte, labels 
 			Name: c.container,
 			Env: []*runpb.EnvVar{
 				{Name: api.EnvelopeEnv, Values: &runpb.EnvVar_Value{Value: string(envelope)}},
-				{Name: api.ExecutionLabelsEnv, Values: &runpb.EnvVar_Value{Value: EncodeLabels(labels)}},
+				{Name: task.ExecutionLabelsEnv, Values: &runpb.EnvVar_Value{Value: EncodeLabels(labels)}},
 			},
 		}}},
 	})
@@ -106,7 +107,7 @@ func (c *CloudRun) Find(ctx context.Context, job string, labels map[string]strin
 func hasLabels(e *runpb.Execution, want string) bool {
 	for _, ct := range e.GetTemplate().GetContainers() {
 		for _, v := range ct.GetEnv() {
-			if v.GetName() == api.ExecutionLabelsEnv && v.GetValue() == want {
+			if v.GetName() == task.ExecutionLabelsEnv && v.GetValue() == want {
 				return true
 			}
 		}

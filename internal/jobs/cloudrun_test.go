@@ -19,6 +19,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // fakeRun is a Cloud Run Admin API server (jobs and executions) that
@@ -125,8 +126,8 @@ func TestCloudRunRequests(t *testing.T) {
 	for _, v := range co.GetEnv() {
 		env[v.GetName()] = v.GetValue()
 	}
-	want := map[string]string{api.EnvelopeEnv: string(envelope), api.ExecutionLabelsEnv: "servo-attempt=2,servo-task-id=task_1"}
-	if len(env) != len(want) || env[api.EnvelopeEnv] != want[api.EnvelopeEnv] || env[api.ExecutionLabelsEnv] != want[api.ExecutionLabelsEnv] {
+	want := map[string]string{api.EnvelopeEnv: string(envelope), task.ExecutionLabelsEnv: "servo-attempt=2,servo-task-id=task_1"}
+	if len(env) != len(want) || env[api.EnvelopeEnv] != want[api.EnvelopeEnv] || env[task.ExecutionLabelsEnv] != want[task.ExecutionLabelsEnv] {
 		t.Fatalf("override env %v, want %v", env, want)
 	}
 

@@ -13,7 +13,7 @@
 //     [Labels]); one that runs is recorded and nothing is started;
 //  2. otherwise runs the job ([Runner.Run]) with the envelope and the labels
 //     as environment overrides of that execution only
-//     (api.EnvelopeEnv, api.ExecutionLabelsEnv): the token never appears
+//     (api.EnvelopeEnv, task.ExecutionLabelsEnv): the token never appears
 //     in the job's configuration;
 //  3. records the execution on the attempt (task.EventExecution, a
 //     compare-and-set through store.Apply). When another execution was

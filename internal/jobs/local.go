@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Local is the Runner of the local stack (`servo dev --job-worker
 // NAME=COMMAND`): each execution is one subprocess running the job's
 // command with the same environment contract as a Cloud Run Job execution
-// (api.EnvelopeEnv, api.ExecutionLabelsEnv, CLOUD_RUN_JOB,
+// (api.EnvelopeEnv, task.ExecutionLabelsEnv, CLOUD_RUN_JOB,
 // CLOUD_RUN_EXECUTION, CLOUD_RUN_TASK_INDEX, CLOUD_RUN_TASK_ATTEMPT).
 // Cancel kills the execution's process group (SIGKILL): Cloud Run sends
 // SIGTERM and kills after a grace period; Servo's own grace period has
@@ -77,7 +78,7 @@ func (l *Local) Run(_ context.Context, job string, envelope []byte, labels map[s
 	cmd.Env = append(os.Environ(), l.env...)
 	cmd.Env = append(cmd.Env,
 		api.EnvelopeEnv+"="+string(envelope),
-		api.ExecutionLabelsEnv+"="+EncodeLabels(labels),
+		task.ExecutionLabelsEnv+"="+EncodeLabels(labels),
 		"CLOUD_RUN_JOB="+path.Base(job),
 		"CLOUD_RUN_EXECUTION="+short,
 		"CLOUD_RUN_TASK_INDEX=0",

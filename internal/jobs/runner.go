@@ -32,7 +32,7 @@ type Execution struct {
 // in production ([CloudRun]), subprocesses locally ([Local]).
 type Runner interface {
 	// Run starts one execution of job with the envelope in its environment
-	// (api.EnvelopeEnv) and the labels (api.ExecutionLabelsEnv), both as
+	// (api.EnvelopeEnv) and the labels (task.ExecutionLabelsEnv), both as
 	// overrides of that execution only.
 	Run(ctx context.Context, job string, envelope []byte, labels map[string]string) (Execution, error)
 	// Find returns the newest execution of job that carries labels; ok is
@@ -48,7 +48,7 @@ func Labels(taskID string, attempt int) map[string]string {
 	return map[string]string{LabelTaskID: taskID, LabelAttempt: strconv.Itoa(attempt)}
 }
 
-// EncodeLabels is the canonical form of labels in api.ExecutionLabelsEnv:
+// EncodeLabels is the canonical form of labels in task.ExecutionLabelsEnv:
 // "k=v,k=v", sorted by key.
 func EncodeLabels(labels map[string]string) string {
 	keys := make([]string, 0, len(labels))

@@ -540,7 +540,7 @@ func (s *Store) RepairQuotaCounters(ctx context.Context) ([]QuotaRepair, error) 
 			Where: and(append(base(shardField), fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]api.State{api.Pending, api.Queued})))...)}
 		runningQ := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
 			Where: and(append(base(slotField), fieldFilter("quota.slot", pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
-				fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(api.ActiveStates)))...)}
+				fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(task.ActiveStates)))...)}
 		nq, err := s.count(ctx, queuedQ)
 		if err != nil {
 			errs = append(errs, err)

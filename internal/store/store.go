@@ -1003,7 +1003,7 @@ var DueStates = map[Due][]api.State{
 	DueLease:    {api.Running, api.Cancelling},
 	DueCancel:   {api.Cancelling},
 	DueDispatch: {api.Pending, api.Queued},
-	DueDeadline: api.ActiveStates,
+	DueDeadline: task.ActiveStates,
 	DueAdmit:    {api.Queued},
 }
 

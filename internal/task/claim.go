@@ -6,6 +6,9 @@ import (
 	"github.com/servo-dev/servo/api"
 )
 
+// DefaultClaimWait is the long-poll of a claim that names no maxWaitMs.
+const DefaultClaimWait = 20 * time.Second
+
 // ValidateClaim checks a claim request.
 func ValidateClaim(r api.ClaimRequest) *FieldError {
 	if r.WorkerID == "" {
@@ -23,7 +26,7 @@ func ValidateClaim(r api.ClaimRequest) *FieldError {
 // ClaimWait is a claim request's long-poll.
 func ClaimWait(r api.ClaimRequest) time.Duration {
 	if r.MaxWaitMs == nil {
-		return api.DefaultClaimWait
+		return DefaultClaimWait
 	}
 	return time.Duration(*r.MaxWaitMs) * time.Millisecond
 }

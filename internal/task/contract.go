@@ -59,7 +59,7 @@ func ValidateCompleted(r *api.CompletedRequest) *FieldError {
 	if err := validWorker(r.Attempt, r.WorkerID); err != nil {
 		return err
 	}
-	if !api.ReportableOutcome(r.Outcome) {
+	if !ReportableOutcome(r.Outcome) {
 		return fieldErr("outcome", "must be SUCCEEDED, FAILED or CANCELLED")
 	}
 	if r.Outcome == api.OutcomeFailed {
@@ -140,3 +140,10 @@ func (t *Task) Envelope(callbackBaseURL, token string, tokenExpiresAt, enqueuedA
 		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs,
 	}
 }
+
+// ExecutionLabelsEnv holds, in a Cloud Run Job execution that runs an
+// attempt, the execution's labels (task id and attempt, "k=v,k=v"
+// sorted), by which a second dispatch of the same attempt finds the
+// execution instead of starting another. The envelope is in
+// api.EnvelopeEnv.
+const ExecutionLabelsEnv = "SERVO_EXECUTION_LABELS"

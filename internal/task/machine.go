@@ -462,7 +462,7 @@ func (m *machine) complete() {
 			m.transition(api.Failed, api.ReasonFailedCancelling, c.Outcome)
 			break
 		}
-		retryable := c.Error != nil && c.Error.Category.RetryableByDefault() && (c.Error.Retryable == nil || *c.Error.Retryable)
+		retryable := c.Error != nil && RetryableByDefault(c.Error.Category) && (c.Error.Retryable == nil || *c.Error.Retryable)
 		m.retryOrFail(retryable, api.ReasonRetriesExhausted, c.Outcome)
 	}
 	m.r.FinalState = t.State
@@ -540,7 +540,7 @@ func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome ap
 		m.transition(api.Failed, exhaustedReason, outcome)
 		return
 	}
-	at := m.now.Add(t.Retry.Backoff(t.Attempt, m.ev.Jitter))
+	at := m.now.Add(Backoff(t.Retry, t.Attempt, m.ev.Jitter))
 	if t.Deadline != nil && !at.Before(*t.Deadline) {
 		m.transition(api.Failed, api.ReasonDeadlineExceeded, outcome)
 		return

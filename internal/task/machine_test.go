@@ -229,17 +229,17 @@ func TestBackoffSchedule(t *testing.T) {
 		n    int
 		want time.Duration
 	}{{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {4, 5 * time.Second}, {60, 5 * time.Second}, {10000, 5 * time.Second}} {
-		if got := p.BackoffCap(c.n); got != c.want {
+		if got := BackoffCap(p, c.n); got != c.want {
 			t.Errorf("BackoffCap(%d) = %v, want %v", c.n, got, c.want)
 		}
 	}
-	if got := p.Backoff(3, 0); got != 0 {
+	if got := Backoff(p, 3, 0); got != 0 {
 		t.Errorf("jitter 0: %v", got)
 	}
-	if got := p.Backoff(3, 1); got >= 4*time.Second || got < 3*time.Second {
+	if got := Backoff(p, 3, 1); got >= 4*time.Second || got < 3*time.Second {
 		t.Errorf("jitter 1 clamps below cap: %v", got)
 	}
-	if got := p.Backoff(3, 0.5); got != 2*time.Second {
+	if got := Backoff(p, 3, 0.5); got != 2*time.Second {
 		t.Errorf("jitter 0.5: %v", got)
 	}
 }
@@ -267,7 +267,7 @@ func TestRandomSequencesKeepInvariants(t *testing.T) {
 			ev.Jitter = rng.Float64()
 			if k == EventCompleted {
 				o := []api.Outcome{api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeCancelled}[rng.IntN(3)]
-				ev.Completed = completion(o, api.Categories[rng.IntN(len(api.Categories))])
+				ev.Completed = completion(o, Categories[rng.IntN(len(Categories))])
 				ev.Completed.Attempt, ev.Completed.WorkerID = ev.Attempt, ev.WorkerID
 			}
 			which := ev.Attempt

@@ -105,3 +105,28 @@ func TokenTTL(from time.Time, deadline *time.Time, interval time.Duration) time.
 func RefreshBefore(lifetime, interval time.Duration) time.Duration {
 	return max(lifetime/4, 2*interval)
 }
+
+// BackoffCap is the un-jittered delay before the attempt after failed
+// attempt n (n ≥ 1): min(max, initial × coefficient^(n-1)).
+func BackoffCap(p api.RetryPolicy, n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffCoefficient, float64(n-1))
+	if math.IsInf(d, 0) || math.IsNaN(d) || d > float64(p.MaxBackoffMs) {
+		d = float64(p.MaxBackoffMs)
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// Backoff is the delay before the attempt after failed attempt n with full
+// jitter: r × BackoffCap(n), for r drawn uniformly from [0, 1).
+func Backoff(p api.RetryPolicy, n int, r float64) time.Duration {
+	if r < 0 || math.IsNaN(r) {
+		r = 0
+	}
+	if r >= 1 {
+		r = math.Nextafter(1, 0)
+	}
+	return time.Duration(r * float64(BackoffCap(p, n)))
+}

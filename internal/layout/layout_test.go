@@ -1,0 +1,233 @@
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/servo-dev/servo"
+
+// pkg is what `go list -json` says of a package.
+type pkg struct {
+	ImportPath string
+	Dir        string
+	Name       string
+	Standard   bool
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+// list runs `go list -json` (with -deps when deps) on patterns.
+func list(t *testing.T, deps bool, patterns ...string) []pkg {
+	t.Helper()
+	args := []string{"list", "-json"}
+	if deps {
+		args = append(args, "-deps")
+	}
+	cmd := exec.Command("go", append(args, patterns...)...)
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var ps []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			return ps
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+}
+
+func rel(path string) string { return strings.TrimPrefix(strings.TrimPrefix(path, module), "/") }
+
+func internal(path string) bool {
+	r := rel(path)
+	return r == "internal" || strings.HasPrefix(r, "internal/") || strings.Contains(r, "/internal/") || strings.HasSuffix(r, "/internal")
+}
+
+// publicPackages are the importable packages a user may depend on, and
+// the most exported identifiers they may have together.
+var publicPackages = []string{
+	"api", "client", "worker", "worker/googleauth", // what users import
+	"emulator", "emulator/cloudtasks", "emulator/emulatortest", // the local emulators, embeddable
+	"functions", "dispatcher", "callbacks", "zombie", // the design card's folders
+	"examples/worker/partitions", // the example worker's function
+	"",                           // the Cloud Functions source root
+}
+
+const maxExported = 350
+
+// exported counts a package's exported identifiers: top-level funcs,
+// types, vars and consts, and the exported methods of exported types, in
+// its non-test files.
+func exported(t *testing.T, p pkg) (n int, names []string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	for _, name := range p.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv != nil {
+					recv := d.Recv.List[0].Type
+					if s, ok := recv.(*ast.StarExpr); ok {
+						recv = s.X
+					}
+					switch r := recv.(type) {
+					case *ast.IndexExpr:
+						recv = r.X
+					case *ast.IndexListExpr:
+						recv = r.X
+					}
+					if id, ok := recv.(*ast.Ident); !ok || !id.IsExported() {
+						continue
+					}
+					names = append(names, id(recv)+"."+d.Name.Name)
+					continue
+				}
+				names = append(names, d.Name.Name)
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							names = append(names, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, nm := range s.Names {
+							if nm.IsExported() {
+								names = append(names, nm.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return len(names), names
+}
+
+func id(e ast.Expr) string {
+	if i, ok := e.(*ast.Ident); ok {
+		return i.Name
+	}
+	return "?"
+}
+
+// Only the packages users are meant to import are importable, and
+// together they export at most maxExported identifiers: anything public is
+// an API someone may come to depend on.
+func TestPublicSurface(t *testing.T) {
+	total := 0
+	var rows []string
+	for _, p := range list(t, false, "./...") {
+		if internal(p.ImportPath) || p.Name == "main" || len(p.GoFiles) == 0 {
+			continue
+		}
+		n, _ := exported(t, p)
+		if n > 0 && !slices.Contains(publicPackages, rel(p.ImportPath)) {
+			t.Errorf("%s exports %d identifiers: move it under internal/, or add it to publicPackages if users are meant to import it", p.ImportPath, n)
+		}
+		total += n
+		rows = append(rows, fmt.Sprintf("%4d %s", n, p.ImportPath))
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(rows)))
+	t.Logf("exported identifiers outside internal/: %d\n%s", total, strings.Join(rows, "\n"))
+	if total > maxExported {
+		t.Errorf("%d exported identifiers outside internal/, more than %d", total, maxExported)
+	}
+	if total == 0 {
+		t.Fatal("counted nothing")
+	}
+}
+
+// heavy are the dependencies a worker or an API client must never pull
+// in: Google's service clients and transports, gRPC, and OpenTelemetry's
+// SDK and exporters (the application brings its own providers).
+var heavy = []string{
+	"cloud.google.com/go/firestore",
+	"cloud.google.com/go/pubsub",
+	"cloud.google.com/go/cloudtasks",
+	"cloud.google.com/go/monitoring",
+	"cloud.google.com/go/trace",
+	"cloud.google.com/go/secretmanager",
+	"cloud.google.com/go/run",
+	"google.golang.org/api",
+	"google.golang.org/grpc",
+	"go.opentelemetry.io/otel/sdk",
+	"go.opentelemetry.io/otel/exporters",
+	"github.com/GoogleCloudPlatform/opentelemetry-operations-go",
+	"github.com/prometheus",
+}
+
+// The worker SDK and the API client stay light: no heavy dependency, none
+// of Servo's server, and a bounded number of packages outside the
+// standard library.
+func TestSDKDependencies(t *testing.T) {
+	for _, c := range []struct {
+		pkg            string
+		maxNonStandard int
+		maxTotal       int
+		allowInternal  []string
+	}{
+		// The standard library's net/http alone is about 185 packages, so
+		// the totals are bounded by what HTTP costs; the non-standard
+		// counts are what the SDK adds.
+		{"api", 0, 200, nil},
+		{"client", 150, 200, nil},
+		{"worker", 250, 250, []string{"internal/logs"}},
+	} {
+		t.Run(c.pkg, func(t *testing.T) {
+			deps := list(t, true, "./"+c.pkg)
+			nonStd := 0
+			for _, d := range deps {
+				if d.Standard {
+					continue
+				}
+				if d.ImportPath != module+"/"+c.pkg {
+					nonStd++
+				}
+				for _, h := range heavy {
+					if d.ImportPath == h || strings.HasPrefix(d.ImportPath, h+"/") {
+						t.Errorf("%s depends on %s", c.pkg, d.ImportPath)
+					}
+				}
+				if strings.HasPrefix(d.ImportPath, module+"/") && internal(d.ImportPath) && !slices.Contains(c.allowInternal, rel(d.ImportPath)) {
+					t.Errorf("%s depends on Servo's %s", c.pkg, rel(d.ImportPath))
+				}
+			}
+			t.Logf("go list -deps ./%s: %d packages, %d outside the standard library", c.pkg, len(deps), nonStd)
+			if nonStd > c.maxNonStandard {
+				t.Errorf("%s: %d packages outside the standard library, more than %d", c.pkg, nonStd, c.maxNonStandard)
+			}
+			if len(deps) > c.maxTotal {
+				t.Errorf("%s: %d packages in all, more than %d", c.pkg, len(deps), c.maxTotal)
+			}
+		})
+	}
+}

@@ -1,0 +1,23 @@
+package task
+
+import "github.com/servo-dev/servo/api"
+
+// ActiveStates lists the non-terminal states.
+var ActiveStates = []api.State{api.Pending, api.Queued, api.Running, api.Cancelling}
+
+// Categories lists every error category.
+var Categories = []api.Category{api.CategoryUserCode, api.CategoryDataQuality, api.CategoryInfrastructure, api.CategoryConfiguration, api.CategoryTimeout, api.CategoryCancelled}
+
+// ReportableOutcome reports whether a worker may report o in `completed`.
+func ReportableOutcome(o api.Outcome) bool {
+	return o == api.OutcomeSucceeded || o == api.OutcomeFailed || o == api.OutcomeCancelled
+}
+
+// RetryableByDefault is ADR-023 §6's default for the category.
+func RetryableByDefault(c api.Category) bool {
+	switch c {
+	case api.CategoryUserCode, api.CategoryInfrastructure, api.CategoryTimeout:
+		return true
+	}
+	return false
+}
