@@ -12,6 +12,7 @@ import (
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -267,7 +268,7 @@ func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *E
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task"}
-	case errors.Is(err, store.ErrQuotaExceeded):
+	case errors.Is(err, quota.ErrExceeded):
 		return http.StatusTooManyRequests, &ErrorResponse{Error: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)

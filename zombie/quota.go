@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -21,7 +22,7 @@ const DefaultQuotaRepairEvery = time.Minute
 // limited tenant or worker.
 type QuotaStore interface {
 	QuotasEnabled() bool
-	RepairQuotaCounters(ctx context.Context) ([]store.QuotaRepair, error)
+	RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
 }
 
 // quotaDuties runs the two quota duties of a pass: admit (every pass) and
