@@ -13,6 +13,7 @@ import (
 	"github.com/servo-dev/servo/internal/access"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -254,7 +255,7 @@ func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *a
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task"}
-	case errors.Is(err, store.ErrQuotaExceeded):
+	case errors.Is(err, quota.ErrExceeded):
 		return http.StatusTooManyRequests, &api.Error{Code: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)

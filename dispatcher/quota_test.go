@@ -246,7 +246,7 @@ func corruptCounter(t *testing.T, project string, queued, running int) {
 	var list struct {
 		Documents []struct{ Name string } `json:"documents"`
 	}
-	if err := json.Unmarshal(send("GET", base+store.QuotasCollection, nil), &list); err != nil || len(list.Documents) == 0 {
+	if err := json.Unmarshal(send("GET", base+quota.Collection, nil), &list); err != nil || len(list.Documents) == 0 {
 		t.Fatalf("no counter shard to corrupt (%v)", err)
 	}
 	name := list.Documents[0].Name

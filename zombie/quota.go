@@ -1,13 +1,12 @@
 package zombie
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -21,11 +20,14 @@ const DefaultQuotaRepairEvery = time.Minute
 // limited tenant or worker.
 type QuotaStore interface {
 	QuotasEnabled() bool
-	RepairQuotaCounters(ctx context.Context) ([]store.QuotaRepair, error)
+	RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
 }
 
-// quotaDuties runs the two quota duties of a pass: admit (every pass) and
-// repair (every QuotaRepairEvery).
+// admitDuty is the admit duty's query and event.
+var admitDuty = Duty{Name: "admit", Due: store.DueAdmit, Event: task.EventAdmit}
+
+// quotaDuties runs the two quota duties of a pass (package quota decides
+// both): repair (every QuotaRepairEvery) and admit (every pass).
 func (s *Sweeper) quotaDuties(ctx context.Context, st *Stats, stop time.Time) error {
 	qs, ok := s.cfg.Store.(QuotaStore)
 	if !ok || !qs.QuotasEnabled() {
@@ -55,19 +57,16 @@ func (s *Sweeper) quotaDuties(ctx context.Context, st *Stats, stop time.Time) er
 	return errors.Join(errs...)
 }
 
-// admit is the admit duty: it reads the oldest tasks waiting for a run
-// slot (the first page of every due shard), orders them fairly (round
-// robin over tenants, each tenant's in submit order) and offers each a
-// slot (task.EventAdmit), one transaction at a time so that the order
-// holds. A tenant whose task found no slot is skipped for the rest of the
-// pass, so its later tasks never start before its earlier ones.
+// admit reads the tasks waiting for a run slot (the first page of every
+// due shard) and hands them to quota.Admit, which offers each a slot
+// (task.EventAdmit) in fair order, one transaction at a time.
 func (s *Sweeper) admit(ctx context.Context, stop time.Time) (DutyStats, error) {
 	var ds DutyStats
 	now := s.cfg.Now().UTC()
 	var waiting []task.Task
 	var errs []error
 	for shard := range s.cfg.Store.DueShards() {
-		page, err := s.cfg.Store.DueTasks(ctx, store.DueAdmit, shard, now, s.cfg.PageSize, nil)
+		page, err := s.cfg.Store.DueTasks(ctx, admitDuty.Due, shard, now, s.cfg.PageSize, nil)
 		if err != nil {
 			ds.QueryErrors++
 			errs = append(errs, fmt.Errorf("zombie: admit query (shard %d): %w", shard, err))
@@ -76,59 +75,13 @@ func (s *Sweeper) admit(ctx context.Context, stop time.Time) (DutyStats, error) 
 		waiting = append(waiting, page...)
 	}
 	ds.Due = len(waiting)
-	full := map[string]bool{}
-	for _, t := range FairOrder(waiting) {
-		if ctx.Err() != nil || past(stop) {
-			break
-		}
-		if full[t.TenantID] {
-			continue
-		}
-		out, err := s.apply(ctx, Duty{Name: "admit", Due: store.DueAdmit, Event: task.EventAdmit}, &t)
+	quota.Admit(waiting, func() bool { return ctx.Err() != nil || past(stop) }, func(t *task.Task) bool {
+		out, err := s.apply(ctx, admitDuty, t)
 		ds.add(out)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if out.NoOp > 0 {
-			full[t.TenantID] = true
-		}
-	}
-	return ds, errors.Join(errs...)
-}
-
-// FairOrder orders tasks waiting for a slot: each tenant's in submit order
-// (WaitingSince, then id), the tenants taking turns, the one that has
-// waited longest first.
-func FairOrder(ts []task.Task) []task.Task {
-	sorted := slices.Clone(ts)
-	slices.SortFunc(sorted, func(a, b task.Task) int {
-		if c := cmp.Compare(timeOf(a.WaitingSince), timeOf(b.WaitingSince)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
+		return out.NoOp == 0
 	})
-	var tenants []string
-	queues := map[string][]task.Task{}
-	for _, t := range sorted {
-		if _, ok := queues[t.TenantID]; !ok {
-			tenants = append(tenants, t.TenantID)
-		}
-		queues[t.TenantID] = append(queues[t.TenantID], t)
-	}
-	out := make([]task.Task, 0, len(ts))
-	for round := 0; len(out) < len(ts); round++ {
-		for _, tn := range tenants {
-			if q := queues[tn]; round < len(q) {
-				out = append(out, q[round])
-			}
-		}
-	}
-	return out
-}
-
-func timeOf(t *time.Time) int64 {
-	if t == nil {
-		return 0
-	}
-	return t.UnixNano()
+	return ds, errors.Join(errs...)
 }

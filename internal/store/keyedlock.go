@@ -48,3 +48,23 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 		return nil, ctx.Err()
 	}
 }
+
+// lockAll locks keys in order, or none of them when ctx ends first, and
+// returns the function that unlocks them (in reverse order).
+func (k *keyedMutex) lockAll(ctx context.Context, keys []string) (func(), error) {
+	var unlocks []func()
+	release := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	for _, key := range keys {
+		u, err := k.lock(ctx, key)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return release, nil
+}

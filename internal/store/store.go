@@ -70,7 +70,7 @@ type Store struct {
 	shards     int
 	perTask    keyedMutex
 	recentRuns recentRuns
-	quotas     *quota.Policy
+	counters   *quota.Counters
 	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 }
@@ -157,12 +157,11 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to firestore: %w", err)
 	}
 	db := "projects/" + project + "/databases/" + cfg.database
-	if cfg.quotas != nil {
-		if err := cfg.quotas.Validate(); err != nil {
-			return nil, fmt.Errorf("store: %w", err)
-		}
+	counters, err := quota.NewCounters(cfg.quotas, db+"/documents")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, quotas: cfg.quotas}, nil
+	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters}, nil
 }
 
 // DueShards is the number of due-index shards; DueTasks and Undelivered
@@ -337,38 +336,21 @@ type CreateResult struct {
 // A task whose idempotency key already names a task is not written; that
 // task is returned with Existed. When a commit of several tasks fails
 // because of such a key, its tasks are committed one by one.
+//
+// With queued and quotas (WithQuotas), a task of a limited tenant or
+// worker is admitted by package quota in a transaction of its own
+// (createQueued): refused with a *quota.ExceededError past maxQueued, or
+// stored waiting for a run slot (task.ReasonQuotaWait).
 func (s *Store) CreateMany(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
 	if queued && s.QuotasEnabled() {
-		// Tasks of limited tenants or workers: one transaction each
-		// (store/quota.go); the others as below.
-		var lim, rest []int
-		for i := range ts {
-			if s.limited(&ts[i]) {
-				lim = append(lim, i)
-			} else {
-				rest = append(rest, i)
-			}
-		}
-		if len(lim) > 0 {
-			out := make([]CreateResult, len(ts))
-			pick := func(idx []int) []task.Task {
-				o := make([]task.Task, len(idx))
-				for j, i := range idx {
-					o[j] = ts[i]
-				}
-				return o
-			}
-			for j, r := range s.createLimitedMany(ctx, pick(lim), now) {
-				out[lim[j]] = r
-			}
-			if len(rest) > 0 {
-				for j, r := range s.CreateMany(ctx, pick(rest), now, queued) {
-					out[rest[j]] = r
-				}
-			}
-			return out
-		}
+		return s.createQueued(ctx, ts, now)
 	}
+	return s.createBatched(ctx, ts, now, queued)
+}
+
+// createBatched is CreateMany for tasks no quota applies to: as few
+// commits as Firestore's limits allow.
+func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time, queued bool) []CreateResult {
 	out := make([]CreateResult, len(ts))
 	type prepared struct {
 		i      int
@@ -930,13 +912,14 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 		overlay(cur, t.Live)
 	}
 	if ev.Kind == task.EventAdmit && t.WaitingSince != nil {
-		unlock, err := s.lockScopes(ctx, &t)
+		// The quota step of an admit: a run slot, found in this transaction.
+		unlock, err := s.perScope.lockAll(ctx, quota.LockKeys(&t))
 		if err != nil {
 			s.rollback(tx)
 			return task.Result{}, tx, err
 		}
 		defer unlock()
-		hold, free, err := s.pickSlots(ctx, &t, tx)
+		hold, free, err := s.counters.FreeSlots(ctx, &t, inTx{s, tx})
 		if err != nil {
 			s.rollback(tx)
 			return task.Result{}, tx, err
@@ -950,7 +933,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 	}
 	setLive(&r)
 	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
-	writes = append(writes, s.quotaWrites(&t, &r.Task)...)
+	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
 	if r.Attempt != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
 	}

@@ -7,7 +7,9 @@ import "github.com/servo-dev/servo/api"
 // queued count, fixed for the task's life, so that every later change
 // goes to the same shard), whether it holds a run slot, and the shard of
 // each scope whose slot it took (its running count; any shard with a slot
-// free, chosen when the slot is given).
+// free, chosen when the slot is given). Package quota keeps the counters
+// (quota.Counts is what a task adds to them); the machine's quota steps
+// are below.
 type QuotaHold struct {
 	// Tenant and Worker say which of the task's scopes are limited.
 	Tenant bool `json:"tenant" firestore:"tenant"`
@@ -27,24 +29,6 @@ type QuotaHold struct {
 // ReasonQuotaWait is the reason of the PENDING → QUEUED transition of a
 // task admitted while its tenant or worker had no free run slot.
 const ReasonQuotaWait = "QUOTA_WAIT"
-
-// QuotaCounts is what t adds to its scopes' counters: queued is 1 while
-// the task is PENDING or QUEUED, running is 1 while it holds a run slot
-// and has not ended. Both are 0 for a task without a quota hold. The store
-// applies the difference between a task's counts before and after each
-// transition in the transition's own commit.
-func (t *Task) QuotaCounts() (queued, running int) {
-	if t.Quota == nil {
-		return 0, 0
-	}
-	if t.State == api.Pending || t.State == api.Queued {
-		queued = 1
-	}
-	if t.Quota.Slot && !t.State.Terminal() {
-		running = 1
-	}
-	return queued, running
-}
 
 // hold gives a task being enqueued at creation its quota hold; without a
 // free slot it becomes QUEUED waiting for one, with no Cloud Task and no

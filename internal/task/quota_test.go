@@ -13,11 +13,9 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 		slotFree  bool
 		wantWait  bool
 		wantCheck bool
-		wantQ     int
-		wantR     int
 	}{
-		{"slot free: enqueued, holding a slot", true, false, true, 1, 1},
-		{"no slot: QUEUED, waiting, no dispatch check", false, true, false, 1, 0},
+		{"slot free: enqueued, holding a slot", true, false, true},
+		{"no slot: QUEUED, waiting, no dispatch check", false, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tk, a, _ := NewTask(Task{ID: "task_x", TenantID: "acme", Worker: "w"}, t0)
@@ -26,8 +24,8 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 			if got.State != api.Queued || (got.WaitingSince != nil) != c.wantWait || (got.DispatchCheckAt != nil) != c.wantCheck {
 				t.Fatalf("state %s waiting %v check %v", got.State, got.WaitingSince, got.DispatchCheckAt)
 			}
-			if q, run := got.QuotaCounts(); q != c.wantQ || run != c.wantR {
-				t.Fatalf("counts %d/%d, want %d/%d", q, run, c.wantQ, c.wantR)
+			if got.Quota == nil || got.Quota.Slot != c.slotFree || got.Quota.TenantShard != 1 {
+				t.Fatalf("hold %+v, want the event's with slot %v", got.Quota, c.slotFree)
 			}
 			if len(r.Transitions) != 1 || (r.Transitions[0].Reason == ReasonQuotaWait) != c.wantWait {
 				t.Fatalf("transitions %+v", r.Transitions)
@@ -50,25 +48,5 @@ func TestQuotaHoldAndAdmit(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestQuotaCounts(t *testing.T) {
-	for _, c := range []struct {
-		state api.State
-		slot  bool
-		q, r  int
-	}{
-		{api.Pending, false, 1, 0}, {api.Queued, false, 1, 0}, {api.Queued, true, 1, 1}, {api.Running, true, 0, 1},
-		{api.Cancelling, true, 0, 1}, {api.Succeeded, true, 0, 0}, {api.Failed, true, 0, 0}, {api.Cancelled, false, 0, 0},
-	} {
-		tk := Task{State: c.state, Quota: &QuotaHold{Slot: c.slot}}
-		if q, r := tk.QuotaCounts(); q != c.q || r != c.r {
-			t.Errorf("%s slot %v: %d/%d, want %d/%d", c.state, c.slot, q, r, c.q, c.r)
-		}
-		tk.Quota = nil
-		if q, r := tk.QuotaCounts(); q != 0 || r != 0 {
-			t.Errorf("%s without a hold counts %d/%d", c.state, q, r)
-		}
 	}
 }

@@ -1,7 +1,3 @@
-// Package quota is Servo's per-tenant and per-worker concurrency policy:
-// the limits (maxRunning, maxQueued) read from configuration, and how a
-// limit is split over the counter shards that enforce it. It is pure: the
-// store keeps the counters (store.WithQuotas) and the sweeper repairs them.
 package quota
 
 import (

@@ -1,0 +1,115 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Repair reports one counter shard that Counters.Repair found drifted and
+// rewrote.
+type Repair struct {
+	Kind  Kind
+	Name  string
+	Shard int
+	// Queued and Running are the stored counts; WantQueued and WantRunning
+	// the recounted ones.
+	Queued, Running         int
+	WantQueued, WantRunning int
+	// Skipped: the shard changed between its read and the rewrite; the
+	// next pass recounts it.
+	Skipped bool
+}
+
+// Repair is the sweeper's quota repair: it recounts every counter shard
+// from the tasks that hold counts on it (two count aggregations per shard:
+// no task is read) and rewrites the ones that differ. The rewrite is
+// conditional on the shard's update time as read before the count, so a
+// transition that committed meanwhile (its counts are then in neither, or
+// in both) makes it skip the shard until the next pass instead of writing
+// a stale value. A shard that failed is left for the next pass; the error
+// joins every failure.
+func (c *Counters) Repair(ctx context.Context, db DB) ([]Repair, error) {
+	type shard struct {
+		counter
+		at *timestamppb.Timestamp
+	}
+	var shards []shard
+	err := db.Query(ctx, &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: Collection}}},
+		func(d *pb.Document) error {
+			s, err := decodeCounter(d.GetFields())
+			if err != nil {
+				return err
+			}
+			shards = append(shards, shard{s, d.GetUpdateTime()})
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	var out []Repair
+	var errs []error
+	for _, sh := range shards {
+		nq, nr, err := recount(ctx, db, sh.counter)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if nq == sh.queued && nr == sh.running {
+			continue
+		}
+		rep := Repair{Kind: Kind(sh.kind), Name: sh.name, Shard: sh.shard, Queued: sh.queued, Running: sh.running, WantQueued: nq, WantRunning: nr}
+		err = db.Commit(ctx, []*pb.Write{{
+			Operation: &pb.Write_Update{Update: &pb.Document{Name: c.shardName(rep.Kind, rep.Name, rep.Shard),
+				Fields: map[string]*pb.Value{"queued": intVal(nq), "running": intVal(nr)}}},
+			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"queued", "running"}},
+			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_UpdateTime{UpdateTime: sh.at}},
+		}})
+		switch status.Code(err) {
+		case codes.OK:
+		case codes.FailedPrecondition:
+			rep.Skipped = true
+		default:
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, rep)
+	}
+	return out, errors.Join(errs...)
+}
+
+// recount counts the tasks that hold counts on shard s: those queued on
+// it (PENDING or QUEUED, admitted on it) and those holding a run slot on
+// it (active, their slot taken on it).
+func recount(ctx context.Context, db DB, s counter) (queued, running int, err error) {
+	field, hold := "tenantId", "quota.tenant"
+	shardField, slotField := "quota.tenantShard", "quota.tenantSlotShard"
+	if Kind(s.kind) == KindWorker {
+		field, hold, shardField, slotField = "worker", "quota.worker", "quota.workerShard", "quota.workerSlotShard"
+	}
+	base := func(f string) []*pb.StructuredQuery_Filter {
+		return []*pb.StructuredQuery_Filter{
+			fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(s.name)),
+			fieldFilter(hold, pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
+			fieldFilter(f, pb.StructuredQuery_FieldFilter_EQUAL, intVal(s.shard)),
+		}
+	}
+	nq, err := db.CountTasks(ctx, and(append(base(shardField),
+		fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]api.State{api.Pending, api.Queued})))...))
+	if err != nil {
+		return 0, 0, err
+	}
+	nr, err := db.CountTasks(ctx, and(append(base(slotField), fieldFilter("quota.slot", pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
+		fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal(task.ActiveStates)))...))
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(nq), int(nr), nil
+}
