@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/api/idtoken"
 
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -34,7 +34,7 @@ const QuotaRetryAfter = 10
 const MaxListTenants = 30
 
 // Verifier checks an identity token and returns the caller's e-mail. It
-// returns an error matching access.ErrTokenExpired or access.ErrBadToken.
+// returns an error matching auth.ErrIdentityTokenExpired or auth.ErrInvalidIdentityToken.
 type Verifier interface {
 	Verify(ctx context.Context, raw string) (email string, err error)
 }
@@ -52,20 +52,20 @@ func (g GoogleVerifier) Verify(ctx context.Context, raw string) (string, error) 
 	p, err := idtoken.Validate(ctx, raw, g.Audience)
 	switch {
 	case err != nil && strings.Contains(err.Error(), "expired"):
-		return "", access.ErrTokenExpired
+		return "", auth.ErrIdentityTokenExpired
 	case err != nil:
-		return "", fmt.Errorf("%w: %w", access.ErrBadToken, err)
+		return "", fmt.Errorf("%w: %w", auth.ErrInvalidIdentityToken, err)
 	}
 	email, _ := p.Claims["email"].(string)
 	verified, _ := p.Claims["email_verified"].(bool)
 	if email == "" || !verified {
-		return "", fmt.Errorf("%w: no verified email claim", access.ErrBadToken)
+		return "", fmt.Errorf("%w: no verified email claim", auth.ErrInvalidIdentityToken)
 	}
 	return email, nil
 }
 
 // DevVerifier accepts the dev identity tokens of `servo --as` signed with
-// the key of one servo dev run (access.SignDev). Only the local stack
+// the key of one servo dev run (auth.SignDev). Only the local stack
 // configures it.
 type DevVerifier struct {
 	Key []byte
@@ -79,7 +79,7 @@ func (d DevVerifier) Verify(_ context.Context, raw string) (string, error) {
 	if d.Now != nil {
 		now = d.Now
 	}
-	return access.VerifyDev(d.Key, raw, now())
+	return auth.VerifyDev(d.Key, raw, now())
 }
 
 type principalKey struct{}
@@ -119,7 +119,7 @@ func (h *handler) authenticate(r *http.Request) (string, *apiError) {
 		if err == nil {
 			return email, nil
 		}
-		expired = expired || errors.Is(err, access.ErrTokenExpired)
+		expired = expired || errors.Is(err, auth.ErrIdentityTokenExpired)
 	}
 	if expired {
 		return "", unauthenticated("the identity token has expired")
@@ -134,7 +134,7 @@ func unauthenticated(msg string) *apiError {
 // allowed checks that the caller may do a on tenant's tasks: nil, or 403
 // permission_denied. The message does not name the tenant: a caller asking
 // for another tenant's task by id learns nothing of it.
-func (h *handler) allowed(r *http.Request, tenant string, a access.Action) *apiError {
+func (h *handler) allowed(r *http.Request, tenant string, a auth.Action) *apiError {
 	who := Principal(r.Context())
 	if h.cfg.Access.Allows(who, tenant, a) {
 		return nil
@@ -150,7 +150,7 @@ func (h *handler) allowed(r *http.Request, tenant string, a access.Action) *apiE
 // tenant the caller may act on (the list filters on it) or when the caller
 // may act on every tenant; else the tenants the caller may act on, for an
 // "in" filter in the query. 403 when there are none.
-func (h *handler) tenantScope(r *http.Request, requested string, a access.Action) ([]string, *apiError) {
+func (h *handler) tenantScope(r *http.Request, requested string, a auth.Action) ([]string, *apiError) {
 	if requested != "" {
 		return nil, h.allowed(r, requested, a)
 	}
@@ -169,9 +169,9 @@ func (h *handler) tenantScope(r *http.Request, requested string, a access.Action
 // allowedSubmit checks that the caller may submit t: the submitter role on
 // its tenant, operator for a rerun.
 func (h *handler) allowedSubmit(r *http.Request, t *task.Task, prefix string) *apiError {
-	a := access.Submit
+	a := auth.Submit
 	if t.RerunOf != "" {
-		a = access.Operate
+		a = auth.Operate
 	}
 	e := h.allowed(r, t.TenantID, a)
 	if e != nil {

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -72,7 +72,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
-	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), access.Operate); !all {
+	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), auth.Operate); !all {
 		// One read to learn the task's tenant, only for a caller who is
 		// not an operator of every tenant.
 		t, err := h.cfg.Store.GetTask(r.Context(), id)
@@ -80,7 +80,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 			h.storeError(w, r, err, "taskId", id)
 			return
 		}
-		if e := h.allowed(r, t.TenantID, access.Operate); e != nil {
+		if e := h.allowed(r, t.TenantID, auth.Operate); e != nil {
 			h.fail(w, r, e)
 			return
 		}
@@ -144,7 +144,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
 		return
 	}
-	tenants, e := h.tenantScope(r, "", access.Operate)
+	tenants, e := h.tenantScope(r, "", auth.Operate)
 	if e != nil {
 		h.fail(w, r, e)
 		return

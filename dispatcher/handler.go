@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
@@ -81,9 +81,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Project, when set, puts the request's trace into log lines.
 	Project string
-	// Access is the access policy (package access); nil is the open
+	// Access is the access policy (package auth); nil is the open
 	// policy: every caller IAM lets through may do everything.
-	Access *access.Policy
+	Access *auth.Policy
 	// Verifiers check the callers' identity tokens (GoogleVerifier in
 	// production; DevVerifier too in servo dev). With none, the open
 	// policy ignores the Authorization header and any other policy

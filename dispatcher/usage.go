@@ -3,7 +3,7 @@ package dispatcher
 import (
 	"net/http"
 
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -33,7 +33,7 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	if e := h.allowed(r, tenant, access.View); e != nil {
+	if e := h.allowed(r, tenant, auth.View); e != nil {
 		h.fail(w, r, e)
 		return
 	}

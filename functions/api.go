@@ -12,7 +12,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/task"
@@ -63,7 +63,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	policy, err := access.Load(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
+	policy, err := auth.LoadPolicy(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

@@ -1,4 +1,4 @@
-package access
+package auth
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestPolicyRoles(t *testing.T) {
-	p, err := Parse([]byte(`{"principals": {
+	p, err := ParsePolicy([]byte(`{"principals": {
 		"Viewer@Example.com": {"a": "viewer"},
 		"sub@example.com": {"a": "submitter", "b": "viewer"},
 		"ops@example.com": {"*": "operator"},
@@ -46,7 +46,7 @@ func TestPolicyRoles(t *testing.T) {
 	if all, _ := p.Tenants("ops@example.com", View); !all {
 		t.Error("ops does not view every tenant")
 	}
-	if !Open().Allows("", "x", Operate) || !(*Policy)(nil).Allows("", "x", Operate) {
+	if !OpenPolicy().Allows("", "x", Operate) || !(*Policy)(nil).Allows("", "x", Operate) {
 		t.Error("the open policy refuses")
 	}
 	for _, bad := range []string{
@@ -55,8 +55,8 @@ func TestPolicyRoles(t *testing.T) {
 		`{"principals": {"a@x.com": {"": "viewer"}}}`,
 		`{"principal": {}}`,
 	} {
-		if _, err := Parse([]byte(bad)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Parse(%s): %v, want ErrInvalid", bad, err)
+		if _, err := ParsePolicy([]byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParsePolicy(%s): %v, want ErrInvalidPolicy", bad, err)
 		}
 	}
 }
@@ -71,7 +71,7 @@ func TestDevTokens(t *testing.T) {
 		name, tok string
 		want      error
 	}{
-		{"good", good, nil}, {"forged", forged, ErrBadToken}, {"expired", old, ErrTokenExpired}, {"garbage", "x.y.z", ErrBadToken},
+		{"good", good, nil}, {"forged", forged, ErrInvalidIdentityToken}, {"expired", old, ErrIdentityTokenExpired}, {"garbage", "x.y.z", ErrInvalidIdentityToken},
 	} {
 		email, err := VerifyDev(key, c.tok, now)
 		if !errors.Is(err, c.want) || (c.want == nil && email != "a@x.com") {
