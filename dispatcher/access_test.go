@@ -30,7 +30,7 @@ func accessEnv(t *testing.T) (*env, []byte) {
 	}
 	key := auth.NewDevKey()
 	e := newEnv(t, envOptions{config: func(c *Config) {
-		c.Access, c.Verifiers = p, []Verifier{DevVerifier{Key: key}}
+		c.Access, c.Verifiers = p, []auth.IdentityVerifier{auth.DevVerifier{Key: key}}
 	}})
 	return e, key
 }
@@ -253,7 +253,7 @@ func TestIdentityTokens(t *testing.T) {
 // lets callers without a token in, but a token that is sent must be valid.
 func TestOpenPolicyStillChecksTokens(t *testing.T) {
 	key := auth.NewDevKey()
-	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []Verifier{DevVerifier{Key: key}} }})
+	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []auth.IdentityVerifier{auth.DevVerifier{Key: key}} }})
 	if r := e.as("", "GET", "/v1/tasks", nil); r.status != 200 {
 		t.Fatalf("no token under the open policy: %d %s", r.status, r.body)
 	}

@@ -72,7 +72,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &ErrorResponse{Error: task.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
-	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), auth.Operate); !all {
+	if all, _ := h.cfg.Access.Tenants(auth.Principal(r.Context()), auth.Operate); !all {
 		// One read to learn the task's tenant, only for a caller who is
 		// not an operator of every tenant.
 		t, err := h.cfg.Store.GetTask(r.Context(), id)

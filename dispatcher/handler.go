@@ -84,11 +84,11 @@ type Config struct {
 	// Access is the access policy (package auth); nil is the open
 	// policy: every caller IAM lets through may do everything.
 	Access *auth.Policy
-	// Verifiers check the callers' identity tokens (GoogleVerifier in
-	// production; DevVerifier too in servo dev). With none, the open
+	// Verifiers check the callers' identity tokens (auth.GoogleVerifier
+	// in production; auth.DevVerifier in servo dev). With none, the open
 	// policy ignores the Authorization header and any other policy
 	// refuses every request.
-	Verifiers []Verifier
+	Verifiers []auth.IdentityVerifier
 }
 
 // handler serves the control API.
@@ -187,7 +187,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	ctx = context.WithValue(ctx, principalKey{}, who)
+	ctx = auth.WithPrincipal(ctx, who)
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 

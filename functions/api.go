@@ -75,7 +75,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 		MinTimer: task.MinTimerProduction, DefaultStartTimeout: startTimeout, MaxBodyBytes: int64(maxBody),
 		// Production verifies Google ID tokens only: a dev identity token
 		// is never accepted here.
-		Access: policy, Verifiers: []dispatcher.Verifier{dispatcher.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
+		Access: policy, Verifiers: []auth.IdentityVerifier{auth.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
 	})
 	if !policy.IsOpen() {
 		// The dashboard reads every tenant's tasks: under an access policy

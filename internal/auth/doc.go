@@ -2,6 +2,21 @@
 // API's callers are and what each may do on which tenant's tasks, and the
 // task tokens workers present on their callbacks.
 //
+// # Callers
+//
+// The control API (package dispatcher) learns its caller from the identity
+// token in Authorization: Bearer. [Policy.Authenticate] verifies it with
+// [IdentityVerifier]s: [GoogleVerifier] in production (the Google ID
+// token Cloud Functions' IAM already checked, verified again with
+// google.golang.org/api/idtoken; its e-mail must be verified; its audience
+// SERVO_API_AUDIENCE when set), [DevVerifier] under servo dev. A request
+// without a token is let in, as the anonymous caller "", only by the open
+// policy. [Policy.Check] then refuses an action the caller's role does not
+// allow with a [PermissionError]. The caller's e-mail travels in the
+// request's context ([WithPrincipal], [Principal]). A pull pool's workers
+// present Google ID tokens to the claim function (package pull), verified
+// by [GoogleVerifier] as well.
+//
 // # Access policy
 //
 // A [Policy] says which principal (the verified e-mail of the caller's

@@ -178,6 +178,32 @@ func (p *Policy) Allows(principal, tenant string, a Action) bool {
 	return p.Role(principal, tenant) >= a.Needs()
 }
 
+// PermissionError is a request Policy.Check refused. Its text names the
+// caller, the action and the role it needs but never the tenant: a caller
+// asking for another tenant's task by id learns nothing of it.
+type PermissionError struct {
+	// Principal is the caller, "" when anonymous.
+	Principal string
+	Action    Action
+}
+
+func (e *PermissionError) Error() string {
+	who := e.Principal
+	if who == "" {
+		who = "the anonymous caller"
+	}
+	return fmt.Sprintf("%s may not %s this tenant's tasks (needs the %s role)", who, e.Action, e.Action.Needs())
+}
+
+// Check returns nil when principal may do a on tenant's tasks, else a
+// *PermissionError.
+func (p *Policy) Check(principal, tenant string, a Action) error {
+	if p.Allows(principal, tenant, a) {
+		return nil
+	}
+	return &PermissionError{Principal: principal, Action: a}
+}
+
 // Tenants returns where principal may do a: all is true when it may on
 // every tenant (a grant on "*"); otherwise tenants lists the tenants it
 // may, sorted (empty: none). Lists use it to filter in the query.

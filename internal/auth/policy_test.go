@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,5 +78,33 @@ func TestDevTokens(t *testing.T) {
 		if !errors.Is(err, c.want) || (c.want == nil && email != "a@x.com") {
 			t.Errorf("%s: %q %v, want %v", c.name, email, err, c.want)
 		}
+	}
+}
+
+func TestPolicyCheck(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"principals": {"v@x.com": {"secret-tenant": "viewer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check("v@x.com", "secret-tenant", View); err != nil {
+		t.Errorf("a viewer viewing: %v", err)
+	}
+	for _, c := range []struct {
+		who  string
+		a    Action
+		want string
+	}{
+		{"v@x.com", Submit, "v@x.com may not submit this tenant's tasks (needs the submitter role)"},
+		{"", View, "the anonymous caller may not view this tenant's tasks (needs the viewer role)"},
+		{"v@x.com", Operate, "v@x.com may not operate this tenant's tasks (needs the operator role)"},
+	} {
+		err := p.Check(c.who, "secret-tenant", c.a)
+		var pe *PermissionError
+		if !errors.As(err, &pe) || err.Error() != c.want || strings.Contains(err.Error(), "secret-tenant") {
+			t.Errorf("Check(%q, %s) = %v, want %q", c.who, c.a, err, c.want)
+		}
+	}
+	if err := OpenPolicy().Check("", "t", Operate); err != nil {
+		t.Errorf("the open policy refuses: %v", err)
 	}
 }

@@ -347,7 +347,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout,
-		Access: o.Access, Verifiers: []dispatcher.Verifier{dispatcher.DevVerifier{Key: s.IdentityKey}}})
+		Access: o.Access, Verifiers: []auth.IdentityVerifier{auth.DevVerifier{Key: s.IdentityKey}}})
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
