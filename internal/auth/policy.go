@@ -75,8 +75,9 @@ type Policy struct {
 	grants map[string]map[string]Role // principal → tenant → role
 }
 
-// Open returns the policy that allows every request, with or without an
-// identity: servo dev's default, and a deployment's without SERVO_ACCESS.
+// OpenPolicy returns the policy that allows every request, with or without
+// an identity: servo dev's default, and a deployment's without
+// SERVO_ACCESS.
 func OpenPolicy() *Policy { return &Policy{open: true} }
 
 // IsOpen reports whether p allows everything.
@@ -90,8 +91,8 @@ type policyJSON struct {
 	Principals map[string]map[string]string `json:"principals"`
 }
 
-// Parse reads a policy from JSON; unknown fields, roles and empty names
-// are errors. A policy with no principal allows nothing.
+// ParsePolicy reads a policy from JSON; unknown fields, roles and empty
+// names are errors. A policy with no principal allows nothing.
 func ParsePolicy(data []byte) (*Policy, error) {
 	var pj policyJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -120,8 +121,8 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	return p, nil
 }
 
-// Load reads the policy from the JSON in env (SERVO_ACCESS) or the file
-// named by fileEnv (SERVO_ACCESS_FILE). Neither set returns nil: the
+// LoadPolicy reads the policy from the JSON in env (SERVO_ACCESS) or the
+// file named by fileEnv (SERVO_ACCESS_FILE). Neither set returns nil: the
 // caller decides (the deployed API is then open, behind IAM).
 func LoadPolicy(getenv func(string) string, env, fileEnv string) (*Policy, error) {
 	data := getenv(env)
@@ -142,7 +143,7 @@ func LoadPolicy(getenv func(string) string, env, fileEnv string) (*Policy, error
 	return p, nil
 }
 
-// ReadFile reads a policy file (servo dev --access).
+// ReadPolicyFile reads a policy file (servo dev --access).
 func ReadPolicyFile(path string) (*Policy, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
