@@ -14,9 +14,9 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // cost is what a callback may cost in Firestore RPCs.
@@ -546,7 +546,7 @@ func contractCases() []contractCase {
 			name: "unknown task", status: 404, code: api.CodeTaskNotFound, disp: api.Rejected, cost: readRollback,
 			prep: func(e *env) request {
 				id := task.NewTaskID(e.clock.Now())
-				tok := e.tokenFor(token.Scope{TenantID: "acme", WorkspaceID: "ws1", RunID: "run_x", TaskID: id, Attempt: 1}, time.Hour, e.clock.Now())
+				tok := e.tokenFor(auth.Scope{TenantID: "acme", WorkspaceID: "ws1", RunID: "run_x", TaskID: id, Attempt: 1}, time.Hour, e.clock.Now())
 				return request{kind: callbacks.KindHeartbeat, taskID: id, token: tok, body: mustJSON(e.t, heartbeatReq(1, "w1"))}
 			},
 		},

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // Defaults of Config.
@@ -52,7 +52,7 @@ type Config struct {
 	// Store is the task state (required).
 	Store *store.Store
 	// Keys verifies task tokens and signs refreshed ones (required).
-	Keys *token.KeyRing
+	Keys *auth.KeyRing
 	// Enqueuer enqueues the attempts that callbacks schedule (a retry after
 	// FAILED, or after a lease found expired). Nil leaves them to the
 	// sweeper's re-drive.
@@ -231,7 +231,7 @@ func (h *handler) readBody(r *http.Request, x *exchange) ([]byte, bool) {
 }
 
 // verify checks the bearer token; it never reads the store.
-func (h *handler) verify(r *http.Request, x *exchange) (*token.Claims, bool) {
+func (h *handler) verify(r *http.Request, x *exchange) (*auth.Claims, bool) {
 	const bearer = "bearer "
 	authz := r.Header.Get("Authorization")
 	if len(authz) <= len(bearer) || !strings.EqualFold(authz[:len(bearer)], bearer) {
@@ -243,19 +243,19 @@ func (h *handler) verify(r *http.Request, x *exchange) (*token.Claims, bool) {
 	switch {
 	case err == nil:
 		return claims, true
-	case errors.Is(err, token.ErrExpired):
+	case errors.Is(err, auth.ErrTaskTokenExpired):
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="expired"`)
 		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeTokenExpired, "the task token has expired")
 	default:
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		// err's text is token-free by contract (token.Verify).
+		// err's text is token-free by contract (auth.KeyRing.Verify).
 		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeInvalidToken, err.Error())
 	}
 	return nil, false
 }
 
 // apply runs the one transaction and maps its result to the answer.
-func (h *handler) apply(ctx context.Context, x *exchange, claims *token.Claims, req Request) {
+func (h *handler) apply(ctx context.Context, x *exchange, claims *auth.Claims, req Request) {
 	kind, _ := req.Kind.event()
 	ev := task.Event{
 		Kind: kind, Attempt: claims.Attempt, Now: x.now, WorkerID: req.WorkerID,
@@ -344,7 +344,7 @@ func (h *handler) rejection(x *exchange, rej *task.Rejection) {
 // worker used would expire before the next heartbeat could arrive: less
 // than task.RefreshBefore (a quarter of its lifetime, or two heartbeat
 // intervals when that is more) left.
-func (h *handler) refreshToken(x *exchange, claims *token.Claims, t *task.Task, resp *api.CallbackResponse) {
+func (h *handler) refreshToken(x *exchange, claims *auth.Claims, t *task.Task, resp *api.CallbackResponse) {
 	interval := t.Timing.HeartbeatInterval()
 	if claims.ExpiresAtTime().Sub(x.now) >= task.RefreshBefore(claims.Lifetime(), interval) {
 		return

@@ -19,11 +19,11 @@ import (
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // TestMain runs the tests against one real Firestore emulator. Fuzz
@@ -44,7 +44,7 @@ type env struct {
 	ctx     context.Context
 	st      *store.Store
 	rpc     *store.RPCCounter
-	keys    *token.KeyRing
+	keys    *auth.KeyRing
 	// keysJSON is the ring with its secret, to forge tokens in tests.
 	keysJSON []byte
 	clock    *servotest.Clock
@@ -66,7 +66,7 @@ func newEnv(t testing.TB, mutate func(*callbacks.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.st.Close() })
-	e.keys, e.keysJSON, err = token.GenerateKeyRing("k1")
+	e.keys, e.keysJSON, err = auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func (e *env) token(tk task.Task, attempt int) string {
 	return e.tokenFor(scopeOf(tk, attempt), time.Hour, e.clock.Now())
 }
 
-func (e *env) tokenFor(s token.Scope, ttl time.Duration, at time.Time) string {
+func (e *env) tokenFor(s auth.Scope, ttl time.Duration, at time.Time) string {
 	e.t.Helper()
 	tok, _, err := e.keys.Sign(s, ttl, at)
 	if err != nil {
@@ -197,8 +197,8 @@ func (e *env) tokenFor(s token.Scope, ttl time.Duration, at time.Time) string {
 	return tok
 }
 
-func scopeOf(tk task.Task, attempt int) token.Scope {
-	return token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: attempt}
+func scopeOf(tk task.Task, attempt int) auth.Scope {
+	return auth.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: attempt}
 }
 
 // Request bodies.

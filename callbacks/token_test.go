@@ -14,22 +14,22 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // claimsFor are the claims the control plane signs for tk's attempt.
-func claimsFor(tk task.Task, attempt int, now time.Time) token.Claims {
-	return token.Claims{
+func claimsFor(tk task.Task, attempt int, now time.Time) auth.Claims {
+	return auth.Claims{
 		Scope: scopeOf(tk, attempt),
 		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer: token.Issuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+			Issuer: auth.TaskTokenIssuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), ID: rand.Text(),
 		},
 	}
 }
 
-func signWith(t *testing.T, m jwt.SigningMethod, kid string, key any, c token.Claims) string {
+func signWith(t *testing.T, m jwt.SigningMethod, kid string, key any, c auth.Claims) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(m, c)
 	if kid != "" {
@@ -43,7 +43,7 @@ func signWith(t *testing.T, m jwt.SigningMethod, kid string, key any, c token.Cl
 }
 
 // algNone builds an unsigned token ("alg":"none") with valid claims.
-func algNone(t *testing.T, kid string, c token.Claims) string {
+func algNone(t *testing.T, kid string, c auth.Claims) string {
 	t.Helper()
 	header := map[string]string{"alg": "none", "typ": "JWT"}
 	if kid != "" {
@@ -77,7 +77,7 @@ func TestForgedTokens(t *testing.T) {
 		return b
 	}
 	secret := secretOf(e.keysJSON) // the real signing secret
-	otherRing, otherJSON, err := token.GenerateKeyRing("k1")
+	otherRing, otherJSON, err := auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestForgedTokens(t *testing.T) {
 		}(), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"claims tampered (attempt 1 → 2)", parts[0] + "." + base64.RawURLEncoding.EncodeToString(tp) + "." + parts[2], heartbeatReq(2, "w1"), 401, api.CodeInvalidToken},
 		{"signature stripped", parts[0] + "." + parts[1] + ".", heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
-		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-token.Leeway-time.Second)), heartbeatReq(1, "w1"), 401, api.CodeTokenExpired},
+		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-auth.TaskTokenLeeway-time.Second)), heartbeatReq(1, "w1"), 401, api.CodeTokenExpired},
 		{"not valid yet", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(time.Minute)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"another task's token", e.token(other, 1), heartbeatReq(1, "w1"), 403, api.CodeTokenScopeMismatch},
 		{"body attempt is not the token's", genuine, heartbeatReq(2, "w1"), 403, api.CodeTokenScopeMismatch},
@@ -150,10 +150,10 @@ func TestForgedTokens(t *testing.T) {
 func TestTokenScopeCheckedAgainstTheTask(t *testing.T) {
 	e := newEnv(t, nil)
 	tk := e.running("w1")
-	for _, mutate := range []func(*token.Scope){
-		func(s *token.Scope) { s.TenantID = "globex" },
-		func(s *token.Scope) { s.WorkspaceID = "ws9" },
-		func(s *token.Scope) { s.RunID = "run_other" },
+	for _, mutate := range []func(*auth.Scope){
+		func(s *auth.Scope) { s.TenantID = "globex" },
+		func(s *auth.Scope) { s.WorkspaceID = "ws9" },
+		func(s *auth.Scope) { s.RunID = "run_other" },
 	} {
 		s := scopeOf(tk, 1)
 		mutate(&s)

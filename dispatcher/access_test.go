@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 const testPolicy = `{"principals": {
@@ -24,13 +24,13 @@ const testPolicy = `{"principals": {
 // identity tokens signed with key.
 func accessEnv(t *testing.T) (*env, []byte) {
 	t.Helper()
-	p, err := access.Parse([]byte(testPolicy))
+	p, err := auth.ParsePolicy([]byte(testPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := access.NewDevKey()
+	key := auth.NewDevKey()
 	e := newEnv(t, envOptions{config: func(c *Config) {
-		c.Access, c.Verifiers = p, []Verifier{DevVerifier{Key: key}}
+		c.Access, c.Verifiers = p, []auth.IdentityVerifier{auth.DevVerifier{Key: key}}
 	}})
 	return e, key
 }
@@ -61,7 +61,7 @@ func (e *env) as(tok, method, path string, body any) response {
 
 func devToken(t *testing.T, key []byte, email string) string {
 	t.Helper()
-	tok, err := access.SignDev(key, email, time.Now(), time.Hour)
+	tok, err := auth.SignDev(key, email, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +206,9 @@ func TestAccessPerRoute(t *testing.T) {
 
 func TestIdentityTokens(t *testing.T) {
 	e, key := accessEnv(t)
-	forged, _ := access.SignDev(access.NewDevKey(), "admin@example.com", time.Now(), time.Hour)
-	expired, _ := access.SignDev(key, "admin@example.com", time.Now().Add(-2*time.Hour), time.Hour)
-	noEmail, _ := access.SignDev(key, "", time.Now(), time.Hour)
+	forged, _ := auth.SignDev(auth.NewDevKey(), "admin@example.com", time.Now(), time.Hour)
+	expired, _ := auth.SignDev(key, "admin@example.com", time.Now().Add(-2*time.Hour), time.Hour)
+	noEmail, _ := auth.SignDev(key, "", time.Now(), time.Hour)
 	for _, c := range []struct {
 		name, header string
 		want         int
@@ -252,12 +252,12 @@ func TestIdentityTokens(t *testing.T) {
 // TestOpenPolicyStillChecksTokens: the open policy (servo dev's default)
 // lets callers without a token in, but a token that is sent must be valid.
 func TestOpenPolicyStillChecksTokens(t *testing.T) {
-	key := access.NewDevKey()
-	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []Verifier{DevVerifier{Key: key}} }})
+	key := auth.NewDevKey()
+	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []auth.IdentityVerifier{auth.DevVerifier{Key: key}} }})
 	if r := e.as("", "GET", "/v1/tasks", nil); r.status != 200 {
 		t.Fatalf("no token under the open policy: %d %s", r.status, r.body)
 	}
-	forged, _ := access.SignDev(access.NewDevKey(), "x@example.com", time.Now(), time.Hour)
+	forged, _ := auth.SignDev(auth.NewDevKey(), "x@example.com", time.Now(), time.Hour)
 	if r := e.as(forged, "GET", "/v1/tasks", nil); r.status != 401 {
 		t.Fatalf("forged token under the open policy: %d %s", r.status, r.body)
 	}

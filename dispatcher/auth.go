@@ -1,17 +1,10 @@
 package dispatcher
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"strings"
-	"time"
-
-	"google.golang.org/api/idtoken"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -34,98 +27,14 @@ const QuotaRetryAfter = 10
 // tenants names one.
 const MaxListTenants = 30
 
-// Verifier checks an identity token and returns the caller's e-mail. It
-// returns an error matching access.ErrTokenExpired or access.ErrBadToken.
-type Verifier interface {
-	Verify(ctx context.Context, raw string) (email string, err error)
-}
-
-// GoogleVerifier verifies Google-signed ID tokens (the ones Cloud
-// Functions' IAM already checked, verified again for defence in depth)
-// with google.golang.org/api/idtoken, and requires a verified e-mail.
-type GoogleVerifier struct {
-	// Audience, when set, must be the token's aud (the API's URL).
-	Audience string
-}
-
-// Verify implements Verifier.
-func (g GoogleVerifier) Verify(ctx context.Context, raw string) (string, error) {
-	p, err := idtoken.Validate(ctx, raw, g.Audience)
-	switch {
-	case err != nil && strings.Contains(err.Error(), "expired"):
-		return "", access.ErrTokenExpired
-	case err != nil:
-		return "", fmt.Errorf("%w: %w", access.ErrBadToken, err)
-	}
-	email, _ := p.Claims["email"].(string)
-	verified, _ := p.Claims["email_verified"].(bool)
-	if email == "" || !verified {
-		return "", fmt.Errorf("%w: no verified email claim", access.ErrBadToken)
-	}
-	return email, nil
-}
-
-// DevVerifier accepts the dev identity tokens of `servo --as` signed with
-// the key of one servo dev run (access.SignDev). Only the local stack
-// configures it.
-type DevVerifier struct {
-	Key []byte
-	// Now defaults to time.Now.
-	Now func() time.Time
-}
-
-// Verify implements Verifier.
-func (d DevVerifier) Verify(_ context.Context, raw string) (string, error) {
-	now := time.Now
-	if d.Now != nil {
-		now = d.Now
-	}
-	return access.VerifyDev(d.Key, raw, now())
-}
-
-type principalKey struct{}
-
-// Principal is the caller's verified e-mail ("" when the open policy let a
-// caller without an identity token in).
-func Principal(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
-}
-
-// authenticate finds the caller: a Bearer token is verified by the
-// configured verifiers (the first that accepts it wins); a request
-// without one passes only under the open policy. A token is checked
-// whenever a verifier is configured, even under the open policy.
+// authenticate finds the caller (auth.Policy.Authenticate): 401
+// unauthenticated when it is refused.
 func (h *handler) authenticate(r *http.Request) (string, *apiError) {
-	authz := r.Header.Get("Authorization")
-	if authz == "" {
-		if h.cfg.Access.IsOpen() {
-			return "", nil
-		}
-		return "", unauthenticated("an identity token is required (Authorization: Bearer <ID token>)")
+	who, err := h.cfg.Access.Authenticate(r.Context(), r.Header.Get("Authorization"), h.cfg.Verifiers)
+	if err != nil {
+		return "", unauthenticated(err.Error())
 	}
-	if len(h.cfg.Verifiers) == 0 {
-		if h.cfg.Access.IsOpen() {
-			return "", nil
-		}
-		return "", unauthenticated("this API has no identity verifier configured")
-	}
-	raw, ok := strings.CutPrefix(authz, "Bearer ")
-	if !ok || strings.TrimSpace(raw) == "" {
-		return "", unauthenticated("the Authorization header must be Bearer <ID token>")
-	}
-	expired := false
-	for _, v := range h.cfg.Verifiers {
-		email, err := v.Verify(r.Context(), strings.TrimSpace(raw))
-		if err == nil {
-			return email, nil
-		}
-		expired = expired || errors.Is(err, access.ErrTokenExpired)
-	}
-	if expired {
-		return "", unauthenticated("the identity token has expired")
-	}
-	return "", unauthenticated("the identity token is not valid for this API")
+	return who, nil
 }
 
 func unauthenticated(msg string) *apiError {
@@ -133,29 +42,24 @@ func unauthenticated(msg string) *apiError {
 }
 
 // allowed checks that the caller may do a on tenant's tasks: nil, or 403
-// permission_denied. The message does not name the tenant: a caller asking
-// for another tenant's task by id learns nothing of it.
-func (h *handler) allowed(r *http.Request, tenant string, a access.Action) *apiError {
-	who := Principal(r.Context())
-	if h.cfg.Access.Allows(who, tenant, a) {
-		return nil
+// permission_denied (auth.Policy.Check; the message does not name the
+// tenant).
+func (h *handler) allowed(r *http.Request, tenant string, a auth.Action) *apiError {
+	if err := h.cfg.Access.Check(auth.Principal(r.Context()), tenant, a); err != nil {
+		return &apiError{status: http.StatusForbidden, body: api.Error{Code: CodePermissionDenied, Message: err.Error()}}
 	}
-	if who == "" {
-		who = "the anonymous caller"
-	}
-	return &apiError{status: http.StatusForbidden, body: api.Error{Code: CodePermissionDenied,
-		Message: fmt.Sprintf("%s may not %s this tenant's tasks (needs the %s role)", who, a, a.Needs())}}
+	return nil
 }
 
 // tenantScope is the tenant filter of a list: nil when requested names a
 // tenant the caller may act on (the list filters on it) or when the caller
 // may act on every tenant; else the tenants the caller may act on, for an
 // "in" filter in the query. 403 when there are none.
-func (h *handler) tenantScope(r *http.Request, requested string, a access.Action) ([]string, *apiError) {
+func (h *handler) tenantScope(r *http.Request, requested string, a auth.Action) ([]string, *apiError) {
 	if requested != "" {
 		return nil, h.allowed(r, requested, a)
 	}
-	all, tenants := h.cfg.Access.Tenants(Principal(r.Context()), a)
+	all, tenants := h.cfg.Access.Tenants(auth.Principal(r.Context()), a)
 	switch {
 	case all:
 		return nil, nil
@@ -170,9 +74,9 @@ func (h *handler) tenantScope(r *http.Request, requested string, a access.Action
 // allowedSubmit checks that the caller may submit t: the submitter role on
 // its tenant, operator for a rerun.
 func (h *handler) allowedSubmit(r *http.Request, t *task.Task, prefix string) *apiError {
-	a := access.Submit
+	a := auth.Submit
 	if t.RerunOf != "" {
-		a = access.Operate
+		a = auth.Operate
 	}
 	e := h.allowed(r, t.TenantID, a)
 	if e != nil {

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -47,7 +47,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
 		return
 	}
-	if all, _ := h.cfg.Access.Tenants(Principal(r.Context()), access.Operate); !all {
+	if all, _ := h.cfg.Access.Tenants(auth.Principal(r.Context()), auth.Operate); !all {
 		// One read to learn the task's tenant, only for a caller who is
 		// not an operator of every tenant.
 		t, err := h.cfg.Store.GetTask(r.Context(), id)
@@ -55,7 +55,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 			h.storeError(w, r, err, "taskId", id)
 			return
 		}
-		if e := h.allowed(r, t.TenantID, access.Operate); e != nil {
+		if e := h.allowed(r, t.TenantID, auth.Operate); e != nil {
 			h.fail(w, r, e)
 			return
 		}
@@ -119,7 +119,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
 		return
 	}
-	tenants, e := h.tenantScope(r, "", access.Operate)
+	tenants, e := h.tenantScope(r, "", auth.Operate)
 	if e != nil {
 		h.fail(w, r, e)
 		return

@@ -22,12 +22,12 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore) }
@@ -59,7 +59,7 @@ type env struct {
 	ctAddr  string
 	tasks   *cloudtasksapi.Client // always reaches the live emulator
 	queue   string
-	keys    *token.KeyRing
+	keys    *auth.KeyRing
 	workers enqueue.Workers
 	enq     *enqueue.Enqueuer
 	h       *handler
@@ -136,7 +136,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}))
 	t.Cleanup(e.worker.Close)
 
-	e.keys, _, err = token.GenerateKeyRing("k1")
+	e.keys, _, err = auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatalf("GenerateKeyRing: %v", err)
 	}

@@ -10,17 +10,17 @@ import (
 	cloudtasksapi "cloud.google.com/go/cloudtasks/apiv2"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // fuzzHandler is a handler that can decode and prepare submits without
 // touching Firestore or Cloud Tasks (neither is called before the store
 // write).
 func fuzzHandler(f *testing.F) *handler {
-	keys, err := token.NewKeyRing("k1", map[string][]byte{"k1": []byte("0123456789abcdef0123456789abcdef")})
+	keys, err := auth.NewKeyRing("k1", map[string][]byte{"k1": []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		f.Fatal(err)
 	}

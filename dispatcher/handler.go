@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/quota"
@@ -83,14 +83,14 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Project, when set, puts the request's trace into log lines.
 	Project string
-	// Access is the access policy (package access); nil is the open
+	// Access is the access policy (package auth); nil is the open
 	// policy: every caller IAM lets through may do everything.
-	Access *access.Policy
-	// Verifiers check the callers' identity tokens (GoogleVerifier in
-	// production; DevVerifier too in servo dev). With none, the open
+	Access *auth.Policy
+	// Verifiers check the callers' identity tokens (auth.GoogleVerifier
+	// in production; auth.DevVerifier in servo dev). With none, the open
 	// policy ignores the Authorization header and any other policy
 	// refuses every request.
-	Verifiers []Verifier
+	Verifiers []auth.IdentityVerifier
 }
 
 // handler serves the control API.
@@ -189,7 +189,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	ctx = context.WithValue(ctx, principalKey{}, who)
+	ctx = auth.WithPrincipal(ctx, who)
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -25,7 +25,7 @@ var countParams = map[string]bool{"tenantId": true, "runId": true, "worker": tru
 func (h *handler) counts(w http.ResponseWriter, r *http.Request) {
 	f, e := listFilter(r, countParams, "tenantId, runId, worker")
 	if e == nil {
-		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, auth.View)
 	}
 	if e != nil {
 		h.fail(w, r, e)
@@ -55,7 +55,7 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err, "taskId", id)
 		return
 	}
-	if e := h.allowed(r, t.TenantID, access.View); e != nil {
+	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
 		h.fail(w, r, e)
 		return
 	}
@@ -70,7 +70,7 @@ func (h *handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
 		return
 	}
-	tenants, e := h.tenantScope(r, "", access.View)
+	tenants, e := h.tenantScope(r, "", auth.View)
 	if e != nil {
 		h.fail(w, r, e)
 		return
@@ -111,7 +111,7 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 	f := store.RunFilter{TenantID: q.Get("tenantId"), After: q.Get("pageToken")}
 	e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes)
 	if e == nil {
-		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, auth.View)
 	}
 	if e != nil {
 		h.fail(w, r, e)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -55,7 +55,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, r, err, "taskId", id)
 		return
 	}
-	if e := h.allowed(r, t.TenantID, access.View); e != nil {
+	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
 		h.fail(w, r, e)
 		return
 	}
@@ -114,7 +114,7 @@ func listFilter(r *http.Request, allowed map[string]bool, names string) (store.L
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	f, e := listFilter(r, listParams, listParamNames)
 	if e == nil {
-		f.TenantIDs, e = h.tenantScope(r, f.TenantID, access.View)
+		f.TenantIDs, e = h.tenantScope(r, f.TenantID, auth.View)
 	}
 	if e != nil {
 		h.fail(w, r, e)

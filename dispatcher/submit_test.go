@@ -12,9 +12,9 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // A submitted task reaches the worker through Cloud Tasks with a complete
@@ -100,7 +100,7 @@ func TestSubmitDeliversEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatalf("task token: %v", err)
 	}
-	wantScope := token.Scope{TenantID: "acme", WorkspaceID: "ws-1", RunID: sr.RunID, TaskID: sr.TaskID, Attempt: 1}
+	wantScope := auth.Scope{TenantID: "acme", WorkspaceID: "ws-1", RunID: sr.RunID, TaskID: sr.TaskID, Attempt: 1}
 	if claims.Scope != wantScope {
 		t.Errorf("token scope = %+v, want %+v", claims.Scope, wantScope)
 	}

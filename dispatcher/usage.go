@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 )
@@ -16,7 +16,7 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	if e := h.allowed(r, tenant, access.View); e != nil {
+	if e := h.allowed(r, tenant, auth.View); e != nil {
 		h.fail(w, r, e)
 		return
 	}

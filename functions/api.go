@@ -13,7 +13,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/dispatcher"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/task"
@@ -64,7 +64,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	policy, err := access.Load(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
+	policy, err := auth.LoadPolicy(os.Getenv, "SERVO_ACCESS", "SERVO_ACCESS_FILE")
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
@@ -76,7 +76,7 @@ func newServoAPI(ctx context.Context) (http.Handler, error) {
 		MinTimer: task.MinTimerProduction, DefaultStartTimeout: startTimeout, MaxBodyBytes: int64(maxBody),
 		// Production verifies Google ID tokens only: a dev identity token
 		// is never accepted here.
-		Access: policy, Verifiers: []dispatcher.Verifier{dispatcher.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
+		Access: policy, Verifiers: []auth.IdentityVerifier{auth.GoogleVerifier{Audience: os.Getenv("SERVO_API_AUDIENCE")}},
 	})
 	if !policy.IsOpen() {
 		// The dashboard reads every tenant's tasks: under an access policy

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servo-dev/servo/internal/token"
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 // TestDashboardOnlyWithoutAccessPolicy: ServoAPI serves the dashboard at
@@ -24,11 +24,11 @@ func TestDashboardOnlyWithoutAccessPolicy(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			instanceEnv(t)
 			t.Setenv("SERVO_ACCESS", c.policy)
-			_, ring, err := token.GenerateKeyRing("k1")
+			_, ring, err := auth.GenerateKeyRing("k1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Setenv(token.EnvKeys, string(ring))
+			t.Setenv(auth.EnvKeys, string(ring))
 			depsInit, apiInit = newLazy(depsInit.build), newLazy(apiInit.build)
 
 			rec := httptest.NewRecorder()

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/pull"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // ServoClaim accepts only a verified Google ID token: the local stack's
@@ -21,11 +21,11 @@ func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
 	instanceEnv(t)
 	t.Setenv("SERVO_WORKERS", `{"gpu":{"pull":true,"serviceAccounts":["`+sa+`"]}}`)
 	t.Setenv("SERVO_CLAIM_AUDIENCE", "https://claim.example.com")
-	_, ring, err := token.GenerateKeyRing("k1")
+	_, ring, err := auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(token.EnvKeys, string(ring))
+	t.Setenv(auth.EnvKeys, string(ring))
 	depsInit, claimInit = newLazy(depsInit.build), newLazy(claimInit.build)
 
 	cases := []struct {

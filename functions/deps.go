@@ -16,7 +16,7 @@
 //	SERVO_FIRESTORE_DATABASE   Firestore database id (default "(default)")
 //	SERVO_TOKEN_KEYS           signing key ring JSON (or SERVO_TOKEN_KEYS_FILE, re-read)
 //	SERVO_TOKEN_KEYS_SECRET    projects/P/secrets/S: re-read the ring from its latest
-//	                           version on an unknown kid and every 5 min (token.OpenKeyRing)
+//	                           version on an unknown kid and every 5 min (auth.OpenKeyRing)
 //	SERVO_CALLBACK_BASE_URL    base URL of ServoCallbacks, put in envelopes
 //	SERVO_WORKERS              worker configuration JSON (see package enqueue)
 //	SERVO_EVENTS_TOPIC         transition events topic (default servo-task-events)
@@ -28,7 +28,7 @@
 //	SERVO_CLAIM_AUDIENCE       ServoClaim: the audience of callers' ID tokens (its URL)
 //	SERVO_JOBS_DISPATCH_URL    URL of ServoJobs, which job workers' Cloud Tasks call (required with a job worker)
 //	SERVO_JOBS_CONTAINER       the jobs' container the per-execution overrides apply to (default: the only one)
-//	SERVO_ACCESS               control API access policy JSON (or SERVO_ACCESS_FILE; see package access; unset: open, IAM only)
+//	SERVO_ACCESS               control API access policy JSON (or SERVO_ACCESS_FILE; see package auth; unset: open, IAM only)
 //	SERVO_API_AUDIENCE         the audience the callers' ID tokens must have (the ServoAPI URL; unset: not checked)
 //	SERVO_QUOTAS               per-tenant and per-worker limits JSON (or SERVO_QUOTAS_FILE; see package quota)
 package functions
@@ -36,30 +36,31 @@ package functions
 import (
 	"context"
 
-	"cloud.google.com/go/pubsub/v2"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/auth/keysecret"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/jobs"
-	"github.com/servo-dev/servo/internal/keysecret"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // Deps are the dependencies shared by the functions of one instance.
 type Deps struct {
 	Project  string
 	Store    *store.Store
-	Keys     *token.KeyRing
+	Keys     *auth.KeyRing
 	Enqueuer *enqueue.Enqueuer
 	// Publisher delivers transition events after each commit and re-drives
 	// the outbox from the sweeper.
@@ -134,7 +135,7 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	setupTelemetry(ctx, project)
 	// The ring from SERVO_TOKEN_KEYS (no read); re-read from the secret
 	// named by SERVO_TOKEN_KEYS_SECRET on a kid miss and every 5 minutes.
-	keys, err := token.OpenKeyRing(ctx, func(name string) token.Source { return keysecret.Source(name) })
+	keys, err := auth.OpenKeyRing(ctx, func(name string) auth.RingSource { return keysecret.Source(name) })
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore) }
@@ -58,7 +58,7 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			instanceEnv(t)
-			t.Setenv(token.EnvKeys, `{"broken":`)
+			t.Setenv(auth.EnvKeys, `{"broken":`)
 			clk := servotest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			// A fresh instance with the test's clock.
 			depsInit, apiInit, callbacksInit = newLazy(depsInit.build), newLazy(apiInit.build), newLazy(callbacksInit.build)
@@ -85,11 +85,11 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 			}
 			unavailable("broken key ring", do())
 
-			keys, ring, err := token.GenerateKeyRing("k1")
+			keys, ring, err := auth.GenerateKeyRing("k1")
 			if err != nil || keys == nil {
 				t.Fatal(err)
 			}
-			t.Setenv(token.EnvKeys, string(ring))
+			t.Setenv(auth.EnvKeys, string(ring))
 			clk.Advance(500 * time.Millisecond)
 			unavailable("fixed, within the backoff", do())
 

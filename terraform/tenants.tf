@@ -62,7 +62,7 @@ variable "quota_shards" {
 }
 
 locals {
-  # SERVO_ACCESS (package access); empty: open.
+  # SERVO_ACCESS (package auth); empty: open.
   servo_access = length(var.access_policy) == 0 ? "" : jsonencode({ principals = var.access_policy })
 
   # SERVO_QUOTAS (package quota); empty: no quota.

@@ -20,22 +20,22 @@ import (
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
 
 // Integration tests: the SDK against the real callbacks handler, the real
 // store and the Firestore emulator. Envelopes are built as the dispatcher
-// builds them (task.Task.Envelope with a token from a token.KeyRing) and
+// builds them (task.Task.Envelope with a token from an auth.KeyRing) and
 // POSTed to the worker handler as Cloud Tasks would.
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore) }
 
 type stack struct {
 	store *store.Store
-	keys  *token.KeyRing
+	keys  *auth.KeyRing
 	// url is the callbacks server's base URL.
 	url string
 }
@@ -48,7 +48,7 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	keys, _, err := token.GenerateKeyRing("k1")
+	keys, _, err := auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func (st *stack) create(t *testing.T, payload string, mutate func(*task.Task)) t
 func (st *stack) envelope(t *testing.T, tk task.Task, base string, ttl time.Duration) api.Envelope {
 	t.Helper()
 	now := time.Now()
-	tok, exp, err := st.keys.Sign(token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: tk.Attempt}, ttl, now)
+	tok, exp, err := st.keys.Sign(auth.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: tk.Attempt}, ttl, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +495,7 @@ func TestIntegrationAdoptsRefreshedToken(t *testing.T) {
 	env := st.envelope(t, tk, p.srv.URL, 3*time.Second)
 	h, _ := itHandler(t, func(ctx context.Context, wt *worker.Task) (any, error) {
 		// Outlive the first token (and the verifier's leeway).
-		for time.Now().Before(env.TokenExpiresAt.Add(token.Leeway + 500*time.Millisecond)) {
+		for time.Now().Before(env.TokenExpiresAt.Add(auth.TaskTokenLeeway + 500*time.Millisecond)) {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()

@@ -19,10 +19,10 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -123,7 +123,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, _, err := token.GenerateKeyRing("k1")
+	keys, _, err := auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}

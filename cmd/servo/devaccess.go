@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/quota"
 )
 
@@ -14,12 +14,12 @@ import (
 // access policy (the default is open) and per-tenant and per-worker
 // limits, read when the flag is parsed.
 type devAccessFlags struct {
-	policy *access.Policy
+	policy *auth.Policy
 	quotas *quota.Policy
 }
 
 func (d *devAccessFlags) register(f *pflag.FlagSet) {
-	f.Var(fileFlag(func(path string) (err error) { d.policy, err = access.ReadFile(path); return err }), "access",
+	f.Var(fileFlag(func(path string) (err error) { d.policy, err = auth.ReadPolicyFile(path); return err }), "access",
 		"access policy JSON file (default: open; try identities with servo --as EMAIL)")
 	f.Var(fileFlag(func(path string) error {
 		b, err := os.ReadFile(path)

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 // asEmail is the global --as flag: act as this principal against the
@@ -20,7 +20,7 @@ var asEmail string
 
 // addAsFlag registers --as on the root command.
 func addAsFlag(root *cobra.Command) {
-	root.PersistentFlags().StringVar(&asEmail, "as", "", "act as this e-mail against the local stack (servo dev; needs $"+access.DevKeyEnv+")")
+	root.PersistentFlags().StringVar(&asEmail, "as", "", "act as this e-mail against the local stack (servo dev; needs $"+auth.DevKeyEnv+")")
 }
 
 // withIdentity gives c the dev identity of --as, if set.
@@ -28,15 +28,15 @@ func withIdentity(_ context.Context, c *client.Client) (*client.Client, error) {
 	if asEmail == "" {
 		return c, nil
 	}
-	raw := os.Getenv(access.DevKeyEnv)
+	raw := os.Getenv(auth.DevKeyEnv)
 	if raw == "" {
-		return nil, usageErr("--as needs $%s: run the export line servo dev printed", access.DevKeyEnv)
+		return nil, usageErr("--as needs $%s: run the export line servo dev printed", auth.DevKeyEnv)
 	}
 	key, err := base64.RawURLEncoding.DecodeString(raw)
 	if err != nil || len(key) < 16 {
-		return nil, usageErr("$%s is not a dev identity key (base64url, as servo dev prints it)", access.DevKeyEnv)
+		return nil, usageErr("$%s is not a dev identity key (base64url, as servo dev prints it)", auth.DevKeyEnv)
 	}
-	tok, err := access.SignDev(key, asEmail, time.Now(), access.DevTokenTTL)
+	tok, err := auth.SignDev(key, asEmail, time.Now(), auth.DevTokenTTL)
 	if err != nil {
 		return nil, fmt.Errorf("--as: %w", err)
 	}

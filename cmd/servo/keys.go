@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servo-dev/servo/internal/keysecret"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/auth/keysecret"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // keysNow is the clock of servo keys (tests move it).
@@ -21,9 +21,9 @@ var keysNow = time.Now
 
 // defaultRetireGrace is how long after a key stopped signing `servo keys
 // retire` waits: a running instance re-reads the ring within
-// token.DefaultRefresh, a retry's token may be valid from up to
-// task.MaxTimer ahead, for up to token.MaxTTL.
-var defaultRetireGrace = token.RetireGrace(token.DefaultRefresh, task.MaxTimer)
+// auth.DefaultRefresh, a retry's token may be valid from up to
+// task.MaxTimer ahead, for up to auth.MaxTaskTokenTTL.
+var defaultRetireGrace = auth.RetireGrace(auth.DefaultRefresh, task.MaxTimer)
 
 func newKeysCmd() *cobra.Command {
 	return group("keys", "Manage the task-token signing key ring (a file or a Secret Manager secret)",
@@ -65,26 +65,26 @@ func (k *keysTarget) check(allowNone bool) error {
 	return nil
 }
 
-func (k *keysTarget) read(ctx context.Context) (token.Ring, error) {
+func (k *keysTarget) read(ctx context.Context) (auth.Ring, error) {
 	var data []byte
 	var err error
 	if k.secret != "" {
 		c, cerr := keysecret.New(k.secret)
 		if cerr != nil {
-			return token.Ring{}, cerr
+			return auth.Ring{}, cerr
 		}
 		data, err = c.Latest(ctx)
 	} else {
 		data, err = os.ReadFile(k.file)
 	}
 	if err != nil {
-		return token.Ring{}, err
+		return auth.Ring{}, err
 	}
-	return token.ParseRing(data)
+	return auth.ParseRing(data)
 }
 
 // write stores r (unless --dry-run) and prints what it did and the ring.
-func (k *keysTarget) write(ctx context.Context, out io.Writer, r token.Ring, create bool) error {
+func (k *keysTarget) write(ctx context.Context, out io.Writer, r auth.Ring, create bool) error {
 	data, err := r.Marshal()
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ a ring); with neither it prints the ring's JSON on stdout.`,
 					return &exitError{exitConflict, fmt.Errorf("%s already holds a key ring; use servo keys add", k.secret)}
 				}
 			}
-			r, err := token.GenerateRing(args[0], keysNow(), nil)
+			r, err := auth.GenerateRing(args[0], keysNow(), nil)
 			if err != nil {
 				return err
 			}
@@ -202,7 +202,7 @@ func newKeysShowCmd() *cobra.Command {
 }
 
 // ringCmd builds a command that reads the ring, applies op and writes it.
-func ringCmd(use, short, long, example string, op func(r token.Ring, kid string, now time.Time) (token.Ring, error), extra func(*cobra.Command)) *cobra.Command {
+func ringCmd(use, short, long, example string, op func(r auth.Ring, kid string, now time.Time) (auth.Ring, error), extra func(*cobra.Command)) *cobra.Command {
 	var k keysTarget
 	cmd := &cobra.Command{
 		Use:     use,
@@ -221,9 +221,9 @@ func ringCmd(use, short, long, example string, op func(r token.Ring, kid string,
 			next, err := op(r, args[0], keysNow())
 			if err != nil {
 				switch {
-				case errors.Is(err, token.ErrNoSuchKey):
+				case errors.Is(err, auth.ErrNoSuchKey):
 					return &exitError{exitNotFound, err}
-				case errors.Is(err, token.ErrKeyExists), errors.Is(err, token.ErrRetireActive), errors.Is(err, token.ErrRetireTooEarly):
+				case errors.Is(err, auth.ErrKeyExists), errors.Is(err, auth.ErrRetireActive), errors.Is(err, auth.ErrRetireTooEarly):
 					return &exitError{exitConflict, err}
 				}
 				return err
@@ -247,8 +247,8 @@ ring (a new revision, or the re-read on an unknown kid and every 5 minutes),
 then activate it.`,
 		`  servo keys add k2 --file ring.json
   servo keys add k2 --secret projects/my-project/secrets/servo-token-keys --dry-run`,
-		func(r token.Ring, kid string, now time.Time) (token.Ring, error) {
-			return token.AddKey(r, kid, now, nil)
+		func(r auth.Ring, kid string, now time.Time) (auth.Ring, error) {
+			return auth.AddKey(r, kid, now, nil)
 		}, nil)
 }
 
@@ -258,7 +258,7 @@ func newKeysActivateCmd() *cobra.Command {
 		`Make KID the signing key from now. The key active until now keeps verifying
 and the ring records when it stopped signing, which retire needs.`,
 		`  servo keys activate k2 --file ring.json`,
-		token.Activate, nil)
+		auth.Activate, nil)
 }
 
 func newKeysRetireCmd() *cobra.Command {
@@ -273,8 +273,8 @@ maximum lifetime); --force removes it anyway, failing the callbacks of
 every task still holding a token it signed.`,
 		`  servo keys retire k1 --file ring.json
   servo keys retire k1 --secret projects/my-project/secrets/servo-token-keys --dry-run`,
-		func(r token.Ring, kid string, now time.Time) (token.Ring, error) {
-			return token.Retire(r, kid, now, grace, force)
+		func(r auth.Ring, kid string, now time.Time) (auth.Ring, error) {
+			return auth.Retire(r, kid, now, grace, force)
 		},
 		func(cmd *cobra.Command) {
 			cmd.Flags().DurationVar(&grace, "grace", defaultRetireGrace, "how long after the key stopped signing it may be retired")

@@ -19,8 +19,8 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
-	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -42,13 +42,13 @@ func TestKeysFile(t *testing.T) {
 	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	keysNow = func() time.Time { return now }
 	t.Cleanup(func() { keysNow = time.Now })
-	read := func() token.Ring {
+	read := func() auth.Ring {
 		t.Helper()
 		b, err := os.ReadFile(ring)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := token.ParseRing(b)
+		r, err := auth.ParseRing(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,14 +192,14 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	// returns the fresh token's kid.
 	heartbeat := func(id string, ringJSON []byte) string {
 		t.Helper()
-		kr, err := token.ParseKeyRing(ringJSON)
+		kr, err := auth.ParseKeyRing(ringJSON)
 		if err != nil {
 			t.Fatal(err)
 		}
 		v := runningNow(id)
 		a := v.Attempts[len(v.Attempts)-1]
 		now := time.Now()
-		tok, _, err := kr.Sign(token.Scope{TenantID: v.TenantID, WorkspaceID: v.WorkspaceID, RunID: v.RunID, TaskID: id, Attempt: v.Attempt}, time.Hour, now.Add(-50*time.Minute))
+		tok, _, err := kr.Sign(auth.Scope{TenantID: v.TenantID, WorkspaceID: v.WorkspaceID, RunID: v.RunID, TaskID: id, Attempt: v.Attempt}, time.Hour, now.Add(-50*time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
 )
@@ -18,7 +18,7 @@ import (
 // servo --as EMAIL acts as that principal against servo dev under a real
 // policy; servo usage shows a tenant's counts and limits.
 func TestAsAndUsage(t *testing.T) {
-	p, err := access.Parse([]byte(`{"principals": {"alice@example.com": {"acme": "submitter"}}}`))
+	p, err := auth.ParsePolicy([]byte(`{"principals": {"alice@example.com": {"acme": "submitter"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestAsAndUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	t.Setenv(access.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
+	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 	cli := func(args ...string) (string, string, int) {
 		t.Helper()
 		return runCLI(t, append(args, "--api", s.URL)...)
@@ -51,7 +51,7 @@ func TestAsAndUsage(t *testing.T) {
 	if _, errOut, code := cli("--as", "alice@example.com", "usage", "other"); code == 0 || !strings.Contains(errOut, "permission_denied") {
 		t.Fatalf("usage of another tenant: exit %d, %s", code, errOut)
 	}
-	t.Setenv(access.DevKeyEnv, base64.RawURLEncoding.EncodeToString(access.NewDevKey()))
+	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(auth.NewDevKey()))
 	if _, errOut, code := cli("--as", "alice@example.com", "usage", "acme"); code == 0 || !strings.Contains(errOut, "401") {
 		t.Fatalf("usage with another run's key: exit %d, %s", code, errOut)
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
-	"github.com/servo-dev/servo/internal/token"
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 // helloSource is the hello-world function the cold starts are compared
@@ -106,12 +106,12 @@ func coldStartBinariesWith(tb testing.TB, withClients bool) (servo, hello, clien
 
 // coldStartEnv is functionEnv with the example worker's queue created in
 // the Cloud Tasks emulator, and the key ring it holds.
-func coldStartEnv(tb testing.TB) ([]string, string, *token.KeyRing) {
+func coldStartEnv(tb testing.TB) ([]string, string, *auth.KeyRing) {
 	tb.Helper()
 	return coldStartEnvFor(tb, emulatortest.ProjectID(tb))
 }
 
-func coldStartEnvFor(tb testing.TB, project string) ([]string, string, *token.KeyRing) {
+func coldStartEnvFor(tb testing.TB, project string) ([]string, string, *auth.KeyRing) {
 	tb.Helper()
 	tasks := cloudtasks.NewServer(cloudtasks.Options{})
 	tasksAddr, err := tasks.Start("127.0.0.1:0")
@@ -130,10 +130,10 @@ func coldStartEnvFor(tb testing.TB, project string) ([]string, string, *token.Ke
 		tb.Fatalf("create the example queue: %v", err)
 	}
 	env := functionEnv(tb, project, tasksAddr)
-	var keys *token.KeyRing
+	var keys *auth.KeyRing
 	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, token.EnvKeys+"="); ok {
-			if keys, err = token.ParseKeyRing([]byte(v)); err != nil {
+		if v, ok := strings.CutPrefix(kv, auth.EnvKeys+"="); ok {
+			if keys, err = auth.ParseKeyRing([]byte(v)); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -267,7 +267,7 @@ func submitProbe(base string) (bool, string) {
 
 // submitted submits a task through a running API and returns the token
 // scope of its first attempt.
-func submitted(tb testing.TB, apiBase string) token.Scope {
+func submitted(tb testing.TB, apiBase string) auth.Scope {
 	tb.Helper()
 	body := submitBody()
 	ok, detail, raw := send(http.MethodPost, apiBase+"/v1/tasks", body, nil, http.StatusCreated)
@@ -276,11 +276,11 @@ func submitted(tb testing.TB, apiBase string) token.Scope {
 	}
 	var res struct{ TaskID, RunID string }
 	_ = json.Unmarshal(raw, &res)
-	return token.Scope{TenantID: "bench", WorkspaceID: "cold", RunID: res.RunID, TaskID: res.TaskID, Attempt: 1}
+	return auth.Scope{TenantID: "bench", WorkspaceID: "cold", RunID: res.RunID, TaskID: res.TaskID, Attempt: 1}
 }
 
 // startedProbe: a worker's `started` callback for scope answered 200.
-func startedProbe(keys *token.KeyRing, scope token.Scope) probe {
+func startedProbe(keys *auth.KeyRing, scope auth.Scope) probe {
 	tok, _, err := keys.Sign(scope, time.Hour, time.Now())
 	return func(base string) (bool, string) {
 		if err != nil {

@@ -19,10 +19,10 @@ import (
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -47,7 +47,7 @@ func newE2E(t *testing.T) *e2e {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	keys, _, err := token.GenerateKeyRing("k1")
+	keys, _, err := auth.GenerateKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
 	}

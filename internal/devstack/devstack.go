@@ -42,7 +42,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
@@ -53,7 +53,6 @@ import (
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
-	"github.com/servo-dev/servo/internal/token"
 	"github.com/servo-dev/servo/worker"
 	"github.com/servo-dev/servo/zombie"
 )
@@ -129,7 +128,7 @@ type Options struct {
 	// Keys sign and verify task tokens. Default: the key ring in
 	// SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE when set (so that tokens
 	// survive a restart of the stack), else one generated at start.
-	Keys *token.KeyRing
+	Keys *auth.KeyRing
 	// StoreTimeout bounds the store work of one callback and of one API
 	// request (then 503 unavailable); default the handlers' own.
 	StoreTimeout time.Duration
@@ -154,15 +153,15 @@ type Options struct {
 	// Access is the control API's access policy; nil is the open policy.
 	// Either way the API accepts the dev identity tokens of `servo --as`
 	// signed with IdentityKey.
-	Access *access.Policy
-	// IdentityKey signs dev identity tokens (access.SignDev); nil means a
+	Access *auth.Policy
+	// IdentityKey signs dev identity tokens (auth.SignDev); nil means a
 	// fresh key for this run (Stack.IdentityKey).
 	IdentityKey []byte
 	// Quotas are the per-tenant and per-worker limits; nil means none.
 	Quotas *quota.Policy
 	// KeysFile, when set, is the token key ring file (servo keys generate)
 	// the stack signs and verifies with instead of a generated ring; it is
-	// re-read on an unknown kid and every token.DefaultRefresh, so `servo
+	// re-read on an unknown kid and every auth.DefaultRefresh, so `servo
 	// keys add|activate|retire --file` rotate the running stack's keys.
 	KeysFile string
 	// NoSweeper starts no scheduler ticker: the sweeper never runs (a
@@ -180,7 +179,7 @@ type Stack struct {
 	FirestoreHost, PubSubHost, CloudTasksHost string
 	// Store, Keys and Enqueuer are the stack's own, for tests.
 	Store    *store.Store
-	Keys     *token.KeyRing
+	Keys     *auth.KeyRing
 	Enqueuer *enqueue.Enqueuer
 	// Workers is the worker configuration in force.
 	Workers enqueue.Workers
@@ -263,14 +262,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.StoreOptions = append(o.StoreOptions[:len(o.StoreOptions):len(o.StoreOptions)], store.WithQuotas(o.Quotas))
 	}
 	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
-		s.IdentityKey = access.NewDevKey()
+		s.IdentityKey = auth.NewDevKey()
 	}
 	if s.Store, err = openStore(ctx, o); err != nil {
 		lis.Close()
 		return nil, err
 	}
 	if o.KeysFile != "" {
-		s.Keys, err = token.NewReloadingKeyRing(ctx, nil, token.FileSource(o.KeysFile), 0)
+		s.Keys, err = auth.NewReloadingKeyRing(ctx, nil, auth.RingFileSource(o.KeysFile), 0)
 	} else {
 		s.Keys, err = keyRing(o.Keys)
 	}
@@ -349,7 +348,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout,
-		Access: o.Access, Verifiers: []dispatcher.Verifier{dispatcher.DevVerifier{Key: s.IdentityKey}}})
+		Access: o.Access, Verifiers: []auth.IdentityVerifier{auth.DevVerifier{Key: s.IdentityKey}}})
 	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
 	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
 	example := worker.Handler(partitions.Process, wopts...)
@@ -439,14 +438,14 @@ func openStore(ctx context.Context, o Options) (*store.Store, error) {
 }
 
 // keyRing returns given, else the key ring of the environment
-// (token.LoadKeyRing), else a new one.
-func keyRing(given *token.KeyRing) (*token.KeyRing, error) {
+// (auth.LoadKeyRing), else a new one.
+func keyRing(given *auth.KeyRing) (*auth.KeyRing, error) {
 	if given != nil {
 		return given, nil
 	}
-	r, err := token.LoadKeyRing()
-	if errors.Is(err, token.ErrNoKeys) {
-		r, _, err = token.GenerateKeyRing("local-1")
+	r, err := auth.LoadKeyRing()
+	if errors.Is(err, auth.ErrNoKeys) {
+		r, _, err = auth.GenerateKeyRing("local-1")
 	}
 	return r, err
 }
@@ -619,7 +618,7 @@ func (s *Stack) Exports() []string {
 		cloudtasks.EnvVar:           s.CloudTasksHost,
 		"SERVO_API":                 s.URL,
 		"SERVO_PROJECT":             s.Project,
-		access.DevKeyEnv:            base64.RawURLEncoding.EncodeToString(s.IdentityKey),
+		auth.DevKeyEnv:              base64.RawURLEncoding.EncodeToString(s.IdentityKey),
 	}
 	var out []string
 	for k, v := range env {

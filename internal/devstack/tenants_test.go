@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/access"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/worker"
@@ -148,13 +148,13 @@ func TestTenantsSharingAWorkerBothProgress(t *testing.T) {
 // servo dev's API accepts the dev identity of `servo --as` under a real
 // policy, and refuses a forged one.
 func TestDevIdentityUnderAPolicy(t *testing.T) {
-	p, err := access.Parse([]byte(`{"principals": {"dev@example.com": {"acme": "operator"}}}`))
+	p, err := auth.ParsePolicy([]byte(`{"principals": {"dev@example.com": {"acme": "operator"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := start(t, func(o *devstack.Options) { o.Access = p })
 	call := func(key []byte, email string) int {
-		tok, _ := access.SignDev(key, email, time.Now(), time.Minute)
+		tok, _ := auth.SignDev(key, email, time.Now(), time.Minute)
 		req, _ := http.NewRequest("GET", e.stack.URL+"/v1/tasks?tenantId=acme", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
@@ -170,7 +170,7 @@ func TestDevIdentityUnderAPolicy(t *testing.T) {
 	if got := call(e.stack.IdentityKey, "other@example.com"); got != 403 {
 		t.Fatalf("other identity: %d, want 403", got)
 	}
-	if got := call(access.NewDevKey(), "dev@example.com"); got != 401 {
+	if got := call(auth.NewDevKey(), "dev@example.com"); got != 401 {
 		t.Fatalf("forged identity: %d, want 401", got)
 	}
 	if status, _ := e.do("GET", "/v1/tasks", nil); status != 401 {

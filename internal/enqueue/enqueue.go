@@ -46,10 +46,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // Limits of Cloud Tasks HTTP tasks.
@@ -74,7 +74,7 @@ var (
 type Config struct {
 	Store           *store.Store
 	Tasks           *cloudtasks.Client
-	Keys            *token.KeyRing
+	Keys            *auth.KeyRing
 	Workers         Workers
 	CallbackBaseURL string
 	// JobDispatchURL is Servo's jobs dispatch endpoint, which the Cloud
@@ -126,13 +126,13 @@ func New(cfg Config) (*Enqueuer, error) {
 func (e *Enqueuer) Workers() Workers { return e.cfg.Workers }
 
 // Keys returns the token key ring.
-func (e *Enqueuer) Keys() *token.KeyRing { return e.cfg.Keys }
+func (e *Enqueuer) Keys() *auth.KeyRing { return e.cfg.Keys }
 
 // Envelope signs a token for t's current attempt and returns the envelope
 // and its JSON. The token is valid from when the delivery can start (now,
 // or t.NotBefore when later) for task.TokenTTL from then.
 func (e *Enqueuer) Envelope(t *task.Task, now time.Time) (api.Envelope, []byte, error) {
-	scope := token.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
+	scope := auth.Scope{TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt}
 	from := now
 	if t.NotBefore != nil && t.NotBefore.After(now) {
 		from = *t.NotBefore

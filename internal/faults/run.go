@@ -20,8 +20,8 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/events"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // Fault kinds the schedule injects into the stack (the worker faults are
@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := &run{cfg: cfg, rec: &Recorder{}, prog: cfg.Progress, api: &http.Client{Timeout: time.Minute}}
 	r.rec.OnCall = r.onCall
 	start := time.Now()
-	_, keysJSON, err := token.GenerateKeyRing("faults-1")
+	_, keysJSON, err := auth.GenerateKeyRing("faults-1")
 	if err != nil {
 		return nil, err
 	}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 // DispatchPath is where the local stack serves the dispatch endpoint (in
@@ -39,7 +39,7 @@ type Store interface {
 // Config configures the dispatch endpoint.
 type Config struct {
 	Store   Store
-	Keys    *token.KeyRing
+	Keys    *auth.KeyRing
 	Workers enqueue.Workers
 	Runner  Runner
 	// Now defaults to time.Now.
@@ -147,7 +147,7 @@ func (h *Handler) dispatch(ctx context.Context, body []byte) (int, Answer) {
 	claims, err := h.cfg.Keys.Verify(env.TaskToken, h.cfg.Now())
 	if err != nil {
 		code := api.CodeInvalidToken
-		if errors.Is(err, token.ErrExpired) {
+		if errors.Is(err, auth.ErrTaskTokenExpired) {
 			code = api.CodeTokenExpired
 		}
 		log.WarnContext(ctx, "dispatch refused: the envelope's task token was not accepted", "error", code)

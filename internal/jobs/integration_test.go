@@ -23,10 +23,10 @@ import (
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/jobs"
 	"github.com/servo-dev/servo/internal/task"
-	"github.com/servo-dev/servo/internal/token"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -366,7 +366,7 @@ func testOutlivesItsFirstToken(t *testing.T) {
 	env := s.envelope(id)
 	tk := s.get(id)
 	now := time.Now()
-	short, exp, err := s.s.Keys.Sign(token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: tk.Attempt}, 10*time.Second, now)
+	short, exp, err := s.s.Keys.Sign(auth.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: tk.Attempt}, 10*time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func testOutlivesItsFirstToken(t *testing.T) {
 		t.Fatalf("task %s, attempts %s", tk.State, attemptsOf(tk))
 	}
 	a := tk.Attempts[0]
-	if a.CompletedAt == nil || !a.CompletedAt.After(exp.Add(token.Leeway)) {
+	if a.CompletedAt == nil || !a.CompletedAt.After(exp.Add(auth.TaskTokenLeeway)) {
 		t.Fatalf("the attempt completed at %v, before its first token expired (%v): the test proves nothing", a.CompletedAt, exp)
 	}
 	if code := s.waitExit(a.Execution); code != 0 {
@@ -470,7 +470,7 @@ func testBadDeliveries(t *testing.T) {
 	}
 	otherAttempt := env
 	tk := s.get(id)
-	otherAttempt.TaskToken, _, _ = s.s.Keys.Sign(token.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: 2}, time.Minute, time.Now())
+	otherAttempt.TaskToken, _, _ = s.s.Keys.Sign(auth.Scope{TenantID: tk.TenantID, WorkspaceID: tk.WorkspaceID, RunID: tk.RunID, TaskID: tk.ID, Attempt: 2}, time.Minute, time.Now())
 	forged := env
 	forged.TaskToken = "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl"
 	big := env

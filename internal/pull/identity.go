@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"google.golang.org/api/idtoken"
+
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 // Identity returns the verified identity (an e-mail address) of a claim's
@@ -19,29 +21,19 @@ var ErrUnverified = errors.New("pull: caller identity not verified")
 
 // IDToken is the production Identity: the caller's Google-signed ID token
 // (Authorization: Bearer, as idtoken.NewClient sends it) for audience (the
-// claim function's URL), verified with google.golang.org/api/idtoken; the
-// identity is its verified `email` claim. v may be nil (idtoken.Validate's
-// shared validator).
+// claim function's URL), verified by auth.GoogleVerifier; the identity is
+// its verified `email` claim. v may be nil (idtoken.Validate's shared
+// validator).
 func IDToken(audience string, v *idtoken.Validator) Identity {
+	g := auth.GoogleVerifier{Audience: audience, Validator: v}
 	return func(r *http.Request) (string, error) {
-		h := r.Header.Get("Authorization")
-		raw, ok := strings.CutPrefix(h, "Bearer ")
+		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || raw == "" {
 			return "", nil
 		}
-		var p *idtoken.Payload
-		var err error
-		if v != nil {
-			p, err = v.Validate(r.Context(), raw, audience)
-		} else {
-			p, err = idtoken.Validate(r.Context(), raw, audience)
-		}
+		email, err := g.Verify(r.Context(), raw)
 		if err != nil {
 			return "", fmt.Errorf("%w: %w", ErrUnverified, err)
-		}
-		email, _ := p.Claims["email"].(string)
-		if verified, _ := p.Claims["email_verified"].(bool); email == "" || !verified {
-			return "", fmt.Errorf("%w: the ID token has no verified email", ErrUnverified)
 		}
 		return email, nil
 	}

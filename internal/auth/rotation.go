@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"crypto/rand"
@@ -189,9 +189,9 @@ func Activate(r Ring, kid string, now time.Time) (Ring, error) {
 // still be valid, given how long a running instance may keep signing with a
 // ring it has not re-read (refresh) and the furthest ahead a token's
 // validity may start (maxDelay: a retry scheduled ahead, [KeyRing.SignFrom]):
-// refresh + maxDelay + MaxTTL + Leeway.
+// refresh + maxDelay + MaxTaskTokenTTL + TaskTokenLeeway.
 func RetireGrace(refresh, maxDelay time.Duration) time.Duration {
-	return refresh + maxDelay + MaxTTL + Leeway
+	return refresh + maxDelay + MaxTaskTokenTTL + TaskTokenLeeway
 }
 
 // RetireAt returns the earliest time kid may be retired with grace (see

@@ -1,8 +1,12 @@
-// Package keysecret keeps the task-token key ring (package token's stored
-// form) in a Secret Manager secret: it reads the secret's latest version
-// and adds a new version, through the Secret Manager REST API with
+// Package keysecret keeps the task-token key ring (its stored form,
+// [auth.Ring]) in a Secret Manager secret: it reads the secret's latest
+// version and adds a new version, through the Secret Manager REST API with
 // Application Default Credentials. Functions re-read the ring through
 // Source (SERVO_TOKEN_KEYS_SECRET); `servo keys --secret` writes it.
+//
+// It is a package of its own so that the Secret Manager client is linked
+// only by the programs that read or write the secret (functions, servo),
+// not by every package that signs or verifies task tokens.
 package keysecret
 
 import (
@@ -15,7 +19,7 @@ import (
 	"google.golang.org/api/option"
 	secretmanager "google.golang.org/api/secretmanager/v1"
 
-	"github.com/servo-dev/servo/internal/token"
+	"github.com/servo-dev/servo/internal/auth"
 )
 
 // secretName is projects/P/secrets/S.
@@ -94,9 +98,9 @@ func (c *Client) Add(ctx context.Context, data []byte) (string, error) {
 	return v.Name, nil
 }
 
-// Source returns a token.Source reading the latest version of the secret
-// name, for token.OpenKeyRing. A bad name fails on the first read.
-func Source(name string, opts ...option.ClientOption) token.Source {
+// Source returns an [auth.RingSource] reading the latest version of the secret
+// name, for [auth.OpenKeyRing]. A bad name fails on the first read.
+func Source(name string, opts ...option.ClientOption) auth.RingSource {
 	c, err := New(name, opts...)
 	if err != nil {
 		return func(context.Context) ([]byte, error) { return nil, err }

@@ -1,16 +1,4 @@
-// Package access is Servo's control-API access policy: which principal (the
-// verified e-mail of the caller's identity token) may do what on which
-// tenant's tasks. It is pure: the control API (package dispatcher)
-// authenticates the caller and asks the policy.
-//
-// Roles are cumulative, per tenant or for every tenant ("*"):
-//
-//	viewer     get, list, counts, events, runs, usage
-//	submitter  viewer + submit
-//	operator   submitter + cancel, rerun
-//
-// A principal is an e-mail address, or "*" for any authenticated caller.
-package access
+package auth
 
 import (
 	"bytes"
@@ -22,8 +10,8 @@ import (
 	"strings"
 )
 
-// Any names every tenant (in a grant) or every authenticated principal.
-const Any = "*"
+// Wildcard names every tenant (in a grant) or every authenticated principal.
+const Wildcard = "*"
 
 // Role is what a principal may do on a tenant; roles are ordered, each
 // including the ones before it.
@@ -31,24 +19,24 @@ type Role int
 
 // Roles.
 const (
-	None Role = iota
+	NoRole Role = iota
 	Viewer
 	Submitter
 	Operator
 )
 
-var roleNames = map[Role]string{None: "none", Viewer: "viewer", Submitter: "submitter", Operator: "operator"}
+var roleNames = map[Role]string{NoRole: "none", Viewer: "viewer", Submitter: "submitter", Operator: "operator"}
 
 func (r Role) String() string { return roleNames[r] }
 
 // ParseRole parses "viewer", "submitter" or "operator".
 func ParseRole(s string) (Role, error) {
 	for r, n := range roleNames {
-		if r != None && n == s {
+		if r != NoRole && n == s {
 			return r, nil
 		}
 	}
-	return None, fmt.Errorf("%w: role %q: want viewer, submitter or operator", ErrInvalid, s)
+	return NoRole, fmt.Errorf("%w: role %q: want viewer, submitter or operator", ErrInvalidPolicy, s)
 }
 
 // Action is what a request does; each needs a role.
@@ -77,19 +65,20 @@ func (a Action) Needs() Role {
 
 func (a Action) String() string { return [...]string{"view", "submit", "operate"}[a] }
 
-// ErrInvalid reports a policy that cannot be used.
-var ErrInvalid = errors.New("access: invalid policy")
+// ErrInvalidPolicy reports a policy that cannot be used.
+var ErrInvalidPolicy = errors.New("access: invalid policy")
 
-// Policy maps principals to roles per tenant. The nil *Policy and Open()
+// Policy maps principals to roles per tenant. The nil *Policy and OpenPolicy()
 // allow everything (the control API is then protected by IAM alone).
 type Policy struct {
 	open   bool
 	grants map[string]map[string]Role // principal → tenant → role
 }
 
-// Open returns the policy that allows every request, with or without an
-// identity: servo dev's default, and a deployment's without SERVO_ACCESS.
-func Open() *Policy { return &Policy{open: true} }
+// OpenPolicy returns the policy that allows every request, with or without
+// an identity: servo dev's default, and a deployment's without
+// SERVO_ACCESS.
+func OpenPolicy() *Policy { return &Policy{open: true} }
 
 // IsOpen reports whether p allows everything.
 func (p *Policy) IsOpen() bool { return p == nil || p.open }
@@ -102,24 +91,24 @@ type policyJSON struct {
 	Principals map[string]map[string]string `json:"principals"`
 }
 
-// Parse reads a policy from JSON; unknown fields, roles and empty names
-// are errors. A policy with no principal allows nothing.
-func Parse(data []byte) (*Policy, error) {
+// ParsePolicy reads a policy from JSON; unknown fields, roles and empty
+// names are errors. A policy with no principal allows nothing.
+func ParsePolicy(data []byte) (*Policy, error) {
 	var pj policyJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&pj); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
 	p := &Policy{grants: map[string]map[string]Role{}}
 	for who, tenants := range pj.Principals {
-		if strings.TrimSpace(who) == "" || (who != Any && !strings.Contains(who, "@")) {
-			return nil, fmt.Errorf("%w: principal %q: want an e-mail address or %q", ErrInvalid, who, Any)
+		if strings.TrimSpace(who) == "" || (who != Wildcard && !strings.Contains(who, "@")) {
+			return nil, fmt.Errorf("%w: principal %q: want an e-mail address or %q", ErrInvalidPolicy, who, Wildcard)
 		}
 		m := map[string]Role{}
 		for tenant, role := range tenants {
 			if strings.TrimSpace(tenant) == "" || len(tenant) > 128 {
-				return nil, fmt.Errorf("%w: principal %q: tenant %q: want 1 to 128 bytes or %q", ErrInvalid, who, tenant, Any)
+				return nil, fmt.Errorf("%w: principal %q: tenant %q: want 1 to 128 bytes or %q", ErrInvalidPolicy, who, tenant, Wildcard)
 			}
 			r, err := ParseRole(role)
 			if err != nil {
@@ -132,10 +121,10 @@ func Parse(data []byte) (*Policy, error) {
 	return p, nil
 }
 
-// Load reads the policy from the JSON in env (SERVO_ACCESS) or the file
-// named by fileEnv (SERVO_ACCESS_FILE). Neither set returns nil: the
+// LoadPolicy reads the policy from the JSON in env (SERVO_ACCESS) or the
+// file named by fileEnv (SERVO_ACCESS_FILE). Neither set returns nil: the
 // caller decides (the deployed API is then open, behind IAM).
-func Load(getenv func(string) string, env, fileEnv string) (*Policy, error) {
+func LoadPolicy(getenv func(string) string, env, fileEnv string) (*Policy, error) {
 	data := getenv(env)
 	if data == "" && getenv(fileEnv) != "" {
 		b, err := os.ReadFile(getenv(fileEnv))
@@ -147,20 +136,20 @@ func Load(getenv func(string) string, env, fileEnv string) (*Policy, error) {
 	if strings.TrimSpace(data) == "" {
 		return nil, nil
 	}
-	p, err := Parse([]byte(data))
+	p, err := ParsePolicy([]byte(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", env, err)
 	}
 	return p, nil
 }
 
-// ReadFile reads a policy file (servo dev --access).
-func ReadFile(path string) (*Policy, error) {
+// ReadPolicyFile reads a policy file (servo dev --access).
+func ReadPolicyFile(path string) (*Policy, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("access: %w", err)
 	}
-	p, err := Parse(b)
+	p, err := ParsePolicy(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -175,12 +164,12 @@ func (p *Policy) Role(principal, tenant string) Role {
 		return Operator
 	}
 	if principal == "" {
-		return None
+		return NoRole
 	}
-	best := None
-	for _, who := range []string{strings.ToLower(principal), Any} {
+	best := NoRole
+	for _, who := range []string{strings.ToLower(principal), Wildcard} {
 		g := p.grants[who]
-		best = max(best, g[tenant], g[Any])
+		best = max(best, g[tenant], g[Wildcard])
 	}
 	return best
 }
@@ -188,6 +177,32 @@ func (p *Policy) Role(principal, tenant string) Role {
 // Allows reports whether principal may do a on tenant's tasks.
 func (p *Policy) Allows(principal, tenant string, a Action) bool {
 	return p.Role(principal, tenant) >= a.Needs()
+}
+
+// PermissionError is a request Policy.Check refused. Its text names the
+// caller, the action and the role it needs but never the tenant: a caller
+// asking for another tenant's task by id learns nothing of it.
+type PermissionError struct {
+	// Principal is the caller, "" when anonymous.
+	Principal string
+	Action    Action
+}
+
+func (e *PermissionError) Error() string {
+	who := e.Principal
+	if who == "" {
+		who = "the anonymous caller"
+	}
+	return fmt.Sprintf("%s may not %s this tenant's tasks (needs the %s role)", who, e.Action, e.Action.Needs())
+}
+
+// Check returns nil when principal may do a on tenant's tasks, else a
+// *PermissionError.
+func (p *Policy) Check(principal, tenant string, a Action) error {
+	if p.Allows(principal, tenant, a) {
+		return nil
+	}
+	return &PermissionError{Principal: principal, Action: a}
 }
 
 // Tenants returns where principal may do a: all is true when it may on
@@ -200,12 +215,12 @@ func (p *Policy) Tenants(principal string, a Action) (all bool, tenants []string
 	if principal == "" {
 		return false, nil
 	}
-	for _, who := range []string{strings.ToLower(principal), Any} {
+	for _, who := range []string{strings.ToLower(principal), Wildcard} {
 		for tenant, r := range p.grants[who] {
 			if r < a.Needs() {
 				continue
 			}
-			if tenant == Any {
+			if tenant == Wildcard {
 				return true, nil
 			}
 			if !slices.Contains(tenants, tenant) {

@@ -1,4 +1,4 @@
-package access
+package auth
 
 import (
 	"crypto/rand"
@@ -23,12 +23,12 @@ const (
 	DevTokenTTL = 10 * time.Minute
 )
 
-// ErrTokenExpired: an identity token past its expiry.
-var ErrTokenExpired = errors.New("access: identity token expired")
+// ErrIdentityTokenExpired: an identity token past its expiry.
+var ErrIdentityTokenExpired = errors.New("access: identity token expired")
 
-// ErrBadToken: an identity token that is malformed, forged or not meant
-// for this API.
-var ErrBadToken = errors.New("access: invalid identity token")
+// ErrInvalidIdentityToken: an identity token that is malformed, forged or
+// not meant for this API.
+var ErrInvalidIdentityToken = errors.New("access: invalid identity token")
 
 // NewDevKey returns a fresh random 32-byte dev signing key.
 func NewDevKey() []byte {
@@ -56,8 +56,9 @@ func SignDev(key []byte, email string, now time.Time, ttl time.Duration) (string
 }
 
 // VerifyDev checks a dev identity token against key and returns its
-// e-mail: ErrTokenExpired past its expiry, ErrBadToken for anything else
-// wrong (signature, algorithm, issuer, audience, no e-mail).
+// e-mail: ErrIdentityTokenExpired past its expiry, ErrInvalidIdentityToken
+// for anything else wrong (signature, algorithm, issuer, audience, no
+// e-mail).
 func VerifyDev(key []byte, raw string, now time.Time) (string, error) {
 	var c devClaims
 	_, err := jwt.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return key, nil },
@@ -65,11 +66,11 @@ func VerifyDev(key []byte, raw string, now time.Time) (string, error) {
 		jwt.WithExpirationRequired(), jwt.WithTimeFunc(func() time.Time { return now }))
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return "", ErrTokenExpired
+		return "", ErrIdentityTokenExpired
 	case err != nil:
-		return "", fmt.Errorf("%w: %w", ErrBadToken, err)
+		return "", fmt.Errorf("%w: %w", ErrInvalidIdentityToken, err)
 	case c.Email == "":
-		return "", fmt.Errorf("%w: no email claim", ErrBadToken)
+		return "", fmt.Errorf("%w: no email claim", ErrInvalidIdentityToken)
 	}
 	return c.Email, nil
 }

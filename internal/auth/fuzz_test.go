@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"errors"
@@ -9,9 +9,10 @@ import (
 
 // FuzzVerify feeds arbitrary strings, and mutations of real tokens, to the
 // token parser. It never panics; a token it accepts carries every scope
-// and registered claim, a lifetime within MaxTTL and an unexpired exp; a
-// token it refuses is ErrInvalid or ErrExpired, and the error never
-// contains the token or its signature. Seed corpus: testdata/fuzz/FuzzVerify.
+// and registered claim, a lifetime within MaxTaskTokenTTL and an unexpired
+// exp; a token it refuses is ErrInvalidTaskToken or ErrTaskTokenExpired,
+// and the error never contains the token or its signature. Seed corpus:
+// testdata/fuzz/FuzzVerify.
 func FuzzVerify(f *testing.F) {
 	ring, err := NewKeyRing("k1", map[string][]byte{"k1": []byte("0123456789abcdef0123456789abcdef"), "k0": []byte("fedcba9876543210fedcba9876543210")})
 	if err != nil {
@@ -39,7 +40,7 @@ func FuzzVerify(f *testing.F) {
 			if c == nil || c.Scope.missing() != "" || c.Issuer == "" || c.ExpiresAt == nil || c.IssuedAt == nil || c.ID == "" {
 				t.Fatalf("accepted %q with incomplete claims %+v", tok, c)
 			}
-			if c.Lifetime() > MaxTTL || !c.ExpiresAtTime().Add(Leeway).After(now) {
+			if c.Lifetime() > MaxTaskTokenTTL || !c.ExpiresAtTime().Add(TaskTokenLeeway).After(now) {
 				t.Fatalf("accepted %q with lifetime %v, exp %v", tok, c.Lifetime(), c.ExpiresAtTime())
 			}
 			return
@@ -47,8 +48,8 @@ func FuzzVerify(f *testing.F) {
 		if c != nil {
 			t.Fatalf("refused %q but returned claims", tok)
 		}
-		if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrExpired) {
-			t.Fatalf("refused %q with %v: want ErrInvalid or ErrExpired", tok, err)
+		if !errors.Is(err, ErrInvalidTaskToken) && !errors.Is(err, ErrTaskTokenExpired) {
+			t.Fatalf("refused %q with %v: want ErrInvalidTaskToken or ErrTaskTokenExpired", tok, err)
 		}
 		msg := err.Error()
 		if len(tok) >= 8 && strings.Contains(msg, tok) {

@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"bytes"
@@ -203,7 +203,7 @@ func TestGenerateKeyRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Verify(tok, t0); !errors.Is(err, ErrInvalid) {
+	if _, err := other.Verify(tok, t0); !errors.Is(err, ErrInvalidTaskToken) {
 		t.Errorf("two generated rings share a key")
 	}
 	if _, _, err := GenerateKeyRing(""); err == nil {

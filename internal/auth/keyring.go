@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"bytes"
@@ -182,7 +182,7 @@ func (r KeyRing) String() string {
 	if r.live != nil {
 		return r.live.cur.Load().String()
 	}
-	return fmt.Sprintf("token.KeyRing{active: %q, kids: %q}", r.active, r.KIDs())
+	return fmt.Sprintf("auth.KeyRing{active: %q, kids: %q}", r.active, r.KIDs())
 }
 
 // Format prints String for every verb (%v, %+v, %#v, %x, %d, ...), so that

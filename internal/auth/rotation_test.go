@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"context"
@@ -96,8 +96,8 @@ func TestRingRotation(t *testing.T) {
 			}
 			if kr, err := ParseKeyRing(mustJSON(t, got)); err != nil {
 				t.Fatal(err)
-			} else if _, err := kr.Verify(tok, rt0); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("a k1 token after k1 was retired: %v, want ErrInvalid", err)
+			} else if _, err := kr.Verify(tok, rt0); !errors.Is(err, ErrInvalidTaskToken) {
+				t.Fatalf("a k1 token after k1 was retired: %v, want ErrInvalidTaskToken", err)
 			}
 		})
 	}
@@ -149,7 +149,7 @@ func TestReloadingKeyRing(t *testing.T) {
 	var reads atomic.Int32
 	src := func(ctx context.Context) ([]byte, error) {
 		reads.Add(1)
-		return FileSource(path)(ctx)
+		return RingFileSource(path)(ctx)
 	}
 	live, err := NewReloadingKeyRing(context.Background(), nil, src, time.Hour)
 	if err != nil {
@@ -189,7 +189,7 @@ func TestReloadingKeyRing(t *testing.T) {
 	bad, _, _ := bogus.Sign(scope0, time.Minute, rt0)
 	clock = clock.Add(MissReloadGap)
 	for range 5 {
-		if _, err := live.Verify(bad, rt0); !errors.Is(err, ErrInvalid) {
+		if _, err := live.Verify(bad, rt0); !errors.Is(err, ErrInvalidTaskToken) {
 			t.Fatalf("unknown kid: %v", err)
 		}
 	}
@@ -234,7 +234,7 @@ func TestOpenKeyRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var secretReads atomic.Int32
-	secret := func(name string) Source {
+	secret := func(name string) RingSource {
 		return func(ctx context.Context) ([]byte, error) {
 			secretReads.Add(1)
 			if name != "projects/p/secrets/s" {

@@ -1,14 +1,15 @@
-package access
+package auth
 
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
 func TestPolicyRoles(t *testing.T) {
-	p, err := Parse([]byte(`{"principals": {
+	p, err := ParsePolicy([]byte(`{"principals": {
 		"Viewer@Example.com": {"a": "viewer"},
 		"sub@example.com": {"a": "submitter", "b": "viewer"},
 		"ops@example.com": {"*": "operator"},
@@ -46,7 +47,7 @@ func TestPolicyRoles(t *testing.T) {
 	if all, _ := p.Tenants("ops@example.com", View); !all {
 		t.Error("ops does not view every tenant")
 	}
-	if !Open().Allows("", "x", Operate) || !(*Policy)(nil).Allows("", "x", Operate) {
+	if !OpenPolicy().Allows("", "x", Operate) || !(*Policy)(nil).Allows("", "x", Operate) {
 		t.Error("the open policy refuses")
 	}
 	for _, bad := range []string{
@@ -55,8 +56,8 @@ func TestPolicyRoles(t *testing.T) {
 		`{"principals": {"a@x.com": {"": "viewer"}}}`,
 		`{"principal": {}}`,
 	} {
-		if _, err := Parse([]byte(bad)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Parse(%s): %v, want ErrInvalid", bad, err)
+		if _, err := ParsePolicy([]byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParsePolicy(%s): %v, want ErrInvalidPolicy", bad, err)
 		}
 	}
 }
@@ -71,11 +72,39 @@ func TestDevTokens(t *testing.T) {
 		name, tok string
 		want      error
 	}{
-		{"good", good, nil}, {"forged", forged, ErrBadToken}, {"expired", old, ErrTokenExpired}, {"garbage", "x.y.z", ErrBadToken},
+		{"good", good, nil}, {"forged", forged, ErrInvalidIdentityToken}, {"expired", old, ErrIdentityTokenExpired}, {"garbage", "x.y.z", ErrInvalidIdentityToken},
 	} {
 		email, err := VerifyDev(key, c.tok, now)
 		if !errors.Is(err, c.want) || (c.want == nil && email != "a@x.com") {
 			t.Errorf("%s: %q %v, want %v", c.name, email, err, c.want)
 		}
+	}
+}
+
+func TestPolicyCheck(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"principals": {"v@x.com": {"secret-tenant": "viewer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check("v@x.com", "secret-tenant", View); err != nil {
+		t.Errorf("a viewer viewing: %v", err)
+	}
+	for _, c := range []struct {
+		who  string
+		a    Action
+		want string
+	}{
+		{"v@x.com", Submit, "v@x.com may not submit this tenant's tasks (needs the submitter role)"},
+		{"", View, "the anonymous caller may not view this tenant's tasks (needs the viewer role)"},
+		{"v@x.com", Operate, "v@x.com may not operate this tenant's tasks (needs the operator role)"},
+	} {
+		err := p.Check(c.who, "secret-tenant", c.a)
+		var pe *PermissionError
+		if !errors.As(err, &pe) || err.Error() != c.want || strings.Contains(err.Error(), "secret-tenant") {
+			t.Errorf("Check(%q, %s) = %v, want %q", c.who, c.a, err, c.want)
+		}
+	}
+	if err := OpenPolicy().Check("", "t", Operate); err != nil {
+		t.Errorf("the open policy refuses: %v", err)
 	}
 }

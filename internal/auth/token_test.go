@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"bytes"
@@ -42,10 +42,10 @@ func validClaims() map[string]any {
 		"runId":       scope0.RunID,
 		"taskId":      scope0.TaskID,
 		"attempt":     scope0.Attempt,
-		"iss":         Issuer,
+		"iss":         TaskTokenIssuer,
 		"iat":         t0.Unix(),
 		"nbf":         t0.Unix(),
-		"exp":         t0.Add(DefaultTTL).Unix(),
+		"exp":         t0.Add(DefaultTaskTokenTTL).Unix(),
 		"jti":         "jti-1",
 	}
 }
@@ -93,7 +93,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := t0.Add(DefaultTTL); !exp.Equal(want) {
+	if want := t0.Add(DefaultTaskTokenTTL); !exp.Equal(want) {
 		t.Errorf("expiresAt = %v, want %v", exp, want)
 	}
 	c, err := r.Verify(tok, t0.Add(time.Minute))
@@ -103,7 +103,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	if c.Scope != scope0 {
 		t.Errorf("scope = %+v, want %+v", c.Scope, scope0)
 	}
-	if c.Issuer != Issuer || c.ID == "" {
+	if c.Issuer != TaskTokenIssuer || c.ID == "" {
 		t.Errorf("iss = %q, jti = %q", c.Issuer, c.ID)
 	}
 	if !c.IssuedAtTime().Equal(t0) || !c.NotBeforeTime().Equal(t0) || !c.ExpiresAtTime().Equal(exp) {
@@ -149,11 +149,11 @@ func TestSignTTLAndJTI(t *testing.T) {
 		wantTTL time.Duration
 		wantErr bool
 	}{
-		{ttl: 0, wantTTL: DefaultTTL},
-		{ttl: -time.Second, wantTTL: DefaultTTL},
+		{ttl: 0, wantTTL: DefaultTaskTokenTTL},
+		{ttl: -time.Second, wantTTL: DefaultTaskTokenTTL},
 		{ttl: 90 * time.Second, wantTTL: 90 * time.Second},
-		{ttl: MaxTTL, wantTTL: MaxTTL},
-		{ttl: MaxTTL + time.Second, wantErr: true},
+		{ttl: MaxTaskTokenTTL, wantTTL: MaxTaskTokenTTL},
+		{ttl: MaxTaskTokenTTL + time.Second, wantErr: true},
 	}
 	for _, tt := range tests {
 		tok, exp, err := r.Sign(scope0, tt.ttl, t0)
@@ -227,63 +227,63 @@ func TestVerifyRejects(t *testing.T) {
 		reason string
 	}{
 		// Algorithms: HS256 only.
-		{name: "alg none", token: forge(t, hdr("none"), validClaims(), nil, nil), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg none signed by lib", token: forge(t, hdr("none"), validClaims(), jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg NONE", token: forge(t, hdr("NONE"), validClaims(), nil, nil), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg HS384 same key", token: forge(t, hdr("HS384"), validClaims(), jwt.SigningMethodHS384, key1), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg HS512 same key", token: forge(t, hdr("HS512"), validClaims(), jwt.SigningMethodHS512, key1), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg RS256", token: forge(t, hdr("RS256"), validClaims(), jwt.SigningMethodRS256, rsaKey), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg ES256", token: forge(t, hdr("ES256"), validClaims(), jwt.SigningMethodES256, ecKey), want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg unknown", token: forge(t, hdr("XX999"), validClaims(), nil, nil) + "c2ln", want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "alg missing", token: forge(t, map[string]any{"typ": "JWT", "kid": "k1"}, validClaims(), nil, nil) + "c2ln", want: ErrInvalid, reason: "algorithm not allowed"},
-		{name: "HS256 header, HS512 signature", token: forge(t, hdr("HS256"), validClaims(), jwt.SigningMethodHS512, key1), want: ErrInvalid, reason: "signature invalid"},
+		{name: "alg none", token: forge(t, hdr("none"), validClaims(), nil, nil), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg none signed by lib", token: forge(t, hdr("none"), validClaims(), jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg NONE", token: forge(t, hdr("NONE"), validClaims(), nil, nil), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg HS384 same key", token: forge(t, hdr("HS384"), validClaims(), jwt.SigningMethodHS384, key1), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg HS512 same key", token: forge(t, hdr("HS512"), validClaims(), jwt.SigningMethodHS512, key1), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg RS256", token: forge(t, hdr("RS256"), validClaims(), jwt.SigningMethodRS256, rsaKey), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg ES256", token: forge(t, hdr("ES256"), validClaims(), jwt.SigningMethodES256, ecKey), want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg unknown", token: forge(t, hdr("XX999"), validClaims(), nil, nil) + "c2ln", want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "alg missing", token: forge(t, map[string]any{"typ": "JWT", "kid": "k1"}, validClaims(), nil, nil) + "c2ln", want: ErrInvalidTaskToken, reason: "algorithm not allowed"},
+		{name: "HS256 header, HS512 signature", token: forge(t, hdr("HS256"), validClaims(), jwt.SigningMethodHS512, key1), want: ErrInvalidTaskToken, reason: "signature invalid"},
 
 		// Keys.
-		{name: "kid missing", token: forge(t, map[string]any{"alg": "HS256", "typ": "JWT"}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalid, reason: "missing key id"},
-		{name: "kid empty", token: forge(t, map[string]any{"alg": "HS256", "kid": ""}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalid, reason: "missing key id"},
-		{name: "kid not a string", token: forge(t, map[string]any{"alg": "HS256", "kid": 1}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalid, reason: "missing key id"},
-		{name: "kid unknown", token: forge(t, map[string]any{"alg": "HS256", "kid": "k9"}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalid, reason: "unknown key id"},
-		{name: "wrong key", token: forge(t, hdr("HS256"), validClaims(), jwt.SigningMethodHS256, key2), want: ErrInvalid, reason: "signature invalid"},
-		{name: "tampered payload", token: goodHeader + "." + b64(with(validClaims(), "attempt", 3)) + "." + goodSig, want: ErrInvalid, reason: "signature invalid"},
-		{name: "signature stripped", token: goodHeader + "." + goodPayload + ".", want: ErrInvalid, reason: "signature invalid"},
+		{name: "kid missing", token: forge(t, map[string]any{"alg": "HS256", "typ": "JWT"}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalidTaskToken, reason: "missing key id"},
+		{name: "kid empty", token: forge(t, map[string]any{"alg": "HS256", "kid": ""}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalidTaskToken, reason: "missing key id"},
+		{name: "kid not a string", token: forge(t, map[string]any{"alg": "HS256", "kid": 1}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalidTaskToken, reason: "missing key id"},
+		{name: "kid unknown", token: forge(t, map[string]any{"alg": "HS256", "kid": "k9"}, validClaims(), jwt.SigningMethodHS256, key1), want: ErrInvalidTaskToken, reason: "unknown key id"},
+		{name: "wrong key", token: forge(t, hdr("HS256"), validClaims(), jwt.SigningMethodHS256, key2), want: ErrInvalidTaskToken, reason: "signature invalid"},
+		{name: "tampered payload", token: goodHeader + "." + b64(with(validClaims(), "attempt", 3)) + "." + goodSig, want: ErrInvalidTaskToken, reason: "signature invalid"},
+		{name: "signature stripped", token: goodHeader + "." + goodPayload + ".", want: ErrInvalidTaskToken, reason: "signature invalid"},
 
 		// Claims.
-		{name: "missing tenantId", token: hs256(t, with(validClaims(), "tenantId", nil)), want: ErrInvalid, reason: "missing claim tenantId"},
-		{name: "missing workspaceId", token: hs256(t, with(validClaims(), "workspaceId", nil)), want: ErrInvalid, reason: "missing claim workspaceId"},
-		{name: "missing runId", token: hs256(t, with(validClaims(), "runId", nil)), want: ErrInvalid, reason: "missing claim runId"},
-		{name: "missing taskId", token: hs256(t, with(validClaims(), "taskId", nil)), want: ErrInvalid, reason: "missing claim taskId"},
-		{name: "empty taskId", token: hs256(t, with(validClaims(), "taskId", "")), want: ErrInvalid, reason: "missing claim taskId"},
-		{name: "missing attempt", token: hs256(t, with(validClaims(), "attempt", nil)), want: ErrInvalid, reason: "missing claim attempt"},
-		{name: "attempt 0", token: hs256(t, with(validClaims(), "attempt", 0)), want: ErrInvalid, reason: "missing claim attempt"},
-		{name: "attempt negative", token: hs256(t, with(validClaims(), "attempt", -1)), want: ErrInvalid, reason: "missing claim attempt"},
-		{name: "attempt not a number", token: hs256(t, with(validClaims(), "attempt", "1")), want: ErrInvalid, reason: "malformed"},
-		{name: "missing exp", token: hs256(t, with(validClaims(), "exp", nil)), want: ErrInvalid, reason: "missing claim exp"},
-		{name: "missing iat", token: hs256(t, with(validClaims(), "iat", nil)), want: ErrInvalid, reason: "missing claim iat"},
-		{name: "missing jti", token: hs256(t, with(validClaims(), "jti", nil)), want: ErrInvalid, reason: "missing claim jti"},
-		{name: "missing iss", token: hs256(t, with(validClaims(), "iss", nil)), want: ErrInvalid, reason: "missing claim iss"},
-		{name: "wrong iss", token: hs256(t, with(validClaims(), "iss", "arco")), want: ErrInvalid, reason: "wrong issuer"},
-		{name: "exp not a number", token: hs256(t, with(validClaims(), "exp", "soon")), want: ErrInvalid, reason: "malformed"},
-		{name: "lifetime over MaxTTL", token: hs256(t, with(validClaims(), "exp", t0.Add(MaxTTL+time.Minute).Unix())), want: ErrInvalid, reason: "lifetime exceeds"},
+		{name: "missing tenantId", token: hs256(t, with(validClaims(), "tenantId", nil)), want: ErrInvalidTaskToken, reason: "missing claim tenantId"},
+		{name: "missing workspaceId", token: hs256(t, with(validClaims(), "workspaceId", nil)), want: ErrInvalidTaskToken, reason: "missing claim workspaceId"},
+		{name: "missing runId", token: hs256(t, with(validClaims(), "runId", nil)), want: ErrInvalidTaskToken, reason: "missing claim runId"},
+		{name: "missing taskId", token: hs256(t, with(validClaims(), "taskId", nil)), want: ErrInvalidTaskToken, reason: "missing claim taskId"},
+		{name: "empty taskId", token: hs256(t, with(validClaims(), "taskId", "")), want: ErrInvalidTaskToken, reason: "missing claim taskId"},
+		{name: "missing attempt", token: hs256(t, with(validClaims(), "attempt", nil)), want: ErrInvalidTaskToken, reason: "missing claim attempt"},
+		{name: "attempt 0", token: hs256(t, with(validClaims(), "attempt", 0)), want: ErrInvalidTaskToken, reason: "missing claim attempt"},
+		{name: "attempt negative", token: hs256(t, with(validClaims(), "attempt", -1)), want: ErrInvalidTaskToken, reason: "missing claim attempt"},
+		{name: "attempt not a number", token: hs256(t, with(validClaims(), "attempt", "1")), want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "missing exp", token: hs256(t, with(validClaims(), "exp", nil)), want: ErrInvalidTaskToken, reason: "missing claim exp"},
+		{name: "missing iat", token: hs256(t, with(validClaims(), "iat", nil)), want: ErrInvalidTaskToken, reason: "missing claim iat"},
+		{name: "missing jti", token: hs256(t, with(validClaims(), "jti", nil)), want: ErrInvalidTaskToken, reason: "missing claim jti"},
+		{name: "missing iss", token: hs256(t, with(validClaims(), "iss", nil)), want: ErrInvalidTaskToken, reason: "missing claim iss"},
+		{name: "wrong iss", token: hs256(t, with(validClaims(), "iss", "arco")), want: ErrInvalidTaskToken, reason: "wrong issuer"},
+		{name: "exp not a number", token: hs256(t, with(validClaims(), "exp", "soon")), want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "lifetime over MaxTaskTokenTTL", token: hs256(t, with(validClaims(), "exp", t0.Add(MaxTaskTokenTTL+time.Minute).Unix())), want: ErrInvalidTaskToken, reason: "lifetime exceeds"},
 
 		// Time.
-		{name: "expired beyond leeway", token: hs256(t, validClaims()), at: t0.Add(DefaultTTL + Leeway), want: ErrExpired},
-		{name: "expired long ago", token: hs256(t, validClaims()), at: t0.Add(48 * time.Hour), want: ErrExpired},
-		{name: "nbf in the future", token: hs256(t, with(validClaims(), "nbf", t0.Add(time.Minute).Unix())), want: ErrInvalid, reason: "not valid yet"},
-		{name: "iat in the future", token: hs256(t, with(with(validClaims(), "iat", t0.Add(time.Minute).Unix()), "nbf", nil)), want: ErrInvalid, reason: "issued in the future"},
-		{name: "expired and missing claim", token: hs256(t, with(validClaims(), "taskId", nil)), at: t0.Add(48 * time.Hour), want: ErrInvalid, reason: "missing claim taskId"},
+		{name: "expired beyond leeway", token: hs256(t, validClaims()), at: t0.Add(DefaultTaskTokenTTL + TaskTokenLeeway), want: ErrTaskTokenExpired},
+		{name: "expired long ago", token: hs256(t, validClaims()), at: t0.Add(48 * time.Hour), want: ErrTaskTokenExpired},
+		{name: "nbf in the future", token: hs256(t, with(validClaims(), "nbf", t0.Add(time.Minute).Unix())), want: ErrInvalidTaskToken, reason: "not valid yet"},
+		{name: "iat in the future", token: hs256(t, with(with(validClaims(), "iat", t0.Add(time.Minute).Unix()), "nbf", nil)), want: ErrInvalidTaskToken, reason: "issued in the future"},
+		{name: "expired and missing claim", token: hs256(t, with(validClaims(), "taskId", nil)), at: t0.Add(48 * time.Hour), want: ErrInvalidTaskToken, reason: "missing claim taskId"},
 
 		// Malformed.
-		{name: "empty", token: "", want: ErrInvalid, reason: "malformed"},
-		{name: "one segment", token: "abc", want: ErrInvalid, reason: "malformed"},
-		{name: "two segments", token: goodHeader + "." + goodPayload, want: ErrInvalid, reason: "malformed"},
-		{name: "four segments", token: good + ".x", want: ErrInvalid, reason: "malformed"},
-		{name: "bearer prefix", token: "Bearer " + good, want: ErrInvalid, reason: "malformed"},
-		{name: "not base64", token: "!!!.???.***", want: ErrInvalid, reason: "malformed"},
-		{name: "padded base64", token: goodHeader + "=." + goodPayload + "." + goodSig, want: ErrInvalid, reason: "malformed"},
-		{name: "header not JSON", token: base64.RawURLEncoding.EncodeToString([]byte("nope")) + "." + goodPayload + "." + goodSig, want: ErrInvalid, reason: "malformed"},
-		{name: "payload not JSON", token: goodHeader + "." + base64.RawURLEncoding.EncodeToString([]byte("[1,2")) + "." + goodSig, want: ErrInvalid, reason: "malformed"},
-		{name: "payload null", token: hs256(t, nil), want: ErrInvalid, reason: "missing claim tenantId"},
-		{name: "huge", token: strings.Repeat("a", 5000) + "." + goodPayload + "." + goodSig, want: ErrInvalid, reason: "malformed: too long"},
+		{name: "empty", token: "", want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "one segment", token: "abc", want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "two segments", token: goodHeader + "." + goodPayload, want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "four segments", token: good + ".x", want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "bearer prefix", token: "Bearer " + good, want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "not base64", token: "!!!.???.***", want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "padded base64", token: goodHeader + "=." + goodPayload + "." + goodSig, want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "header not JSON", token: base64.RawURLEncoding.EncodeToString([]byte("nope")) + "." + goodPayload + "." + goodSig, want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "payload not JSON", token: goodHeader + "." + base64.RawURLEncoding.EncodeToString([]byte("[1,2")) + "." + goodSig, want: ErrInvalidTaskToken, reason: "malformed"},
+		{name: "payload null", token: hs256(t, nil), want: ErrInvalidTaskToken, reason: "missing claim tenantId"},
+		{name: "huge", token: strings.Repeat("a", 5000) + "." + goodPayload + "." + goodSig, want: ErrInvalidTaskToken, reason: "malformed: too long"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -304,8 +304,8 @@ func TestVerifyRejects(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.reason) {
 				t.Errorf("err = %v, want reason %q", err, tt.reason)
 			}
-			if other := map[error]error{ErrInvalid: ErrExpired, ErrExpired: ErrInvalid}[tt.want]; errors.Is(err, other) {
-				t.Errorf("err = %v wraps both ErrInvalid and ErrExpired", err)
+			if other := map[error]error{ErrInvalidTaskToken: ErrTaskTokenExpired, ErrTaskTokenExpired: ErrInvalidTaskToken}[tt.want]; errors.Is(err, other) {
+				t.Errorf("err = %v wraps both ErrInvalidTaskToken and ErrTaskTokenExpired", err)
 			}
 			assertNoLeak(t, err, tt.token, key1)
 		})
@@ -341,18 +341,18 @@ func assertNoLeak(t *testing.T, err error, token string, key []byte) {
 func TestVerifyLeeway(t *testing.T) {
 	ring := mustRing(t, "k1", map[string][]byte{"k1": key1})
 	tok := hs256(t, validClaims())
-	exp := t0.Add(DefaultTTL)
+	exp := t0.Add(DefaultTaskTokenTTL)
 	tests := []struct {
 		name string
 		at   time.Time
 		want error
 	}{
-		{"before nbf within leeway", t0.Add(-Leeway + time.Second), nil},
-		{"before nbf beyond leeway", t0.Add(-Leeway - time.Second), ErrInvalid},
+		{"before nbf within leeway", t0.Add(-TaskTokenLeeway + time.Second), nil},
+		{"before nbf beyond leeway", t0.Add(-TaskTokenLeeway - time.Second), ErrInvalidTaskToken},
 		{"just before exp", exp.Add(-time.Second), nil},
 		{"at exp within leeway", exp, nil},
-		{"after exp within leeway", exp.Add(Leeway - time.Millisecond), nil},
-		{"after exp beyond leeway", exp.Add(Leeway), ErrExpired},
+		{"after exp within leeway", exp.Add(TaskTokenLeeway - time.Millisecond), nil},
+		{"after exp beyond leeway", exp.Add(TaskTokenLeeway), ErrTaskTokenExpired},
 	}
 	for _, tt := range tests {
 		_, err := ring.Verify(tok, tt.at)
@@ -360,8 +360,8 @@ func TestVerifyLeeway(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
 		}
 	}
-	if Leeway <= 0 || Leeway > 5*time.Second {
-		t.Errorf("Leeway = %v, want a few seconds at most", Leeway)
+	if TaskTokenLeeway <= 0 || TaskTokenLeeway > 5*time.Second {
+		t.Errorf("TaskTokenLeeway = %v, want a few seconds at most", TaskTokenLeeway)
 	}
 }
 
@@ -390,19 +390,19 @@ func TestRotation(t *testing.T) {
 	if _, err := next.Verify(tok2, t0); err != nil {
 		t.Errorf("ring {k2*} rejects a k2 token: %v", err)
 	}
-	if _, err := old.Verify(tok2, t0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("ring {k1*} on a k2 token: err = %v, want ErrInvalid", err)
+	if _, err := old.Verify(tok2, t0); !errors.Is(err, ErrInvalidTaskToken) {
+		t.Errorf("ring {k1*} on a k2 token: err = %v, want ErrInvalidTaskToken", err)
 	}
 	_, err = next.Verify(tok1, t0)
-	if !errors.Is(err, ErrInvalid) {
-		t.Errorf("ring {k2*} on a k1 token: err = %v, want ErrInvalid", err)
+	if !errors.Is(err, ErrInvalidTaskToken) {
+		t.Errorf("ring {k2*} on a k1 token: err = %v, want ErrInvalidTaskToken", err)
 	}
 	assertNoLeak(t, err, tok1, key1)
 
 	// A ring that reuses kid k1 for another secret rejects old k1 tokens.
 	reused := mustRing(t, "k1", map[string][]byte{"k1": key2})
-	if _, err := reused.Verify(tok1, t0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("k1 reassigned: err = %v, want ErrInvalid", err)
+	if _, err := reused.Verify(tok1, t0); !errors.Is(err, ErrInvalidTaskToken) {
+		t.Errorf("k1 reassigned: err = %v, want ErrInvalidTaskToken", err)
 	}
 }
 
@@ -449,43 +449,43 @@ func TestVerifyConcurrent(t *testing.T) {
 
 // TestSignFrom: a token signed now for a delivery at from is valid from
 // from (minus the leeway) for ttl after it, however far ahead from is; a
-// from in the past is now. Its lifetime counts from nbf, so the MaxTTL
+// from in the past is now. Its lifetime counts from nbf, so the MaxTaskTokenTTL
 // bound holds relative to the delivery, and a forged window longer than
-// MaxTTL is still refused.
+// MaxTaskTokenTTL is still refused.
 func TestSignFrom(t *testing.T) {
 	r := mustRing(t, "k1", map[string][]byte{"k1": key1})
 	from := t0.Add(3 * time.Hour) // further ahead than any token lives
-	tok, exp, err := r.SignFrom(scope0, MaxTTL, t0, from)
+	tok, exp, err := r.SignFrom(scope0, MaxTaskTokenTTL, t0, from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := from.Add(MaxTTL); !exp.Equal(want) {
+	if want := from.Add(MaxTaskTokenTTL); !exp.Equal(want) {
 		t.Fatalf("expiresAt = %v, want %v", exp, want)
 	}
 	for _, tc := range []struct {
 		at   time.Time
 		want error
 	}{
-		{t0, ErrInvalid}, // not valid yet
-		{from.Add(-Leeway - time.Second), ErrInvalid}, // not valid yet
+		{t0, ErrInvalidTaskToken}, // not valid yet
+		{from.Add(-TaskTokenLeeway - time.Second), ErrInvalidTaskToken}, // not valid yet
 		{from, nil},
-		{from.Add(MaxTTL - time.Second), nil},
-		{from.Add(MaxTTL + Leeway + time.Second), ErrExpired},
+		{from.Add(MaxTaskTokenTTL - time.Second), nil},
+		{from.Add(MaxTaskTokenTTL + TaskTokenLeeway + time.Second), ErrTaskTokenExpired},
 	} {
 		c, err := r.Verify(tok, tc.at)
 		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
 			t.Errorf("Verify at %v: %v, want %v", tc.at.Sub(t0), err, tc.want)
 			continue
 		}
-		if err == nil && (!c.IssuedAtTime().Equal(t0) || !c.NotBeforeTime().Equal(from) || c.Lifetime() != MaxTTL) {
+		if err == nil && (!c.IssuedAtTime().Equal(t0) || !c.NotBeforeTime().Equal(from) || c.Lifetime() != MaxTaskTokenTTL) {
 			t.Errorf("iat %v nbf %v lifetime %v", c.IssuedAtTime(), c.NotBeforeTime(), c.Lifetime())
 		}
 	}
 	if _, exp, _ := r.SignFrom(scope0, time.Hour, t0, t0.Add(-time.Hour)); !exp.Equal(t0.Add(time.Hour)) {
 		t.Errorf("from in the past: expiresAt %v", exp)
 	}
-	long := with(with(validClaims(), "nbf", from.Unix()), "exp", from.Add(MaxTTL+time.Second).Unix())
-	if _, err := r.Verify(hs256(t, long), from.Add(time.Minute)); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a window longer than MaxTTL: %v", err)
+	long := with(with(validClaims(), "nbf", from.Unix()), "exp", from.Add(MaxTaskTokenTTL+time.Second).Unix())
+	if _, err := r.Verify(hs256(t, long), from.Add(time.Minute)); !errors.Is(err, ErrInvalidTaskToken) {
+		t.Errorf("a window longer than MaxTaskTokenTTL: %v", err)
 	}
 }

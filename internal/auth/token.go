@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"crypto/rand"
@@ -9,32 +9,35 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// Issuer is the iss claim of every task token.
-const Issuer = "servo"
+// TaskTokenIssuer is the iss claim of every task token.
+const TaskTokenIssuer = "servo"
 
-// Token lifetimes and clock-skew tolerance (ADR-023 §2).
+// Task token lifetimes and clock-skew tolerance (ADR-023 §2).
 const (
-	// DefaultTTL is the lifetime of a token when the caller asks for none.
-	DefaultTTL = 3600 * time.Second
-	// MaxTTL is the longest lifetime a token may have.
-	MaxTTL = 7200 * time.Second
-	// Leeway is the clock skew tolerated when checking exp, nbf and iat.
-	Leeway = 2 * time.Second
+	// DefaultTaskTokenTTL is the lifetime of a token when the caller asks
+	// for none.
+	DefaultTaskTokenTTL = 3600 * time.Second
+	// MaxTaskTokenTTL is the longest lifetime a token may have.
+	MaxTaskTokenTTL = 7200 * time.Second
+	// TaskTokenLeeway is the clock skew tolerated when checking exp, nbf
+	// and iat.
+	TaskTokenLeeway = 2 * time.Second
 )
 
 // maxTokenLen bounds the size of a token Verify will look at. Real tokens
 // are a few hundred bytes; anything this long is rejected unparsed.
 const maxTokenLen = 4096
 
-// Errors returned by Verify. Every rejection wraps exactly one of them.
+// Errors returned by KeyRing.Verify. Every rejection wraps exactly one of
+// them.
 var (
-	// ErrInvalid means the token is malformed, not signed by a key of the
-	// ring, uses another algorithm, or lacks or has a bad claim.
+	// ErrInvalidTaskToken means the token is malformed, not signed by a key
+	// of the ring, uses another algorithm, or lacks or has a bad claim.
 	// Callbacks answer it with HTTP 401 invalid_token.
-	ErrInvalid = errors.New("invalid task token")
-	// ErrExpired means the token is otherwise valid but past its exp.
+	ErrInvalidTaskToken = errors.New("invalid task token")
+	// ErrTaskTokenExpired means the token is otherwise valid but past its exp.
 	// Callbacks answer it with HTTP 401 token_expired.
-	ErrExpired = errors.New("task token expired")
+	ErrTaskTokenExpired = errors.New("task token expired")
 )
 
 // Scope is what a token authorises: one attempt of one task.
@@ -103,9 +106,9 @@ func numericTime(d *jwt.NumericDate) time.Time {
 // library has no option for (see jwt.ClaimsValidator).
 type wireClaims Claims
 
-// Validate reports the first required claim that is absent or empty, and rejects
-// lifetimes (from the later of iat and nbf to exp) longer than MaxTTL, which
-// no Servo signer produces.
+// Validate reports the first required claim that is absent or empty, and
+// rejects lifetimes (from the later of iat and nbf to exp) longer than
+// MaxTaskTokenTTL, which no Servo signer produces.
 func (c *wireClaims) Validate() error {
 	name := c.Scope.missing()
 	switch {
@@ -122,7 +125,7 @@ func (c *wireClaims) Validate() error {
 	if name != "" {
 		return &claimError{name: name}
 	}
-	if (*Claims)(c).Lifetime() > MaxTTL {
+	if (*Claims)(c).Lifetime() > MaxTaskTokenTTL {
 		return errLifetime
 	}
 	return nil
@@ -134,11 +137,11 @@ type claimError struct{ name string }
 func (e *claimError) Error() string { return "missing claim " + e.name }
 func (e *claimError) Unwrap() error { return jwt.ErrTokenRequiredClaimMissing }
 
-var errLifetime = errors.New("lifetime exceeds " + MaxTTL.String())
+var errLifetime = errors.New("lifetime exceeds " + MaxTaskTokenTTL.String())
 
 // Sign issues a token for s signed with the active key, valid from now for
-// ttl (DefaultTTL when ttl <= 0). It returns the token and its expiry, which
-// is whole seconds as encoded in the exp claim.
+// ttl (DefaultTaskTokenTTL when ttl <= 0). It returns the token and its
+// expiry, which is whole seconds as encoded in the exp claim.
 func (r *KeyRing) Sign(s Scope, ttl time.Duration, now time.Time) (token string, expiresAt time.Time, err error) {
 	return r.SignFrom(s, ttl, now, now)
 }
@@ -154,10 +157,10 @@ func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (tok
 		return "", time.Time{}, fmt.Errorf("token: sign: scope has no %s", name)
 	}
 	if ttl <= 0 {
-		ttl = DefaultTTL
+		ttl = DefaultTaskTokenTTL
 	}
-	if ttl > MaxTTL {
-		return "", time.Time{}, fmt.Errorf("token: sign: ttl %v exceeds maximum %v", ttl, MaxTTL)
+	if ttl > MaxTaskTokenTTL {
+		return "", time.Time{}, fmt.Errorf("token: sign: ttl %v exceeds maximum %v", ttl, MaxTaskTokenTTL)
 	}
 	iat, nbf := jwt.NewNumericDate(now), jwt.NewNumericDate(now)
 	if from.After(now) {
@@ -167,7 +170,7 @@ func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (tok
 	c := Claims{
 		Scope: s,
 		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer:    Issuer,
+			Issuer:    TaskTokenIssuer,
 			IssuedAt:  iat,
 			NotBefore: nbf,
 			ExpiresAt: exp,
@@ -184,8 +187,9 @@ func (r *KeyRing) SignFrom(s Scope, ttl time.Duration, now, from time.Time) (tok
 }
 
 // Verify checks token against the ring at time now and returns its claims.
-// Every error wraps ErrExpired (only for a token that is valid but for its
-// exp) or ErrInvalid; its text never contains the token or a key.
+// Every error wraps ErrTaskTokenExpired (only for a token that is valid but
+// for its exp) or ErrInvalidTaskToken; its text never contains the token or
+// a key.
 func (r *KeyRing) Verify(token string, now time.Time) (*Claims, error) {
 	if r.live != nil {
 		cur := r.current()
@@ -201,14 +205,14 @@ func (r *KeyRing) Verify(token string, now time.Time) (*Claims, error) {
 		return c, err
 	}
 	if len(token) > maxTokenLen {
-		return nil, reject(ErrInvalid, "malformed: too long", jwt.ErrTokenMalformed)
+		return nil, reject(ErrInvalidTaskToken, "malformed: too long", jwt.ErrTokenMalformed)
 	}
 	p := jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithIssuer(Issuer),
+		jwt.WithIssuer(TaskTokenIssuer),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
-		jwt.WithLeeway(Leeway),
+		jwt.WithLeeway(TaskTokenLeeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithStrictDecoding(),
 	)
@@ -247,47 +251,49 @@ var (
 	errUnknownKid = errors.New("unknown kid")
 )
 
-// classify turns a parser error into ErrInvalid or ErrExpired with a fixed,
-// token-free reason. The parser's own texts are not passed on: some quote
-// header fields, which are attacker-chosen parts of the token.
+// classify turns a parser error into ErrInvalidTaskToken or
+// ErrTaskTokenExpired with a fixed, token-free reason. The parser's own
+// texts are not passed on: some quote header fields, which are
+// attacker-chosen parts of the token.
 func classify(t *jwt.Token, err error) error {
 	var ce *claimError
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
-		return reject(ErrInvalid, "malformed", jwt.ErrTokenMalformed)
+		return reject(ErrInvalidTaskToken, "malformed", jwt.ErrTokenMalformed)
 	case errors.Is(err, errNoKid):
-		return reject(ErrInvalid, "missing key id", jwt.ErrTokenUnverifiable)
+		return reject(ErrInvalidTaskToken, "missing key id", jwt.ErrTokenUnverifiable)
 	case errors.Is(err, errUnknownKid):
-		return reject(ErrInvalid, reasonUnknownKid, jwt.ErrTokenUnverifiable)
+		return reject(ErrInvalidTaskToken, reasonUnknownKid, jwt.ErrTokenUnverifiable)
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return reject(ErrInvalid, "algorithm not allowed", jwt.ErrTokenUnverifiable)
+		return reject(ErrInvalidTaskToken, "algorithm not allowed", jwt.ErrTokenUnverifiable)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
 		if t == nil || t.Method == nil || t.Method.Alg() != jwt.SigningMethodHS256.Alg() {
-			return reject(ErrInvalid, "algorithm not allowed", jwt.ErrTokenSignatureInvalid)
+			return reject(ErrInvalidTaskToken, "algorithm not allowed", jwt.ErrTokenSignatureInvalid)
 		}
-		return reject(ErrInvalid, "signature invalid", jwt.ErrTokenSignatureInvalid)
+		return reject(ErrInvalidTaskToken, "signature invalid", jwt.ErrTokenSignatureInvalid)
 	case errors.As(err, &ce):
-		return reject(ErrInvalid, ce.Error(), jwt.ErrTokenRequiredClaimMissing)
+		return reject(ErrInvalidTaskToken, ce.Error(), jwt.ErrTokenRequiredClaimMissing)
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return reject(ErrInvalid, "missing claim", jwt.ErrTokenRequiredClaimMissing)
+		return reject(ErrInvalidTaskToken, "missing claim", jwt.ErrTokenRequiredClaimMissing)
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return reject(ErrInvalid, "wrong issuer", jwt.ErrTokenInvalidIssuer)
+		return reject(ErrInvalidTaskToken, "wrong issuer", jwt.ErrTokenInvalidIssuer)
 	case errors.Is(err, errLifetime):
-		return reject(ErrInvalid, errLifetime.Error(), jwt.ErrTokenInvalidClaims)
+		return reject(ErrInvalidTaskToken, errLifetime.Error(), jwt.ErrTokenInvalidClaims)
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return reject(ErrInvalid, "not valid yet", jwt.ErrTokenNotValidYet)
+		return reject(ErrInvalidTaskToken, "not valid yet", jwt.ErrTokenNotValidYet)
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return reject(ErrInvalid, "issued in the future", jwt.ErrTokenUsedBeforeIssued)
+		return reject(ErrInvalidTaskToken, "issued in the future", jwt.ErrTokenUsedBeforeIssued)
 	case errors.Is(err, jwt.ErrTokenExpired):
 		// Checked last: a token that is expired and also wrong in some other
 		// way is invalid, not merely expired.
-		return reject(ErrExpired, "", jwt.ErrTokenExpired)
+		return reject(ErrTaskTokenExpired, "", jwt.ErrTokenExpired)
 	}
-	return reject(ErrInvalid, "rejected", jwt.ErrTokenInvalidClaims)
+	return reject(ErrInvalidTaskToken, "rejected", jwt.ErrTokenInvalidClaims)
 }
 
-// rejection is a Verify error: a kind (ErrInvalid or ErrExpired), a fixed
-// reason for humans, and the jwt sentinel describing the cause.
+// rejection is a Verify error: a kind (ErrInvalidTaskToken or
+// ErrTaskTokenExpired), a fixed reason for humans, and the jwt sentinel
+// describing the cause.
 type rejection struct {
 	kind   error
 	reason string

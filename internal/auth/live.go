@@ -1,4 +1,4 @@
-package token
+package auth
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"time"
 )
 
-// A Source reads the stored form of a key ring (see [Ring]): a file, a
+// A RingSource reads the stored form of a key ring (see [Ring]): a file, a
 // Secret Manager secret's latest version.
-type Source func(ctx context.Context) ([]byte, error)
+type RingSource func(ctx context.Context) ([]byte, error)
 
-// FileSource reads the ring from the file at path.
-func FileSource(path string) Source {
+// RingFileSource reads the ring from the file at path.
+func RingFileSource(path string) RingSource {
 	return func(context.Context) ([]byte, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -42,7 +42,7 @@ const (
 
 // liveRing is the state of a reloading KeyRing.
 type liveRing struct {
-	src     Source
+	src     RingSource
 	refresh time.Duration
 	now     func() time.Time // time.Now unless a test sets it
 
@@ -63,7 +63,7 @@ type liveRing struct {
 // with (an environment variable already holding it), so that nothing is
 // read before the first re-read; otherwise src is read now. A failed
 // re-read keeps the ring in force.
-func NewReloadingKeyRing(ctx context.Context, initial []byte, src Source, refresh time.Duration) (*KeyRing, error) {
+func NewReloadingKeyRing(ctx context.Context, initial []byte, src RingSource, refresh time.Duration) (*KeyRing, error) {
 	if src == nil {
 		return nil, errors.New("token: reloading key ring: no source")
 	}
@@ -168,12 +168,12 @@ const EnvKeysSecret = "SERVO_TOKEN_KEYS_SECRET"
 // source to re-read, makes it reloading (NewReloadingKeyRing, DefaultRefresh):
 //
 //   - SERVO_TOKEN_KEYS_SECRET set: the secret's latest version, read by the
-//     Source secret returns for its name. The ring starts from
+//     RingSource secret returns for its name. The ring starts from
 //     SERVO_TOKEN_KEYS when that is set too (no read before the first
 //     re-read), otherwise from one read now.
 //   - SERVO_TOKEN_KEYS_FILE set: the file, re-read.
 //   - otherwise LoadKeyRing: SERVO_TOKEN_KEYS, never re-read.
-func OpenKeyRing(ctx context.Context, secret func(name string) Source) (*KeyRing, error) {
+func OpenKeyRing(ctx context.Context, secret func(name string) RingSource) (*KeyRing, error) {
 	if name := os.Getenv(EnvKeysSecret); name != "" {
 		if secret == nil {
 			return nil, fmt.Errorf("token: %s is set but no Secret Manager source was given", EnvKeysSecret)
@@ -195,7 +195,7 @@ func OpenKeyRing(ctx context.Context, secret func(name string) Source) (*KeyRing
 		if _, inline := os.LookupEnv(EnvKeys); inline {
 			return nil, fmt.Errorf("token: both %s and %s are set; set one", EnvKeys, EnvKeysFile)
 		}
-		r, err := NewReloadingKeyRing(ctx, nil, FileSource(path), 0)
+		r, err := NewReloadingKeyRing(ctx, nil, RingFileSource(path), 0)
 		if err != nil {
 			return nil, fmt.Errorf("token: %s %s: %w", EnvKeysFile, path, err)
 		}

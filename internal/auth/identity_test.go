@@ -1,0 +1,188 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/api/idtoken"
+	"google.golang.org/api/option"
+)
+
+func TestAuthenticate(t *testing.T) {
+	key := NewDevKey()
+	now := time.Now()
+	good, _ := SignDev(key, "a@x.com", now, time.Minute)
+	expired, _ := SignDev(key, "a@x.com", now.Add(-time.Hour), time.Minute)
+	forged, _ := SignDev(NewDevKey(), "a@x.com", now, time.Minute)
+	closed, err := ParsePolicy([]byte(`{"principals": {"a@x.com": {"t": "viewer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := []IdentityVerifier{DevVerifier{Key: key}}
+	for _, c := range []struct {
+		name   string
+		policy *Policy
+		vs     []IdentityVerifier
+		authz  string
+		who    string
+		reason string // "" when accepted
+	}{
+		{"open, no header", OpenPolicy(), dev, "", "", ""},
+		{"nil policy, no header", nil, dev, "", "", ""},
+		{"open, no verifier, any header", OpenPolicy(), nil, "Bearer junk", "", ""},
+		{"open, a token is still checked", OpenPolicy(), dev, "Bearer " + forged, "", "the identity token is not valid for this API"},
+		{"open, good token", OpenPolicy(), dev, "Bearer " + good, "a@x.com", ""},
+		{"closed, no header", closed, dev, "", "", "an identity token is required (Authorization: Bearer <ID token>)"},
+		{"closed, no verifier", closed, nil, "Bearer " + good, "", "this API has no identity verifier configured"},
+		{"closed, not bearer", closed, dev, "Basic abc", "", "the Authorization header must be Bearer <ID token>"},
+		{"closed, empty bearer", closed, dev, "Bearer  ", "", "the Authorization header must be Bearer <ID token>"},
+		{"closed, good token", closed, dev, "Bearer " + good + " ", "a@x.com", ""},
+		{"closed, expired", closed, dev, "Bearer " + expired, "", "the identity token has expired"},
+		{"closed, forged", closed, dev, "Bearer " + forged, "", "the identity token is not valid for this API"},
+		{"closed, garbage", closed, dev, "Bearer x.y.z", "", "the identity token is not valid for this API"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			who, err := c.policy.Authenticate(context.Background(), c.authz, c.vs)
+			if c.reason == "" {
+				if err != nil || who != c.who {
+					t.Fatalf("%q %v, want %q", who, err, c.who)
+				}
+				return
+			}
+			var ue *UnauthenticatedError
+			if !errors.As(err, &ue) || err.Error() != c.reason || who != "" {
+				t.Fatalf("%q %v, want the refusal %q", who, err, c.reason)
+			}
+		})
+	}
+}
+
+// failing is a verifier that refuses every token with err.
+type failing struct{ err error }
+
+func (f failing) Verify(context.Context, string) (string, error) { return "", f.err }
+
+func TestVerifyIdentity(t *testing.T) {
+	key := NewDevKey()
+	tok, _ := SignDev(key, "a@x.com", time.Now(), time.Minute)
+	ctx := context.Background()
+	expired := failing{ErrIdentityTokenExpired}
+	invalid := failing{ErrInvalidIdentityToken}
+	if email, err := VerifyIdentity(ctx, tok, []IdentityVerifier{invalid, DevVerifier{Key: key}}); err != nil || email != "a@x.com" {
+		t.Errorf("the second verifier accepts: %q %v", email, err)
+	}
+	if _, err := VerifyIdentity(ctx, tok, []IdentityVerifier{invalid, expired}); !errors.Is(err, ErrIdentityTokenExpired) {
+		t.Errorf("one verifier finds it expired: %v", err)
+	}
+	if _, err := VerifyIdentity(ctx, tok, []IdentityVerifier{invalid, invalid}); !errors.Is(err, ErrInvalidIdentityToken) || errors.Is(err, ErrIdentityTokenExpired) {
+		t.Errorf("both refuse: %v", err)
+	}
+	if _, err := VerifyIdentity(ctx, tok, nil); !errors.Is(err, ErrInvalidIdentityToken) {
+		t.Errorf("no verifier: %v", err)
+	}
+}
+
+func TestPrincipal(t *testing.T) {
+	ctx := context.Background()
+	if got := Principal(ctx); got != "" {
+		t.Errorf("Principal of a bare context = %q", got)
+	}
+	if got := Principal(WithPrincipal(ctx, "a@x.com")); got != "a@x.com" {
+		t.Errorf("Principal = %q", got)
+	}
+}
+
+// googleCerts answers Google's certificate URL with our own JWKS, so the
+// real idtoken validator checks the tokens a test signs.
+type googleCerts struct {
+	jwks    []byte
+	fetches atomic.Int32
+}
+
+func (c *googleCerts) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.fetches.Add(1)
+	if r.URL.Host != "www.googleapis.com" {
+		return &http.Response{StatusCode: 404, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}, Request: r}, nil
+	}
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(string(c.jwks))),
+		Header: http.Header{"Content-Type": {"application/json"}}, Request: r}, nil
+}
+
+func TestGoogleVerifier(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{
+		"kid": "g1", "kty": "RSA", "alg": "RS256", "use": "sig",
+		"n": enc(key.N.Bytes()), "e": enc(big.NewInt(int64(key.E)).Bytes()),
+	}}})
+	certs := &googleCerts{jwks: jwks}
+	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: certs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const aud = "https://servo-api.example.com"
+	const sa = "ci@proj.iam.gserviceaccount.com"
+	sign := func(signer *rsa.PrivateKey, mutate func(jwt.MapClaims)) string {
+		c := jwt.MapClaims{"iss": "https://accounts.google.com", "aud": aud, "sub": "1", "email": sa, "email_verified": true,
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+		if mutate != nil {
+			mutate(c)
+		}
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
+		tok.Header["kid"] = "g1"
+		s, err := tok.SignedString(signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	g := GoogleVerifier{Audience: aud, Validator: v}
+	for _, c := range []struct {
+		name string
+		raw  string
+		want error
+	}{
+		{"valid", sign(key, nil), nil},
+		{"expired", sign(key, func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), ErrIdentityTokenExpired},
+		{"forged", sign(other, nil), ErrInvalidIdentityToken},
+		{"wrong audience", sign(key, func(c jwt.MapClaims) { c["aud"] = "https://elsewhere" }), ErrInvalidIdentityToken},
+		{"no email", sign(key, func(c jwt.MapClaims) { delete(c, "email") }), ErrInvalidIdentityToken},
+		{"email unverified", sign(key, func(c jwt.MapClaims) { c["email_verified"] = false }), ErrInvalidIdentityToken},
+		{"garbage", "not.a.jwt", ErrInvalidIdentityToken},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			email, err := g.Verify(context.Background(), c.raw)
+			if c.want == nil {
+				if err != nil || email != sa {
+					t.Fatalf("%q %v, want %q", email, err, sa)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) || email != "" {
+				t.Fatalf("%q %v, want %v", email, err, c.want)
+			}
+			if other := map[error]error{ErrIdentityTokenExpired: ErrInvalidIdentityToken, ErrInvalidIdentityToken: ErrIdentityTokenExpired}[c.want]; errors.Is(err, other) {
+				t.Fatalf("%v matches both ErrIdentityTokenExpired and ErrInvalidIdentityToken", err)
+			}
+		})
+	}
+	if certs.fetches.Load() == 0 {
+		t.Fatal("the validator never fetched the certificates: no signature was checked")
+	}
+}
