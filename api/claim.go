@@ -8,10 +8,20 @@ const (
 	MaxClaimWait = 60 * time.Second
 	// CodePoolNotFound: the pool is not configured (404).
 	CodePoolNotFound = "pool_not_found"
-	// CodeUnauthenticated: the caller's identity could not be verified (401).
+	// CodeUnauthenticated: the caller's identity could not be verified
+	// (401): no identity token where the access policy needs one, or one
+	// that is malformed, forged, expired or for another audience.
 	CodeUnauthenticated = "unauthenticated"
-	// CodePermissionDenied: the caller may not claim from the pool (403).
+	// CodePermissionDenied: the caller has no role for the tenant, or may
+	// not claim from the pool (403).
 	CodePermissionDenied = "permission_denied"
+	// CodeQuotaExceeded: the tenant or worker is at maxQueued (429).
+	CodeQuotaExceeded = "quota_exceeded"
+	// CodeRunNotFound: a run cancel for a run with no tasks (404).
+	CodeRunNotFound = "run_not_found"
+	// CodeTaskNotTerminal: a submit's rerunOf names a task that has not
+	// finished (409).
+	CodeTaskNotTerminal = "task_not_terminal"
 )
 
 // ClaimRequest is the body of a claim.

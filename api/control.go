@@ -58,6 +58,9 @@ type SubmitResponse struct {
 	State   State  `json:"state"`
 }
 
+// MaxBatchTasks is the most tasks one POST /v1/tasks:batch may hold.
+const MaxBatchTasks = 500
+
 // BatchRequest is the body of POST /v1/tasks:batch. Tasks without a runId
 // join RunID, which is generated once when absent: a batch is one run
 // unless its tasks say otherwise.

@@ -142,8 +142,8 @@ func TestAccessPerRoute(t *testing.T) {
 			if r.status != c.want {
 				t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.body, c.want)
 			}
-			if c.want == 403 && r.err(t).Code != CodePermissionDenied {
-				t.Fatalf("error %s, want %s", r.body, CodePermissionDenied)
+			if c.want == 403 && r.err(t).Code != api.CodePermissionDenied {
+				t.Fatalf("error %s, want %s", r.body, api.CodePermissionDenied)
 			}
 		})
 	}
@@ -238,8 +238,8 @@ func TestIdentityTokens(t *testing.T) {
 				t.Fatalf("%d %s, want %d", r.status, r.body, c.want)
 			}
 			if c.want == 401 {
-				if er := r.err(t); er.Code != CodeUnauthenticated || !bytes.Contains([]byte(er.Message), []byte(c.msg)) {
-					t.Fatalf("answer %s, want %s mentioning %q", r.body, CodeUnauthenticated, c.msg)
+				if er := r.err(t); er.Code != api.CodeUnauthenticated || !bytes.Contains([]byte(er.Message), []byte(c.msg)) {
+					t.Fatalf("answer %s, want %s mentioning %q", r.body, api.CodeUnauthenticated, c.msg)
 				}
 				if res.Header.Get("WWW-Authenticate") != "Bearer" {
 					t.Fatalf("no WWW-Authenticate: Bearer")

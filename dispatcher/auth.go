@@ -8,24 +8,13 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// Error codes of authentication, authorisation and quotas.
-const (
-	// CodeUnauthenticated: no identity token where the policy needs one,
-	// or a token that is malformed, forged, expired or for another API.
-	CodeUnauthenticated = "unauthenticated"
-	// CodePermissionDenied: the caller has no role for the tenant.
-	CodePermissionDenied = "permission_denied"
-	// CodeQuotaExceeded: the tenant or worker is at maxQueued.
-	CodeQuotaExceeded = "quota_exceeded"
-)
+// quotaRetryAfter is the Retry-After, in seconds, of a 429 answer.
+const quotaRetryAfter = 10
 
-// QuotaRetryAfter is the Retry-After, in seconds, of a 429 answer.
-const QuotaRetryAfter = 10
-
-// MaxListTenants is the most tenants a list filters on in one query
+// maxListTenants is the most tenants a list filters on in one query
 // (Firestore's limit on an "in" filter); a caller with roles on more
 // tenants names one.
-const MaxListTenants = 30
+const maxListTenants = 30
 
 // authenticate finds the caller (auth.Policy.Authenticate): 401
 // unauthenticated when it is refused.
@@ -38,7 +27,7 @@ func (h *handler) authenticate(r *http.Request) (string, *apiError) {
 }
 
 func unauthenticated(msg string) *apiError {
-	return &apiError{status: http.StatusUnauthorized, body: api.Error{Code: CodeUnauthenticated, Message: msg}}
+	return &apiError{status: http.StatusUnauthorized, body: api.Error{Code: api.CodeUnauthenticated, Message: msg}}
 }
 
 // allowed checks that the caller may do a on tenant's tasks: nil, or 403
@@ -46,7 +35,7 @@ func unauthenticated(msg string) *apiError {
 // tenant).
 func (h *handler) allowed(r *http.Request, tenant string, a auth.Action) *apiError {
 	if err := h.cfg.Access.Check(auth.Principal(r.Context()), tenant, a); err != nil {
-		return &apiError{status: http.StatusForbidden, body: api.Error{Code: CodePermissionDenied, Message: err.Error()}}
+		return &apiError{status: http.StatusForbidden, body: api.Error{Code: api.CodePermissionDenied, Message: err.Error()}}
 	}
 	return nil
 }
@@ -65,8 +54,8 @@ func (h *handler) tenantScope(r *http.Request, requested string, a auth.Action) 
 		return nil, nil
 	case len(tenants) == 0:
 		return nil, h.allowed(r, "", a)
-	case len(tenants) > MaxListTenants:
-		return nil, invalid("tenantId", "is required: the caller has roles on %d tenants, more than one query filters on (%d)", len(tenants), MaxListTenants)
+	case len(tenants) > maxListTenants:
+		return nil, invalid("tenantId", "is required: the caller has roles on %d tenants, more than one query filters on (%d)", len(tenants), maxListTenants)
 	}
 	return tenants, nil
 }

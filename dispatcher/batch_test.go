@@ -92,7 +92,7 @@ func TestBatchValidation(t *testing.T) {
 	}
 	badWorker := validSubmit("acme")
 	badWorker["worker"] = "https://attacker.example"
-	many := make([]any, MaxBatchTasks+1)
+	many := make([]any, api.MaxBatchTasks+1)
 	for i := range many {
 		many[i] = validSubmit("acme")
 	}

@@ -24,7 +24,7 @@ func (h *handler) cancelReason(w http.ResponseWriter, r *http.Request) (string, 
 			return "", e
 		}
 	}
-	if e := checkText("reason", req.Reason, false, MaxReasonBytes); e != nil {
+	if e := checkText("reason", req.Reason, false, maxReasonBytes); e != nil {
 		return "", e
 	}
 	if req.Reason == "" {
@@ -116,7 +116,7 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !task.ValidID(runID, task.RunIDPrefix) {
-		writeError(w, http.StatusNotFound, &api.Error{Code: CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeRunNotFound, Message: "no such run (run ids look like run_01H…)"})
 		return
 	}
 	tenants, e := h.tenantScope(r, "", auth.Operate)
@@ -175,11 +175,11 @@ func (h *handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case resp.Matched == 0:
-		writeError(w, http.StatusNotFound, &api.Error{Code: CodeRunNotFound, Message: "the run has no tasks"})
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeRunNotFound, Message: "the run has no tasks"})
 	case resp.Failed > 0:
 		// Retrying is safe: cancelled tasks are skipped, cancelling ones unchanged.
 		resp.Error, resp.Message = api.CodeUnavailable, fmt.Sprintf("%d tasks could not be cancelled now; retry the same request", resp.Failed)
-		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		w.Header().Set("Retry-After", fmt.Sprint(retryAfter))
 		writeJSON(w, http.StatusServiceUnavailable, resp)
 	default:
 		writeJSON(w, http.StatusOK, resp)

@@ -20,8 +20,6 @@ import (
 
 // Limits and defaults of the control API.
 const (
-	// MaxBatchTasks is the most tasks one POST /v1/tasks:batch may hold.
-	MaxBatchTasks = 500
 	// DefaultMaxBodyBytes caps the body of a single submit or cancel.
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultMaxBatchBodyBytes caps the body of a batch submit (the HTTP
@@ -34,19 +32,8 @@ const (
 	DefaultCloudTasksTimeout = 10 * time.Second
 	// DefaultRequestTimeout bounds the store work of one request.
 	DefaultRequestTimeout = 50 * time.Second
-	// RetryAfter is the Retry-After, in seconds, of a 503 answer.
-	RetryAfter = 2
-)
-
-// Error codes of the control API that are not in package task.
-const (
-	// CodeRunNotFound: POST /v1/runs/{runId}/cancel for a run with no tasks.
-	CodeRunNotFound = "run_not_found"
-	// CodeInternal: an unexpected server error.
-	CodeInternal = "internal"
-	// CodeTaskNotTerminal: a submit's rerunOf names a task that has not
-	// finished.
-	CodeTaskNotTerminal = "task_not_terminal"
+	// retryAfter is the Retry-After, in seconds, of a 503 answer.
+	retryAfter = 2
 )
 
 // Config configures the control API handler.
@@ -231,10 +218,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, body *api.Error) {
 	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		w.Header().Set("Retry-After", fmt.Sprint(retryAfter))
 	}
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", fmt.Sprint(QuotaRetryAfter))
+		w.Header().Set("Retry-After", fmt.Sprint(quotaRetryAfter))
 	}
 	writeJSON(w, status, body)
 }
@@ -256,13 +243,13 @@ func (h *handler) storeStatus(r *http.Request, err error, attrs ...any) (int, *a
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task"}
 	case errors.Is(err, quota.ErrExceeded):
-		return http.StatusTooManyRequests, &api.Error{Code: CodeQuotaExceeded, Message: err.Error() + "; retry later"}
+		return http.StatusTooManyRequests, &api.Error{Code: api.CodeQuotaExceeded, Message: err.Error() + "; retry later"}
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
 		h.log.WarnContext(r.Context(), "firestore unavailable", append(attrs, "error", err)...)
 		return http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the task store is unavailable; retry the same request"}
 	}
 	h.log.ErrorContext(r.Context(), "control API failed", append(attrs, "error", err)...)
-	return http.StatusInternalServerError, &api.Error{Code: CodeInternal, Message: "internal error"}
+	return http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "internal error"}
 }
 
 func taskAttrs(t *task.Task) []any {

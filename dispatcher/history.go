@@ -15,8 +15,8 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// MaxWorkerNameBytes bounds the worker filter of GET /v1/tasks.
-const MaxWorkerNameBytes = 128
+// maxWorkerNameBytes bounds the worker filter of GET /v1/tasks.
+const maxWorkerNameBytes = 128
 
 // countParams are the query parameters GET /v1/tasks:counts accepts.
 var countParams = map[string]bool{"tenantId": true, "runId": true, "worker": true}
@@ -109,7 +109,7 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := store.RunFilter{TenantID: q.Get("tenantId"), After: q.Get("pageToken")}
-	e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes)
+	e := checkText("tenantId", f.TenantID, false, maxTenantIDBytes)
 	if e == nil {
 		f.TenantIDs, e = h.tenantScope(r, f.TenantID, auth.View)
 	}

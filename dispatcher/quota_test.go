@@ -61,7 +61,7 @@ func TestMaxQueuedAdmitsExactly(t *testing.T) {
 			b["taskKey"] = fmt.Sprintf("k-%d", i)
 			r := e.do("POST", "/v1/tasks", b, "")
 			if r.status == http.StatusTooManyRequests {
-				if er := r.err(t); er.Code != CodeQuotaExceeded || r.header.Get("Retry-After") == "" {
+				if er := r.err(t); er.Code != api.CodeQuotaExceeded || r.header.Get("Retry-After") == "" {
 					t.Errorf("429 answer %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
 				}
 			}

@@ -81,10 +81,10 @@ func listFilter(r *http.Request, allowed map[string]bool, names string) (store.L
 		}
 	}
 	f := store.ListFilter{TenantID: q.Get("tenantId"), RunID: q.Get("runId"), State: api.State(q.Get("state")), Worker: q.Get("worker"), PageToken: q.Get("pageToken")}
-	if e := checkText("tenantId", f.TenantID, false, MaxTenantIDBytes); e != nil {
+	if e := checkText("tenantId", f.TenantID, false, maxTenantIDBytes); e != nil {
 		return f, e
 	}
-	if e := checkText("worker", f.Worker, false, MaxWorkerNameBytes); e != nil {
+	if e := checkText("worker", f.Worker, false, maxWorkerNameBytes); e != nil {
 		return f, e
 	}
 	if f.RunID != "" && !task.ValidID(f.RunID, task.RunIDPrefix) {

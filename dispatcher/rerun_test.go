@@ -27,7 +27,7 @@ func TestSubmitRerunOf(t *testing.T) {
 	} {
 		r := e.do("POST", c.path, c.body, "")
 		eb := r.err(t)
-		if r.status != http.StatusConflict || eb.Code != CodeTaskNotTerminal || eb.Field != c.field || eb.State != api.Queued {
+		if r.status != http.StatusConflict || eb.Code != api.CodeTaskNotTerminal || eb.Field != c.field || eb.State != api.Queued {
 			t.Fatalf("%s with rerunOf of a QUEUED task: %d %+v", c.name, r.status, eb)
 		}
 	}

@@ -47,8 +47,8 @@ func TestRouting(t *testing.T) {
 		{"GET", "/v1/tasks/" + sr.TaskID + "/cancel", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
 		{"POST", "/v1/tasks/" + unknown + "/cancel", nil, http.StatusNotFound, api.CodeTaskNotFound, ""},
 		{"GET", "/v1/runs/" + sr.RunID + "/cancel", nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST"},
-		{"POST", "/v1/runs/" + task.NewRunID(time.Now()) + "/cancel", nil, http.StatusNotFound, CodeRunNotFound, ""},
-		{"POST", "/v1/runs/not-a-run/cancel", nil, http.StatusNotFound, CodeRunNotFound, ""},
+		{"POST", "/v1/runs/" + task.NewRunID(time.Now()) + "/cancel", nil, http.StatusNotFound, api.CodeRunNotFound, ""},
+		{"POST", "/v1/runs/not-a-run/cancel", nil, http.StatusNotFound, api.CodeRunNotFound, ""},
 		{"GET", "/v2/tasks", nil, http.StatusNotFound, api.CodeNotFound, ""},
 		{"GET", "/", nil, http.StatusNotFound, api.CodeNotFound, ""},
 	}
@@ -128,14 +128,14 @@ func TestPayloadTooLarge(t *testing.T) {
 	// The body fits the 1 MiB body cap; the envelope (token, ids, ...)
 	// does not fit in a 1 MiB Cloud Task.
 	body := validSubmit("acme")
-	for _, size := range []int{enqueue.MaxTaskBytes - 400, MaxEnvelopeBytes} {
+	for _, size := range []int{enqueue.MaxTaskBytes - 400, maxEnvelopeBytes} {
 		body["payload"] = strings.Repeat("p", size)
 		r := e.do("POST", "/v1/tasks", body, "")
 		if r.status != http.StatusRequestEntityTooLarge {
 			t.Fatalf("payload of %d bytes: status %d, want 413: %.300s", size, r.status, r.body)
 		}
 		eb := r.err(t)
-		if eb.Code != api.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != MaxEnvelopeBytes ||
+		if eb.Code != api.CodePayloadTooLarge || eb.Field != "payload" || eb.LimitBytes != maxEnvelopeBytes ||
 			!strings.Contains(eb.Message, fmt.Sprint(enqueue.MaxTaskBytes)) || !strings.Contains(eb.Message, "Cloud Tasks") {
 			t.Fatalf("answer = %+v", eb)
 		}
@@ -159,16 +159,16 @@ func TestPayloadTooLarge(t *testing.T) {
 	if r.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("batch status %d, want 413", r.status)
 	}
-	if eb := r.err(t); eb.Field != "tasks[1].payload" || eb.LimitBytes != MaxEnvelopeBytes {
+	if eb := r.err(t); eb.Field != "tasks[1].payload" || eb.LimitBytes != maxEnvelopeBytes {
 		t.Fatalf("batch answer = %+v", eb)
 	}
 	if ts := e.tenantTasks("acme"); len(ts) != 0 {
 		t.Fatalf("oversized submits stored %d tasks", len(ts))
 	}
 	// Just under the limit is accepted, and stored whole.
-	body["payload"] = strings.Repeat("p", MaxEnvelopeBytes-2<<10)
+	body["payload"] = strings.Repeat("p", maxEnvelopeBytes-2<<10)
 	sr := e.submit(body, http.StatusCreated)
-	if got := e.storedTask(sr.TaskID); len(got.Payload) != MaxEnvelopeBytes-2<<10+2 {
+	if got := e.storedTask(sr.TaskID); len(got.Payload) != maxEnvelopeBytes-2<<10+2 {
 		t.Fatalf("stored payload of %d bytes", len(got.Payload))
 	}
 }
@@ -185,7 +185,7 @@ func TestStoreStatus(t *testing.T) {
 	}{
 		{fmt.Errorf("get: %w", store.ErrNotFound), http.StatusNotFound, api.CodeTaskNotFound},
 		{fmt.Errorf("apply: %w: deadline", store.ErrUnavailable), http.StatusServiceUnavailable, api.CodeUnavailable},
-		{errors.New("decode: bad field"), http.StatusInternalServerError, CodeInternal},
+		{errors.New("decode: bad field"), http.StatusInternalServerError, api.CodeInternal},
 	} {
 		status, body := h.storeStatus(r, c.err)
 		if status != c.status || body.Code != c.code {

@@ -22,22 +22,22 @@ import (
 
 // Bounds of the caller-supplied strings, in bytes.
 const (
-	MaxTenantIDBytes       = 128
-	MaxWorkspaceIDBytes    = 128
-	MaxTaskKeyBytes        = 512
-	MaxAssetIDBytes        = 512
-	MaxIdempotencyKeyBytes = 256
-	MaxReasonBytes         = 1024
+	maxTenantIDBytes       = 128
+	maxWorkspaceIDBytes    = 128
+	maxTaskKeyBytes        = 512
+	maxAssetIDBytes        = 512
+	maxIdempotencyKeyBytes = 256
+	maxReasonBytes         = 1024
 )
 
-// MaxEnvelopeBytes is the largest envelope a submit may produce: Cloud
+// maxEnvelopeBytes is the largest envelope a submit may produce: Cloud
 // Tasks' task size limit (enqueue.MaxTaskBytes) less room for what a retry
 // adds (the checkpoint to resume from, up to api.MaxCheckpointBytes), for
 // the running attempt's own checkpoint (kept on the task document, see
 // task.Task.Live) and for the task's other fields, so that every later
 // attempt's envelope fits in a Cloud Task and the task in a Firestore
 // document (also 1 MiB).
-const MaxEnvelopeBytes = enqueue.MaxTaskBytes - 2*api.MaxCheckpointBytes - 8<<10
+const maxEnvelopeBytes = enqueue.MaxTaskBytes - 2*api.MaxCheckpointBytes - 8<<10
 
 // submit serves POST /v1/tasks.
 func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
@@ -98,8 +98,8 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	if n := len(raw.Tasks); n == 0 || n > MaxBatchTasks {
-		h.fail(w, r, invalid("tasks", "must hold 1 to %d tasks (got %d)", MaxBatchTasks, n))
+	if n := len(raw.Tasks); n == 0 || n > api.MaxBatchTasks {
+		h.fail(w, r, invalid("tasks", "must hold 1 to %d tasks (got %d)", api.MaxBatchTasks, n))
 		return
 	}
 	now := h.cfg.Now().UTC()
@@ -191,15 +191,15 @@ func (h *handler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case resp.Failed == len(tasks) && overQuota == resp.Failed:
 		status = http.StatusTooManyRequests
-		resp.Error, resp.Message = CodeQuotaExceeded, "no task was admitted: the tenant or worker is at maxQueued; retry later"
-		w.Header().Set("Retry-After", fmt.Sprint(QuotaRetryAfter))
+		resp.Error, resp.Message = api.CodeQuotaExceeded, "no task was admitted: the tenant or worker is at maxQueued; retry later"
+		w.Header().Set("Retry-After", fmt.Sprint(quotaRetryAfter))
 	case resp.Failed == len(tasks) && unavailable < resp.Failed:
 		status = http.StatusInternalServerError
-		resp.Error, resp.Message = CodeInternal, "no task could be stored"
+		resp.Error, resp.Message = api.CodeInternal, "no task could be stored"
 	case resp.Failed == len(tasks):
 		status = http.StatusServiceUnavailable
 		resp.Error, resp.Message = api.CodeUnavailable, "no task could be stored; retry the same request"
-		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		w.Header().Set("Retry-After", fmt.Sprint(retryAfter))
 	case resp.Failed > 0:
 		status = http.StatusMultiStatus
 	case resp.Created == 0:
@@ -224,11 +224,11 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		required bool
 		max      int
 	}{
-		{"tenantId", req.TenantID, true, MaxTenantIDBytes},
-		{"workspaceId", req.WorkspaceID, true, MaxWorkspaceIDBytes},
-		{"taskKey", req.TaskKey, true, MaxTaskKeyBytes},
-		{"assetId", req.AssetID, false, MaxAssetIDBytes},
-		{"idempotencyKey", req.IdempotencyKey, false, MaxIdempotencyKeyBytes},
+		{"tenantId", req.TenantID, true, maxTenantIDBytes},
+		{"workspaceId", req.WorkspaceID, true, maxWorkspaceIDBytes},
+		{"taskKey", req.TaskKey, true, maxTaskKeyBytes},
+		{"assetId", req.AssetID, false, maxAssetIDBytes},
+		{"idempotencyKey", req.IdempotencyKey, false, maxIdempotencyKeyBytes},
 	} {
 		if e := checkText(c.field, c.v, c.required, c.max); e != nil {
 			return task.Task{}, pf(e)
@@ -295,14 +295,14 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 	stored, _, _ := task.NewTask(t, now)
 	_, body, err := h.cfg.Enqueuer.Envelope(&stored, now)
 	switch {
-	case errors.Is(err, enqueue.ErrEnvelopeTooLarge) || (err == nil && len(body) > MaxEnvelopeBytes):
+	case errors.Is(err, enqueue.ErrEnvelopeTooLarge) || (err == nil && len(body) > maxEnvelopeBytes):
 		return task.Task{}, &apiError{status: http.StatusRequestEntityTooLarge, body: api.Error{
-			Code: api.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: MaxEnvelopeBytes,
+			Code: api.CodePayloadTooLarge, Field: prefix + "payload", LimitBytes: maxEnvelopeBytes,
 			Message: fmt.Sprintf("the task envelope (payload, resources and task fields) would exceed %d bytes: "+
 				"Cloud Tasks' task size limit is %d bytes, and %d are reserved for a retry's checkpoint and bookkeeping",
-				MaxEnvelopeBytes, enqueue.MaxTaskBytes, enqueue.MaxTaskBytes-MaxEnvelopeBytes)}}
+				maxEnvelopeBytes, enqueue.MaxTaskBytes, enqueue.MaxTaskBytes-maxEnvelopeBytes)}}
 	case err != nil:
-		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: api.Error{Code: CodeInternal, Message: "could not build the task envelope"}}
+		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: api.Error{Code: api.CodeInternal, Message: "could not build the task envelope"}}
 	}
 	return t, nil
 }
@@ -322,7 +322,7 @@ func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiE
 		status, body := h.storeStatus(r, err, "rerunOf", t.RerunOf)
 		return &apiError{status: status, body: *body}
 	case !orig.State.Terminal():
-		return &apiError{status: http.StatusConflict, body: api.Error{Code: CodeTaskNotTerminal, Field: prefix + "rerunOf", State: orig.State,
+		return &apiError{status: http.StatusConflict, body: api.Error{Code: api.CodeTaskNotTerminal, Field: prefix + "rerunOf", State: orig.State,
 			Message: fmt.Sprintf("task %s is %s: only a finished task can be rerun", orig.ID, orig.State)}}
 	}
 	return nil

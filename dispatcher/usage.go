@@ -12,7 +12,7 @@ import (
 // usage serves GET /v1/tenants/{tenant}/usage.
 func (h *handler) usage(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("tenant")
-	if e := checkText("tenant", tenant, true, MaxTenantIDBytes); e != nil {
+	if e := checkText("tenant", tenant, true, maxTenantIDBytes); e != nil {
 		h.fail(w, r, e)
 		return
 	}

@@ -33,14 +33,14 @@ func TestSubmitValidation(t *testing.T) {
 	}{
 		{"tenantId missing", del("tenantId"), "tenantId"},
 		{"tenantId empty", set("tenantId", ""), "tenantId"},
-		{"tenantId too long", set("tenantId", strings.Repeat("t", MaxTenantIDBytes+1)), "tenantId"},
+		{"tenantId too long", set("tenantId", strings.Repeat("t", maxTenantIDBytes+1)), "tenantId"},
 		{"tenantId control character", set("tenantId", "ac\nme"), "tenantId"},
 		{"tenantId not a string", set("tenantId", 5), "tenantId"},
 		{"workspaceId missing", del("workspaceId"), "workspaceId"},
-		{"workspaceId too long", set("workspaceId", strings.Repeat("w", MaxWorkspaceIDBytes+1)), "workspaceId"},
+		{"workspaceId too long", set("workspaceId", strings.Repeat("w", maxWorkspaceIDBytes+1)), "workspaceId"},
 		{"taskKey missing", del("taskKey"), "taskKey"},
-		{"taskKey too long", set("taskKey", strings.Repeat("k", MaxTaskKeyBytes+1)), "taskKey"},
-		{"assetId too long", set("assetId", strings.Repeat("a", MaxAssetIDBytes+1)), "assetId"},
+		{"taskKey too long", set("taskKey", strings.Repeat("k", maxTaskKeyBytes+1)), "taskKey"},
+		{"assetId too long", set("assetId", strings.Repeat("a", maxAssetIDBytes+1)), "assetId"},
 		{"assetId control character", set("assetId", "a\x00b"), "assetId"},
 		{"runId malformed", set("runId", "run-1"), "runId"},
 		{"runId with a task prefix", set("runId", task.NewTaskID(time.Now())), "runId"},
@@ -75,7 +75,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"retry.backoffCoefficient below 1", set("retry", map[string]any{"backoffCoefficient": 0.5}), "retry.backoffCoefficient"},
 		{"retry.backoffCoefficient above 10", set("retry", map[string]any{"backoffCoefficient": 11}), "retry.backoffCoefficient"},
 		{"retry.maxBackoffMs below initialBackoffMs", set("retry", map[string]any{"initialBackoffMs": 5000, "maxBackoffMs": 4000}), "retry.maxBackoffMs"},
-		{"idempotencyKey too long", set("idempotencyKey", strings.Repeat("i", MaxIdempotencyKeyBytes+1)), "idempotencyKey"},
+		{"idempotencyKey too long", set("idempotencyKey", strings.Repeat("i", maxIdempotencyKeyBytes+1)), "idempotencyKey"},
 		{"idempotencyKey not a string", set("idempotencyKey", 42), "idempotencyKey"},
 		{"rerunOf malformed", set("rerunOf", "task-1"), "rerunOf"},
 		{"rerunOf a run id", set("rerunOf", task.NewRunID(time.Now())), "rerunOf"},
@@ -144,14 +144,14 @@ func TestQueryAndCancelValidation(t *testing.T) {
 		{"runId=run-1", "runId"},
 		{"tenant=acme", "tenant"},
 		{"tenantId=a&tenantId=b", "tenantId"},
-		{"tenantId=" + strings.Repeat("t", MaxTenantIDBytes+1), "tenantId"},
+		{"tenantId=" + strings.Repeat("t", maxTenantIDBytes+1), "tenantId"},
 	} {
 		t.Run("list "+c.query, func(t *testing.T) {
 			checkInvalid(t, e.do("GET", "/v1/tasks?"+c.query, nil, ""), c.field)
 		})
 	}
 	for _, c := range []struct{ body, field string }{
-		{fmt.Sprintf(`{"reason": %q}`, strings.Repeat("r", MaxReasonBytes+1)), "reason"},
+		{fmt.Sprintf(`{"reason": %q}`, strings.Repeat("r", maxReasonBytes+1)), "reason"},
 		{`{"reason": 5}`, "reason"},
 		{`{"why": "x"}`, "why"},
 		{`"stop"`, "body"},

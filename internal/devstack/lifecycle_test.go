@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/store"
@@ -162,9 +161,9 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 
 	run := task.NewRunID(time.Now())
 	start := time.Now()
-	for from := 0; from < lc.tasks; from += dispatcher.MaxBatchTasks {
+	for from := 0; from < lc.tasks; from += api.MaxBatchTasks {
 		var items []map[string]any
-		for i := from; i < min(from+dispatcher.MaxBatchTasks, lc.tasks); i++ {
+		for i := from; i < min(from+api.MaxBatchTasks, lc.tasks); i++ {
 			items = append(items, map[string]any{
 				"tenantId": "bench", "workspaceId": "ws", "taskKey": fmt.Sprintf("t-%d", i), "worker": "sim",
 				"payload": map[string]any{"i": i}, "heartbeatIntervalMs": lcIntervalMs, "heartbeatTimeoutMs": lcTimeoutMs,
