@@ -231,3 +231,63 @@ func TestSDKDependencies(t *testing.T) {
 		})
 	}
 }
+
+// layers ranks every package of the module, bottom first. A package may
+// import only packages of a lower layer: packages depend downward, and the
+// packages of one layer (the design card's dispatcher, callbacks and
+// zombie among them) do not import each other. A new package must be
+// placed here.
+var layers = [][]string{
+	// Nothing of Servo's: the wire types, the identity rules, the log
+	// shape, the emulators, test helpers and test-only packages.
+	{"api", "internal/auth", "internal/logs", "internal/servotest", "internal/layout",
+		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
+		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker"},
+	// The state machine; the SDK and the client; key storage.
+	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest"},
+	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker"},
+	{"internal/store"},
+	{"internal/enqueue", "internal/events"},
+	// The control plane's handlers: the design card's folders and their
+	// siblings.
+	{"dispatcher", "callbacks", "zombie", "internal/jobs", "internal/pull", "internal/dashboard"},
+	{"internal/faults", "examples/worker"},
+	{"functions", "internal/devstack"},
+	{"", "cmd/servo"},
+}
+
+func TestLayering(t *testing.T) {
+	rank := map[string]int{}
+	for i, l := range layers {
+		for _, p := range l {
+			if _, dup := rank[p]; dup {
+				t.Errorf("%q is in two layers", p)
+			}
+			rank[p] = i
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range list(t, false, "./...") {
+		from := rel(p.ImportPath)
+		seen[from] = true
+		r, ok := rank[from]
+		if !ok {
+			t.Errorf("package %q is in no layer: place it in layers", from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") && imp != module {
+				continue
+			}
+			to := rel(imp)
+			if rt, ok := rank[to]; ok && rt >= r {
+				t.Errorf("%s (layer %d) imports %s (layer %d): packages depend downward only", from, r, to, rt)
+			}
+		}
+	}
+	for p := range rank {
+		if !seen[p] {
+			t.Errorf("layers names %q, which is not a package", p)
+		}
+	}
+}
