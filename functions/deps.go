@@ -134,11 +134,15 @@ func loadDeps(ctx context.Context) (_ *Deps, err error) {
 	setupTelemetry(ctx, project)
 	// The ring from SERVO_TOKEN_KEYS (no read); re-read from the secret
 	// named by SERVO_TOKEN_KEYS_SECRET on a kid miss and every 5 minutes.
-	keys, err := token.OpenKeyRing(ctx, func(name string) token.Source { return keysecret.Source(name) })
+	keys, err := token.OpenKeyRing(ctx, token.KeyConfig{JSON: []byte(os.Getenv(token.EnvKeys)), File: os.Getenv(token.EnvKeysFile), Secret: os.Getenv(token.EnvKeysSecret)},
+		func(name string) token.Source { return keysecret.Source(name) })
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	workers, err := enqueue.LoadWorkers(false)
+	workers := enqueue.Workers{}
+	if v := os.Getenv(enqueue.WorkersEnv); v != "" {
+		workers, err = enqueue.ParseWorkers([]byte(v), false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}

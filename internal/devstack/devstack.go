@@ -443,7 +443,7 @@ func keyRing(given *token.KeyRing) (*token.KeyRing, error) {
 	if given != nil {
 		return given, nil
 	}
-	r, err := token.LoadKeyRing()
+	r, err := token.LoadKeyRing(token.KeyConfig{JSON: []byte(os.Getenv(token.EnvKeys)), File: os.Getenv(token.EnvKeysFile)})
 	if errors.Is(err, token.ErrNoKeys) {
 		r, _, err = token.GenerateKeyRing("local-1")
 	}
