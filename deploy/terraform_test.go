@@ -678,7 +678,7 @@ func TestTerraformFunctions(t *testing.T) {
 		t.Errorf("local.functions: want exactly api, callbacks, sweeper, claim, jobs; have %v", keysOf(fns))
 	}
 
-	// The environment of package functions (functions/deps.go); the key ring
+	// The environment of package functions (docs/configuration.md); the key ring
 	// comes from Secret Manager.
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",

@@ -29,7 +29,7 @@ func TestDashboardOnlyWithoutAccessPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Setenv(auth.EnvKeys, string(ring))
-			depsInit, apiInit = newLazy(depsInit.build), newLazy(apiInit.build)
+			freshInstance(nil)
 
 			rec := httptest.NewRecorder()
 			ServoAPI(rec, httptest.NewRequest(http.MethodGet, "/ui/health", nil))

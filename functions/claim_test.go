@@ -26,7 +26,7 @@ func TestServoClaimAcceptsOnlyVerifiedIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(auth.EnvKeys, string(ring))
-	depsInit, claimInit = newLazy(depsInit.build), newLazy(claimInit.build)
+	freshInstance(nil)
 
 	cases := []struct {
 		name, header, value string

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
@@ -60,11 +62,7 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 			instanceEnv(t)
 			t.Setenv(auth.EnvKeys, `{"broken":`)
 			clk := servotest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			// A fresh instance with the test's clock.
-			depsInit, apiInit, callbacksInit = newLazy(depsInit.build), newLazy(apiInit.build), newLazy(callbacksInit.build)
-			for _, now := range []*func() time.Time{&depsInit.now, &apiInit.now, &callbacksInit.now} {
-				*now = clk.Now
-			}
+			freshInstance(clk.Now)
 
 			do := func() *httptest.ResponseRecorder {
 				rec := httptest.NewRecorder()
@@ -115,4 +113,73 @@ func instanceEnv(t *testing.T) {
 	t.Setenv("SERVO_WORKERS", "")
 	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
 	t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
+}
+
+// freshInstance makes the lazy builds new, as in a new instance, on the
+// clock now (nil: time.Now).
+func freshInstance(now func() time.Time) {
+	serverInit = newLazy(serverInit.build)
+	serverInit.now = now
+	for _, e := range []*entry{apiEntry, callbacksEntry, claimEntry, jobsEntry} {
+		e.init = newLazy(e.init.build)
+		e.init.now = now
+	}
+}
+
+// TestEntryPointsUnavailable pins each entry point's answer while its
+// handler cannot be built (here: no project): 503, its content type, the
+// callbacks' and claim's no-store, a Retry-After, and its own JSON body
+// (RETRY for the workers' endpoints), never naming the configuration
+// problem to the unauthenticated callers.
+func TestEntryPointsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		fn           http.HandlerFunc
+		contentType  string
+		cacheControl string
+		// body checks the decoded body.
+		body func(map[string]any) bool
+	}{
+		{"ServoAPI", ServoAPI, "application/json; charset=utf-8", "", func(b map[string]any) bool {
+			return b["error"] == api.CodeUnavailable && strings.Contains(b["message"].(string), "SERVO_PROJECT")
+		}},
+		{"ServoCallbacks", ServoCallbacks, "application/json", "no-store", func(b map[string]any) bool {
+			return b["error"] == api.CodeUnavailable && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
+		}},
+		{"ServoClaim", ServoClaim, "application/json", "no-store", func(b map[string]any) bool {
+			return b["error"] == api.CodeUnavailable && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
+		}},
+		{"ServoJobs", ServoJobs, "application/json", "", func(b map[string]any) bool {
+			return b["error"] == api.CodeUnavailable
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			instanceEnv(t)
+			t.Setenv("SERVO_PROJECT", "")
+			t.Setenv("GOOGLE_CLOUD_PROJECT", "")
+			freshInstance(nil)
+			rec := httptest.NewRecorder()
+			tc.fn(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`)))
+			h := rec.Header()
+			if rec.Code != http.StatusServiceUnavailable || h.Get("Content-Type") != tc.contentType || h.Get("Cache-Control") != tc.cacheControl || h.Get("Retry-After") != "1" {
+				t.Fatalf("%d, headers %v; want 503, Content-Type %q, Cache-Control %q, Retry-After 1", rec.Code, h, tc.contentType, tc.cacheControl)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || !tc.body(body) {
+				t.Fatalf("body %s (%v)", rec.Body, err)
+			}
+			if tc.name != "ServoAPI" && strings.Contains(rec.Body.String(), "SERVO_") {
+				t.Errorf("the configuration error reached the caller: %s", rec.Body)
+			}
+		})
+	}
+	t.Run("ServoSweeper", func(t *testing.T) {
+		instanceEnv(t)
+		t.Setenv("SERVO_PROJECT", "")
+		t.Setenv("GOOGLE_CLOUD_PROJECT", "")
+		freshInstance(nil)
+		if err := ServoSweeper(t.Context(), cloudevents.NewEvent()); err == nil || !strings.Contains(err.Error(), "SERVO_PROJECT") {
+			t.Fatalf("ServoSweeper: %v, want the configuration error", err)
+		}
+	})
 }

@@ -2,24 +2,9 @@ package functions
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
-
-	"github.com/servo-dev/servo/zombie"
-)
-
-// Sweeper environment (see package zombie and zombie/README.md).
-const (
-	// EnvSweepEvery is the cadence of passes within one invocation.
-	EnvSweepEvery = "SERVO_SWEEP_EVERY"
-	// EnvSweepWindow is how long one invocation keeps sweeping; 0 means a
-	// single pass per tick.
-	EnvSweepWindow = "SERVO_SWEEP_WINDOW"
-	// EnvMaxRedrives bounds the re-drives of one attempt before it fails
-	// with DISPATCH_TIMEOUT.
-	EnvMaxRedrives = "SERVO_MAX_REDRIVES"
 )
 
 func init() {
@@ -32,48 +17,12 @@ func init() {
 // messagePublished CloudEvent). Locally the Pub/Sub emulator's push
 // subscription POSTs the raw push body, which functions-framework-go turns
 // into the same CloudEvent. The message's content is ignored: each message
-// is a tick.
+// is a tick. A Server that cannot be built is the tick's error; a later
+// tick builds again after the backoff.
 func ServoSweeper(ctx context.Context, e cloudevents.Event) error {
-	sw, err := sweeperInit.get(ctx)
+	s, err := serverInit.get(ctx)
 	if err != nil {
 		return err
 	}
-	return sw.HandleEvent(ctx, e)
-}
-
-// sweeperInit builds the instance's Sweeper from the environment; a failed
-// build is retried by a later tick after a backoff (see dependencies).
-var sweeperInit = newLazy(loadSweeper)
-
-func loadSweeper(ctx context.Context) (*zombie.Sweeper, error) {
-	d, err := dependencies(ctx)
-	if err != nil {
-		return nil, err
-	}
-	every, err := EnvDuration(EnvSweepEvery, zombie.DefaultEvery)
-	if err != nil {
-		return nil, fmt.Errorf("functions: %w", err)
-	}
-	window, err := EnvDuration(EnvSweepWindow, zombie.DefaultWindow)
-	if err != nil {
-		return nil, fmt.Errorf("functions: %w", err)
-	}
-	maxRedrives, err := EnvInt(EnvMaxRedrives, zombie.DefaultMaxRedrives)
-	if err != nil {
-		return nil, fmt.Errorf("functions: %w", err)
-	}
-	sw, err := zombie.New(zombie.Config{
-		Store:       d.Store,
-		Enqueuer:    d.Enqueuer,
-		Redriver:    d.Publisher,
-		Recorder:    d.Store,
-		Logger:      d.Logger,
-		Every:       every,
-		Window:      window,
-		MaxRedrives: maxRedrives,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("functions: %w", err)
-	}
-	return sw, nil
+	return s.Sweeper.HandleEvent(ctx, e)
 }

@@ -1,10 +1,8 @@
 package functions
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,14 +17,12 @@ import (
 // logged and the function runs without telemetry rather than not at all.
 var telemetryOnce sync.Once
 
-func setupTelemetry(ctx context.Context, project string) {
+func setupTelemetry(ctx context.Context, project, service string) {
 	telemetryOnce.Do(func() {
 		// The exporters' and clients' own notices (the log package) as
 		// JSON lines, not plain text among the function's logs.
 		logs.CaptureStdLog(logs.Default(), slog.LevelWarn)
-		// Cloud Run functions name the service in K_SERVICE.
-		name := cmp.Or(os.Getenv("K_SERVICE"), "servo")
-		t, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: name, Project: project, Default: telemetry.DefaultGoogleCloud})
+		t, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, Project: project, Default: telemetry.DefaultGoogleCloud})
 		if err != nil {
 			logs.Default().ErrorContext(ctx, "telemetry: not set up; the function runs without traces and metrics", "error", err)
 			return

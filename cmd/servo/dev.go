@@ -15,9 +15,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/worker"
 )
 
 // workerFlags collects repeated --worker NAME=URL.
@@ -82,6 +85,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			if err != nil {
 				return err
 			}
+			keys, err := devKeys()
+			if err != nil {
+				return err
+			}
 			if logFile == "" {
 				logFile = filepath.Join(os.TempDir(), "servo-dev.log")
 			}
@@ -104,9 +111,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			defer shutdownTelemetry(tel)
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
+				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
-				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards})
+				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys})
 			if err != nil {
 				return err
 			}
@@ -171,6 +179,18 @@ func devDueShards() (int, error) {
 		return 0, fmt.Errorf("SERVO_DUE_SHARDS must be a whole number ≥ 1 (got %q)", v)
 	}
 	return n, nil
+}
+
+// devKeys is the key ring of SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE
+// (production's variables) when one is set, so that the tokens of a
+// restarted servo dev stay valid (the faults harness restarts it); else
+// nil: the stack generates one.
+func devKeys() (*auth.KeyRing, error) {
+	r, err := auth.LoadKeyRing(auth.KeyConfig{JSON: []byte(os.Getenv(auth.EnvKeys)), File: os.Getenv(auth.EnvKeysFile)})
+	if errors.Is(err, auth.ErrNoKeys) {
+		return nil, nil
+	}
+	return r, err
 }
 
 // startingWhat names what servo dev starts itself.

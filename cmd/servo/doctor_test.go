@@ -10,7 +10,9 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/worker"
 )
 
 // servo doctor against the real local stack: every check passes; with the
@@ -30,7 +32,8 @@ func TestDoctor(t *testing.T) {
 			project := emulatortest.ProjectID(t)
 			s, err := devstack.Start(context.Background(), devstack.Options{
 				Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true,
-				SweepEvery: 200 * time.Millisecond, NoSweeper: tc.noSweeper,
+				WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+				SweepEvery:  200 * time.Millisecond, NoSweeper: tc.noSweeper,
 			})
 			if err != nil {
 				t.Fatal(err)

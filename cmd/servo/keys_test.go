@@ -19,6 +19,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/worker"
@@ -146,7 +147,8 @@ func TestKeysRotateRunningStack(t *testing.T) {
 	t.Cleanup(held.CloseClientConnections)
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
-		SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"held": held.URL}, KeysFile: ring,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  200 * time.Millisecond, Workers: map[string]string{"held": held.URL}, KeysFile: ring,
 	})
 	if err != nil {
 		t.Fatal(err)

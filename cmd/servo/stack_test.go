@@ -25,6 +25,7 @@ import (
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/task"
@@ -56,7 +57,8 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(held.CloseClientConnections)
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
-		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"held": held.URL},
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  100 * time.Millisecond, Workers: map[string]string{"held": held.URL},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,9 +10,11 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/worker"
 )
 
 // servo --as EMAIL acts as that principal against servo dev under a real
@@ -24,7 +26,8 @@ func TestAsAndUsage(t *testing.T) {
 	}
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true, SweepEvery: 100 * time.Millisecond,
-		Access: p, Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"acme": {MaxRunning: 3, MaxQueued: 50}}},
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		Access:      p, Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"acme": {MaxRunning: 3, MaxQueued: 50}}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // MinKeySize is the smallest HMAC secret a KeyRing accepts, in bytes.
 const MinKeySize = 32
 
-// Environment variables LoadKeyRing reads.
+// The environment variables of a KeyConfig, named in errors.
 const (
 	// EnvKeys holds the key ring as JSON (see ParseKeyRing).
 	EnvKeys = "SERVO_TOKEN_KEYS"
@@ -24,8 +24,7 @@ const (
 	EnvKeysFile = "SERVO_TOKEN_KEYS_FILE"
 )
 
-// ErrNoKeys is returned by LoadKeyRing when neither EnvKeys nor EnvKeysFile
-// is set.
+// ErrNoKeys is returned by LoadKeyRing when a KeyConfig names no ring.
 var ErrNoKeys = errors.New("no task token keys configured: set " + EnvKeys + " (key ring JSON) or " + EnvKeysFile + " (path to it)")
 
 // KeyRing holds the HMAC secrets tokens are signed and verified with,
@@ -98,29 +97,41 @@ func ParseKeyRing(data []byte) (*KeyRing, error) {
 	return NewKeyRing(j.Active, keys)
 }
 
-// LoadKeyRing loads the key ring from the environment: the JSON in
-// SERVO_TOKEN_KEYS, or the file named by SERVO_TOKEN_KEYS_FILE. Setting both
-// is an error; setting neither returns an error wrapping ErrNoKeys.
-func LoadKeyRing() (*KeyRing, error) {
-	data, inline := os.LookupEnv(EnvKeys)
-	path, file := os.LookupEnv(EnvKeysFile)
+// KeyConfig says where a key ring comes from. The server reads it from
+// SERVO_TOKEN_KEYS, SERVO_TOKEN_KEYS_FILE and SERVO_TOKEN_KEYS_SECRET
+// (package config), hence the names in errors.
+type KeyConfig struct {
+	// JSON is the ring itself (see ParseKeyRing): SERVO_TOKEN_KEYS.
+	JSON []byte
+	// File names a file holding that JSON: SERVO_TOKEN_KEYS_FILE.
+	File string
+	// Secret names the Secret Manager secret (projects/P/secrets/S) whose
+	// latest version OpenKeyRing re-reads: SERVO_TOKEN_KEYS_SECRET.
+	Secret string
+}
+
+// LoadKeyRing loads the key ring c names: its JSON, or the file (read
+// once). Both set is an error; neither returns an error wrapping
+// ErrNoKeys. c.Secret is for OpenKeyRing and not read here.
+func LoadKeyRing(c KeyConfig) (*KeyRing, error) {
+	inline, file := len(c.JSON) > 0, c.File != ""
 	switch {
 	case inline && file:
 		return nil, fmt.Errorf("token: both %s and %s are set; set one", EnvKeys, EnvKeysFile)
 	case inline:
-		r, err := ParseKeyRing([]byte(data))
+		r, err := ParseKeyRing(c.JSON)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvKeys, err)
 		}
 		return r, nil
 	case file:
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(c.File)
 		if err != nil {
 			return nil, fmt.Errorf("token: %s: %w", EnvKeysFile, err)
 		}
 		r, err := ParseKeyRing(b)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", EnvKeysFile, path, err)
+			return nil, fmt.Errorf("%s %s: %w", EnvKeysFile, c.File, err)
 		}
 		return r, nil
 	}

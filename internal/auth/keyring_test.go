@@ -124,26 +124,23 @@ func TestLoadKeyRing(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const unset = "<unset>"
 	tests := []struct {
-		name      string
-		env, path string
-		wantErr   error // nil: success; errAny: some error
-		wantText  []string
+		name       string
+		json, path string
+		wantErr    error // nil: success; errAny: some error
+		wantText   []string
 	}{
-		{name: "env", env: good, path: unset},
-		{name: "file", env: unset, path: file},
-		{name: "neither", env: unset, path: unset, wantErr: ErrNoKeys, wantText: []string{EnvKeys, EnvKeysFile}},
-		{name: "both", env: good, path: file, wantErr: errAny, wantText: []string{EnvKeys, EnvKeysFile}},
-		{name: "bad env", env: "{", path: unset, wantErr: errAny, wantText: []string{EnvKeys}},
-		{name: "missing file", env: unset, path: file + ".nope", wantErr: os.ErrNotExist, wantText: []string{EnvKeysFile}},
-		{name: "bad file", env: unset, path: bad, wantErr: errAny, wantText: []string{EnvKeysFile, bad}},
+		{name: "json", json: good},
+		{name: "file", path: file},
+		{name: "neither", wantErr: ErrNoKeys, wantText: []string{EnvKeys, EnvKeysFile}},
+		{name: "both", json: good, path: file, wantErr: errAny, wantText: []string{EnvKeys, EnvKeysFile}},
+		{name: "bad json", json: "{", wantErr: errAny, wantText: []string{EnvKeys}},
+		{name: "missing file", path: file + ".nope", wantErr: os.ErrNotExist, wantText: []string{EnvKeysFile}},
+		{name: "bad file", path: bad, wantErr: errAny, wantText: []string{EnvKeysFile, bad}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			setenv(t, EnvKeys, tt.env, unset)
-			setenv(t, EnvKeysFile, tt.path, unset)
-			r, err := LoadKeyRing()
+			r, err := LoadKeyRing(KeyConfig{JSON: []byte(tt.json), File: tt.path})
 			switch {
 			case tt.wantErr == nil && err != nil:
 				t.Fatalf("LoadKeyRing: %v", err)
@@ -170,16 +167,6 @@ var errAny = errors.New("any error")
 
 // setenv sets (or, for unset, removes) an environment variable for the
 // duration of the test.
-func setenv(t *testing.T, k, v, unset string) {
-	t.Helper()
-	if v != unset {
-		t.Setenv(k, v)
-		return
-	}
-	t.Setenv(k, "") // registers the restore
-	os.Unsetenv(k)
-}
-
 func TestGenerateKeyRing(t *testing.T) {
 	r, data, err := GenerateKeyRing("local")
 	if err != nil {

@@ -159,47 +159,44 @@ func (r *KeyRing) ReloadError() error {
 	return r.live.lastErr
 }
 
-// EnvKeysSecret names the Secret Manager secret
-// (projects/P/secrets/S) a ring loaded by OpenKeyRing re-reads; see
-// OpenKeyRing.
+// EnvKeysSecret is the variable of KeyConfig.Secret, named in errors.
 const EnvKeysSecret = "SERVO_TOKEN_KEYS_SECRET"
 
-// OpenKeyRing loads the key ring from the environment and, when it has a
-// source to re-read, makes it reloading (NewReloadingKeyRing, DefaultRefresh):
+// OpenKeyRing loads the key ring c names and, when it has a source to
+// re-read, makes it reloading (NewReloadingKeyRing, DefaultRefresh):
 //
-//   - SERVO_TOKEN_KEYS_SECRET set: the secret's latest version, read by the
-//     RingSource secret returns for its name. The ring starts from
-//     SERVO_TOKEN_KEYS when that is set too (no read before the first
-//     re-read), otherwise from one read now.
-//   - SERVO_TOKEN_KEYS_FILE set: the file, re-read.
-//   - otherwise LoadKeyRing: SERVO_TOKEN_KEYS, never re-read.
-func OpenKeyRing(ctx context.Context, secret func(name string) RingSource) (*KeyRing, error) {
-	if name := os.Getenv(EnvKeysSecret); name != "" {
+//   - c.Secret set: the secret's latest version, read by the RingSource secret
+//     returns for its name. The ring starts from c.JSON when that is set
+//     too (no read before the first re-read), otherwise from one read now.
+//   - c.File set: the file, re-read.
+//   - otherwise LoadKeyRing: c.JSON, never re-read.
+func OpenKeyRing(ctx context.Context, c KeyConfig, secret func(name string) RingSource) (*KeyRing, error) {
+	if c.Secret != "" {
 		if secret == nil {
 			return nil, fmt.Errorf("token: %s is set but no Secret Manager source was given", EnvKeysSecret)
 		}
-		if _, file := os.LookupEnv(EnvKeysFile); file {
+		if c.File != "" {
 			return nil, fmt.Errorf("token: both %s and %s are set; set one", EnvKeysSecret, EnvKeysFile)
 		}
-		var initial []byte
-		if data, ok := os.LookupEnv(EnvKeys); ok {
-			initial = []byte(data)
+		var initial []byte // nil: read the secret now
+		if len(c.JSON) > 0 {
+			initial = c.JSON
 		}
-		r, err := NewReloadingKeyRing(ctx, initial, secret(name), 0)
+		r, err := NewReloadingKeyRing(ctx, initial, secret(c.Secret), 0)
 		if err != nil {
 			return nil, fmt.Errorf("token: %s: %w", EnvKeysSecret, err)
 		}
 		return r, nil
 	}
-	if path := os.Getenv(EnvKeysFile); path != "" {
-		if _, inline := os.LookupEnv(EnvKeys); inline {
+	if c.File != "" {
+		if len(c.JSON) > 0 {
 			return nil, fmt.Errorf("token: both %s and %s are set; set one", EnvKeys, EnvKeysFile)
 		}
-		r, err := NewReloadingKeyRing(ctx, nil, RingFileSource(path), 0)
+		r, err := NewReloadingKeyRing(ctx, nil, RingFileSource(c.File), 0)
 		if err != nil {
-			return nil, fmt.Errorf("token: %s %s: %w", EnvKeysFile, path, err)
+			return nil, fmt.Errorf("token: %s %s: %w", EnvKeysFile, c.File, err)
 		}
 		return r, nil
 	}
-	return LoadKeyRing()
+	return LoadKeyRing(c)
 }

@@ -245,28 +245,23 @@ func TestOpenKeyRing(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		env       map[string]string
+		c         KeyConfig
 		reads     int32
 		reloading bool
 		wantErr   bool
 	}{
-		{"secret with the env copy: no read", map[string]string{EnvKeysSecret: "projects/p/secrets/s", EnvKeys: string(mustJSON(t, r1))}, 0, true, false},
-		{"secret alone: one read", map[string]string{EnvKeysSecret: "projects/p/secrets/s"}, 1, true, false},
-		{"secret and file", map[string]string{EnvKeysSecret: "projects/p/secrets/s", EnvKeysFile: path}, 0, false, true},
-		{"file", map[string]string{EnvKeysFile: path}, 0, true, false},
-		{"inline", map[string]string{EnvKeys: string(mustJSON(t, r1))}, 0, false, false},
+		{"secret with the env copy: no read", KeyConfig{Secret: "projects/p/secrets/s", JSON: mustJSON(t, r1)}, 0, true, false},
+		{"secret alone: one read", KeyConfig{Secret: "projects/p/secrets/s"}, 1, true, false},
+		{"secret and file", KeyConfig{Secret: "projects/p/secrets/s", File: path}, 0, false, true},
+		{"file", KeyConfig{File: path}, 0, true, false},
+		{"file and json", KeyConfig{File: path, JSON: mustJSON(t, r1)}, 0, false, true},
+		{"inline", KeyConfig{JSON: mustJSON(t, r1)}, 0, false, false},
+		{"nothing", KeyConfig{}, 0, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{EnvKeys, EnvKeysFile, EnvKeysSecret} {
-				t.Setenv(k, "")
-				os.Unsetenv(k)
-			}
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
 			secretReads.Store(0)
-			r, err := OpenKeyRing(context.Background(), secret)
+			r, err := OpenKeyRing(context.Background(), tc.c, secret)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v", err)
 			}

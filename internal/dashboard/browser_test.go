@@ -26,6 +26,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/task"
@@ -135,7 +136,8 @@ func stack(t *testing.T) *fixture {
 		}
 		f.stack, fixErr = devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true, Traces: f.traces,
-			SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"held": srv.URL, "traced": tracedSrv.URL, "beats": beatsSrv.URL},
+			WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+			SweepEvery:  200 * time.Millisecond, Workers: map[string]string{"held": srv.URL, "traced": tracedSrv.URL, "beats": beatsSrv.URL},
 			// Only tenant "limited" has limits (TestTenantUsage).
 			Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 3, MaxQueued: 20}}},
 		})

@@ -1,10 +1,11 @@
 // Package devstack runs Servo's whole local stack in one process: the
 // official Firestore and Pub/Sub emulators, Servo's Cloud Tasks emulator,
-// the control API, the callbacks, the sweeper (driven the production way:
-// a ticker publishes to a Pub/Sub topic whose push subscription calls the
-// CloudEvent function through functions-framework-go), the events
-// publisher, one Cloud Tasks queue per worker, and the example worker as
-// worker "example". `servo dev` and the end-to-end tests use it.
+// the handlers server.New builds (the control API, the callbacks, the
+// sweeper, driven the production way: a ticker publishes to a Pub/Sub
+// topic whose push subscription calls the CloudEvent function through
+// functions-framework-go; the events publisher), one Cloud Tasks queue per
+// worker, and the in-process workers it is given (`servo dev`: the example
+// worker as worker "example"). `servo dev` and the end-to-end tests use it.
 package devstack
 
 import (
@@ -20,7 +21,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,12 +37,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
-	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
@@ -50,6 +48,7 @@ import (
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/server"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -76,7 +75,8 @@ const (
 	// and shard every second), which are most of the Firestore emulator's
 	// work.
 	DefaultDueShards = 1
-	// ExampleWorker is the name of the built-in example worker.
+	// ExampleWorker is the name `servo dev` gives the example worker
+	// (Options.WorkerFuncs).
 	ExampleWorker = "example"
 	// SweepTopic is the topic the scheduler ticker publishes to.
 	SweepTopic = "servo-sweep"
@@ -86,14 +86,20 @@ const (
 
 // Options configure a Stack.
 type Options struct {
-	// Addr is where the API, callbacks, sweeper push endpoint and example
-	// worker listen; default DefaultAddr ("127.0.0.1:0" picks a free port).
+	// Addr is where the API, callbacks, sweeper push endpoint and
+	// in-process workers listen; default DefaultAddr ("127.0.0.1:0" picks
+	// a free port).
 	Addr string
 	// Project is the Google Cloud project id used with the emulators.
 	Project string
 	// Workers are external workers, name → URL (http:// on loopback is
 	// accepted); each gets its own queue.
 	Workers map[string]string
+	// WorkerFuncs are in-process workers, name → the function that runs
+	// an attempt (servo dev: the example worker's, as ExampleWorker). Each
+	// is served by worker.Handler, with the stack's logger and
+	// WorkerOptions, at /workers/{name} on Addr, and gets its own queue.
+	WorkerFuncs map[string]worker.Func
 	// SweepEvery is the sweeper's cadence; default 1 s. The scheduler
 	// ticker publishes every TicksPerWindow × SweepEvery.
 	SweepEvery time.Duration
@@ -112,7 +118,7 @@ type Options struct {
 	ReuseEmulators bool
 	// Log receives the components' JSON logs; default io.Discard.
 	Log io.Writer
-	// WorkerOptions are passed to the example worker's handler.
+	// WorkerOptions are passed to the handlers of WorkerFuncs.
 	WorkerOptions []worker.Option
 	// DueShards is the number of due shards (store.WithDueShards,
 	// SERVO_DUE_SHARDS in production); default DefaultDueShards. It is
@@ -125,9 +131,9 @@ type Options struct {
 	// TasksClientOptions are passed to the Cloud Tasks client (an
 	// interceptor counting calls, in benchmarks).
 	TasksClientOptions []option.ClientOption
-	// Keys sign and verify task tokens. Default: the key ring in
-	// SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE when set (so that tokens
-	// survive a restart of the stack), else one generated at start.
+	// Keys sign and verify task tokens; default one generated at start.
+	// (servo dev passes the ring of SERVO_TOKEN_KEYS or
+	// SERVO_TOKEN_KEYS_FILE when set, so that tokens survive a restart.)
 	Keys *auth.KeyRing
 	// StoreTimeout bounds the store work of one callback and of one API
 	// request (then 503 unavailable); default the handlers' own.
@@ -171,7 +177,7 @@ type Options struct {
 
 // Stack is a running local stack.
 type Stack struct {
-	// URL is the base URL of the API, callbacks and example worker.
+	// URL is the base URL of the API, callbacks and in-process workers.
 	URL string
 	// Project is the project id used with the emulators.
 	Project string
@@ -200,8 +206,7 @@ type Stack struct {
 	emulators []*emulator.Process
 	tasksSrv  *cloudtasks.Server
 	tasks     *cloudtasksapi.Client
-	pub       *events.Publisher
-	pools     *pull.Transport
+	srv       *server.Server
 	poolPS    *pubsub.Client
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -253,18 +258,28 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.URL = "http://" + lis.Addr().String()
 
-	// 3. State, keys, events.
+	// 3. State, keys, the events topics.
 	if err := waitEmulators(); err != nil {
 		lis.Close()
 		return nil, err
 	}
-	if o.Quotas != nil {
-		o.StoreOptions = append(o.StoreOptions[:len(o.StoreOptions):len(o.StoreOptions)], store.WithQuotas(o.Quotas))
-	}
 	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
 		s.IdentityKey = auth.NewDevKey()
 	}
-	if s.Store, err = openStore(ctx, o); err != nil {
+	// As in production (a Scheduler tick a minute, each invocation
+	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
+	// an invocation that sweeps every SweepEvery until just before the next
+	// tick.
+	tickEvery, window := sweepSchedule(o.SweepEvery)
+	cfg := config.Default()
+	cfg.Project, cfg.CallbackBaseURL = o.Project, &url.URL{Scheme: "http", Host: lis.Addr().String()}
+	cfg.JobsDispatchURL = cfg.CallbackBaseURL.JoinPath(jobs.DispatchPath)
+	cfg.SweepEvery, cfg.SweepWindow, cfg.MaxRedrives, cfg.StartTimeout = o.SweepEvery, window, o.MaxRedrives, o.StartTimeout
+	cfg.DueShards, cfg.Access = cmp.Or(o.DueShards, DefaultDueShards), o.Access
+	if o.Quotas != nil {
+		cfg.Quotas = o.Quotas
+	}
+	if s.Store, err = openStore(ctx, o, &cfg); err != nil {
 		lis.Close()
 		return nil, err
 	}
@@ -285,15 +300,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: pubsub topics: %w", err)
 	}
-	if s.pub, err = events.New(ctx, events.Config{Store: s.Store, Client: s.PubSub, Logger: s.log}); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
-	}
-	s.Store.OnCommit(s.pub.Hook())
-	s.Events = s.pub
 
 	// 4. Workers and their queues.
-	s.Workers = enqueue.Workers{ExampleWorker: s.worker(ExampleWorker, s.URL+"/workers/"+ExampleWorker)}
+	s.Workers = enqueue.Workers{}
+	for name := range o.WorkerFuncs {
+		s.Workers[name] = s.worker(name, s.URL+"/workers/"+name)
+	}
 	for name, u := range o.Workers {
 		s.Workers[name] = s.worker(name, u)
 	}
@@ -311,6 +323,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
+	cfg.Workers = s.Workers
 	if err := s.startPools(ctx, o); err != nil {
 		lis.Close()
 		return nil, err
@@ -324,38 +337,27 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.Enqueuer, err = enqueue.New(enqueue.Config{Store: s.Store, Tasks: s.tasks, Keys: s.Keys, Workers: s.Workers, CallbackBaseURL: s.URL, Logger: s.log, Pools: s.pools,
-		JobDispatchURL: s.URL + jobs.DispatchPath, Executions: s.Jobs}); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
-	}
 
-	// 5. Handlers on one address.
-	// As in production (a Scheduler tick a minute, each invocation
-	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
-	// an invocation that sweeps every SweepEvery until just before the next
-	// tick.
-	tickEvery, window := sweepSchedule(o.SweepEvery)
-	sweeper, err := zombie.New(zombie.Config{Store: s.Store, Enqueuer: s.Enqueuer, Redriver: s.pub, Recorder: s.Store, Logger: s.log, MaxRedrives: o.MaxRedrives,
-		Every: o.SweepEvery, Window: window})
+	// 5. Servo's handlers, as in production but for the emulators' clients,
+	// the dev identities and the local minimum timer; on one address.
+	s.srv, err = server.New(ctx, cfg, server.Options{
+		Store: s.Store, PubSub: s.PubSub, PoolPubSub: s.poolPS, Tasks: s.tasks, Keys: s.Keys, Runner: s.Jobs, Logger: s.log,
+		Verifiers:     []auth.IdentityVerifier{auth.DevVerifier{Key: s.IdentityKey}},
+		ClaimIdentity: pull.DevIdentity(),
+		MinTimer:      task.MinTimerLocal, StoreTimeout: o.StoreTimeout,
+		// The task page's trace timeline; kept under an access policy
+		// (servo dev --access), on the developer's own machine.
+		Dashboard: dashboard.Config{Traces: o.Traces}, DashboardUnderPolicy: true,
+	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	routerURL, err := registerSweeper(runCtx, s.id, sweeper)
+	s.Enqueuer, s.Events = s.srv.Enqueuer, s.srv.Events
+	routerURL, err := registerSweeper(runCtx, s.id, s.srv.Sweeper)
 	if err != nil {
 		lis.Close()
 		return nil, err
-	}
-	api := dispatcher.NewHandler(dispatcher.Config{Store: s.Store, Enqueuer: s.Enqueuer, Logger: s.log, MinTimer: task.MinTimerLocal, DefaultStartTimeout: o.StartTimeout, Project: o.Project, RequestTimeout: o.StoreTimeout,
-		Access: o.Access, Verifiers: []auth.IdentityVerifier{auth.DevVerifier{Key: s.IdentityKey}}})
-	cb := callbacks.NewHandler(callbacks.Config{Store: s.Store, Keys: s.Keys, Enqueuer: s.Enqueuer, Logger: s.log, Project: o.Project, StoreTimeout: o.StoreTimeout})
-	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
-	example := worker.Handler(partitions.Process, wopts...)
-	dispatch, err := jobs.NewHandler(jobs.Config{Store: s.Store, Keys: s.Keys, Workers: s.Workers, Runner: s.Jobs, Logger: s.log, Project: o.Project})
-	if err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	target, _ := url.Parse(routerURL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -370,26 +372,24 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		fmt.Fprint(w, `{"status":"ok"}`)
 	})
 	for _, kind := range []string{"started", "heartbeat", "completed"} {
-		mux.Handle("/v1/tasks/{taskId}/"+kind, cb)
+		mux.Handle("/v1/tasks/{taskId}/"+kind, s.srv.Callbacks)
 	}
-	mux.Handle("/workers/"+ExampleWorker, example)
-	if s.pools != nil {
-		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{Store: s.Store, Enqueuer: s.Enqueuer, Transport: s.pools, Identity: pull.DevIdentity(), Logger: s.log, Project: o.Project}))
+	wopts := append([]worker.Option{worker.WithLogger(s.log)}, o.WorkerOptions...)
+	for name, fn := range o.WorkerFuncs {
+		mux.Handle("/workers/"+name, worker.Handler(fn, wopts...))
+	}
+	if len(o.PullPools) > 0 {
+		mux.Handle(pull.ClaimPath, s.srv.Claim)
 	}
 	mux.Handle("POST "+sweepPath, proxy)
-	mux.Handle(jobs.DispatchPath, dispatch)
-	mux.Handle("/", api)
+	mux.Handle(jobs.DispatchPath, s.srv.Jobs)
+	mux.Handle("/", s.srv.API) // and the dashboard, at dashboard.Prefix
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	if o.Traces != nil {
 		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
 	}
-	dash := dashboard.Config{Store: s.Store, API: api, Logger: s.log}
-	if o.Traces != nil {
-		dash.Traces = o.Traces // the task page's trace timeline
-	}
-	mux.Handle(dashboard.Prefix, dashboard.New(dash))
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -409,10 +409,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	return s, nil
 }
 
-// openStore opens the stack's store with o.DueShards due shards, or more
-// when the database already holds tasks or outbox entries in higher shards.
-func openStore(ctx context.Context, o Options) (*store.Store, error) {
-	shards := cmp.Or(o.DueShards, DefaultDueShards)
+// openStore opens the stack's store with cfg's due shards, or more when
+// the database already holds tasks or outbox entries in higher shards,
+// and sets cfg.DueShards to the store's.
+func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store, error) {
 	open := func(opts ...store.Option) (*store.Store, error) {
 		st, err := store.New(ctx, o.Project, opts...)
 		if err != nil {
@@ -421,7 +421,8 @@ func openStore(ctx context.Context, o Options) (*store.Store, error) {
 		return st, nil
 	}
 	// Options.StoreOptions may set the shards too (tests).
-	st, err := open(append([]store.Option{store.WithDueShards(shards)}, o.StoreOptions...)...)
+	opts := append(server.StoreOptions(*cfg), o.StoreOptions...)
+	st, err := open(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -430,23 +431,22 @@ func openStore(ctx context.Context, o Options) (*store.Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if inUse <= st.DueShards() {
-		return st, nil
+	if inUse > st.DueShards() {
+		st.Close()
+		if st, err = open(append(opts, store.WithDueShards(inUse))...); err != nil {
+			return nil, err
+		}
 	}
-	st.Close()
-	return open(append(slices.Clone(o.StoreOptions), store.WithDueShards(inUse))...)
+	cfg.DueShards = st.DueShards()
+	return st, nil
 }
 
-// keyRing returns given, else the key ring of the environment
-// (auth.LoadKeyRing), else a new one.
+// keyRing returns given, else a new ring.
 func keyRing(given *auth.KeyRing) (*auth.KeyRing, error) {
 	if given != nil {
 		return given, nil
 	}
-	r, err := auth.LoadKeyRing()
-	if errors.Is(err, auth.ErrNoKeys) {
-		r, _, err = auth.GenerateKeyRing("local-1")
-	}
+	r, _, err := auth.GenerateKeyRing("local-1")
 	return r, err
 }
 
@@ -643,8 +643,8 @@ func (s *Stack) Close() error {
 			cancel()
 		}
 		s.wg.Wait()
-		if s.pub != nil {
-			s.pub.Close()
+		if s.srv != nil {
+			s.srv.Close()
 		}
 		if s.PubSub != nil {
 			s.PubSub.Close()

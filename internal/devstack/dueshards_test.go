@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/worker"
 )
 
 // TestDueShards: a stack on an empty database sweeps DefaultDueShards
@@ -19,7 +21,8 @@ func TestDueShards(t *testing.T) {
 	ctx := context.Background()
 	project := emulatortest.ProjectID(t)
 	open := func(shards int) *devstack.Stack {
-		s, err := devstack.Start(ctx, devstack.Options{Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true, DueShards: shards, SweepEvery: time.Hour})
+		s, err := devstack.Start(ctx, devstack.Options{Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true, DueShards: shards, SweepEvery: time.Hour,
+			WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,8 +18,10 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/worker"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -88,7 +90,8 @@ func start(t *testing.T, opts ...func(*devstack.Options)) *env {
 	ctx := context.Background()
 	o := devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
-		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"scripted": w.srv.URL},
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  100 * time.Millisecond, Workers: map[string]string{"scripted": w.srv.URL},
 	}
 	for _, opt := range opts {
 		opt(&o)

@@ -10,7 +10,8 @@ import (
 )
 
 // startPools creates the pull pools' topics and subscriptions on the
-// Pub/Sub emulator and the transport that publishes and receives them.
+// Pub/Sub emulator, and the client their transport publishes and receives
+// with.
 func (s *Stack) startPools(ctx context.Context, o Options) error {
 	if len(o.PullPools) == 0 {
 		return nil
@@ -19,7 +20,6 @@ func (s *Stack) startPools(ctx context.Context, o Options) error {
 	if s.poolPS, err = pubsub.NewClient(ctx, o.Project, o.PoolPubSubOptions...); err != nil {
 		return fmt.Errorf("devstack: pool pubsub client: %w", err)
 	}
-	s.pools = pull.NewTransport(s.poolPS)
 	admin := pull.NewTransport(s.PubSub) // not through a test's proxy
 	for name := range o.PullPools {
 		if err := admin.Ensure(ctx, name); err != nil {

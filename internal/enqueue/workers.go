@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"regexp"
 	"sort"
 )
 
-// WorkersEnv holds the worker configuration as JSON:
+// WorkersEnv is the variable that holds the worker configuration as JSON
+// (read by package config; ParseWorkers names it in errors):
 //
 //	{"render": {"url": "https://render-abc.a.run.app/", "queue": "projects/P/locations/L/queues/render",
 //	            "serviceAccount": "tasks-invoker@P.iam.gserviceaccount.com"}}
@@ -95,15 +95,6 @@ func ParseWorkers(data []byte, allowLoopbackHTTP bool) (Workers, error) {
 		return nil, fmt.Errorf("%s: %w", WorkersEnv, err)
 	}
 	return ws, ws.Validate(allowLoopbackHTTP)
-}
-
-// LoadWorkers reads SERVO_WORKERS; an unset variable is no workers.
-func LoadWorkers(allowLoopbackHTTP bool) (Workers, error) {
-	v := os.Getenv(WorkersEnv)
-	if v == "" {
-		return Workers{}, nil
-	}
-	return ParseWorkers([]byte(v), allowLoopbackHTTP)
 }
 
 // Validate checks every worker.

@@ -27,6 +27,7 @@ import (
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/jobs"
 	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/worker"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -68,7 +69,8 @@ func startStack(t *testing.T, jobWorkers map[string]string) *stack {
 	}
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
-		SweepEvery: 100 * time.Millisecond, Log: lf, JobWorkers: jobWorkers,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  100 * time.Millisecond, Log: lf, JobWorkers: jobWorkers,
 	})
 	if err != nil {
 		t.Fatal(err)

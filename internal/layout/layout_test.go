@@ -251,7 +251,11 @@ var layers = [][]string{
 	// The control plane's handlers: the design card's folders and their
 	// siblings.
 	{"dispatcher", "callbacks", "zombie", "internal/jobs", "internal/pull", "internal/dashboard"},
-	{"internal/faults", "examples/worker"},
+	// The configuration (its defaults are the handlers'), then the one
+	// constructor that wires the handlers from it.
+	{"internal/config", "internal/faults", "examples/worker"},
+	{"internal/server"},
+	// Production's entry points and the local stack only call it.
 	{"functions", "internal/devstack"},
 	{"", "cmd/servo"},
 }

@@ -14,8 +14,10 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/worker"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -41,7 +43,8 @@ func sharedEnv(t testing.TB) *env {
 	shared.once.Do(func() {
 		shared.stack, shared.err = devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: "servo-pull-shared", ReuseEmulators: true,
-			SweepEvery: 100 * time.Millisecond, PullPools: sharedPools,
+			WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+			SweepEvery:  100 * time.Millisecond, PullPools: sharedPools,
 		})
 	})
 	if shared.err != nil {
@@ -62,6 +65,7 @@ func start(t *testing.T, pools map[string][]string, opts ...func(*devstack.Optio
 	o := devstack.Options{
 		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
 		SweepEvery: 100 * time.Millisecond, PullPools: pools,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 	}
 	for _, opt := range opts {
 		opt(&o)

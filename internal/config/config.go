@@ -1,0 +1,320 @@
+// Package config is the server's configuration: one typed Config, its
+// defaults (Default) and FromEnv, the only place the server reads its
+// environment variables. docs/configuration.md documents every variable
+// in one table; a test keeps the table and FromEnv in step.
+//
+// The local stack (package devstack) builds a Config itself, from
+// Default, rather than from the environment.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// The environment variables FromEnv reads (docs/configuration.md).
+const (
+	EnvProject            = "SERVO_PROJECT"
+	EnvGoogleCloudProject = "GOOGLE_CLOUD_PROJECT"
+	EnvFirestoreDatabase  = "SERVO_FIRESTORE_DATABASE"
+	EnvTokenKeys          = auth.EnvKeys
+	EnvTokenKeysFile      = auth.EnvKeysFile
+	EnvTokenKeysSecret    = auth.EnvKeysSecret
+	EnvCallbackBaseURL    = "SERVO_CALLBACK_BASE_URL"
+	EnvWorkers            = enqueue.WorkersEnv
+	EnvJobsDispatchURL    = "SERVO_JOBS_DISPATCH_URL"
+	EnvJobsContainer      = "SERVO_JOBS_CONTAINER"
+	EnvEventsTopic        = "SERVO_EVENTS_TOPIC"
+	EnvDeadLetterTopic    = "SERVO_DEAD_LETTER_TOPIC"
+	EnvSweepEvery         = "SERVO_SWEEP_EVERY"
+	EnvSweepWindow        = "SERVO_SWEEP_WINDOW"
+	EnvMaxRedrives        = "SERVO_MAX_REDRIVES"
+	EnvStartTimeout       = "SERVO_START_TIMEOUT"
+	EnvDueShards          = "SERVO_DUE_SHARDS"
+	EnvMaxBodyBytes       = "SERVO_MAX_BODY_BYTES"
+	EnvClaimAudience      = "SERVO_CLAIM_AUDIENCE"
+	EnvAccess             = "SERVO_ACCESS"
+	EnvAccessFile         = "SERVO_ACCESS_FILE"
+	EnvAPIAudience        = "SERVO_API_AUDIENCE"
+	EnvQuotas             = "SERVO_QUOTAS"
+	EnvQuotasFile         = "SERVO_QUOTAS_FILE"
+	EnvService            = "K_SERVICE"
+	EnvCloudTasksEmulator = "CLOUD_TASKS_EMULATOR_HOST"
+)
+
+// variables are the variables FromEnv reads, every one of them, whatever
+// their values: docs/configuration.md's table lists exactly these.
+var variables = []string{
+	EnvProject, EnvGoogleCloudProject, EnvFirestoreDatabase,
+	EnvTokenKeys, EnvTokenKeysFile, EnvTokenKeysSecret,
+	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
+	EnvEventsTopic, EnvDeadLetterTopic,
+	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvDueShards,
+	EnvMaxBodyBytes, EnvClaimAudience,
+	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvQuotas, EnvQuotasFile,
+	EnvService, EnvCloudTasksEmulator,
+}
+
+// DefaultMaxBodyBytes is the default request body cap, the handlers' own
+// (dispatcher.DefaultMaxBodyBytes, callbacks.DefaultMaxBodyBytes).
+const DefaultMaxBodyBytes = 1 << 20
+
+// Config is the server's configuration. Each field names the variable
+// FromEnv reads it from; Default has the defaults.
+type Config struct {
+	// Project is the Google Cloud project (SERVO_PROJECT, else
+	// GOOGLE_CLOUD_PROJECT). Required.
+	Project string
+	// FirestoreDatabase is the Firestore database id
+	// (SERVO_FIRESTORE_DATABASE).
+	FirestoreDatabase string
+	// TokenKeys is where the task token key ring comes from
+	// (SERVO_TOKEN_KEYS, SERVO_TOKEN_KEYS_FILE, SERVO_TOKEN_KEYS_SECRET).
+	TokenKeys auth.KeyConfig
+	// CallbackBaseURL is the callbacks' base URL put in envelopes
+	// (SERVO_CALLBACK_BASE_URL). Required.
+	CallbackBaseURL *url.URL
+	// Workers are the workers by name (SERVO_WORKERS), validated.
+	Workers enqueue.Workers
+	// JobsDispatchURL is the jobs dispatch endpoint, which job workers'
+	// Cloud Tasks call (SERVO_JOBS_DISPATCH_URL); required with a job
+	// worker.
+	JobsDispatchURL *url.URL
+	// JobsContainer is the jobs' container the per-execution overrides
+	// apply to (SERVO_JOBS_CONTAINER); empty: the job's only one.
+	JobsContainer string
+	// EventsTopic and DeadLetterTopic are the Pub/Sub topics of transition
+	// events and dead letters (SERVO_EVENTS_TOPIC, SERVO_DEAD_LETTER_TOPIC).
+	EventsTopic, DeadLetterTopic string
+	// SweepEvery is the cadence of sweeps within one sweeper invocation
+	// (SERVO_SWEEP_EVERY); SweepWindow how long one invocation sweeps, 0
+	// one pass (SERVO_SWEEP_WINDOW).
+	SweepEvery, SweepWindow time.Duration
+	// MaxRedrives bounds the re-drives of one attempt before it fails with
+	// DISPATCH_TIMEOUT (SERVO_MAX_REDRIVES).
+	MaxRedrives int
+	// StartTimeout is the default start timeout of new tasks
+	// (SERVO_START_TIMEOUT).
+	StartTimeout time.Duration
+	// DueShards is the number of due shards; it may grow, never shrink
+	// (SERVO_DUE_SHARDS).
+	DueShards int
+	// MaxBodyBytes caps request bodies (SERVO_MAX_BODY_BYTES).
+	MaxBodyBytes int64
+	// ClaimAudience is the audience of pull workers' ID tokens, ServoClaim's
+	// URL (SERVO_CLAIM_AUDIENCE).
+	ClaimAudience string
+	// Access is the control API's access policy, nil open
+	// (SERVO_ACCESS, or the file SERVO_ACCESS_FILE).
+	Access *auth.Policy
+	// APIAudience is the audience the API's callers' ID tokens must have;
+	// empty: not checked (SERVO_API_AUDIENCE).
+	APIAudience string
+	// Quotas are the per-tenant and per-worker limits (SERVO_QUOTAS, or
+	// the file SERVO_QUOTAS_FILE); never nil from FromEnv.
+	Quotas *quota.Policy
+	// ServiceName names the service in telemetry (K_SERVICE, which Cloud
+	// Run sets).
+	ServiceName string
+	// CloudTasksEmulatorHost, when set, points the Cloud Tasks client at
+	// an emulator, HOST:PORT, without credentials
+	// (CLOUD_TASKS_EMULATOR_HOST), as FIRESTORE_EMULATOR_HOST and
+	// PUBSUB_EMULATOR_HOST do for their clients.
+	CloudTasksEmulatorHost string
+}
+
+// Default returns the defaults: the configuration of an empty environment,
+// less what is required.
+func Default() Config {
+	return Config{
+		FirestoreDatabase: "(default)",
+		Workers:           enqueue.Workers{},
+		EventsTopic:       events.DefaultEventsTopic,
+		DeadLetterTopic:   events.DefaultDeadLetterTopic,
+		SweepEvery:        zombie.DefaultEvery,
+		SweepWindow:       zombie.DefaultWindow,
+		MaxRedrives:       zombie.DefaultMaxRedrives,
+		StartTimeout:      api.DefaultStartTimeout,
+		DueShards:         store.DefaultDueShards,
+		MaxBodyBytes:      DefaultMaxBodyBytes,
+		Quotas:            &quota.Policy{},
+		ServiceName:       "servo",
+	}
+}
+
+// FromEnv returns the configuration the variables getenv returns set
+// (os.Getenv in production): Default, overridden by every variable set to
+// a non-empty value. It checks every variable and reports every problem,
+// each naming its variable. Files named by SERVO_ACCESS_FILE and
+// SERVO_QUOTAS_FILE are read now.
+func FromEnv(getenv func(string) string) (Config, error) {
+	env := make(map[string]string, len(variables))
+	for _, name := range variables {
+		env[name] = getenv(name)
+	}
+	get := func(name string) string {
+		v, ok := env[name]
+		if !ok {
+			panic("config: " + name + " is read but not in variables")
+		}
+		return v
+	}
+	c := Default()
+	var errs []error
+	fail := func(name string, err error) { errs = append(errs, fmt.Errorf("%s: %w", name, err)) }
+	str := func(dst *string, name string) {
+		if v := get(name); v != "" {
+			*dst = v
+		}
+	}
+	duration := func(dst *time.Duration, name string, zero bool) {
+		v := get(name)
+		if v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			fail(name, err)
+		case d < 0 || d == 0 && !zero:
+			fail(name, fmt.Errorf("%v: want a positive duration", d))
+		default:
+			*dst = d
+		}
+	}
+	integer := func(name string, min int64) (int64, bool) {
+		v := get(name)
+		if v == "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil:
+			fail(name, fmt.Errorf("%q is not a whole number", v))
+		case n < min:
+			fail(name, fmt.Errorf("%d: want at least %d", n, min))
+		default:
+			return n, true
+		}
+		return 0, false
+	}
+	absURL := func(name string) *url.URL {
+		v := get(name)
+		if v == "" {
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err == nil && ((u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
+			err = errors.New("want an absolute http(s) URL")
+		}
+		if err != nil {
+			fail(name, err)
+			return nil
+		}
+		return u
+	}
+
+	str(&c.Project, EnvGoogleCloudProject)
+	str(&c.Project, EnvProject)
+	if c.Project == "" {
+		errs = append(errs, fmt.Errorf("set %s (or %s) to the Google Cloud project", EnvProject, EnvGoogleCloudProject))
+	}
+	str(&c.FirestoreDatabase, EnvFirestoreDatabase)
+
+	if err := c.loadTokenKeys(get); err != nil {
+		errs = append(errs, err)
+	}
+
+	if c.CallbackBaseURL = absURL(EnvCallbackBaseURL); c.CallbackBaseURL == nil && get(EnvCallbackBaseURL) == "" {
+		errs = append(errs, fmt.Errorf("set %s to the ServoCallbacks URL", EnvCallbackBaseURL))
+	}
+	if v := get(EnvWorkers); v != "" {
+		var ws enqueue.Workers
+		if err := json.Unmarshal([]byte(v), &ws); err != nil {
+			fail(EnvWorkers, err)
+		} else if err := ws.Validate(false); err != nil {
+			fail(EnvWorkers, err)
+		} else {
+			c.Workers = ws
+		}
+	}
+	c.JobsDispatchURL = absURL(EnvJobsDispatchURL)
+	if c.JobsDispatchURL == nil && get(EnvJobsDispatchURL) == "" {
+		for _, name := range c.Workers.Names() {
+			if c.Workers[name].Job != "" {
+				errs = append(errs, fmt.Errorf("worker %q runs a Cloud Run Job: set %s to the ServoJobs URL", name, EnvJobsDispatchURL))
+				break
+			}
+		}
+	}
+	str(&c.JobsContainer, EnvJobsContainer)
+	str(&c.EventsTopic, EnvEventsTopic)
+	str(&c.DeadLetterTopic, EnvDeadLetterTopic)
+
+	duration(&c.SweepEvery, EnvSweepEvery, false)
+	duration(&c.SweepWindow, EnvSweepWindow, true) // 0: one pass a tick
+	duration(&c.StartTimeout, EnvStartTimeout, false)
+	if n, ok := integer(EnvMaxRedrives, 1); ok {
+		c.MaxRedrives = int(n)
+	}
+	if n, ok := integer(EnvDueShards, 1); ok {
+		c.DueShards = int(n)
+	}
+	if n, ok := integer(EnvMaxBodyBytes, 1); ok {
+		c.MaxBodyBytes = n
+	}
+
+	str(&c.ClaimAudience, EnvClaimAudience)
+	str(&c.APIAudience, EnvAPIAudience)
+	var err error
+	if c.Access, err = auth.LoadPolicy(get, EnvAccess, EnvAccessFile); err != nil {
+		errs = append(errs, err)
+	}
+	if q, err := quota.Load(get, EnvQuotas, EnvQuotasFile); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Quotas = q
+	}
+	str(&c.ServiceName, EnvService)
+	str(&c.CloudTasksEmulatorHost, EnvCloudTasksEmulator)
+
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// loadTokenKeys sets c.TokenKeys: one of the ring's JSON and its file,
+// and the secret or not; the JSON must parse. Errors never quote a key.
+func (c *Config) loadTokenKeys(get func(string) string) error {
+	k := auth.KeyConfig{File: get(EnvTokenKeysFile), Secret: get(EnvTokenKeysSecret)}
+	if v := get(EnvTokenKeys); v != "" {
+		k.JSON = []byte(v)
+	}
+	switch {
+	case len(k.JSON) > 0 && k.File != "":
+		return fmt.Errorf("both %s and %s are set; set one", EnvTokenKeys, EnvTokenKeysFile)
+	case k.Secret != "" && k.File != "":
+		return fmt.Errorf("both %s and %s are set; set one", EnvTokenKeysSecret, EnvTokenKeysFile)
+	case len(k.JSON) == 0 && k.File == "" && k.Secret == "":
+		return fmt.Errorf("%w (or %s)", auth.ErrNoKeys, EnvTokenKeysSecret)
+	case len(k.JSON) > 0:
+		if _, err := auth.ParseKeyRing(k.JSON); err != nil {
+			return fmt.Errorf("%s: %w", EnvTokenKeys, err)
+		}
+	}
+	c.TokenKeys = k
+	return nil
+}

@@ -1,0 +1,237 @@
+// Package server builds Servo's handlers, once for every way Servo runs:
+// the control API (with the web dashboard), the worker callbacks, the
+// sweeper, the pull pools' claim endpoint and the jobs dispatch endpoint,
+// from a config.Config and the clients the caller has made. Package
+// functions calls New with the configuration of the environment and
+// Google's clients; package devstack with a configuration it builds and
+// the emulators' clients.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/servo-dev/servo/callbacks"
+	"github.com/servo-dev/servo/dispatcher"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/config"
+	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// Options are what New does not make from the configuration: the clients,
+// the key ring, and where the local stack differs from production. The
+// zero value of each optional field is production's choice.
+type Options struct {
+	// Store is the Firestore store, opened with StoreOptions. Required.
+	Store *store.Store
+	// PubSub is the Pub/Sub client of the events. Required.
+	PubSub *pubsub.Client
+	// PoolPubSub is the pull pools' Pub/Sub client; default PubSub.
+	PoolPubSub *pubsub.Client
+	// Tasks is the Cloud Tasks client. Required.
+	Tasks *cloudtasks.Client
+	// Keys sign and verify task tokens. Required.
+	Keys *auth.KeyRing
+	// Runner runs job workers' attempts (jobs.CloudRun, jobs.Local); nil
+	// runs none: the jobs dispatch endpoint refuses every dispatch.
+	Runner jobs.Runner
+	// Logger defaults to logs.Default().
+	Logger *slog.Logger
+	// Now is the handlers' clock; default time.Now.
+	Now func() time.Time
+
+	// Verifiers check the control API's callers; default Google ID
+	// tokens, of audience Config.APIAudience when set.
+	Verifiers []auth.IdentityVerifier
+	// ClaimIdentity names who claims from a pull pool; default a Google
+	// ID token of audience Config.ClaimAudience, and no claim endpoint
+	// when that is empty.
+	ClaimIdentity pull.Identity
+	// MinTimer is the shortest timer a task may ask for; default
+	// task.MinTimerProduction.
+	MinTimer time.Duration
+	// StoreTimeout bounds the store work of one API request or callback
+	// (then 503); default the handlers' own.
+	StoreTimeout time.Duration
+	// Dashboard configures the web dashboard (Traces, CloudTraceProject);
+	// New sets its Store, API and Logger.
+	Dashboard dashboard.Config
+	// DashboardUnderPolicy serves the dashboard under an access policy
+	// too (the local stack). By default it is served only while the policy
+	// is open: it reads every tenant's tasks, and would go around it.
+	DashboardUnderPolicy bool
+}
+
+// Server is Servo's handlers and the parts they share.
+type Server struct {
+	// Config is the configuration the server was built with.
+	Config config.Config
+	// Enqueuer hands attempts to Cloud Tasks, pull pools and jobs.
+	Enqueuer *enqueue.Enqueuer
+	// Events publishes transition events after each commit (the store's
+	// commit hook) and re-drives the outbox (the sweeper); Close stops it.
+	Events *events.Publisher
+	// Pools is the pull pools' transport.
+	Pools *pull.Transport
+
+	// API is the control API, with the dashboard under dashboard.Prefix
+	// when it is served (Options.DashboardUnderPolicy).
+	API http.Handler
+	// Callbacks serves the workers' started, heartbeat and completed.
+	Callbacks http.Handler
+	// Sweeper is the sweeper, driven by scheduler ticks.
+	Sweeper *zombie.Sweeper
+	// Claim serves pull.ClaimPath; nil when there is no ClaimIdentity.
+	Claim http.Handler
+	// Jobs is the jobs dispatch endpoint, which job workers' Cloud Tasks
+	// call (served at jobs.DispatchPath locally).
+	Jobs http.Handler
+}
+
+// StoreOptions are the store options of cfg: its database, due shards
+// and quotas.
+func StoreOptions(cfg config.Config) []store.Option {
+	opts := []store.Option{store.WithDueShards(cfg.DueShards)}
+	if cfg.FirestoreDatabase != "" {
+		opts = append(opts, store.WithDatabase(cfg.FirestoreDatabase))
+	}
+	if cfg.Quotas != nil {
+		opts = append(opts, store.WithQuotas(cfg.Quotas))
+	}
+	return opts
+}
+
+// New builds the handlers. It starts the events publisher and registers
+// its hook on o.Store; Close stops it.
+func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
+	if o.Store == nil || o.PubSub == nil || o.Tasks == nil || o.Keys == nil {
+		return nil, errors.New("server: Store, PubSub, Tasks and Keys are required")
+	}
+	if cfg.CallbackBaseURL == nil {
+		return nil, errors.New("server: Config.CallbackBaseURL is required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = logs.Default()
+	}
+	poolPS := o.PoolPubSub
+	if poolPS == nil {
+		poolPS = o.PubSub
+	}
+	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
+
+	ecfg := enqueue.Config{
+		Store: o.Store, Tasks: o.Tasks, Keys: o.Keys, Workers: cfg.Workers, CallbackBaseURL: cfg.CallbackBaseURL.String(),
+		Logger: log, Now: o.Now, Pools: s.Pools,
+	}
+	if cfg.JobsDispatchURL != nil {
+		ecfg.JobDispatchURL = cfg.JobsDispatchURL.String()
+	}
+	if o.Runner != nil {
+		ecfg.Executions = o.Runner
+	}
+	var err error
+	if s.Enqueuer, err = enqueue.New(ecfg); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+
+	if s.Events, err = events.New(ctx, events.Config{
+		Store: o.Store, Client: o.PubSub, Logger: log, Now: o.Now,
+		EventsTopic: cfg.EventsTopic, DeadLetterTopic: cfg.DeadLetterTopic,
+	}); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	o.Store.OnCommit(s.Events.Hook())
+
+	if s.Sweeper, err = zombie.New(zombie.Config{
+		Store: o.Store, Enqueuer: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Logger: log, Now: o.Now,
+		Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives,
+	}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+
+	verifiers := o.Verifiers
+	if verifiers == nil {
+		// Production verifies Google ID tokens only: a dev identity token
+		// is never accepted.
+		verifiers = []auth.IdentityVerifier{auth.GoogleVerifier{Audience: cfg.APIAudience}}
+	}
+	api := dispatcher.NewHandler(dispatcher.Config{
+		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
+		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
+		Access: cfg.Access, Verifiers: verifiers,
+	})
+	s.API = api
+	if cfg.Access.IsOpen() || o.DashboardUnderPolicy {
+		d := o.Dashboard
+		d.Store, d.Logger = o.Store, log
+		s.API = mountDashboard(api, d)
+	}
+
+	s.Callbacks = callbacks.NewHandler(callbacks.Config{
+		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
+		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout,
+	})
+
+	identity := o.ClaimIdentity
+	if identity == nil && cfg.ClaimAudience != "" {
+		identity = pull.IDToken(cfg.ClaimAudience, nil)
+	}
+	if identity != nil {
+		mux := http.NewServeMux()
+		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{
+			Store: o.Store, Enqueuer: s.Enqueuer, Transport: s.Pools, Identity: identity, Logger: log, Now: o.Now, Project: cfg.Project,
+		}))
+		s.Claim = mux
+	}
+
+	runner := o.Runner
+	if runner == nil {
+		// No job worker: every dispatch is refused (400) before a runner
+		// is asked; one that knows no job stands in.
+		runner = jobs.NewLocal(nil, nil, log)
+	}
+	if s.Jobs, err = jobs.NewHandler(jobs.Config{
+		Store: o.Store, Keys: o.Keys, Workers: cfg.Workers, Runner: runner, Logger: log, Now: o.Now, Project: cfg.Project,
+	}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return s, nil
+}
+
+// mountDashboard serves the dashboard under dashboard.Prefix and
+// everything else with api, as dashboard.Mount does, but builds the
+// dashboard on its first request: its templates cost a millisecond, which
+// the cold starts of the functions that never serve it need not pay.
+func mountDashboard(api http.Handler, d dashboard.Config) http.Handler {
+	d.API = api
+	dash := sync.OnceValue(func() http.Handler { return dashboard.New(d) })
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { dash().ServeHTTP(w, r) }))
+	mux.Handle("/", api)
+	return mux
+}
+
+// Close stops the events publisher, delivering what it holds first.
+func (s *Server) Close() {
+	if s.Events != nil {
+		s.Events.Close()
+	}
+}
