@@ -37,7 +37,7 @@ import (
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
 // docsScreenshots, when set, makes TestScreenshots write the pictures of
-// docs/screenshots there: go test ./dashboard -run TestScreenshots
+// docs/screenshots there: go test ./internal/dashboard -run TestScreenshots
 // -dashboard.screenshots=$PWD/docs/screenshots
 var docsScreenshots = flag.String("dashboard.screenshots", "", "write the documentation's screenshots of each page into this directory")
 

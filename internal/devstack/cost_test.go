@@ -192,7 +192,7 @@ func costTable(t *testing.T) []opCost {
 // Tasks and Pub/Sub on the real stack, and checks the figures docs/cost.md
 // is built on:
 //
-//	go test -run TestCostModel -v ./devstack/
+//	go test -run TestCostModel -v ./internal/devstack/
 func TestCostModel(t *testing.T) {
 	rows := costTable(t)
 	var b strings.Builder

@@ -263,7 +263,7 @@ func TestLifecycle(t *testing.T) {
 // BenchmarkLifecycle runs -lifecycle.tasks tasks (10 000 by default)
 // through the real stack with 64 simulated workers:
 //
-//	go test -run '^$' -bench BenchmarkLifecycle -benchtime 1x -timeout 60m ./devstack/
+//	go test -run '^$' -bench BenchmarkLifecycle -benchtime 1x -timeout 60m ./internal/devstack/
 func BenchmarkLifecycle(b *testing.B) {
 	lc := lifecycle{tasks: *lifecycleTasks, workers: 64, heartbeats: 3, silentEvery: 100, timeout: 45 * time.Minute}
 	for range b.N {

@@ -17,7 +17,7 @@ import (
 // workers long-poll; then claims/s, a backlog of 400 tasks drained by the
 // 8 workers. Run it with
 //
-//	go test -run '^$' -bench BenchmarkClaim -benchtime 1x ./pull/
+//	go test -run '^$' -bench BenchmarkClaim -benchtime 1x ./internal/pull/
 func BenchmarkClaim(b *testing.B) {
 	e := sharedEnv(b)
 	const pool, workers, latencyTasks, backlog = "bench", 8, 100, 400
