@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
@@ -29,8 +30,8 @@ func instrument(h *handler) http.Handler {
 // disposition; never the token or the body) and records its metrics.
 func (h *handler) observe(ctx context.Context, x *exchange, latency time.Duration) {
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(telemetry.TaskAttrs(x.taskID, x.attempt, x.tenantID, "")...)
-	span.SetAttributes(telemetry.CallbackKey.String(string(x.kind)), telemetry.DispositionKey.String(string(x.resp.Disposition)))
+	span.SetAttributes(spanattr.TaskAttrs(x.taskID, x.attempt, x.tenantID, "")...)
+	span.SetAttributes(spanattr.CallbackKey.String(string(x.kind)), spanattr.DispositionKey.String(string(x.resp.Disposition)))
 	if x.resp.Error != "" {
 		span.SetAttributes(attribute.String("error.type", x.resp.Error))
 	}

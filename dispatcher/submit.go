@@ -15,6 +15,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -70,7 +71,7 @@ func (h *handler) submit(w http.ResponseWriter, r *http.Request) {
 	// The task keeps the submit's trace context, so later hops can link
 	// to it (55 bytes on the task document).
 	t.Trace = telemetry.TraceParent(r.Context())
-	trace.SpanFromContext(r.Context()).SetAttributes(telemetry.TaskAttrs(t.ID, 1, t.TenantID, t.Worker)...)
+	trace.SpanFromContext(r.Context()).SetAttributes(spanattr.TaskAttrs(t.ID, 1, t.TenantID, t.Worker)...)
 	resp, created, err := h.submitOne(r.Context(), t, now)
 	if err != nil {
 		h.storeError(w, r, err, taskAttrs(&t)...)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/spanattr"
 )
 
 // Callback operations (the last path segment).
@@ -176,19 +177,19 @@ func (r *run) once(ctx context.Context, op, u string, b []byte) (rep reply, err 
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.requestTimeout)
 	defer cancel()
 	ctx, span := r.h.inst.tracer.Start(ctx, "POST /v1/tasks/{taskId}/"+op, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(append(taskAttrs(r.env.TaskID, r.env.Attempt, r.env.TenantID, r.env.Worker),
-			callbackKey.String(op), attribute.String("http.request.method", http.MethodPost))...))
+		trace.WithAttributes(append(spanattr.TaskAttrs(r.env.TaskID, r.env.Attempt, r.env.TenantID, r.env.Worker),
+			spanattr.CallbackKey.String(op), attribute.String("http.request.method", http.MethodPost))...))
 	defer func() {
 		if err == nil {
-			span.SetAttributes(attribute.Int("http.response.status_code", rep.status), dispositionKey.String(string(rep.disp)))
+			span.SetAttributes(attribute.Int("http.response.status_code", rep.status), spanattr.DispositionKey.String(string(rep.disp)))
 		}
-		endSpan(span, err)
+		spanattr.EndSpan(span, err)
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
 	if err != nil {
 		return reply{}, err
 	}
-	propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	spanattr.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+r.token())
 	req.Header.Set("User-Agent", userAgent)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/spanattr"
 )
 
 // Func does the work of one attempt. It returns the output (JSON-encoded
@@ -221,7 +222,7 @@ const (
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Continue the trace the delivery carries (W3C traceparent, put in the
 	// Cloud Task's headers by Servo's enqueue).
-	ctx := logs.WithTrace(propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), r, h.cfg.project)
+	ctx := logs.WithTrace(spanattr.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), r, h.cfg.project)
 	log := h.cfg.logger.With("workerId", h.cfg.workerID)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -257,7 +258,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, span := h.inst.tracer.Start(ctx, "process "+env.Worker, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(append(taskAttrs(env.TaskID, env.Attempt, env.TenantID, env.Worker),
+		trace.WithAttributes(append(spanattr.TaskAttrs(env.TaskID, env.Attempt, env.TenantID, env.Worker),
 			attribute.String("http.request.method", r.Method), attribute.String("servo.worker_id", h.cfg.workerID))...))
 	status, ans := h.deliver(ctx, env)
 	span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("servo.result", ans.Result))

@@ -2,14 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
-	"io"
-	"math/big"
-	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,62 +11,21 @@ import (
 	"google.golang.org/api/idtoken"
 	"google.golang.org/api/option"
 
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/worker"
 	"github.com/servo-dev/servo/worker/googleauth"
 )
 
-// certsTransport answers Google's certificate URL with our own JWKS, so
-// the real idtoken validator checks tokens we sign.
-type certsTransport struct {
-	jwks    []byte
-	fetches atomic.Int32
-}
-
-func (c *certsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.fetches.Add(1)
-	if r.URL.Host != "www.googleapis.com" {
-		return &http.Response{StatusCode: 404, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}, Request: r}, nil
-	}
-	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(string(c.jwks))),
-		Header: http.Header{"Content-Type": {"application/json"}}, Request: r}, nil
-}
-
 func TestOIDCVerification(t *testing.T) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b64 := base64.RawURLEncoding.EncodeToString
-	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{
-		"kid": "k1", "kty": "RSA", "alg": "RS256", "use": "sig",
-		"n": b64(key.N.Bytes()), "e": b64(big.NewInt(int64(key.E)).Bytes()),
-	}}})
-	ct := &certsTransport{jwks: jwks}
-	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: ct}))
+	google := servotest.NewGoogleIDTokens(t)
+	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(google.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const aud = "https://worker-abc-uc.a.run.app"
 	const sa = "servo-tasks@proj.iam.gserviceaccount.com"
-	sign := func(mutate func(jwt.MapClaims)) string {
-		c := jwt.MapClaims{"iss": "https://accounts.google.com", "aud": aud, "sub": "1", "email": sa, "email_verified": true,
-			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
-		if mutate != nil {
-			mutate(c)
-		}
-		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
-		tok.Header["kid"] = "k1"
-		s, err := tok.SignedString(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	other, _ := rsa.GenerateKey(rand.Reader, 2048)
-	forged := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": "https://accounts.google.com", "aud": aud, "email": sa,
-		"email_verified": true, "exp": time.Now().Add(time.Hour).Unix()})
-	forged.Header["kid"] = "k1"
-	forgedTok, _ := forged.SignedString(other)
+	sign := func(mutate func(jwt.MapClaims)) string { return google.Sign(t, aud, sa, false, mutate) }
+	forgedTok := google.Sign(t, aud, sa, true, nil)
 
 	f := newFake(t, nil)
 	var calls atomic.Int32
@@ -114,7 +66,7 @@ func TestOIDCVerification(t *testing.T) {
 			}
 		})
 	}
-	if ct.fetches.Load() == 0 {
+	if google.Fetches.Load() == 0 {
 		t.Fatal("the validator never fetched the certificates: the signature was not checked")
 	}
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -27,22 +26,12 @@ const (
 	metricRetries    = "servo.worker.retry_attempts"
 )
 
+// Attributes of the SDK's metrics besides Servo's shared keys.
 var (
-	taskIDKey      = attribute.Key("servo.task_id")
-	attemptAttr    = attribute.Key("servo.attempt")
-	tenantIDKey    = attribute.Key("servo.tenant_id")
-	workerKey      = attribute.Key("servo.worker")
-	callbackKey    = attribute.Key("servo.callback")
-	dispositionKey = attribute.Key("servo.disposition")
-	outcomeKey     = attribute.Key("servo.outcome")
-	categoryKey    = attribute.Key("error.type")
-	resultKey      = attribute.Key("servo.result")
+	outcomeKey  = attribute.Key("servo.outcome")
+	categoryKey = attribute.Key("error.type")
+	resultKey   = attribute.Key("servo.result")
 )
-
-var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-
-// propagator carries the trace context between Servo and the worker.
-var propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
 // WithTracerProvider sets where the SDK's spans go (default: the global
 // TracerProvider).
@@ -76,37 +65,10 @@ func newInstruments(tp trace.TracerProvider, mp metric.MeterProvider) *instrumen
 	// A provider that fails to make an instrument returns a no-op one with
 	// the error; the SDK then records nothing for it rather than fail work.
 	in.runs, _ = m.Int64Counter(metricRuns, metric.WithDescription("Attempts the worker SDK executed, by outcome and error category."), metric.WithUnit("{run}"))
-	in.duration, _ = m.Float64Histogram(metricDuration, metric.WithDescription("Time the worker's function ran for an attempt, by outcome."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	in.duration, _ = m.Float64Histogram(metricDuration, metric.WithDescription("Time the worker's function ran for an attempt, by outcome."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 	in.heartbeats, _ = m.Int64Counter(metricHeartbeats, metric.WithDescription("Heartbeats the worker SDK sent, by result (sent, failed)."), metric.WithUnit("{heartbeat}"))
 	in.retries, _ = m.Int64Counter(metricRetries, metric.WithDescription("Retry attempts (attempt > 1) the worker SDK executed."), metric.WithUnit("{run}"))
 	return in
-}
-
-// taskAttrs name a task's attempt on a span.
-func taskAttrs(taskID string, attempt int, tenantID, worker string) []attribute.KeyValue {
-	as := make([]attribute.KeyValue, 0, 4)
-	if taskID != "" {
-		as = append(as, taskIDKey.String(taskID))
-	}
-	if attempt > 0 {
-		as = append(as, attemptAttr.Int(attempt))
-	}
-	if tenantID != "" {
-		as = append(as, tenantIDKey.String(tenantID))
-	}
-	if worker != "" {
-		as = append(as, workerKey.String(worker))
-	}
-	return as
-}
-
-// endSpan ends span, marking it an error when err is not nil.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
 
 // recordRun counts one executed attempt.

@@ -40,6 +40,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -368,8 +369,8 @@ func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(sto
 // ShardConcurrency shards at a time, and applies its event to each, at most
 // Concurrency transactions at a time in all.
 func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats, err error) {
-	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(telemetry.DutyKey.String(d.Name)))
-	defer func() { telemetry.EndSpan(span, err) }()
+	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(spanattr.DutyKey.String(d.Name)))
+	defer func() { spanattr.EndSpan(span, err) }()
 	var (
 		mu   sync.Mutex
 		ds   DutyStats
@@ -469,7 +470,7 @@ func (s *Sweeper) applyPage(ctx context.Context, d Duty, page []task.Task, stop 
 func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats, err error) {
 	// A span per due task, in the pass's trace and linked to the task's
 	// own (the submit's trace context, stored on the task).
-	opts := []trace.SpanStartOption{trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, ""), telemetry.DutyKey.String(d.Name))...)}
+	opts := []trace.SpanStartOption{trace.WithAttributes(append(spanattr.TaskAttrs(t.ID, t.Attempt, t.TenantID, ""), spanattr.DutyKey.String(d.Name))...)}
 	if l, ok := telemetry.LinkTo(t.Trace); ok {
 		opts = append(opts, trace.WithLinks(l))
 	}
@@ -483,7 +484,7 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 			result = telemetry.SweepNoOp
 		}
 		span.SetAttributes(attribute.String("servo.result", result))
-		telemetry.EndSpan(span, err)
+		spanattr.EndSpan(span, err)
 		telemetry.RecordSweep(ctx, d.Name, result, store.DueTime(d.Due, t), s.cfg.Now())
 	}()
 	log := s.log.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "duty", d.Name)

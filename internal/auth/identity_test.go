@@ -2,20 +2,12 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"io"
-	"math/big"
-	"net/http"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/servo-dev/servo/internal/servotest"
 	"google.golang.org/api/idtoken"
 	"google.golang.org/api/option"
 )
@@ -104,66 +96,27 @@ func TestPrincipal(t *testing.T) {
 	}
 }
 
-// googleCerts answers Google's certificate URL with our own JWKS, so the
-// real idtoken validator checks the tokens a test signs.
-type googleCerts struct {
-	jwks    []byte
-	fetches atomic.Int32
-}
-
-func (c *googleCerts) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.fetches.Add(1)
-	if r.URL.Host != "www.googleapis.com" {
-		return &http.Response{StatusCode: 404, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}, Request: r}, nil
-	}
-	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(string(c.jwks))),
-		Header: http.Header{"Content-Type": {"application/json"}}, Request: r}, nil
-}
-
 func TestGoogleVerifier(t *testing.T) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := base64.RawURLEncoding.EncodeToString
-	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{
-		"kid": "g1", "kty": "RSA", "alg": "RS256", "use": "sig",
-		"n": enc(key.N.Bytes()), "e": enc(big.NewInt(int64(key.E)).Bytes()),
-	}}})
-	certs := &googleCerts{jwks: jwks}
-	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: certs}))
+	google := servotest.NewGoogleIDTokens(t)
+	v, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(google.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const aud = "https://servo-api.example.com"
 	const sa = "ci@proj.iam.gserviceaccount.com"
-	sign := func(signer *rsa.PrivateKey, mutate func(jwt.MapClaims)) string {
-		c := jwt.MapClaims{"iss": "https://accounts.google.com", "aud": aud, "sub": "1", "email": sa, "email_verified": true,
-			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
-		if mutate != nil {
-			mutate(c)
-		}
-		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
-		tok.Header["kid"] = "g1"
-		s, err := tok.SignedString(signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	sign := func(forge bool, mutate func(jwt.MapClaims)) string { return google.Sign(t, aud, sa, forge, mutate) }
 	g := GoogleVerifier{Audience: aud, Validator: v}
 	for _, c := range []struct {
 		name string
 		raw  string
 		want error
 	}{
-		{"valid", sign(key, nil), nil},
-		{"expired", sign(key, func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), ErrIdentityTokenExpired},
-		{"forged", sign(other, nil), ErrInvalidIdentityToken},
-		{"wrong audience", sign(key, func(c jwt.MapClaims) { c["aud"] = "https://elsewhere" }), ErrInvalidIdentityToken},
-		{"no email", sign(key, func(c jwt.MapClaims) { delete(c, "email") }), ErrInvalidIdentityToken},
-		{"email unverified", sign(key, func(c jwt.MapClaims) { c["email_verified"] = false }), ErrInvalidIdentityToken},
+		{"valid", sign(false, nil), nil},
+		{"expired", sign(false, func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), ErrIdentityTokenExpired},
+		{"forged", sign(true, nil), ErrInvalidIdentityToken},
+		{"wrong audience", sign(false, func(c jwt.MapClaims) { c["aud"] = "https://elsewhere" }), ErrInvalidIdentityToken},
+		{"no email", sign(false, func(c jwt.MapClaims) { delete(c, "email") }), ErrInvalidIdentityToken},
+		{"email unverified", sign(false, func(c jwt.MapClaims) { c["email_verified"] = false }), ErrInvalidIdentityToken},
 		{"garbage", "not.a.jwt", ErrInvalidIdentityToken},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -182,7 +135,7 @@ func TestGoogleVerifier(t *testing.T) {
 			}
 		})
 	}
-	if certs.fetches.Load() == 0 {
+	if google.Fetches.Load() == 0 {
 		t.Fatal("the validator never fetched the certificates: no signature was checked")
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
@@ -112,7 +113,7 @@ func stack(t *testing.T) *fixture {
 			ctx, step := telemetry.Tracer().Start(ctx, stepSpan)
 			_, failed := telemetry.Tracer().Start(ctx, failedSpan)
 			time.Sleep(50 * time.Millisecond)
-			telemetry.EndSpan(failed, errors.New("a failure the step recovers from"))
+			spanattr.EndSpan(failed, errors.New("a failure the step recovers from"))
 			wt.Progress(50, "half way")
 			time.Sleep(300 * time.Millisecond)
 			step.End()

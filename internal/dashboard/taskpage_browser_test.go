@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/telemetry"
+	"github.com/servo-dev/servo/internal/spanattr"
 )
 
 // callbackSpan reports whether s is Servo's server span of the callback
@@ -22,7 +22,7 @@ func callbackSpan(s sdktrace.ReadOnlySpan, kind string) bool {
 		return false
 	}
 	for _, a := range s.Attributes() {
-		if a.Key == telemetry.CallbackKey && a.Value.AsString() == kind {
+		if a.Key == spanattr.CallbackKey && a.Value.AsString() == kind {
 			return true
 		}
 	}

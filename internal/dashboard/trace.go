@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
@@ -190,7 +191,7 @@ func spanRow(s sdktrace.ReadOnlySpan, depth, i int, start time.Time, x func(time
 	r.W = max(1, x(s.EndTime())-r.X)
 	r.Title = fmt.Sprintf("%s (%s, %s): starts at +%s, lasts %s", r.Name, r.Service, r.Kind, fmtDuration(s.StartTime().Sub(start)), r.Duration)
 	for _, a := range s.Attributes() {
-		if a.Key == telemetry.AttemptKey {
+		if a.Key == spanattr.AttemptKey {
 			r.Title += fmt.Sprintf("; attempt %d", a.Value.AsInt64())
 		}
 	}

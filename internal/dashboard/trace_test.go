@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
@@ -43,7 +44,7 @@ func record(t *testing.T, id string, t0 time.Time, specs []spanSpec) (*telemetry
 			parent = ctxs[s.parent]
 		}
 		ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-		ctx, span := tr.Start(parent, s.name, trace.WithTimestamp(ms(s.start)), trace.WithAttributes(telemetry.TaskIDKey.String(id)))
+		ctx, span := tr.Start(parent, s.name, trace.WithTimestamp(ms(s.start)), trace.WithAttributes(spanattr.TaskIDKey.String(id)))
 		ctxs[i] = ctx
 		if i == 0 {
 			tp0 = telemetry.TraceParent(ctx)
@@ -52,12 +53,12 @@ func record(t *testing.T, id string, t0 time.Time, specs []spanSpec) (*telemetry
 		if s.err {
 			err = errors.New("boom")
 		}
-		telemetry.EndSpan(endAt{span, ms(s.end)}, err)
+		spanattr.EndSpan(endAt{span, ms(s.end)}, err)
 	}
 	return rec, tp0
 }
 
-// endAt ends its span at a given time (telemetry.EndSpan ends it now).
+// endAt ends its span at a given time (spanattr.EndSpan ends it now).
 type endAt struct {
 	trace.Span
 	at time.Time

@@ -22,6 +22,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
 )
@@ -206,7 +207,7 @@ func TestTraceAcrossEveryHop(t *testing.T) {
 	if sweeperSpan == nil {
 		t.Fatal("no sweeper span linked to the task's trace")
 	}
-	if got := attr(sweeperSpan, telemetry.DutyKey); got != "lease" {
+	if got := attr(sweeperSpan, spanattr.DutyKey); got != "lease" {
 		t.Errorf("sweeper span duty = %q, want lease", got)
 	}
 	if telemetry.SpanContextOf(eventTP).IsValid() && !linked[telemetry.SpanContextOf(eventTP).TraceID()] {
@@ -243,8 +244,8 @@ func TestTraceAcrossEveryHop(t *testing.T) {
 			t.Errorf("span %q (attempt %d) is in trace %s, neither the caller's nor linked to it", w.name, w.attempt, s.SpanContext().TraceID())
 		}
 		for _, k := range w.attrs {
-			if attr(s, telemetry.TaskIDKey) != "" && attr(s, telemetry.TaskIDKey) != id {
-				t.Errorf("span %q names task %s", w.name, attr(s, telemetry.TaskIDKey))
+			if attr(s, spanattr.TaskIDKey) != "" && attr(s, spanattr.TaskIDKey) != id {
+				t.Errorf("span %q names task %s", w.name, attr(s, spanattr.TaskIDKey))
 			}
 			if !hasKey(s, k) {
 				t.Errorf("span %q (attempt %d) lacks %s", w.name, w.attempt, k)
@@ -331,7 +332,7 @@ func hasKey(s sdktrace.ReadOnlySpan, k string) bool {
 // find returns the first span named name for attempt (0: any attempt).
 func find(spans []sdktrace.ReadOnlySpan, name string, attempt int) sdktrace.ReadOnlySpan {
 	for _, s := range spans {
-		if s.Name() == name && (attempt == 0 || attr(s, telemetry.AttemptKey) == strconv.Itoa(attempt)) {
+		if s.Name() == name && (attempt == 0 || attr(s, spanattr.AttemptKey) == strconv.Itoa(attempt)) {
 			return s
 		}
 	}
@@ -340,7 +341,7 @@ func find(spans []sdktrace.ReadOnlySpan, name string, attempt int) sdktrace.Read
 
 func findKind(spans []sdktrace.ReadOnlySpan, name string, attempt int, kind trace.SpanKind) sdktrace.ReadOnlySpan {
 	for _, s := range spans {
-		if s.SpanKind() == kind && s.Name() == name && (attempt == 0 || attr(s, telemetry.AttemptKey) == strconv.Itoa(attempt)) {
+		if s.SpanKind() == kind && s.Name() == name && (attempt == 0 || attr(s, spanattr.AttemptKey) == strconv.Itoa(attempt)) {
 			return s
 		}
 	}

@@ -47,6 +47,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -179,10 +180,10 @@ func DispatchDeadline(t *task.Task, now time.Time) time.Duration {
 // no-op) and, when t is PENDING, records that it is QUEUED.
 func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "send "+t.Worker, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(telemetry.TaskAttrs(t.ID, t.Attempt, t.TenantID, t.Worker),
+		trace.WithAttributes(append(spanattr.TaskAttrs(t.ID, t.Attempt, t.TenantID, t.Worker),
 			attribute.String("messaging.system", "gcp_cloud_tasks"), attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", t.Worker))...))
-	defer func() { telemetry.EndSpan(span, err) }()
+	defer func() { spanattr.EndSpan(span, err) }()
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.ID, err)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -26,7 +27,7 @@ func (p *Publisher) traceMessage(ctx context.Context, tr task.Transition, msg *p
 	}
 	ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	_, span := telemetry.Tracer().Start(ctx, "send "+p.events.ID(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(telemetry.TaskAttrs(tr.TaskID, tr.Attempt, tr.TenantID, tr.Worker),
+		trace.WithAttributes(append(spanattr.TaskAttrs(tr.TaskID, tr.Attempt, tr.TenantID, tr.Worker),
 			attribute.String("messaging.system", "gcp_pubsub"), attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", p.events.ID()), attribute.String("messaging.message.id", tr.EventID),
 			attribute.String("servo.to", string(tr.To)))...))

@@ -200,7 +200,7 @@ func TestSDKDependencies(t *testing.T) {
 		// counts are what the SDK adds.
 		{"api", 0, 200, nil},
 		{"client", 150, 200, nil},
-		{"worker", 250, 250, []string{"internal/logs"}},
+		{"worker", 250, 250, []string{"internal/logs", "internal/spanattr"}},
 	} {
 		t.Run(c.pkg, func(t *testing.T) {
 			deps := list(t, true, "./"+c.pkg)
@@ -240,7 +240,7 @@ func TestSDKDependencies(t *testing.T) {
 var layers = [][]string{
 	// Nothing of Servo's: the wire types, the identity rules, the log
 	// shape, the emulators, test helpers and test-only packages.
-	{"api", "internal/auth", "internal/logs", "internal/servotest", "internal/layout",
+	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker"},
 	// The state machine; the SDK and the client; key storage.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
@@ -812,9 +813,9 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 // Within one process, Apply runs one transaction per task at a time.
 func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Result, err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "firestore.transaction "+string(ev.Kind), oteltrace.WithSpanKind(oteltrace.SpanKindClient),
-		oteltrace.WithAttributes(append(telemetry.TaskAttrs(id, ev.Attempt, "", ""), attribute.String("db.system.name", "gcp.firestore"),
+		oteltrace.WithAttributes(append(spanattr.TaskAttrs(id, ev.Attempt, "", ""), attribute.String("db.system.name", "gcp.firestore"),
 			attribute.String("db.operation.name", "transaction"))...))
-	defer func() { telemetry.EndSpan(span, err) }()
+	defer func() { spanattr.EndSpan(span, err) }()
 	unlock, err := s.perTask.lock(ctx, id)
 	if err != nil {
 		return task.Result{}, wrap("apply "+string(ev.Kind), err)
@@ -828,7 +829,7 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Res
 				s.committed(ctx, r.Transitions)
 				telemetry.RecordStarted(ctx, r)
 			}
-			span.SetAttributes(telemetry.TenantIDKey.String(r.Task.TenantID), telemetry.WorkerKey.String(r.Task.Worker))
+			span.SetAttributes(spanattr.TenantIDKey.String(r.Task.TenantID), spanattr.WorkerKey.String(r.Task.Worker))
 			return r, nil
 		}
 		if status.Code(err) != codes.Aborted || try >= s.maxRetries {

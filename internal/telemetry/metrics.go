@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -41,9 +42,6 @@ const (
 	resultKey   = attribute.Key("servo.result")
 )
 
-// latencyBuckets are seconds, from 1 ms to 5 min.
-var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-
 type instruments struct {
 	transitions, callbacks, submits, handled, zombies, retries, deadLetters metric.Int64Counter
 	callbackDur, sweeperLag, startLatency                                   metric.Float64Histogram
@@ -58,17 +56,17 @@ func newInstruments(m metric.Meter) *instruments {
 	// returned instrument is then a no-op, which is what we would want.
 	i.transitions, _ = m.Int64Counter(MetricTransitions, metric.WithDescription("Task state transitions committed, by from, to, reason and worker."), metric.WithUnit("{transition}"))
 	i.callbacks, _ = m.Int64Counter(MetricCallbacks, metric.WithDescription("Worker callbacks answered, by kind, HTTP status and disposition."), metric.WithUnit("{callback}"))
-	i.callbackDur, _ = m.Float64Histogram(MetricCallbackDuration, metric.WithDescription("Time to answer a worker callback."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	i.callbackDur, _ = m.Float64Histogram(MetricCallbackDuration, metric.WithDescription("Time to answer a worker callback."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 	i.callbackRPCs, _ = m.Int64Histogram(MetricCallbackRPCs, metric.WithDescription("Firestore RPCs one callback made (its transaction, retries included)."), metric.WithUnit("{rpc}"), metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 4, 6, 8, 12, 16))
 	i.submits, _ = m.Int64Counter(MetricSubmits, metric.WithDescription("Tasks submitted to the control API, by result (created, existing, rejected)."), metric.WithUnit("{task}"))
-	i.sweeperLag, _ = m.Float64Histogram(MetricSweeperLag, metric.WithDescription("Time from a task's due time to the sweeper handling it, by duty."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	i.sweeperLag, _ = m.Float64Histogram(MetricSweeperLag, metric.WithDescription("Time from a task's due time to the sweeper handling it, by duty."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 	i.handled, _ = m.Int64Counter(MetricSweeperHandled, metric.WithDescription("Due tasks the sweeper handled, by duty and result (applied, noop, error)."), metric.WithUnit("{task}"))
 	i.zombies, _ = m.Int64Counter(MetricZombies, metric.WithDescription("Attempts ended as zombies (lease expired), by worker."), metric.WithUnit("{attempt}"))
 	i.retries, _ = m.Int64Counter(MetricRetries, metric.WithDescription("Retries scheduled (a new attempt), by worker and reason."), metric.WithUnit("{attempt}"))
 	i.deadLetters, _ = m.Int64Counter(MetricDeadLetters, metric.WithDescription("Tasks that ended FAILED with no retry left (dead letters), by worker."), metric.WithUnit("{task}"))
 	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events the last re-drive pass found past their grace period."), metric.WithUnit("{event}"))
 	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found."), metric.WithUnit("s"))
-	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 
 	return &i
 }
@@ -80,15 +78,15 @@ func RecordTransitions(ctx context.Context, trs []task.Transition) {
 	in := inst()
 	for _, tr := range trs {
 		in.transitions.Add(ctx, 1, metric.WithAttributes(fromKey.String(string(tr.From)), toKey.String(string(tr.To)),
-			reasonKey.String(tr.Reason), WorkerKey.String(tr.Worker)))
+			reasonKey.String(tr.Reason), spanattr.WorkerKey.String(tr.Worker)))
 		if tr.Outcome == api.OutcomeZombie {
-			in.zombies.Add(ctx, 1, metric.WithAttributes(WorkerKey.String(tr.Worker)))
+			in.zombies.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker)))
 		}
 		if tr.NextAttempt > 0 {
-			in.retries.Add(ctx, 1, metric.WithAttributes(WorkerKey.String(tr.Worker), reasonKey.String(tr.Reason)))
+			in.retries.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker), reasonKey.String(tr.Reason)))
 		}
 		if tr.DeadLetter {
-			in.deadLetters.Add(ctx, 1, metric.WithAttributes(WorkerKey.String(tr.Worker)))
+			in.deadLetters.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker)))
 		}
 	}
 }
@@ -116,15 +114,15 @@ func RecordStarted(ctx context.Context, r task.Result) {
 	if from.IsZero() {
 		return
 	}
-	inst().startLatency.Record(ctx, max(0, a.StartedAt.Sub(from).Seconds()), metric.WithAttributes(WorkerKey.String(r.Task.Worker)))
+	inst().startLatency.Record(ctx, max(0, a.StartedAt.Sub(from).Seconds()), metric.WithAttributes(spanattr.WorkerKey.String(r.Task.Worker)))
 }
 
 // RecordCallback records one answered callback.
 func RecordCallback(ctx context.Context, kind string, status int, disposition string, d time.Duration, rpcs int64) {
 	in := inst()
-	in.callbacks.Add(ctx, 1, metric.WithAttributes(CallbackKey.String(kind), statusKey.Int(status), DispositionKey.String(disposition)))
-	in.callbackDur.Record(ctx, d.Seconds(), metric.WithAttributes(CallbackKey.String(kind), DispositionKey.String(disposition)))
-	in.callbackRPCs.Record(ctx, rpcs, metric.WithAttributes(CallbackKey.String(kind)))
+	in.callbacks.Add(ctx, 1, metric.WithAttributes(spanattr.CallbackKey.String(kind), statusKey.Int(status), spanattr.DispositionKey.String(disposition)))
+	in.callbackDur.Record(ctx, d.Seconds(), metric.WithAttributes(spanattr.CallbackKey.String(kind), spanattr.DispositionKey.String(disposition)))
+	in.callbackRPCs.Record(ctx, rpcs, metric.WithAttributes(spanattr.CallbackKey.String(kind)))
 }
 
 // Submit results.
@@ -152,9 +150,9 @@ const (
 // since due (when known) and the result (SweepApplied, ...).
 func RecordSweep(ctx context.Context, duty, result string, due *time.Time, now time.Time) {
 	in := inst()
-	in.handled.Add(ctx, 1, metric.WithAttributes(DutyKey.String(duty), resultKey.String(result)))
+	in.handled.Add(ctx, 1, metric.WithAttributes(spanattr.DutyKey.String(duty), resultKey.String(result)))
 	if due != nil {
-		in.sweeperLag.Record(ctx, max(0, now.Sub(*due).Seconds()), metric.WithAttributes(DutyKey.String(duty)))
+		in.sweeperLag.Record(ctx, max(0, now.Sub(*due).Seconds()), metric.WithAttributes(spanattr.DutyKey.String(duty)))
 	}
 }
 

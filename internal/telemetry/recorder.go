@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -90,7 +91,7 @@ func (r *Recorder) TaskSpans(taskID string) []sdktrace.ReadOnlySpan {
 			continue
 		}
 		keep[s.SpanContext().SpanID()] = true
-		if id := s.SpanContext().TraceID(); !sweeps[id] && !hasAttr(s, DutyKey) {
+		if id := s.SpanContext().TraceID(); !sweeps[id] && !hasAttr(s, spanattr.DutyKey) {
 			traces[id] = true
 		}
 	}
@@ -117,7 +118,7 @@ func (r *Recorder) TaskSpans(taskID string) []sdktrace.ReadOnlySpan {
 
 func hasTask(s sdktrace.ReadOnlySpan, taskID string) bool {
 	for _, a := range s.Attributes() {
-		if a.Key == TaskIDKey && a.Value.AsString() == taskID {
+		if a.Key == spanattr.TaskIDKey && a.Value.AsString() == taskID {
 			return true
 		}
 	}

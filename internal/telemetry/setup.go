@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/oauth"
 
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/spanattr"
 )
 
 // Default says where traces and metrics go when no OTEL_* variable
@@ -232,7 +233,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	t.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
 	otel.SetTracerProvider(t.TracerProvider)
 	otel.SetMeterProvider(t.MeterProvider)
-	otel.SetTextMapPropagator(Propagator)
+	otel.SetTextMapPropagator(spanattr.Propagator)
 	install(t.TracerProvider, t.MeterProvider)
 	if cfg.Project != "" {
 		logs.SetProject(cfg.Project)

@@ -19,9 +19,9 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -29,20 +29,6 @@ import (
 
 // ScopeName is the instrumentation scope of every Servo span and metric.
 const ScopeName = "github.com/servo-dev/servo"
-
-// Servo's span and metric attribute keys (besides OpenTelemetry's semantic
-// conventions).
-const (
-	TaskIDKey      = attribute.Key("servo.task_id")
-	AttemptKey     = attribute.Key("servo.attempt")
-	TenantIDKey    = attribute.Key("servo.tenant_id")
-	WorkerKey      = attribute.Key("servo.worker")
-	DispositionKey = attribute.Key("servo.disposition")
-	// DutyKey names a sweeper duty (deadline, cancel, lease, dispatch).
-	DutyKey = attribute.Key("servo.duty")
-	// CallbackKey names a callback (started, heartbeat, completed).
-	CallbackKey = attribute.Key("servo.callback")
-)
 
 // TraceParentHeader is the W3C trace-context header (and the Pub/Sub
 // message attribute) that carries a span context between hops.
@@ -68,28 +54,6 @@ func install(tp trace.TracerProvider, mp metric.MeterProvider) {
 func Tracer() trace.Tracer { return current.Load().tracer }
 
 func inst() *instruments { return current.Load().inst }
-
-// Propagator is the W3C trace-context (and baggage) propagator Servo uses
-// on every hop; Setup also installs it as the global one.
-var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-
-// TaskAttrs are the attributes naming a task's attempt on a span.
-func TaskAttrs(taskID string, attempt int, tenantID, worker string) []attribute.KeyValue {
-	as := make([]attribute.KeyValue, 0, 4)
-	if taskID != "" {
-		as = append(as, TaskIDKey.String(taskID))
-	}
-	if attempt > 0 {
-		as = append(as, AttemptKey.Int(attempt))
-	}
-	if tenantID != "" {
-		as = append(as, TenantIDKey.String(tenantID))
-	}
-	if worker != "" {
-		as = append(as, WorkerKey.String(worker))
-	}
-	return as
-}
 
 // TraceParent returns ctx's span context as a W3C traceparent value
 // ("00-<trace id>-<span id>-<flags>", 55 bytes), or "" when ctx carries no
@@ -118,19 +82,9 @@ func LinkTo(tp string, attrs ...attribute.KeyValue) (trace.Link, bool) {
 
 // Inject writes ctx's trace context into the carrier (HTTP headers,
 // Pub/Sub attributes); nothing when ctx carries none.
-func Inject(ctx context.Context, c propagation.TextMapCarrier) { Propagator.Inject(ctx, c) }
+func Inject(ctx context.Context, c propagation.TextMapCarrier) { spanattr.Propagator.Inject(ctx, c) }
 
 // Extract returns ctx with the trace context the carrier holds, if any.
 func Extract(ctx context.Context, c propagation.TextMapCarrier) context.Context {
-	return Propagator.Extract(ctx, c)
-}
-
-// EndSpan ends span, marking it an error when err is not nil (the error's
-// message is recorded: Servo's errors name ids and causes, never a token).
-func EndSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
+	return spanattr.Propagator.Extract(ctx, c)
 }

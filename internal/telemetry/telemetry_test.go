@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/servo-dev/servo/internal/spanattr"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
@@ -91,7 +92,7 @@ func TestRecorderTaskSpans(t *testing.T) {
 	defer tl.Shutdown(context.Background())
 	tr := Tracer()
 	ctx, submit := tr.Start(context.Background(), "POST /v1/tasks")
-	submit.SetAttributes(TaskIDKey.String("task_a"))
+	submit.SetAttributes(spanattr.TaskIDKey.String("task_a"))
 	_, child := tr.Start(ctx, "send w")
 	child.End()
 	submit.End()
@@ -99,9 +100,9 @@ func TestRecorderTaskSpans(t *testing.T) {
 	pctx, pass := tr.Start(context.Background(), SweepPassSpan)
 	for _, id := range []string{"task_a", "task_b"} {
 		actx, apply := tr.Start(pctx, "servo.sweeper.apply LEASE_EXPIRED")
-		apply.SetAttributes(TaskIDKey.String(id), DutyKey.String("lease"))
+		apply.SetAttributes(spanattr.TaskIDKey.String(id), spanattr.DutyKey.String("lease"))
 		_, tx := tr.Start(actx, "firestore.transaction LEASE_EXPIRED")
-		tx.SetAttributes(TaskIDKey.String(id))
+		tx.SetAttributes(spanattr.TaskIDKey.String(id))
 		tx.End()
 		apply.End()
 	}
