@@ -375,3 +375,39 @@ type Limits struct {
 	// refused (429 quota_exceeded).
 	MaxQueued int `json:"maxQueued,omitempty"`
 }
+
+// DeadLetter is the JSON body of a message on the dead-letter topic: a task
+// that ended FAILED with no retry left (retries exhausted, non-retryable
+// error, timeouts), with its error and every attempt's record.
+type DeadLetter struct {
+	// EventID is the id of the transition to FAILED (same as on the events
+	// topic), so duplicates are detectable here too.
+	EventID     string `json:"eventId"`
+	TaskID      string `json:"taskId"`
+	RunID       string `json:"runId"`
+	TenantID    string `json:"tenantId"`
+	WorkspaceID string `json:"workspaceId"`
+	Worker      string `json:"worker,omitempty"`
+	State       State  `json:"state"`
+	// Reason says why the task failed (RETRIES_EXHAUSTED, NON_RETRYABLE,
+	// HEARTBEAT_TIMEOUT, DEADLINE_EXCEEDED, DISPATCH_TIMEOUT, CANCEL_TIMEOUT, …).
+	Reason string `json:"reason"`
+	// Attempt is the last attempt.
+	Attempt    int       `json:"attempt"`
+	Outcome    Outcome   `json:"outcome,omitempty"`
+	OccurredAt time.Time `json:"occurredAt"`
+	// Error is the last attempt's error; when no worker reported one (a
+	// timeout) it is synthesized from the reason.
+	Error *ErrorInfo `json:"error"`
+	// Attempts is the attempt history, oldest first (the latest ones only
+	// when OmittedAttempts > 0).
+	Attempts []Attempt `json:"attempts"`
+	// Truncated is set when the full dead letter would exceed 1 MiB: large
+	// fields (output, checkpoint, partial progress, messages, stack traces)
+	// are then cut to 4 KiB, strings marked "…[truncated: N bytes]" and
+	// JSON values replaced by {"truncated": true, "bytes": N, "head": "…"},
+	// and, if that is not enough, the oldest attempts are left out.
+	Truncated bool `json:"truncated,omitempty"`
+	// OmittedAttempts is how many of the oldest attempts were left out.
+	OmittedAttempts int `json:"omittedAttempts,omitempty"`
+}

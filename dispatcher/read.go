@@ -24,23 +24,12 @@ func viewOf(t *task.Task) api.Task {
 		CancelDeadline: t.CancelDeadline,
 	}
 	for _, a := range t.Attempts {
-		v.Attempts = append(v.Attempts, attemptView(a))
+		v.Attempts = append(v.Attempts, a.View())
 	}
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
 	}
 	return v
-}
-
-// attemptView is an attempt's record as the API shows it.
-func attemptView(a task.Attempt) api.Attempt {
-	return api.Attempt{
-		Attempt: a.Attempt, Outcome: a.Outcome, WorkerID: a.WorkerID, CreatedAt: a.CreatedAt, ScheduledAt: a.ScheduledAt,
-		StartedAt: a.StartedAt, CompletedAt: a.CompletedAt, LastHeartbeatAt: a.LastHeartbeatAt, ProgressPct: a.ProgressPct,
-		Message: a.Message, Checkpoint: a.Checkpoint, Error: a.Error, Output: a.Output, Metrics: a.Metrics,
-		CancelledDuringPhase: a.CancelledDuringPhase, PartialProgress: a.PartialProgress, ReportedAt: a.ReportedAt,
-		Execution: a.Execution,
-	}
 }
 
 // get serves GET /v1/tasks/{id}.

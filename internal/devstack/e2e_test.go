@@ -403,7 +403,7 @@ func TestDataQualityFailureDeadLetters(t *testing.T) {
 	if v.Reason != api.ReasonNonRetryable || len(v.Attempts) != 1 {
 		t.Fatalf("got %s with %d attempts", v.Reason, len(v.Attempts))
 	}
-	var dl events.DeadLetter
+	var dl api.DeadLetter
 	receive(t, e.stack.PubSub, events.DeadLetterInbox, func(m *pubsub.Message) bool {
 		got, err := events.DecodeDeadLetter(m.Data)
 		if err == nil && got.TaskID == r.TaskID {

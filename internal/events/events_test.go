@@ -609,7 +609,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	evSub.waitIDs(t, outboxIDs(t, e.st, true, tasks...), 1)
 	msgs := dlSub.waitIDs(t, dlIDs, 1)
-	byID := map[string]events.DeadLetter{}
+	byID := map[string]api.DeadLetter{}
 	for _, m := range msgs {
 		d, err := events.DecodeDeadLetter(m.data)
 		if err != nil {

@@ -66,42 +66,6 @@ func EventOf(tr task.Transition) api.Event {
 // that the hook's copy of an event and a re-driven one are byte-identical.
 func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// DeadLetter is the JSON body of a message on the dead-letter topic: a task
-// that ended FAILED with no retry left (retries exhausted, non-retryable
-// error, timeouts), with its error and every attempt's record.
-type DeadLetter struct {
-	// EventID is the id of the transition to FAILED (same as on the events
-	// topic), so duplicates are detectable here too.
-	EventID     string    `json:"eventId"`
-	TaskID      string    `json:"taskId"`
-	RunID       string    `json:"runId"`
-	TenantID    string    `json:"tenantId"`
-	WorkspaceID string    `json:"workspaceId"`
-	Worker      string    `json:"worker,omitempty"`
-	State       api.State `json:"state"`
-	// Reason says why the task failed (RETRIES_EXHAUSTED, NON_RETRYABLE,
-	// HEARTBEAT_TIMEOUT, DEADLINE_EXCEEDED, DISPATCH_TIMEOUT, CANCEL_TIMEOUT, …).
-	Reason string `json:"reason"`
-	// Attempt is the last attempt.
-	Attempt    int         `json:"attempt"`
-	Outcome    api.Outcome `json:"outcome,omitempty"`
-	OccurredAt time.Time   `json:"occurredAt"`
-	// Error is the last attempt's error; when no worker reported one (a
-	// timeout) it is synthesized from the reason.
-	Error *api.ErrorInfo `json:"error"`
-	// Attempts is the attempt history, oldest first (the latest ones only
-	// when OmittedAttempts > 0).
-	Attempts []task.Attempt `json:"attempts"`
-	// Truncated is set when the full dead letter would exceed
-	// MaxDeadLetterBytes: large fields (output, checkpoint, partial
-	// progress, messages, stack traces) are then cut to a few KiB with a
-	// marker (see TruncatedMarker) and, if that is not enough, the oldest
-	// attempts are left out.
-	Truncated bool `json:"truncated,omitempty"`
-	// OmittedAttempts is how many of the oldest attempts were left out.
-	OmittedAttempts int `json:"omittedAttempts,omitempty"`
-}
-
 // Dead-letter size limits.
 const (
 	// MaxDeadLetterBytes caps a dead letter's body, well under Pub/Sub's
@@ -126,15 +90,15 @@ type truncatedJSON struct {
 
 // DeadLetterOf returns the dead letter for a transition to FAILED given the
 // task's attempt records.
-func DeadLetterOf(tr task.Transition, attempts []task.Attempt) DeadLetter {
-	d := DeadLetter{
+func DeadLetterOf(tr task.Transition, attempts []task.Attempt) api.DeadLetter {
+	d := api.DeadLetter{
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID,
 		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, State: tr.To, Reason: tr.Reason,
 		Attempt: tr.Attempt, Outcome: tr.Outcome, OccurredAt: stamp(tr.OccurredAt), Error: tr.Error,
-		Attempts: attempts,
+		Attempts: make([]api.Attempt, 0, len(attempts)),
 	}
-	if d.Attempts == nil {
-		d.Attempts = []task.Attempt{}
+	for _, a := range attempts {
+		d.Attempts = append(d.Attempts, a.View())
 	}
 	if d.Error == nil {
 		for i := len(attempts) - 1; i >= 0; i-- {
@@ -188,8 +152,8 @@ func EventMessage(tr task.Transition) (*pubsub.Message, error) {
 
 // DeadLetterMessage returns the Pub/Sub message for a dead letter, its
 // body capped to MaxDeadLetterBytes (see Capped).
-func DeadLetterMessage(d DeadLetter) (*pubsub.Message, error) {
-	data, err := d.encode(MaxDeadLetterBytes)
+func DeadLetterMessage(d api.DeadLetter) (*pubsub.Message, error) {
+	data, err := encodeDeadLetter(d, MaxDeadLetterBytes)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode dead letter %s: %w", d.EventID, err)
 	}
@@ -211,13 +175,13 @@ func DecodeEvent(data []byte) (api.Event, error) {
 }
 
 // DecodeDeadLetter decodes a dead-letter-topic message body.
-func DecodeDeadLetter(data []byte) (DeadLetter, error) {
-	var d DeadLetter
+func DecodeDeadLetter(data []byte) (api.DeadLetter, error) {
+	var d api.DeadLetter
 	if err := json.Unmarshal(data, &d); err != nil {
-		return DeadLetter{}, fmt.Errorf("events: decode dead letter: %w", err)
+		return api.DeadLetter{}, fmt.Errorf("events: decode dead letter: %w", err)
 	}
 	if d.EventID == "" || d.TaskID == "" {
-		return DeadLetter{}, fmt.Errorf("events: decode dead letter: missing eventId or taskId")
+		return api.DeadLetter{}, fmt.Errorf("events: decode dead letter: missing eventId or taskId")
 	}
 	return d, nil
 }
@@ -245,24 +209,24 @@ func SubscriptionName(project, sub string) string {
 // copy with Truncated set whose large fields are cut (TruncatedFieldBytes
 // each, with a marker) and, if that is still too big, without the oldest
 // attempts (OmittedAttempts counts them).
-func (d DeadLetter) Capped(limit int) DeadLetter {
-	c, _, _ := d.capped(limit)
+func Capped(d api.DeadLetter, limit int) api.DeadLetter {
+	c, _, _ := capped(d, limit)
 	return c
 }
 
-func (d DeadLetter) encode(limit int) ([]byte, error) {
-	_, data, err := d.capped(limit)
+func encodeDeadLetter(d api.DeadLetter, limit int) ([]byte, error) {
+	_, data, err := capped(d, limit)
 	return data, err
 }
 
-func (d DeadLetter) capped(limit int) (DeadLetter, []byte, error) {
+func capped(d api.DeadLetter, limit int) (api.DeadLetter, []byte, error) {
 	data, err := json.Marshal(d)
 	if err != nil || len(data) <= limit {
 		return d, data, err
 	}
 	d.Truncated = true
 	d.Error = truncateError(d.Error)
-	all := make([]task.Attempt, len(d.Attempts))
+	all := make([]api.Attempt, len(d.Attempts))
 	for i, a := range d.Attempts {
 		all[i] = truncateAttempt(a)
 	}
@@ -278,7 +242,7 @@ func (d DeadLetter) capped(limit int) (DeadLetter, []byte, error) {
 }
 
 // truncateAttempt cuts an attempt record's large fields.
-func truncateAttempt(a task.Attempt) task.Attempt {
+func truncateAttempt(a api.Attempt) api.Attempt {
 	a.Message = truncateString(a.Message)
 	a.CancelledDuringPhase = truncateString(a.CancelledDuringPhase)
 	a.Output = truncateJSON(a.Output)

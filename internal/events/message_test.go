@@ -239,7 +239,7 @@ func TestOccurredAtAsStored(t *testing.T) {
 func TestDeadLetterCappedUnit(t *testing.T) {
 	big := json.RawMessage(`"` + strings.Repeat("é", 40<<10) + `"`)
 	mid := json.RawMessage(`"` + strings.Repeat("é", 2<<10) + `"`)
-	mk := func(n int, out json.RawMessage) DeadLetter {
+	mk := func(n int, out json.RawMessage) api.DeadLetter {
 		var as []task.Attempt
 		for i := 1; i <= n; i++ {
 			as = append(as, task.Attempt{Attempt: i, Outcome: api.OutcomeFailed, Output: out, Checkpoint: out, PartialProgress: out,
@@ -249,7 +249,7 @@ func TestDeadLetterCappedUnit(t *testing.T) {
 	}
 	tests := []struct {
 		name         string
-		d            DeadLetter
+		d            api.DeadLetter
 		limit        int
 		truncated    bool
 		wantOmitted  bool
@@ -262,7 +262,7 @@ func TestDeadLetterCappedUnit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tc.d.Capped(tc.limit)
+			c := Capped(tc.d, tc.limit)
 			data, err := json.Marshal(c)
 			if err != nil {
 				t.Fatal(err)

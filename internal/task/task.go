@@ -134,6 +134,18 @@ type LiveAttempt struct {
 	Checkpoint      json.RawMessage `firestore:"checkpoint"`
 }
 
+// View is the attempt's record as the control API, the dead letters and
+// the dashboard show it.
+func (a Attempt) View() api.Attempt {
+	return api.Attempt{
+		Attempt: a.Attempt, Outcome: a.Outcome, WorkerID: a.WorkerID, CreatedAt: a.CreatedAt, ScheduledAt: a.ScheduledAt,
+		StartedAt: a.StartedAt, CompletedAt: a.CompletedAt, LastHeartbeatAt: a.LastHeartbeatAt, ProgressPct: a.ProgressPct,
+		Message: a.Message, Checkpoint: a.Checkpoint, Error: a.Error, Output: a.Output, Metrics: a.Metrics,
+		CancelledDuringPhase: a.CancelledDuringPhase, PartialProgress: a.PartialProgress, ReportedAt: a.ReportedAt,
+		Execution: a.Execution,
+	}
+}
+
 // Ended reports whether the attempt has an outcome.
 func (a *Attempt) Ended() bool { return a.Outcome != "" }
 

@@ -1,4 +1,4 @@
-package dispatcher
+package task
 
 import (
 	"encoding/json"
@@ -7,20 +7,19 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/task"
 )
 
 // The API shows an attempt exactly as the stored record's JSON: every
 // field of task.Attempt that has a JSON name is in api.Attempt, with the
 // same value. A field added to one and not the other fails here.
 func TestAttemptView(t *testing.T) {
-	var a task.Attempt
+	var a Attempt
 	fill(reflect.ValueOf(&a).Elem())
 	stored, err := json.Marshal(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shown, err := json.Marshal(attemptView(a))
+	shown, err := json.Marshal(a.View())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +37,7 @@ func TestAttemptView(t *testing.T) {
 		t.Fatalf("only %d fields filled: %s", len(want), stored)
 	}
 	var v api.Attempt
-	if err := json.Unmarshal(stored, &v); err != nil || !reflect.DeepEqual(v, attemptView(a)) {
+	if err := json.Unmarshal(stored, &v); err != nil || !reflect.DeepEqual(v, a.View()) {
 		t.Fatalf("the stored JSON does not decode to the view: %v", err)
 	}
 }
