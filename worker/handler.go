@@ -85,9 +85,14 @@ type Option func(*config)
 // name plus a random suffix, drawn once per Handler.
 func WithWorkerID(id string) Option { return func(c *config) { c.workerID = id } }
 
-// WithLogger sets the logger (default logs.Default(): JSON lines for Cloud
+// WithLogger sets the logger (default NewLogger(os.Stderr, slog.LevelInfo): JSON lines for Cloud
 // Logging on stderr).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// NewLogger returns a JSON logger in Cloud Logging's shape ("severity",
+// "message", "time", and the trace fields of the line's span), writing to
+// w: the SDK's default logger is NewLogger(os.Stderr, slog.LevelInfo).
+func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger { return logs.New(w, level) }
 
 // WithHTTPClient sets the client for callbacks (default: a client with
 // http.DefaultTransport; per-request timeouts come from WithRequestTimeout).

@@ -32,8 +32,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/examples/worker/partitions"
-	"github.com/servo-dev/servo/internal/logs"
-	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/worker"
 	"github.com/servo-dev/servo/worker/googleauth"
 )
@@ -47,7 +45,7 @@ func main() {
 	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
 		level = slog.LevelInfo
 	}
-	log := logs.New(os.Stderr, level)
+	log := worker.NewLogger(os.Stderr, level)
 	opts := []worker.Option{worker.WithLogger(log)}
 	if aud := os.Getenv("SERVO_OIDC_AUDIENCE"); aud != "" {
 		var sas []string
@@ -58,17 +56,15 @@ func main() {
 	}
 	// Traces and metrics where the OTEL_* variables say; nothing otherwise
 	// (the worker's service account holds no Cloud Trace role).
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "servo-example-worker"})
+	shutdown, err := setupTelemetry(context.Background())
 	if err != nil {
 		log.Warn("telemetry not set up", "error", err)
-	} else {
-		defer tel.Shutdown(context.Background())
+		shutdown = func(context.Context) error { return nil }
 	}
+	defer shutdown(context.Background())
 	if *pool != "" {
 		code := runPull(log, *pool, *concurrency, opts)
-		if tel != nil {
-			_ = tel.Shutdown(context.Background())
-		}
+		_ = shutdown(context.Background())
 		os.Exit(code)
 	}
 	if *job {

@@ -284,6 +284,9 @@ func TestLayering(t *testing.T) {
 				continue
 			}
 			to := rel(imp)
+			if strings.HasPrefix(from, "examples/") && internal(imp) {
+				t.Errorf("%s imports %s: the examples are what users copy, and users cannot import internal packages", from, to)
+			}
 			if rt, ok := rank[to]; ok && rt >= r {
 				t.Errorf("%s (layer %d) imports %s (layer %d): packages depend downward only", from, r, to, rt)
 			}
