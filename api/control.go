@@ -406,7 +406,7 @@ type DeadLetter struct {
 	Attempts []Attempt `json:"attempts"`
 	// Truncated is set when the full dead letter would exceed 1 MiB: large
 	// fields (output, checkpoint, partial progress, messages, stack traces)
-	// are then cut to 4 KiB, strings marked "…[truncated: N bytes]" and
+	// are then cut to 2 KiB, strings marked "…[truncated; N bytes]" and
 	// JSON values replaced by {"truncated": true, "bytes": N, "head": "…"},
 	// and, if that is not enough, the oldest attempts are left out.
 	Truncated bool `json:"truncated,omitempty"`

@@ -134,7 +134,7 @@
 //	503     client_gone         a redelivery waiting for the running attempt lost its caller
 //	400     bad_envelope        not a valid envelope (logged at ERROR)
 //	413     envelope_too_large  over MaxEnvelopeBytes, 1 MiB (logged at ERROR)
-//	401     unauthenticated     the delivery check refused it ([WithDeliveryCheck])
+//	401     unauthenticated     the delivery check refused it (WithDeliveryCheck)
 //	405     method_not_allowed  not POST
 //
 // A lost lease is not answered 5xx: a redelivery of the same attempt could
@@ -246,9 +246,10 @@
 // and [WithMeterProvider], by default OpenTelemetry's global ones
 // (otel.SetTracerProvider, otel.SetMeterProvider); without any they cost
 // nothing. The package depends on the standard library, package api,
-// Servo's log format (internal/logs) and OpenTelemetry's API only: nothing
-// of Servo's server, Google's clients or an exporter is linked into a
-// worker.
+// Servo's log format (internal/logs), the attribute keys it shares with
+// Servo's own telemetry (internal/spanattr) and OpenTelemetry's API only:
+// nothing of Servo's server, Google's clients or an exporter is linked
+// into a worker.
 //
 // # Testing a Func
 //

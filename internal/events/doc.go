@@ -83,15 +83,16 @@
 //	 "error":{"category":"USER_CODE","message":"division by zero"},"nextAttempt":2,"seq":4}
 //
 // The dead-letter topic ([DefaultDeadLetterTopic], servo-dead-letter; no
-// ordering key) carries one [DeadLetter] per transition to FAILED
-// (docs/contract.md §8.4): retries exhausted, a non-retryable error, the
-// heartbeat, deadline, dispatch and cancel timeouts. Its error is the last
+// ordering key) carries one JSON [api.DeadLetter] per transition to FAILED
+// ([DeadLetterOf], [DeadLetterMessage]; docs/contract.md §8.4): retries
+// exhausted, a non-retryable error, the heartbeat, deadline, dispatch and
+// cancel timeouts. Its error is the last
 // attempt's; for failures no worker reported (timeouts) one is
 // synthesized, with category TIMEOUT.
 //
 // A dead letter always fits in [MaxDeadLetterBytes] (1 MiB, a tenth of
 // Pub/Sub's 10 MB limit, whatever maxAttempts and the workers' data were;
-// [DeadLetter.Capped]). When the full body would exceed it, each large
+// [Capped]). When the full body would exceed it, each large
 // field is cut and truncated is set: the output, checkpoint and
 // partialProgress of every attempt become
 // {"truncated":true,"bytes":N,"head":"…"}, and the messages,

@@ -1,8 +1,10 @@
 // Package telemetry is Servo's OpenTelemetry: the tracer and meter every
 // component uses, the instruments (defined here, once, in metrics.go, with
-// bounded attribute sets), W3C trace-context helpers, [Setup], which builds
-// the tracer and meter providers from the standard OTEL_* variables, and
-// the in-memory span [Recorder] behind `servo get ID --trace`.
+// bounded attribute sets; the attribute keys and the propagator are
+// internal/spanattr's, shared with the worker SDK), W3C trace-context
+// helpers, [Setup], which builds the tracer and meter providers from the
+// standard OTEL_* variables, and the in-memory span [Recorder] behind
+// `servo get ID --trace`.
 //
 // Components call [Tracer] and the Record* functions; until Setup runs (or
 // the program installs its own global providers) they are no-ops
