@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Envelope is what Cloud Tasks pushes to a worker (ADR-023 §8, camelCase),
-// plus the worker name, payload and the checkpoint to resume from.
+// Envelope is what Cloud Tasks pushes to a worker (docs/contract.md §2,
+// camelCase), plus the worker name, payload and the checkpoint to resume
+// from.
 type Envelope struct {
 	TaskID              string          `json:"taskId"`
 	RunID               string          `json:"runId"`
@@ -59,7 +60,7 @@ type CompletedRequest struct {
 	PartialProgress      json.RawMessage `json:"partialProgress,omitempty"`
 }
 
-// Disposition tells the worker what to do next (seed 001 vocabulary).
+// Disposition tells the worker what to do next (docs/contract.md §4.7).
 type Disposition string
 
 // Dispositions.
@@ -71,7 +72,7 @@ const (
 	Retry     Disposition = "RETRY"
 )
 
-// Error codes of callback and API responses (PRODUCT §4).
+// Error codes of callback and API responses (docs/contract.md §13).
 const (
 	CodeInvalidRequest        = "invalid_request"
 	CodeInvalidToken          = "invalid_token"
@@ -132,7 +133,7 @@ const (
 	EnvelopeEnv = "SERVO_ENVELOPE"
 )
 
-// ErrorInfo is a worker-reported failure (ADR-023 §3.3).
+// ErrorInfo is a worker-reported failure (docs/contract.md §4.2).
 type ErrorInfo struct {
 	Category   Category `json:"category" firestore:"category"`
 	Message    string   `json:"message,omitempty" firestore:"message"`

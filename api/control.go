@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// SubmitRequest is the body of POST /v1/tasks (PRODUCT §5). Timers are in
-// milliseconds; absent ones take the defaults (heartbeat interval 30 s,
-// heartbeat timeout max(90 s, 3 × interval), cancel grace 30 s).
+// SubmitRequest is the body of POST /v1/tasks (docs/contract.md §9.2).
+// Timers are in milliseconds; absent ones take the defaults (heartbeat
+// interval 30 s, heartbeat timeout max(90 s, 3 × interval), cancel grace
+// 30 s).
 type SubmitRequest struct {
 	TenantID    string `json:"tenantId"`
 	WorkspaceID string `json:"workspaceId"`
@@ -39,8 +40,8 @@ type SubmitRequest struct {
 	RerunOf string `json:"rerunOf,omitempty"`
 }
 
-// RetryRequest is a submit's retry policy (PRODUCT §6); absent fields take
-// the defaults (3 attempts, 30 s initial backoff, coefficient 2, 10 min
+// RetryRequest is a submit's retry policy (docs/contract.md §6.3); absent
+// fields take the defaults (3 attempts, 30 s initial backoff, coefficient 2, 10 min
 // maximum backoff).
 type RetryRequest struct {
 	MaxAttempts        *int     `json:"maxAttempts,omitempty"`
@@ -96,9 +97,10 @@ type BatchResponse struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Task is a task as the control API shows it (PRODUCT §5): identity,
-// payload, state, the reason it ended, the current attempt, timers, retry
-// policy, times, and (GET /v1/tasks/{id} only) every attempt's record.
+// Task is a task as the control API shows it (docs/contract.md §9.4):
+// identity, payload, state, the reason it ended, the current attempt,
+// timers, retry policy, times, and (GET /v1/tasks/{id} only) every
+// attempt's record.
 type Task struct {
 	TaskID         string          `json:"taskId"`
 	RunID          string          `json:"runId"`
@@ -277,8 +279,8 @@ func (e *Error) Is(target error) bool {
 }
 
 // Event is the JSON body of a message on the events topic: one task
-// transition (PRODUCT §7). Delivery is at least once; EventID identifies
-// duplicates and Seq orders a task's events.
+// transition (docs/contract.md §8.2). Delivery is at least once; EventID
+// identifies duplicates and Seq orders a task's events.
 type Event struct {
 	// EventID is deterministic from (task, attempt, from, to).
 	EventID     string `json:"eventId"`
@@ -404,7 +406,7 @@ type DeadLetter struct {
 	Attempts []Attempt `json:"attempts"`
 	// Truncated is set when the full dead letter would exceed 1 MiB: large
 	// fields (output, checkpoint, partial progress, messages, stack traces)
-	// are then cut to 4 KiB, strings marked "…[truncated: N bytes]" and
+	// are then cut to 2 KiB, strings marked "…[truncated; N bytes]" and
 	// JSON values replaced by {"truncated": true, "bytes": N, "head": "…"},
 	// and, if that is not enough, the oldest attempts are left out.
 	Truncated bool `json:"truncated,omitempty"`

@@ -26,7 +26,7 @@ const (
 	MaxMessageBytes = 4 << 10
 )
 
-// Timing holds a task's timers in milliseconds (JSON as ADR-023 §8).
+// Timing holds a task's timers in milliseconds (docs/contract.md §5.2).
 type Timing struct {
 	HeartbeatIntervalMs int64 `json:"heartbeatIntervalMs" firestore:"heartbeatIntervalMs"`
 	HeartbeatTimeoutMs  int64 `json:"heartbeatTimeoutMs" firestore:"heartbeatTimeoutMs"`
@@ -75,7 +75,8 @@ func (t Timing) StartTimeout() time.Duration {
 	return time.Duration(t.StartTimeoutMs) * time.Millisecond
 }
 
-// RetryPolicy decides when a failed attempt is retried (PRODUCT §6).
+// RetryPolicy decides when a failed attempt is retried (docs/contract.md
+// §6.2).
 type RetryPolicy struct {
 	MaxAttempts        int     `json:"maxAttempts" firestore:"maxAttempts"`
 	InitialBackoffMs   int64   `json:"initialBackoffMs" firestore:"initialBackoffMs"`

@@ -1,6 +1,6 @@
 package api
 
-// State is a task's lifecycle state (PRODUCT §3).
+// State is a task's lifecycle state (docs/contract.md §1.1).
 type State string
 
 // Task states.
@@ -71,7 +71,7 @@ const (
 	ReasonCancelledByWorker = "CANCELLED"
 )
 
-// Category is a worker error category (ADR-023 §6).
+// Category is a worker error category (docs/contract.md §6.1).
 type Category string
 
 // Error categories.
@@ -84,7 +84,8 @@ const (
 	CategoryCancelled      Category = "CANCELLED"
 )
 
-// Valid reports whether c is one of ADR-023 §6's categories.
+// Valid reports whether c is one of the categories of docs/contract.md
+// §6.1.
 func (c Category) Valid() bool {
 	switch c {
 	case CategoryUserCode, CategoryDataQuality, CategoryInfrastructure, CategoryConfiguration, CategoryTimeout, CategoryCancelled:

@@ -111,7 +111,7 @@ func wantCancelTimeout(t *testing.T, e *env, rq request, rp reply) {
 	}
 }
 
-// contractCases covers every row of PRODUCT §4 (the 503 row is
+// contractCases covers every row of docs/contract.md §4.4 (the 503 row is
 // TestUnavailable, which needs a store that cannot be reached).
 func contractCases() []contractCase {
 	return []contractCase{
@@ -327,7 +327,7 @@ func contractCases() []contractCase {
 			check: wantTerminal(api.Succeeded),
 		},
 		{
-			// Terminal rows come before attempt_mismatch (PRODUCT §4).
+			// Terminal rows come before attempt_mismatch (docs/contract.md §4.5).
 			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
 			prep: func(e *env) request {
 				tk := e.zombieThenSucceeded()
@@ -673,11 +673,12 @@ func wantAuthenticate(t *testing.T, e *env, rq request, rp reply) {
 	}
 }
 
-// TestContract runs every row of PRODUCT §4 against the emulator and, for
-// each, checks the status, error, disposition, the Firestore round trips
-// (0 before the transaction, BatchGetDocuments + Commit when it writes,
-// BatchGetDocuments + Rollback when it does not), and that nothing was
-// written when the callback was refused or changed nothing.
+// TestContract runs every row of docs/contract.md §4.4 against the
+// emulator and, for each, checks the status, error, disposition, the
+// Firestore round trips (0 before the transaction, BatchGetDocuments +
+// Commit when it writes, BatchGetDocuments + Rollback when it does not),
+// and that nothing was written when the callback was refused or changed
+// nothing.
 func TestContract(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, tc := range contractCases() {

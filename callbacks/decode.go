@@ -14,7 +14,7 @@ import (
 // Kind names a callback: the last segment of its path.
 type Kind string
 
-// The callbacks of ADR-023 §1.
+// The callbacks of docs/contract.md §4.1.
 const (
 	KindStarted   Kind = "started"
 	KindHeartbeat Kind = "heartbeat"

@@ -1,4 +1,4 @@
-// Package callbacks serves the worker callbacks of ADR-023 §1–7:
+// Package callbacks serves the worker callbacks of docs/contract.md §4:
 //
 //	POST /v1/tasks/{taskId}/started
 //	POST /v1/tasks/{taskId}/heartbeat
@@ -7,12 +7,14 @@
 //	Content-Type: application/json
 //
 // [NewHandler] returns the one http.Handler; the ServoCallbacks Cloud
-// Function (package functions) and the local stack serve it unchanged.
+// Function (package functions; public, every request is authenticated by
+// its token) and the local stack serve it unchanged. The handler also
+// accepts the path behind any prefix ([PathPrefix]).
 //
 // # Order of checks
 //
-// A request is judged in PRODUCT §4's order, and the first check that fails
-// answers:
+// A request is judged in the order of docs/contract.md §4.5, and the first
+// check that fails answers:
 //
 //  1. path: anything but .../v1/tasks/{taskId}/{started|heartbeat|completed}
 //     is 404 not_found;
@@ -28,9 +30,10 @@
 //  7. body: malformed JSON or a bad field is 400 invalid_request with
 //     "field";
 //  8. then exactly one Firestore transaction ([store.Store.Apply]) re-reads
-//     the task and the attempt record of the token's attempt and applies the
-//     state machine's event ([task.Apply]) with the server's time, the
-//     token's attempt, the worker id and the body.
+//     the task and the attempt record of the token's attempt (404
+//     task_not_found when there is no task) and applies the state machine's
+//     event ([task.Apply]) with the server's time, the token's scope and
+//     attempt, the worker id and the body.
 //
 // Steps 1–7 never touch Firestore, so nothing is written for a request they
 // refuse; the token is checked before any read.
@@ -57,13 +60,13 @@
 //	body too large, not JSON                     413/415  payload_too_large,        REJECTED
 //	                                                      unsupported_media_type
 //	Firestore unavailable, contention exhausted  503      unavailable               RETRY      +Retry-After
-//	Firestore refused the write as invalid       500      internal                  REJECTED   (not in §4)
+//	Firestore refused the write as invalid       500      internal                  REJECTED
 //
+// (docs/contract.md §4.4 has the same table, with what the worker does.)
 // The 500 row is for store.ErrRejected: retrying the same body cannot help,
 // nothing was written, and the attempt's lease runs out so the sweeper
-// retries the task. The tenant, workspace and run of a token that names the
-// right task are compared with the task after the transaction (only a
-// signer bug or a stolen key can make them differ) and answered 403.
+// retries the task. The 503 row covers Firestore errors, contention
+// outlasting the store's retries and [Config.StoreTimeout] (20 s).
 //
 // A heartbeat's 200 always carries "shouldCancel" (true, with
 // "cancelReason", while the task is CANCELLING; the disposition stays
@@ -72,32 +75,36 @@
 // scheduled).
 //
 // After the read, the state machine ([task.Apply]) decides between the
-// 409/410 rows, a replay and acceptance in PRODUCT §4's order, the first
-// that fits answering:
+// 403 scope row, the 409/410 rows, a replay and acceptance in the order of
+// docs/contract.md §4.5, the first that fits answering:
 //
-//  1. the task is terminal: an identical repeat of a committed completed
+//  1. the token's tenant, workspace or run is not the task's:
+//     token_scope_mismatch (403, REJECTED), before anything else is
+//     decided and without a write. Only a signer bug or a stolen key can
+//     cause it, so it is logged at ERROR;
+//  2. the task is terminal: an identical repeat of a committed completed
 //     replays its first answer (200 COMMITTED); a different completed from
 //     the attempt that ended the task is completion_conflict; anything
 //     else (a heartbeat, started, or an older attempt's report, even one
 //     from an attempt that completed and was retried) is
 //     task_already_terminal with "state";
-//  2. the token's attempt is not the task's current one: attempt_mismatch
+//  3. the token's attempt is not the task's current one: attempt_mismatch
 //     with "expectedAttempt" and "receivedAttempt";
-//  3. the attempt was started by another worker id: attempt_already_started;
-//  4. the lease has run out, or, while CANCELLING, the cancel grace has:
+//  4. the attempt was started by another worker id: attempt_already_started;
+//  5. the lease has run out, or, while CANCELLING, the cancel grace has:
 //     task_expired (below);
-//  5. accept.
+//  6. accept.
 //
-// Our reading of §4 for one case its precedence text leaves open: an
-// identical repeat of an older attempt's committed completed (a FAILED that
-// scheduled the retry, repeated because its answer was lost) while the
+// An identical repeat of an older attempt's committed completed (a FAILED
+// that scheduled the retry, repeated because its answer was lost) while the
 // task runs the newer attempt replays its first answer (200 COMMITTED,
-// "finalState" QUEUED, "retryScheduled", "nextAttempt"), as §4's table row
-// "accepted completed, or an identical repeat of it" and its rule
-// "duplicates are normal" say, rather than attempt_mismatch: the report did
-// count, and a replay changes nothing. A different report from that attempt
-// is attempt_mismatch (CANCELLED), never completion_conflict: only the
-// attempt that ended the task can conflict.
+// "finalState" QUEUED, "retryScheduled", "nextAttempt") rather than
+// attempt_mismatch: the report did count, and a replay changes nothing. A
+// different report from that attempt is attempt_mismatch (CANCELLED), never
+// completion_conflict: only the attempt that ended the task can conflict.
+// "Identical" compares the substance of the report ([task.CompletionDigest]:
+// worker id, outcome, output, error, cancelledDuringPhase, partialProgress),
+// not completedAt or metrics.
 //
 // A callback that finds the lease expired, whether or not the sweeper has
 // run, applies the zombie transition itself in the same transaction (the
@@ -158,7 +165,8 @@
 // that one document: what it costs does not grow with the payload. The
 // running attempt's heartbeat state lives on the task document and is
 // folded into the attempt record at the attempt's next transition (see
-// store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the same.
+// internal/store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the
+// same.
 //
 // Contention (ABORTED) retries the transaction, which costs 2 RPCs again.
 // Within one process the store runs one transaction per task at a time, so

@@ -151,9 +151,9 @@ func (x *exchange) reject(status int, disp api.Disposition, code, msg string) {
 	x.answer(status, api.CallbackResponse{Disposition: disp, Error: code, Message: msg})
 }
 
-// ServeHTTP runs the checks of PRODUCT §4 in their order: path (404),
-// method (405), content type (415), size (413), token (401), scope (403),
-// body (400); then one transaction (store.Apply).
+// ServeHTTP runs the checks of docs/contract.md §4.5 in their order: path
+// (404), method (405), content type (415), size (413), token (401), scope
+// (403), body (400); then one transaction (store.Apply).
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	x := &exchange{now: h.cfg.Now().UTC(), header: w.Header()}
@@ -318,7 +318,8 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *auth.Claims, r
 	x.answer(http.StatusOK, resp)
 }
 
-// rejection maps a state-machine refusal to PRODUCT §4's row.
+// rejection maps a state-machine refusal to its row of docs/contract.md
+// §4.4.
 func (h *handler) rejection(x *exchange, rej *task.Rejection) {
 	resp := api.CallbackResponse{Disposition: api.Cancel, Error: rej.Code, Message: rej.Message}
 	status := http.StatusConflict

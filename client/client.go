@@ -106,7 +106,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) ([]by
 	return raw, res.StatusCode, nil
 }
 
-// Submit posts a task (a JSON object as PRODUCT §5 describes).
+// Submit posts a task (a JSON object as docs/contract.md §9.2 describes).
 func (c *Client) Submit(ctx context.Context, body []byte) (api.SubmitResponse, []byte, error) {
 	var r api.SubmitResponse
 	raw, _, err := c.Do(ctx, http.MethodPost, "/v1/tasks", body, &r)

@@ -46,7 +46,8 @@ type reply struct {
 }
 
 // judge decides what one answer to callback op means, from its status, its
-// body and its Retry-After header alone (PRODUCT §4 as the worker sees it).
+// body and its Retry-After header alone (docs/contract.md §4.7: the
+// answers as the worker sees them).
 //
 // An answer whose body is Servo's (JSON with a known disposition) is obeyed
 // whatever its status: RETRY is retried (Servo's 503 `unavailable`);

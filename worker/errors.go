@@ -7,7 +7,7 @@ import (
 	"github.com/servo-dev/servo/api"
 )
 
-// Error is a failure with an ADR-023 §6 category. Wrap an error with one of
+// Error is a failure with a category of docs/contract.md §6.1. Wrap an error with one of
 // [UserCode], [DataQuality], [Infrastructure], [Configuration], [Timeout] or
 // [Cancelled] (or build an Error yourself) and return it from a [Func]: the
 // SDK finds it with errors.As anywhere in the returned chain and reports

@@ -100,6 +100,8 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.client 
 
 // WithRequestTimeout bounds each callback request; a request that times
 // out is retried like a transport error (default DefaultRequestTimeout).
+// Keep it above the callbacks' store timeout (20 s), after which Servo
+// answers 503 itself.
 func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.requestTimeout = d } }
 
 // WithRetryBackoff sets the exponential backoff of callback retries: the
@@ -120,8 +122,8 @@ func WithStartRetryWindow(d time.Duration) Option {
 
 // WithDeliveryCheck makes the handler answer 401 to every delivery for
 // which check returns an error, before reading its body. Package
-// worker/googleauth's VerifyOIDC makes one that verifies the Cloud Tasks
-// OIDC token. Off by default: Cloud Run's IAM invoker check already
+// worker/googleauth's VerifyOIDC is this option with a check of the Cloud
+// Tasks OIDC token. Off by default: Cloud Run's IAM invoker check already
 // verifies that token; turn it on when the service allows unauthenticated
 // invocations or runs elsewhere.
 func WithDeliveryCheck(check func(r *http.Request) error) Option {
@@ -129,10 +131,10 @@ func WithDeliveryCheck(check func(r *http.Request) error) Option {
 }
 
 // Handler returns the http.Handler that receives Cloud Tasks pushes of a
-// Servo envelope and runs fn for the attempt under the ADR-023 protocol:
-// `started` (fn is not run unless Servo answers CONTINUE), heartbeats while
-// fn runs, then exactly one `completed`. See the package documentation for
-// how deliveries are answered.
+// Servo envelope and runs fn for the attempt under the callback protocol
+// (docs/contract.md §4, §14): `started` (fn is not run unless Servo answers
+// CONTINUE), heartbeats while fn runs, then exactly one `completed`. See
+// the package documentation for how deliveries are answered.
 func Handler(fn Func, opts ...Option) http.Handler {
 	if fn == nil {
 		panic("worker: Handler needs a Func")

@@ -44,7 +44,7 @@ func servoBody(d api.Disposition, code string) string {
 	return string(b)
 }
 
-// TestJudge covers every row of PRODUCT §4 as the worker sees it, plus the
+// TestJudge covers every row of docs/contract.md §4.4 as the worker sees it, plus the
 // answers of the infrastructure in front of Servo (no Servo body).
 func TestJudge(t *testing.T) {
 	const html = "<html><body>502 Bad Gateway</body></html>"
@@ -58,7 +58,7 @@ func TestJudge(t *testing.T) {
 		want       api.Disposition
 		wantAfter  time.Duration
 	}{
-		// PRODUCT §4, row by row.
+		// docs/contract.md §4.4, row by row.
 		{"started accepted", opStarted, 200, servoBody(api.Continue, ""), "", api.Continue, 0},
 		{"heartbeat accepted", opHeartbeat, 200, servoBody(api.Continue, ""), "", api.Continue, 0},
 		{"completed accepted", opCompleted, 200, servoBody(api.Committed, ""), "", api.Committed, 0},

@@ -21,8 +21,8 @@ var ErrNoEnvelope = errors.New("worker: no Servo envelope in " + api.EnvelopeEnv
 // starts another execution.
 var ErrJobNotRun = errors.New("worker: attempt not run")
 
-// RunJob runs one attempt in a Cloud Run Job execution (a job worker, see
-// package jobs): it reads the envelope from the environment
+// RunJob runs one attempt in a Cloud Run Job execution (a job worker,
+// docs/contract.md §11): it reads the envelope from the environment
 // (api.EnvelopeEnv, set by Servo's dispatch for this execution only) and
 // runs fn under the same protocol as [Handler] (`started`, heartbeats with
 // checkpoints and token refresh, cancel, the lease fence, exactly one

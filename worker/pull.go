@@ -22,7 +22,7 @@ const (
 	DefaultPullMaxWait     = 20 * time.Second
 	DefaultPullGrace       = 30 * time.Second
 	// DevIdentityHeader carries PullConfig.DevIdentity (the local stack
-	// only; the same name as pull.DevIdentityHeader).
+	// only; the same name as internal/pull.DevIdentityHeader).
 	DevIdentityHeader = "X-Servo-Dev-Identity"
 )
 

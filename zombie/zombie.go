@@ -1,28 +1,3 @@
-// Package zombie is Servo's sweeper: it finds the tasks whose timers have
-// run out and applies the state machine's timer events to them.
-//
-// Each duty is one indexed Firestore query that returns only the tasks that
-// are due ([store.Store.DueTasks]), paginated, followed by one transaction
-// per task ([store.Store.Apply]) that re-reads the task and lets the state
-// machine re-check the condition (a heartbeat may have arrived since the
-// query). The sweeper never decides a transition itself:
-//
-//	duty      query (store.Due*)   event (task.Event*)   machine's decision
-//	deadline  DueDeadline          DeadlineExceeded      attempt TIMED_OUT, FAILED DEADLINE_EXCEEDED, no retry
-//	cancel    DueCancel            CancelTimeout         attempt CANCEL_TIMEOUT, FAILED CANCEL_TIMEOUT
-//	lease     DueLease             LeaseExpired          attempt ZOMBIE; retry (QUEUED, attempt+1) or FAILED
-//	                                                     HEARTBEAT_TIMEOUT; CANCELLING → FAILED CANCEL_TIMEOUT
-//	dispatch  DueDispatch          Redrive               re-enqueue under the re-drive's own Cloud Tasks name, or
-//	                                                     after MaxRedrives: attempt TIMED_OUT, FAILED DISPATCH_TIMEOUT
-//
-// After a committed result the sweeper calls Enqueuer.FollowUp, which
-// enqueues retries and re-drives, and first cancels the Cloud Run Job
-// execution of a job attempt that a timer ended (lease, cancel). A retry whose enqueue failed after commit
-// stays QUEUED with a dispatch check time, so the dispatch duty re-drives it.
-//
-// One Cloud Scheduler tick (at most once a minute) starts one invocation,
-// which sweeps every [Config.Every] until [Config.Window] has elapsed; see
-// README.md.
 package zombie
 
 import (
@@ -118,7 +93,8 @@ type Config struct {
 	// DISPATCH_TIMEOUT (default 5).
 	MaxRedrives int
 	// Every is the cadence of passes within one Run (default 15 s). Use
-	// heartbeat interval / 2 or less (ADR-023 §4).
+	// the shortest heartbeat interval of your tasks / 2 or less
+	// (docs/contract.md §5.6).
 	Every time.Duration
 	// Window is how long one Run keeps sweeping, e.g. 55 s to stop just
 	// before the next once-a-minute Scheduler tick. Zero means one pass.

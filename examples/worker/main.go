@@ -1,6 +1,11 @@
 // Command worker is an example Servo worker for Cloud Run: it serves
-// partitions.Process with the worker SDK on $PORT (default 8080). With
-// -pull POOL it takes no requests: it claims attempts from the pull pool
+// partitions.Process with the worker SDK on $PORT (default 8080), at /,
+// and answers GET /healthz with 204. On SIGTERM (Cloud Run allows 10 s on
+// scale-in) it stops accepting deliveries and waits up to 8 s for the
+// running attempts; an attempt cut off then is retried by Servo from its
+// last checkpoint.
+//
+// With -pull POOL it takes no requests: it claims attempts from the pull pool
 // POOL at $SERVO_API (worker.Pull) and runs them, -concurrency at a time.
 // With -job it is a job worker instead: it runs the one attempt whose envelope
 // Servo put in $SERVO_ENVELOPE (a Cloud Run Job execution, or a

@@ -53,7 +53,7 @@
 // # Task tokens
 //
 // A task token is the bearer credential a worker presents on every callback
-// (ADR-023 §2, PRODUCT.md §4). It is an HS256 JWT whose claims scope it to
+// (docs/contract.md §3). It is an HS256 JWT whose claims scope it to
 // exactly one attempt of one task ([Scope]): tenantId, workspaceId, runId,
 // taskId and attempt, plus the registered claims iss ([TaskTokenIssuer]),
 // iat, nbf, exp and a random jti.

@@ -12,7 +12,7 @@ import (
 // TaskTokenIssuer is the iss claim of every task token.
 const TaskTokenIssuer = "servo"
 
-// Task token lifetimes and clock-skew tolerance (ADR-023 §2).
+// Task token lifetimes and clock-skew tolerance (docs/contract.md §3.2).
 const (
 	// DefaultTaskTokenTTL is the lifetime of a token when the caller asks
 	// for none.

@@ -1,10 +1,3 @@
-// Package dashboard is Servo's web dashboard: server-rendered pages of
-// tasks, runs, one task (with its attempt timeline and its trace) and the
-// control plane's health, kept live by server-sent events, with Cancel and
-// Cancel run. It is served at /ui/ next to the control API ([Mount]): by `servo
-// dev` on its address, and in production by the IAM-protected ServoAPI
-// function. Templates, JavaScript and CSS are embedded: no CDN, no build
-// step, no network at run time. See README.md.
 package dashboard
 
 import (

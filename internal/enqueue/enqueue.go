@@ -1,13 +1,15 @@
 // Package enqueue hands a task's current attempt to Cloud Tasks: it signs
-// the attempt's token, builds the ADR-023 envelope, and creates an HTTP task
-// with a name derived from (task id, attempt, re-drive number), so repeating
-// an enqueue is safe (ALREADY_EXISTS counts as success). The dispatcher uses
-// it on submit, the callbacks and the sweeper for retries and re-drives.
+// the attempt's token, builds the envelope (docs/contract.md §2), and
+// creates an HTTP task with a name derived from (task id, attempt, re-drive
+// number), so repeating an enqueue is safe (ALREADY_EXISTS counts as
+// success). The dispatcher uses it on submit, the callbacks and the sweeper
+// for retries and re-drives.
 //
 // A job worker ([Worker.Job]) is enqueued the same way, but its Cloud Task
 // calls Servo's jobs dispatch endpoint ([Config.JobDispatchURL]) with the
-// envelope, and that endpoint runs the Cloud Run Job (package jobs): rate
-// limits, retries, names and re-drives work as for push workers.
+// envelope, and that endpoint runs the Cloud Run Job (package
+// internal/jobs): rate limits, retries, names and re-drives work as for
+// push workers.
 //
 // The token is valid from the moment the delivery can start (the retry's
 // NotBefore, when that is later than now) for [task.TokenTTL], so a retry
@@ -21,9 +23,9 @@
 // queue is not doubled.
 //
 // A pull pool (Worker.Pull) has no queue: its attempts are published to the
-// pool's topic through Config.Pools (package pull), and Dequeue has nothing
-// to delete (the claim drops the message of an attempt no longer
-// claimable).
+// pool's topic through Config.Pools (package internal/pull), and Dequeue
+// has nothing to delete (the claim drops the message of an attempt no
+// longer claimable).
 package enqueue
 
 import (

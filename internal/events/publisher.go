@@ -25,14 +25,13 @@ const (
 	// writer that committed them.
 	DefaultGrace = 10 * time.Second
 	// DefaultPublishTimeout bounds one Publish or one Redrive batch waiting
-	// for Pub/Sub (and, separately, the commit that marks it delivered). The
-	// hook runs on the writer's critical path: during a Pub/Sub outage each
-	// commit waits this long before its events are left to Redrive.
+	// for Pub/Sub (and, separately, the commit that marks it delivered).
+	// The wait is the sender's, never the writer's: the hook only queues.
 	DefaultPublishTimeout = 5 * time.Second
 	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
 	DefaultRedriveBatch = 200
-	// DefaultRedriveMaxBatches bounds the batches of one Redrive call; the
-	// next sweeper pass continues.
+	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
+	// from each due shard; the next sweeper pass continues.
 	DefaultRedriveMaxBatches = 10
 	// RedriveMinBackoff is how long Redrive leaves an entry alone after its
 	// first failed delivery (plus the grace period); each further failure
@@ -100,8 +99,8 @@ type Config struct {
 	// RedriveBatch is the number of entries Redrive reads at once; default
 	// DefaultRedriveBatch.
 	RedriveBatch int
-	// RedriveMaxBatches bounds the batches of one Redrive call; default
-	// DefaultRedriveMaxBatches.
+	// RedriveMaxBatches bounds the batches one Redrive call reads from each
+	// due shard; default DefaultRedriveMaxBatches.
 	RedriveMaxBatches int
 	// MaxQueue bounds the transitions the hook queues for the sender;
 	// default DefaultMaxQueue.

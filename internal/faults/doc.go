@@ -1,14 +1,91 @@
 // Package faults is Servo's fault-injection harness, in the spirit of
-// Jepsen: it runs the real local stack (`servo dev` as a child process
-// against the real Firestore and Pub/Sub emulators, with its Cloud Tasks
-// emulator inside), drives it with simulated conforming workers and
-// clients over HTTP, injects faults (Firestore and Pub/Sub frozen, Servo
-// killed and restarted, workers crashing, clocks skewed), records
-// everything every worker and client saw plus every event read from the
-// events topic and every task's final state, and checks that history
-// against the invariants of PRODUCT §10 (Check, in history.go, is pure and
-// unit-tested on hand-made violating histories).
+// Jepsen. docs/contract.md §15 promises nothing lost, nothing doubled: one
+// accepted outcome per task under duplicates, races, crashes and restarts
+// of any component. This package keeps that promise honest: it runs the
+// real local stack, injects faults into it while tasks run, records what
+// every worker and client saw, and checks that history against the
+// invariants ([Check], in history.go, is pure and unit-tested on hand-made
+// violating histories).
 //
-// TestFaults is the short mode, run by `go test ./...`; `go test -run
-// TestFaults -faults.long ./faults/` is the long mode (README.md).
+// # What runs
+//
+//   - Firestore and Pub/Sub: the official emulators, one per test binary
+//     (package emulator/emulatortest).
+//   - Servo: `servo dev --no-demo --firestore … --pubsub …`, built once by
+//     TestMain into a temporary directory and run as a child process, so it
+//     can be killed (SIGKILL) and started again against the same emulators.
+//     Its Cloud Tasks emulator lives inside it, so a kill also loses every
+//     queued Cloud Task.
+//   - Workers: a [Fleet], an HTTP endpoint registered as worker "sim". Each
+//     delivery is acknowledged and worked on in its own goroutine, which
+//     reports `started`, heartbeats and `completed` over HTTP, retrying
+//     transport errors and 503 (honouring Retry-After) with the same body,
+//     as the SDKs do.
+//   - Clients: submits with an idempotency key, retried on transport errors
+//     and 503 by a bounded pool of clients.
+//   - Events: a subscription on servo-task-events, created before Servo
+//     starts.
+//
+// Servo runs with --store-timeout 8s ([StoreTimeout]: callbacks and the API
+// answer 503 after it), --start-timeout 3s ([StartTimeout]: a lost Cloud
+// Task is re-driven quickly), a sweep every second, and one token key ring
+// for every start (SERVO_TOKEN_KEYS), as production keeps its keys in
+// Secret Manager. The simulated tasks heartbeat every 300 ms with a 6 s
+// lease. Each fault outlasts the bound it tests: a Firestore freeze the
+// store timeout, a Pub/Sub freeze the publisher's 5 s publish timeout.
+//
+// # Faults
+//
+//	kind                        how
+//	firestore-freeze            SIGSTOP of the Firestore emulator's process group (emulator.Process.Freeze),
+//	                            SIGCONT after the hold
+//	pubsub-freeze               the same for Pub/Sub; the sweeper's ticks (pushed by Pub/Sub) stop too
+//	servo-kill                  SIGKILL of `servo dev` (and the Cloud Tasks emulator in it), restarted after
+//	                            the hold on the same address
+//	worker crash-before-start   the first attempt's delivery is acknowledged, then nothing
+//	worker crash-mid            the first attempt goes silent after one heartbeat (a zombie)
+//	worker crash-after-commit   the answer to the first attempt's `completed` is lost; the worker reports it again
+//	worker fail-once            the first attempt reports a retryable failure
+//	worker skew                 the worker's startedAt, heartbeatAt and completedAt are an hour off
+//
+// # Invariants
+//
+//	name            promise
+//	terminal        every task ends in exactly one terminal state once the faults heal and its timers run out
+//	answer          a conforming worker only ever gets 200, 409/410 CANCELLED, or 503 unavailable RETRY with
+//	                Retry-After; the control API answers 2xx or 503 with Retry-After; never a 500 or a wrong
+//	                disposition
+//	latency         no answer is blocked past the store timeout (plus the follow-up enqueue and slack)
+//	committed       every COMMITTED answer agrees with the final state (or its scheduled retry happened), and
+//	                the attempt's record keeps the reported outcome
+//	attempt-order   attempt never decreases (events in seq order; no attempt seen beyond the final one)
+//	stale-attempt   no callback of an attempt is accepted once the task moved past it
+//	zombie          a zombie's lease never comes back (no accepted callback, no event of that attempt after
+//	                it; its record stays ZOMBIE)
+//	events          per task, the events read form a gapless seq 1..n along task.Edges, from the creation to
+//	                the final state (duplicates allowed and counted; two different events with one seq are not)
+//	server-time     the attempt records hold Servo's times, never a skewed worker's
+//	duplicate-task  one task per idempotency key, however often a submit was retried
+//	token-in-log    no task token, nor its claims or signature, in any line Servo wrote
+//
+// A violation is printed with the task's whole history (deliveries, every
+// request and answer, every event, the final state), in time order.
+//
+// # Modes
+//
+// TestFaults is the short mode, run by `go test ./...`. The long mode
+// (-faults.long) submits -faults.rate tasks/s (6) for -faults.duration
+// while a random schedule (from the printed seed; -faults.seed replays it)
+// injects faults one after another, then holds a steady load of
+// -faults.steady-rate callbacks/s (50) with no fault for -faults.steady,
+// and prints: tasks by final state, callbacks, faults injected by kind, 503
+// answers, invariant violations, the recovery time after each fault heals
+// (p50 and max: from the heal to the first callback accepted after it, or
+// for Pub/Sub to the first event delivered after it), the steady load's
+// error rate and p50/p99 latency, and the seed.
+//
+// The figures depend on the machine: the emulators share its cores with
+// Servo and the workers. On a heavily loaded machine (a load average many
+// times the core count) even a healthy emulator takes seconds per request;
+// that is why the store timeout is 8 s and the leases 6 s.
 package faults

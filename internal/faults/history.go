@@ -236,7 +236,7 @@ func (c *checker) task(th *TaskHistory) {
 }
 
 // answer checks that a callback's answer is one the contract gives a
-// conforming worker (PRODUCT §4).
+// conforming worker (docs/contract.md §4.4).
 func (c *checker) answer(id string, call Call) {
 	a := call.Answer
 	want := api.Disposition("")

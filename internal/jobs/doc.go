@@ -1,6 +1,13 @@
-// Package jobs makes a Cloud Run Job a dispatch target: a job worker
-// (enqueue.Worker.Job) runs each attempt as one execution of its job, for
-// tasks longer than one Cloud Tasks HTTP request may last (30 minutes).
+// Package jobs makes a Cloud Run Job a dispatch target (docs/contract.md
+// §11): a job worker (enqueue.Worker.Job) runs each attempt as one
+// execution of its job, for tasks longer than one Cloud Tasks HTTP request
+// may last (30 minutes). Submits are unchanged ("worker": "render"); the
+// worker is configured with a job instead of a URL:
+//
+//	SERVO_WORKERS={"render": {"job": "projects/P/locations/L/jobs/render",
+//	                          "queue": "projects/P/locations/L/queues/render",
+//	                          "serviceAccount": "servo-tasks-invoker@P.iam.gserviceaccount.com"}}
+//	SERVO_JOBS_DISPATCH_URL=https://REGION-P.cloudfunctions.net/servo-jobs
 //
 // The attempt is enqueued as for a push worker, but its Cloud Task calls
 // Servo's own dispatch endpoint ([Handler]; the ServoJobs function in
@@ -36,4 +43,35 @@
 // [Runner] is the Cloud Run Admin API in production ([CloudRun], on
 // cloud.google.com/go/run/apiv2) and subprocesses locally ([Local], `servo
 // dev --job-worker NAME=COMMAND`).
+//
+// # Answers
+//
+// Cloud Tasks only looks at the status: 2xx ends the Cloud Task, anything
+// else is retried with the queue's backoff. The JSON body ([Answer]) says
+// why; docs/contract.md §11 has the table. The 200 results are
+// [ResultStarted] (with the execution's name), [ResultFound] (the
+// attempt's execution runs already), [ResultStale] (the attempt no longer
+// waits to start) and [ResultSuperseded] (another execution was recorded
+// first, or the task ended meanwhile; ours was cancelled).
+//
+// # Limits and cost
+//
+// The envelope (payload, resources, resumeFrom) must stay under
+// [MaxEnvelopeBytes] (32 KiB, Cloud Run's limit for one environment
+// variable): pass large inputs by reference. Finding an execution lists
+// the job's executions, of which Cloud Run keeps the last 1 000 and any of
+// the last seven days. One dispatch costs one list, one RunJob and one
+// Firestore transaction.
+//
+// # Production
+//
+// ServoJobs is a function of its own, so that only its service account may
+// run the jobs: a custom role on each job resource (terraform/jobs.tf) with
+// run.jobs.run, run.jobs.runWithOverrides, run.executions.get,
+// run.executions.list and run.executions.cancel (not roles/run.developer,
+// which could also change or delete the job). The sweeper and the
+// callbacks hold only run.executions.cancel on the jobs; only the Cloud
+// Tasks invoker account may call ServoJobs. Cloud Run's own retries are
+// off (max_retries = 0 in Terraform): a retry is Servo's, a new attempt in
+// a new execution.
 package jobs

@@ -339,7 +339,7 @@ func TestConcurrentConflictingEvents(t *testing.T) {
 		accepted := 0
 		for i, r := range race(evs, tk.ID, s) {
 			// attempt_mismatch while attempt 2 runs, task_already_terminal
-			// once it has completed (PRODUCT §4: terminal rows first).
+			// once it has completed (docs/contract.md §4.5: terminal rows first).
 			if i%2 == 0 && (r.Rejection == nil || r.Rejection.Code != api.CodeAttemptMismatch && r.Rejection.Code != api.CodeTaskAlreadyTerminal) {
 				t.Errorf("stale attempt 1 must be refused, got %+v", r.Rejection)
 			}

@@ -13,7 +13,8 @@ func ReportableOutcome(o api.Outcome) bool {
 	return o == api.OutcomeSucceeded || o == api.OutcomeFailed || o == api.OutcomeCancelled
 }
 
-// RetryableByDefault is ADR-023 §6's default for the category.
+// RetryableByDefault is the category's default retryability
+// (docs/contract.md §6.1).
 func RetryableByDefault(c api.Category) bool {
 	switch c {
 	case api.CategoryUserCode, api.CategoryInfrastructure, api.CategoryTimeout:

@@ -1,7 +1,9 @@
-// Package task is Servo's domain: the task and attempt model, the ADR-023
-// worker contract (envelope, callback requests and responses), error
-// categories, retry policy, timers, ids, and the one state machine that every
-// writer uses.
+// Package task is Servo's domain: the task and attempt model, the rules of
+// the worker contract (docs/contract.md §2, §4) over package api's wire
+// types (building an attempt's envelope, validating callback bodies, the
+// digest that tells identical reports apart), error categories' defaults,
+// retry policy and backoff, timers and token lifetimes, ids, and the one
+// state machine that every writer uses.
 //
 // The package is pure: no I/O, no clocks (callers pass the time in), no
 // randomness except in id generation (callers pass jitter in). The store

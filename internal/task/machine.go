@@ -292,10 +292,11 @@ func (m *machine) apply() {
 	}
 }
 
-// guardCallback applies the attempt guard in PRODUCT §4's precedence and
-// reports whether the callback may proceed. The handler has answered the
-// 4xx rows before the transaction; the scope of a token that names the
-// right task is the last of them, and only the task can tell it. Then:
+// guardCallback applies the attempt guard in the order of docs/contract.md
+// §4.5 and reports whether the callback may proceed. The handler has
+// answered the 4xx rows before the transaction; the scope of a token that
+// names the right task is the last of them, and only the task can tell it.
+// Then:
 //
 //  1. the task is terminal: an identical repeat of the committed completed
 //     replays its answer; a different completed from the attempt that
@@ -304,7 +305,7 @@ func (m *machine) apply() {
 //  2. the callback's attempt is older than the task's: attempt_mismatch,
 //     except that an identical repeat of that attempt's committed
 //     completed (one that scheduled the retry) still replays its answer,
-//     as §4's "accepted completed, or an identical repeat of it" row says;
+//     as docs/contract.md §4.5 (step 5.3) says;
 //  3. the attempt was started by another worker id: attempt_already_started;
 //  4. the lease, or while CANCELLING the cancel grace, has run out: the
 //     sweeper's transition is applied here, in the same transaction, then

@@ -443,9 +443,9 @@ func heartbeat(attempt int, worker string, at time.Time) Event {
 	return Event{Kind: EventHeartbeat, Attempt: attempt, WorkerID: worker, Now: at, Heartbeat: &api.HeartbeatRequest{Attempt: attempt, WorkerID: worker}}
 }
 
-// TestCallbackGuard checks PRODUCT §4's precedence among the 409/410 rows
-// and the cancel grace at the callback: each case is a history, one
-// callback, and the answer and task it must leave.
+// TestCallbackGuard checks the order of docs/contract.md §4.5 among the
+// 409/410 rows and the cancel grace at the callback: each case is a
+// history, one callback, and the answer and task it must leave.
 func TestCallbackGuard(t *testing.T) {
 	grace := api.DefaultCancelGracePeriod
 	cancel := Event{Kind: EventCancel, Now: t0, Reason: "user_requested"}

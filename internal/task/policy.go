@@ -18,7 +18,7 @@ const (
 	MaxTimer = 24 * time.Hour
 )
 
-// Token lifetimes (ADR-023 §2).
+// Token lifetimes (docs/contract.md §3.2).
 const (
 	DefaultTokenTTL = 3600 * time.Second
 	MaxTokenTTL     = 7200 * time.Second
@@ -38,8 +38,8 @@ func fieldErr(field, format string, args ...any) *FieldError {
 
 // ValidateTiming checks the timers against min (MinTimerProduction or
 // MinTimerLocal), the interval against half the maximum token lifetime (no
-// refresh could cover a longer one) and ADR-023's invariant
-// timeout ≥ 2 × interval.
+// refresh could cover a longer one) and the invariant timeout ≥ 2 ×
+// interval (docs/contract.md §5.2).
 func ValidateTiming(t api.Timing, min time.Duration) *FieldError {
 	check := func(field string, ms int64) *FieldError {
 		d := time.Duration(ms) * time.Millisecond

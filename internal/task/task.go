@@ -149,8 +149,9 @@ func (a Attempt) View() api.Attempt {
 // Ended reports whether the attempt has an outcome.
 func (a *Attempt) Ended() bool { return a.Outcome != "" }
 
-// Transition is the event every state change produces (PRODUCT §7). It is
-// written to the outbox in the transaction that makes the change.
+// Transition is the event every state change produces (docs/contract.md
+// §8.2). It is written to the outbox in the transaction that makes the
+// change.
 type Transition struct {
 	// EventID is deterministic from (task, attempt, from, to): a repeat
 	// delivery carries the same id.

@@ -1,18 +1,3 @@
-// Package telemetry is Servo's OpenTelemetry: the tracer and meter every
-// component uses, the instruments (defined here, once, with bounded
-// attribute sets), W3C trace-context helpers, and Setup, which builds the
-// tracer and meter providers from the standard OTEL_* variables (OTLP over
-// gRPC or HTTP/protobuf; by default in production Cloud Trace, through
-// Google's OTLP endpoint, and Cloud Monitoring; Prometheus text for
-// `servo dev`).
-//
-// Components call Tracer and the Record* functions; until Setup runs they
-// are no-ops (OpenTelemetry's global no-op providers), so libraries and unit
-// tests pay nothing. Setup may run more than once in a process (tests): the
-// instruments follow the latest providers.
-//
-// Nothing here ever records a task token or a payload: spans and metrics
-// carry ids, attempt numbers, states, reasons and dispositions only.
 package telemetry
 
 import (

@@ -31,9 +31,9 @@ func python3(tb testing.TB) string {
 }
 
 // TestPythonUnitTests runs `python3 -m unittest discover` on tests/: the
-// protocol against a scripted callback server (every PRODUCT §4 row, retry
-// rules, throttling, exactly-once completion, cancellation, fencing, token
-// refresh, no token in logs).
+// protocol against a scripted callback server (every row of
+// docs/contract.md §4.4, retry rules, throttling, exactly-once completion,
+// cancellation, fencing, token refresh, no token in logs).
 func TestPythonUnitTests(t *testing.T) {
 	py := python3(t)
 	cmd := exec.Command(py, "-W", "error::ResourceWarning", "-m", "unittest", "discover", "-s", "tests", "-t", "tests")

@@ -1,5 +1,5 @@
-"""Servo's Python worker SDK: the worker side of the ADR-023 callback
-contract (PRODUCT §4, §8), behaving like the Go SDK (``worker/``).
+"""Servo's Python worker SDK: the worker side of Servo's callback contract
+(docs/contract.md §4, §14), behaving like the Go SDK (``worker/``).
 
     import servo_worker
 

@@ -1,5 +1,5 @@
 """One callback: POST with the task token, retries, and the answer's
-disposition (PRODUCT §4)."""
+disposition (docs/contract.md §4.7)."""
 
 from __future__ import annotations
 

@@ -85,9 +85,10 @@ def default_worker_id() -> str:
 
 class App:
     """The WSGI application that receives Cloud Tasks pushes of a Servo
-    envelope and runs ``handler`` for the attempt under the ADR-023
-    protocol: ``started`` (the handler runs only if Servo answers
-    CONTINUE), heartbeats while it runs, then exactly one ``completed``.
+    envelope and runs ``handler`` for the attempt under the callback
+    protocol (docs/contract.md §4, §14): ``started`` (the handler runs only
+    if Servo answers CONTINUE), heartbeats while it runs, then exactly one
+    ``completed``.
 
     Run it under gunicorn with threads (``--threads``: each delivery holds
     a thread while the handler runs) or locally with :func:`serve`.

@@ -3,8 +3,9 @@
 Two families:
 
 * :class:`TaskError` and its subclasses are what a handler raises to report
-  a failure with an ADR-023 §6 category (``FAILED``), or its own decision to
-  cancel (:class:`TaskCancelledError`, outcome ``CANCELLED``).
+  a failure with a category of docs/contract.md §6.1 (``FAILED``), or its
+  own decision to cancel (:class:`TaskCancelledError`, outcome
+  ``CANCELLED``).
 * :class:`StopRequested` and its subclasses are raised by
   :meth:`servo_worker.Task.check_cancelled` (and are the task's
   ``cancel_cause``) when the attempt must stop: Servo asked to cancel
@@ -33,7 +34,7 @@ __all__ = [
     "CheckpointTooLargeError",
 ]
 
-# Categories (ADR-023 §6) and their default retryability.
+# Categories (docs/contract.md §6.1) and their default retryability.
 USER_CODE = "USER_CODE"
 DATA_QUALITY = "DATA_QUALITY"
 INFRASTRUCTURE = "INFRASTRUCTURE"

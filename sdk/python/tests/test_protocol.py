@@ -1,5 +1,5 @@
 """Protocol unit tests of servo_worker against a scripted callback server
-(PRODUCT §4 as the worker sees it). They assert counts and events, never
+(docs/contract.md §4.4 as the worker sees it). They assert counts and events, never
 durations."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fake_servo import TOKEN, Answer, FakeServo, accept, refuse, wsgi_post
 
 REFRESHED = "tok-SECRET-77b2e0.refreshed"
 
-# PRODUCT §4's refusals: (status, error, disposition).
+# The refusals of docs/contract.md §4.4: (status, error, disposition).
 CANCEL_ROWS = [
     (409, "task_already_terminal", "CANCELLED"),
     (409, "attempt_mismatch", "CANCELLED"),
@@ -141,7 +141,7 @@ class TestSuccess(Base):
 
 
 class TestStartedRows(Base):
-    """`started` answered with each row of PRODUCT §4."""
+    """`started` answered with each row of docs/contract.md §4.4."""
 
     def test_refusals_do_not_run_the_handler(self) -> None:
         for status, code, disp in CANCEL_ROWS + REJECT_ROWS:
@@ -171,7 +171,8 @@ class TestStartedRows(Base):
 
 
 class TestHeartbeatRows(Base):
-    """A heartbeat answered with each row of PRODUCT §4 while the handler runs."""
+    """A heartbeat answered with each row of docs/contract.md §4.4 while the
+    handler runs."""
 
     def test_cancelled_rows_abort_and_never_complete(self) -> None:
         for status, code, disp in CANCEL_ROWS:

@@ -1,0 +1,97 @@
+// Package dashboard is Servo's web dashboard: server-rendered pages of
+// tasks, runs, one task (with its attempt timeline and its trace) and the
+// control plane's health, kept live by server-sent events, with Cancel and
+// Cancel run. It is served under [Prefix] (/ui/) next to the control API
+// ([Mount]): by `servo dev` on its address (`servo dev --open` opens it),
+// and in production by the IAM-protected ServoAPI function.
+//
+// # Pages
+//
+//	page    path                                     shows
+//	tasks   /ui/?tenant=&run=&state=&worker=         counts by state; the tasks newest first (task, run, tenant, key,
+//	                                                 worker, state, attempt, reason, progress, age), 50 a page; with a
+//	                                                 tenant filter, its usage against its limits (GET
+//	                                                 /v1/tenants/{t}/usage's figures)
+//	run     /ui/runs/{runId}                         the run's tasks (up to 500), a per-state summary, Cancel run
+//	task    /ui/tasks/{taskId}                       state, reason, timers, deadline; the attempt timeline; each
+//	                                                 attempt's worker id, progress, message, heartbeat count,
+//	                                                 checkpoint, error (stack trace collapsed), metrics, output; the
+//	                                                 task's transitions; its trace; the payload; Cancel with a reason
+//	health  /ui/health                               the last sweeper pass (meta/sweeper) and its age; each duty's due
+//	                                                 backlog now and its last pass's figures; the outbox backlog and
+//	                                                 the age of its oldest due entry; the latest failed tasks with
+//	                                                 their attempt history; transitions per minute by to-state over
+//	                                                 the last hour
+//
+// The task page's attempt timeline is SVG ([Bar]): one bar per attempt
+// from enqueue to end, light while it waited for delivery, coloured by
+// outcome, a tick per heartbeat the attempt keeps
+// (task.Attempt.HeartbeatTimes: every one up to task.MaxHeartbeatTicks,
+// 64, then an even sample), retry gaps visible. The attempt's details say
+// how many heartbeats it received ("3 heartbeats", "(ticks sampled)" when
+// the ticks are a sample); an attempt recorded before heartbeat history
+// has a tick at its last heartbeat only.
+//
+// The task page's trace: with [Config].Traces (a TaskSpans(taskID) source;
+// *telemetry.Recorder is one, which `servo dev` passes) the page draws the
+// task's recorded spans, those of GET /v1/tasks/{id}/trace: one row per
+// span with its name, service · kind and duration, a bar from its start to
+// its end on one axis from the first span, indented under its parent when
+// the parent is shown, red when its status is an error (at most 300 rows;
+// the legend counts the rest). With [Config].CloudTraceProject (production:
+// the project whose Cloud Trace receives the spans) it links to the task's
+// trace in the Cloud Trace console ([CloudTraceURL]), the trace id read
+// from the task's stored traceparent. With neither there is no trace
+// section; with a source but no recorded span, or a project but no stored
+// trace context, a line says so.
+//
+// # How it works
+//
+// Pages are html/template (templates/), with a little JavaScript
+// (static/app.js) and CSS, embedded with embed: no CDN, no npm, no build
+// step, no network at run time. Charts are SVG drawn by the templates.
+//
+// Pages read the store directly: List and CountByState (tasks, run), Get
+// and OutboxEntries (task), LastSweep, DueBacklog (4 duties × due shards
+// count aggregations, no document read), OutboxBacklog (a count and one
+// entry per shard), the 10 latest FAILED tasks with their attempts, and
+// RecentTransitions (at most 2 000 outbox entries projected to two fields,
+// re-read at most every 30 s; the chart says when the bound cut it). Every
+// query is served by an index Servo already declares (store.Indexes) or by
+// single-field indexes.
+//
+// Each page's live part is re-rendered by the server and pushed by
+// server-sent events (GET /ui/live?view=…): one refresher per distinct view
+// (a page and its filters) per process, shared by every tab showing it,
+// reading at most every [Config].Refresh (1 s; the health view every
+// HealthRefresh, 5 s) and sending only when the fragment changed; at most
+// [Config].MaxViews (64) distinct views at once (more is answered 503 and
+// the browser retries). The store's cost grows with the distinct views
+// open, not with tabs. The browser reconnects after 2 s.
+//
+// Cancel and Cancel run are forms that POST to the dashboard, which calls
+// the control API handler ([Config].API) in process (POST
+// /v1/tasks/{id}/cancel, POST /v1/runs/{runId}/cancel), so they have the
+// API's checks and answers; then it redirects back with the outcome.
+//
+// # Safety
+//
+//   - Every string from users and workers (keys, payloads, messages,
+//     errors, reasons) is escaped by html/template; the live fragments are
+//     rendered by the same templates.
+//   - Every answer carries [ContentSecurityPolicy]: no inline script or
+//     style, no framing.
+//   - POSTs must pass the same-origin check (http.CrossOriginProtection:
+//     Sec-Fetch-Site, else Origin against Host) and carry the anti-forgery
+//     token: a random value in the [CSRFCookie] cookie (HttpOnly,
+//     SameSite=Strict, path /ui/) posted back in the form (double submit,
+//     so it works across function instances). Anything else is answered
+//     403 and changes nothing.
+//   - No task token reaches a page: tokens live only in envelopes, which
+//     are not stored; the browser test checks the held worker's tokens
+//     against every page it renders.
+//   - The pages read every tenant's tasks through the store, not through
+//     the access policy (package internal/auth). So the ServoAPI function
+//     mounts the dashboard only while no access policy is configured; under
+//     one, /ui/ is not served.
+package dashboard

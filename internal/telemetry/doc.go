@@ -1,0 +1,131 @@
+// Package telemetry is Servo's OpenTelemetry: the tracer and meter every
+// component uses, the instruments (defined here, once, in metrics.go, with
+// bounded attribute sets; the attribute keys and the propagator are
+// internal/spanattr's, shared with the worker SDK), W3C trace-context
+// helpers, [Setup], which builds the tracer and meter providers from the
+// standard OTEL_* variables, and the in-memory span [Recorder] behind
+// `servo get ID --trace`.
+//
+// Components call [Tracer] and the Record* functions; until Setup runs (or
+// the program installs its own global providers) they are no-ops
+// (OpenTelemetry's global no-op providers), so libraries and unit tests
+// pay nothing. Setup may run more than once in a process (tests): the
+// instruments follow the latest providers.
+//
+// Nothing here ever records a task token or a payload: spans and metrics
+// carry ids, attempt numbers, states, reasons and dispositions only
+// (internal/devstack/telemetry_test.go checks every recorded span against
+// the tokens of its run).
+//
+// # Exporters
+//
+//   - The Cloud Functions, with no OTEL_* exporter variable set
+//     ([DefaultGoogleCloud]): traces to Cloud Trace over OTLP/gRPC to
+//     Google's Telemetry API ([GoogleTelemetryEndpoint], Application
+//     Default Credentials, resource attribute gcp.project_id); metrics to
+//     Cloud Monitoring with Google's exporter, every 60 s. The functions'
+//     service accounts need roles/telemetry.tracesWriter and
+//     roles/monitoring.metricWriter (terraform/iam.tf), and the Telemetry
+//     API must be enabled (terraform/main.tf).
+//   - Any process with OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or
+//     OTEL_EXPORTER_OTLP_ENDPOINT set: as the variables say (autoexport):
+//     otlp (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf), console or
+//     none for traces; otlp, console, prometheus or none for metrics.
+//   - `servo dev`: spans kept in memory (the last [DefaultRecorderSpans],
+//     20 000) for GET /v1/tasks/{id}/trace, metrics as Prometheus text at
+//     GET /metrics, each plus OTLP when set.
+//
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource
+// (default: [Config].ServiceName, which the functions set to their Cloud
+// Run service, K_SERVICE, and `servo dev` to servo-dev);
+// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose the sampler
+// (default parentbased_always_on: a caller's sampling decision is kept).
+// The propagator is W3C traceparent, plus baggage.
+//
+// Google's own Cloud Trace and Cloud Monitoring exporters for Go
+// (opentelemetry-operations-go) are deprecated and archived after
+// 2027-01-01, Google pointing to OTLP. Traces have moved
+// (TestGoogleCloudTraces checks the export against a local OTLP receiver:
+// the access token on every call, the project and service on the
+// resource). Metrics still use Google's Monitoring exporter, which logs its
+// deprecation notice at each cold start: sent over OTLP they would land in
+// Managed Service for Prometheus as prometheus.googleapis.com/… instead of
+// workload.googleapis.com/servo.…, so the alert policies
+// (terraform/modules/alerts) and any dashboards built on the metric names
+// must move with them; that is a migration to make deliberately, not on
+// the side.
+//
+// # One task's trace
+//
+//	hop                        span (kind)                                        parent
+//	submit                     POST /v1/tasks (server, otelhttp)                  the caller's traceparent, if any
+//	enqueue                    send <worker> (producer, Cloud Tasks CreateTask)   the submit, callback or sweeper span that enqueues
+//	transport                  the Cloud Task's request carries traceparent in its headers (the emulator forwards them,
+//	                           as Cloud Tasks does)
+//	worker SDK                 process <worker> (server), one per delivery        the enqueue span
+//	callbacks, worker side     POST /v1/tasks/{taskId}/<callback> (client)        the attempt span
+//	callbacks, Servo side      POST /v1/tasks/{taskId}/<callback> (server,        the worker's client span
+//	                           otelhttp), then firestore.transaction <EVENT>
+//	                           (client)
+//	retry after a failed       send <worker> for the next attempt, inside the     so attempt 2 is in the same trace
+//	completed                  completed callback
+//	sweeper                    servo.sweeper.pass → servo.sweeper.duty <duty> →   the tick
+//	                           servo.sweeper.apply <EVENT> per due task, linked
+//	                           to the task's trace; its transaction and any
+//	                           re-enqueue are its children
+//	events                     send servo-task-events (producer) per event; the   the span that committed the transition
+//	                           message carries traceparent in its attributes
+//
+// A worker's own spans are children of the attempt span when started from
+// the Func's context. Attributes: servo.task_id, servo.attempt,
+// servo.tenant_id, servo.worker, servo.disposition, servo.callback,
+// servo.duty, plus the HTTP and messaging semantic conventions.
+//
+// To link later hops, the submit's trace context is stored on the task
+// document (trace, a 55-byte traceparent; about 62 bytes a task with the
+// field name) and each transition's on its outbox entry (the same size),
+// so an event re-driven from the outbox still carries the context of the
+// hop that committed it. No Firestore RPC is added: both ride on writes
+// that happen anyway, and the sweeper's due query projects the field.
+//
+// # Metrics
+//
+//	instrument                       kind           attributes
+//	servo.task.transitions           counter        servo.from, servo.to, servo.reason, servo.worker
+//	servo.callbacks                  counter        servo.callback, http.response.status_code, servo.disposition
+//	servo.callback.duration          histogram (s)  servo.callback, servo.disposition
+//	servo.callback.firestore.rpcs    histogram      servo.callback (the RPCs of the callback's transaction,
+//	                                                tallied in its context by a gRPC interceptor: no call of its own)
+//	servo.submits                    counter        servo.result (created, existing, rejected)
+//	servo.sweeper.lag                histogram (s)  servo.duty (due time → handled)
+//	servo.sweeper.handled            counter        servo.duty, servo.result (applied, noop, error)
+//	servo.zombies                    counter        servo.worker
+//	servo.retries.scheduled          counter        servo.worker, servo.reason
+//	servo.dead_letters               counter        servo.worker
+//	servo.outbox.backlog,            gauges         – (what the sweeper's last outbox re-drive found past
+//	servo.outbox.oldest_age                         the grace period)
+//	servo.task.start_latency         histogram (s)  servo.worker (attempt created, or a retry's schedule
+//	                                                time → accepted started)
+//
+// The worker SDK records its own (servo.worker.runs,
+// servo.worker.run.duration, servo.worker.heartbeats,
+// servo.worker.retry_attempts; see package worker) with the providers it
+// is given. In Prometheus text the dots become underscores and counters
+// end in _total (servo_task_transitions_total, servo_worker_runs_total).
+//
+// Log lines written with a context that carries a span get
+// logging.googleapis.com/trace (projects/P/traces/ID),
+// logging.googleapis.com/spanId and logging.googleapis.com/trace_sampled
+// (package internal/logs), so Cloud Logging shows a task's log lines under
+// its trace.
+//
+// # Cost
+//
+// Tracing and metrics add no Firestore RPC to any path
+// (callbacks.TestTelemetryAddsNoFirestoreRPC, and `servo dev`'s
+// servo_callback_firestore_rpcs_sum of 2 per `started` in
+// cmd/servo's TestServoDevTelemetry). Their latency, measured interleaved
+// in one run: go test -run '^$' -bench BenchmarkCallbackTracing
+// -benchtime 2000x ./callbacks/ (the figures are in the root README's
+// Observability section).
+package telemetry
