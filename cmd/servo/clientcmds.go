@@ -103,7 +103,7 @@ func newSubmitCmd() *cobra.Command {
 		Use:   "submit [-f task.json] [flags]",
 		Short: "Submit a task",
 		Long: `Submit a task to the control API (POST /v1/tasks). The body is the JSON
-object of -f (PRODUCT §5), with the flags given overriding its fields; without
+object of -f (docs/contract.md §9.2), with the flags given overriding its fields; without
 -f the flags make the whole body. Prints the new task's id, run, attempt and
 state (or the existing task for a repeated --idempotency-key).`,
 		Example: `  servo submit --tenant acme --workspace ws --key k1 --worker example \

@@ -254,7 +254,7 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 		t.Fatalf("attempt 1 outcome %s", v.Attempts[0].Outcome)
 	}
 	// Attempt 1's worker comes back late: the task has ended, and the
-	// terminal rows come before attempt_mismatch (PRODUCT §4).
+	// terminal rows come before attempt_mismatch (docs/contract.md §4.5).
 	st, res = e.callback(d1.env, "completed", succeeded(d1.env, "w1"))
 	expect(t, "late attempt 1", st, res, 409, api.CodeTaskAlreadyTerminal, api.Cancel)
 	if res.State != api.Succeeded {
