@@ -314,12 +314,18 @@ func (h *handler) deliver(ctx context.Context, env api.Envelope) (int, answer) {
 	}()
 	ru.status, ru.ans = ru.execute(ctx)
 	ru.ans.TaskID, ru.ans.Attempt = env.TaskID, env.Attempt
+	ru.record(ctx)
+	return ru.status, ru.ans
+}
+
+// record counts the executed attempt in the SDK's metrics, by its outcome
+// when Servo committed it and by the answer's result otherwise.
+func (ru *run) record(ctx context.Context) {
 	outcome := ru.ans.Outcome
 	if outcome == "" || ru.ans.Result != resultCommitted {
 		outcome = cmp.Or(outcome+"/", "") + ru.ans.Result
 	}
-	h.inst.recordRun(ctx, outcome, ru.category, env.Attempt, ru.ranFor)
-	return ru.status, ru.ans
+	ru.h.inst.recordRun(ctx, outcome, ru.category, ru.env.Attempt, ru.ranFor)
 }
 
 // parseEnvelope decodes and checks a delivery. On error the returned

@@ -199,6 +199,7 @@ func (p *puller) start(env api.Envelope, slots chan struct{}) {
 		defer p.wg.Done()
 		defer func() { <-slots }()
 		ru.status, ru.ans = ru.execute(context.Background())
+		ru.record(context.Background())
 		p.h.mu.Lock()
 		delete(p.h.inflight, k)
 		p.h.mu.Unlock()

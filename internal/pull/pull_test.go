@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/pull"
@@ -17,15 +20,18 @@ import (
 )
 
 // A task submitted to a pull pool is claimed by worker.Pull and runs to
-// SUCCEEDED; its attempt belongs to the claiming worker.
+// SUCCEEDED; its attempt belongs to the claiming worker, and the SDK counts
+// the run in its metrics as a push worker does.
 func TestPulledTaskSucceeds(t *testing.T) {
 	e := sharedEnv(t)
 	const gpu = "succeed"
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Pull(ctx, worker.PullConfig{API: e.stack.URL, Pool: gpu, MaxWait: time.Second,
-			Options: []worker.Option{worker.WithWorkerID("puller-1")}}, partitions.Process)
+			Options: []worker.Option{worker.WithWorkerID("puller-1"), worker.WithMeterProvider(mp)}}, partitions.Process)
 	}()
 	sub := e.submit(gpu, nil)
 	v := e.waitState(sub.TaskID, api.Succeeded)
@@ -35,6 +41,25 @@ func TestPulledTaskSucceeds(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Pull: %v", err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var runs int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "servo.worker.runs" {
+				for _, dp := range sum.DataPoints {
+					if o, _ := dp.Attributes.Value("servo.outcome"); o.AsString() == string(api.OutcomeSucceeded) {
+						runs += dp.Value
+					}
+				}
+			}
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("servo.worker.runs SUCCEEDED = %d, want 1", runs)
 	}
 }
 
