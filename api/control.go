@@ -282,7 +282,8 @@ func (e *Error) Is(target error) bool {
 // transition (docs/contract.md §8.2). Delivery is at least once; EventID
 // identifies duplicates and Seq orders a task's events.
 type Event struct {
-	// EventID is deterministic from (task, attempt, from, to).
+	// EventID is deterministic from the task and Seq: a repeated delivery
+	// carries the same id, and no two transitions of a task share one.
 	EventID     string `json:"eventId"`
 	TaskID      string `json:"taskId"`
 	RunID       string `json:"runId"`

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -236,6 +237,19 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 	}
 	if v := e.getTask(a.TaskID); v.State != api.Queued {
 		t.Fatalf("after re-drive: %s, want QUEUED", v.State)
+	}
+	// →QUEUED twice in one attempt (the submit's, the re-drive's): each
+	// transition keeps its own outbox entry, so no event is lost.
+	entries, err := e.st.OutboxEntries(e.ctx, a.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, en := range entries {
+		seqs = append(seqs, en.Seq)
+	}
+	if !slices.Equal(seqs, []int64{1, 2, 3, 4}) {
+		t.Fatalf("outbox of %s holds seqs %v, want 1 2 3 4 (→PENDING, →QUEUED, →PENDING, →QUEUED)", a.TaskID, seqs)
 	}
 
 	// A repeated submit of the PENDING task re-drives it too.

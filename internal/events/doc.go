@@ -57,7 +57,7 @@
 // Delivery is at least once (docs/contract.md §8.5): an event may arrive
 // more than once (the hook published but the mark failed, the hook and
 // Redrive raced, Pub/Sub redelivered). Every copy has the same eventId
-// (deterministic from task id, attempt, from and to) and the same body;
+// (deterministic from the task id and seq) and the same body;
 // consumers deduplicate on eventId (attribute or body).
 //
 // Messages carry ordering key = task id and the publisher enables message

@@ -325,7 +325,7 @@ func checkEvents(t *testing.T, tk task.Task, got []api.Event, want []transitionW
 				tk.ID, i, e.Seq, e.From, e.To, e.Reason, e.Attempt, e.Outcome, i+1, w.from, w.to, w.reason, w.attempt, w.outcome)
 		}
 		if e.TaskID != tk.ID || e.RunID != tk.RunID || e.TenantID != tk.TenantID || e.WorkspaceID != tk.WorkspaceID ||
-			e.EventID != task.EventID(tk.ID, w.attempt, w.from, w.to) || e.OccurredAt.IsZero() {
+			e.EventID != task.EventID(tk.ID, int64(i+1)) || e.OccurredAt.IsZero() {
 			t.Errorf("task %s event %d: identity fields %+v", tk.ID, i, e)
 		}
 	}
@@ -533,7 +533,7 @@ func TestOutageThenRedrive(t *testing.T) {
 			checkEvents(t, ok, byTask[ok.ID], successWant)
 			checkEvents(t, failed, byTask[failed.ID], failHardWant)
 
-			dlID := task.EventID(failed.ID, 1, api.Running, api.Failed)
+			dlID := task.EventID(failed.ID, int64(len(failHardWant)))
 			dls := dlSub.waitIDs(t, []string{dlID}, tt.dups)
 			for _, m := range dls {
 				d, err := events.DecodeDeadLetter(m.data)
@@ -605,7 +605,7 @@ func TestDeadLetters(t *testing.T) {
 		if err != nil || got.State != api.Failed {
 			t.Fatalf("%s: task state %s, %v", tt.name, got.State, err)
 		}
-		dlIDs = append(dlIDs, task.EventID(tt.task.ID, got.Attempt, api.Running, api.Failed))
+		dlIDs = append(dlIDs, task.EventID(tt.task.ID, got.Seq))
 	}
 	evSub.waitIDs(t, outboxIDs(t, e.st, true, tasks...), 1)
 	msgs := dlSub.waitIDs(t, dlIDs, 1)

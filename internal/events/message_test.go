@@ -16,7 +16,7 @@ var t0 = time.Date(2025, 11, 21, 9, 30, 0, 123e6, time.UTC)
 
 func transition(id string, seq int64, from, to api.State) task.Transition {
 	return task.Transition{
-		EventID: task.EventID(id, 1, from, to), TaskID: id, RunID: "run_1", TenantID: "acme", WorkspaceID: "ws",
+		EventID: task.EventID(id, seq), TaskID: id, RunID: "run_1", TenantID: "acme", WorkspaceID: "ws",
 		Worker: "etl", Attempt: 1, From: from, To: to, Reason: "R", Seq: seq, OccurredAt: t0,
 	}
 }

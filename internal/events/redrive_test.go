@@ -162,7 +162,7 @@ func TestDeadLetterCapped(t *testing.T) {
 		t.Fatalf("task %s attempt %d, %v", got.State, got.Attempt, err)
 	}
 
-	id := task.EventID(tk.ID, attempts, api.Running, api.Failed)
+	id := task.EventID(tk.ID, got.Seq)
 	msgs := dlSub.waitIDs(t, []string{id}, 1)
 	m := msgs[0]
 	if len(m.data) > events.MaxDeadLetterBytes {

@@ -15,7 +15,7 @@ func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) 
 func ptr[T any](v T) *T   { return &v }
 
 func ev(seq int64, attempt int, from, to api.State, ms int) api.Event {
-	return api.Event{EventID: task.EventID("task_1", attempt, from, to), TaskID: "task_1", Attempt: attempt, From: from, To: to, Seq: seq, OccurredAt: at(ms)}
+	return api.Event{EventID: task.EventID("task_1", seq), TaskID: "task_1", Attempt: attempt, From: from, To: to, Seq: seq, OccurredAt: at(ms)}
 }
 
 func cb(kind string, attempt, status int, d api.Disposition, code string, sent int) Call {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/servo-dev/servo/api"
 )
 
 // Id prefixes.
@@ -45,9 +44,12 @@ func ValidID(id, prefix string) bool {
 	return err == nil
 }
 
-// EventID is the deterministic id of a transition event.
-func EventID(taskID string, attempt int, from, to api.State) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s", taskID, attempt, from, to)))
+// EventID is the deterministic id of a task's transition event: a hash of
+// the task id and the transition's seq, which no other transition of the
+// task has. (From and to do not identify a transition: a task whose Cloud
+// Task could not be created goes QUEUED → PENDING → QUEUED in one attempt.)
+func EventID(taskID string, seq int64) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d", taskID, seq)))
 	return "evt_" + hex.EncodeToString(sum[:12])
 }
 

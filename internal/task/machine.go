@@ -608,7 +608,7 @@ func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 	from := t.State
 	t.Seq++
 	tr := Transition{
-		EventID: EventID(t.ID, t.Attempt, from, to), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
+		EventID: EventID(t.ID, t.Seq), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, From: from, To: to,
 		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == api.Failed,
 	}
@@ -657,7 +657,7 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	t.DispatchCheckAt = &check
 	a := Attempt{Attempt: 1, CreatedAt: now}
 	tr := Transition{
-		EventID: EventID(t.ID, 1, "", api.Pending), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
+		EventID: EventID(t.ID, 1), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,
 		Seq: 1, OccurredAt: now,
 	}

@@ -153,7 +153,7 @@ func (a *Attempt) Ended() bool { return a.Outcome != "" }
 // §8.2). It is written to the outbox in the transaction that makes the
 // change.
 type Transition struct {
-	// EventID is deterministic from (task, attempt, from, to): a repeat
+	// EventID is deterministic from (task, seq): a repeat
 	// delivery carries the same id.
 	EventID     string         `json:"eventId" firestore:"eventId"`
 	TaskID      string         `json:"taskId" firestore:"taskId"`
