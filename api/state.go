@@ -52,23 +52,21 @@ const (
 
 // Reasons why a task ended, or why it is cancelling.
 const (
-	ReasonHeartbeatTimeout  = "HEARTBEAT_TIMEOUT"
-	ReasonCancelTimeout     = "CANCEL_TIMEOUT"
-	ReasonDeadlineExceeded  = "DEADLINE_EXCEEDED"
-	ReasonDispatchTimeout   = "DISPATCH_TIMEOUT"
-	ReasonRetriesExhausted  = "RETRIES_EXHAUSTED"
-	ReasonNonRetryable      = "NON_RETRYABLE"
-	ReasonFailedCancelling  = "FAILED_WHILE_CANCELLING"
-	ReasonWorkerCancelled   = "WORKER_CANCELLED"
-	ReasonUserRequested     = "user_requested"
-	ReasonRetryScheduled    = "RETRY_SCHEDULED"
-	ReasonSubmitted         = "SUBMITTED"
-	ReasonEnqueued          = "ENQUEUED"
-	ReasonDispatchFailed    = "DISPATCH_FAILED"
-	ReasonStarted           = "STARTED"
-	ReasonCancelRequested   = "CANCEL_REQUESTED"
-	ReasonSucceeded         = "SUCCEEDED"
-	ReasonCancelledByWorker = "CANCELLED"
+	ReasonHeartbeatTimeout = "HEARTBEAT_TIMEOUT"
+	ReasonCancelTimeout    = "CANCEL_TIMEOUT"
+	ReasonDeadlineExceeded = "DEADLINE_EXCEEDED"
+	ReasonDispatchTimeout  = "DISPATCH_TIMEOUT"
+	ReasonRetriesExhausted = "RETRIES_EXHAUSTED"
+	ReasonNonRetryable     = "NON_RETRYABLE"
+	ReasonFailedCancelling = "FAILED_WHILE_CANCELLING"
+	ReasonWorkerCancelled  = "WORKER_CANCELLED"
+	ReasonUserRequested    = "user_requested"
+	ReasonRetryScheduled   = "RETRY_SCHEDULED"
+	ReasonSubmitted        = "SUBMITTED"
+	ReasonEnqueued         = "ENQUEUED"
+	ReasonDispatchFailed   = "DISPATCH_FAILED"
+	ReasonStarted          = "STARTED"
+	ReasonSucceeded        = "SUCCEEDED"
 )
 
 // Category is a worker error category (docs/contract.md §6.1).
