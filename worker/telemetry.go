@@ -6,7 +6,6 @@ import (
 
 	"github.com/servo-dev/servo/internal/spanattr"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -24,13 +23,6 @@ const (
 	metricDuration   = "servo.worker.run.duration"
 	metricHeartbeats = "servo.worker.heartbeats"
 	metricRetries    = "servo.worker.retry_attempts"
-)
-
-// Attributes of the SDK's metrics besides Servo's shared keys.
-var (
-	outcomeKey  = attribute.Key("servo.outcome")
-	categoryKey = attribute.Key("error.type")
-	resultKey   = attribute.Key("servo.result")
 )
 
 // WithTracerProvider sets where the SDK's spans go (default: the global
@@ -73,8 +65,8 @@ func newInstruments(tp trace.TracerProvider, mp metric.MeterProvider) *instrumen
 
 // recordRun counts one executed attempt.
 func (in *instruments) recordRun(ctx context.Context, outcome, category string, attempt int, d time.Duration) {
-	in.runs.Add(ctx, 1, metric.WithAttributes(outcomeKey.String(outcome), categoryKey.String(category)))
-	in.duration.Record(ctx, d.Seconds(), metric.WithAttributes(outcomeKey.String(outcome)))
+	in.runs.Add(ctx, 1, metric.WithAttributes(spanattr.OutcomeKey.String(outcome), spanattr.CategoryKey.String(category)))
+	in.duration.Record(ctx, d.Seconds(), metric.WithAttributes(spanattr.OutcomeKey.String(outcome)))
 	if attempt > 1 {
 		in.retries.Add(ctx, 1)
 	}
@@ -86,5 +78,5 @@ func (in *instruments) recordHeartbeat(ctx context.Context, ok bool) {
 	if !ok {
 		r = "failed"
 	}
-	in.heartbeats.Add(ctx, 1, metric.WithAttributes(resultKey.String(r)))
+	in.heartbeats.Add(ctx, 1, metric.WithAttributes(spanattr.ResultKey.String(r)))
 }

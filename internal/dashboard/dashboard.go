@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/servo-dev/servo/internal/logs"
@@ -110,11 +111,15 @@ func New(cfg Config) *Dashboard {
 
 // Mount returns a handler that serves the dashboard under Prefix and
 // everything else with api: the control API's handler with its dashboard.
+//
+// The dashboard is built on its first request: its templates cost a
+// millisecond, which the cold starts of the functions that never serve it
+// need not pay.
 func Mount(api http.Handler, cfg Config) http.Handler {
 	cfg.API = api
-	d := New(cfg)
+	d := sync.OnceValue(func() http.Handler { return New(cfg) })
 	mux := http.NewServeMux()
-	mux.Handle(Prefix, d)
+	mux.Handle(Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d().ServeHTTP(w, r) }))
 	mux.Handle("/", api)
 	return mux
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -181,7 +180,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if cfg.Access.IsOpen() || o.DashboardUnderPolicy {
 		d := o.Dashboard
 		d.Store, d.Logger = o.Store, log
-		s.API = mountDashboard(api, d)
+		s.API = dashboard.Mount(api, d)
 	}
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
@@ -214,19 +213,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	return s, nil
-}
-
-// mountDashboard serves the dashboard under dashboard.Prefix and
-// everything else with api, as dashboard.Mount does, but builds the
-// dashboard on its first request: its templates cost a millisecond, which
-// the cold starts of the functions that never serve it need not pay.
-func mountDashboard(api http.Handler, d dashboard.Config) http.Handler {
-	d.API = api
-	dash := sync.OnceValue(func() http.Handler { return dashboard.New(d) })
-	mux := http.NewServeMux()
-	mux.Handle(dashboard.Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { dash().ServeHTTP(w, r) }))
-	mux.Handle("/", api)
-	return mux
 }
 
 // Close stops the events publisher, delivering what it holds first.

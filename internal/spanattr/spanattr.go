@@ -24,6 +24,11 @@ const (
 	DutyKey = attribute.Key("servo.duty")
 	// CallbackKey names a callback (started, heartbeat, completed).
 	CallbackKey = attribute.Key("servo.callback")
+	// OutcomeKey is an attempt's outcome; CategoryKey its error category.
+	OutcomeKey  = attribute.Key("servo.outcome")
+	CategoryKey = attribute.Key("error.type")
+	// ResultKey is how an operation ended (sent, failed, applied, …).
+	ResultKey = attribute.Key("servo.result")
 )
 
 // LatencyBuckets are the bucket bounds, in seconds, of Servo's and the

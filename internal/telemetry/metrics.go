@@ -33,13 +33,10 @@ const (
 
 // Attribute keys of the metrics.
 const (
-	fromKey     = attribute.Key("servo.from")
-	toKey       = attribute.Key("servo.to")
-	reasonKey   = attribute.Key("servo.reason")
-	outcomeKey  = attribute.Key("servo.outcome")
-	categoryKey = attribute.Key("error.type")
-	statusKey   = attribute.Key("http.response.status_code")
-	resultKey   = attribute.Key("servo.result")
+	fromKey   = attribute.Key("servo.from")
+	toKey     = attribute.Key("servo.to")
+	reasonKey = attribute.Key("servo.reason")
+	statusKey = attribute.Key("http.response.status_code")
 )
 
 type instruments struct {
@@ -135,7 +132,7 @@ const (
 // RecordSubmit counts n submitted tasks with result (SubmitCreated, ...).
 func RecordSubmit(ctx context.Context, result string, n int) {
 	if n > 0 {
-		inst().submits.Add(ctx, int64(n), metric.WithAttributes(resultKey.String(result)))
+		inst().submits.Add(ctx, int64(n), metric.WithAttributes(spanattr.ResultKey.String(result)))
 	}
 }
 
@@ -150,7 +147,7 @@ const (
 // since due (when known) and the result (SweepApplied, ...).
 func RecordSweep(ctx context.Context, duty, result string, due *time.Time, now time.Time) {
 	in := inst()
-	in.handled.Add(ctx, 1, metric.WithAttributes(spanattr.DutyKey.String(duty), resultKey.String(result)))
+	in.handled.Add(ctx, 1, metric.WithAttributes(spanattr.DutyKey.String(duty), spanattr.ResultKey.String(result)))
 	if due != nil {
 		in.sweeperLag.Record(ctx, max(0, now.Sub(*due).Seconds()), metric.WithAttributes(spanattr.DutyKey.String(duty)))
 	}
