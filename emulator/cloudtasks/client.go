@@ -29,11 +29,12 @@ func ClientOptions(hostPort string) []option.ClientOption {
 	}
 }
 
-// NewClient is the one way Servo builds a Cloud Tasks client. When
-// CLOUD_TASKS_EMULATOR_HOST is set it dials that address with insecure gRPC
-// and no authentication, like the official clients do for their emulators
-// (the emulator options come last, so they win over opts); otherwise it
-// returns cloudtasks.NewClient(ctx, opts...).
+// NewClient builds a Cloud Tasks client for a program that may run against
+// the emulator (the local stack, tests). When CLOUD_TASKS_EMULATOR_HOST is
+// set it dials that address with insecure gRPC and no authentication, like
+// the official clients do for their emulators (the emulator options come
+// last, so they win over opts); otherwise it returns
+// cloudtasks.NewClient(ctx, opts...).
 func NewClient(ctx context.Context, opts ...option.ClientOption) (*cloudtasksapi.Client, error) {
 	if host := os.Getenv(EnvVar); host != "" {
 		opts = append(opts, ClientOptions(host)...)
