@@ -68,8 +68,3 @@ func LinkTo(tp string, attrs ...attribute.KeyValue) (trace.Link, bool) {
 // Inject writes ctx's trace context into the carrier (HTTP headers,
 // Pub/Sub attributes); nothing when ctx carries none.
 func Inject(ctx context.Context, c propagation.TextMapCarrier) { spanattr.Propagator.Inject(ctx, c) }
-
-// Extract returns ctx with the trace context the carrier holds, if any.
-func Extract(ctx context.Context, c propagation.TextMapCarrier) context.Context {
-	return spanattr.Propagator.Extract(ctx, c)
-}
