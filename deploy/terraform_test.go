@@ -749,3 +749,17 @@ func TestTerraformFunctionRuntime(t *testing.T) {
 	}
 	t.Fatal("no variable functions_runtime")
 }
+
+// A data source that reads from Google fails a plan without network access
+// (CI's offline plan): each one must have a count, so that a variable
+// supplying its value turns it off.
+func TestTerraformGoogleDataSourcesOptional(t *testing.T) {
+	for _, b := range loadTerraform(t).blocks("", "data") {
+		if !strings.HasPrefix(b.block.Labels[0], "google_") {
+			continue
+		}
+		if _, ok := b.block.Body.Attributes["count"]; !ok {
+			t.Errorf("%s reads from Google on every plan: give it a count, off when a variable supplies its value", b.where())
+		}
+	}
+}

@@ -277,7 +277,7 @@ resource "google_pubsub_topic_iam_member" "pool_dead_letter_agent" {
   project = var.project_id
   topic   = google_pubsub_topic.pool_dead_letter[each.key].name
   role    = "roles/pubsub.publisher"
-  member  = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member  = "serviceAccount:service-${local.project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 }
 
 resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
@@ -286,7 +286,7 @@ resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
   project      = var.project_id
   subscription = google_pubsub_subscription.pool[each.key].name
   role         = "roles/pubsub.subscriber"
-  member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member       = "serviceAccount:service-${local.project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 }
 
 # Roles "custom:<id>" are the custom roles of jobs.tf.

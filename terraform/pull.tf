@@ -95,8 +95,15 @@ locals {
   ]...)
 }
 
+# The project's number, read from Google only when var.project_number is
+# not given (an offline plan cannot read it).
 data "google_project" "this" {
+  count      = var.project_number == "" ? 1 : 0
   project_id = var.project_id
+}
+
+locals {
+  project_number = var.project_number != "" ? var.project_number : data.google_project.this[0].number
 }
 
 # The pool's topic and pull subscription share the id servo-pool-NAME

@@ -13,6 +13,17 @@ variable "project_id" {
   }
 }
 
+variable "project_number" {
+  description = "The project's number, for the Pub/Sub service agent's e-mail (service-NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com). Empty: read from Google at plan time (data.google_project), which a plan without network access cannot do."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^[0-9]*$", var.project_number))
+    error_message = "project_number must be the project's number (digits only), or empty."
+  }
+}
+
 variable "region" {
   description = "Region of the functions, worker services, Cloud Tasks queues, Cloud Scheduler job, Artifact Registry repository and source bucket."
   type        = string
