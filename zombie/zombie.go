@@ -59,6 +59,13 @@ type Recorder interface {
 	RecordSweep(ctx context.Context, st api.SweepStatus) error
 }
 
+// Pulser records the start of every pass, and an outage when passes
+// stopped for longer than their cadence (*store.Store is one): Servo
+// itself was down, and leases are credited with the gap (store.Pulse).
+type Pulser interface {
+	Pulse(ctx context.Context, now time.Time, every time.Duration) (*task.Outage, error)
+}
+
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -289,6 +296,18 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 	start := time.Now()
 	defer func() { s.record(ctx, st, time.Since(start)) }()
 	var errs []error
+	if p, ok := s.cfg.Store.(Pulser); ok {
+		// Wall time, as the store's own outage records: a test's clock
+		// that jumps ahead is not an outage.
+		gap, err := p.Pulse(ctx, time.Now().UTC(), s.cadence())
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("zombie: pulse: %w", err))
+		case gap != nil:
+			s.log.WarnContext(ctx, "the sweeper did not run for longer than its cadence; leases are credited with the gap",
+				"from", gap.From, "to", gap.To, "gap", gap.To.Sub(gap.From).String())
+		}
+	}
 	for _, d := range Duties {
 		if ctx.Err() != nil || past(stop) {
 			break
@@ -314,6 +333,16 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		errs = append(errs, err)
 	}
 	return st, errors.Join(errs...)
+}
+
+// cadence is the expected time between the starts of two passes: Every
+// within a window; a Scheduler tick (at least a minute) when each
+// invocation sweeps once.
+func (s *Sweeper) cadence() time.Duration {
+	if s.cfg.Window > 0 {
+		return s.cfg.Every
+	}
+	return max(s.cfg.Every, time.Minute)
 }
 
 // record hands a pass's figures to the Recorder, after the pass and
