@@ -59,6 +59,11 @@ type Recorder interface {
 	RecordSweep(ctx context.Context, st api.SweepStatus) error
 }
 
+// Holder tells whether Cloud Tasks still holds a task's current dispatch.
+type Holder interface {
+	Held(ctx context.Context, t task.Task) (bool, error)
+}
+
 // Pulser records the start of every pass, and an outage when passes
 // stopped for longer than their cadence (*store.Store is one): Servo
 // itself was down, and leases are credited with the gap (store.Pulse).
@@ -78,6 +83,11 @@ type Config struct {
 	Store Store
 	// Enqueuer is required: retries and re-drives go through it.
 	Enqueuer Enqueuer
+	// Holder, when set, is asked before a stuck dispatch is re-driven
+	// whether Cloud Tasks still holds it (*enqueue.Enqueuer is one): a
+	// dispatch waiting in a backlog is left there, and its start timeout
+	// stretched, instead of being re-driven to the back of the queue.
+	Holder Holder
 	// Redriver, when set, re-drives the outbox once per pass.
 	Redriver Redriver
 	// Recorder, when set, records every pass (best effort: a failed
@@ -499,6 +509,15 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 		Now:         s.cfg.Now().UTC(),
 		Jitter:      s.cfg.Jitter(),
 		MaxRedrives: s.cfg.MaxRedrives,
+	}
+	if d.Event == task.EventRedrive && t.State == api.Queued && s.cfg.Holder != nil {
+		held, err := s.cfg.Holder.Held(ctx, *t)
+		if err != nil {
+			// Cloud Tasks cannot say: a re-drive would fail the same way.
+			log.WarnContext(ctx, "could not tell whether Cloud Tasks still holds the dispatch; next pass", "error", err)
+			return DutyStats{Errors: 1}, fmt.Errorf("task %s: %w", t.ID, err)
+		}
+		ev.Held = held
 	}
 	r, err := s.cfg.Store.Apply(ctx, t.ID, ev)
 	switch {

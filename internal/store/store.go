@@ -1079,9 +1079,10 @@ type DueCursor struct {
 
 // dueFields are the task fields a due query returns: what the sweeper
 // needs to apply the duty's event (id, attempt), log it (tenant, state)
-// and continue the query (the due time). The sweeper acts on the task that
+// and continue the query (the due time), and, for a stuck dispatch, where
+// its Cloud Task is (worker, redrives). The sweeper acts on the task that
 // its transaction reads; a due task has no payload, timing or other field.
-var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace"}
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace", "worker", "redrives"}
 
 // DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
 // whose duty d is due at now, ordered by the due time, after cursor (nil

@@ -131,6 +131,10 @@ type Event struct {
 	Jitter float64
 	// MaxRedrives bounds sweeper re-drives before DISPATCH_TIMEOUT.
 	MaxRedrives int
+	// Held (EventRedrive) says Cloud Tasks still holds the attempt's
+	// current dispatch (a backlog, a paused queue): it will be delivered,
+	// so the start timeout is stretched instead of re-driving.
+	Held bool
 	// Execution is the Cloud Run Job execution to record (EventExecution);
 	// PreviousExecution is the one the caller expects recorded (empty: none).
 	Execution, PreviousExecution string
@@ -308,6 +312,15 @@ func (m *machine) apply() {
 		}
 	case EventRedrive:
 		if m.ev.Attempt != t.Attempt || (t.State != api.Pending && t.State != api.Queued) || !due(t.DispatchCheckAt, m.now) {
+			return
+		}
+		if m.ev.Held && t.State == api.Queued {
+			// Waiting in the queue, not lost: no re-drive (it would move
+			// the dispatch to the back of the backlog) and no
+			// DISPATCH_TIMEOUT; look again a start timeout later.
+			check := m.now.Add(t.Timing.StartTimeout())
+			t.DispatchCheckAt = &check
+			m.r.Write = true
 			return
 		}
 		if t.Redrives >= m.ev.MaxRedrives {
