@@ -58,6 +58,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newVersionCmd(),
 		newUsageCmd(),
 		newKeysCmd(),
+		newMigrateCmd(),
 		newDoctorCmd(),
 	)
 	addAsFlag(root)

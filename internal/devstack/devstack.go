@@ -442,6 +442,12 @@ func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store
 		}
 	}
 	cfg.DueShards = st.DueShards()
+	// Data an earlier build left in kept emulators is brought to this
+	// build's layout (servo migrate does it for a deployment).
+	if _, err := st.Migrate(ctx, store.MigrateOptions{}); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
 	return st, nil
 }
 

@@ -132,6 +132,17 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if poolPS == nil {
 		poolPS = o.PubSub
 	}
+	// A database migrated by a newer build has a layout this one does not
+	// know: refuse to start rather than misread it. (Unreadable: go on;
+	// every request will say so.)
+	switch sc, err := o.Store.CheckSchema(ctx); {
+	case errors.Is(err, store.ErrSchemaTooNew):
+		return nil, fmt.Errorf("server: %w", err)
+	case err != nil:
+		log.WarnContext(ctx, "could not read the database's schema version", "error", err)
+	case sc.Version < store.SchemaVersion:
+		log.WarnContext(ctx, "the database's schema is older than this build's; run servo migrate", "schema", sc.Version, "want", store.SchemaVersion)
+	}
 	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
 
 	ecfg := enqueue.Config{
