@@ -143,6 +143,16 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	case sc.Version < store.SchemaVersion:
 		log.WarnContext(ctx, "the database's schema is older than this build's; run servo migrate", "schema", sc.Version, "want", store.SchemaVersion)
 	}
+	// Was Servo down before this process started (the sweeper's passes
+	// stopped)? Then its first callbacks must not expire leases for that
+	// time (store.CheckPulse; the sweeper's next pass records it too).
+	cadence := cfg.SweepEvery
+	if cfg.SweepWindow <= 0 {
+		cadence = max(cadence, time.Minute) // a pass per Scheduler tick
+	}
+	if gap, err := o.Store.CheckPulse(ctx, time.Now(), cadence); err == nil && gap != nil {
+		log.WarnContext(ctx, "Servo was not sweeping before this start; leases are credited with the gap", "from", gap.From, "to", gap.To)
+	}
 	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
 
 	ecfg := enqueue.Config{

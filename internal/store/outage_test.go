@@ -210,4 +210,12 @@ func TestPulseRecordsGap(t *testing.T) {
 			t.Fatalf("gap %v, want 17s (from the pass at +2s, due again at +3s, to +20s)", gap.To.Sub(gap.From))
 		}
 	}
+	// A starting process checks without recording a pass: twice the same
+	// gap, from the last pass (+21s, due again at +22s).
+	for range 2 {
+		gap, err := s.CheckPulse(ctx, t0.Add(40*time.Second), time.Second)
+		if err != nil || gap == nil || !gap.From.Equal(t0.Add(22*time.Second)) {
+			t.Fatalf("CheckPulse: %+v %v, want a gap from +22s", gap, err)
+		}
+	}
 }

@@ -194,6 +194,18 @@ type pulseDoc struct {
 // records the excess as an outage: Servo was down or not sweeping, and
 // callbacks may have failed with it. 2 RPCs (a read and a write).
 func (s *Store) Pulse(ctx context.Context, now time.Time, every time.Duration) (gap *task.Outage, err error) {
+	return s.pulse(ctx, now, every, true)
+}
+
+// CheckPulse is Pulse without recording a pass (1 RPC): a starting
+// process learns whether Servo was down before it (the sweeper's passes
+// stopped), so that its first callbacks do not expire leases for that
+// time.
+func (s *Store) CheckPulse(ctx context.Context, now time.Time, every time.Duration) (gap *task.Outage, err error) {
+	return s.pulse(ctx, now, every, false)
+}
+
+func (s *Store) pulse(ctx context.Context, now time.Time, every time.Duration, record bool) (*task.Outage, error) {
 	name := s.docs + "/" + MetaCollection + "/" + PulseDocID
 	var prev pulseDoc
 	found, err := s.getDoc(ctx, name, &prev)
@@ -201,8 +213,10 @@ func (s *Store) Pulse(ctx context.Context, now time.Time, every time.Duration) (
 		return nil, wrap("read pulse", err)
 	}
 	now = now.UTC()
-	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(name, pulseDoc{At: now}, false)}}); err != nil {
-		return nil, wrap("write pulse", err)
+	if record {
+		if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(name, pulseDoc{At: now}, false)}}); err != nil {
+			return nil, wrap("write pulse", err)
+		}
 	}
 	if !found {
 		return nil, nil
