@@ -115,8 +115,12 @@ func StoreOptions(cfg config.Config) []store.Option {
 	return opts
 }
 
+// startCheckTimeout bounds New's reads of the store (schema, pulse).
+const startCheckTimeout = 3 * time.Second
+
 // New builds the handlers. It starts the events publisher and registers
 // its hook on o.Store; Close stops it.
+
 func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if o.Store == nil || o.PubSub == nil || o.Tasks == nil || o.Keys == nil {
 		return nil, errors.New("server: Store, PubSub, Tasks and Keys are required")
@@ -135,7 +139,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// A database migrated by a newer build has a layout this one does not
 	// know: refuse to start rather than misread it. (Unreadable: go on;
 	// every request will say so.)
-	switch sc, err := o.Store.CheckSchema(ctx); {
+	// Both checks below are bounded: a store that does not answer at start
+	// must not keep the process from serving (every request says so).
+	sctx, cancelChecks := context.WithTimeout(ctx, startCheckTimeout)
+	defer cancelChecks()
+	switch sc, err := o.Store.CheckSchema(sctx); {
 	case errors.Is(err, store.ErrSchemaTooNew):
 		return nil, fmt.Errorf("server: %w", err)
 	case err != nil:
@@ -150,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if cfg.SweepWindow <= 0 {
 		cadence = max(cadence, time.Minute) // a pass per Scheduler tick
 	}
-	if gap, err := o.Store.CheckPulse(ctx, time.Now(), cadence); err == nil && gap != nil {
+	if gap, err := o.Store.CheckPulse(sctx, time.Now(), cadence); err == nil && gap != nil {
 		log.WarnContext(ctx, "Servo was not sweeping before this start; leases are credited with the gap", "from", gap.From, "to", gap.To)
 	}
 	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
