@@ -43,6 +43,9 @@ class Reply:
     servo: bool = False
     # received_at: time.monotonic() when the answer arrived.
     received_at: float = 0.0
+    # sent_at: time.monotonic() when the request that got this answer was
+    # sent; Servo processed it (and counted any lease from) no earlier.
+    sent_at: float = 0.0
 
 
 class Unreachable(Exception):
@@ -194,6 +197,7 @@ def post(
     try_ = 0
     while True:
         b = body()
+        sent_at = time.monotonic()
         try:
             status, headers, data = transport.post(url, b, token())
         except (OSError, http.client.HTTPException) as e:
@@ -201,6 +205,7 @@ def post(
         else:
             rep = read_reply(status, headers, data, backoff_max)
             rep.received_at = time.monotonic()
+            rep.sent_at = sent_at
             log.debug("callback answered", fields={"op": op, "status": status, "disposition": rep.body.get("disposition"),
                                                    "code": rep.body.get("error")})
             if not retryable(rep):

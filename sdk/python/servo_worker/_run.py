@@ -97,8 +97,12 @@ class Run:
             return self._fence_at
 
     def _ack(self, at_: float) -> None:
-        """An acknowledgement (200 CONTINUE) arrived at at_: the attempt is
-        fenced heartbeatTimeoutMs later unless another one arrives."""
+        """Servo acknowledged (200 CONTINUE) a request sent at at_: the
+        attempt is fenced heartbeatTimeoutMs later unless another one is
+        acknowledged. Servo counts the lease from when it processed the
+        request, no earlier than its sending: counting from the answer's
+        arrival would let the worker outlive the lease by the answer's
+        transit time."""
         if self._hb_timeout <= 0:
             return
         at = at_ + self._hb_timeout
@@ -179,7 +183,7 @@ class Run:
                            fields={"status": rep.status, "code": rep.body.get("error"), "field": rep.body.get("field"),
                                    "message": rep.body.get("message")})
             return 200, _drop_empty({"result": RESULT_REJECTED, "code": rep.body.get("error"), "detail": rep.body.get("message")})
-        self._ack(rep.received_at)
+        self._ack(rep.sent_at)
 
         hb = threading.Thread(target=self._heartbeat_loop, name="servo-heartbeat", daemon=True)
         sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
@@ -325,7 +329,7 @@ class Run:
         if rep.disposition == CONTINUE:
             if self.stopped() is not None:
                 return False  # fenced meanwhile: a late acknowledgement does not undo it
-            self._ack(rep.received_at)
+            self._ack(rep.sent_at)
             self.task._acked(version)
             if rep.body.get("shouldCancel") is True:
                 self._cancel_by(str(rep.body.get("cancelReason") or ""))
