@@ -18,8 +18,8 @@ from ._client import CANCELLED, COMMITTED, CONTINUE, Reply, Stopped, Unreachable
 from ._logs import FieldsAdapter
 from ._util import (MAX_MESSAGE_BYTES, MAX_OUTPUT_BYTES, MAX_STACK_TRACE_BYTES, compact_json, format_time,
                     parse_time, token_expiry, truncate, utcnow)
-from .errors import (CANCELLED as CAT_CANCELLED, TIMEOUT, USER_CODE, CancelRequested, DeadlineExceededError,
-                     LeaseLostError, RejectedError, StopRequested, TaskError)
+from .errors import (CANCELLED as CAT_CANCELLED, INFRASTRUCTURE, TIMEOUT, USER_CODE, CancelRequested,
+                     DeadlineExceededError, LeaseLostError, RejectedError, StopRequested, TaskError, WorkerStopping)
 from .task import Task
 
 if TYPE_CHECKING:
@@ -49,8 +49,11 @@ def _wall_to_mono(t: Optional[dt.datetime]) -> float:
 class Run:
     """One attempt: execute() returns (HTTP status, answer dict)."""
 
-    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str]) -> None:
+    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str], claimed_at: Optional[float] = None) -> None:
         self.app = app
+        # claimed_at: the attempt came from a pull-pool claim, which was its
+        # `started`; time.monotonic() when the claim's answer arrived.
+        self.claimed_at = claimed_at
         self.env = env
         fields: dict[str, Any] = {"taskId": env["taskId"], "attempt": env["attempt"], "tenantId": env.get("tenantId", ""),
                                   "runId": env.get("runId", ""), "workerId": app.worker_id}
@@ -167,7 +170,10 @@ class Run:
         body = compact_json({"attempt": self.env["attempt"], "workerId": app.worker_id, "startedAt": format_time(started_at)})
         window_end = time.monotonic() + app.start_retry_window
         try:
-            rep = self._post("started", lambda: body, lambda: min(window_end, self._token_until()), None)
+            if self.claimed_at is not None:
+                rep = Reply(status=200, disposition=CONTINUE, sent_at=self.claimed_at)
+            else:
+                rep = self._post("started", lambda: body, lambda: min(window_end, self._token_until()), None)
         except Unreachable as e:
             self.log.error("could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it",
                            fields={"error": str(e)})
@@ -390,6 +396,8 @@ def outcome(cause: Optional[StopRequested], out: Any, exc: Optional[BaseExceptio
     * raised a TaskCancelledError: CANCELLED (the worker's own cancel);
     * raised another TaskError: FAILED with its category and advice;
     * raised anything else after the deadline: FAILED/TIMEOUT;
+    * raised anything else after a pull worker stopped it at the end of its
+      grace period: FAILED/INFRASTRUCTURE, retryable;
     * raised anything else: FAILED/USER_CODE with the traceback.
     """
     def fail(category: str, msg: str, stack: str, retryable: Optional[bool]) -> dict[str, Any]:
@@ -429,6 +437,8 @@ def outcome(cause: Optional[StopRequested], out: Any, exc: Optional[BaseExceptio
         return fail(exc.category, msg or exc.category, _stack(exc), exc.retryable)
     if isinstance(cause, DeadlineExceededError):
         return fail(TIMEOUT, msg, _stack(exc), None)
+    if isinstance(cause, WorkerStopping):
+        return fail(INFRASTRUCTURE, msg, _stack(exc), True)
     return fail(USER_CODE, msg, _stack(exc), None)
 
 
