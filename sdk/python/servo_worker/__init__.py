@@ -30,7 +30,7 @@ from .job import EXIT_NOT_RUN, EXIT_SETTLED, main_job, run_job
 from .pull import ClaimRefused, metadata_id_token, pull
 from .task import Task
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "App", "Handler", "Task", "serve", "pull", "run_job", "main_job", "EXIT_SETTLED", "EXIT_NOT_RUN",
