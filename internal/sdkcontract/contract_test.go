@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,12 +35,18 @@ type sdk struct {
 	// argv returns the contract worker's command (before the mode), after
 	// any build; it fails the test when a tool is missing.
 	argv func(t *testing.T) []string
+	// newTrace: the SDK starts a trace of its own for an attempt that
+	// arrived without one (pull, job), so that every callback carries a
+	// traceparent. The Go SDK's callbacks carry one whenever there is a
+	// trace to continue (every push delivery; pull and job with an
+	// OpenTelemetry tracer provider).
+	newTrace bool
 }
 
 var sdks = []sdk{
-	{"go", goWorker},
-	{"python", pythonWorker},
-	{"typescript", nodeWorker},
+	{"go", goWorker, false},
+	{"python", pythonWorker, true},
+	{"typescript", nodeWorker, true},
 }
 
 func goWorker(t *testing.T) []string {
@@ -200,10 +208,14 @@ type proxy struct {
 	keys    map[string]string // task id → task key
 	calls   map[string][][]byte
 	answers map[string][]string // task id → push answers (status result)
+	traces  map[string][]string // task id/attempt → the callbacks' traceparents
+	// delivered is the traceparent of each attempt's push delivery.
+	delivered map[string]string
 }
 
 func newProxy(t *testing.T) *proxy {
-	p := &proxy{faults: map[string]string{}, keys: map[string]string{}, calls: map[string][][]byte{}, answers: map[string][]string{}}
+	p := &proxy{faults: map[string]string{}, keys: map[string]string{}, calls: map[string][][]byte{}, answers: map[string][]string{},
+		traces: map[string][]string{}, delivered: map[string]string{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -281,6 +293,14 @@ func (p *proxy) deliver(w http.ResponseWriter, r *http.Request, body []byte) {
 	p.rewrite(env)
 	b, _ := json.Marshal(env)
 	id, _ := env["taskId"].(string)
+	// The delivery's trace, which every callback must continue.
+	if r.Header.Get("Traceparent") == "" {
+		r.Header.Set("Traceparent", fmt.Sprintf("00-%016x%016x-%016x-01", rand.Uint64(), rand.Uint64(), rand.Uint64()|1))
+	}
+	attempt, _ := env["attempt"].(float64)
+	p.mu.Lock()
+	p.delivered[fmt.Sprintf("%s/%d", id, int(attempt))] = r.Header.Get("Traceparent")
+	p.mu.Unlock()
 	n := 1
 	if p.fault(id) == faultDuplicate {
 		n = 2
@@ -347,6 +367,7 @@ func (p *proxy) callback(w http.ResponseWriter, r *http.Request, body []byte) {
 	p.mu.Lock()
 	p.calls[k] = append(p.calls[k], body)
 	n := len(p.calls[k])
+	p.traces[fmt.Sprintf("%s/%d", id, a.Attempt)] = append(p.traces[fmt.Sprintf("%s/%d", id, a.Attempt)], r.Header.Get("Traceparent"))
 	p.mu.Unlock()
 	if a.Attempt == 1 {
 		servo := func(status int, code string, d api.Disposition) {
@@ -464,6 +485,37 @@ func (e *env) waitState(t *testing.T, id string, s api.State) api.Task {
 // runs counts the contract workers' "RUN id attempt" lines: handler calls.
 func (e *env) runs(id string, attempt int) int {
 	return strings.Count(e.out.String(), fmt.Sprintf("RUN %s %d\n", id, attempt))
+}
+
+var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$`)
+
+// checkTraces: every callback of the task's attempts carried a W3C
+// traceparent (when must), continuing the push delivery's trace.
+func (e *env) checkTraces(t *testing.T, id string, attempts int, must bool) {
+	t.Helper()
+	for a := 1; a <= attempts; a++ {
+		k := fmt.Sprintf("%s/%d", id, a)
+		e.proxy.mu.Lock()
+		traces, delivered := append([]string(nil), e.proxy.traces[k]...), e.proxy.delivered[k]
+		e.proxy.mu.Unlock()
+		if len(traces) == 0 {
+			t.Fatalf("no callbacks recorded for attempt %d of task %s", a, id)
+		}
+		want := ""
+		if m := traceparentRE.FindStringSubmatch(delivered); m != nil {
+			want = m[1]
+		}
+		for i, tp := range traces {
+			m := traceparentRE.FindStringSubmatch(tp)
+			switch {
+			case m == nil && !must && tp == "":
+			case m == nil:
+				t.Fatalf("attempt %d: callback %d of %d carried traceparent %q, want a W3C traceparent", a, i+1, len(traces), tp)
+			case want != "" && m[1] != want:
+				t.Fatalf("attempt %d: callback %d carried trace %s, want the delivery's %s", a, i+1, m[1], want)
+			}
+		}
+	}
 }
 
 func attemptsOf(v api.Task) string {
@@ -629,6 +681,9 @@ func TestSDKContract(t *testing.T) {
 							t.Parallel()
 							id := e.submit(t, workers[mode], fmt.Sprintf("%s-%s-%d", s.name, mode, i), sc.fault, sc.payload)
 							sc.check(t, e, mode, id)
+							if mode != "job" { // job callbacks go to the stack directly
+								e.checkTraces(t, id, len(e.get(t, id).Attempts), mode == "push" || s.newTrace)
+							}
 						})
 					}
 				}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import re
+import secrets
 import sys
 import threading
 import time
@@ -39,6 +41,8 @@ RESULT_REJECTED = "rejected"
 RESULT_UNREACHABLE = "servo_unreachable"
 RESULT_INTERNAL = "internal_error"
 
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
 
 def _wall_to_mono(t: Optional[dt.datetime]) -> float:
     if t is None:
@@ -49,8 +53,15 @@ def _wall_to_mono(t: Optional[dt.datetime]) -> float:
 class Run:
     """One attempt: execute() returns (HTTP status, answer dict)."""
 
-    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str], claimed_at: Optional[float] = None) -> None:
+    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str], claimed_at: Optional[float] = None,
+                 traceparent: Optional[str] = None) -> None:
         self.app = app
+        # The W3C trace the callbacks continue: the delivery's, else a new one.
+        m = _TRACEPARENT.match((traceparent or "").strip())
+        if m and m.group(1) != "0" * 32:
+            self.trace_id, self._trace_flags = m.group(1), m.group(3)
+        else:
+            self.trace_id, self._trace_flags = secrets.token_hex(16), "01"
         # claimed_at: the attempt came from a pull-pool claim, which was its
         # `started`; time.monotonic() when the claim's answer arrived.
         self.claimed_at = claimed_at
@@ -157,10 +168,14 @@ class Run:
                                   "no heartbeat acknowledged within heartbeatTimeoutMs: the lease may have passed to another attempt"))
         return True
 
+    def _traceparent(self) -> str:
+        """A traceparent for one callback: a new span of the attempt's trace."""
+        return f"00-{self.trace_id}-{secrets.token_hex(8)}-{self._trace_flags}"
+
     def _post(self, op: str, body: Any, until: Any, stop: Optional[threading.Event]) -> Reply:
         cfg = self.app
         return _client.post(self.app._transport, self.url_base + op, op, body, self._token, until, stop,
-                            cfg.backoff_initial, cfg.backoff_max, self.log)
+                            cfg.backoff_initial, cfg.backoff_max, self.log, self._traceparent)
 
     # --- the attempt ----------------------------------------------------
 
