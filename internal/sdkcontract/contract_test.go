@@ -24,6 +24,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/sdkbuild"
 	"github.com/servo-dev/servo/internal/servotest"
 )
 
@@ -71,35 +72,11 @@ func pythonWorker(t *testing.T) []string {
 	return []string{p, abs}
 }
 
-// nodeWorker builds the TypeScript SDK (npm ci when node_modules is
-// absent, then tsc) and returns the Node contract worker.
+// nodeWorker builds the TypeScript SDK (package sdkbuild: npm ci when
+// node_modules is absent, then tsc) and returns the Node contract worker.
 func nodeWorker(t *testing.T) []string {
-	servotest.TrackFiles(t, "../../sdk/typescript/src", ".ts")
 	servotest.TrackFiles(t, "workers", ".mjs")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not installed: the TypeScript SDK's contract test needs Node.js >= 20 with npm; install the Debian packages nodejs and npm (apt-get install nodejs npm)")
-	}
-	if out, err := exec.Command(node, "-e", "process.exit(Number(process.versions.node.split('.')[0]) < 20 ? 1 : 0)").CombinedOutput(); err != nil {
-		t.Fatalf("%s is older than Node.js 20 (%v %s): install Node.js >= 20", node, err, out)
-	}
-	dir, _ := filepath.Abs("../../sdk/typescript")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "typescript")); err != nil {
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			t.Fatal("npm is not installed: building the TypeScript SDK needs it; install the Debian package npm (apt-get install npm)")
-		}
-		cmd := exec.Command(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in sdk/typescript (its dev dependencies: typescript, @types/node) failed: %v\n%s", err, out)
-		}
-	}
-	cmd := exec.Command(node, filepath.Join(dir, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("tsc in sdk/typescript failed: %v\n%s", err, out)
-	}
+	node := sdkbuild.TypeScript(t)
 	abs, _ := filepath.Abs("workers/contract.mjs")
 	return []string{node, abs}
 }
