@@ -242,7 +242,8 @@ var layers = [][]string{
 	// shape, the emulators, test helpers and test-only packages.
 	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
-		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract"},
+		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
+		"examples/typescript-worker"},
 	// The state machine; the SDK and the client; key storage.
 	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/sdkbuild"},
 	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker",
