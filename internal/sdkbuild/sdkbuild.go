@@ -21,7 +21,7 @@ func Dir() string {
 }
 
 // TypeScript builds the SDK into sdk/typescript/dist and returns the node
-// executable. It fails tb, naming what to install, when node (>= 20) or
+// executable. It fails tb, naming what to install, when node (>= 20.3) or
 // npm is missing, and with the tools' output when the build fails.
 func TypeScript(tb testing.TB) (node string) {
 	tb.Helper()
@@ -34,10 +34,10 @@ func TypeScript(tb testing.TB) (node string) {
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		tb.Fatal("node is not installed: the TypeScript worker SDK's tests need Node.js >= 20 with npm; install the Debian packages nodejs and npm (apt-get install nodejs npm)")
+		tb.Fatal("node is not installed: the TypeScript worker SDK's tests need Node.js >= 20.3 with npm; install the Debian packages nodejs and npm (apt-get install nodejs npm)")
 	}
-	if out, err := exec.Command(node, "-e", "process.exit(Number(process.versions.node.split('.')[0]) < 20 ? 1 : 0)").CombinedOutput(); err != nil {
-		tb.Fatalf("%s is older than Node.js 20 (%v %s): install Node.js >= 20", node, err, out)
+	if out, err := exec.Command(node, "-e", "process.exit(typeof AbortSignal.any === 'function' && Number(process.versions.node.split('.')[0]) >= 20 ? 0 : 1)").CombinedOutput(); err != nil {
+		tb.Fatalf("%s is older than Node.js 20.3 (%v %s): install Node.js >= 20.3", node, err, out)
 	}
 	unlock, err := lock(filepath.Join(dir, ".build.lock"))
 	if err != nil {
