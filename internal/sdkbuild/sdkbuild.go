@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/servo-dev/servo/internal/servotest"
 )
@@ -55,10 +57,39 @@ func TypeScript(tb testing.TB) (node string) {
 			tb.Fatalf("npm ci in sdk/typescript (its dev dependencies, typescript and @types/node, from the npm registry) failed: %v\n%s", err, out)
 		}
 	}
+	if upToDate(dir) {
+		// Another test binary built it: rewriting dist/ under a worker
+		// that another test is running could hand it a half-written file.
+		return node
+	}
 	cmd := exec.Command(node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("tsc in sdk/typescript failed: %v\n%s", err, out)
 	}
 	return node
+}
+
+// upToDate reports whether every dist/*.js is newer than every source
+// (src/*.ts, tsconfig.json, package-lock.json) and there is one per source.
+func upToDate(dir string) bool {
+	var newest time.Time
+	srcs, _ := filepath.Glob(filepath.Join(dir, "src", "*.ts"))
+	for _, f := range append(srcs, filepath.Join(dir, "tsconfig.json"), filepath.Join(dir, "package-lock.json")) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return false
+		}
+		if fi.ModTime().After(newest) {
+			newest = fi.ModTime()
+		}
+	}
+	for _, src := range srcs {
+		base := strings.TrimSuffix(filepath.Base(src), ".ts")
+		fi, err := os.Stat(filepath.Join(dir, "dist", base+".js"))
+		if err != nil || !fi.ModTime().After(newest) {
+			return false
+		}
+	}
+	return len(srcs) > 0
 }
