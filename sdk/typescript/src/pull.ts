@@ -97,9 +97,14 @@ export async function pull(fn: Handler, o: PullOptions): Promise<void> {
   cfg.log("info", "pulling", { ...fields, concurrency });
   while (!stop.aborted) {
     if (free === 0) {
+      const signal = stop;
       await new Promise<void>((r) => {
-        slotWaiter = r;
-        stop!.addEventListener("abort", () => r(), { once: true });
+        const done = () => {
+          signal.removeEventListener("abort", done);
+          r();
+        };
+        slotWaiter = done;
+        signal.addEventListener("abort", done, { once: true });
       });
       slotWaiter = undefined;
       continue;
