@@ -43,6 +43,9 @@ type reply struct {
 	disp api.Disposition
 	// retryAfter is the answer's Retry-After when disp is api.Retry.
 	retryAfter time.Duration
+	// sentAt is when the request that got this answer was sent: Servo
+	// processed it (and counted any lease from) no earlier.
+	sentAt time.Time
 }
 
 // judge decides what one answer to callback op means, from its status, its
@@ -194,6 +197,7 @@ func (r *run) once(ctx context.Context, op, u string, b []byte) (rep reply, err 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+r.token())
 	req.Header.Set("User-Agent", userAgent)
+	sentAt := time.Now()
 	res, err := r.h.cfg.client.Do(req)
 	if err != nil {
 		return reply{}, redactURL(err)
@@ -207,6 +211,7 @@ func (r *run) once(ctx context.Context, op, u string, b []byte) (rep reply, err 
 	}
 	rep = judge(op, res.StatusCode, data, res.Header.Get("Retry-After"))
 	rep.retryAfter = min(rep.retryAfter, r.h.cfg.backoffMax)
+	rep.sentAt = sentAt
 	return rep, nil
 }
 

@@ -38,8 +38,11 @@
 //     one with a [*RejectedError], and then nothing more is sent for the
 //     attempt.
 //  3. fences the attempt when Servo has acknowledged nothing for
-//     heartbeatTimeoutMs (counted from `started`, then from the last
-//     heartbeat answered CONTINUE): a network partition, or Servo answering
+//     heartbeatTimeoutMs (counted from when `started`, then the last
+//     heartbeat answered CONTINUE, was sent: Servo counts the lease from
+//     when it processed the request, so a slow answer never lets the worker
+//     outlive the lease; a claim counts from its answer): a network
+//     partition, or Servo answering
 //     only RETRY. The lease is then surely gone: Servo has expired it or
 //     will, and may run the next attempt. The SDK abandons the heartbeat in
 //     flight, cancels the Func's context with a [*LeaseLostError] of code

@@ -780,3 +780,42 @@ func BenchmarkDelivery(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(len(f.ops("")))/float64(b.N), "callbacks/op")
 }
+
+// The fence is counted from when the acknowledged request was sent, not
+// from when its answer arrived: Servo counts the lease from when it
+// processed the request. With every heartbeat answered CONTINUE only after
+// a delay D, interval I and heartbeatTimeoutMs T such that D+I < T < 2D+I,
+// a clock started at the answers' arrival never fences (acknowledgements
+// arrive every D+I), while the lease, counted from the sending, runs out
+// before the second heartbeat's answer (sent-to-answer 2D+I after the first
+// heartbeat was sent): the SDK must fence.
+func TestProtocolFenceCountedFromSending(t *testing.T) {
+	const delay = time.Second
+	f := newFake(t, func(op string, n int, _ []byte) fakeAnswer {
+		if op == "heartbeat" {
+			time.Sleep(delay)
+		}
+		return fakeAnswer{}
+	})
+	env := f.envelope()
+	env.HeartbeatIntervalMs, env.HeartbeatTimeoutMs = 200, 1800
+	env.TokenExpiresAt = time.Now().Add(time.Minute)
+	var cause error
+	h, _ := testHandler(t, func(ctx context.Context, tk *worker.Task) (any, error) {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(12 * time.Second):
+			// Not fenced in 12 s (about ten slow acknowledgements).
+		}
+		return nil, nil
+	})
+	status, ans := deliverEnv(t, h, env)
+	var lost *worker.LeaseLostError
+	if !errors.As(cause, &lost) || lost.Code != worker.CodeHeartbeatTimeout {
+		t.Fatalf("cause %v, want a LeaseLostError %s: the fence must count from the heartbeat's sending", cause, worker.CodeHeartbeatTimeout)
+	}
+	if status != http.StatusOK || ans.Result != "lease_lost" || len(f.ops("completed")) != 0 {
+		t.Fatalf("answer %d %+v, %d completed; want 200 lease_lost and none", status, ans, len(f.ops("completed")))
+	}
+}

@@ -176,17 +176,21 @@ func (p *puller) loop(ctx context.Context) error {
 			continue
 		}
 		empty = 0
-		p.start(*env, slots)
+		// A long-poll's sending says nothing of when Servo leased the
+		// attempt (any time within MaxWait): its lease is counted from the
+		// answer's arrival, every heartbeat's from its sending.
+		p.start(*env, time.Now(), slots)
 	}
 	p.wg.Wait()
 	return fatal
 }
 
-// start runs a claimed attempt in its own goroutine, freeing its slot at
+// start runs a claimed attempt (its claim answered at claimedAt) in its
+// own goroutine, freeing its slot at
 // the end.
-func (p *puller) start(env api.Envelope, slots chan struct{}) {
+func (p *puller) start(env api.Envelope, claimedAt time.Time, slots chan struct{}) {
 	ru := newRun(p.h, env)
-	ru.claimed = true
+	ru.claimed, ru.claimedAt = true, claimedAt
 	k := attemptKey{env.TaskID, env.Attempt}
 	p.mu.Lock()
 	p.running[ru] = true

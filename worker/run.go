@@ -36,14 +36,16 @@ type run struct {
 	cancelFn   context.CancelCauseFunc
 	stop       error     // why the attempt lost its authority; nothing is reported after it
 	cancelSeen bool      // Servo said shouldCancel
-	lastAck    time.Time // when Servo last acknowledged the attempt (`started`, a heartbeat)
+	lastAck    time.Time // when the last request Servo acknowledged was sent (`started`, a heartbeat)
 
 	// ranFor and category are for the metrics: how long the Func ran, and
 	// the error category it failed with.
 	ranFor   time.Duration
 	category string
-	// claimed: the attempt came from a pull-pool claim, which started it.
-	claimed bool
+	// claimed: the attempt came from a pull-pool claim, which started it;
+	// claimedAt is when that claim's answer arrived.
+	claimed   bool
+	claimedAt time.Time
 }
 
 func newRun(h *handler, env api.Envelope) *run {
@@ -111,12 +113,17 @@ func (r *run) lose(cause error) {
 	}
 }
 
-// acked records that Servo acknowledged the attempt just now: `started` or
-// a heartbeat answered CONTINUE. The lease runs heartbeatTimeoutMs from
-// here at the latest (Servo counted it from when it processed the request).
-func (r *run) acked() {
+// acked records that Servo acknowledged a request sent at sentAt: `started`
+// (or the claim) or a heartbeat answered CONTINUE. Servo counted the lease
+// from when it processed the request, which is after it was sent: the
+// fence is heartbeatTimeoutMs from the sending, so that a slow answer
+// never lets the worker outlive the lease by its transit time. The clock
+// never goes back.
+func (r *run) acked(sentAt time.Time) {
 	r.mu.Lock()
-	r.lastAck = time.Now()
+	if sentAt.After(r.lastAck) {
+		r.lastAck = sentAt
+	}
 	r.mu.Unlock()
 }
 
@@ -224,7 +231,11 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 	r.adopt(rep.resp)
 	switch rep.disp {
 	case api.Continue:
-		r.acked()
+		if r.claimed {
+			r.acked(r.claimedAt)
+		} else {
+			r.acked(rep.sentAt)
+		}
 	case api.Cancel:
 		r.log.InfoContext(ctx, "Servo declined the attempt; the function is not run",
 			"status", rep.status, "code", rep.resp.Error, "state", rep.resp.State, "message", rep.resp.Message)
@@ -391,7 +402,7 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 	r.adopt(rep.resp)
 	switch rep.disp {
 	case api.Continue:
-		r.acked()
+		r.acked(rep.sentAt)
 		r.t.acked(version)
 		if rep.resp.ShouldCancel != nil && *rep.resp.ShouldCancel {
 			r.cancelBy(rep.resp.CancelReason)

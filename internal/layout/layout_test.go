@@ -242,10 +242,12 @@ var layers = [][]string{
 	// shape, the emulators, test helpers and test-only packages.
 	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
-		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker"},
+		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
+		"examples/typescript-worker"},
 	// The state machine; the SDK and the client; key storage.
-	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest"},
-	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker"},
+	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/sdkbuild"},
+	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker",
+		"internal/sdkcontract/workers/goworker"},
 	{"internal/store"},
 	{"internal/enqueue", "internal/events"},
 	// The control plane's handlers: the design card's folders and their

@@ -5,7 +5,9 @@ package python_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,4 +68,32 @@ func BenchmarkPythonDelivery(b *testing.B) {
 	}
 	b.ReportMetric(r.MsPerDelivery, "ms/delivery")
 	b.ReportMetric(r.CallbacksPerDelivery, "callbacks/delivery")
+}
+
+// TestPipInstall: `pip install ./sdk/python` works without a package index
+// (the build backend is the standard library's), into a fresh virtual
+// environment, and installs the typed package.
+func TestPipInstall(t *testing.T) {
+	py := python3(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-m", "venv", venv).CombinedOutput(); err != nil {
+		t.Fatalf("python3 -m venv (install the Debian package python3-venv): %v\n%s", err, out)
+	}
+	vpy := filepath.Join(venv, "bin", "python")
+	src, _ := filepath.Abs(".")
+	cmd := exec.Command(vpy, "-m", "pip", "install", "--no-index", "--no-cache-dir", src)
+	cmd.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pip install ./sdk/python --no-index: %v\n%s", err, out)
+	}
+	check := exec.Command(vpy, "-c", `import os, servo_worker as s
+d = os.path.dirname(s.__file__)
+assert "site-packages" in d, d
+assert os.path.exists(os.path.join(d, "py.typed"))
+print(s.__version__, callable(s.pull), callable(s.run_job), callable(s.App))`)
+	check.Dir = t.TempDir() // not this folder: the installed package must be found
+	out, err := check.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0.2.0 True True True" {
+		t.Fatalf("the installed package: %v %s", err, out)
+	}
 }

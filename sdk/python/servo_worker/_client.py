@@ -43,6 +43,9 @@ class Reply:
     servo: bool = False
     # received_at: time.monotonic() when the answer arrived.
     received_at: float = 0.0
+    # sent_at: time.monotonic() when the request that got this answer was
+    # sent; Servo processed it (and counted any lease from) no earlier.
+    sent_at: float = 0.0
 
 
 class Unreachable(Exception):
@@ -130,7 +133,7 @@ class Transport:
                 return
         c.close()
 
-    def post(self, url: str, body: bytes, token: str) -> tuple[int, dict[str, str], bytes]:
+    def post(self, url: str, body: bytes, token: str, traceparent: str = "") -> tuple[int, dict[str, str], bytes]:
         """POSTs body; returns status, headers and at most 64 KiB of the
         answer. Raises OSError or http.client.HTTPException on a transport
         failure (a failure on a kept-alive connection is retried once on a
@@ -140,6 +143,8 @@ class Transport:
         path = u.path + ("?" + u.query if u.query else "")
         headers = {"Content-Type": "application/json", "Authorization": "Bearer " + token,
                    "User-Agent": USER_AGENT, "Content-Length": str(len(body))}
+        if traceparent:
+            headers["traceparent"] = traceparent
         while True:
             conn, reused = self._take(key)
             try:
@@ -184,23 +189,28 @@ def post(
     backoff_initial: float,
     backoff_max: float,
     log: Any,
+    traceparent: Optional[Callable[[], str]] = None,
 ) -> Reply:
     """Delivers one callback. Retries transport failures and retryable
     answers with backoff while the next try can start before until()
     (time.monotonic(), re-read each time: an adopted token extends it); the
     first try is always made. Returns the first final reply; raises
     Unreachable when the window closed, Stopped when stop was set between
-    tries. A request in flight is never abandoned."""
+    tries. A request in flight is never abandoned. Each try carries the
+    W3C traceparent that traceparent() returns (a new span of the
+    attempt's trace)."""
     try_ = 0
     while True:
         b = body()
+        sent_at = time.monotonic()
         try:
-            status, headers, data = transport.post(url, b, token())
+            status, headers, data = transport.post(url, b, token(), traceparent() if traceparent else "")
         except (OSError, http.client.HTTPException) as e:
             rep, why = None, f"{type(e).__name__}: {e}"
         else:
             rep = read_reply(status, headers, data, backoff_max)
             rep.received_at = time.monotonic()
+            rep.sent_at = sent_at
             log.debug("callback answered", fields={"op": op, "status": status, "disposition": rep.body.get("disposition"),
                                                    "code": rep.body.get("error")})
             if not retryable(rep):

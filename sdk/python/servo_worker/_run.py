@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import re
+import secrets
 import sys
 import threading
 import time
@@ -18,8 +20,8 @@ from ._client import CANCELLED, COMMITTED, CONTINUE, Reply, Stopped, Unreachable
 from ._logs import FieldsAdapter
 from ._util import (MAX_MESSAGE_BYTES, MAX_OUTPUT_BYTES, MAX_STACK_TRACE_BYTES, compact_json, format_time,
                     parse_time, token_expiry, truncate, utcnow)
-from .errors import (CANCELLED as CAT_CANCELLED, TIMEOUT, USER_CODE, CancelRequested, DeadlineExceededError,
-                     LeaseLostError, RejectedError, StopRequested, TaskError)
+from .errors import (CANCELLED as CAT_CANCELLED, INFRASTRUCTURE, TIMEOUT, USER_CODE, CancelRequested,
+                     DeadlineExceededError, LeaseLostError, RejectedError, StopRequested, TaskError, WorkerStopping)
 from .task import Task
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ RESULT_REJECTED = "rejected"
 RESULT_UNREACHABLE = "servo_unreachable"
 RESULT_INTERNAL = "internal_error"
 
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
 
 def _wall_to_mono(t: Optional[dt.datetime]) -> float:
     if t is None:
@@ -49,8 +53,18 @@ def _wall_to_mono(t: Optional[dt.datetime]) -> float:
 class Run:
     """One attempt: execute() returns (HTTP status, answer dict)."""
 
-    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str]) -> None:
+    def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str], claimed_at: Optional[float] = None,
+                 traceparent: Optional[str] = None) -> None:
         self.app = app
+        # The W3C trace the callbacks continue: the delivery's, else a new one.
+        m = _TRACEPARENT.match((traceparent or "").strip())
+        if m and m.group(1) != "0" * 32:
+            self.trace_id, self._trace_flags = m.group(1), m.group(3)
+        else:
+            self.trace_id, self._trace_flags = secrets.token_hex(16), "01"
+        # claimed_at: the attempt came from a pull-pool claim, which was its
+        # `started`; time.monotonic() when the claim's answer arrived.
+        self.claimed_at = claimed_at
         self.env = env
         fields: dict[str, Any] = {"taskId": env["taskId"], "attempt": env["attempt"], "tenantId": env.get("tenantId", ""),
                                   "runId": env.get("runId", ""), "workerId": app.worker_id}
@@ -97,8 +111,12 @@ class Run:
             return self._fence_at
 
     def _ack(self, at_: float) -> None:
-        """An acknowledgement (200 CONTINUE) arrived at at_: the attempt is
-        fenced heartbeatTimeoutMs later unless another one arrives."""
+        """Servo acknowledged (200 CONTINUE) a request sent at at_: the
+        attempt is fenced heartbeatTimeoutMs later unless another one is
+        acknowledged. Servo counts the lease from when it processed the
+        request, no earlier than its sending: counting from the answer's
+        arrival would let the worker outlive the lease by the answer's
+        transit time."""
         if self._hb_timeout <= 0:
             return
         at = at_ + self._hb_timeout
@@ -150,10 +168,14 @@ class Run:
                                   "no heartbeat acknowledged within heartbeatTimeoutMs: the lease may have passed to another attempt"))
         return True
 
+    def _traceparent(self) -> str:
+        """A traceparent for one callback: a new span of the attempt's trace."""
+        return f"00-{self.trace_id}-{secrets.token_hex(8)}-{self._trace_flags}"
+
     def _post(self, op: str, body: Any, until: Any, stop: Optional[threading.Event]) -> Reply:
         cfg = self.app
         return _client.post(self.app._transport, self.url_base + op, op, body, self._token, until, stop,
-                            cfg.backoff_initial, cfg.backoff_max, self.log)
+                            cfg.backoff_initial, cfg.backoff_max, self.log, self._traceparent)
 
     # --- the attempt ----------------------------------------------------
 
@@ -163,7 +185,10 @@ class Run:
         body = compact_json({"attempt": self.env["attempt"], "workerId": app.worker_id, "startedAt": format_time(started_at)})
         window_end = time.monotonic() + app.start_retry_window
         try:
-            rep = self._post("started", lambda: body, lambda: min(window_end, self._token_until()), None)
+            if self.claimed_at is not None:
+                rep = Reply(status=200, disposition=CONTINUE, sent_at=self.claimed_at)
+            else:
+                rep = self._post("started", lambda: body, lambda: min(window_end, self._token_until()), None)
         except Unreachable as e:
             self.log.error("could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it",
                            fields={"error": str(e)})
@@ -179,7 +204,7 @@ class Run:
                            fields={"status": rep.status, "code": rep.body.get("error"), "field": rep.body.get("field"),
                                    "message": rep.body.get("message")})
             return 200, _drop_empty({"result": RESULT_REJECTED, "code": rep.body.get("error"), "detail": rep.body.get("message")})
-        self._ack(rep.received_at)
+        self._ack(rep.sent_at)
 
         hb = threading.Thread(target=self._heartbeat_loop, name="servo-heartbeat", daemon=True)
         sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
@@ -325,7 +350,7 @@ class Run:
         if rep.disposition == CONTINUE:
             if self.stopped() is not None:
                 return False  # fenced meanwhile: a late acknowledgement does not undo it
-            self._ack(rep.received_at)
+            self._ack(rep.sent_at)
             self.task._acked(version)
             if rep.body.get("shouldCancel") is True:
                 self._cancel_by(str(rep.body.get("cancelReason") or ""))
@@ -386,6 +411,8 @@ def outcome(cause: Optional[StopRequested], out: Any, exc: Optional[BaseExceptio
     * raised a TaskCancelledError: CANCELLED (the worker's own cancel);
     * raised another TaskError: FAILED with its category and advice;
     * raised anything else after the deadline: FAILED/TIMEOUT;
+    * raised anything else after a pull worker stopped it at the end of its
+      grace period: FAILED/INFRASTRUCTURE, retryable;
     * raised anything else: FAILED/USER_CODE with the traceback.
     """
     def fail(category: str, msg: str, stack: str, retryable: Optional[bool]) -> dict[str, Any]:
@@ -425,6 +452,8 @@ def outcome(cause: Optional[StopRequested], out: Any, exc: Optional[BaseExceptio
         return fail(exc.category, msg or exc.category, _stack(exc), exc.retryable)
     if isinstance(cause, DeadlineExceededError):
         return fail(TIMEOUT, msg, _stack(exc), None)
+    if isinstance(cause, WorkerStopping):
+        return fail(INFRASTRUCTURE, msg, _stack(exc), True)
     return fail(USER_CODE, msg, _stack(exc), None)
 
 

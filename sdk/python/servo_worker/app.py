@@ -173,7 +173,7 @@ class App:
                       "queue's retry limit: check the queue's target and Servo's worker configuration)",
                       fields={"error": str(e)})
             return 400, {"result": "bad_envelope", "detail": str(e)}, []
-        status, answer = self.deliver(env, self._trace(environ))
+        status, answer = self.deliver(env, self._trace(environ), environ.get("HTTP_TRACEPARENT"))
         return status, answer, []
 
     def _trace(self, environ: dict[str, Any]) -> Optional[str]:
@@ -187,16 +187,18 @@ class App:
             return None
         return f"projects/{self._project}/traces/{tid}" if self._project else tid
 
-    def deliver(self, env: dict[str, Any], trace: Optional[str] = None) -> tuple[int, dict[str, Any]]:
+    def deliver(self, env: dict[str, Any], trace: Optional[str] = None,
+                traceparent: Optional[str] = None) -> tuple[int, dict[str, Any]]:
         """Runs the attempt of a parsed envelope, or joins this process's
         run of it when Cloud Tasks delivers the same attempt again while it
         runs: the duplicate waits and gets the same answer; the handler runs
-        once."""
+        once. Every callback carries a W3C traceparent continuing
+        ``traceparent`` (the delivery's; a new trace without one)."""
         key = (env["taskId"], env["attempt"])
         with self._mu:
             cur = self._inflight.get(key)
             if cur is None:
-                run = Run(self, env, trace)
+                run = Run(self, env, trace, traceparent=traceparent)
                 self._inflight[key] = run
         if cur is not None:
             cur.log.info("duplicate delivery of an attempt this worker is running; waiting for it")

@@ -31,6 +31,7 @@ __all__ = [
     "LeaseLostError",
     "RejectedError",
     "DeadlineExceededError",
+    "WorkerStopping",
     "CheckpointTooLargeError",
 ]
 
@@ -146,6 +147,16 @@ class DeadlineExceededError(StopRequested):
 
     def __init__(self) -> None:
         super().__init__("task deadline exceeded")
+
+
+class WorkerStopping(StopRequested):
+    """A pull worker is shutting down and the attempt's grace period is
+    over (like the Go SDK's ErrStopping). An exception raised after it is
+    reported as FAILED/INFRASTRUCTURE, retryable: Servo runs the attempt
+    again from its last checkpoint, on another worker."""
+
+    def __init__(self) -> None:
+        super().__init__("worker stopping: the grace period for running tasks is over")
 
 
 class CheckpointTooLargeError(ValueError):

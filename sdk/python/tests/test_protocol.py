@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import threading
+import time
 import unittest
 from typing import Any, Callable, Optional
 
@@ -496,6 +497,32 @@ class TestFencing(Base):
 
         got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=50, heartbeatTimeoutMs=1000))
         self.assertAnswer(got, 200, "committed")
+
+
+    def test_fence_counted_from_sending(self) -> None:
+        # Every heartbeat answered CONTINUE only after 1 s (D), interval I =
+        # 0.2 s, heartbeatTimeoutMs T = 1.8 s: D+I < T < 2D+I. Counted from
+        # the answers' arrival the fence never falls (one every D+I);
+        # counted from the sending, as Servo counts the lease, it falls
+        # before the second heartbeat's answer.
+        def slow(op: str, n: int, b: dict[str, Any]) -> Optional[Answer]:
+            if op == "heartbeat":
+                time.sleep(1.0)
+            return None
+
+        f = self.servo(slow)
+        causes: list[Any] = []
+
+        def handle(t: sw.Task) -> Any:
+            if t.wait(12):  # about ten slow acknowledgements
+                causes.append(t.cancel_cause)
+            return 1
+
+        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=200, heartbeatTimeoutMs=1800))
+        self.assertAnswer(got, 200, "lease_lost")
+        self.assertEqual(got[1]["code"], "heartbeat_timeout")
+        self.assertEqual(len(causes), 1)
+        self.assertEqual(f.ops("completed"), [], "a fenced attempt never reports completed")
 
 
 class TestOutcomes(Base):

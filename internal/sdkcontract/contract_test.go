@@ -1,0 +1,708 @@
+package sdkcontract_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/sdkbuild"
+	"github.com/servo-dev/servo/internal/servotest"
+)
+
+func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
+
+// sdk is one SDK under contract: how to run its contract worker.
+type sdk struct {
+	name string
+	// argv returns the contract worker's command (before the mode), after
+	// any build; it fails the test when a tool is missing.
+	argv func(t *testing.T) []string
+	// newTrace: the SDK starts a trace of its own for an attempt that
+	// arrived without one (pull, job), so that every callback carries a
+	// traceparent. The Go SDK's callbacks carry one whenever there is a
+	// trace to continue (every push delivery; pull and job with an
+	// OpenTelemetry tracer provider).
+	newTrace bool
+}
+
+var sdks = []sdk{
+	{"go", goWorker, false},
+	{"python", pythonWorker, true},
+	{"typescript", nodeWorker, true},
+}
+
+func goWorker(t *testing.T) []string {
+	bin := filepath.Join(t.TempDir(), "goworker")
+	if out, err := exec.Command("go", "build", "-o", bin, "./workers/goworker").CombinedOutput(); err != nil {
+		t.Fatalf("build the Go contract worker: %v\n%s", err, out)
+	}
+	return []string{bin}
+}
+
+func pythonWorker(t *testing.T) []string {
+	servotest.TrackFiles(t, "../../sdk/python/servo_worker", ".py")
+	servotest.TrackFiles(t, "workers", ".py")
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is not installed: the Python SDK's contract test needs it; install the Debian package python3 (apt-get install python3), Python >= 3.10")
+	}
+	if out, err := exec.Command(p, "-c", "import sys; sys.exit(sys.version_info < (3, 10))").CombinedOutput(); err != nil {
+		t.Fatalf("%s is older than 3.10 (%v %s): install Python >= 3.10", p, err, out)
+	}
+	abs, _ := filepath.Abs("workers/contract.py")
+	return []string{p, abs}
+}
+
+// nodeWorker builds the TypeScript SDK (package sdkbuild: npm ci when
+// node_modules is absent, then tsc) and returns the Node contract worker.
+func nodeWorker(t *testing.T) []string {
+	servotest.TrackFiles(t, "workers", ".mjs")
+	node := sdkbuild.TypeScript(t)
+	abs, _ := filepath.Abs("workers/contract.mjs")
+	return []string{node, abs}
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a contract worker process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// start runs argv with mode args; out gets stdout and stderr. It returns
+// the first stdout line when ready is set (the push worker's address).
+func start(t *testing.T, argv []string, out *syncBuffer, ready bool, args ...string) (*proc, string) {
+	t.Helper()
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "K_SERVICE=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		n := 0
+		for sc.Scan() {
+			if n == 0 {
+				first <- sc.Text()
+			}
+			n++
+			fmt.Fprintln(out, sc.Text())
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	if !ready {
+		return p, ""
+	}
+	select {
+	case line := <-first:
+		return p, strings.TrimSuffix(strings.TrimPrefix(line, "listening on "), "/")
+	case <-p.done:
+		t.Fatalf("%v exited at start:\n%s", argv, out)
+	case <-time.After(90 * time.Second): // a loaded machine starts Python slowly
+		t.Fatalf("%v did not start:\n%s", argv, out)
+	}
+	return nil, ""
+}
+
+// Faults the proxy injects into one task's first attempt.
+const (
+	faultNone       = ""
+	faultGone       = "heartbeat-410"      // heartbeats after the first: 410 task_expired
+	faultSilence    = "heartbeat-silence"  // heartbeats after the first are never answered
+	faultRetry      = "completed-503"      // the first `completed`: 503 RETRY, Retry-After 1
+	faultRejected   = "completed-rejected" // `completed`: 500 REJECTED
+	faultDuplicate  = "deliver-twice"      // the push delivery is sent twice at once
+	callbackPrefix  = "/cb"
+	claimPrefix     = "/api"
+	deliverPath     = "/deliver"
+	devIdentityName = "X-Servo-Dev-Identity"
+)
+
+// proxy stands between the contract workers and Servo: push deliveries go
+// through it to the worker, claims and callbacks through it to the stack;
+// every envelope's callbackBaseUrl is rewritten to it. It injects each
+// task's fault (by task key) and counts the callbacks.
+type proxy struct {
+	srv    *httptest.Server
+	stack  string // the stack's URL
+	worker string // the push worker's URL
+
+	mu      sync.Mutex
+	faults  map[string]string // task key → fault
+	keys    map[string]string // task id → task key
+	calls   map[string][][]byte
+	answers map[string][]string // task id → push answers (status result)
+	traces  map[string][]string // task id/attempt → the callbacks' traceparents
+	// delivered is the traceparent of each attempt's push delivery.
+	delivered map[string]string
+}
+
+func newProxy(t *testing.T) *proxy {
+	p := &proxy{faults: map[string]string{}, keys: map[string]string{}, calls: map[string][][]byte{}, answers: map[string][]string{},
+		traces: map[string][]string{}, delivered: map[string]string{}}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *proxy) fault(id string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faults[p.keys[id]]
+}
+
+// count is how many `op` callbacks attempt made for the task, and their bodies.
+func (p *proxy) count(id string, attempt int, op string) [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[fmt.Sprintf("%s/%d/%s", id, attempt, op)]
+}
+
+// rewrite records an envelope's task key and points its callbacks here.
+func (p *proxy) rewrite(env map[string]any) {
+	id, _ := env["taskId"].(string)
+	key, _ := env["taskKey"].(string)
+	p.mu.Lock()
+	p.keys[id] = key
+	p.mu.Unlock()
+	env["callbackBaseUrl"] = p.srv.URL + callbackPrefix
+}
+
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	switch {
+	case r.URL.Path == deliverPath:
+		p.deliver(w, r, body)
+	case strings.HasPrefix(r.URL.Path, claimPrefix+"/"):
+		p.claim(w, r, body)
+	case strings.HasPrefix(r.URL.Path, callbackPrefix+"/"):
+		p.callback(w, r, body)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (p *proxy) forward(r *http.Request, url string, body []byte) (int, http.Header, []byte, error) {
+	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, url, bytes.NewReader(body))
+	for _, h := range []string{"Content-Type", "Authorization", "Traceparent", devIdentityName} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, b, err
+}
+
+func reply(w http.ResponseWriter, status int, h http.Header, b []byte) {
+	for _, k := range []string{"Content-Type", "Retry-After"} {
+		if v := h.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func (p *proxy) deliver(w http.ResponseWriter, r *http.Request, body []byte) {
+	var env map[string]any
+	if err := json.Unmarshal(body, &env); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p.rewrite(env)
+	b, _ := json.Marshal(env)
+	id, _ := env["taskId"].(string)
+	// The delivery's trace, which every callback must continue.
+	if r.Header.Get("Traceparent") == "" {
+		r.Header.Set("Traceparent", fmt.Sprintf("00-%016x%016x-%016x-01", rand.Uint64(), rand.Uint64(), rand.Uint64()|1))
+	}
+	attempt, _ := env["attempt"].(float64)
+	p.mu.Lock()
+	p.delivered[fmt.Sprintf("%s/%d", id, int(attempt))] = r.Header.Get("Traceparent")
+	p.mu.Unlock()
+	n := 1
+	if p.fault(id) == faultDuplicate {
+		n = 2
+	}
+	type res struct {
+		status int
+		h      http.Header
+		b      []byte
+		err    error
+	}
+	out := make(chan res, n)
+	for range n {
+		go func() {
+			s, h, rb, err := p.forward(r, p.worker+"/", b)
+			out <- res{s, h, rb, err}
+		}()
+	}
+	var first res
+	for i := range n {
+		x := <-out
+		var a struct{ Result string }
+		_ = json.Unmarshal(x.b, &a)
+		p.mu.Lock()
+		p.answers[id] = append(p.answers[id], fmt.Sprintf("%d %s", x.status, a.Result))
+		p.mu.Unlock()
+		if i == 0 {
+			first = x
+		}
+	}
+	if first.err != nil {
+		http.Error(w, first.err.Error(), http.StatusBadGateway)
+		return
+	}
+	reply(w, first.status, first.h, first.b)
+}
+
+func (p *proxy) claim(w http.ResponseWriter, r *http.Request, body []byte) {
+	status, h, b, err := p.forward(r, p.stack+strings.TrimPrefix(r.URL.Path, claimPrefix), body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var cr map[string]any
+	if status == http.StatusOK && json.Unmarshal(b, &cr) == nil {
+		if env, ok := cr["envelope"].(map[string]any); ok {
+			p.rewrite(env)
+			b, _ = json.Marshal(cr)
+		}
+	}
+	reply(w, status, h, b)
+}
+
+func (p *proxy) callback(w http.ResponseWriter, r *http.Request, body []byte) {
+	path := strings.TrimPrefix(r.URL.Path, callbackPrefix)
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) != 4 {
+		http.NotFound(w, r)
+		return
+	}
+	id, op := parts[2], parts[3]
+	var a struct{ Attempt int }
+	_ = json.Unmarshal(body, &a)
+	k := fmt.Sprintf("%s/%d/%s", id, a.Attempt, op)
+	p.mu.Lock()
+	p.calls[k] = append(p.calls[k], body)
+	n := len(p.calls[k])
+	p.traces[fmt.Sprintf("%s/%d", id, a.Attempt)] = append(p.traces[fmt.Sprintf("%s/%d", id, a.Attempt)], r.Header.Get("Traceparent"))
+	p.mu.Unlock()
+	if a.Attempt == 1 {
+		servo := func(status int, code string, d api.Disposition) {
+			w.Header().Set("Content-Type", "application/json")
+			if d == api.Retry {
+				w.Header().Set("Retry-After", "1")
+			}
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(api.CallbackResponse{Disposition: d, Error: code, Message: code + " (injected by the contract test's proxy)"})
+		}
+		switch f := p.fault(id); {
+		case f == faultGone && op == "heartbeat" && n > 1:
+			servo(http.StatusGone, "task_expired", api.Cancel)
+			return
+		case f == faultSilence && op == "heartbeat" && n > 1:
+			<-r.Context().Done()
+			return
+		case f == faultRetry && op == "completed" && n == 1:
+			servo(http.StatusServiceUnavailable, api.CodeUnavailable, api.Retry)
+			return
+		case f == faultRejected && op == "completed":
+			servo(http.StatusInternalServerError, "internal", api.Rejected)
+			return
+		}
+	}
+	status, h, b, err := p.forward(r, p.stack+path, body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	reply(w, status, h, b)
+}
+
+// env is one SDK's stack, proxy and workers.
+type env struct {
+	t     *testing.T
+	stack *devstack.Stack
+	proxy *proxy
+	out   *syncBuffer
+}
+
+func (e *env) do(t *testing.T, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.stack.URL+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res.StatusCode, out
+}
+
+// submit posts a task for worker with fast timers; fault is injected into
+// its first attempt.
+func (e *env) submit(t *testing.T, worker, key, fault string, payload map[string]any) string {
+	t.Helper()
+	e.proxy.mu.Lock()
+	e.proxy.faults[key] = fault
+	e.proxy.mu.Unlock()
+	status, out := e.do(t, "POST", "/v1/tasks", map[string]any{
+		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": worker, "payload": payload,
+		"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 3000, "cancelGracePeriodMs": 5000,
+		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
+	})
+	if status != http.StatusCreated {
+		t.Fatalf("submit: %d %s", status, out)
+	}
+	var r api.SubmitResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.TaskID
+}
+
+func (e *env) get(t *testing.T, id string) api.Task {
+	t.Helper()
+	status, out := e.do(t, "GET", "/v1/tasks/"+id, nil)
+	if status != http.StatusOK {
+		t.Fatalf("get: %d %s", status, out)
+	}
+	var v api.Task
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (e *env) waitFor(t *testing.T, id, what string, ok func(api.Task) bool) api.Task {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		v := e.get(t, id)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s never reached %s: state %s (%s), attempts %s", id, what, v.State, v.Reason, attemptsOf(v))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (e *env) waitState(t *testing.T, id string, s api.State) api.Task {
+	t.Helper()
+	return e.waitFor(t, id, string(s), func(v api.Task) bool { return v.State == s })
+}
+
+// runs counts the contract workers' "RUN id attempt" lines: handler calls.
+func (e *env) runs(id string, attempt int) int {
+	return strings.Count(e.out.String(), fmt.Sprintf("RUN %s %d\n", id, attempt))
+}
+
+var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$`)
+
+// checkTraces: every callback of the task's attempts carried a W3C
+// traceparent (when must), continuing the push delivery's trace.
+func (e *env) checkTraces(t *testing.T, id string, attempts int, must bool) {
+	t.Helper()
+	for a := 1; a <= attempts; a++ {
+		k := fmt.Sprintf("%s/%d", id, a)
+		e.proxy.mu.Lock()
+		traces, delivered := append([]string(nil), e.proxy.traces[k]...), e.proxy.delivered[k]
+		e.proxy.mu.Unlock()
+		if len(traces) == 0 {
+			t.Fatalf("no callbacks recorded for attempt %d of task %s", a, id)
+		}
+		want := ""
+		if m := traceparentRE.FindStringSubmatch(delivered); m != nil {
+			want = m[1]
+		}
+		for i, tp := range traces {
+			m := traceparentRE.FindStringSubmatch(tp)
+			switch {
+			case m == nil && !must && tp == "":
+			case m == nil:
+				t.Fatalf("attempt %d: callback %d of %d carried traceparent %q, want a W3C traceparent", a, i+1, len(traces), tp)
+			case want != "" && m[1] != want:
+				t.Fatalf("attempt %d: callback %d carried trace %s, want the delivery's %s", a, i+1, m[1], want)
+			}
+		}
+	}
+}
+
+func attemptsOf(v api.Task) string {
+	var b strings.Builder
+	for _, a := range v.Attempts {
+		fmt.Fprintf(&b, "[%d %s err=%v out=%s cp=%s] ", a.Attempt, a.Outcome, a.Error, a.Output, a.Checkpoint)
+	}
+	return b.String()
+}
+
+type output struct {
+	Attempt     int `json:"attempt"`
+	ResumedFrom int `json:"resumedFrom"`
+	Processed   int `json:"processed"`
+}
+
+func outputOf(t *testing.T, a api.Attempt) output {
+	t.Helper()
+	var o output
+	if err := json.Unmarshal(a.Output, &o); err != nil {
+		t.Fatalf("attempt %d output %s: %v", a.Attempt, a.Output, err)
+	}
+	return o
+}
+
+func checkpointed(v api.Task) bool {
+	return v.State == api.Running && len(v.Attempts) > 0 && len(v.Attempts[len(v.Attempts)-1].Checkpoint) > 0
+}
+
+// scenario is one row of the contract.
+type scenario struct {
+	name  string
+	modes []string // push, pull, job
+	fault string
+	// payload of the contract worker: steps, stepMs, failAttempts, crashAttempts.
+	payload map[string]any
+	check   func(t *testing.T, e *env, mode, id string)
+}
+
+// succeededAfterLostFirst: attempt 1 lost its lease and reported nothing;
+// Servo's lease expiry retried it and attempt 2 succeeded.
+func succeededAfterLostFirst(t *testing.T, e *env, _ string, id string) {
+	v := e.waitState(t, id, api.Succeeded)
+	if len(v.Attempts) != 2 || v.Attempts[1].Outcome != api.OutcomeSucceeded {
+		t.Fatalf("want attempt 1 expired and attempt 2 succeeded: %s", attemptsOf(v))
+	}
+	if n := len(e.proxy.count(id, 1, "completed")); n != 0 {
+		t.Fatalf("attempt 1 reported `completed` %d times after losing its lease", n)
+	}
+}
+
+var scenarios = []scenario{
+	{name: "happy path", modes: []string{"push", "pull", "job"}, payload: map[string]any{"steps": 4, "stepMs": 20},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			v := e.waitState(t, id, api.Succeeded)
+			if len(v.Attempts) != 1 || outputOf(t, v.Attempts[0]) != (output{Attempt: 1, Processed: 4}) {
+				t.Fatalf("attempts %s", attemptsOf(v))
+			}
+		}},
+	{name: "retry with checkpoint", modes: []string{"push", "pull", "job"}, payload: map[string]any{"steps": 6, "stepMs": 20, "failAttempts": 1},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			v := e.waitState(t, id, api.Succeeded)
+			if len(v.Attempts) != 2 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryInfrastructure {
+				t.Fatalf("attempts %s", attemptsOf(v))
+			}
+			if string(v.Attempts[0].Checkpoint) != `{"next":3}` {
+				t.Fatalf("attempt 1 checkpoint %s, want {\"next\":3} (flushed before completed)", v.Attempts[0].Checkpoint)
+			}
+			if o := outputOf(t, v.Attempts[1]); o != (output{Attempt: 2, ResumedFrom: 3, Processed: 3}) {
+				t.Fatalf("attempt 2 did not resume from the checkpoint: %+v", o)
+			}
+		}},
+	{name: "cancel", modes: []string{"push", "pull", "job"}, payload: map[string]any{"steps": 600, "stepMs": 100},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			e.waitFor(t, id, "a stored checkpoint", checkpointed)
+			if status, out := e.do(t, "POST", "/v1/tasks/"+id+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
+				t.Fatalf("cancel: %d %s", status, out)
+			}
+			v := e.waitState(t, id, api.Cancelled)
+			a := v.Attempts[len(v.Attempts)-1]
+			if len(v.Attempts) != 1 || a.Outcome != api.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("next")) {
+				t.Fatalf("attempts %s phase %q partial %s", attemptsOf(v), a.CancelledDuringPhase, a.PartialProgress)
+			}
+		}},
+	{name: "lease lost by 410", modes: []string{"push", "pull"}, fault: faultGone, payload: map[string]any{"steps": 40, "stepMs": 100},
+		check: succeededAfterLostFirst},
+	{name: "lease lost by silence", modes: []string{"push", "pull"}, fault: faultSilence, payload: map[string]any{"steps": 40, "stepMs": 100},
+		check: succeededAfterLostFirst},
+	{name: "503 RETRY then success", modes: []string{"push", "pull"}, fault: faultRetry, payload: map[string]any{"steps": 2, "stepMs": 20},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			v := e.waitState(t, id, api.Succeeded)
+			calls := e.proxy.count(id, 1, "completed")
+			if len(v.Attempts) != 1 || len(calls) != 2 || !bytes.Equal(calls[0], calls[1]) {
+				t.Fatalf("attempts %s; %d completed calls (want 2 with the same body): %q", attemptsOf(v), len(calls), calls)
+			}
+		}},
+	{name: "REJECTED final", modes: []string{"push", "pull"}, fault: faultRejected, payload: map[string]any{"steps": 2, "stepMs": 20},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			// Attempt 1's `completed` is refused for good: never sent
+			// again; the lease runs out and attempt 2 succeeds.
+			v := e.waitState(t, id, api.Succeeded)
+			if n := len(e.proxy.count(id, 1, "completed")); len(v.Attempts) != 2 || n != 1 {
+				t.Fatalf("attempts %s; attempt 1 sent `completed` %d times (want 1: REJECTED is final)", attemptsOf(v), n)
+			}
+		}},
+	{name: "duplicate delivery", modes: []string{"push"}, fault: faultDuplicate, payload: map[string]any{"steps": 10, "stepMs": 50},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			v := e.waitState(t, id, api.Succeeded)
+			e.proxy.mu.Lock()
+			answers := append([]string(nil), e.proxy.answers[id]...)
+			e.proxy.mu.Unlock()
+			if len(v.Attempts) != 1 || e.runs(id, 1) != 1 || len(answers) != 2 || answers[0] != "200 committed" || answers[1] != answers[0] {
+				t.Fatalf("attempts %s; %d handler runs of attempt 1 (want 1); answers %q (want two 200 committed)", attemptsOf(v), e.runs(id, 1), answers)
+			}
+		}},
+	{name: "job crash", modes: []string{"job"}, payload: map[string]any{"steps": 8, "stepMs": 50, "crashAttempts": 1},
+		check: func(t *testing.T, e *env, _ string, id string) {
+			v := e.waitState(t, id, api.Succeeded)
+			if len(v.Attempts) != 2 || v.Attempts[0].Outcome == api.OutcomeSucceeded {
+				t.Fatalf("attempts %s", attemptsOf(v))
+			}
+			if o := outputOf(t, v.Attempts[1]); o.Attempt != 2 || o.ResumedFrom == 0 || o.ResumedFrom+o.Processed != 8 {
+				t.Fatalf("attempt 2 did not resume from the crashed attempt's checkpoint: %+v", o)
+			}
+		}},
+}
+
+// TestSDKContract runs the scenario table for every SDK in every mode it
+// supports, against the real local stack.
+func TestSDKContract(t *testing.T) {
+	for _, s := range sdks {
+		t.Run(s.name, func(t *testing.T) {
+			argv := s.argv(t)
+			out := &syncBuffer{}
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("%s contract workers' output (tail):\n%s", s.name, tail(out.String(), 150))
+				}
+			})
+			px := newProxy(t)
+			_, px.worker = start(t, argv, out, true, "push", "0")
+			s2, err := devstack.Start(context.Background(), devstack.Options{
+				Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+				SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"push": px.srv.URL + deliverPath},
+				PullPools:  map[string][]string{"pool": nil},
+				JobWorkers: map[string]string{"job": strings.Join(argv, " ") + " job"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s2.Close() })
+			px.stack = s2.URL
+			e := &env{t: t, stack: s2, proxy: px, out: out}
+			// Two pull workers on the same pool: every pull scenario is also
+			// a claim race.
+			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, "pool")
+			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, "pool")
+			workers := map[string]string{"push": "push", "pull": "pool", "job": "job"}
+			t.Run("scenarios", func(t *testing.T) {
+				for i, sc := range scenarios {
+					for _, mode := range sc.modes {
+						t.Run(sc.name+"/"+mode, func(t *testing.T) {
+							t.Parallel()
+							id := e.submit(t, workers[mode], fmt.Sprintf("%s-%s-%d", s.name, mode, i), sc.fault, sc.payload)
+							sc.check(t, e, mode, id)
+							if mode != "job" { // job callbacks go to the stack directly
+								e.checkTraces(t, id, len(e.get(t, id).Attempts), mode == "push" || s.newTrace)
+							}
+						})
+					}
+				}
+				t.Run("pull claim race/pull", func(t *testing.T) {
+					t.Parallel()
+					var ids []string
+					for i := range 8 {
+						ids = append(ids, e.submit(t, "pool", fmt.Sprintf("%s-race-%d", s.name, i), faultNone, map[string]any{"steps": 2, "stepMs": 50}))
+					}
+					for _, id := range ids {
+						v := e.waitState(t, id, api.Succeeded)
+						if len(v.Attempts) != 1 || e.runs(id, 1) != 1 {
+							t.Fatalf("task %s: attempts %s, %d handler runs (want 1 each)", id, attemptsOf(v), e.runs(id, 1))
+						}
+					}
+				})
+			})
+		})
+	}
+}
+
+// TestJobWithoutEnvelopeExitsNonZero: a job worker started without an
+// envelope exits 1 (worker.RunJob's ErrNoEnvelope), in every SDK.
+func TestJobWithoutEnvelopeExitsNonZero(t *testing.T) {
+	for _, s := range sdks {
+		t.Run(s.name, func(t *testing.T) {
+			argv := s.argv(t)
+			cmd := exec.Command(argv[0], append(argv[1:], "job")...)
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, api.EnvelopeEnv+"=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+				t.Fatalf("exit %v, want 1:\n%s", err, out)
+			}
+		})
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}

@@ -1,0 +1,37 @@
+// The contract worker of the shared SDK contract test (package sdkcontract),
+// on the TypeScript SDK: node contract.mjs push PORT | pull API POOL | job.
+
+import http from "node:http";
+import * as sw from "../../../sdk/typescript/dist/index.js";
+
+async function handle(t) {
+  const p = t.payload ?? {};
+  process.stdout.write(`RUN ${t.taskId} ${t.attempt}\n`);
+  const steps = p.steps ?? 3;
+  const stepMs = p.stepMs ?? 20;
+  const start = t.resumeFrom?.next ?? 0;
+  t.setPhase("processing");
+  for (let i = start; i < steps; i++) {
+    if (await t.sleep(stepMs)) t.throwIfCancelled();
+    t.checkpoint({ next: i + 1 });
+    t.progress((100 * (i + 1)) / steps);
+    if (i + 1 === Math.floor(steps / 2) && t.attempt <= (p.crashAttempts ?? 0)) {
+      await t.sleep(1000); // the checkpoint's heartbeat goes out first
+      process.exit(3);
+    }
+    if (i + 1 === Math.floor(steps / 2) && t.attempt <= (p.failAttempts ?? 0)) {
+      throw new sw.InfrastructureError(`planned failure at step ${i + 1}`);
+    }
+  }
+  return { attempt: t.attempt, resumedFrom: start, processed: steps - start };
+}
+
+const [mode, a, b] = process.argv.slice(2);
+if (mode === "push") {
+  const srv = http.createServer(sw.pushHandler(handle));
+  srv.listen(Number(a), "127.0.0.1", () => process.stdout.write(`listening on http://127.0.0.1:${srv.address().port}/\n`));
+} else if (mode === "pull") {
+  await sw.pull(handle, { api: a, pool: b, concurrency: 2, maxWaitMs: 2000, graceMs: 5000, devIdentity: "contract-worker" });
+} else if (mode === "job") {
+  await sw.mainJob(handle);
+}

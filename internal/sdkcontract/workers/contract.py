@@ -1,0 +1,40 @@
+"""The contract worker of the shared SDK contract test (package sdkcontract),
+on the Python SDK: python3 contract.py push PORT | pull API POOL | job."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "sdk", "python"))
+
+import servo_worker as sw  # noqa: E402
+
+
+def handle(t: sw.Task):
+    p = t.payload or {}
+    print(f"RUN {t.task_id} {t.attempt}", flush=True)
+    steps, step_ms = int(p.get("steps", 3)), int(p.get("stepMs", 20))
+    start = (t.resume_from or {}).get("next", 0)
+    t.set_phase("processing")
+    for i in range(start, steps):
+        if t.wait(step_ms / 1000):
+            t.check_cancelled()
+        t.checkpoint({"next": i + 1})
+        t.progress(100 * (i + 1) // steps)
+        if i + 1 == steps // 2 and t.attempt <= int(p.get("crashAttempts", 0)):
+            t.wait(1.0)  # the checkpoint's heartbeat goes out first
+            os._exit(3)
+        if i + 1 == steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
+            raise sw.InfrastructureError(f"planned failure at step {i + 1}")
+    return {"attempt": t.attempt, "resumedFrom": start, "processed": steps - start}
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "push":
+        srv = sw.make_server(sw.App(handle), int(sys.argv[2]), "127.0.0.1")
+        print(f"listening on http://127.0.0.1:{srv.server_port}/", flush=True)
+        srv.serve_forever()
+    elif mode == "pull":
+        sw.pull(handle, sys.argv[2], sys.argv[3], concurrency=2, max_wait=2.0, grace=5.0, dev_identity="contract-worker")
+    elif mode == "job":
+        sw.main_job(handle)

@@ -1,0 +1,192 @@
+// Pull mode: claim attempts from a pull pool (docs/contract.md §10) and run
+// them under the same protocol as push mode, like the Go SDK's worker.Pull.
+
+import { ClaimRefused, WorkerStopping } from "./errors.js";
+import { backoff, config, EnvelopeError, MAX_ENVELOPE_BYTES, parseEnvelope, parseRetryAfter, Run, USER_AGENT } from "./run.js";
+import type { Handler, WorkerOptions } from "./run.js";
+
+/** Carries PullOptions.devIdentity: the identity `servo dev` takes on trust (production ignores it). */
+export const DEV_IDENTITY_HEADER = "X-Servo-Dev-Identity";
+
+export interface PullOptions extends WorkerOptions {
+  /** The base URL that serves POST /v1/pools/{pool}/claim (the ServoClaim function's, or `servo dev`'s). */
+  api: string;
+  /** The pull pool's name. */
+  pool: string;
+  /** Attempts run at once (default 1); a claim is made only while a slot is free. */
+  concurrency?: number;
+  /** Each claim's long-poll, ms (default 20 000, at most 60 000). */
+  maxWaitMs?: number;
+  /** Once signal aborts, how long running attempts may go on, ms (default 30 000). */
+  graceMs?: number;
+  /** Stops pulling (default: SIGTERM or SIGINT). */
+  signal?: AbortSignal;
+  /** Sent in X-Servo-Dev-Identity: `servo dev`'s caller identity. */
+  devIdentity?: string;
+  /** Returns an ID token for each claim (required for an https API); see metadataIdToken. */
+  idToken?: () => Promise<string>;
+}
+
+/** An ID token for audience from the metadata server (Cloud Run, GKE, Compute Engine), cached for 55 minutes. */
+export function metadataIdToken(audience: string): () => Promise<string> {
+  let tok = "";
+  let until = 0;
+  return async () => {
+    if (tok && performance.now() < until) return tok;
+    const u = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity?format=full&audience=" + encodeURIComponent(audience);
+    const res = await fetch(u, { headers: { "Metadata-Flavor": "Google" }, signal: AbortSignal.timeout(10_000) });
+    if (!res.ok) throw new Error(`metadata server: HTTP ${res.status}`);
+    tok = await res.text();
+    until = performance.now() + 55 * 60_000;
+    return tok;
+  };
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+
+/**
+ * Claims attempts from a pull pool and runs fn for each, at most concurrency
+ * at a time, with push mode's machinery (heartbeats, checkpoints, cancel,
+ * the lease fence, exactly one `completed`); the claim is the attempt's
+ * `started`. Empty claims and Servo's 503 are followed by a backoff; a
+ * claim refused for good (4xx) rejects with ClaimRefused. When signal
+ * aborts, no new claim is made; running attempts have graceMs to finish,
+ * then their task.signal aborts with WorkerStopping (reported
+ * FAILED/INFRASTRUCTURE, retryable), and pull resolves once every report is in.
+ */
+export async function pull(fn: Handler, o: PullOptions): Promise<void> {
+  if (!o.api || !o.pool) throw new Error("servo worker: pull needs api and pool");
+  if (new URL(o.api).protocol === "https:" && !o.idToken) {
+    throw new Error(`servo worker: idToken is required for the https API ${o.api}: claims need an ID token (metadataIdToken(api) on Google Cloud)`);
+  }
+  const cfg = config(o);
+  const concurrency = Math.max(o.concurrency ?? 1, 1);
+  const maxWait = Math.min(Math.max(o.maxWaitMs ?? 20_000, 1), 60_000);
+  const grace = o.graceMs ?? 30_000;
+  let stop = o.signal;
+  let unhook = () => {};
+  if (!stop) {
+    const ctl = new AbortController();
+    const on = () => ctl.abort();
+    process.once("SIGTERM", on);
+    process.once("SIGINT", on);
+    unhook = () => {
+      process.off("SIGTERM", on);
+      process.off("SIGINT", on);
+    };
+    stop = ctl.signal;
+  }
+  const fields = { pool: o.pool, workerId: cfg.workerId };
+  const running = new Set<Run>();
+  const settled = new Set<Promise<unknown>>();
+  let free = concurrency;
+  let slotWaiter: (() => void) | undefined;
+  const url = o.api.replace(/\/+$/, "") + "/v1/pools/" + encodeURIComponent(o.pool) + "/claim";
+  let fatal: ClaimRefused | undefined;
+  let empty = 0;
+  cfg.log("info", "pulling", { ...fields, concurrency });
+  while (!stop.aborted) {
+    if (free === 0) {
+      const signal = stop;
+      await new Promise<void>((r) => {
+        const done = () => {
+          signal.removeEventListener("abort", done);
+          r();
+        };
+        slotWaiter = done;
+        signal.addEventListener("abort", done, { once: true });
+      });
+      slotWaiter = undefined;
+      continue;
+    }
+    free--;
+    let wait = 0;
+    let err = "";
+    let env;
+    let claimedAt = 0;
+    try {
+      const headers: Record<string, string> = { "Content-Type": "application/json", "User-Agent": USER_AGENT };
+      if (o.devIdentity) headers[DEV_IDENTITY_HEADER] = o.devIdentity;
+      if (o.idToken) headers.Authorization = "Bearer " + (await o.idToken());
+      const res = await fetch(url, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
+        signal: AbortSignal.timeout(maxWait + cfg.requestTimeoutMs),
+      });
+      const text = (await res.text()).slice(0, MAX_ENVELOPE_BYTES + 65536);
+      claimedAt = performance.now();
+      let body: Record<string, unknown> | undefined;
+      try {
+        const b = JSON.parse(text) as unknown;
+        if (typeof b === "object" && b !== null) body = b as Record<string, unknown>;
+      } catch {
+        body = undefined;
+      }
+      const servo = typeof body?.disposition === "string" && ["CONTINUE", "COMMITTED", "CANCELLED", "REJECTED", "RETRY"].includes(body.disposition);
+      if (res.status === 200 && servo) {
+        if (body!.claimed === true) {
+          try {
+            env = parseEnvelope(body!.envelope);
+          } catch (e) {
+            if (!(e instanceof EnvelopeError)) throw e;
+            err = "claimed an envelope that is not valid (its lease expires and Servo retries it): " + e.message;
+          }
+        }
+      } else if ((servo && body!.disposition === "RETRY") || (!servo && [408, 429, 500, 502, 503, 504].includes(res.status))) {
+        err = `claim answered ${res.status}`;
+        wait = parseRetryAfter(res.headers.get("retry-after"));
+      } else {
+        fatal = new ClaimRefused(res.status, String(body?.error ?? ""), String(body?.message ?? ""), String(body?.field ?? ""));
+        cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, message: fatal.message });
+        free++;
+        break;
+      }
+    } catch (e) {
+      err = String(e);
+    }
+    if (!env) {
+      free++;
+      empty++;
+      if (err) {
+        cfg.log("warn", "claim failed; backing off", { ...fields, error: err });
+        wait = Math.max(wait, backoff(empty, cfg.backoffInitial, cfg.backoffMax));
+      } else {
+        wait = Math.max(wait, backoff(Math.min(empty, 3), cfg.backoffInitial, cfg.backoffMax));
+      }
+      await sleep(wait, stop);
+      continue;
+    }
+    empty = 0;
+    const run = new Run(cfg, fn, env, undefined, claimedAt);
+    running.add(run);
+    const p: Promise<unknown> = run.execute().finally(() => {
+      running.delete(run);
+      settled.delete(p);
+      free++;
+      slotWaiter?.();
+    });
+    settled.add(p);
+  }
+  unhook();
+  if (running.size > 0) {
+    const timer = new Promise<void>((r) => setTimeout(r, grace).unref());
+    await Promise.race([Promise.allSettled([...settled]), timer]);
+    for (const run of running) {
+      run.log("warn", "grace period over; stopping the handler");
+      run.task._stop(new WorkerStopping());
+    }
+    await Promise.allSettled([...settled]);
+  }
+  if (fatal) throw fatal;
+}

@@ -1,0 +1,769 @@
+// One attempt in this process: the protocol around one call of the handler
+// (started, heartbeats, the lease fence, completed), as worker/doc.go says.
+
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import {
+  CancelRequested,
+  CheckpointTooLargeError,
+  CODE_HEARTBEAT_TIMEOUT,
+  CODE_SERVO_UNREACHABLE,
+  DeadlineExceededError,
+  LeaseLostError,
+  RejectedError,
+  StopCause,
+  TaskError,
+  WorkerStopping,
+} from "./errors.js";
+
+export const MAX_ENVELOPE_BYTES = 1 << 20;
+export const MAX_CHECKPOINT_BYTES = 64 << 10;
+export const MAX_OUTPUT_BYTES = 256 << 10;
+export const MAX_MESSAGE_BYTES = 4 << 10;
+export const MAX_STACK_TRACE_BYTES = 16 << 10;
+const MAX_RESPONSE_BYTES = 64 << 10;
+export const USER_AGENT = "servo-worker-typescript/1";
+
+/** The envelope Servo delivers for one attempt (docs/contract.md §3). */
+export interface Envelope {
+  taskId: string;
+  runId?: string;
+  assetId?: string;
+  taskKey?: string;
+  tenantId?: string;
+  workspaceId?: string;
+  attempt: number;
+  worker?: string;
+  payload?: unknown;
+  resources?: unknown;
+  resumeFrom?: unknown;
+  enqueuedAt?: string;
+  deadline?: string;
+  callbackBaseUrl: string;
+  taskToken: string;
+  tokenExpiresAt: string;
+  heartbeatIntervalMs: number;
+  heartbeatTimeoutMs?: number;
+  cancelGracePeriodMs?: number;
+}
+
+/** Log records: level, message and fields (never a task token). */
+export type LogFn = (level: "debug" | "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
+
+/** The default logger: one JSON line per record on stderr (Cloud Logging's severity). */
+export const jsonLogger: LogFn = (level, message, fields) => {
+  const severity = { debug: "DEBUG", info: "INFO", warn: "WARNING", error: "ERROR" }[level];
+  process.stderr.write(JSON.stringify({ severity, message, time: new Date().toISOString(), ...fields }) + "\n");
+};
+
+/** Options of every mode. */
+export interface WorkerOptions {
+  /** Reported to Servo; unique per process (default $K_REVISION/hostname-<random>). */
+  workerId?: string;
+  /** Receives the SDK's log records (default: JSON lines on stderr). */
+  logger?: LogFn;
+  /** Per callback request, ms (default 30 000). */
+  requestTimeoutMs?: number;
+  /** [initial, max] ms of the callbacks' exponential backoff (default [250, 15 000]), jittered in [d/2, d). */
+  retryBackoffMs?: [number, number];
+  /** How long `started` is retried while Servo cannot be reached, ms (default 60 000). */
+  startRetryWindowMs?: number;
+}
+
+export interface Config {
+  workerId: string;
+  log: LogFn;
+  requestTimeoutMs: number;
+  backoffInitial: number;
+  backoffMax: number;
+  startRetryWindowMs: number;
+}
+
+export function defaultWorkerId(): string {
+  const parts: string[] = [];
+  if (process.env.K_REVISION) parts.push(process.env.K_REVISION);
+  const h = hostname();
+  if (h && h !== "localhost") parts.push(h);
+  if (parts.length === 0) parts.push("worker");
+  return parts.join("/").slice(0, 200) + "-" + randomBytes(4).toString("hex");
+}
+
+export function config(o: WorkerOptions = {}): Config {
+  const [bi, bm] = o.retryBackoffMs ?? [250, 15_000];
+  const initial = Math.max(bi, 1);
+  return {
+    workerId: (o.workerId || defaultWorkerId()).slice(0, 256),
+    log: o.logger ?? jsonLogger,
+    requestTimeoutMs: Math.max(o.requestTimeoutMs ?? 30_000, 1),
+    backoffInitial: initial,
+    backoffMax: Math.max(bm, initial),
+    startRetryWindowMs: o.startRetryWindowMs ?? 60_000,
+  };
+}
+
+/** A delivery that is not a valid Servo envelope. */
+export class EnvelopeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "EnvelopeError";
+  }
+}
+
+/** Decodes and checks an envelope, like the Go SDK's parseEnvelope. */
+export function parseEnvelope(raw: string | Uint8Array | unknown): Envelope {
+  let env: unknown = raw;
+  if (typeof raw === "string" || raw instanceof Uint8Array) {
+    try {
+      env = JSON.parse(typeof raw === "string" ? raw : new TextDecoder().decode(raw));
+    } catch (e) {
+      throw new EnvelopeError(`decode envelope: ${(e as Error).message}`);
+    }
+  }
+  if (typeof env !== "object" || env === null || Array.isArray(env)) throw new EnvelopeError("decode envelope: not a JSON object");
+  const e = env as Record<string, unknown>;
+  if (typeof e.taskId !== "string" || !e.taskId || Buffer.byteLength(e.taskId) > 256) throw new EnvelopeError("taskId is required (at most 256 bytes)");
+  if (!Number.isInteger(e.attempt) || (e.attempt as number) < 1) throw new EnvelopeError("attempt must be a positive integer");
+  if (typeof e.taskToken !== "string" || !e.taskToken) throw new EnvelopeError("taskToken is required");
+  if (typeof e.heartbeatIntervalMs !== "number" || !(e.heartbeatIntervalMs > 0)) throw new EnvelopeError("heartbeatIntervalMs must be positive");
+  let u: URL | undefined;
+  try {
+    u = new URL(String(e.callbackBaseUrl));
+  } catch {
+    u = undefined;
+  }
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) throw new EnvelopeError("callbackBaseUrl must be an absolute http(s) URL");
+  e.callbackBaseUrl = String(e.callbackBaseUrl).replace(/\/+$/, "");
+  const exp = typeof e.tokenExpiresAt === "string" ? Date.parse(e.tokenExpiresAt) : tokenExpiry(e.taskToken);
+  if (!Number.isFinite(exp)) throw new EnvelopeError("tokenExpiresAt is required");
+  e.tokenExpiresAt = new Date(exp).toISOString();
+  return e as unknown as Envelope;
+}
+
+/** The exp claim of a JWT-shaped token, in ms since the epoch (NaN if none). */
+function tokenExpiry(tok: string): number {
+  const parts = tok.split(".");
+  if (parts.length !== 3) return NaN;
+  try {
+    const claims = JSON.parse(Buffer.from(parts[1]!, "base64url").toString()) as { exp?: unknown };
+    return typeof claims.exp === "number" ? claims.exp * 1000 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+// --- callbacks ---------------------------------------------------------
+
+type Disposition = "CONTINUE" | "COMMITTED" | "CANCELLED" | "REJECTED" | "RETRY";
+const DISPOSITIONS = new Set(["CONTINUE", "COMMITTED", "CANCELLED", "REJECTED", "RETRY"]);
+const GATEWAY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
+
+export interface Reply {
+  status: number;
+  body: Record<string, unknown>;
+  disposition: Disposition;
+  retryAfterMs: number;
+  /** When the request that got this answer was sent (performance.now()). */
+  sentAt: number;
+}
+
+/** What one answer means (docs/contract.md §4.7): a Servo body is obeyed whatever its status. */
+export function judge(op: string, status: number, text: string, retryAfter: string | null, backoffMax: number): Omit<Reply, "sentAt"> {
+  let body: Record<string, unknown> = {};
+  let servo = false;
+  try {
+    const b = JSON.parse(text) as unknown;
+    if (typeof b === "object" && b !== null && !Array.isArray(b)) {
+      body = b as Record<string, unknown>;
+      servo = typeof body.disposition === "string" && DISPOSITIONS.has(body.disposition);
+    }
+  } catch {
+    // a proxy's page: the status decides
+  }
+  let d: Disposition;
+  if (servo) d = body.disposition as Disposition;
+  else if (status >= 200 && status < 300) d = op === "completed" ? "COMMITTED" : "CONTINUE";
+  else if (status === 409 || status === 410) d = "CANCELLED";
+  else if (GATEWAY_STATUSES.has(status)) d = "RETRY";
+  else d = "REJECTED";
+  return { status, body: servo ? body : {}, disposition: d, retryAfterMs: d === "RETRY" ? Math.min(parseRetryAfter(retryAfter), backoffMax) : 0 };
+}
+
+export function parseRetryAfter(h: string | null): number {
+  const s = Number.parseInt((h ?? "").trim(), 10);
+  return Number.isFinite(s) && s > 0 && String(s) === (h ?? "").trim() ? s * 1000 : 0;
+}
+
+/** Exponential from initial, capped at max, jittered uniformly in [d/2, d). */
+export function backoff(attempt: number, initial: number, max: number): number {
+  let d = initial;
+  for (let i = 0; i < attempt && d < max; i++) d *= 2;
+  d = Math.min(d, max);
+  return d / 2 + (Math.random() * d) / 2;
+}
+
+class Unreachable extends Error {}
+class Stopped extends Error {}
+
+/** A W3C trace context: every callback carries a traceparent of this trace. */
+export class Trace {
+  readonly traceId: string;
+  readonly flags: string;
+  constructor(traceparent?: string | null) {
+    const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec((traceparent ?? "").trim());
+    if (m && !/^0+$/.test(m[1]!)) {
+      this.traceId = m[1]!;
+      this.flags = m[3]!;
+    } else {
+      this.traceId = randomBytes(16).toString("hex");
+      this.flags = "01";
+    }
+  }
+  /** A traceparent for a new child span of this trace. */
+  child(): string {
+    return `00-${this.traceId}-${randomBytes(8).toString("hex")}-${this.flags}`;
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, Math.max(ms, 0));
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+// --- the Task ----------------------------------------------------------
+
+/** What a handler gets: the envelope, progress, checkpoints, and the stop signal. */
+export class Task {
+  readonly taskId: string;
+  readonly runId: string;
+  readonly tenantId: string;
+  readonly attempt: number;
+  readonly workerId: string;
+  readonly payload: unknown;
+  /** The last checkpoint of an earlier attempt (undefined if none). */
+  readonly resumeFrom: unknown;
+  /** The task's deadline, if it has one. */
+  readonly deadline: Date | undefined;
+  /** Aborted when the attempt must stop; its reason is a StopCause (CancelRequested, LeaseLostError, ...). */
+  readonly signal: AbortSignal;
+  /** Logs with taskId, attempt, tenantId, runId and workerId. */
+  readonly log: (level: "debug" | "info" | "warn" | "error", message: string, fields?: Record<string, unknown>) => void;
+
+  #env: Envelope;
+  #ctl: AbortController;
+  #flush: () => void;
+  #pct: number | undefined;
+  #msg = "";
+  #cp: string | undefined;
+  #cpVersion = 0;
+  #cpAcked = 0;
+  #phase = "";
+
+  constructor(env: Envelope, workerId: string, log: Task["log"], flush: () => void) {
+    this.#env = env;
+    this.taskId = env.taskId;
+    this.runId = env.runId ?? "";
+    this.tenantId = env.tenantId ?? "";
+    this.attempt = env.attempt;
+    this.workerId = workerId;
+    this.payload = env.payload;
+    this.resumeFrom = env.resumeFrom === null ? undefined : env.resumeFrom;
+    this.deadline = env.deadline ? new Date(env.deadline) : undefined;
+    this.#ctl = new AbortController();
+    this.signal = this.#ctl.signal;
+    this.log = log;
+    this.#flush = flush;
+  }
+
+  /** The envelope without its token. */
+  get envelope(): Omit<Envelope, "taskToken"> {
+    const { taskToken: _t, ...rest } = this.#env;
+    return rest;
+  }
+
+  /** Why the attempt must stop, once it must. */
+  get cancelCause(): StopCause | undefined {
+    return this.signal.aborted ? (this.signal.reason as StopCause) : undefined;
+  }
+
+  /** Throws the StopCause when the attempt must stop. */
+  throwIfCancelled(): void {
+    if (this.signal.aborted) throw this.signal.reason;
+  }
+
+  /** Sleeps ms, resolving at once when the attempt must stop; resolves true if it must. */
+  async sleep(ms: number): Promise<boolean> {
+    await sleep(ms, this.signal);
+    return this.signal.aborted;
+  }
+
+  /** Records progress (0–100, message ≤ 4 KiB); the next heartbeat carries the latest. */
+  progress(pct: number, message = ""): void {
+    this.#pct = Math.max(0, Math.min(100, Math.round(pct)));
+    this.#msg = truncate(message, MAX_MESSAGE_BYTES);
+  }
+
+  /** Names the phase reported as cancelledDuringPhase on a cancel. */
+  setPhase(phase: string): void {
+    this.#phase = phase;
+  }
+
+  /** Records a checkpoint (JSON ≤ 64 KiB), sent with an early heartbeat; a retry's resumeFrom. */
+  checkpoint(state: unknown): void {
+    const s = JSON.stringify(state);
+    if (s === undefined) throw new TypeError("checkpoint: not JSON-encodable");
+    const n = Buffer.byteLength(s);
+    if (n > MAX_CHECKPOINT_BYTES) throw new CheckpointTooLargeError(n);
+    this.#cp = s;
+    this.#cpVersion++;
+    this.#flush();
+  }
+
+  /** The last checkpoint recorded (undefined if none). */
+  get lastCheckpoint(): unknown {
+    return this.#cp === undefined ? undefined : JSON.parse(this.#cp);
+  }
+
+  /** @internal */
+  _stop(cause: StopCause): boolean {
+    if (this.signal.aborted) return false;
+    this.#ctl.abort(cause);
+    return true;
+  }
+
+  /** @internal the heartbeat body and the checkpoint version it carries. */
+  _heartbeat(workerId: string): [Record<string, unknown>, number] {
+    const b: Record<string, unknown> = { attempt: this.attempt, workerId, heartbeatAt: new Date().toISOString() };
+    if (this.#pct !== undefined) b.progressPct = this.#pct;
+    if (this.#msg) b.message = this.#msg;
+    if (this.#cp !== undefined && this.#cpVersion > this.#cpAcked) b.checkpoint = JSON.parse(this.#cp);
+    return [b, this.#cpVersion];
+  }
+
+  /** @internal */
+  _acked(v: number): void {
+    this.#cpAcked = Math.max(this.#cpAcked, v);
+  }
+
+  /** @internal */
+  _dirty(): boolean {
+    return this.#cp !== undefined && this.#cpVersion > this.#cpAcked;
+  }
+
+  /** @internal */
+  _phaseAndCheckpoint(): [string, unknown] {
+    return [this.#phase, this.lastCheckpoint];
+  }
+}
+
+function truncate(s: string, max: number): string {
+  const b = Buffer.from(s);
+  return b.length <= max ? s : b.subarray(0, max).toString().replace(/\uFFFD+$/, "");
+}
+
+/** A handler does the work of one attempt: it returns the output (JSON; undefined for none) or throws. */
+export type Handler = (task: Task) => unknown | Promise<unknown>;
+
+/** The answer of one attempt (to Cloud Tasks, in push mode). */
+export interface Answer {
+  result: string;
+  code?: string;
+  outcome?: string;
+  finalState?: string;
+  detail?: string;
+}
+
+function clean(a: Answer): Answer {
+  const o: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(a)) if (v !== undefined && v !== null && v !== "") o[k] = v;
+  return o as unknown as Answer;
+}
+
+// --- the attempt -------------------------------------------------------
+
+export class Run {
+  readonly env: Envelope;
+  readonly task: Task;
+  readonly done: Promise<[number, Answer]>;
+  #resolve!: (v: [number, Answer]) => void;
+  #cfg: Config;
+  #handler: Handler;
+  #trace: Trace;
+  #fields: Record<string, unknown>;
+  #tok: string;
+  #tokUntil: number; // epoch ms
+  #stop: StopCause | undefined;
+  #cancelSeen = false;
+  #claimedAt: number | undefined;
+  #fenceAt = Infinity; // performance.now() ms
+  #hbTimeout: number;
+  #wake: (() => void) | undefined;
+  #flushReq = false;
+  #quit = new AbortController(); // heartbeats must end
+  #inflight = new AbortController(); // aborts the heartbeat in flight (fenced)
+
+  constructor(cfg: Config, handler: Handler, env: Envelope, traceparent?: string | null, claimedAt?: number) {
+    this.#cfg = cfg;
+    this.#handler = handler;
+    this.env = env;
+    this.#trace = new Trace(traceparent);
+    this.#claimedAt = claimedAt;
+    this.#fields = { taskId: env.taskId, attempt: env.attempt, tenantId: env.tenantId ?? "", runId: env.runId ?? "", workerId: cfg.workerId };
+    this.#tok = env.taskToken;
+    this.#tokUntil = Date.parse(env.tokenExpiresAt);
+    this.#hbTimeout = env.heartbeatTimeoutMs && env.heartbeatTimeoutMs > 0 ? env.heartbeatTimeoutMs : 0;
+    this.task = new Task(env, cfg.workerId, (level, message, fields) => this.log(level, message, fields), () => this.#flush());
+    this.done = new Promise((r) => (this.#resolve = r));
+  }
+
+  log(level: "debug" | "info" | "warn" | "error", message: string, fields: Record<string, unknown> = {}): void {
+    this.#cfg.log(level, message, { ...this.#fields, ...fields });
+  }
+
+  #flush(): void {
+    this.#flushReq = true;
+    this.#wake?.();
+  }
+
+  stopped(): StopCause | undefined {
+    return this.#stop;
+  }
+
+  #adopt(rep: Reply): void {
+    const tok = rep.body.taskToken;
+    if (typeof tok !== "string" || !tok) return;
+    const exp = typeof rep.body.tokenExpiresAt === "string" ? Date.parse(rep.body.tokenExpiresAt) : tokenExpiry(tok);
+    this.#tok = tok;
+    if (Number.isFinite(exp)) this.#tokUntil = exp;
+    this.log("info", "adopted a refreshed task token", { tokenExpiresAt: Number.isFinite(exp) ? new Date(exp).toISOString() : "" });
+  }
+
+  /** Servo acknowledged a request sent at sentAt: the fence is heartbeatTimeoutMs from the sending. */
+  #ack(sentAt: number): void {
+    if (this.#hbTimeout <= 0) return;
+    const at = sentAt + this.#hbTimeout;
+    this.#fenceAt = this.#fenceAt === Infinity ? at : Math.max(this.#fenceAt, at);
+  }
+
+  /** performance.now() of the token's expiry. */
+  #tokenUntil(): number {
+    return performance.now() + (this.#tokUntil - Date.now());
+  }
+
+  #lose(cause: StopCause): void {
+    if (this.#stop === undefined) {
+      this.#stop = cause;
+      this.log("warn", "attempt lost its authority: cancelling the handler; nothing more will be reported", { cause: cause.message });
+    }
+    this.task._stop(cause);
+    this.#quit.abort();
+    this.#wake?.();
+  }
+
+  #cancelBy(reason: string): void {
+    if (this.#cancelSeen) return;
+    this.#cancelSeen = true;
+    this.log("info", "Servo asked to cancel the attempt; cancelling the handler", { cancelReason: reason });
+    this.task._stop(new CancelRequested(reason));
+  }
+
+  #fenced(): boolean {
+    if (performance.now() < this.#fenceAt) return false;
+    this.#lose(new LeaseLostError(CODE_HEARTBEAT_TIMEOUT, `no heartbeat acknowledged for ${this.#hbTimeout} ms (heartbeatTimeoutMs): Servo has expired the lease or will`));
+    this.#inflight.abort();
+    return true;
+  }
+
+  /** One POST with the current token; undefined on a transport failure. */
+  async #once(op: string, body: string, signal?: AbortSignal): Promise<Reply | string> {
+    const url = `${this.env.callbackBaseUrl}/v1/tasks/${encodeURIComponent(this.env.taskId)}/${op}`;
+    const sentAt = performance.now();
+    const sigs = [AbortSignal.timeout(this.#cfg.requestTimeoutMs)];
+    if (signal) sigs.push(signal);
+    try {
+      const res = await fetch(url, {
+        method: "POST",
+        body,
+        headers: {
+          "Content-Type": "application/json",
+          Authorization: "Bearer " + this.#tok,
+          "User-Agent": USER_AGENT,
+          traceparent: this.#trace.child(),
+        },
+        signal: AbortSignal.any(sigs),
+      });
+      const text = (await res.text()).slice(0, MAX_RESPONSE_BYTES);
+      const rep = judge(op, res.status, text, res.headers.get("retry-after"), this.#cfg.backoffMax);
+      this.log("debug", "callback answered", { op, status: res.status, disposition: rep.body.disposition, code: rep.body.error });
+      return { ...rep, sentAt };
+    } catch (e) {
+      const err = e as Error;
+      return `${err.name}: ${err.message}${err.cause ? " (" + String((err.cause as Error).message ?? err.cause) + ")" : ""}`;
+    }
+  }
+
+  /** Delivers one callback with retries while the next try can start before until() (performance.now() ms). */
+  async #post(op: string, body: () => string, until: () => number, stop?: AbortSignal): Promise<Reply> {
+    for (let attempt = 0; ; attempt++) {
+      const rep = await this.#once(op, body(), op === "heartbeat" ? this.#inflight.signal : undefined);
+      if (typeof rep !== "string" && rep.disposition !== "RETRY") return rep;
+      if (this.#inflight.signal.aborted && op === "heartbeat") throw new Stopped();
+      const why = typeof rep === "string" ? rep : `HTTP ${rep.status} ${String(rep.body.error ?? "")}`.trim();
+      const delay = Math.max(backoff(attempt, this.#cfg.backoffInitial, this.#cfg.backoffMax), typeof rep === "string" ? 0 : rep.retryAfterMs);
+      if (performance.now() + delay >= until()) {
+        this.log("error", "servo unreachable; giving up on callback", { op, tries: attempt + 1, lastError: why });
+        throw new Unreachable(`servo unreachable: ${op}: ${attempt + 1} tries, last: ${why}`);
+      }
+      this.log("warn", "callback failed; retrying", { op, try: attempt + 1, error: why, retryInMs: Math.round(delay) });
+      await sleep(delay, stop);
+      if (stop?.aborted) throw new Stopped();
+    }
+  }
+
+  /** Runs the attempt; resolves to the answer (HTTP status to Cloud Tasks, and its body). */
+  async execute(): Promise<[number, Answer]> {
+    let r: [number, Answer];
+    try {
+      r = await this.#execute();
+    } catch (e) {
+      this.log("error", "internal error running the attempt", { error: String(e) });
+      r = [500, { result: "internal_error", detail: String(e) }];
+    }
+    this.#resolve(r);
+    return r;
+  }
+
+  async #execute(): Promise<[number, Answer]> {
+    const cfg = this.#cfg;
+    const startedBody = JSON.stringify({ attempt: this.env.attempt, workerId: cfg.workerId, startedAt: new Date().toISOString() });
+    const windowEnd = performance.now() + cfg.startRetryWindowMs;
+    let rep: Reply;
+    if (this.#claimedAt !== undefined) {
+      // A pull-pool claim was the attempt's `started`.
+      rep = { status: 200, body: {}, disposition: "CONTINUE", retryAfterMs: 0, sentAt: this.#claimedAt };
+    } else {
+      try {
+        rep = await this.#post("started", () => startedBody, () => Math.min(windowEnd, this.#tokenUntil()));
+      } catch (e) {
+        this.log("error", "could not reach Servo to start the attempt; answering 503 so Cloud Tasks redelivers it", { error: String(e) });
+        return [503, { result: "servo_unreachable", detail: String(e) }];
+      }
+    }
+    this.#adopt(rep);
+    if (rep.disposition === "CANCELLED") {
+      this.log("info", "Servo declined the attempt; the handler is not run", { status: rep.status, code: rep.body.error, state: rep.body.state });
+      return [200, clean({ result: "not_started", code: rep.body.error as string, finalState: rep.body.state as string })];
+    }
+    if (rep.disposition !== "CONTINUE") {
+      this.log("error", "Servo rejected `started`; the handler is not run (protocol error, not retried)", { status: rep.status, code: rep.body.error, message: rep.body.message });
+      return [200, clean({ result: "rejected", code: rep.body.error as string, detail: rep.body.message as string })];
+    }
+    this.#ack(rep.sentAt);
+
+    // The fence and the deadline.
+    let supTimer: NodeJS.Timeout | undefined;
+    const supervise = () => {
+      if (this.#stop !== undefined) return;
+      if (this.#fenced()) return;
+      const now = performance.now();
+      let next = this.#fenceAt - now;
+      if (this.task.deadline) {
+        const d = this.task.deadline.getTime() - Date.now();
+        if (d <= 0) {
+          if (!this.task.signal.aborted) {
+            this.log("info", "the task's deadline passed; stopping the handler");
+            this.task._stop(new DeadlineExceededError());
+          }
+        } else next = Math.min(next, d);
+      }
+      if (Number.isFinite(next)) supTimer = setTimeout(supervise, Math.max(next, 0) + 1);
+    };
+    supervise();
+    const hb = this.#heartbeatLoop();
+    this.log("info", "attempt started");
+    const cpu0 = process.cpuUsage();
+    let out: unknown;
+    let exc: unknown;
+    let threw = false;
+    try {
+      out = await this.#handler(this.task);
+    } catch (e) {
+      exc = e;
+      threw = true;
+    }
+    const cause = this.task.cancelCause;
+    const cpu = process.cpuUsage(cpu0);
+    this.#quit.abort();
+    this.#wake?.();
+    await hb;
+    clearTimeout(supTimer);
+    if (this.#stop === undefined) this.#fenced();
+    if (this.#stop !== undefined) return [200, lostAnswer(this.#stop)];
+
+    const req = outcome(cause, out, exc, threw, this.task);
+    Object.assign(req, { attempt: this.env.attempt, workerId: cfg.workerId, completedAt: new Date().toISOString() });
+    const metrics: Record<string, number> = {};
+    const cpuMs = Math.floor((cpu.user + cpu.system) / 1000);
+    if (cpuMs > 0) metrics.cpuTimeMs = cpuMs;
+    const rss = process.resourceUsage().maxRSS * 1024;
+    if (rss > 0) metrics.peakMemoryBytes = rss;
+    if (Object.keys(metrics).length) req.metrics = metrics;
+    if (req.outcome === "FAILED" && this.task._dirty()) {
+      // Store the last checkpoint first: a retry resumes from it.
+      await this.#heartbeatOnce(undefined);
+      if (this.#stop === undefined) this.#fenced();
+      if (this.#stop !== undefined) return [200, lostAnswer(this.#stop)];
+    }
+    const body = JSON.stringify(req);
+    const oc = req.outcome as string;
+    try {
+      rep = await this.#post("completed", () => body, () => this.#tokenUntil());
+    } catch (e) {
+      this.log("error", "could not report `completed`; answering 503 so Cloud Tasks redelivers", { outcome: oc, error: String(e) });
+      return [503, { result: "servo_unreachable", outcome: oc, detail: String(e) }];
+    }
+    if (rep.disposition === "COMMITTED") {
+      this.log("info", "attempt reported", { outcome: oc, finalState: rep.body.finalState, retryScheduled: rep.body.retryScheduled });
+      return [200, clean({ result: "committed", outcome: oc, finalState: rep.body.finalState as string })];
+    }
+    if (rep.disposition === "CANCELLED") {
+      this.log("warn", "Servo discarded the attempt's result: the attempt had no authority any more", { outcome: oc, status: rep.status, code: rep.body.error });
+      return [200, clean({ result: "discarded", outcome: oc, code: rep.body.error as string })];
+    }
+    this.log("error", "Servo rejected `completed` (protocol error, not retried)", { outcome: oc, status: rep.status, code: rep.body.error, message: rep.body.message });
+    return [200, clean({ result: "rejected", outcome: oc, code: rep.body.error as string, detail: rep.body.message as string })];
+  }
+
+  /** Heartbeats every interval (jittered down by up to 15%), early after a checkpoint (at most every interval/4). */
+  async #heartbeatLoop(): Promise<void> {
+    const interval = this.env.heartbeatIntervalMs;
+    const gap = interval / 4;
+    let last = performance.now();
+    let next = last + jitter(interval);
+    for (;;) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, Math.max(next - performance.now(), 0));
+        function done() {
+          clearTimeout(t);
+          resolve();
+        }
+        this.#wake = done;
+      });
+      this.#wake = undefined;
+      if (this.#quit.signal.aborted) return;
+      const now = performance.now();
+      if (this.#flushReq) {
+        this.#flushReq = false;
+        next = Math.min(next, Math.max(last + gap, now));
+      }
+      if (now < next) continue;
+      if (!(await this.#heartbeatOnce(this.#quit.signal))) return;
+      last = performance.now();
+      next = last + jitter(interval);
+    }
+  }
+
+  /** One heartbeat with the latest progress and any unstored checkpoint; whether the attempt may go on. */
+  async #heartbeatOnce(stop: AbortSignal | undefined): Promise<boolean> {
+    let version = 0;
+    const body = () => {
+      const [b, v] = this.task._heartbeat(this.#cfg.workerId);
+      version = v;
+      return JSON.stringify(b);
+    };
+    let rep: Reply;
+    try {
+      rep = await this.#post("heartbeat", body, () => Math.min(this.#tokenUntil(), this.#fenceAt), stop);
+    } catch (e) {
+      if (e instanceof Stopped) return false;
+      if (this.#fenceAt <= this.#tokenUntil()) {
+        this.#lose(new LeaseLostError(CODE_HEARTBEAT_TIMEOUT, "no heartbeat acknowledged within heartbeatTimeoutMs: " + String(e)));
+      } else {
+        this.#lose(new LeaseLostError(CODE_SERVO_UNREACHABLE, "Servo could not be reached before the task token expired: " + String(e)));
+      }
+      return false;
+    }
+    this.#adopt(rep);
+    if (rep.disposition === "CONTINUE") {
+      if (this.#stop !== undefined) return false; // fenced meanwhile: a late acknowledgement does not undo it
+      this.#ack(rep.sentAt);
+      this.task._acked(version);
+      if (rep.body.shouldCancel === true) this.#cancelBy(String(rep.body.cancelReason ?? ""));
+      return true;
+    }
+    if (rep.disposition === "CANCELLED") {
+      this.#lose(new LeaseLostError(String(rep.body.error ?? ""), String(rep.body.message ?? ""), rep.status));
+    } else {
+      this.#lose(new RejectedError("heartbeat", rep.status, String(rep.body.error ?? ""), String(rep.body.field ?? ""), String(rep.body.message ?? "")));
+    }
+    return false;
+  }
+}
+
+function jitter(d: number): number {
+  return d - Math.random() * 0.15 * d;
+}
+
+function lostAnswer(stop: StopCause): Answer {
+  if (stop instanceof RejectedError) return clean({ result: "rejected", code: stop.code, detail: stop.message });
+  return clean({ result: "lease_lost", code: stop instanceof LeaseLostError ? stop.code : "", detail: stop.message });
+}
+
+function causedByStop(e: unknown): boolean {
+  for (let i = 0; i < 32 && e; i++) {
+    if (e instanceof StopCause) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+function stackOf(e: unknown): string {
+  const s = e instanceof Error ? (e.stack ?? String(e)) : String(e);
+  const b = Buffer.from(s);
+  return b.length <= MAX_STACK_TRACE_BYTES ? s : b.subarray(b.length - MAX_STACK_TRACE_BYTES).toString();
+}
+
+/** Maps what the handler did to the `completed` report, as the Go SDK does (worker/doc.go, Outcomes). */
+export function outcome(cause: StopCause | undefined, out: unknown, exc: unknown, threw: boolean, task: Task): Record<string, unknown> {
+  const fail = (category: string, msg: string, stack: string, retryable: boolean | undefined) => {
+    const err: Record<string, unknown> = { category, message: truncate(msg || category, MAX_MESSAGE_BYTES) };
+    if (stack) err.stackTrace = stack;
+    if (retryable !== undefined) err.retryable = retryable;
+    return { outcome: "FAILED", error: err };
+  };
+  const cancelled = () => {
+    const [phase, cp] = task._phaseAndCheckpoint();
+    const r: Record<string, unknown> = { outcome: "CANCELLED" };
+    if (phase) r.cancelledDuringPhase = phase;
+    if (cp !== undefined) r.partialProgress = cp;
+    return r;
+  };
+  if (!threw) {
+    if (out === undefined || out === null) return { outcome: "SUCCEEDED" };
+    let s: string | undefined;
+    try {
+      s = JSON.stringify(out);
+    } catch (e) {
+      return fail("USER_CODE", `encode output: ${(e as Error).message}`, "", false);
+    }
+    if (s === undefined) return fail("USER_CODE", "encode output: not JSON-encodable", "", false);
+    const n = Buffer.byteLength(s);
+    if (n > MAX_OUTPUT_BYTES) return fail("USER_CODE", `output is ${n} bytes; the limit is ${MAX_OUTPUT_BYTES}`, "", false);
+    return { outcome: "SUCCEEDED", output: JSON.parse(s) };
+  }
+  const explicit = exc instanceof TaskError;
+  const msg = explicit ? exc.message : exc instanceof Error ? `${exc.name}: ${exc.message}` : String(exc);
+  if (cause instanceof CancelRequested && (!explicit || exc.category === "CANCELLED" || causedByStop(exc))) return cancelled();
+  if (explicit && exc.category === "CANCELLED") return cancelled();
+  if (explicit) return fail(exc.category, msg, stackOf(exc), exc.retryable);
+  if (cause instanceof DeadlineExceededError) return fail("TIMEOUT", msg, stackOf(exc), undefined);
+  if (cause instanceof WorkerStopping) return fail("INFRASTRUCTURE", msg, stackOf(exc), true);
+  return fail("USER_CODE", msg, stackOf(exc), undefined);
+}

@@ -1,0 +1,125 @@
+// Pull mode and job mode against scripted servers: the claim is the
+// attempt's `started`, claim backoff and refusals, the grace period, and
+// runJob's exit codes (as the Go SDK's worker.Pull and worker.RunJob).
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import * as sw from "../dist/index.js";
+
+async function server(handle) {
+  const srv = http.createServer(async (req, res) => {
+    let raw = "";
+    for await (const c of req) raw += c;
+    const [status, body, headers] = await handle(req, raw ? JSON.parse(raw) : {});
+    res.writeHead(status, { "Content-Type": "application/json", ...(headers ?? {}) });
+    res.end(typeof body === "string" ? body : JSON.stringify(body));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, close: () => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }) };
+}
+
+// servo records callbacks and accepts them.
+async function servo() {
+  const calls = [];
+  const s = await server((req, body) => {
+    const op = req.url.split("/").pop();
+    calls.push({ op, body });
+    if (op === "completed") return [200, { disposition: "COMMITTED", finalState: "SUCCEEDED" }];
+    return [200, { disposition: "CONTINUE", shouldCancel: false }];
+  });
+  const envelope = (over = {}) => ({
+    taskId: "task_01", runId: "run_01", tenantId: "acme", attempt: 1, payload: {}, callbackBaseUrl: s.url,
+    taskToken: "tok", tokenExpiresAt: new Date(Date.now() + 3600_000).toISOString(), heartbeatIntervalMs: 100,
+    heartbeatTimeoutMs: 60_000, ...over,
+  });
+  return { ...s, calls, envelope, ops: (op) => calls.filter((c) => c.op === op) };
+}
+
+const quiet = () => {};
+const EMPTY = [200, { claimed: false, disposition: "CONTINUE" }];
+const until = async (ok) => { for (let i = 0; i < 400 && !ok(); i++) await new Promise((r) => setTimeout(r, 50)); };
+
+test("pull: the claim is started; 503 and gateway claims are retried; a claim carries workerId, maxWaitMs and the dev identity", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  const claims = [];
+  const c = await server((req, body) => {
+    claims.push({ body, identity: req.headers["x-servo-dev-identity"] });
+    const n = claims.length;
+    if (n === 1) return [503, { disposition: "RETRY", error: "unavailable" }, { "Retry-After": "0" }];
+    if (n === 2) return [502, "<html>bad gateway</html>"];
+    if (n === 3) return [200, { claimed: true, envelope: f.envelope(), disposition: "CONTINUE" }];
+    return EMPTY;
+  });
+  t.after(c.close);
+  const ctl = new AbortController();
+  const ran = [];
+  const p = sw.pull((task) => { ran.push(task.attempt); return { ok: true }; },
+    { api: c.url, pool: "gpu", signal: ctl.signal, maxWaitMs: 200, devIdentity: "me", workerId: "ts-pull", logger: quiet, retryBackoffMs: [1, 10] });
+  await until(() => f.ops("completed").length > 0);
+  ctl.abort();
+  await p;
+  assert.deepEqual(ran, [1]);
+  assert.deepEqual(f.calls.filter((x) => x.op !== "heartbeat").map((x) => x.op), ["completed"], "no `started`: the claim was it");
+  assert.deepEqual(claims[0], { body: { workerId: "ts-pull", maxWaitMs: 200 }, identity: "me" });
+});
+
+test("pull: a refused claim rejects with ClaimRefused and is not retried", async (t) => {
+  let n = 0;
+  const c = await server(() => { n++; return [403, { disposition: "REJECTED", error: "forbidden", message: "no" }]; });
+  t.after(c.close);
+  await assert.rejects(sw.pull(() => 1, { api: c.url, pool: "gpu", signal: new AbortController().signal, logger: quiet }),
+    (e) => e instanceof sw.ClaimRefused && e.status === 403 && e.code === "forbidden");
+  assert.equal(n, 1);
+});
+
+test("pull: after the grace period a running attempt is stopped and reported FAILED/INFRASTRUCTURE, retryable", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  let n = 0;
+  const c = await server(() => (++n === 1 ? [200, { claimed: true, envelope: f.envelope(), disposition: "CONTINUE" }] : EMPTY));
+  t.after(c.close);
+  const ctl = new AbortController();
+  let started = false;
+  const p = sw.pull(async (task) => {
+    task.checkpoint({ next: 7 });
+    started = true;
+    await task.sleep(30_000);
+    task.throwIfCancelled();
+  }, { api: c.url, pool: "gpu", signal: ctl.signal, maxWaitMs: 200, graceMs: 300, logger: quiet, retryBackoffMs: [1, 10] });
+  await until(() => started);
+  ctl.abort();
+  await p;
+  const done = f.ops("completed");
+  assert.equal(done.length, 1);
+  assert.deepEqual([done[0].body.outcome, done[0].body.error.category, done[0].body.error.retryable], ["FAILED", "INFRASTRUCTURE", true]);
+  assert.ok(f.ops("heartbeat").some((h) => h.body.checkpoint?.next === 7), "the checkpoint is stored before completed");
+});
+
+test("runJob: exit codes as worker.RunJob, and the execution's worker id", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  const saved = { ...process.env };
+  t.after(() => { process.env = saved; });
+  Object.assign(process.env, { CLOUD_RUN_EXECUTION: "job-abc", CLOUD_RUN_TASK_INDEX: "0", CLOUD_RUN_TASK_ATTEMPT: "2" });
+  process.env.SERVO_ENVELOPE = JSON.stringify(f.envelope());
+  assert.equal(await sw.runJob(() => ({ n: 1 }), { logger: quiet }), sw.EXIT_SETTLED);
+  assert.deepEqual(f.calls.map((c) => c.op), ["started", "completed"]);
+  assert.equal(f.calls[0].body.workerId, "job-abc/task-0/try-2");
+
+  const down = await server(() => [503, { disposition: "RETRY", error: "unavailable" }]);
+  t.after(down.close);
+  process.env.SERVO_ENVELOPE = JSON.stringify(f.envelope({ callbackBaseUrl: down.url }));
+  assert.equal(await sw.runJob(() => 1, { logger: quiet, retryBackoffMs: [1, 10], startRetryWindowMs: 200 }), sw.EXIT_NOT_RUN);
+
+  const gone = await server(() => [409, { disposition: "CANCELLED", error: "task_already_terminal" }]);
+  t.after(gone.close);
+  process.env.SERVO_ENVELOPE = JSON.stringify(f.envelope({ callbackBaseUrl: gone.url }));
+  assert.equal(await sw.runJob(() => 1, { logger: quiet }), sw.EXIT_SETTLED, "refused at started is settled: exit 0");
+
+  delete process.env.SERVO_ENVELOPE;
+  assert.equal(await sw.runJob(() => 1, { logger: quiet }), sw.EXIT_NOT_RUN, "no envelope");
+  process.env.SERVO_ENVELOPE = "{\"taskId\": 1}";
+  assert.equal(await sw.runJob(() => 1, { logger: quiet }), sw.EXIT_NOT_RUN, "a bad envelope");
+});
