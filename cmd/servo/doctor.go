@@ -27,6 +27,12 @@ import (
 	"github.com/servo-dev/servo/internal/events"
 )
 
+// doctorHealthTimeout is how long servo doctor waits for GET /v1/health:
+// longer than the API's own bound on its Firestore read (5 s), so that a
+// Firestore outage is named by the API's 503, and short enough to leave
+// the canary its time.
+const doctorHealthTimeout = 15 * time.Second
+
 // doctorCheck is one row of servo doctor's table.
 type doctorCheck struct {
 	Name   string `json:"check"`
@@ -57,7 +63,9 @@ func newDoctorCmd() *cobra.Command {
 		Long: `Check a Servo deployment (or servo dev) from the outside, the way a user
 sees it, and print a pass/fail table:
 
-  api        GET /v1/health answers 200 (reachable, and this caller authorised)
+  api        GET /v1/health answers 200 within 15s (reachable, this caller
+             authorised, Firestore answering: the API bounds its read to 5s
+             and a 503 is reported as "Firestore unavailable")
   sweeper    the last sweeper pass (GET /v1/health) is at most --sweeper-max-age old
   canary     a task submitted to --worker reaches SUCCEEDED within --timeout
   events     the API records the canary's transitions (/v1/tasks/{id}/events)
@@ -126,23 +134,35 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 		checks = append(checks, doctorCheck{name, result, fmt.Sprintf(format, args...)})
 	}
 
-	// 1. API and 2. sweeper: GET /v1/health.
+	// 1. API and 2. sweeper: GET /v1/health, whose Firestore read the API
+	// bounds to 5 s: a 503 within doctorHealthTimeout names Firestore.
 	var health api.HealthResponse
-	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, doctorHealthTimeout)
 	_, status, err := c.Do(hctx, http.MethodGet, "/v1/health", nil, &health)
+	timedOut := hctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	apiUp := err == nil && status == http.StatusOK
+	var apiErr *api.Error
+	storeDown := status == http.StatusServiceUnavailable && errors.As(err, &apiErr) && apiErr.Code == api.CodeUnavailable
+	why := "the API did not answer"
 	switch {
 	case apiUp:
 		add("api", checkPass, "GET /v1/health 200, server time %s", health.ServerTime.Format(time.RFC3339))
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		add("api", checkFail, "GET /v1/health %d: this caller is not authorised (roles/run.invoker, var.api_invokers)", status)
+		add("api", checkFail, "GET /v1/health %d: this caller is not authorised (roles/run.invoker, var.api_invokers; "+
+			"under an access policy also a role in it: docs/operations.md, \"Smoke test\")", status)
+	case storeDown:
+		why = "Firestore is unavailable"
+		add("api", checkFail, "Firestore unavailable: GET /v1/health 503 %s (runbook: Firestore unavailable)", apiErr.Message)
+	case timedOut:
+		why = "the API did not answer in time"
+		add("api", checkFail, "GET /v1/health: no answer within %s (the API, its cold start or its network path is stuck; a Firestore outage answers 503 sooner)", doctorHealthTimeout)
 	default:
 		add("api", checkFail, "GET /v1/health: %s", describeErr(status, err))
 	}
 	switch {
 	case !apiUp:
-		add("sweeper", checkFail, "unknown: the API did not answer")
+		add("sweeper", checkFail, "unknown: %s", why)
 	case health.Sweeper == nil:
 		add("sweeper", checkFail, "no sweeper pass was ever recorded (is the scheduler job or the sweeper function running?)")
 	case time.Duration(health.Sweeper.AgeMs)*time.Millisecond > o.sweeperMaxAge:
@@ -153,7 +173,7 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	}
 	if !apiUp {
 		for _, name := range []string{"canary", "events", "topic"} {
-			add(name, checkFail, "not run: the API did not answer")
+			add(name, checkFail, "not run: %s", why)
 		}
 		return checks
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +102,110 @@ func waitSweep(t *testing.T, base string) {
 			t.Fatal("no sweeper pass recorded within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freezer is a TCP proxy to an emulator that can stop forwarding: the
+// connections stay open and nothing answers, as with a Firestore that
+// hangs.
+type freezer struct {
+	l      net.Listener
+	target string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{l: l, target: target}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+	})
+	return f
+}
+
+func (f *freezer) serve(c net.Conn) {
+	up, err := net.Dial("tcp", f.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	f.mu.Lock()
+	f.conns = append(f.conns, c, up)
+	f.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			for f.frozen.Load() {
+				time.Sleep(50 * time.Millisecond) // hold the bytes: no answer
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				dst.Close()
+				return
+			}
+		}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+}
+
+// TestDoctorNamesFirestore: with Firestore hanging, servo doctor's api row
+// says Firestore is unavailable (the API's 503 within its bounded health
+// read), not a deadline of its own; the rows after it say why they did not
+// run.
+func TestDoctorNamesFirestore(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	fz := newFreezer(t, emulatortest.FirestoreHost(t))
+	s, err := devstack.Start(context.Background(), devstack.Options{
+		Addr: "127.0.0.1:0", Project: project, FirestoreHost: fz.l.Addr().String(), PubSubHost: emulatortest.PubSubHost(t),
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, NoSweeper: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { fz.frozen.Store(false) }) // runs first: the stack can stop
+	fz.frozen.Store(true)
+	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--json")
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	t.Logf("servo doctor: %+v", checks)
+	if code != exitFailure || len(checks) != 5 {
+		t.Fatalf("exit %d, %+v", code, checks)
+	}
+	if api := checks[0]; api.Result != checkFail || !strings.Contains(api.Detail, "Firestore unavailable") || strings.Contains(api.Detail, "deadline exceeded") {
+		t.Errorf("api row %+v, want a FAIL naming Firestore", api)
+	}
+	for _, ch := range checks[1:] {
+		if ch.Result != checkFail || !strings.Contains(ch.Detail, "Firestore is unavailable") {
+			t.Errorf("row %+v, want a FAIL saying Firestore is unavailable", ch)
+		}
 	}
 }
