@@ -70,8 +70,8 @@ func newInstruments(m metric.Meter) *instruments {
 	i.zombies, _ = m.Int64Counter(MetricZombies, metric.WithDescription("Attempts ended as zombies (lease expired), by worker."), metric.WithUnit("{attempt}"))
 	i.retries, _ = m.Int64Counter(MetricRetries, metric.WithDescription("Retries scheduled (a new attempt), by worker and reason."), metric.WithUnit("{attempt}"))
 	i.deadLetters, _ = m.Int64Counter(MetricDeadLetters, metric.WithDescription("Tasks that ended FAILED with no retry left (dead letters), by worker."), metric.WithUnit("{task}"))
-	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events the last re-drive pass found past their grace period."), metric.WithUnit("{event}"))
-	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found."), metric.WithUnit("s"))
+	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events past their grace period the last re-drive pass found, due or backed off after a failed delivery (at most a re-drive batch per shard)."), metric.WithUnit("{event}"))
+	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found (0 when none)."), metric.WithUnit("s"))
 	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 
 	i.passes, _ = m.Int64Counter(MetricSweeperPasses, metric.WithDescription("Sweeper passes run, by result (ok, error): a pass is recorded at its end, whatever it found."), metric.WithUnit("{pass}"))
