@@ -278,3 +278,34 @@ func keys(m map[string]emitted) []string {
 	}
 	return out
 }
+
+// TestAlertRunbookAnchors: every runbook link in an alert policy's
+// documentation names a section (or anchor) of docs/operations.md.
+func TestAlertRunbookAnchors(t *testing.T) {
+	tf, err := os.ReadFile(filepath.Join("..", "..", "terraform", "modules", "alerts", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllStringSubmatch(string(doc), -1) {
+		a := strings.ToLower(m[1])
+		a = regexp.MustCompile(`[^a-z0-9 -]`).ReplaceAllString(a, "")
+		anchors[strings.ReplaceAll(a, " ", "-")] = true
+	}
+	for _, m := range regexp.MustCompile(`<a id="([^"]+)"`).FindAllStringSubmatch(string(doc), -1) {
+		anchors[m[1]] = true
+	}
+	links := regexp.MustCompile(`\$\{local\.runbook\}#([a-z0-9-]+)`).FindAllStringSubmatch(string(tf), -1)
+	if len(links) == 0 {
+		t.Fatal("no runbook links in terraform/modules/alerts/main.tf")
+	}
+	for _, l := range links {
+		if !anchors[l[1]] {
+			t.Errorf("runbook link #%s: no such section in docs/operations.md", l[1])
+		}
+	}
+}
