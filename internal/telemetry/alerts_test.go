@@ -309,3 +309,18 @@ func TestAlertRunbookAnchors(t *testing.T) {
 		}
 	}
 }
+
+// TestNoDeprecatedGoogleExporters: Google's Cloud Monitoring and Cloud
+// Trace exporters for Go, deprecated and archived after 2027-01-01, are
+// not in go.mod: metrics and spans go over OTLP.
+func TestNoDeprecatedGoogleExporters(t *testing.T) {
+	mod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"opentelemetry-operations-go/exporter/metric", "opentelemetry-operations-go/exporter/trace"} {
+		if strings.Contains(string(mod), m) {
+			t.Errorf("go.mod requires %s, deprecated: export over OTLP to the Telemetry API", m)
+		}
+	}
+}
