@@ -28,3 +28,49 @@ module "alerts" {
 
   depends_on = [google_project_service.apis]
 }
+
+# The dead-letter topic's inbox (docs/operations.md, "A poisoned worker"):
+# a pull subscription that keeps every dead letter for
+# dead_letter_retention, so that on call can read what failed for good
+# (gcloud pubsub subscriptions pull servo-dead-letter-inbox). The same
+# name as servo dev's local inbox (events.DeadLetterInbox). Optional: turn
+# it off when a consumer of your own subscribes to the topic.
+
+variable "dead_letter_subscription" {
+  description = "Create the pull subscription servo-dead-letter-inbox on the dead-letter topic, which keeps dead letters for dead_letter_retention for on call to read."
+  type        = bool
+  default     = true
+}
+
+variable "dead_letter_retention" {
+  description = "How long servo-dead-letter-inbox keeps a dead letter that nobody acknowledged (10 minutes to 7 days, in seconds with an \"s\" suffix)."
+  type        = string
+  default     = "604800s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.dead_letter_retention)) && try(tonumber(trimsuffix(var.dead_letter_retention, "s")) >= 600 && tonumber(trimsuffix(var.dead_letter_retention, "s")) <= 604800, false)
+    error_message = "dead_letter_retention must be between \"600s\" and \"604800s\"."
+  }
+}
+
+resource "google_pubsub_subscription" "dead_letter_inbox" {
+  count = var.dead_letter_subscription ? 1 : 0
+
+  project                    = var.project_id
+  name                       = "servo-dead-letter-inbox"
+  topic                      = google_pubsub_topic.topic["dead_letter"].id
+  ack_deadline_seconds       = 60
+  message_retention_duration = var.dead_letter_retention
+  retain_acked_messages      = false
+  labels                     = { servo = "dead-letter" }
+
+  # Never deleted for inactivity: dead letters are rare.
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+output "dead_letter_subscription" {
+  description = "The dead-letter inbox subscription (null when dead_letter_subscription is false)."
+  value       = var.dead_letter_subscription ? google_pubsub_subscription.dead_letter_inbox[0].id : null
+}

@@ -77,17 +77,17 @@ locals {
     { sa = "claim", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
 
     # Telemetry (package telemetry): each function exports its spans to
-    # Cloud Trace over OTLP (the Telemetry API: telemetry.traces.write) and
-    # its metrics to Cloud Monitoring (neither has a narrower target than
-    # the project).
+    # Cloud Trace and its metrics to Cloud Monitoring, both over OTLP (the
+    # Telemetry API: telemetry.traces.write, telemetry.metrics.write;
+    # neither has a narrower target than the project).
     { sa = "api", role = "roles/telemetry.tracesWriter", on = "project" },
-    { sa = "api", role = "roles/monitoring.metricWriter", on = "project" },
+    { sa = "api", role = "roles/telemetry.metricsWriter", on = "project" },
     { sa = "callbacks", role = "roles/telemetry.tracesWriter", on = "project" },
-    { sa = "callbacks", role = "roles/monitoring.metricWriter", on = "project" },
+    { sa = "callbacks", role = "roles/telemetry.metricsWriter", on = "project" },
     { sa = "sweeper", role = "roles/telemetry.tracesWriter", on = "project" },
-    { sa = "sweeper", role = "roles/monitoring.metricWriter", on = "project" },
+    { sa = "sweeper", role = "roles/telemetry.metricsWriter", on = "project" },
     { sa = "claim", role = "roles/telemetry.tracesWriter", on = "project" },
-    { sa = "claim", role = "roles/monitoring.metricWriter", on = "project" },
+    { sa = "claim", role = "roles/telemetry.metricsWriter", on = "project" },
 
     # Cloud Scheduler: publishes ticks to the sweep topic, nothing else.
     { sa = "scheduler", role = "roles/pubsub.publisher", on = "topic:sweep" },

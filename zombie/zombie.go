@@ -294,7 +294,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 }
 
 // sweep runs one pass; past stop (when set) it starts no new transaction.
-func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
+func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err error) {
 	if !s.passing.TryLock() {
 		s.log.DebugContext(ctx, "sweep pass skipped: the previous one is still running")
 		return Stats{Skipped: 1}, nil
@@ -302,9 +302,9 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 	defer s.passing.Unlock()
 	ctx, span := telemetry.Tracer().Start(ctx, telemetry.SweepPassSpan, trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
-	st := Stats{Passes: 1}
+	st = Stats{Passes: 1}
 	start := time.Now()
-	defer func() { s.record(ctx, st, time.Since(start)) }()
+	defer func() { s.record(ctx, st, time.Since(start), err) }()
 	var errs []error
 	if p, ok := s.cfg.Store.(Pulser); ok {
 		// Wall time, as the store's own outage records: a test's clock
@@ -357,7 +357,16 @@ func (s *Sweeper) cadence() time.Duration {
 
 // record hands a pass's figures to the Recorder, after the pass and
 // whatever its outcome (a cut-short pass is recorded too).
-func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration) {
+func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration, passErr error) {
+	result, duties := telemetry.PassOK, make([]telemetry.PassDuty, 0, len(Duties))
+	if passErr != nil {
+		result = telemetry.PassError
+	}
+	for _, d := range Duties {
+		ds := st.Duty(d.Due)
+		duties = append(duties, telemetry.PassDuty{Name: d.Name, Due: ds.Due, MaxLag: time.Duration(ds.MaxLagMs) * time.Millisecond})
+	}
+	telemetry.RecordPass(ctx, result, time.Now(), duties)
 	if s.cfg.Recorder == nil {
 		return
 	}

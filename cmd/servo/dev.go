@@ -47,7 +47,7 @@ func (w workerFlags) Type() string { return "NAME=URL" }
 
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
-	var noDemo, open bool
+	var noDemo, open, noSweeper bool
 	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
 	var keep bool
@@ -73,7 +73,8 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
   servo dev --firestore 127.0.0.1:8686 --pubsub 127.0.0.1:8685
   servo dev --pull-pool gpu   # then: SERVO_API=... go run ./examples/worker -pull gpu
   servo dev --job-worker render="go run ./examples/worker -job"
-  servo dev --open`,
+  servo dev --open
+  servo dev --no-sweeper --no-demo   # rehearse "the sweeper is not running"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -120,7 +121,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
-				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile})
+				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile, NoSweeper: noSweeper})
 			if err != nil {
 				return err
 			}
@@ -130,6 +131,9 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				fmt.Fprintln(errOut, "servo dev: stopped")
 			}()
 			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s); dashboard %s\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile, stack.URL+dashboard.Prefix)
+			if noSweeper {
+				fmt.Fprintln(errOut, "servo dev: --no-sweeper: the sweeper does not run (no zombies, timeouts, retries or outbox re-drive; servo doctor's sweeper row fails)")
+			}
 			if open {
 				openBrowser(stack.URL+dashboard.Prefix, errOut)
 			}
@@ -169,6 +173,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.Var(pools, "pull-pool", "pull pool NAME (workers claim at /v1/pools/NAME/claim), optionally =SA,... allowed to claim (repeatable)")
 	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
 	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
+	f.BoolVar(&noSweeper, "no-sweeper", false, "run without the sweeper (its scheduler ticker), to rehearse a stopped sweeper")
 	devAccess.register(f)
 	return cmd
 }

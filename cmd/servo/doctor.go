@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/spf13/cobra"
@@ -25,7 +26,14 @@ import (
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/store"
 )
+
+// doctorHealthTimeout is how long servo doctor waits for GET /v1/health:
+// longer than the API's own bound on its Firestore read (5 s), so that a
+// Firestore outage is named by the API's 503, and short enough to leave
+// the canary its time.
+const doctorHealthTimeout = 15 * time.Second
 
 // doctorCheck is one row of servo doctor's table.
 type doctorCheck struct {
@@ -46,6 +54,8 @@ type doctorOptions struct {
 	project, topic          string
 	timeout, sweeperMaxAge  time.Duration
 	noPubSub                bool
+	keepCanary              bool
+	database                string
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -57,17 +67,25 @@ func newDoctorCmd() *cobra.Command {
 		Long: `Check a Servo deployment (or servo dev) from the outside, the way a user
 sees it, and print a pass/fail table:
 
-  api        GET /v1/health answers 200 (reachable, and this caller authorised)
+  api        GET /v1/health answers 200 within 15s (reachable, this caller
+             authorised, Firestore answering: the API bounds its read to 5s
+             and a 503 is reported as "Firestore unavailable")
   sweeper    the last sweeper pass (GET /v1/health) is at most --sweeper-max-age old
   canary     a task submitted to --worker reaches SUCCEEDED within --timeout
   events     the API records the canary's transitions (/v1/tasks/{id}/events)
   topic      the canary's SUCCEEDED event arrives on the events topic (with
              PUBSUB_EMULATOR_HOST or Google credentials and --project;
              skipped otherwise, or with --no-pubsub)
+  cleanup    a canary that passed is deleted from Firestore (its task and
+             attempt documents; with FIRESTORE_EMULATOR_HOST or Google
+             credentials with roles/datastore.user and --project; skipped
+             otherwise, or with --keep-canary). A canary that failed is
+             kept for inspection.
 
 The canary is a task of tenant --tenant in a workspace of its own
-(doctor-<random>), with --payload for the worker. Exit 0 when every check
-passes or is skipped, 1 when any fails.`,
+(doctor-<random>), with --payload for the worker. Under an access policy
+the caller needs the submitter role on --tenant. Exit 0 when every check
+passes or is skipped, 1 when any fails (cleanup is never a failure).`,
 		Example: `  servo doctor --api http://127.0.0.1:8080
   servo doctor --api https://servo-api-xyz.a.run.app --project my-project --worker example`,
 		Args: noArgs,
@@ -106,6 +124,8 @@ passes or is skipped, 1 when any fails.`,
 	f.StringVar(&o.project, "project", "", "project of the events topic (default $SERVO_PROJECT, $GOOGLE_CLOUD_PROJECT, or "+devstack.DefaultProject+" with PUBSUB_EMULATOR_HOST)")
 	f.StringVar(&o.topic, "topic", events.DefaultEventsTopic, "events topic")
 	f.BoolVar(&o.noPubSub, "no-pubsub", false, "skip the events topic check")
+	f.BoolVar(&o.keepCanary, "keep-canary", false, "keep the canary task (by default one that passed is deleted)")
+	f.StringVar(&o.database, "database", "(default)", "Firestore database of the deployment, for the canary's cleanup")
 	return cmd
 }
 
@@ -120,29 +140,40 @@ func printChecks(w io.Writer, checks []doctorCheck) {
 
 // runDoctor runs every check; a check whose prerequisite failed is a FAIL
 // saying so.
-func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorCheck {
-	var checks []doctorCheck
+func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) (checks []doctorCheck) {
 	add := func(name, result, format string, args ...any) {
 		checks = append(checks, doctorCheck{name, result, fmt.Sprintf(format, args...)})
 	}
 
-	// 1. API and 2. sweeper: GET /v1/health.
+	// 1. API and 2. sweeper: GET /v1/health, whose Firestore read the API
+	// bounds to 5 s: a 503 within doctorHealthTimeout names Firestore.
 	var health api.HealthResponse
-	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, doctorHealthTimeout)
 	_, status, err := c.Do(hctx, http.MethodGet, "/v1/health", nil, &health)
+	timedOut := hctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	apiUp := err == nil && status == http.StatusOK
+	var apiErr *api.Error
+	storeDown := status == http.StatusServiceUnavailable && errors.As(err, &apiErr) && apiErr.Code == api.CodeUnavailable
+	why := "the API did not answer"
 	switch {
 	case apiUp:
 		add("api", checkPass, "GET /v1/health 200, server time %s", health.ServerTime.Format(time.RFC3339))
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		add("api", checkFail, "GET /v1/health %d: this caller is not authorised (roles/run.invoker, var.api_invokers)", status)
+		add("api", checkFail, "GET /v1/health %d: this caller is not authorised (roles/run.invoker, var.api_invokers; "+
+			"under an access policy also a role in it: docs/operations.md, \"Smoke test\")", status)
+	case storeDown:
+		why = "Firestore is unavailable"
+		add("api", checkFail, "Firestore unavailable: GET /v1/health 503 %s (runbook: Firestore unavailable)", apiErr.Message)
+	case timedOut:
+		why = "the API did not answer in time"
+		add("api", checkFail, "GET /v1/health: no answer within %s (the API, its cold start or its network path is stuck; a Firestore outage answers 503 sooner)", doctorHealthTimeout)
 	default:
 		add("api", checkFail, "GET /v1/health: %s", describeErr(status, err))
 	}
 	switch {
 	case !apiUp:
-		add("sweeper", checkFail, "unknown: the API did not answer")
+		add("sweeper", checkFail, "unknown: %s", why)
 	case health.Sweeper == nil:
 		add("sweeper", checkFail, "no sweeper pass was ever recorded (is the scheduler job or the sweeper function running?)")
 	case time.Duration(health.Sweeper.AgeMs)*time.Millisecond > o.sweeperMaxAge:
@@ -153,8 +184,9 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	}
 	if !apiUp {
 		for _, name := range []string{"canary", "events", "topic"} {
-			add(name, checkFail, "not run: the API did not answer")
+			add(name, checkFail, "not run: %s", why)
 		}
+		add("cleanup", checkSkip, "no canary")
 		return checks
 	}
 
@@ -175,17 +207,37 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	started := time.Now()
 	sub, _, err := c.Submit(ctx, body)
 	if err != nil {
-		add("canary", checkFail, "submit to worker %q: %v", o.worker, err)
+		var denied *api.Error
+		if errors.As(err, &denied) && denied.Status == http.StatusForbidden {
+			add("canary", checkFail, "submit to worker %q: %v (under an access policy this caller needs the submitter role on tenant %q)", o.worker, err, o.tenant)
+		} else {
+			add("canary", checkFail, "submit to worker %q: %v", o.worker, err)
+		}
 		add("events", checkFail, "not run: no canary")
 		add("topic", checkFail, "not run: no canary")
+		add("cleanup", checkSkip, "no canary")
 		return checks
+	}
+	passed := true
+	defer func() {
+		// 6. The canary's documents, once every check of it is done.
+		if !passed {
+			add("cleanup", checkSkip, "%s kept for inspection: a check of it failed", sub.TaskID)
+			return
+		}
+		result, detail := o.cleanupCanary(ctx, sub.TaskID)
+		add("cleanup", result, "%s", detail)
+	}()
+	fail := func(name, format string, args ...any) {
+		passed = false
+		add(name, checkFail, format, args...)
 	}
 	final, err := waitFinal(ctx, c, sub.TaskID, o.timeout)
 	switch {
 	case err != nil:
-		add("canary", checkFail, "%s: %v", sub.TaskID, err)
+		fail("canary", "%s: %v", sub.TaskID, err)
 	case final.State != api.Succeeded:
-		add("canary", checkFail, "%s ended %s %s after %d attempt(s)", sub.TaskID, final.State, final.Reason, final.Attempt)
+		fail("canary", "%s ended %s %s after %d attempt(s)", sub.TaskID, final.State, final.Reason, final.Attempt)
 	default:
 		add("canary", checkPass, "%s SUCCEEDED on worker %s in %s", sub.TaskID, o.worker, time.Since(started).Round(time.Millisecond))
 	}
@@ -198,9 +250,9 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 	}
 	switch {
 	case err != nil:
-		add("events", checkFail, "GET /v1/tasks/%s/events: %v", sub.TaskID, err)
+		fail("events", "GET /v1/tasks/%s/events: %v", sub.TaskID, err)
 	case len(evs) == 0 || evs[len(evs)-1].To != api.Succeeded:
-		add("events", checkFail, "recorded transitions %v, want them to end SUCCEEDED", states)
+		fail("events", "recorded transitions %v, want them to end SUCCEEDED", states)
 	default:
 		add("events", checkPass, "%d transitions recorded: %s", len(evs), strings.Join(states, " → "))
 	}
@@ -211,7 +263,7 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) []doctorC
 		return checks
 	}
 	if err := topic.waitSucceeded(ctx, sub.TaskID, o.timeout); err != nil {
-		add("topic", checkFail, "%s: %v", topic.name, err)
+		fail("topic", "%s: %v", topic.name, err)
 	} else {
 		add("topic", checkPass, "SUCCEEDED event received on %s", topic.name)
 	}
@@ -296,6 +348,58 @@ func (t *doctorTopic) close() {
 	defer cancel()
 	_ = t.ps.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: t.sub})
 	t.ps.Close()
+}
+
+// cleanupCanary deletes the canary's task document and its attempt
+// records (its outbox entries and idempotency key expire by Firestore's
+// TTL policies), when Firestore is reachable: the emulator, or --project
+// with Google credentials allowed to delete (roles/datastore.user).
+func (o doctorOptions) cleanupCanary(ctx context.Context, taskID string) (result, detail string) {
+	if o.keepCanary {
+		return checkSkip, taskID + " kept (--keep-canary)"
+	}
+	project := firstNonEmpty(o.project, os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"))
+	if project == "" && os.Getenv(store.EmulatorHostEnv) != "" {
+		project = devstack.DefaultProject
+	}
+	if project == "" {
+		return checkSkip, taskID + " left in place: no project (pass --project, or --keep-canary)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fs, err := firestore.NewClientWithDatabase(ctx, project, o.database)
+	if err != nil {
+		return checkSkip, fmt.Sprintf("%s left in place: no Firestore client: %v", taskID, err)
+	}
+	defer fs.Close()
+	doc := fs.Collection(store.TasksCollection).Doc(taskID)
+	if _, err := doc.Get(ctx); err != nil {
+		// Not found: another project or database than the API's.
+		return checkSkip, fmt.Sprintf("%s left in place: not read in project %s, database %s: %v (check --project, --database)", taskID, project, o.database, err)
+	}
+	attempts, err := doc.Collection(store.AttemptsCollection).DocumentRefs(ctx).GetAll()
+	if err == nil {
+		bw := fs.BulkWriter(ctx)
+		var jobs []*firestore.BulkWriterJob
+		for _, a := range append(attempts, doc) {
+			j, jerr := bw.Delete(a)
+			if jerr != nil {
+				err = jerr
+				break
+			}
+			jobs = append(jobs, j)
+		}
+		bw.End()
+		for _, j := range jobs {
+			if _, jerr := j.Results(); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}
+	if err != nil {
+		return checkSkip, fmt.Sprintf("%s left in place: %v (deleting it needs roles/datastore.user, or pass --keep-canary)", taskID, err)
+	}
+	return checkPass, fmt.Sprintf("%s deleted (task and %d attempt record(s))", taskID, len(attempts))
 }
 
 var errNoSubscription = errors.New("could not subscribe to the topic (does it exist, and may this caller subscribe?)")

@@ -2,15 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/worker"
 )
@@ -51,7 +58,7 @@ func TestDoctor(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &checks); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			want := []string{"api", "sweeper", "canary", "events", "topic"}
+			want := []string{"api", "sweeper", "canary", "events", "topic", "cleanup"}
 			if len(checks) != len(want) {
 				t.Fatalf("checks %+v, want %v", checks, want)
 			}
@@ -64,11 +71,21 @@ func TestDoctor(t *testing.T) {
 					t.Errorf("row %d: %+v, want %s %s", i, ch, want[i], result)
 				}
 			}
+			// The canary cleaned up after itself: its task is gone.
+			id := strings.Fields(checks[2].Detail)[0]
+			c, err := client.New(s.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gone *api.Error
+			if v, _, err := c.Get(context.Background(), id); !errors.As(err, &gone) || gone.Status != http.StatusNotFound {
+				t.Errorf("canary %s after doctor: %s %v, want 404 (deleted)", id, v.State, err)
+			}
 			// The table form: one header and one line per check.
 			out, _, _ = runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--timeout", "90s")
 			t.Logf("servo doctor:\n%s", out)
-			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 6 {
-				t.Errorf("table has %d lines, want 6:\n%s", n, out)
+			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 7 {
+				t.Errorf("table has %d lines, want 7:\n%s", n, out)
 			}
 		})
 	}
@@ -76,7 +93,7 @@ func TestDoctor(t *testing.T) {
 		out, _, code := runCLI(t, "doctor", "--api", "http://"+freeAddr(t), "--no-pubsub", "--json")
 		var checks []doctorCheck
 		_ = json.Unmarshal([]byte(out), &checks)
-		if code != exitFailure || len(checks) != 5 || checks[0].Result != checkFail {
+		if code != exitFailure || len(checks) != 6 || checks[0].Result != checkFail {
 			t.Fatalf("exit %d, %+v", code, checks)
 		}
 	})
@@ -99,5 +116,162 @@ func waitSweep(t *testing.T, base string) {
 			t.Fatal("no sweeper pass recorded within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freezer is a TCP proxy to an emulator that can stop forwarding: the
+// connections stay open and nothing answers, as with a Firestore that
+// hangs.
+type freezer struct {
+	l      net.Listener
+	target string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{l: l, target: target}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+	})
+	return f
+}
+
+func (f *freezer) serve(c net.Conn) {
+	up, err := net.Dial("tcp", f.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	f.mu.Lock()
+	f.conns = append(f.conns, c, up)
+	f.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			for f.frozen.Load() {
+				time.Sleep(50 * time.Millisecond) // hold the bytes: no answer
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				dst.Close()
+				return
+			}
+		}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+}
+
+// TestDoctorNamesFirestore: with Firestore hanging, servo doctor's api row
+// says Firestore is unavailable (the API's 503 within its bounded health
+// read), not a deadline of its own; the rows after it say why they did not
+// run.
+func TestDoctorNamesFirestore(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	// devstack points the process's emulator variables at the hosts it is
+	// given (the proxy): they are restored when the test ends.
+	t.Setenv("FIRESTORE_EMULATOR_HOST", emulatortest.FirestoreHost(t))
+	t.Setenv("PUBSUB_EMULATOR_HOST", emulatortest.PubSubHost(t))
+	fz := newFreezer(t, emulatortest.FirestoreHost(t))
+	s, err := devstack.Start(context.Background(), devstack.Options{
+		Addr: "127.0.0.1:0", Project: project, FirestoreHost: fz.l.Addr().String(), PubSubHost: emulatortest.PubSubHost(t),
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, NoSweeper: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { fz.frozen.Store(false) }) // runs first: the stack can stop
+	fz.frozen.Store(true)
+	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--json")
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	t.Logf("servo doctor: %+v", checks)
+	if code != exitFailure || len(checks) != 6 {
+		t.Fatalf("exit %d, %+v", code, checks)
+	}
+	if api := checks[0]; api.Result != checkFail || !strings.Contains(api.Detail, "Firestore unavailable") || strings.Contains(api.Detail, "deadline exceeded") {
+		t.Errorf("api row %+v, want a FAIL naming Firestore", api)
+	}
+	for _, ch := range checks[1:5] {
+		if ch.Result != checkFail || !strings.Contains(ch.Detail, "Firestore is unavailable") {
+			t.Errorf("row %+v, want a FAIL saying Firestore is unavailable", ch)
+		}
+	}
+}
+
+// TestDoctorUnderAccessPolicy: under an access policy, doctor's identity
+// needs the submitter role on its canary tenant; without it the canary
+// row says so, with it every row passes.
+func TestDoctorUnderAccessPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		code         int // exitFailure: the canary fails
+	}{
+		{"viewer only", `{"principals": {"oncall@example.com": {"*": "viewer"}}}`, exitFailure},
+		{"submitter on servo-doctor", `{"principals": {"oncall@example.com": {"servo-doctor": "submitter"}}}`, exitOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := auth.ParsePolicy([]byte(tc.policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			project := emulatortest.ProjectID(t)
+			s, err := devstack.Start(context.Background(), devstack.Options{
+				Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true, SweepEvery: 200 * time.Millisecond,
+				WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, Access: p,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
+			out, errOut, code := runCLI(t, "--as", "oncall@example.com", "doctor", "--api", s.URL, "--project", project, "--no-pubsub", "--json", "--timeout", "90s")
+			var checks []doctorCheck
+			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 6 {
+				t.Fatalf("%v\n%s%s", err, out, errOut)
+			}
+			t.Logf("%+v", checks)
+			if tc.code == exitFailure {
+				if canary := checks[2]; code != exitFailure || !strings.Contains(canary.Detail, `submitter role on tenant "servo-doctor"`) {
+					t.Errorf("exit %d, canary row %+v: want a failure naming the role the caller lacks", code, canary)
+				}
+				return
+			}
+			// The sweeper row may not have a pass yet: the rest must pass.
+			for _, i := range []int{0, 2, 3, 5} {
+				if checks[i].Result != checkPass {
+					t.Errorf("row %+v, want pass", checks[i])
+				}
+			}
+		})
 	}
 }

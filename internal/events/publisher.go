@@ -49,6 +49,9 @@ func redriveBackoff(tries int) time.Duration {
 	return min(RedriveMaxBackoff, RedriveMinBackoff<<max(0, tries-1))
 }
 
+// farFuture bounds the re-drive's query of every undelivered entry.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // maxWritesPerCommit is Firestore's limit of writes in one commit.
 const maxWritesPerCommit = 500
 
@@ -376,12 +379,30 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
 	var errs []error
 	for range p.maxBatches {
-		entries, err := p.outbox.Undelivered(ctx, shard, cutoff, p.batch)
+		// Every undelivered entry, due first: the ones not due yet (backed
+		// off after a failed delivery) are not published, but are the
+		// backlog's too, so that the metrics see a Pub/Sub outage that
+		// outlasts the first retry. The same query and index as the due
+		// ones alone: no RPC more, and no entry read when there is none.
+		all, err := p.outbox.Undelivered(ctx, shard, farFuture, p.batch)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
 			break
 		}
+		due := len(all)
+		for i, e := range all {
+			if e.NextTryAt.After(cutoff) {
+				due = i
+				break
+			}
+		}
+		entries := all[:due]
 		backlog.add(entries)
+		for _, e := range all[due:] {
+			if !e.CreatedAt.After(cutoff) { // past the grace period, backed off
+				backlog.add([]store.OutboxEntry{e})
+			}
+		}
 		if len(entries) == 0 {
 			break
 		}

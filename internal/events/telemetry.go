@@ -36,14 +36,23 @@ func (p *Publisher) traceMessage(ctx context.Context, tr task.Transition, msg *p
 }
 
 // outboxBacklog is what one re-drive pass found undelivered past the
-// grace period: how many entries, and the oldest.
+// grace period (due, or backed off after a failed delivery): how many
+// entries, each once, and the oldest.
 type outboxBacklog struct {
 	n      int
 	oldest time.Time
+	seen   map[string]bool
 }
 
 func (b *outboxBacklog) add(es []store.OutboxEntry) {
 	for _, e := range es {
+		if b.seen[e.EventID] {
+			continue
+		}
+		if b.seen == nil {
+			b.seen = map[string]bool{}
+		}
+		b.seen[e.EventID] = true
 		b.n++
 		if b.oldest.IsZero() || e.OccurredAt.Before(b.oldest) {
 			b.oldest = e.OccurredAt

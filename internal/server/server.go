@@ -29,6 +29,7 @@ import (
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -211,6 +212,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		d.Store, d.Logger = o.Store, log
 		s.API = dashboard.Mount(api, d)
 	}
+	s.API = telemetry.APIMetrics(s.API)
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
 		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,

@@ -20,13 +20,13 @@
 // # Exporters
 //
 //   - The Cloud Functions, with no OTEL_* exporter variable set
-//     ([DefaultGoogleCloud]): traces to Cloud Trace over OTLP/gRPC to
-//     Google's Telemetry API ([GoogleTelemetryEndpoint], Application
-//     Default Credentials, resource attribute gcp.project_id); metrics to
-//     Cloud Monitoring with Google's exporter, every 60 s. The functions'
-//     service accounts need roles/telemetry.tracesWriter and
-//     roles/monitoring.metricWriter (terraform/iam.tf), and the Telemetry
-//     API must be enabled (terraform/main.tf).
+//     ([DefaultGoogleCloud]): traces to Cloud Trace and metrics to Cloud
+//     Monitoring (every 60 s), both over OTLP/gRPC to Google's Telemetry
+//     API ([GoogleTelemetryEndpoint], Application Default Credentials,
+//     resource attribute gcp.project_id). The functions' service accounts
+//     need roles/telemetry.tracesWriter and roles/telemetry.metricsWriter
+//     (terraform/iam.tf), and the Telemetry API must be enabled
+//     (terraform/main.tf).
 //   - Any process with OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or
 //     OTEL_EXPORTER_OTLP_ENDPOINT set: as the variables say (autoexport):
 //     otlp (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf), console or
@@ -35,25 +35,34 @@
 //     20 000) for GET /v1/tasks/{id}/trace, metrics as Prometheus text at
 //     GET /metrics, each plus OTLP when set.
 //
-// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource
-// (default: [Config].ServiceName, which the functions set to their Cloud
-// Run service, K_SERVICE, and `servo dev` to servo-dev);
+// The resource: service.name (OTEL_SERVICE_NAME, or [Config].ServiceName,
+// which the functions set to their Cloud Run service, K_SERVICE, and
+// `servo dev` to servo-dev), service.instance.id (Cloud Run's instance id,
+// faas.instance, when Google's resource detector finds one; a random id
+// per process otherwise), and with DefaultGoogleCloud what Google's
+// resource detector (go.opentelemetry.io/contrib/detectors/gcp) finds:
+// cloud.region, cloud.platform, faas.name, faas.version. The detection is
+// bounded to 2 s (off Google Cloud the metadata probe would otherwise
+// delay a cold start). OTEL_RESOURCE_ATTRIBUTES wins over all of it.
 // OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose the sampler
 // (default parentbased_always_on: a caller's sampling decision is kept).
 // The propagator is W3C traceparent, plus baggage.
 //
-// Google's own Cloud Trace and Cloud Monitoring exporters for Go
-// (opentelemetry-operations-go) are deprecated and archived after
-// 2027-01-01, Google pointing to OTLP. Traces have moved
-// (TestGoogleCloudTraces checks the export against a local OTLP receiver:
-// the access token on every call, the project and service on the
-// resource). Metrics still use Google's Monitoring exporter, which logs its
-// deprecation notice at each cold start: sent over OTLP they would land in
-// Managed Service for Prometheus as prometheus.googleapis.com/… instead of
-// workload.googleapis.com/servo.…, so the alert policies
-// (terraform/modules/alerts) and any dashboards built on the metric names
-// must move with them; that is a migration to make deliberately, not on
-// the side.
+// In Cloud Monitoring, metrics sent to the Telemetry API are stored the
+// Managed Service for Prometheus way
+// (https://docs.cloud.google.com/stackdriver/docs/reference/telemetry/v1.metrics):
+// the instrument servo.x is the metric type
+// prometheus.googleapis.com/servo.x/counter (a counter: CUMULATIVE
+// DOUBLE), …/gauge (a gauge: GAUGE DOUBLE) or …/histogram (CUMULATIVE
+// DISTRIBUTION), on the monitored resource prometheus_target, whose
+// location is cloud.region, cluster __run__ on Cloud Run, job the service
+// and instance service.instance.id (a point without it is refused), so
+// each instance writes its own series. The alert policies
+// (terraform/modules/alerts) read those types; TestAlertPoliciesMatchTheMetrics
+// checks each of their metric types, resource types, aligners and
+// reducers against the instruments here. Google's Go exporters for Cloud
+// Trace and Cloud Monitoring (opentelemetry-operations-go), deprecated and
+// archived after 2027-01-01, are no longer used.
 //
 // # One task's trace
 //
@@ -97,8 +106,16 @@
 //	servo.callback.firestore.rpcs    histogram      servo.callback (the RPCs of the callback's transaction,
 //	                                                tallied in its context by a gRPC interceptor: no call of its own)
 //	servo.submits                    counter        servo.result (created, existing, rejected)
+//	servo.sweeper.passes             counter        servo.result (ok, error): one per pass, at its end
+//	servo.sweeper.due                counter        servo.duty (due tasks found; 0 added when none, so
+//	                                                every duty has a series from the first pass)
+//	servo.sweeper.max_lag            gauge (s)      servo.duty (the last pass's largest lag; 0 when none)
+//	servo.sweeper.last_pass_time     gauge (s)      – (when the last pass ended, Unix seconds)
 //	servo.sweeper.lag                histogram (s)  servo.duty (due time → handled)
 //	servo.sweeper.handled            counter        servo.duty, servo.result (applied, noop, error)
+//	servo.api.requests               counter        http.request.method, http.route (bounded: ids are
+//	                                                {id}, unknown paths "other"), http.response.status_code
+//	servo.api.duration               histogram (s)  http.request.method, http.route
 //	servo.zombies                    counter        servo.worker
 //	servo.retries.scheduled          counter        servo.worker, servo.reason
 //	servo.dead_letters               counter        servo.worker

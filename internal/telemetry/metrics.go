@@ -23,6 +23,12 @@ const (
 	MetricSubmits          = "servo.submits"
 	MetricSweeperLag       = "servo.sweeper.lag"
 	MetricSweeperHandled   = "servo.sweeper.handled"
+	MetricSweeperPasses    = "servo.sweeper.passes"
+	MetricSweeperDue       = "servo.sweeper.due"
+	MetricSweeperMaxLag    = "servo.sweeper.max_lag"
+	MetricSweeperLastPass  = "servo.sweeper.last_pass_time"
+	MetricAPIRequests      = "servo.api.requests"
+	MetricAPIDuration      = "servo.api.duration"
 	MetricZombies          = "servo.zombies"
 	MetricRetries          = "servo.retries.scheduled"
 	MetricDeadLetters      = "servo.dead_letters"
@@ -37,14 +43,17 @@ const (
 	toKey     = attribute.Key("servo.to")
 	reasonKey = attribute.Key("servo.reason")
 	statusKey = attribute.Key("http.response.status_code")
+	methodKey = attribute.Key("http.request.method")
+	routeKey  = attribute.Key("http.route")
 )
 
 type instruments struct {
 	transitions, callbacks, submits, handled, zombies, retries, deadLetters metric.Int64Counter
-	callbackDur, sweeperLag, startLatency                                   metric.Float64Histogram
+	passes, due, apiRequests                                                metric.Int64Counter
+	callbackDur, sweeperLag, startLatency, apiDuration                      metric.Float64Histogram
 	callbackRPCs                                                            metric.Int64Histogram
 	backlog                                                                 metric.Int64Gauge
-	oldestAge                                                               metric.Float64Gauge
+	oldestAge, maxLag, lastPass                                             metric.Float64Gauge
 }
 
 func newInstruments(m metric.Meter) *instruments {
@@ -61,10 +70,16 @@ func newInstruments(m metric.Meter) *instruments {
 	i.zombies, _ = m.Int64Counter(MetricZombies, metric.WithDescription("Attempts ended as zombies (lease expired), by worker."), metric.WithUnit("{attempt}"))
 	i.retries, _ = m.Int64Counter(MetricRetries, metric.WithDescription("Retries scheduled (a new attempt), by worker and reason."), metric.WithUnit("{attempt}"))
 	i.deadLetters, _ = m.Int64Counter(MetricDeadLetters, metric.WithDescription("Tasks that ended FAILED with no retry left (dead letters), by worker."), metric.WithUnit("{task}"))
-	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events the last re-drive pass found past their grace period."), metric.WithUnit("{event}"))
-	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found."), metric.WithUnit("s"))
+	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events past their grace period the last re-drive pass found, due or backed off after a failed delivery (at most a re-drive batch per shard)."), metric.WithUnit("{event}"))
+	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found (0 when none)."), metric.WithUnit("s"))
 	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 
+	i.passes, _ = m.Int64Counter(MetricSweeperPasses, metric.WithDescription("Sweeper passes run, by result (ok, error): a pass is recorded at its end, whatever it found."), metric.WithUnit("{pass}"))
+	i.due, _ = m.Int64Counter(MetricSweeperDue, metric.WithDescription("Due tasks the sweeper's passes found, by duty (0 added for a duty with none, so that every duty has a series from the first pass)."), metric.WithUnit("{task}"))
+	i.maxLag, _ = m.Float64Gauge(MetricSweeperMaxLag, metric.WithDescription("The largest lag behind a due time among the tasks the last pass handled, by duty (0 when none was due)."), metric.WithUnit("s"))
+	i.lastPass, _ = m.Float64Gauge(MetricSweeperLastPass, metric.WithDescription("When the last sweeper pass ended, in seconds since the Unix epoch."), metric.WithUnit("s"))
+	i.apiRequests, _ = m.Int64Counter(MetricAPIRequests, metric.WithDescription("Control API requests answered, by method, route and HTTP status."), metric.WithUnit("{request}"))
+	i.apiDuration, _ = m.Float64Histogram(MetricAPIDuration, metric.WithDescription("Time to answer a control API request, by method and route."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 	return &i
 }
 
@@ -159,4 +174,44 @@ func RecordOutbox(ctx context.Context, backlog int, oldest time.Duration) {
 	in := inst()
 	in.backlog.Record(ctx, int64(backlog))
 	in.oldestAge.Record(ctx, max(0, oldest.Seconds()))
+}
+
+// Sweeper pass results.
+const (
+	PassOK    = "ok"
+	PassError = "error"
+)
+
+// PassDuty is one duty's figures of a sweeper pass.
+type PassDuty struct {
+	// Name is the duty (deadline, cancel, lease, dispatch).
+	Name string
+	// Due is how many due tasks the pass found for it.
+	Due int
+	// MaxLag is the largest lag behind a due time among them.
+	MaxLag time.Duration
+}
+
+// RecordPass records one sweeper pass that ended at end, with result
+// PassOK or PassError: the pass counter, the time of the last pass, and
+// per duty the due tasks found and the largest lag. Every duty gets its
+// series, zero when nothing was due, so that an operator (and /metrics)
+// sees a live sweeper from its first pass.
+func RecordPass(ctx context.Context, result string, end time.Time, duties []PassDuty) {
+	in := inst()
+	in.passes.Add(ctx, 1, metric.WithAttributes(spanattr.ResultKey.String(result)))
+	in.lastPass.Record(ctx, float64(end.UnixMilli())/1000)
+	for _, d := range duties {
+		attrs := metric.WithAttributes(spanattr.DutyKey.String(d.Name))
+		in.due.Add(ctx, int64(d.Due), attrs)
+		in.maxLag.Record(ctx, max(0, d.MaxLag.Seconds()), attrs)
+	}
+}
+
+// RecordAPI records one answered control API request: its method, its
+// route (APIRoute of the path) and status, and how long it took.
+func RecordAPI(ctx context.Context, method, route string, status int, d time.Duration) {
+	in := inst()
+	in.apiRequests.Add(ctx, 1, metric.WithAttributes(methodKey.String(method), routeKey.String(route), statusKey.Int(status)))
+	in.apiDuration.Record(ctx, d.Seconds(), metric.WithAttributes(methodKey.String(method), routeKey.String(route)))
 }

@@ -2,18 +2,21 @@ package telemetry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
 
-	mexporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/detectors/gcp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -36,22 +39,26 @@ const (
 	// DefaultNone exports nothing (servo dev, tests): spans still reach a
 	// Recorder, metrics a Prometheus handler.
 	DefaultNone Default = iota
-	// DefaultGoogleCloud exports traces to Cloud Trace, over OTLP to
-	// Google's Telemetry API (GoogleTelemetryEndpoint, with the Application
-	// Default Credentials), and metrics to Cloud Monitoring (the Cloud
-	// Functions in production).
+	// DefaultGoogleCloud exports traces to Cloud Trace and metrics to Cloud
+	// Monitoring, both over OTLP to Google's Telemetry API
+	// (GoogleTelemetryEndpoint, with the Application Default Credentials),
+	// with the resource Google's detector finds (the Cloud Functions in
+	// production). In Cloud Monitoring a metric servo.x of kind K is
+	// prometheus.googleapis.com/servo.x/K on resource prometheus_target
+	// (MonitoringType).
 	DefaultGoogleCloud
 )
 
 // GoogleTelemetryEndpoint is Google Cloud's OTLP endpoint (the Telemetry
-// API), through which DefaultGoogleCloud sends spans to Cloud Trace.
+// API), through which DefaultGoogleCloud sends spans to Cloud Trace and
+// metrics to Cloud Monitoring.
 const GoogleTelemetryEndpoint = "telemetry.googleapis.com:443"
 
 // GCPProjectIDKey is the resource attribute that names the project whose
 // Cloud Trace receives the spans sent to GoogleTelemetryEndpoint.
 const GCPProjectIDKey = attribute.Key("gcp.project_id")
 
-// googleOTLP is where DefaultGoogleCloud sends spans and how it
+// googleOTLP is where DefaultGoogleCloud sends spans and metrics and how it
 // authenticates; tests point it at a local receiver.
 var googleOTLP = struct {
 	endpoint string
@@ -80,6 +87,27 @@ func googleSpanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	}
 	return otlptracegrpc.New(ctx, opts...)
 }
+
+// googleMetricExporter is DefaultGoogleCloud's metric exporter: OTLP over
+// gRPC to googleOTLP.endpoint, each call carrying an access token.
+func googleMetricExporter(ctx context.Context) (sdkmetric.Exporter, error) {
+	creds, err := googleOTLP.creds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	opts := []otlpmetricgrpc.Option{
+		otlpmetricgrpc.WithEndpoint(googleOTLP.endpoint),
+		otlpmetricgrpc.WithDialOption(grpc.WithPerRPCCredentials(creds)),
+	}
+	if googleOTLP.insecure {
+		opts = append(opts, otlpmetricgrpc.WithInsecure())
+	}
+	return otlpmetricgrpc.New(ctx, opts...)
+}
+
+// detectors are the resource detectors of DefaultGoogleCloud: Google's
+// (cloud.*, faas.* on Cloud Run and Cloud Functions); tests replace them.
+var detectors = func() []resource.Detector { return []resource.Detector{gcp.NewDetector()} }
 
 // Config configures Setup.
 type Config struct {
@@ -156,19 +184,9 @@ func anyEnv(names ...string) bool {
 // (default parentbased_always_on), the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
-	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}
-	if cfg.Default == DefaultGoogleCloud && cfg.Project != "" {
-		// The Telemetry API files spans under this project.
-		attrs = append(attrs, GCPProjectIDKey.String(cfg.Project))
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
+	res, err := newResource(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: resource: %w", err)
-	}
-	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
-		if merged, err := resource.Merge(res, env); err == nil {
-			res = merged
-		}
+		return nil, err
 	}
 	t := &Telemetry{}
 	var topts []sdktrace.TracerProviderOption
@@ -212,9 +230,9 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			t.Exporters = append(t.Exporters, "metrics:"+envOr("OTEL_METRICS_EXPORTER", "otlp"))
 		}
 	case cfg.Default == DefaultGoogleCloud:
-		exp, err := mexporter.New(mexporter.WithProjectID(cfg.Project))
+		exp, err := googleMetricExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: cloud monitoring exporter: %w", err)
+			return nil, fmt.Errorf("telemetry: cloud monitoring exporter (OTLP to %s): %w", googleOTLP.endpoint, err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, periodic...)))
 		t.Exporters = append(t.Exporters, "metrics:googlecloud")
@@ -246,4 +264,81 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// newResource is the resource of every span and metric: the SDK's
+// defaults, service.name, a service.instance.id of this process (Cloud
+// Run's instance id when the detector finds one, else a random one) so
+// that each instance writes its own series, and with DefaultGoogleCloud
+// what Google's resource detector finds (cloud.region, cloud.platform,
+// faas.*) and gcp.project_id; OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES win.
+func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}
+	var detected *resource.Resource
+	if cfg.Default == DefaultGoogleCloud {
+		if cfg.Project != "" {
+			// The Telemetry API files spans and metrics under this project.
+			attrs = append(attrs, GCPProjectIDKey.String(cfg.Project))
+		}
+		detected = detect(ctx)
+	}
+	instance := ""
+	if detected != nil {
+		if v, ok := detected.Set().Value(semconv.FaaSInstanceKey); ok {
+			instance = v.AsString()
+		}
+	}
+	if instance == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		instance = hex.EncodeToString(b[:])
+	}
+	attrs = append(attrs, semconv.ServiceInstanceID(instance))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	for _, r := range []*resource.Resource{detected, envResource(ctx)} {
+		if r == nil {
+			continue
+		}
+		if merged, err := resource.Merge(res, r); err == nil {
+			res = merged
+		} else if merged, err := resource.Merge(res, resource.NewSchemaless(r.Attributes()...)); err == nil {
+			// Another schema URL: keep the attributes.
+			res = merged
+		}
+	}
+	return res, nil
+}
+
+// detectTimeout bounds the resource detection: off Google Cloud the
+// metadata server's probe would otherwise delay a start by seconds.
+var detectTimeout = 2 * time.Second
+
+// detect runs the detectors, within detectTimeout; a partial resource (an
+// error) is still what could be found, none at all is nil.
+func detect(ctx context.Context) *resource.Resource {
+	ctx, cancel := context.WithTimeout(ctx, detectTimeout)
+	defer cancel()
+	found := make(chan *resource.Resource, 1)
+	go func() {
+		r, _ := resource.New(ctx, resource.WithDetectors(detectors()...))
+		found <- r
+	}()
+	select {
+	case r := <-found:
+		return r
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func envResource(ctx context.Context) *resource.Resource {
+	r, err := resource.New(ctx, resource.WithFromEnv())
+	if err != nil {
+		return nil
+	}
+	return r
 }

@@ -9,9 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/servo-dev/servo/internal/spanattr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -65,6 +69,9 @@ func TestSetupChoosesExporters(t *testing.T) {
 				"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
 				t.Setenv(k, tc.env[k])
 			}
+			saved := detectors
+			detectors = func() []resource.Detector { return nil } // not on Google Cloud
+			defer func() { detectors = saved }()
 			tl, err := Setup(context.Background(), tc.cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -195,9 +202,10 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // without TLS, with creds, until the test ends.
 func useGoogleOTLP(t *testing.T, endpoint string, creds func(context.Context) (credentials.PerRPCCredentials, error)) {
 	t.Helper()
-	saved := googleOTLP
+	saved, savedDetectors := googleOTLP, detectors
 	googleOTLP.endpoint, googleOTLP.insecure, googleOTLP.creds = endpoint, true, creds
-	t.Cleanup(func() { googleOTLP = saved })
+	detectors = func() []resource.Detector { return nil } // not on Google Cloud
+	t.Cleanup(func() { googleOTLP, detectors = saved, savedDetectors })
 }
 
 // TestGoogleCloudTraces: with no OTEL_* variable choosing a trace exporter,
@@ -278,5 +286,123 @@ func clearOTEL(t *testing.T) {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
 		t.Setenv(k, "")
+	}
+}
+
+// metricReceiver is an OTLP/gRPC metrics collector on a free local port,
+// standing in for the Telemetry API.
+type metricReceiver struct {
+	colmetricpb.UnimplementedMetricsServiceServer
+	addr string
+
+	mu    sync.Mutex
+	reqs  []*colmetricpb.ExportMetricsServiceRequest
+	auths []string
+}
+
+func newMetricReceiver(t *testing.T) *metricReceiver {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &metricReceiver{addr: l.Addr().String()}
+	srv := grpc.NewServer()
+	colmetricpb.RegisterMetricsServiceServer(srv, r)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return r
+}
+
+func (r *metricReceiver) Export(ctx context.Context, req *colmetricpb.ExportMetricsServiceRequest) (*colmetricpb.ExportMetricsServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reqs = append(r.reqs, req)
+	r.auths = append(r.auths, md.Get("authorization")...)
+	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+}
+
+// cloudRun is a resource detector that finds what Google's finds on Cloud
+// Run.
+type cloudRun struct{}
+
+func (cloudRun) Detect(context.Context) (*resource.Resource, error) {
+	return resource.NewSchemaless(attribute.String("cloud.provider", "gcp"), attribute.String("cloud.platform", "gcp_cloud_run"),
+		attribute.String("cloud.region", "europe-west1"), attribute.String("faas.name", "servo-sweeper"),
+		attribute.String("faas.instance", "0069c7a988")), nil
+}
+
+// TestGoogleCloudMetrics: DefaultGoogleCloud sends metrics over OTLP to the
+// Telemetry API (a local receiver), with the access token, and a resource
+// with what Google's detector finds, the project, service.name and the
+// instance's own service.instance.id (Cloud Run's instance id), so that
+// each instance writes its own series; the sweeper's pass counter is a
+// monotonic sum.
+func TestGoogleCloudMetrics(t *testing.T) {
+	clearOTEL(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	recv := newMetricReceiver(t)
+	useGoogleOTLP(t, recv.addr, func(context.Context) (credentials.PerRPCCredentials, error) { return bearer("access-token-2"), nil })
+	saved := detectors
+	detectors = func() []resource.Detector { return []resource.Detector{cloudRun{}} }
+	t.Cleanup(func() { detectors = saved })
+	ctx := context.Background()
+	tel, err := Setup(ctx, Config{ServiceName: "servosweeper", Project: "servo-prod-1", Default: DefaultGoogleCloud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	if !slices.Contains(tel.Exporters, "metrics:googlecloud") {
+		t.Fatalf("exporters %v, want metrics:googlecloud", tel.Exporters)
+	}
+	RecordPass(ctx, PassOK, time.Now(), []PassDuty{{Name: "lease"}})
+	if err := tel.ForceFlush(ctx); err != nil {
+		t.Fatalf("flush to the receiver: %v", err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if len(recv.reqs) != 1 || !slices.Equal(recv.auths, []string{"Bearer access-token-2"}) {
+		t.Fatalf("%d exports with authorization %q, want 1 with the access token", len(recv.reqs), recv.auths)
+	}
+	rm := recv.reqs[0].GetResourceMetrics()
+	attrs := map[string]string{}
+	for _, kv := range rm[0].GetResource().GetAttributes() {
+		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	for k, v := range map[string]string{"service.name": "servosweeper", "service.instance.id": "0069c7a988", "gcp.project_id": "servo-prod-1",
+		"cloud.region": "europe-west1", "cloud.platform": "gcp_cloud_run"} {
+		if attrs[k] != v {
+			t.Errorf("resource %s = %q, want %q (resource %v)", k, attrs[k], v, attrs)
+		}
+	}
+	var passes bool
+	for _, sm := range rm[0].GetScopeMetrics() {
+		for _, m := range sm.GetMetrics() {
+			if m.GetName() == MetricSweeperPasses {
+				passes = m.GetSum().GetIsMonotonic() && len(m.GetSum().GetDataPoints()) == 1
+			}
+		}
+	}
+	if !passes {
+		t.Errorf("no monotonic %s with one point in %v", MetricSweeperPasses, rm)
+	}
+}
+
+// TestInstanceIDWithoutDetector: off Google Cloud every process still has
+// a service.instance.id of its own.
+func TestInstanceIDWithoutDetector(t *testing.T) {
+	clearOTEL(t)
+	ids := map[string]bool{}
+	for range 2 {
+		res, err := newResource(context.Background(), Config{ServiceName: "servo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := res.Set().Value("service.instance.id")
+		ids[v.AsString()] = true
+	}
+	if len(ids) != 2 || ids[""] {
+		t.Fatalf("instance ids %v, want two distinct ones", ids)
 	}
 }

@@ -12,12 +12,20 @@ api_invokers = [
   "group:servo-dev@example.com",
 ]
 
-# One worker. The image is Google's public sample until you push your own
-# (README.md, "Deploy a worker"); cloudbuild.yaml overrides it with the
-# example worker it builds, through worker_images.
+# One worker: Servo's example worker (examples/worker), the one the smoke
+# test (`servo doctor --worker example`, docs/operations.md) submits its
+# canary to. Its image lives in the Artifact Registry repository Terraform
+# creates (artifact_repository, default "servo"), so the first time:
+#   terraform apply -var-file=examples/dev.tfvars -target=google_artifact_registry_repository.images
+#   REPO=$(terraform output -raw artifact_registry)
+#   docker build -f ../examples/worker/Dockerfile -t $REPO/example-worker:v1 ..
+#   docker push $REPO/example-worker:v1
+# then the whole apply (terraform/README.md, "Deploy a worker").
+# cloudbuild.yaml builds and pushes it itself and overrides this image
+# through worker_images.
 workers = {
   example = {
-    image           = "us-docker.pkg.dev/cloudrun/container/hello"
+    image           = "europe-west1-docker.pkg.dev/my-servo-dev/servo/example-worker:v1"
     memory          = "512Mi"
     timeout_seconds = 900
     max_instances   = 5

@@ -1,9 +1,14 @@
 # Alert policies for a Servo deployment (docs/operations.md, "Alerts").
 #
-# The servo.* metrics are OpenTelemetry instruments the functions export
-# to Cloud Monitoring, where they appear as workload.googleapis.com/servo.*;
-# the 5xx ratio uses Cloud Run's own request_count. Each policy's
-# documentation names the runbook section to follow.
+# The servo.* metrics are OpenTelemetry instruments the functions send over
+# OTLP to Google's Telemetry API (telemetry.googleapis.com). Cloud Monitoring
+# stores them the Managed Service for Prometheus way: an instrument servo.x
+# is prometheus.googleapis.com/servo.x/<counter|gauge|histogram>, on the
+# monitored resource prometheus_target (one series per instance:
+# service.instance.id). The 5xx ratio uses Cloud Run's own request_count.
+# Each policy's documentation names the runbook section to follow.
+# internal/telemetry's TestAlertPoliciesMatchTheMetrics checks every metric
+# type, resource type, aligner and reducer here against what the code emits.
 
 locals {
   functions = ["api", "callbacks", "sweeper"]
@@ -17,15 +22,16 @@ resource "google_monitoring_alert_policy" "sweeper_lag" {
   notification_channels = var.notification_channels
 
   conditions {
-    display_name = "servo.sweeper.lag above ${var.sweeper_lag_seconds}s"
+    display_name = "servo.sweeper.max_lag above ${var.sweeper_lag_seconds}s"
     condition_threshold {
-      filter          = "metric.type = \"workload.googleapis.com/servo.sweeper.lag\" AND resource.type = \"cloud_run_revision\""
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.sweeper.max_lag/gauge\" AND resource.type = \"prometheus_target\""
       comparison      = "COMPARISON_GT"
       threshold_value = var.sweeper_lag_seconds
       duration        = "300s"
       aggregations {
-        alignment_period   = "60s"
-        per_series_aligner = "ALIGN_MAX"
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_MAX"
+        cross_series_reducer = "REDUCE_MAX"
       }
     }
   }
@@ -42,14 +48,32 @@ resource "google_monitoring_alert_policy" "sweeper_silent" {
   combiner              = "OR"
   notification_channels = var.notification_channels
 
+  # Either no instance exports the pass counter any more (scaled to zero)
+  # or the counters exported do not grow (alive but not sweeping).
   conditions {
-    display_name = "no servo.sweeper.passes for ${var.sweeper_silence_minutes} min"
+    display_name = "no servo.sweeper.passes series for ${var.sweeper_silence_minutes} min"
     condition_absent {
-      filter   = "metric.type = \"workload.googleapis.com/servo.sweeper.passes\" AND resource.type = \"cloud_run_revision\""
+      filter   = "metric.type = \"prometheus.googleapis.com/servo.sweeper.passes/counter\" AND resource.type = \"prometheus_target\""
       duration = "${var.sweeper_silence_minutes * 60}s"
       aggregations {
-        alignment_period   = "60s"
-        per_series_aligner = "ALIGN_RATE"
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_DELTA"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  conditions {
+    display_name = "servo.sweeper.passes not growing for ${var.sweeper_silence_minutes} min"
+    condition_threshold {
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.sweeper.passes/counter\" AND resource.type = \"prometheus_target\""
+      comparison      = "COMPARISON_LT"
+      threshold_value = var.sweeper_min_passes
+      duration        = "${var.sweeper_silence_minutes * 60}s"
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_DELTA"
+        cross_series_reducer = "REDUCE_SUM"
       }
     }
   }
@@ -69,13 +93,14 @@ resource "google_monitoring_alert_policy" "outbox_age" {
   conditions {
     display_name = "servo.outbox.oldest_age above ${var.outbox_age_seconds}s"
     condition_threshold {
-      filter          = "metric.type = \"workload.googleapis.com/servo.outbox.oldest_age\" AND resource.type = \"cloud_run_revision\""
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.outbox.oldest_age/gauge\" AND resource.type = \"prometheus_target\""
       comparison      = "COMPARISON_GT"
       threshold_value = var.outbox_age_seconds
       duration        = "300s"
       aggregations {
-        alignment_period   = "60s"
-        per_series_aligner = "ALIGN_MAX"
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_MAX"
+        cross_series_reducer = "REDUCE_MAX"
       }
     }
   }
@@ -93,9 +118,9 @@ resource "google_monitoring_alert_policy" "dead_letters" {
   notification_channels = var.notification_channels
 
   conditions {
-    display_name = "servo.events.dead_letters above ${var.dead_letter_per_minute}/min"
+    display_name = "servo.dead_letters above ${var.dead_letter_per_minute}/min"
     condition_threshold {
-      filter          = "metric.type = \"workload.googleapis.com/servo.events.dead_letters\" AND resource.type = \"cloud_run_revision\""
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.dead_letters/counter\" AND resource.type = \"prometheus_target\""
       comparison      = "COMPARISON_GT"
       threshold_value = var.dead_letter_per_minute / 60
       duration        = "600s"

@@ -15,7 +15,7 @@ variable "notification_channels" {
 }
 
 variable "sweeper_lag_seconds" {
-  description = "Alert when the sweeper's largest lag behind a due timer (servo.sweeper.lag) stays above this many seconds for 5 minutes."
+  description = "Alert when the sweeper's largest lag behind a due timer in a pass (servo.sweeper.max_lag) stays above this many seconds for 5 minutes."
   type        = number
   default     = 120
 }
@@ -26,6 +26,12 @@ variable "sweeper_silence_minutes" {
   default     = 10
 }
 
+variable "sweeper_min_passes" {
+  description = "Alert when fewer sweeper passes than this are counted (servo.sweeper.passes, all instances) per minute for sweeper_silence_minutes."
+  type        = number
+  default     = 1
+}
+
 variable "outbox_age_seconds" {
   description = "Alert when the oldest unpublished outbox entry (servo.outbox.oldest_age) stays older than this many seconds for 5 minutes."
   type        = number
@@ -33,7 +39,7 @@ variable "outbox_age_seconds" {
 }
 
 variable "dead_letter_per_minute" {
-  description = "Alert when tasks are dead-lettered (servo.events.dead_letters) faster than this many per minute over 10 minutes."
+  description = "Alert when tasks are dead-lettered (servo.dead_letters) faster than this many per minute over 10 minutes."
   type        = number
   default     = 5
 }

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+)
+
+// startServoDev runs the servo binary's `dev` with args against the test
+// binary's emulators and returns its base URL once it is running; it is
+// stopped (SIGINT) when the test ends.
+func startServoDev(t *testing.T, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	args = append([]string{"dev", "--addr", addr, "--no-demo", "--project", emulatortest.ProjectID(t),
+		"--firestore", emulatortest.FirestoreHost(t), "--pubsub", emulatortest.PubSubHost(t),
+		"--log", filepath.Join(t.TempDir(), "dev.log")}, args...)
+	dev := exec.Command(servoBinary(t), args...)
+	dev.Env = withoutEmulatorEnv(os.Environ())
+	stdout, _ := dev.StdoutPipe()
+	var stderr bytes.Buffer
+	dev.Stderr = &stderr
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready, exited := make(chan struct{}), make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "servo dev: running; Ctrl-C to stop" {
+				close(ready)
+			}
+		}
+		exited <- dev.Wait()
+	}()
+	t.Cleanup(func() {
+		dev.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			dev.Process.Kill()
+			<-exited
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-exited:
+		t.Fatalf("servo dev exited: %v\n%s", err, stderr.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("servo dev not ready\n%s", stderr.String())
+	}
+	return "http://" + addr
+}
+
+// scrape returns servo dev's /metrics.
+func scrape(t *testing.T, base string) string {
+	t.Helper()
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+// sum adds the values of the series of a Prometheus metric whose labels
+// match labels (a regexp); found is false when there is none.
+func sum(text, name, labels string) (total float64, found bool) {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{([^}]*)\} ([0-9.e+-]+)$`)
+	for _, m := range re.FindAllStringSubmatch(text, -1) {
+		if ok, _ := regexp.MatchString(labels, m[1]); ok {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			total, found = total+v, true
+		}
+	}
+	return total, found
+}
+
+// The alert conditions of terraform/modules/alerts, evaluated on servo
+// dev's /metrics (the same instruments, Prometheus-named).
+const (
+	passesType      = "prometheus.googleapis.com/servo.sweeper.passes/counter"
+	passesProm      = "servo_sweeper_passes_total"
+	deadLettersType = "prometheus.googleapis.com/servo.dead_letters/counter"
+	deadLettersProm = "servo_dead_letters_total"
+)
+
+// silent is the "sweeper not running" policy: no pass series (the absent
+// condition) or fewer than one pass added over the window (the threshold
+// condition).
+func silent(before, after string) bool {
+	b, _ := sum(before, passesProm, "")
+	a, found := sum(after, passesProm, "")
+	return !found || a-b < 1
+}
+
+// TestAlertConditionsAgainstServoDev exercises each policy's condition once
+// against servo dev: with the sweeper running, its pass series is in
+// /metrics from the first pass (every duty too) and the silence condition
+// does not hold; with `servo dev --no-sweeper` it holds; a dead letter (a
+// DATA_QUALITY failure) makes the dead-letter condition hold.
+func TestAlertConditionsAgainstServoDev(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "terraform", "modules", "alerts", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{passesType, deadLettersType} {
+		if !strings.Contains(string(src), `\"`+typ+`\"`) {
+			t.Fatalf("terraform/modules/alerts no longer reads %s: update this test with it", typ)
+		}
+	}
+	const window = 3 * time.Second
+
+	t.Run("sweeper running", func(t *testing.T) {
+		base := startServoDev(t, "--sweep-every", "200ms")
+		deadline := time.Now().Add(time.Minute)
+		var first string
+		for {
+			first = scrape(t, base)
+			if _, ok := sum(first, passesProm, `servo_result="ok"`); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in /metrics within a minute:\n%s", passesProm, first)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for _, duty := range []string{"deadline", "cancel", "lease", "dispatch"} {
+			if _, ok := sum(first, "servo_sweeper_due_total", `servo_duty="`+duty+`"`); !ok {
+				t.Errorf("no servo_sweeper_due_total for duty %s after the first pass", duty)
+			}
+			if _, ok := sum(first, "servo_sweeper_max_lag_seconds", `servo_duty="`+duty+`"`); !ok {
+				t.Errorf("no servo_sweeper_max_lag_seconds for duty %s after the first pass", duty)
+			}
+		}
+		if v, ok := sum(first, "servo_sweeper_last_pass_time_seconds", ""); !ok || v < 1e9 {
+			t.Errorf("servo_sweeper_last_pass_time_seconds %v (%v), want a Unix time", v, ok)
+		}
+		time.Sleep(window)
+		if silent(first, scrape(t, base)) {
+			t.Errorf("the sweeper-silence condition holds while the sweeper runs")
+		}
+	})
+
+	t.Run("--no-sweeper, a dead letter", func(t *testing.T) {
+		base := startServoDev(t, "--no-sweeper")
+		before := scrape(t, base)
+		time.Sleep(window)
+		after := scrape(t, base)
+		if !silent(before, after) {
+			t.Errorf("the sweeper-silence condition does not hold with --no-sweeper:\n%s", after)
+		}
+		dl0, _ := sum(after, deadLettersProm, "")
+		c, err := client.New(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		sub, _, err := c.Submit(ctx, []byte(`{"tenantId":"oncall","workspaceId":"ws","taskKey":"poison","worker":"example","payload":{"invalid":true}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := waitFinal(ctx, c, sub.TaskID, time.Minute)
+		if err != nil || v.State != api.Failed {
+			t.Fatalf("task %s: %s %s, %v; want FAILED", sub.TaskID, v.State, v.Reason, err)
+		}
+		dl1, found := sum(scrape(t, base), deadLettersProm, `servo_worker="example"`)
+		if !found || dl1-dl0 < 1 {
+			t.Errorf("dead-letter condition: %s went %v → %v, want it to grow", deadLettersProm, dl0, dl1)
+		}
+	})
+}
