@@ -1,71 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/emulator/emulatortest"
 )
-
-// startServoDev runs the servo binary's `dev` with args against the test
-// binary's emulators and returns its base URL once it is running; it is
-// stopped (SIGINT) when the test ends.
-func startServoDev(t *testing.T, args ...string) string {
-	t.Helper()
-	addr := freeAddr(t)
-	args = append([]string{"dev", "--addr", addr, "--no-demo", "--project", emulatortest.ProjectID(t),
-		"--firestore", emulatortest.FirestoreHost(t), "--pubsub", emulatortest.PubSubHost(t),
-		"--log", filepath.Join(t.TempDir(), "dev.log")}, args...)
-	dev := exec.Command(servoBinary(t), args...)
-	dev.Env = withoutEmulatorEnv(os.Environ())
-	stdout, _ := dev.StdoutPipe()
-	var stderr bytes.Buffer
-	dev.Stderr = &stderr
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready, exited := make(chan struct{}), make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "servo dev: running; Ctrl-C to stop" {
-				close(ready)
-			}
-		}
-		exited <- dev.Wait()
-	}()
-	t.Cleanup(func() {
-		dev.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			dev.Process.Kill()
-			<-exited
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("servo dev exited: %v\n%s", err, stderr.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("servo dev not ready\n%s", stderr.String())
-	}
-	return "http://" + addr
-}
 
 // scrape returns servo dev's /metrics.
 func scrape(t *testing.T, base string) string {

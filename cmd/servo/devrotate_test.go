@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/auth"
 )
 
@@ -47,36 +43,9 @@ func TestServoDevRotatesItsKeyFile(t *testing.T) {
 	}))
 	t.Cleanup(rec.Close)
 
-	addr := freeAddr(t)
-	dev := exec.Command(servoBinary(t), "dev", "--addr", addr, "--no-demo", "--project", emulatortest.ProjectID(t),
-		"--firestore", emulatortest.FirestoreHost(t), "--pubsub", emulatortest.PubSubHost(t),
-		"--worker", "rec="+rec.URL, "--start-timeout", "1h", "--log", filepath.Join(t.TempDir(), "dev.log"))
-	dev.Env = append(withoutEmulatorEnv(os.Environ()), auth.EnvKeysFile+"="+ring, auth.EnvKeys+"=")
-	stdout, _ := dev.StdoutPipe()
-	var stderr bytes.Buffer
-	dev.Stderr = &stderr
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready, exited := make(chan struct{}), make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "servo dev: running; Ctrl-C to stop" {
-				close(ready)
-			}
-		}
-		exited <- dev.Wait()
-	}()
-	t.Cleanup(func() { dev.Process.Kill(); <-exited })
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("servo dev exited: %v\n%s", err, stderr.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("servo dev not ready\n%s", stderr.String())
-	}
-	c, err := client.New("http://" + addr)
+	base := startServoDevEnv(t, []string{auth.EnvKeysFile + "=" + ring, auth.EnvKeys + "="},
+		"--worker", "rec="+rec.URL, "--start-timeout", "1h")
+	c, err := client.New(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +105,7 @@ func TestServoDevRotatesItsKeyFile(t *testing.T) {
 	// The running stack no longer accepts k1's tokens.
 	eventually("k1's tokens refused", func() bool {
 		body, _ := json.Marshal(api.StartedRequest{Attempt: 1, WorkerID: "w1"})
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/tasks/"+oldID+"/started", bytes.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/tasks/"+oldID+"/started", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+oldTok)
 		resp, err := http.DefaultClient.Do(req)

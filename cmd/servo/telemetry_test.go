@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +18,6 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/emulator"
 )
 
 // otlpReceiver is an OTLP/HTTP (protobuf) collector: it keeps the spans'
@@ -124,46 +118,9 @@ func TestServoDevTelemetry(t *testing.T) {
 	ctx := context.Background()
 	recv, endpoint := newOTLPReceiver(t)
 	bin := servoBinary(t)
-	addr := freeAddr(t)
-	dev := exec.Command(bin, "dev", "--addr", addr, "--no-demo", "--project", "servo-otel-dev",
-		"--firestore", os.Getenv(emulator.Firestore.EnvVar()), "--pubsub", os.Getenv(emulator.PubSub.EnvVar()),
-		"--log", filepath.Join(t.TempDir(), "dev.log"))
-	dev.Env = append(withoutEmulatorEnv(os.Environ()),
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
-		"OTEL_SERVICE_NAME=servo-otlp-test", "OTEL_BSP_SCHEDULE_DELAY=200", "OTEL_METRIC_EXPORT_INTERVAL=500")
-	stdout, _ := dev.StdoutPipe()
-	var stderr bytes.Buffer
-	dev.Stderr = &stderr
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready, exited := make(chan struct{}), make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "servo dev: running; Ctrl-C to stop" {
-				close(ready)
-			}
-		}
-		exited <- dev.Wait()
-	}()
-	stopped := false
-	defer func() {
-		if !stopped {
-			dev.Process.Kill()
-			<-exited
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-exited:
-		stopped = true
-		t.Fatalf("servo dev exited: %v\n%s", err, stderr.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("servo dev not ready\n%s", stderr.String())
-	}
-
-	c, err := client.New("http://" + addr)
+	base := startServoDevEnv(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_SERVICE_NAME=servo-otlp-test", "OTEL_BSP_SCHEDULE_DELAY=200", "OTEL_METRIC_EXPORT_INTERVAL=500"})
+	c, err := client.New(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +187,7 @@ func TestServoDevTelemetry(t *testing.T) {
 	var text string
 	deadline := time.Now().Add(time.Minute)
 	for {
-		text = get(t, "http://"+addr+"/metrics")
+		text = get(t, base+"/metrics")
 		missing = missing[:0]
 		for _, m := range counts {
 			if !regexp.MustCompile(m).MatchString(text) {
@@ -250,7 +207,7 @@ func TestServoDevTelemetry(t *testing.T) {
 	}
 
 	// servo get --trace: the retried task's timeline.
-	out, err := exec.Command(bin, "get", retried, "--trace", "--api", "http://"+addr).CombinedOutput()
+	out, err := exec.Command(bin, "get", retried, "--trace", "--api", base).CombinedOutput()
 	if err != nil {
 		t.Fatalf("servo get --trace: %v\n%s", err, out)
 	}
@@ -260,7 +217,7 @@ func TestServoDevTelemetry(t *testing.T) {
 			t.Errorf("servo get --trace lacks %q:\n%s", want, out)
 		}
 	}
-	if out, err := exec.Command(bin, "get", "task_01HGW5N7XHJM4GX29KZRXQP6N9", "--trace", "--api", "http://"+addr).CombinedOutput(); err == nil ||
+	if out, err := exec.Command(bin, "get", "task_01HGW5N7XHJM4GX29KZRXQP6N9", "--trace", "--api", base).CombinedOutput(); err == nil ||
 		!strings.Contains(string(out), "task_trace_not_found") {
 		t.Errorf("servo get --trace of an unknown task: %v\n%s", err, out)
 	}
@@ -294,15 +251,7 @@ func TestServoDevTelemetry(t *testing.T) {
 		t.Errorf("the retried task's spans are in %d traces, want 1", n)
 	}
 	recv.mu.Unlock()
-
-	stopped = true
-	dev.Process.Signal(syscall.SIGINT)
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		dev.Process.Kill()
-		t.Fatal("servo dev did not stop on SIGINT")
-	}
+	// startServoDevEnv's clean-up checks that servo dev stops on SIGINT.
 }
 
 func get(t *testing.T, u string) string {
