@@ -251,8 +251,9 @@ func (c *checker) task(th *TaskHistory) {
 	for _, d := range th.Deliveries {
 		maxSeen = max(maxSeen, d.Attempt)
 	}
-	c.lease(th, zombie)
-	c.cancelGrace(th)
+	cancelled := cancelledAt(th)
+	c.lease(th, zombie, cancelled)
+	c.cancelGrace(th, cancelled)
 	c.oneWorker(th)
 	if f != nil && maxSeen > f.Attempt {
 		c.fail(InvAttemptOrder, id, "attempt %d was seen but the task ended at attempt %d", maxSeen, f.Attempt)
@@ -277,8 +278,9 @@ func (c *checker) task(th *TaskHistory) {
 // previous accepted one was answered longer than the lease before this
 // one was first sent), and it does not run out early (no ZOMBIE, no
 // task_expired, before the lease after the previous accepted callback was
-// received in full). A span that meets an outage is not checked.
-func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time) {
+// received in full; a cancelled task's task_expired may be its grace's).
+// A span that meets an outage is not checked.
+func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled time.Time) {
 	lease := c.h.Lease
 	if lease <= 0 {
 		return
@@ -295,7 +297,8 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time) {
 					call.Kind, call.Attempt, gap.Round(time.Millisecond), lease)
 			}
 		}
-		if p != nil && call.Answer.Error == api.CodeTaskExpired && !expiredEarly[call.Attempt] {
+		graceOver := !cancelled.IsZero() && cancelled.Before(call.Received)
+		if p != nil && call.Answer.Error == api.CodeTaskExpired && !graceOver && !expiredEarly[call.Attempt] {
 			if due := p.bodyDone.Add(lease); call.Received.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, call.Received) {
 				expiredEarly[call.Attempt] = true
 				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the previous accepted callback was received in full at %s)",
@@ -323,19 +326,22 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time) {
 	}
 }
 
-// cancelGrace checks that once a cancel was accepted, no callback first
-// sent after the grace period ran out is accepted.
-func (c *checker) cancelGrace(th *TaskHistory) {
-	if c.h.CancelGrace <= 0 {
-		return
-	}
+// cancelledAt is when the task's first accepted cancel was answered; zero
+// if none was.
+func cancelledAt(th *TaskHistory) time.Time {
 	var cancelled time.Time
 	for _, call := range th.Calls {
 		if call.Kind == KindCancel && call.Status/100 == 2 && (cancelled.IsZero() || call.Received.Before(cancelled)) {
 			cancelled = call.Received
 		}
 	}
-	if cancelled.IsZero() {
+	return cancelled
+}
+
+// cancelGrace checks that once a cancel was accepted, no callback first
+// sent after the grace period ran out is accepted.
+func (c *checker) cancelGrace(th *TaskHistory, cancelled time.Time) {
+	if c.h.CancelGrace <= 0 || cancelled.IsZero() {
 		return
 	}
 	end := cancelled.Add(c.h.CancelGrace)

@@ -17,13 +17,19 @@ import (
 // moduleDir is the root of Servo's module.
 func Build(ctx context.Context, moduleDir, dir string) (string, error) {
 	bin := filepath.Join(dir, "servo")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servo")
+	// -trimpath: the copies of the module the mutation check builds share
+	// the build cache with the original.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/servo")
 	cmd.Dir = moduleDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("faults: build servo: %w\n%s", err, out)
 	}
 	return bin, nil
 }
+
+// ErrExitedAtStart is returned by Start when servo dev exited before it was
+// ready (a failpoint armed may crash it then).
+var ErrExitedAtStart = errors.New("faults: servo dev exited at start")
 
 // ServoConfig is how to run `servo dev` against running emulators.
 type ServoConfig struct {
@@ -107,7 +113,7 @@ func (s *Servo) StartEnv(ctx context.Context, env ...string) error {
 		case <-done:
 			b, _ := os.ReadFile(logFile + ".out")
 			s.cmd = nil
-			return fmt.Errorf("faults: servo dev exited at start:\n%s", b)
+			return fmt.Errorf("%w:\n%s", ErrExitedAtStart, b)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
