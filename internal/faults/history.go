@@ -237,12 +237,18 @@ func (c *checker) task(th *TaskHistory) {
 		if call.Status != 200 {
 			continue
 		}
-		if at, ok := superseded[call.Attempt]; ok && call.Sent.After(at) {
-			c.fail(InvStaleAttempt, id, "%s of attempt %d sent at %s accepted (%s) although the task moved to attempt %d at %s",
-				call.Kind, call.Attempt, ts(call.Sent), call.Answer.Disposition, call.Attempt+1, ts(at))
+		// A retry (after a 503 or a lost answer) of a request whose first
+		// try may have been committed is judged by that first try.
+		sent := call.Sent
+		if !call.FirstSent.IsZero() {
+			sent = call.FirstSent
 		}
-		if at, ok := zombie[call.Attempt]; ok && call.Sent.After(at) {
-			c.fail(InvZombie, id, "%s of attempt %d sent at %s accepted although its lease was declared lost at %s", call.Kind, call.Attempt, ts(call.Sent), ts(at))
+		if at, ok := superseded[call.Attempt]; ok && sent.After(at) {
+			c.fail(InvStaleAttempt, id, "%s of attempt %d sent at %s accepted (%s) although the task moved to attempt %d at %s",
+				call.Kind, call.Attempt, ts(sent), call.Answer.Disposition, call.Attempt+1, ts(at))
+		}
+		if at, ok := zombie[call.Attempt]; ok && sent.After(at) {
+			c.fail(InvZombie, id, "%s of attempt %d sent at %s accepted although its lease was declared lost at %s", call.Kind, call.Attempt, ts(sent), ts(at))
 		}
 		if call.Kind == "completed" && f != nil {
 			c.committed(id, call, f, evs)

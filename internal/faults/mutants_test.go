@@ -27,6 +27,11 @@ func TestMutants(t *testing.T) {
 			continue
 		}
 		t.Run(m.Name, func(t *testing.T) {
+			defer func() {
+				if t.Failed() && (len(summary) == 0 || !strings.Contains(summary[len(summary)-1], m.Name)) {
+					summary = append(summary, fmt.Sprintf("  %-28s FAILED (see above)", m.Name))
+				}
+			}()
 			if *long {
 				if res := runMutant(t, m, servoBin); len(res.Violations) > 0 {
 					t.Fatalf("the focused run of mutant %s reports %d violations without the mutant:\n%s",
