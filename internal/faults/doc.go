@@ -86,7 +86,7 @@
 //	lease           a lease is not honoured after it ran out (no callback accepted whose first try was sent
 //	                more than the lease after the previous accepted one was answered), nor does it run out
 //	                early (no ZOMBIE, no heartbeat-timeout task_expired, before the lease after the receipt in
-//	                full of the last accepted callback); a span that meets an outage (a Firestore freeze,
+//	                full of the last accepted callback); a span that meets an outage (a frozen emulator,
 //	                Servo down) is not checked, as Servo may credit it
 //	cancel-grace    once a cancel is accepted, no callback first sent after the grace ran out is accepted
 //	one-worker      an attempt's accepted callbacks come from one worker id (a second delivery gets

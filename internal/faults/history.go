@@ -84,8 +84,9 @@ type History struct {
 	// checked.
 	Lease, CancelGrace time.Duration
 	// Outages are the stack faults during which callbacks could not
-	// commit (a frozen Firestore, Servo down): a lease or grace that spans
-	// one is not held against Servo, which may credit the outage.
+	// commit or the sweeper did not run (a frozen emulator, Servo down): a
+	// lease or grace that spans one is not held against Servo, which may
+	// credit the outage.
 	Outages []Window
 }
 

@@ -77,8 +77,8 @@ var Mutants = []Mutant{
 		// sweeper applied it: its callbacks are accepted (lease).
 		Name: "lease-check-skipped",
 		Edits: []Edit{{File: "internal/task/machine.go",
-			Old: "\t\tcase due(t.LeaseExpiresAt, m.now):\n\t\t\tm.expire()",
-			New: "\t\tcase false && due(t.LeaseExpiresAt, m.now):\n\t\t\tm.expire()"}},
+			Old: "\t\tcase m.leaseOver():\n\t\t\tm.expire()",
+			New: "\t\tcase false && m.leaseOver():\n\t\t\tm.expire()"}},
 		Modes: []string{ModePause}, Tasks: 4, SweepEvery: slowSweep,
 	},
 	{
@@ -86,8 +86,8 @@ var Mutants = []Mutant{
 		// sweeper applied it: its callbacks are accepted (cancel-grace).
 		Name: "cancel-grace-not-enforced",
 		Edits: []Edit{{File: "internal/task/machine.go",
-			Old: "\t\tcase t.State == api.Cancelling && due(t.CancelDeadline, m.now):\n\t\t\tm.cancelTimeout()",
-			New: "\t\tcase false && t.State == api.Cancelling && due(t.CancelDeadline, m.now):\n\t\t\tm.cancelTimeout()"}},
+			Old: "\t\tcase t.State == api.Cancelling && m.graceOver():\n\t\t\tm.cancelTimeout()",
+			New: "\t\tcase false && t.State == api.Cancelling && m.graceOver():\n\t\t\tm.cancelTimeout()"}},
 		Modes: []string{ModeCancelLate}, Tasks: 4, SweepEvery: slowSweep,
 	},
 }

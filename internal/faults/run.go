@@ -428,9 +428,9 @@ func (r *run) inject(ctx context.Context, st Step) error {
 		if err := p.Thaw(); err != nil {
 			return err
 		}
-		if st.Kind == FaultFirestoreFreeze {
-			r.outage(f.Start, time.Now())
-		}
+		// A Pub/Sub freeze stops the sweeper's ticks: Servo may credit
+		// leases with the gap too.
+		r.outage(f.Start, time.Now())
 	case FaultServoKill:
 		r.servo.Kill()
 		hold()
