@@ -3,6 +3,8 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +58,16 @@ func TestMutants(t *testing.T) {
 				summary = append(summary, fmt.Sprintf("  %-28s NOT CAUGHT", m.Name))
 				t.Fatalf("mutant %s: the harness reports no violation\n%s", m.Name, res.Report())
 			}
+			by := map[string]int{}
+			for _, v := range res.Violations {
+				by[v.Invariant]++
+			}
+			var invs []string
+			for _, inv := range slices.Sorted(maps.Keys(by)) {
+				invs = append(invs, fmt.Sprintf("%s %d", inv, by[inv]))
+			}
 			v := res.Violations[0]
-			summary = append(summary, fmt.Sprintf("  %-28s caught: %d violations, first %s on task %s", m.Name, len(res.Violations), v.Invariant, v.TaskID))
+			summary = append(summary, fmt.Sprintf("  %-28s caught: %s; first %s on task %s", m.Name, strings.Join(invs, ", "), v.Invariant, v.TaskID))
 			t.Logf("mutant %s caught; the first violation:\n%s", m.Name, faults.Report(res.History, res.Violations[:1]))
 		})
 	}
