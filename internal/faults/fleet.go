@@ -379,8 +379,10 @@ func (w *worker) send(kind string, body any) bool {
 		first = cmp.Or(first, c.Sent)
 		c.FirstSent, c.BodyDone = first, c.Sent
 		var body io.Reader = bytes.NewReader(b)
+		var tr *trickle
 		if w.slow > 0 {
-			body = &trickle{b: b, every: w.slow / time.Duration(len(b)+1), done: &c.BodyDone}
+			tr = &trickle{b: b, every: w.slow / time.Duration(len(b)+1)}
+			body = tr
 		}
 		req, _ := http.NewRequestWithContext(w.f.ctx, http.MethodPost, url, body)
 		req.ContentLength = int64(len(b))
@@ -388,6 +390,11 @@ func (w *worker) send(kind string, body any) bool {
 		req.Header.Set("Authorization", "Bearer "+w.token)
 		res, err := w.f.http.Do(req)
 		c.Received = time.Now()
+		if tr != nil {
+			if ns := tr.done.Load(); ns != 0 {
+				c.BodyDone = time.Unix(0, ns)
+			}
+		}
 		w.bodyDone = c.BodyDone
 		wait := backoff
 		if err != nil {
@@ -431,11 +438,11 @@ func (w *worker) send(kind string, body any) bool {
 }
 
 // trickle is a request body sent one byte every so often; done is set
-// when its last byte was read.
+// (Unix ns) when its last byte was read, by the transport's goroutine.
 type trickle struct {
 	b     []byte
 	every time.Duration
-	done  *time.Time
+	done  atomic.Int64
 }
 
 func (t *trickle) Read(p []byte) (int, error) {
@@ -449,7 +456,7 @@ func (t *trickle) Read(p []byte) (int, error) {
 	p[0] = t.b[0]
 	t.b = t.b[1:]
 	if len(t.b) == 0 {
-		*t.done = time.Now()
+		t.done.Store(time.Now().UnixNano())
 	}
 	return 1, nil
 }
