@@ -32,9 +32,10 @@
 // for every start (SERVO_TOKEN_KEYS), as production keeps its keys in
 // Secret Manager. The simulated tasks heartbeat every 300 ms with a 6 s
 // lease and a 1 s cancel grace. Each fault outlasts the bound it tests: a
-// Firestore freeze the store timeout (the short mode's freeze is 10 s, a
-// store outage longer than --store-timeout; the long mode's last 2-12 s),
-// a Pub/Sub freeze the publisher's 5 s publish timeout.
+// Firestore freeze the store timeout (a store outage longer than
+// --store-timeout: the short mode's is 10 s; the long mode's first is 10-14
+// s, the others 2-12 s), a Pub/Sub freeze the publisher's 5 s publish
+// timeout.
 //
 // # Faults
 //
@@ -101,7 +102,7 @@
 // (every stack fault once) while 135 tasks cycle through [Modes]. The long
 // mode (-faults.long) submits -faults.rate tasks/s (6), cycling through
 // [AllModes] (every worker fault), for -faults.duration while a random
-// schedule ([RandomSchedule]: every kind of [FaultKinds]) (from the printed seed; -faults.seed replays it)
+// schedule ([RandomSchedule]: every kind of [FaultKinds] once per round) (from the printed seed; -faults.seed replays it)
 // injects faults one after another, then holds a steady load of
 // -faults.steady-rate callbacks/s (50) with no fault for -faults.steady,
 // and prints: tasks by final state, callbacks, faults injected by kind, 503

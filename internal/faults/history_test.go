@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,33 @@ func TestCheckCreditsOutages(t *testing.T) {
 	h.Outages = []Window{{From: at(3000), To: at(7000)}}
 	if vs, _ := Check(h); len(vs) != 0 {
 		t.Fatalf("violations although an outage spans the lease and the grace:\n%s", Report(h, vs))
+	}
+}
+
+// TestRandomScheduleHasEveryFault: the long mode's schedule starts with a
+// store outage longer than the store timeout and, over its duration, has
+// every kind of fault, one at a time.
+func TestRandomScheduleHasEveryFault(t *testing.T) {
+	for seed := range uint64(5) {
+		s := RandomSchedule(rand.New(rand.NewPCG(seed, seed)), 5*time.Minute)
+		if len(s) == 0 || s[0].Kind != FaultFirestoreFreeze || s[0].For <= StoreTimeout {
+			t.Fatalf("seed %d: the schedule does not start with a Firestore freeze longer than %v: %v", seed, StoreTimeout, s)
+		}
+		kinds := map[string]bool{}
+		for i, st := range s {
+			kinds[st.Kind] = true
+			if i > 0 && st.At < s[i-1].At+s[i-1].For {
+				t.Errorf("seed %d: step %d (%v) starts before step %d ends", seed, i, st, i-1)
+			}
+			if st.At+st.For > 5*time.Minute {
+				t.Errorf("seed %d: step %d (%v) ends after the duration", seed, i, st)
+			}
+		}
+		for _, k := range FaultKinds {
+			if !kinds[k] {
+				t.Errorf("seed %d: no %s in %v", seed, k, s)
+			}
+		}
 	}
 }
 

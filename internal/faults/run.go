@@ -139,14 +139,28 @@ type SteadyStats struct {
 	P50, P99          time.Duration
 }
 
-// RandomSchedule returns faults one after another from rng until d: a gap
-// of 3-12 s, then a fault of a random kind held for its own range.
+// RandomSchedule returns faults one after another from rng until d: first
+// a Firestore freeze longer than StoreTimeout (a store outage past
+// --store-timeout in every run), then a gap of 3-12 s and a fault held for
+// its own range, again and again: every kind once per round of
+// len(FaultKinds) faults, in a random order.
 func RandomSchedule(rng *rand.Rand, d time.Duration) []Step {
 	var s []Step
+	var bag []string
 	at := 5 * time.Second
+	if first := StoreTimeout + time.Duration(2000+rng.IntN(4000))*time.Millisecond; at+first <= d {
+		s = append(s, Step{Kind: FaultFirestoreFreeze, At: at, For: first})
+		at += first
+	}
 	for {
 		at += time.Duration(3000+rng.IntN(9000)) * time.Millisecond
-		kind := FaultKinds[rng.IntN(len(FaultKinds))]
+		if len(bag) == 0 {
+			// Every kind once per round, in a random order.
+			bag = slices.Clone(FaultKinds)
+			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		kind := bag[0]
+		bag = bag[1:]
 		var hold time.Duration
 		switch kind {
 		case FaultFirestoreFreeze:
