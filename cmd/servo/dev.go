@@ -17,6 +17,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/task"
@@ -95,6 +96,10 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			keysFile := os.Getenv(auth.EnvKeysFile)
 			if keysFile != "" {
 				keys = nil
+			}
+			// The fault harness's crashes (test only; docs/configuration.md).
+			if err := config.ArmFailpoints(os.Getenv); err != nil {
+				return err
 			}
 			if logFile == "" {
 				logFile = filepath.Join(os.TempDir(), "servo-dev.log")

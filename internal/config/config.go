@@ -19,6 +19,7 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/failpoint"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/zombie"
@@ -53,6 +54,9 @@ const (
 	EnvQuotasFile         = "SERVO_QUOTAS_FILE"
 	EnvService            = "K_SERVICE"
 	EnvCloudTasksEmulator = "CLOUD_TASKS_EMULATOR_HOST"
+	// EnvFailpoints arms crash failpoints (package failpoint): for the
+	// fault harness only, never in production.
+	EnvFailpoints = "SERVO_FAILPOINTS"
 )
 
 // variables are the variables FromEnv reads, every one of them, whatever
@@ -65,7 +69,7 @@ var variables = []string{
 	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards,
 	EnvMaxBodyBytes, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvQuotas, EnvQuotasFile,
-	EnvService, EnvCloudTasksEmulator,
+	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
 }
 
 // DefaultStoreTimeout is the default of Config.StoreTimeout, the
@@ -242,6 +246,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("set %s (or %s) to the Google Cloud project", EnvProject, EnvGoogleCloudProject))
 	}
 	str(&c.FirestoreDatabase, EnvFirestoreDatabase)
+	if err := armFailpoints(get(EnvFailpoints)); err != nil {
+		fail(EnvFailpoints, err)
+	}
 
 	if err := c.loadTokenKeys(get); err != nil {
 		errs = append(errs, err)
@@ -328,4 +335,22 @@ func (c *Config) loadTokenKeys(get func(string) string) error {
 	}
 	c.TokenKeys = k
 	return nil
+}
+
+// ArmFailpoints arms the failpoints SERVO_FAILPOINTS names (package
+// failpoint; the fault harness's crashes at commit boundaries), for
+// servo dev, which builds its Config without FromEnv. FromEnv arms them
+// too. Unset, nothing is armed.
+func ArmFailpoints(getenv func(string) string) error {
+	if err := armFailpoints(getenv(EnvFailpoints)); err != nil {
+		return fmt.Errorf("%s: %w", EnvFailpoints, err)
+	}
+	return nil
+}
+
+func armFailpoints(spec string) error {
+	if spec == "" {
+		return nil
+	}
+	return failpoint.Arm(spec)
 }

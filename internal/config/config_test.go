@@ -150,6 +150,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{"access file", map[string]string{EnvAccessFile: "/no/such/access.json"}, []string{EnvAccessFile}},
 		{"quotas", map[string]string{EnvQuotas: `[]`}, []string{EnvQuotas}},
 		{"quotas file", map[string]string{EnvQuotasFile: "/no/such/quotas.json"}, []string{EnvQuotasFile}},
+		{"failpoints", map[string]string{EnvFailpoints: "events.after-commit=explode"}, []string{EnvFailpoints, "explode"}},
 		{"all at once", map[string]string{EnvProject: "", EnvDueShards: "x", EnvSweepEvery: "y"}, []string{EnvProject, EnvDueShards, EnvSweepEvery}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,6 +167,17 @@ func TestFromEnvErrors(t *testing.T) {
 				t.Errorf("error %q quotes the key ring", err)
 			}
 		})
+	}
+}
+
+// TestArmFailpoints: servo dev's path rejects a bad SERVO_FAILPOINTS,
+// naming it, and arms nothing when it is unset.
+func TestArmFailpoints(t *testing.T) {
+	if err := ArmFailpoints(env(map[string]string{EnvFailpoints: "no.such.point=crash"})); err == nil || !strings.Contains(err.Error(), EnvFailpoints) {
+		t.Errorf("ArmFailpoints(unknown point) = %v, want an error naming %s", err, EnvFailpoints)
+	}
+	if err := ArmFailpoints(env(nil)); err != nil {
+		t.Errorf("ArmFailpoints(unset) = %v", err)
 	}
 }
 

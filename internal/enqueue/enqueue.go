@@ -49,6 +49,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/failpoint"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -236,7 +237,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 			log.WarnContext(ctx, "could not delete the re-driven attempt's previous Cloud Task", "cloudTask", prev, "error", err)
 		}
 	}
+	failpoint.Hit(failpoint.EnqueueBeforeCreateTask) // the fault harness's crashes around CreateTask
 	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: w.Queue, Task: ct})
+	failpoint.Hit(failpoint.EnqueueAfterCreateTask)
 	switch status.Code(err) {
 	case codes.OK:
 		log.InfoContext(ctx, "attempt enqueued", "cloudTask", ct.Name)

@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/servo-dev/servo/internal/failpoint"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -225,7 +226,10 @@ func (p *Publisher) Close() {
 // in commit order (the store runs one transaction per task at a time and
 // calls the hook before the next), and the sender keeps that order.
 func (p *Publisher) Hook() func(context.Context, []task.Transition) {
-	return func(_ context.Context, trs []task.Transition) { p.enqueue(trs) }
+	return func(_ context.Context, trs []task.Transition) {
+		failpoint.Hit(failpoint.EventsAfterCommit) // the fault harness's crash between the commit and the publish
+		p.enqueue(trs)
+	}
 }
 
 // enqueue queues trs for the sender, or leaves them to Redrive when the

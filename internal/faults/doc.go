@@ -31,8 +31,11 @@
 // Task is re-driven quickly), a sweep every second, and one token key ring
 // for every start (SERVO_TOKEN_KEYS), as production keeps its keys in
 // Secret Manager. The simulated tasks heartbeat every 300 ms with a 6 s
-// lease. Each fault outlasts the bound it tests: a Firestore freeze the
-// store timeout, a Pub/Sub freeze the publisher's 5 s publish timeout.
+// lease and a 1 s cancel grace. Each fault outlasts the bound it tests: a
+// Firestore freeze the store timeout (a store outage longer than
+// --store-timeout: the short mode's is 10 s; the long mode's first is 10-14
+// s, the others 2-12 s), a Pub/Sub freeze the publisher's 5 s publish
+// timeout.
 //
 // # Faults
 //
@@ -46,7 +49,21 @@
 //	worker crash-mid            the first attempt goes silent after one heartbeat (a zombie)
 //	worker crash-after-commit   the answer to the first attempt's `completed` is lost; the worker reports it again
 //	worker fail-once            the first attempt reports a retryable failure
+//	crash-after-commit          servo dev restarted with SERVO_FAILPOINTS=events.after-commit=crash@N (N 1-6):
+//	                            it SIGKILLs itself after a Firestore commit, before the transitions are queued
+//	                            for publishing (package failpoint); restarted armed after each crash until the
+//	                            hold ends, then unarmed
+//	crash-before-create-task    the same at enqueue.before-create-task: before an attempt's Cloud Task is created
+//	crash-after-create-task     the same at enqueue.after-create-task: after it, before QUEUED is recorded
 //	worker skew                 the worker's startedAt, heartbeatAt and completedAt are an hour off
+//	worker pause                attempt 1 stops calling for PauseFor (its lease and 3 s) after a heartbeat, then
+//	                            resumes, while attempt 2 runs (its 25 heartbeats), and calls back as before
+//	worker duplicate            attempt 1 is delivered twice: two workers (two ids) run it side by side
+//	worker cancel-late          after a heartbeat, attempt 1's worker cancels its task through the API and
+//	                            stops for CancelLateFor (the grace and 2 s), then resumes
+//	worker slow-body            one heartbeat's body trickles in over SlowBody (3 s); the next heartbeat is sent
+//	                            2 s before the lease counted from the receipt of the slow one runs out (the long
+//	                            mode and TestFaultsSlowBody, not TestFaults: see Modes)
 //
 // # Invariants
 //
@@ -67,15 +84,25 @@
 //	server-time     the attempt records hold Servo's times, never a skewed worker's
 //	duplicate-task  one task per idempotency key, however often a submit was retried
 //	token-in-log    no task token, nor its claims or signature, in any line Servo wrote
+//	lease           a lease is not honoured after it ran out (no callback accepted whose first try was sent
+//	                more than the lease after the previous accepted one was answered), nor does it run out
+//	                early (no ZOMBIE, no heartbeat-timeout task_expired, before the lease after the receipt in
+//	                full of the last accepted callback); a span that meets an outage (a frozen emulator,
+//	                Servo down) is not checked, as Servo may credit it
+//	cancel-grace    once a cancel is accepted, no callback first sent after the grace ran out is accepted
+//	one-worker      an attempt's accepted callbacks come from one worker id (a second delivery gets
+//	                attempt_already_started)
 //
 // A violation is printed with the task's whole history (deliveries, every
 // request and answer, every event, the final state), in time order.
 //
 // # Modes
 //
-// TestFaults is the short mode, run by `go test ./...`. The long mode
-// (-faults.long) submits -faults.rate tasks/s (6) for -faults.duration
-// while a random schedule (from the printed seed; -faults.seed replays it)
+// TestFaults is the short mode, run by `go test ./...`: [ShortSchedule]
+// (every stack fault once) while 135 tasks cycle through [Modes]. The long
+// mode (-faults.long) submits -faults.rate tasks/s (6), cycling through
+// [AllModes] (every worker fault), for -faults.duration while a random
+// schedule ([RandomSchedule]: every kind of [FaultKinds] once per round) (from the printed seed; -faults.seed replays it)
 // injects faults one after another, then holds a steady load of
 // -faults.steady-rate callbacks/s (50) with no fault for -faults.steady,
 // and prints: tasks by final state, callbacks, faults injected by kind, 503
@@ -83,6 +110,29 @@
 // (p50 and max: from the heal to the first callback accepted after it, or
 // for Pub/Sub to the first event delivered after it), the steady load's
 // error rate and p50/p99 latency, and the seed.
+//
+// # Mutation check
+//
+// TestMutants proves the harness catches bugs: each [Mutant] of the one
+// table [Mutants] (in mutants.go) is a list of exact text replacements
+// applied to a copy of the module ([CopyModule], [Mutant.Apply]: a snippet
+// not found exactly once fails the check, so a rewrite of the code it
+// targets is noticed); `servo dev` is built from the copy and the mutant's
+// focused run (its worker modes, tasks, stack faults, sweeper cadence) must
+// report a violation. The output lists each mutant and the first
+// violation that caught it (invariant and task). The mutants:
+//
+//	mutant                      focused run                                   caught by
+//	attempt-guard-disabled      pause                                         stale-attempt, zombie
+//	duplicate-started-accepted  duplicate                                     one-worker
+//	outbox-write-skipped        ok/fail-once, crash-after-commit for 20 s     events (a seq lost for good)
+//	                            (an even seq's outbox entry is not written)
+//	lease-check-skipped         pause, a sweep every 30 s                     lease
+//	cancel-grace-not-enforced   cancel-late, a sweep every 30 s               cancel-grace
+//
+// `go test ./...` runs the mutants marked CI (attempt-guard-disabled and
+// duplicate-started-accepted); -faults.long runs them all, each after its
+// focused run against the unmutated servo dev, which must report none.
 //
 // The figures depend on the machine: the emulators share its cores with
 // Servo and the workers. On a heavily loaded machine (a load average many

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,11 +69,12 @@ func TestFaults(t *testing.T) {
 	cfg := faults.Config{
 		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
 		Binary: servoBin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
-		Seed: s, Tasks: 90, Rate: 3, Schedule: faults.ShortSchedule, Progress: testWriter{t},
+		Seed: s, Tasks: 135, Rate: 3, Schedule: faults.ShortSchedule, Progress: testWriter{t},
 	}
 	if *long {
 		cfg.Tasks, cfg.Rate, cfg.Duration, cfg.Schedule = 0, *rate, *duration, nil
 		cfg.Steady, cfg.SteadyRate = *steady, *steadyCB
+		cfg.Modes = faults.AllModes
 		cfg.Drain = 5 * time.Minute
 	}
 	t.Logf("seed %d", s)
@@ -87,9 +89,14 @@ func TestFaults(t *testing.T) {
 	if got := len(res.Faults); got < len(cfg.Schedule) {
 		t.Errorf("%d faults injected, want %d", got, len(cfg.Schedule))
 	}
-	for _, m := range faults.Modes[1:] {
-		if res.Worker[m] == 0 {
+	for _, m := range res.Modes {
+		if m != faults.ModeOK && res.Worker[m] == 0 {
 			t.Errorf("no task met the worker fault %s", m)
+		}
+	}
+	for _, f := range res.Faults {
+		if strings.HasPrefix(f.Kind, "crash-") && f.Crashes == 0 {
+			t.Errorf("fault %s crashed servo dev 0 times: its failpoint was never hit", f.Kind)
 		}
 	}
 	if res.Stats.Answers503 == 0 {
@@ -116,3 +123,28 @@ func logDir(t *testing.T) string {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// TestFaultsSlowBody: a heartbeat whose body trickles in over
+// faults.SlowBody extends the lease from the time it was received in full
+// (ADR-023 §4, docs/contract.md: the server uses receipt time), so the next
+// heartbeat, on time by that rule but late by the slow one's first byte,
+// is accepted and the attempt is never declared a zombie (the lease
+// invariant).
+func TestFaultsSlowBody(t *testing.T) {
+	cfg := faults.Config{
+		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
+		Binary: servoBin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
+		Seed: 1, Tasks: 4, Rate: 2, Modes: []string{faults.ModeSlowBody}, Drain: 2 * time.Minute, Progress: testWriter{t},
+	}
+	res, err := faults.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Report())
+	if len(res.Violations) > 0 {
+		t.Errorf("%d invariant violations:\n%s", len(res.Violations), faults.Report(res.History, res.Violations))
+	}
+	if res.Worker[faults.ModeSlowBody] != int64(cfg.Tasks) {
+		t.Errorf("%d tasks met the slow body, want %d", res.Worker[faults.ModeSlowBody], cfg.Tasks)
+	}
+}

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,10 +29,38 @@ const (
 	ModeCrashBeforeStart = "crash-before-start" // attempt 1 is acknowledged, then nothing
 	ModeCrashAfterCommit = "crash-after-commit" // the answer to completed is lost; the worker repeats it
 	ModeSkew             = "skew"               // the worker's clock is an hour off (every attempt)
+	ModePause            = "pause"              // attempt 1 stops past its lease, then resumes while attempt 2 runs
+	ModeDuplicate        = "duplicate"          // attempt 1 is delivered twice: two workers run it
+	ModeCancelLate       = "cancel-late"        // the task is cancelled and attempt 1 stops past the cancel grace, then resumes
+	ModeSlowBody         = "slow-body"          // a heartbeat's body trickles in over SlowBody; the next is on time by its receipt
 )
 
-// Modes lists the worker behaviours.
-var Modes = []string{ModeOK, ModeFailOnce, ModeCrashMid, ModeCrashBeforeStart, ModeCrashAfterCommit, ModeSkew}
+// Modes lists the worker behaviours of the short mode (TestFaults).
+var Modes = []string{ModeOK, ModeFailOnce, ModeCrashMid, ModeCrashBeforeStart, ModeCrashAfterCommit, ModeSkew,
+	ModePause, ModeDuplicate, ModeCancelLate}
+
+// AllModes lists every worker behaviour: the long mode's. ModeSlowBody is
+// in it (and in TestFaultsSlowBody), not in Modes: it holds only once the
+// lease counts from the time a callback was received in full.
+var AllModes = append(slices.Clone(Modes), ModeSlowBody)
+
+// Timings of the worker faults.
+const (
+	// PauseFor is how long a paused attempt stops calling: past its lease
+	// (leaseMs) and the sweeper's pass, so that the next attempt runs when
+	// it resumes.
+	PauseFor = leaseMs*time.Millisecond + 3*time.Second
+	// pausedNextHeartbeats is how many heartbeats the later attempts of a
+	// paused task make, so that the next attempt still runs when the paused
+	// one resumes.
+	pausedNextHeartbeats = 25
+	// cancelGraceMs is every task's cancel grace period; a late attempt
+	// resumes CancelLateFor after its cancel was accepted.
+	cancelGraceMs = 1000
+	CancelLateFor = cancelGraceMs*time.Millisecond + 2*time.Second
+	// SlowBody is how long the slow heartbeat's body takes to arrive.
+	SlowBody = 3 * time.Second
+)
 
 // Payload is what the harness puts in each task.
 type Payload struct {
@@ -169,12 +199,17 @@ type worker struct {
 	id    string
 	token string
 	skew  time.Duration
+	// slow, when set, trickles the next request's body over that long;
+	// bodyDone is when the last request's body was sent in full.
+	slow     time.Duration
+	bodyDone time.Time
+	// cancel is set once an answer said shouldCancel.
+	cancel bool
 }
 
 func (f *Fleet) work(env api.Envelope) {
 	var p Payload
 	_ = json.Unmarshal(env.Payload, &p)
-	w := &worker{f: f, env: env, id: fmt.Sprintf("w%d", f.seq.Add(1)), token: env.TaskToken, skew: time.Duration(p.SkewMs) * time.Millisecond}
 	// once reports whether mode's fault is to be applied now (it is the
 	// task's, and was not applied yet), and counts it.
 	once := func(mode string) bool {
@@ -191,23 +226,83 @@ func (f *Fleet) work(env api.Envelope) {
 	if once(ModeCrashBeforeStart) {
 		return
 	}
+	if once(ModeDuplicate) {
+		// A second delivery of the same attempt, as Cloud Tasks may make:
+		// another worker runs it too; one of the two gets
+		// attempt_already_started.
+		f.wg.Go(func() { f.newWorker(env, p).run(p, func(string) bool { return false }) })
+	}
+	f.newWorker(env, p).run(p, once)
+}
+
+func (f *Fleet) newWorker(env api.Envelope, p Payload) *worker {
+	return &worker{f: f, env: env, id: fmt.Sprintf("w%d", f.seq.Add(1)), token: env.TaskToken, skew: time.Duration(p.SkewMs) * time.Millisecond}
+}
+
+// sleep waits d, or until the fleet closes (false).
+func (f *Fleet) sleep(d time.Duration) bool {
+	select {
+	case <-f.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// run works one attempt: started, heartbeats, completed, with the faults
+// once allows applied.
+func (w *worker) run(p Payload, once func(string) bool) {
+	f, env := w.f, w.env
 	if !w.send("started", api.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
 		return
 	}
 	interval := time.Duration(env.HeartbeatIntervalMs) * time.Millisecond
-	for i := range p.Heartbeats {
-		select {
-		case <-f.ctx.Done():
-			return
-		case <-time.After(interval):
+	beats := p.Heartbeats
+	if p.Mode == ModePause && env.Attempt > 1 {
+		beats = pausedNextHeartbeats
+	}
+	var slowDone time.Time // when the slow heartbeat's body was sent in full
+	for i := range beats {
+		wait := interval
+		if !slowDone.IsZero() {
+			// On time by the contract's rule (the lease counts from the
+			// receipt of the previous heartbeat in full), late by its first
+			// byte.
+			wait = time.Until(slowDone.Add(time.Duration(env.HeartbeatTimeoutMs)*time.Millisecond - 2*time.Second))
+			slowDone = time.Time{}
 		}
-		pct := (i + 1) * 100 / (p.Heartbeats + 1)
+		if !f.sleep(wait) {
+			return
+		}
+		pct := (i + 1) * 100 / (beats + 1)
 		cp, _ := json.Marshal(map[string]int{"done": i + 1})
-		if !w.send("heartbeat", api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}) {
+		hb := api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}
+		if i == 0 && once(ModeSlowBody) {
+			w.slow = SlowBody
+		}
+		ok := w.send("heartbeat", hb)
+		if w.slow > 0 {
+			w.slow, slowDone = 0, w.bodyDone
+		}
+		if !ok {
+			return
+		}
+		if w.cancel {
+			w.send("completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: api.OutcomeCancelled, CompletedAt: w.now()})
 			return
 		}
 		if once(ModeCrashMid) {
 			return
+		}
+		if once(ModePause) && !f.sleep(PauseFor) {
+			return
+		}
+		if once(ModeCancelLate) {
+			// The task is cancelled while the worker is busy; it comes back
+			// past the grace period.
+			if !f.cancelTask(env) || !f.sleep(CancelLateFor) {
+				return
+			}
 		}
 	}
 	done := api.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: api.OutcomeSucceeded, CompletedAt: w.now(), Output: json.RawMessage(`{"ok":true}`)}
@@ -222,6 +317,43 @@ func (f *Fleet) work(env api.Envelope) {
 		w.send("completed", done)
 	}
 	w.send("completed", done)
+}
+
+// cancelTask asks Servo's API to cancel the task, as a client does,
+// retrying 503 and transport errors; it reports whether the cancel was
+// accepted.
+func (f *Fleet) cancelTask(env api.Envelope) bool {
+	url := env.CallbackBaseURL + "/v1/tasks/" + env.TaskID + "/cancel"
+	backoff := 200 * time.Millisecond
+	giveUp := time.Now().Add(f.GiveUp)
+	for {
+		c := Call{TaskID: env.TaskID, Kind: KindCancel, Attempt: env.Attempt, Sent: time.Now()}
+		c.FirstSent, c.BodyDone = c.Sent, c.Sent
+		req, _ := http.NewRequestWithContext(f.ctx, http.MethodPost, url, bytes.NewReader([]byte(`{}`)))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := f.http.Do(req)
+		c.Received = time.Now()
+		if err != nil {
+			if f.ctx.Err() != nil {
+				return false
+			}
+			c.TransportErr = err.Error()
+		} else {
+			c.Status, c.RetryAfter = res.StatusCode, res.Header.Get("Retry-After")
+			var e struct{ Error string }
+			_ = json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&e)
+			res.Body.Close()
+			c.Code = e.Error
+		}
+		f.rec.Call(c)
+		if c.Status != 0 && c.Status != http.StatusServiceUnavailable {
+			return c.Status/100 == 2
+		}
+		if time.Now().After(giveUp) || !f.sleep(backoff) {
+			return false
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 func (w *worker) now() *time.Time {
@@ -241,13 +373,29 @@ func (w *worker) send(kind string, body any) bool {
 	}
 	giveUp := time.Now().Add(w.f.GiveUp)
 	backoff := 100 * time.Millisecond
+	var first time.Time
 	for {
 		c := Call{TaskID: w.env.TaskID, Kind: kind, Attempt: w.env.Attempt, WorkerID: w.id, Outcome: outcome, Sent: time.Now()}
-		req, _ := http.NewRequestWithContext(w.f.ctx, http.MethodPost, url, bytes.NewReader(b))
+		first = cmp.Or(first, c.Sent)
+		c.FirstSent, c.BodyDone = first, c.Sent
+		var body io.Reader = bytes.NewReader(b)
+		var tr *trickle
+		if w.slow > 0 {
+			tr = &trickle{b: b, every: w.slow / time.Duration(len(b)+1)}
+			body = tr
+		}
+		req, _ := http.NewRequestWithContext(w.f.ctx, http.MethodPost, url, body)
+		req.ContentLength = int64(len(b))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+w.token)
 		res, err := w.f.http.Do(req)
 		c.Received = time.Now()
+		if tr != nil {
+			if ns := tr.done.Load(); ns != 0 {
+				c.BodyDone = time.Unix(0, ns)
+			}
+		}
+		w.bodyDone = c.BodyDone
 		wait := backoff
 		if err != nil {
 			if w.f.ctx.Err() != nil {
@@ -272,6 +420,9 @@ func (w *worker) send(kind string, body any) bool {
 				w.token = c.Answer.TaskToken
 				w.f.rec.token(c.Answer.TaskToken)
 			}
+			if c.Answer.ShouldCancel != nil && *c.Answer.ShouldCancel {
+				w.cancel = true
+			}
 			return c.Status == http.StatusOK && c.Answer.Disposition != api.Committed
 		}
 		if time.Now().After(giveUp) {
@@ -284,6 +435,30 @@ func (w *worker) send(kind string, body any) bool {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// trickle is a request body sent one byte every so often; done is set
+// (Unix ns) when its last byte was read, by the transport's goroutine.
+type trickle struct {
+	b     []byte
+	every time.Duration
+	done  atomic.Int64
+}
+
+func (t *trickle) Read(p []byte) (int, error) {
+	if len(t.b) == 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	time.Sleep(t.every)
+	p[0] = t.b[0]
+	t.b = t.b[1:]
+	if len(t.b) == 0 {
+		t.done.Store(time.Now().UnixNano())
+	}
+	return 1, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

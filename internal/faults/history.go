@@ -15,6 +15,7 @@ import (
 const (
 	KindSubmit = "submit"
 	KindGet    = "get"
+	KindCancel = "cancel"
 )
 
 // Call is one HTTP request a simulated worker or client made, and what it
@@ -29,6 +30,10 @@ type Call struct {
 	// Key is a submit's idempotency key.
 	Key            string
 	Sent, Received time.Time
+	// FirstSent is when the first try of the same request was sent (Sent,
+	// unless this is a retry of a 503 or a transport error); BodyDone is
+	// when its body was sent in full (Sent, unless it trickled).
+	FirstSent, BodyDone time.Time
 	// Status is the HTTP status; 0 when the request failed in transport.
 	Status       int
 	TransportErr string
@@ -74,7 +79,34 @@ type History struct {
 	MaxLatency time.Duration
 	// Start and End bound the run: every time Servo records lies within.
 	Start, End time.Time
+	// Lease and CancelGrace are every task's heartbeat timeout and cancel
+	// grace period; 0: the lease and cancel-grace invariants are not
+	// checked.
+	Lease, CancelGrace time.Duration
+	// Outages are the stack faults during which callbacks could not
+	// commit or the sweeper did not run (a frozen emulator, Servo down): a
+	// lease or grace that spans one is not held against Servo, which may
+	// credit the outage.
+	Outages []Window
 }
+
+// Window is a span of time.
+type Window struct{ From, To time.Time }
+
+// overlaps reports whether [from, to] meets one of the outages.
+func (h *History) overlaps(from, to time.Time) bool {
+	for _, o := range h.Outages {
+		if !o.To.Before(from) && !o.From.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseSlack is the margin of the lease and cancel-grace invariants: the
+// harness's times bound Servo's from one side only, through a loaded
+// machine.
+const leaseSlack = time.Second
 
 // Task returns the history of id, created on first use.
 func (h *History) Task(id string) *TaskHistory {
@@ -102,6 +134,9 @@ const (
 	InvServerTime    = "server-time"    // recorded times are Servo's, not the workers'
 	InvDuplicateTask = "duplicate-task" // one task per idempotency key
 	InvTokenInLog    = "token-in-log"   // no token in any log line
+	InvLease         = "lease"          // a lease neither lapses early nor is honoured after it ran out
+	InvCancelGrace   = "cancel-grace"   // nothing accepted of a cancelled attempt once its grace ran out
+	InvOneWorker     = "one-worker"     // one worker id's callbacks accepted per attempt
 )
 
 // Violation is one broken invariant.
@@ -203,12 +238,18 @@ func (c *checker) task(th *TaskHistory) {
 		if call.Status != 200 {
 			continue
 		}
-		if at, ok := superseded[call.Attempt]; ok && call.Sent.After(at) {
-			c.fail(InvStaleAttempt, id, "%s of attempt %d sent at %s accepted (%s) although the task moved to attempt %d at %s",
-				call.Kind, call.Attempt, ts(call.Sent), call.Answer.Disposition, call.Attempt+1, ts(at))
+		// A retry (after a 503 or a lost answer) of a request whose first
+		// try may have been committed is judged by that first try.
+		sent := call.Sent
+		if !call.FirstSent.IsZero() {
+			sent = call.FirstSent
 		}
-		if at, ok := zombie[call.Attempt]; ok && call.Sent.After(at) {
-			c.fail(InvZombie, id, "%s of attempt %d sent at %s accepted although its lease was declared lost at %s", call.Kind, call.Attempt, ts(call.Sent), ts(at))
+		if at, ok := superseded[call.Attempt]; ok && sent.After(at) {
+			c.fail(InvStaleAttempt, id, "%s of attempt %d sent at %s accepted (%s) although the task moved to attempt %d at %s",
+				call.Kind, call.Attempt, ts(sent), call.Answer.Disposition, call.Attempt+1, ts(at))
+		}
+		if at, ok := zombie[call.Attempt]; ok && sent.After(at) {
+			c.fail(InvZombie, id, "%s of attempt %d sent at %s accepted although its lease was declared lost at %s", call.Kind, call.Attempt, ts(sent), ts(at))
 		}
 		if call.Kind == "completed" && f != nil {
 			c.committed(id, call, f, evs)
@@ -217,6 +258,10 @@ func (c *checker) task(th *TaskHistory) {
 	for _, d := range th.Deliveries {
 		maxSeen = max(maxSeen, d.Attempt)
 	}
+	cancelled := cancelledAt(th)
+	c.lease(th, zombie, cancelled)
+	c.cancelGrace(th, cancelled)
+	c.oneWorker(th)
 	if f != nil && maxSeen > f.Attempt {
 		c.fail(InvAttemptOrder, id, "attempt %d was seen but the task ended at attempt %d", maxSeen, f.Attempt)
 	}
@@ -233,6 +278,126 @@ func (c *checker) task(th *TaskHistory) {
 			}
 		}
 	}
+}
+
+// lease checks each attempt's lease against what its worker saw: it is
+// not honoured after it ran out (a callback accepted although the
+// previous accepted one was answered longer than the lease before this
+// one was first sent), and it does not run out early (no ZOMBIE, no
+// task_expired, before the lease after the previous accepted callback was
+// received in full; a cancelled task's task_expired may be its grace's).
+// A span that meets an outage is not checked.
+func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled time.Time) {
+	lease := c.h.Lease
+	if lease <= 0 {
+		return
+	}
+	id := th.TaskID
+	type last struct{ received, bodyDone time.Time }
+	prev := map[int]*last{}        // attempt → its last accepted callback
+	expiredEarly := map[int]bool{} // attempt → already reported
+	for _, call := range callbacksBySent(th) {
+		p := prev[call.Attempt]
+		if p != nil && call.Status == 200 {
+			if gap := call.FirstSent.Sub(p.received); gap > lease+leaseSlack && !c.h.overlaps(p.received, call.FirstSent) {
+				c.fail(InvLease, id, "%s of attempt %d first sent %v after the previous accepted callback was answered was accepted: the lease (%v) had run out",
+					call.Kind, call.Attempt, gap.Round(time.Millisecond), lease)
+			}
+		}
+		graceOver := !cancelled.IsZero() && cancelled.Before(call.Received)
+		if p != nil && call.Answer.Error == api.CodeTaskExpired && !graceOver && !expiredEarly[call.Attempt] {
+			if due := p.bodyDone.Add(lease); call.Received.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, call.Received) {
+				expiredEarly[call.Attempt] = true
+				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the previous accepted callback was received in full at %s)",
+					call.Kind, call.Attempt, ts(call.Received), ts(due), lease, ts(p.bodyDone))
+			}
+		}
+		if call.Status == 200 {
+			if p == nil {
+				p = &last{}
+				prev[call.Attempt] = p
+			}
+			p.received = call.Received
+			p.bodyDone = call.BodyDone
+		}
+	}
+	for a, at := range zombie {
+		p := prev[a]
+		if p == nil || expiredEarly[a] {
+			continue
+		}
+		if due := p.bodyDone.Add(lease); at.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, at) {
+			c.fail(InvLease, id, "attempt %d was declared a zombie at %s, but its lease ran until %s (%v after a callback accepted was received in full at %s)",
+				a, ts(at), ts(due), lease, ts(p.bodyDone))
+		}
+	}
+}
+
+// cancelledAt is when the task's first accepted cancel was answered; zero
+// if none was.
+func cancelledAt(th *TaskHistory) time.Time {
+	var cancelled time.Time
+	for _, call := range th.Calls {
+		if call.Kind == KindCancel && call.Status/100 == 2 && (cancelled.IsZero() || call.Received.Before(cancelled)) {
+			cancelled = call.Received
+		}
+	}
+	return cancelled
+}
+
+// cancelGrace checks that once a cancel was accepted, no callback first
+// sent after the grace period ran out is accepted.
+func (c *checker) cancelGrace(th *TaskHistory, cancelled time.Time) {
+	if c.h.CancelGrace <= 0 || cancelled.IsZero() {
+		return
+	}
+	end := cancelled.Add(c.h.CancelGrace)
+	for _, call := range callbacksBySent(th) {
+		if call.Status == 200 && call.FirstSent.After(end.Add(leaseSlack)) && !c.h.overlaps(cancelled, call.FirstSent) {
+			c.fail(InvCancelGrace, th.TaskID, "%s of attempt %d first sent at %s accepted (%s), but the task's cancel was accepted by %s and its grace (%v) ran out by %s",
+				call.Kind, call.Attempt, ts(call.FirstSent), call.Answer.Disposition, ts(cancelled), c.h.CancelGrace, ts(end))
+			return
+		}
+	}
+}
+
+// oneWorker checks that each attempt's accepted callbacks come from one
+// worker: a second delivery of an attempt is refused
+// (attempt_already_started), never run alongside.
+func (c *checker) oneWorker(th *TaskHistory) {
+	by := map[int]string{}
+	for _, call := range callbacksBySent(th) {
+		if call.Status != 200 {
+			continue
+		}
+		w, ok := by[call.Attempt]
+		switch {
+		case !ok:
+			by[call.Attempt] = call.WorkerID
+		case w != call.WorkerID:
+			c.fail(InvOneWorker, th.TaskID, "attempt %d: %s of worker %s accepted after worker %s's callbacks were", call.Attempt, call.Kind, call.WorkerID, w)
+			return
+		}
+	}
+}
+
+// callbacksBySent returns th's callbacks answered (not lost in
+// transport), by the time they were sent.
+func callbacksBySent(th *TaskHistory) []Call {
+	var cs []Call
+	for _, call := range th.Calls {
+		if isCallback(call.Kind) && call.Status != 0 {
+			if call.FirstSent.IsZero() {
+				call.FirstSent = call.Sent
+			}
+			if call.BodyDone.IsZero() {
+				call.BodyDone = call.Sent
+			}
+			cs = append(cs, call)
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b Call) int { return a.Sent.Compare(b.Sent) })
+	return cs
 }
 
 // answer checks that a callback's answer is one the contract gives a
@@ -272,10 +437,12 @@ func (c *checker) answer(id string, call Call) {
 	}
 }
 
-// apiAnswer checks a control API answer: success or 503 with Retry-After.
+// apiAnswer checks a control API answer: success or 503 with Retry-After
+// (or, to a cancel, that the task already ended).
 func (c *checker) apiAnswer(id string, call Call) {
 	switch {
 	case call.Status == 0, call.Status >= 200 && call.Status < 300:
+	case call.Kind == KindCancel && call.Status == 409 && call.Code == api.CodeTaskAlreadyTerminal:
 	case call.Status == 503:
 		c.st.Answers503++
 		if call.RetryAfter == "" {

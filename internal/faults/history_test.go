@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func retried() *History {
 	done.Outcome, done.Answer.FinalState = api.OutcomeSucceeded, api.Succeeded
 	zombieToQueued := ev(4, 1, api.Running, api.Queued, 3000)
 	zombieToQueued.Outcome, zombieToQueued.NextAttempt, zombieToQueued.Reason = api.OutcomeZombie, 2, api.ReasonRetryScheduled
-	h := &History{MaxLatency: time.Second, Start: at(0), End: at(10000)}
+	h := &History{MaxLatency: time.Second, Start: at(0), End: at(10000), Lease: 3 * time.Second, CancelGrace: time.Second}
 	th := h.Task("task_1")
 	th.Deliveries = []Delivery{{"task_1", 1, at(50)}, {"task_1", 2, at(3600)}}
 	th.Calls = []Call{
@@ -122,6 +123,21 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		}},
 		{"worker clock trusted", InvServerTime, "lastHeartbeatAt is 13:00:04.500", func(h *History) { th(h).Final.Attempts[1].LastHeartbeatAt = ptr(at(4500).Add(time.Hour)) }},
 		{"doubled by a retried submit", InvDuplicateTask, `key "k1" made 2 tasks`, func(h *History) { h.Submits[2].TaskID = "task_2" }},
+		{"lease honoured after it ran out", InvLease, "was accepted: the lease (3s) had run out", func(h *History) {
+			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 200, api.Continue, "", 9100))
+		}},
+		{"lease expired early by a callback", InvLease, "answered task_expired at 12:00:05.520, but the lease ran until 12:00:08.000", func(h *History) {
+			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 410, api.Cancel, api.CodeTaskExpired, 5500))
+		}},
+		{"zombie before the lease ran out, by receipt time", InvLease, "declared a zombie at 12:00:03.000, but its lease ran until 12:00:05.500", func(h *History) {
+			th(h).Calls[0].BodyDone = at(2500) // its body trickled in
+		}},
+		{"accepted past the cancel grace", InvCancelGrace, "completed of attempt 2 first sent at 12:00:05.000 accepted (COMMITTED)", func(h *History) {
+			th(h).Calls = append(th(h).Calls, Call{TaskID: "task_1", Kind: KindCancel, Status: 202, Sent: at(2500), Received: at(2520)})
+		}},
+		{"a second worker accepted", InvOneWorker, "attempt 2: heartbeat of worker w2 accepted after worker w1's", func(h *History) {
+			th(h).Calls[3].WorkerID = "w2"
+		}},
 		{"token in the log", InvTokenInLog, "log line 2 holds a task token", func(h *History) {
 			h.Log = append(h.Log, []byte(`{"msg":"oops","auth":"Bearer `+h.Tokens[0]+`"}`+"\n")...)
 		}},
@@ -147,6 +163,47 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				t.Errorf("the report does not print the task's history:\n%s", rep)
 			}
 		})
+	}
+}
+
+// TestCheckCreditsOutages: a lease or cancel grace that spans an outage
+// (Servo down, Firestore frozen) is not held against Servo, which may
+// extend it by the outage.
+func TestCheckCreditsOutages(t *testing.T) {
+	h := retried()
+	th := h.Tasks["task_1"]
+	th.Calls = append(th.Calls, cb("heartbeat", 2, 200, api.Continue, "", 9100),
+		Call{TaskID: "task_1", Kind: KindCancel, Status: 202, Sent: at(2500), Received: at(2520)})
+	h.Outages = []Window{{From: at(3000), To: at(7000)}}
+	if vs, _ := Check(h); len(vs) != 0 {
+		t.Fatalf("violations although an outage spans the lease and the grace:\n%s", Report(h, vs))
+	}
+}
+
+// TestRandomScheduleHasEveryFault: the long mode's schedule starts with a
+// store outage longer than the store timeout and, over its duration, has
+// every kind of fault, one at a time.
+func TestRandomScheduleHasEveryFault(t *testing.T) {
+	for seed := range uint64(5) {
+		s := RandomSchedule(rand.New(rand.NewPCG(seed, seed)), 5*time.Minute)
+		if len(s) == 0 || s[0].Kind != FaultFirestoreFreeze || s[0].For <= StoreTimeout {
+			t.Fatalf("seed %d: the schedule does not start with a Firestore freeze longer than %v: %v", seed, StoreTimeout, s)
+		}
+		kinds := map[string]bool{}
+		for i, st := range s {
+			kinds[st.Kind] = true
+			if i > 0 && st.At < s[i-1].At+s[i-1].For {
+				t.Errorf("seed %d: step %d (%v) starts before step %d ends", seed, i, st, i-1)
+			}
+			if st.At+st.For > 5*time.Minute {
+				t.Errorf("seed %d: step %d (%v) ends after the duration", seed, i, st)
+			}
+		}
+		for _, k := range FaultKinds {
+			if !kinds[k] {
+				t.Errorf("seed %d: no %s in %v", seed, k, s)
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,6 +23,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/failpoint"
 )
 
 // Fault kinds the schedule injects into the stack (the worker faults are
@@ -30,10 +32,24 @@ const (
 	FaultFirestoreFreeze = "firestore-freeze" // the Firestore emulator SIGSTOPped
 	FaultPubSubFreeze    = "pubsub-freeze"    // the Pub/Sub emulator SIGSTOPped past the publish timeout
 	FaultServoKill       = "servo-kill"       // servo dev SIGKILLed (and its Cloud Tasks emulator with it), then started again
+	// The failpoints' crashes (package failpoint): servo dev is restarted
+	// with the failpoint armed to crash at its Nth hit, and again after each
+	// crash, until the fault's hold ends.
+	FaultCrashAfterCommit      = "crash-after-commit"       // after the Firestore commit, before the publish
+	FaultCrashBeforeCreateTask = "crash-before-create-task" // before the Cloud Task of an attempt is created
+	FaultCrashAfterCreateTask  = "crash-after-create-task"  // after it is created, before QUEUED is recorded
 )
 
 // FaultKinds lists the stack faults.
-var FaultKinds = []string{FaultFirestoreFreeze, FaultPubSubFreeze, FaultServoKill}
+var FaultKinds = []string{FaultFirestoreFreeze, FaultPubSubFreeze, FaultServoKill,
+	FaultCrashAfterCommit, FaultCrashBeforeCreateTask, FaultCrashAfterCreateTask}
+
+// failpoints are the failpoint each crash fault arms.
+var failpoints = map[string]string{
+	FaultCrashAfterCommit:      failpoint.EventsAfterCommit,
+	FaultCrashBeforeCreateTask: failpoint.EnqueueBeforeCreateTask,
+	FaultCrashAfterCreateTask:  failpoint.EnqueueAfterCreateTask,
+}
 
 // Step is one fault of a schedule: At after the run starts, held For.
 type Step struct {
@@ -59,6 +75,13 @@ type Config struct {
 	Duration time.Duration
 	// Schedule is the faults; nil with Duration > 0: random from Seed.
 	Schedule []Step
+	// Modes are the worker behaviours the tasks cycle through; default
+	// Modes.
+	Modes []string
+	// SweepEvery is the sweeper's cadence; default the package's
+	// SweepEvery. A slow sweeper lets callbacks meet an expired lease or
+	// grace before the sweeper applies it.
+	SweepEvery time.Duration
 	// Steady, when > 0, then holds SteadyRate callbacks/s for that long with
 	// no fault and reports the error rate and p99 latency.
 	Steady     time.Duration
@@ -93,6 +116,7 @@ type Result struct {
 	Violations []Violation
 	Stats      Stats
 	Faults     []Injected
+	Modes      []string
 	Worker     map[string]int64
 	Steady     *SteadyStats
 	Elapsed    time.Duration
@@ -103,6 +127,8 @@ type Injected struct {
 	Kind          string
 	Start, Healed time.Time
 	Recovery      time.Duration // from heal to the first success after it; -1 if none
+	// Crashes counts a failpoint fault's crashes.
+	Crashes int
 }
 
 // SteadyStats are the figures of the steady-load phase.
@@ -113,14 +139,28 @@ type SteadyStats struct {
 	P50, P99          time.Duration
 }
 
-// RandomSchedule returns faults one after another from rng until d: a gap
-// of 3-12 s, then a fault of a random kind held for its own range.
+// RandomSchedule returns faults one after another from rng until d: first
+// a Firestore freeze longer than StoreTimeout (a store outage past
+// --store-timeout in every run), then a gap of 3-12 s and a fault held for
+// its own range, again and again: every kind once per round of
+// len(FaultKinds) faults, in a random order.
 func RandomSchedule(rng *rand.Rand, d time.Duration) []Step {
 	var s []Step
+	var bag []string
 	at := 5 * time.Second
+	if first := StoreTimeout + time.Duration(2000+rng.IntN(4000))*time.Millisecond; at+first <= d {
+		s = append(s, Step{Kind: FaultFirestoreFreeze, At: at, For: first})
+		at += first
+	}
 	for {
 		at += time.Duration(3000+rng.IntN(9000)) * time.Millisecond
-		kind := FaultKinds[rng.IntN(len(FaultKinds))]
+		if len(bag) == 0 {
+			// Every kind once per round, in a random order.
+			bag = slices.Clone(FaultKinds)
+			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		kind := bag[0]
+		bag = bag[1:]
 		var hold time.Duration
 		switch kind {
 		case FaultFirestoreFreeze:
@@ -129,6 +169,8 @@ func RandomSchedule(rng *rand.Rand, d time.Duration) []Step {
 			hold = time.Duration(6000+rng.IntN(6000)) * time.Millisecond
 		case FaultServoKill:
 			hold = time.Duration(rng.IntN(3000)) * time.Millisecond
+		default: // the failpoints' crashes
+			hold = time.Duration(5000+rng.IntN(10000)) * time.Millisecond
 		}
 		if at+hold > d {
 			return s
@@ -138,11 +180,15 @@ func RandomSchedule(rng *rand.Rand, d time.Duration) []Step {
 	}
 }
 
-// ShortSchedule is every stack fault once, for `go test ./...`.
+// ShortSchedule is every stack fault once, for `go test ./...`. The
+// Firestore freeze outlasts the store timeout.
 var ShortSchedule = []Step{
 	{FaultFirestoreFreeze, 4 * time.Second, 10 * time.Second},
-	{FaultPubSubFreeze, 18 * time.Second, 8 * time.Second},
-	{FaultServoKill, 30 * time.Second, time.Second},
+	{FaultCrashBeforeCreateTask, 15 * time.Second, 4 * time.Second},
+	{FaultPubSubFreeze, 23 * time.Second, 8 * time.Second},
+	{FaultCrashAfterCreateTask, 32 * time.Second, 4 * time.Second},
+	{FaultServoKill, 39 * time.Second, time.Second},
+	{FaultCrashAfterCommit, 42 * time.Second, 8 * time.Second},
 }
 
 type run struct {
@@ -162,6 +208,8 @@ type run struct {
 	steadyMu sync.Mutex
 	steadyL  []time.Duration
 	steadyE  int
+	outages  []Window
+	frng     *rand.Rand // the failpoints' hits, drawn by inject only
 }
 
 // Run runs the real stack through the schedule, then checks the history.
@@ -169,6 +217,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.Progress = cmp.Or[io.Writer](cfg.Progress, io.Discard)
 	cfg.Drain = cmp.Or(cfg.Drain, 3*time.Minute)
 	cfg.Rate = cmp.Or(cfg.Rate, 6)
+	if len(cfg.Modes) == 0 {
+		cfg.Modes = Modes
+	}
+	cfg.SweepEvery = cmp.Or(cfg.SweepEvery, SweepEvery)
 	r := &run{cfg: cfg, rec: &Recorder{}, prog: cfg.Progress, api: &http.Client{Timeout: time.Minute}}
 	r.rec.OnCall = r.onCall
 	start := time.Now()
@@ -217,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	r.servo = NewServo(ServoConfig{Binary: cfg.Binary, Addr: cfg.Addr, Project: cfg.Project,
 		FirestoreHost: cfg.Firestore.Host, PubSub: cfg.PubSub.Host, Workers: map[string]string{"sim": r.fleet.URL()},
-		SweepEvery: SweepEvery, StartTimeout: StartTimeout, StoreTimeout: StoreTimeout, KeysJSON: keysJSON, LogDir: cfg.LogDir})
+		SweepEvery: cfg.SweepEvery, StartTimeout: StartTimeout, StoreTimeout: StoreTimeout, KeysJSON: keysJSON, LogDir: cfg.LogDir})
 	if err := r.servo.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -226,6 +278,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = cfg.Firestore.Thaw(); _ = cfg.PubSub.Thaw() }()
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	r.frng = rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed))
 	schedule := cfg.Schedule
 	if schedule == nil && cfg.Duration > 0 {
 		schedule = RandomSchedule(rng, cfg.Duration)
@@ -271,10 +324,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		hh.Log = r.servo.Logs()
 		hh.MaxLatency = StoreTimeout + 20*time.Second
 		hh.Start, hh.End = start, time.Now()
+		hh.Lease, hh.CancelGrace = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond
+		r.mu.Lock()
+		hh.Outages = slices.Clone(r.outages)
+		r.mu.Unlock()
 		h = hh
 	})
 	vs, st := Check(h)
-	return &Result{Seed: cfg.Seed, History: h, Violations: vs, Stats: st, Faults: r.faults, Worker: r.fleet.Injected(),
+	return &Result{Seed: cfg.Seed, History: h, Violations: vs, Stats: st, Faults: r.faults, Modes: cfg.Modes, Worker: r.fleet.Injected(),
 		Steady: steady, Elapsed: time.Since(start)}, nil
 }
 
@@ -293,7 +350,7 @@ func (r *run) submitLoad(ctx context.Context, rng *rand.Rand, t0 time.Time) {
 		} else if i >= r.cfg.Tasks {
 			return
 		}
-		mode := Modes[i%len(Modes)]
+		mode := r.cfg.Modes[i%len(r.cfg.Modes)]
 		p := Payload{Mode: mode, Heartbeats: 2 + rng.IntN(4)}
 		if mode == ModeSkew {
 			p.SkewMs = int64(time.Hour / time.Millisecond)
@@ -318,7 +375,7 @@ func (r *run) submit(ctx context.Context, key string, p Payload) {
 	payload, _ := json.Marshal(p)
 	body, _ := json.Marshal(map[string]any{
 		"tenantId": "faults", "workspaceId": "ws", "taskKey": key, "worker": "sim", "payload": json.RawMessage(payload),
-		"idempotencyKey": key, "heartbeatIntervalMs": heartbeatMs, "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": 1000,
+		"idempotencyKey": key, "heartbeatIntervalMs": heartbeatMs, "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": cancelGraceMs,
 		"retry": map[string]any{"maxAttempts": maxAttempts, "initialBackoffMs": initialBackoff, "maxBackoffMs": 2000},
 	})
 	backoff := 200 * time.Millisecond
@@ -385,12 +442,23 @@ func (r *run) inject(ctx context.Context, st Step) error {
 		if err := p.Thaw(); err != nil {
 			return err
 		}
+		// A Pub/Sub freeze stops the sweeper's ticks: Servo may credit
+		// leases with the gap too.
+		r.outage(f.Start, time.Now())
 	case FaultServoKill:
 		r.servo.Kill()
 		hold()
 		if err := r.servo.Start(ctx); err != nil {
 			return err
 		}
+		r.outage(f.Start, time.Now())
+	case FaultCrashAfterCommit, FaultCrashBeforeCreateTask, FaultCrashAfterCreateTask:
+		crashes, err := r.crashes(ctx, failpoints[st.Kind], f.Start.Add(st.For))
+		if err != nil {
+			return err
+		}
+		f.Crashes = crashes
+		fmt.Fprintf(r.prog, "faults: %s: %d crashes\n", st.Kind, crashes)
 	default:
 		return fmt.Errorf("faults: unknown fault %q", st.Kind)
 	}
@@ -404,6 +472,49 @@ func (r *run) inject(ctx context.Context, st Step) error {
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// crashes restarts servo dev with the failpoint fp armed to crash at a
+// random hit from 1 to 6, and again after each crash, until end; then it
+// restarts it unarmed. Each restart kills it first (SIGKILL): a graceful
+// stop would test the shutdown, not the failpoint. It returns how many
+// crashes there were.
+func (r *run) crashes(ctx context.Context, fp string, end time.Time) (int, error) {
+	n := 0
+	restart := func(env ...string) error {
+		down := time.Now()
+		r.servo.Kill()
+		err := r.servo.StartEnv(ctx, env...)
+		r.outage(down, time.Now())
+		return err
+	}
+	for time.Now().Before(end) {
+		err := restart("SERVO_FAILPOINTS=" + fp + "=crash@" + fmt.Sprint(1+r.frng.IntN(6)))
+		if errors.Is(err, ErrExitedAtStart) {
+			n++ // it crashed as it started (a re-drive, an outbox entry)
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-r.servo.Exited():
+			n++
+			// Down from the crash (a moment ago) until the restart.
+			r.outage(time.Now().Add(-time.Second), time.Now())
+		case <-time.After(time.Until(end)):
+		}
+	}
+	return n, restart()
+}
+
+// outage records a span during which callbacks could not commit.
+func (r *run) outage(from, to time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outages = append(r.outages, Window{From: from, To: to})
 }
 
 // onCall sees every call: the recovery of the faults waiting for a
@@ -625,12 +736,19 @@ func (res *Result) Report() string {
 			kinds[f.Kind] = append(kinds[f.Kind], f.Recovery)
 		}
 	}
+	crashes := 0
+	for _, f := range res.Faults {
+		crashes += f.Crashes
+	}
 	b.WriteString("  faults injected:")
 	for _, k := range FaultKinds {
 		fmt.Fprintf(&b, " %s %d", k, counts[k])
 	}
-	for _, m := range Modes[1:] {
-		fmt.Fprintf(&b, ", worker %s %d", m, res.Worker[m])
+	fmt.Fprintf(&b, " (failpoint crashes %d)", crashes)
+	for _, m := range res.Modes {
+		if m != ModeOK {
+			fmt.Fprintf(&b, ", worker %s %d", m, res.Worker[m])
+		}
 	}
 	b.WriteString("\n")
 	for _, k := range FaultKinds {

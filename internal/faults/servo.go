@@ -17,13 +17,19 @@ import (
 // moduleDir is the root of Servo's module.
 func Build(ctx context.Context, moduleDir, dir string) (string, error) {
 	bin := filepath.Join(dir, "servo")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servo")
+	// -trimpath: the copies of the module the mutation check builds share
+	// the build cache with the original.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/servo")
 	cmd.Dir = moduleDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("faults: build servo: %w\n%s", err, out)
 	}
 	return bin, nil
 }
+
+// ErrExitedAtStart is returned by Start when servo dev exited before it was
+// ready (a failpoint armed may crash it then).
+var ErrExitedAtStart = errors.New("faults: servo dev exited at start")
 
 // ServoConfig is how to run `servo dev` against running emulators.
 type ServoConfig struct {
@@ -58,11 +64,21 @@ func NewServo(cfg ServoConfig) *Servo { return &Servo{cfg: cfg} }
 func (s *Servo) URL() string { return "http://" + s.cfg.Addr }
 
 // Start starts servo dev and waits until GET /healthz answers 200.
-func (s *Servo) Start(ctx context.Context) error {
+func (s *Servo) Start(ctx context.Context) error { return s.StartEnv(ctx) }
+
+// StartEnv starts servo dev with env added to its environment (the
+// failpoints to arm, SERVO_FAILPOINTS) and waits until GET /healthz
+// answers 200.
+func (s *Servo) StartEnv(ctx context.Context, env ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		return errors.New("faults: servo is running")
+		select {
+		case <-s.done: // it exited on its own (a failpoint's crash)
+			s.cmd = nil
+		default:
+			return errors.New("faults: servo is running")
+		}
 	}
 	s.starts++
 	logFile := filepath.Join(s.cfg.LogDir, fmt.Sprintf("servo-%d.log", s.starts))
@@ -75,7 +91,7 @@ func (s *Servo) Start(ctx context.Context) error {
 		args = append(args, "--worker", name+"="+u)
 	}
 	cmd := exec.Command(s.cfg.Binary, args...)
-	cmd.Env = append(os.Environ(), "SERVO_TOKEN_KEYS="+string(s.cfg.KeysJSON))
+	cmd.Env = append(append(os.Environ(), "SERVO_TOKEN_KEYS="+string(s.cfg.KeysJSON)), env...)
 	out, err := os.Create(logFile + ".out")
 	if err != nil {
 		return err
@@ -97,7 +113,7 @@ func (s *Servo) Start(ctx context.Context) error {
 		case <-done:
 			b, _ := os.ReadFile(logFile + ".out")
 			s.cmd = nil
-			return fmt.Errorf("faults: servo dev exited at start:\n%s", b)
+			return fmt.Errorf("%w:\n%s", ErrExitedAtStart, b)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -112,6 +128,14 @@ func (s *Servo) Start(ctx context.Context) error {
 			return errors.New("faults: servo dev did not become ready in 90s")
 		}
 	}
+}
+
+// Exited is closed when the servo dev last started exits, on its own or
+// not; nil if it was not started.
+func (s *Servo) Exited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
 }
 
 // Kill kills servo dev with SIGKILL (its whole process group) and waits

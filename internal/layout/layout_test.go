@@ -240,7 +240,7 @@ func TestSDKDependencies(t *testing.T) {
 var layers = [][]string{
 	// Nothing of Servo's: the wire types, the identity rules, the log
 	// shape, the emulators, test helpers and test-only packages.
-	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout",
+	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout", "internal/failpoint",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
 		"examples/typescript-worker"},

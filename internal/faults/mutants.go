@@ -1,0 +1,147 @@
+package faults
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Mutant is a planted bug: text replacements in a copy of Servo's module,
+// and the focused run of the harness that must catch it (report at least
+// one violation) against `servo dev` built from that copy. The mutation
+// check (TestMutants) applies each to a fresh copy; an Old snippet found
+// other than exactly once fails the check, so that a rewrite of the code
+// a mutant targets is noticed and the mutant re-targeted here.
+type Mutant struct {
+	Name  string
+	Edits []Edit
+	// The focused run: the worker behaviours its tasks cycle through, how
+	// many tasks (at 2 per second), the stack faults, and the sweeper's
+	// cadence (0: SweepEvery).
+	Modes      []string
+	Tasks      int
+	Schedule   []Step
+	SweepEvery time.Duration
+	// CI: run by `go test ./...` (the others with -faults.long only).
+	CI bool
+}
+
+// Edit replaces Old, which must occur exactly once in File (relative to
+// the module's root), with New.
+type Edit struct{ File, Old, New string }
+
+// slowSweep is the sweeper's cadence of the focused runs in which a
+// callback must meet an expired lease or cancel grace before the sweeper
+// applies it.
+const slowSweep = 30 * time.Second
+
+// Mutants is every planted bug the harness must catch: keep them all in
+// this one table.
+var Mutants = []Mutant{
+	{
+		// A paused attempt resumes while the next one runs; with no attempt
+		// guard its callbacks are accepted (stale-attempt).
+		Name: "attempt-guard-disabled",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\tif m.ev.Attempt != t.Attempt {\n\t\tif identical {",
+			New: "\tif false && m.ev.Attempt != t.Attempt {\n\t\tif identical {"}},
+		Modes: []string{ModePause}, Tasks: 4, CI: true,
+	},
+	{
+		// A second delivery of one attempt: both workers' callbacks are
+		// accepted (one-worker).
+		Name: "duplicate-started-accepted",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "if cur != nil && cur.WorkerID != \"\" && cur.WorkerID != m.ev.WorkerID {",
+			New: "if false && cur != nil && cur.WorkerID != \"\" && cur.WorkerID != m.ev.WorkerID {"}},
+		Modes: []string{ModeDuplicate}, Tasks: 4, CI: true,
+	},
+	{
+		// The outbox entry of every transition with an even seq is not
+		// written; servo dev crashes between commits and their publish, so
+		// such events are lost for good (events).
+		Name: "outbox-write-skipped",
+		Edits: []Edit{{File: "internal/store/store.go",
+			Old: "\t\tr.Transitions[i].Trace = tp\n\t\twrites = append(writes, s.outboxWrite(r.Transitions[i]))\n",
+			New: "\t\tr.Transitions[i].Trace = tp\n\t\tif r.Transitions[i].Seq%2 == 1 {\n\t\t\twrites = append(writes, s.outboxWrite(r.Transitions[i]))\n\t\t}\n"}},
+		Modes: []string{ModeOK, ModeFailOnce}, Tasks: 40,
+		Schedule: []Step{{FaultCrashAfterCommit, 2 * time.Second, 20 * time.Second}},
+	},
+	{
+		// A paused attempt resumes past its lease, before the (slow)
+		// sweeper applied it: its callbacks are accepted (lease).
+		Name: "lease-check-skipped",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\t\tcase m.leaseOver():\n\t\t\tm.expire()",
+			New: "\t\tcase false && m.leaseOver():\n\t\t\tm.expire()"}},
+		Modes: []string{ModePause}, Tasks: 4, SweepEvery: slowSweep,
+	},
+	{
+		// A cancelled attempt resumes past its grace, before the (slow)
+		// sweeper applied it: its callbacks are accepted (cancel-grace).
+		Name: "cancel-grace-not-enforced",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\t\tcase t.State == api.Cancelling && m.graceOver():\n\t\t\tm.cancelTimeout()",
+			New: "\t\tcase false && t.State == api.Cancelling && m.graceOver():\n\t\t\tm.cancelTimeout()"}},
+		Modes: []string{ModeCancelLate}, Tasks: 4, SweepEvery: slowSweep,
+	},
+}
+
+// CopyModule copies the module at src (its Go sources, go.mod, go.sum and
+// every other file, but not .git) into dst.
+func CopyModule(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+}
+
+// Apply applies m's edits to the module copied at root. Each Old must be
+// found exactly once.
+func (m Mutant) Apply(root string) error {
+	var errs []error
+	for _, e := range m.Edits {
+		path := filepath.Join(root, filepath.FromSlash(e.File))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mutant %s: %w", m.Name, err))
+			continue
+		}
+		if n := bytes.Count(b, []byte(e.Old)); n != 1 {
+			errs = append(errs, fmt.Errorf("mutant %s: %s holds the snippet %d times, want once (re-target the mutant in internal/faults/mutants.go):\n%s",
+				m.Name, e.File, n, indent(e.Old)))
+			continue
+		}
+		b = bytes.Replace(b, []byte(e.Old), []byte(e.New), 1)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }

@@ -1,0 +1,91 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/emulator"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/faults"
+)
+
+// TestMutants is the mutation check: each planted bug of faults.Mutants
+// is applied to a copy of the module, servo dev is built from it, and the
+// mutant's focused run of the harness must report a violation. The
+// mutants marked CI run in `go test ./...`; -faults.long runs them all,
+// each after the same focused run against the unmutated servo dev, which
+// must report none. The output lists each mutant and what caught it.
+func TestMutants(t *testing.T) {
+	var summary []string
+	defer func() { t.Log("mutation check:\n" + strings.Join(summary, "\n")) }()
+	for _, m := range faults.Mutants {
+		if !m.CI && !*long {
+			summary = append(summary, fmt.Sprintf("  %-28s not run (run by -faults.long)", m.Name))
+			continue
+		}
+		t.Run(m.Name, func(t *testing.T) {
+			defer func() {
+				if t.Failed() && (len(summary) == 0 || !strings.Contains(summary[len(summary)-1], m.Name)) {
+					summary = append(summary, fmt.Sprintf("  %-28s FAILED (see above)", m.Name))
+				}
+			}()
+			if *long {
+				if res := runMutant(t, m, servoBin); len(res.Violations) > 0 {
+					t.Fatalf("the focused run of mutant %s reports %d violations without the mutant:\n%s",
+						m.Name, len(res.Violations), faults.Report(res.History, res.Violations))
+				}
+			}
+			dir := t.TempDir()
+			if err := faults.CopyModule("../..", dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Apply(dir); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			defer cancel()
+			bin, err := faults.Build(ctx, dir, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := runMutant(t, m, bin)
+			if len(res.Violations) == 0 {
+				summary = append(summary, fmt.Sprintf("  %-28s NOT CAUGHT", m.Name))
+				t.Fatalf("mutant %s: the harness reports no violation\n%s", m.Name, res.Report())
+			}
+			by := map[string]int{}
+			for _, v := range res.Violations {
+				by[v.Invariant]++
+			}
+			var invs []string
+			for _, inv := range slices.Sorted(maps.Keys(by)) {
+				invs = append(invs, fmt.Sprintf("%s %d", inv, by[inv]))
+			}
+			v := res.Violations[0]
+			summary = append(summary, fmt.Sprintf("  %-28s caught: %s; first %s on task %s", m.Name, strings.Join(invs, ", "), v.Invariant, v.TaskID))
+			t.Logf("mutant %s caught; the first violation:\n%s", m.Name, faults.Report(res.History, res.Violations[:1]))
+		})
+	}
+}
+
+// runMutant runs m's focused schedule against the servo command bin.
+func runMutant(t *testing.T, m faults.Mutant, bin string) *faults.Result {
+	t.Helper()
+	cfg := faults.Config{
+		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
+		Binary: bin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
+		Seed: 1, Tasks: m.Tasks, Rate: 2, Modes: m.Modes, Schedule: m.Schedule, SweepEvery: m.SweepEvery,
+		Drain: 2 * time.Minute, Progress: testWriter{t},
+	}
+	res, err := faults.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Report())
+	return res
+}
