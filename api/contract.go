@@ -91,7 +91,7 @@ const (
 	// CodeTooEarly: the task token is valid only from a later time (a
 	// delivery ahead of its schedule); retry after Retry-After.
 	CodeTooEarly = "too_early"
-	CodeNotFound              = "not_found"
+	CodeNotFound = "not_found"
 	// CodeExecutionConflict: the attempt already records another Cloud Run
 	// Job execution (EventExecution; internal, never a callback answer).
 	CodeExecutionConflict = "execution_conflict"
