@@ -141,8 +141,8 @@ variable "sweep_every" {
 
   validation {
     condition = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.sweep_every)) && try(
-      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * lookup({ ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])]) >= 1 &&
-      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * lookup({ ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])]) <= 55,
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) >= 1 &&
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) <= 55,
     false)
     error_message = "sweep_every must be a Go duration from 1s to 55s (the sweeper's window), such as \"15s\"."
   }
@@ -155,8 +155,8 @@ variable "start_timeout" {
 
   validation {
     condition = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.start_timeout)) && try(
-      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * lookup({ ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])]) >= 60 &&
-      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * lookup({ ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])]) <= 86400,
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) >= 60 &&
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) <= 86400,
     false)
     error_message = "start_timeout must be a Go duration from 1m to 24h (a sweep tick is a minute apart), such as \"10m\"."
   }
