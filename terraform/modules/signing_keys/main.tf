@@ -130,3 +130,9 @@ check "signing_key_retire_grace" {
     error_message = "WARNING: dropping signing key(s) ${join(", ", local.dropped)} less than ${local.default_grace} after ${try(local.activation.kid, "")} became active (${try(local.activation.at, "")}): the tokens of retries delivered later than the key stopped signing may still carry it, and those attempts will fail with 401."
   }
 }
+
+# Earlier versions had exactly one version resource (no count).
+moved {
+  from = google_secret_manager_secret_version.keys
+  to   = google_secret_manager_secret_version.keys[0]
+}
