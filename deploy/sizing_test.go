@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -33,6 +34,42 @@ var validationFuncs = map[string]function.Function{
 			return cty.True, nil
 		},
 	}),
+	"regexall": stdlib.RegexAllFunc,
+	"keys":     stdlib.KeysFunc,
+	"values":   stdlib.ValuesFunc,
+	// Terraform's length also takes a string.
+	"length": function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "v", Type: cty.DynamicPseudoType}},
+		Type:   function.StaticReturnType(cty.Number),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if args[0].Type() == cty.String {
+				return stdlib.Strlen(args[0])
+			}
+			return stdlib.Length(args[0])
+		},
+	}),
+	"trimsuffix": stdlib.TrimSuffixFunc,
+	"join":       stdlib.JoinFunc,
+	"coalesce":   stdlib.CoalesceFunc,
+	"sum": function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "list", Type: cty.DynamicPseudoType}},
+		Type:   function.StaticReturnType(cty.Number),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if args[0].LengthInt() == 0 {
+				return cty.NilVal, fmt.Errorf("sum of an empty list")
+			}
+			total := cty.Zero
+			for it := args[0].ElementIterator(); it.Next(); {
+				_, v := it.Element()
+				n, err := convert.Convert(v, cty.Number)
+				if err != nil {
+					return cty.NilVal, err
+				}
+				total = total.Add(n)
+			}
+			return total, nil
+		},
+	}),
 	"tonumber": function.New(&function.Spec{
 		Params: []function.Parameter{{Name: "v", Type: cty.DynamicPseudoType}},
 		Type:   function.StaticReturnType(cty.Number),
@@ -42,11 +79,11 @@ var validationFuncs = map[string]function.Function{
 	}),
 }
 
-// variableValidations evaluates every validation of the root module's
-// variable name for the value given in HCL (as in a tfvars file), with
-// the type's optional defaults applied, and returns the error messages
-// of the failing ones.
-func variableValidations(t *testing.T, name, value string) []string {
+// variableValue returns the root module's variable block name and the
+// value given in HCL (as in a tfvars file) converted to the variable's
+// type, with the type's optional defaults applied; a value of the wrong
+// type is an error.
+func variableValue(t *testing.T, name, value string) (*hclsyntax.Block, cty.Value, error) {
 	t.Helper()
 	file := filepath.Join(repoRoot(t), "terraform", "variables.tf")
 	f, diags := hclparse.NewParser().ParseHCLFile(file)
@@ -74,33 +111,46 @@ func variableValidations(t *testing.T, name, value string) []string {
 		}
 		v, err := convert.Convert(v, typ)
 		if err != nil {
-			return []string{"type: " + err.Error()}
+			return b, cty.NilVal, err
 		}
 		if defaults != nil {
 			v = defaults.Apply(v)
 		}
-		ctx := &hcl.EvalContext{
-			Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{name: v})},
-			Functions: validationFuncs,
-		}
-		var failed []string
-		for _, vb := range b.Body.Blocks {
-			if vb.Type != "validation" {
-				continue
-			}
-			ok, diags := vb.Body.Attributes["condition"].Expr.Value(ctx)
-			if diags.HasErrors() {
-				t.Fatalf("variable %s: evaluate a validation: %s", name, diags.Error())
-			}
-			if ok.IsNull() || ok.False() {
-				msg, _ := vb.Body.Attributes["error_message"].Expr.Value(ctx)
-				failed = append(failed, msg.AsString())
-			}
-		}
-		return failed
+		return b, v, nil
 	}
 	t.Fatalf("%s: no variable %q", file, name)
-	return nil
+	return nil, cty.NilVal, nil
+}
+
+// variableValidations evaluates every validation of the root module's
+// variable name for the value given in HCL (as in a tfvars file), with
+// the type's optional defaults applied, and returns the error messages
+// of the failing ones.
+func variableValidations(t *testing.T, name, value string) []string {
+	t.Helper()
+	b, v, err := variableValue(t, name, value)
+	if err != nil {
+		return []string{"type: " + err.Error()}
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{name: v})},
+		Functions: validationFuncs,
+	}
+	var failed []string
+	for _, vb := range b.Body.Blocks {
+		if vb.Type != "validation" {
+			continue
+		}
+		ok, diags := vb.Body.Attributes["condition"].Expr.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatalf("variable %s: evaluate a validation: %s", name, diags.Error())
+		}
+		if ok.IsNull() || ok.False() {
+			msg, _ := vb.Body.Attributes["error_message"].Expr.Value(ctx)
+			failed = append(failed, msg.AsString())
+		}
+	}
+	return failed
 }
 
 // The functions' sizing variable: its defaults pass its validations, and

@@ -139,10 +139,22 @@ func TestTerraformVariableDefaults(t *testing.T) {
 			defaults[v.addr()] = d
 		}
 	}
+	// The topics default to "<name_prefix>-…", the names of earlier
+	// versions with the default prefix "servo".
+	if d := defaults["name_prefix"]; d.IsNull() || d.AsString() != "servo" {
+		t.Errorf(`variable name_prefix: want literal default "servo"`)
+	}
+	b, topics := mods.local(t, "terraform", "topics")
+	for _, want := range []string{
+		`events = coalesce(var.events_topic, "${var.name_prefix}-task-events")`,
+		`dead_letter = coalesce(var.dead_letter_topic, "${var.name_prefix}-dead-letter")`,
+		`sweep = coalesce(var.sweep_topic, "${var.name_prefix}-sweep")`,
+	} {
+		if got := strings.Join(strings.Fields(b.text(topics)), " "); !strings.Contains(got, want) {
+			t.Errorf("local.topics: want %s, got %s", want, got)
+		}
+	}
 	for _, tc := range []struct{ variable, want string }{
-		{"events_topic", "servo-task-events"},
-		{"dead_letter_topic", "servo-dead-letter"},
-		{"sweep_topic", "servo-sweep"},
 		{"firestore_database", "(default)"},
 		{"sweep_every", "15s"},
 		{"start_timeout", "10m"},
@@ -330,7 +342,7 @@ func TestTerraformFirestoreFields(t *testing.T) {
 //     ended; tasks-invoker calls the jobs dispatch.
 var wantRoles = map[string][]string{
 	"api": {
-		"roles/datastore.user on project",
+		"roles/datastore.user on database",
 		"roles/secretmanager.secretAccessor on secret",
 		"roles/cloudtasks.enqueuer on queues",
 		"roles/cloudtasks.taskDeleter on queues",
@@ -342,7 +354,7 @@ var wantRoles = map[string][]string{
 		"roles/pubsub.publisher on pool-topics",
 	},
 	"callbacks": {
-		"roles/datastore.user on project",
+		"roles/datastore.user on database",
 		"roles/secretmanager.secretAccessor on secret",
 		"roles/cloudtasks.enqueuer on queues",
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
@@ -354,7 +366,7 @@ var wantRoles = map[string][]string{
 		"custom:servoJobCanceller on jobs",
 	},
 	"sweeper": {
-		"roles/datastore.user on project",
+		"roles/datastore.user on database",
 		"roles/secretmanager.secretAccessor on secret",
 		"roles/cloudtasks.enqueuer on queues",
 		"roles/iam.serviceAccountUser on sa:tasks-invoker",
@@ -366,7 +378,7 @@ var wantRoles = map[string][]string{
 		"custom:servoJobCanceller on jobs",
 	},
 	"claim": {
-		"roles/datastore.user on project",
+		"roles/datastore.user on database",
 		"roles/secretmanager.secretAccessor on secret",
 		"roles/pubsub.subscriber on pool-subscriptions",
 		"roles/pubsub.publisher on topic:events",
@@ -383,9 +395,11 @@ var wantRoles = map[string][]string{
 		"roles/artifactregistry.writer on repo",
 	},
 	"jobs": {
-		"roles/datastore.user on project",
+		"roles/datastore.user on database",
 		"roles/secretmanager.secretAccessor on secret",
 		"custom:servoJobDispatcher on jobs",
+		"roles/telemetry.tracesWriter on project",
+		"roles/monitoring.metricWriter on project",
 	},
 }
 
@@ -532,6 +546,7 @@ func TestTerraformIAMResources(t *testing.T) {
 	mods := loadTerraform(t)
 	grantResources := map[string]string{ // address => target kind it expands
 		"google_project_iam_member.grant":                       "project",
+		"google_project_iam_member.grant_database":              "database",
 		"google_secret_manager_secret_iam_member.grant":         "secret",
 		"google_pubsub_topic_iam_member.grant":                  "topic",
 		"google_service_account_iam_member.grant":               "sa",
@@ -683,7 +698,7 @@ func TestTerraformFunctions(t *testing.T) {
 	wantEnv := []string{
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
-		"SERVO_DUE_SHARDS", "SERVO_CLAIM_AUDIENCE", "SERVO_JOBS_DISPATCH_URL", "SERVO_JOBS_CONTAINER", "SERVO_ACCESS", "SERVO_QUOTAS",
+		"SERVO_DUE_SHARDS", "SERVO_CLAIM_AUDIENCE", "SERVO_TOKEN_KEYS_SECRET", "SERVO_JOBS_DISPATCH_URL", "SERVO_JOBS_CONTAINER", "SERVO_ACCESS", "SERVO_QUOTAS",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)
@@ -708,7 +723,16 @@ func TestTerraformFunctions(t *testing.T) {
 	}
 	secrets, err := objectItems(secretEnv.Expr)
 	if err != nil || len(secrets) != 1 || secrets["SERVO_TOKEN_KEYS"] == nil {
-		t.Errorf(`module "function": secret_environment must mount exactly SERVO_TOKEN_KEYS`)
+		t.Fatalf(`module "function": secret_environment must mount exactly SERVO_TOKEN_KEYS`)
+	}
+	// Not pinned: a rotation reaches the functions without a redeploy, and
+	// running instances re-read the secret SERVO_TOKEN_KEYS_SECRET names.
+	mount, err := objectItems(secrets["SERVO_TOKEN_KEYS"])
+	if v, lerr := literal(mount["version"]); err != nil || lerr != nil || v.Type() != cty.String || v.AsString() != "latest" {
+		t.Errorf(`module "function": SERVO_TOKEN_KEYS must mount version "latest"`)
+	}
+	if got := call.text(env["SERVO_TOKEN_KEYS_SECRET"]); got != `"projects/${var.project_id}/secrets/${module.signing_keys.secret_id}"` {
+		t.Errorf("local.function_env: SERVO_TOKEN_KEYS_SECRET must name the ring's secret as projects/P/secrets/S, got %s", got)
 	}
 }
 
@@ -751,15 +775,12 @@ func TestTerraformFunctionRuntime(t *testing.T) {
 }
 
 // A data source that reads from Google fails a plan without network access
-// (CI's offline plan): each one must have a count, so that a variable
-// supplying its value turns it off.
-func TestTerraformGoogleDataSourcesOptional(t *testing.T) {
+// (CI's offline plan) and a first plan into a project whose APIs are not
+// enabled yet: there is none.
+func TestTerraformNoGoogleDataSources(t *testing.T) {
 	for _, b := range loadTerraform(t).blocks("", "data") {
-		if !strings.HasPrefix(b.block.Labels[0], "google_") {
-			continue
-		}
-		if _, ok := b.block.Body.Attributes["count"]; !ok {
-			t.Errorf("%s reads from Google on every plan: give it a count, off when a variable supplies its value", b.where())
+		if strings.HasPrefix(b.block.Labels[0], "google_") {
+			t.Errorf("%s reads from Google at plan time: derive the value from a managed resource or a variable", b.where())
 		}
 	}
 }

@@ -37,7 +37,7 @@ module "alerts" {
 # it off when a consumer of your own subscribes to the topic.
 
 variable "dead_letter_subscription" {
-  description = "Create the pull subscription servo-dead-letter-inbox on the dead-letter topic, which keeps dead letters for dead_letter_retention for on call to read."
+  description = "Create the pull subscription <name_prefix>-dead-letter-inbox (servo-dead-letter-inbox by default) on the dead-letter topic, which keeps dead letters for dead_letter_retention for on call to read."
   type        = bool
   default     = true
 }
@@ -57,7 +57,7 @@ resource "google_pubsub_subscription" "dead_letter_inbox" {
   count = var.dead_letter_subscription ? 1 : 0
 
   project                    = var.project_id
-  name                       = "servo-dead-letter-inbox"
+  name                       = "${var.name_prefix}-dead-letter-inbox"
   topic                      = google_pubsub_topic.topic["dead_letter"].id
   ack_deadline_seconds       = 60
   message_retention_duration = var.dead_letter_retention

@@ -25,6 +25,8 @@ locals {
 
   # Every grant: account key, role, target. Targets:
   #   project                       the project (only where the resource has no IAM of its own)
+  #   database                      the environment's Firestore database only: a project
+  #                                 grant with an IAM condition on resource.name
   #   secret                        the token signing-key secret
   #   topic:<events|dead_letter|sweep>
   #   sa:<account key>              one of the service accounts above
@@ -41,7 +43,7 @@ locals {
     # Control API: reads and writes tasks, signs tokens, enqueues and cancels
     # (deletes) Cloud Tasks tasks with the invoker's OIDC identity, publishes
     # transition events and dead letters.
-    { sa = "api", role = "roles/datastore.user", on = "project" },
+    { sa = "api", role = "roles/datastore.user", on = "database" },
     { sa = "api", role = "roles/secretmanager.secretAccessor", on = "secret" },
     { sa = "api", role = "roles/cloudtasks.enqueuer", on = "queues" },
     { sa = "api", role = "roles/cloudtasks.taskDeleter", on = "queues" },
@@ -51,7 +53,7 @@ locals {
     { sa = "api", role = "roles/pubsub.publisher", on = "pool-topics" },
 
     # Callbacks: transitions, token checks, retries as new attempts.
-    { sa = "callbacks", role = "roles/datastore.user", on = "project" },
+    { sa = "callbacks", role = "roles/datastore.user", on = "database" },
     { sa = "callbacks", role = "roles/secretmanager.secretAccessor", on = "secret" },
     { sa = "callbacks", role = "roles/cloudtasks.enqueuer", on = "queues" },
     { sa = "callbacks", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
@@ -60,7 +62,7 @@ locals {
     { sa = "callbacks", role = "roles/pubsub.publisher", on = "pool-topics" },
 
     # Sweeper: zombies, timeouts, re-drives and due retries.
-    { sa = "sweeper", role = "roles/datastore.user", on = "project" },
+    { sa = "sweeper", role = "roles/datastore.user", on = "database" },
     { sa = "sweeper", role = "roles/secretmanager.secretAccessor", on = "secret" },
     { sa = "sweeper", role = "roles/cloudtasks.enqueuer", on = "queues" },
     { sa = "sweeper", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
@@ -70,7 +72,7 @@ locals {
 
     # Claim function (pull pools): receives and acknowledges the pools'
     # messages, applies claims, signs tokens, publishes transition events.
-    { sa = "claim", role = "roles/datastore.user", on = "project" },
+    { sa = "claim", role = "roles/datastore.user", on = "database" },
     { sa = "claim", role = "roles/secretmanager.secretAccessor", on = "secret" },
     { sa = "claim", role = "roles/pubsub.subscriber", on = "pool-subscriptions" },
     { sa = "claim", role = "roles/pubsub.publisher", on = "topic:events" },
@@ -88,6 +90,8 @@ locals {
     { sa = "sweeper", role = "roles/telemetry.metricsWriter", on = "project" },
     { sa = "claim", role = "roles/telemetry.tracesWriter", on = "project" },
     { sa = "claim", role = "roles/telemetry.metricsWriter", on = "project" },
+    { sa = "jobs", role = "roles/telemetry.tracesWriter", on = "project" },
+    { sa = "jobs", role = "roles/telemetry.metricsWriter", on = "project" },
 
     # Cloud Scheduler: publishes ticks to the sweep topic, nothing else.
     { sa = "scheduler", role = "roles/pubsub.publisher", on = "topic:sweep" },
@@ -110,7 +114,7 @@ locals {
     # cancels executions (jobs.tf). The sweeper and the callbacks cancel
     # the execution of an attempt whose lease or cancel grace ran out.
     # Cloud Tasks calls ServoJobs with the invoker's OIDC token.
-    { sa = "jobs", role = "roles/datastore.user", on = "project" },
+    { sa = "jobs", role = "roles/datastore.user", on = "database" },
     { sa = "jobs", role = "roles/secretmanager.secretAccessor", on = "secret" },
     { sa = "jobs", role = "custom:servoJobDispatcher", on = "jobs" },
     { sa = "sweeper", role = "custom:servoJobCanceller", on = "jobs" },
@@ -121,7 +125,7 @@ locals {
   # The table split by target kind (the part of "on" before ":"), keyed
   # "account role target" for stable resource addresses.
   grants_by_kind = {
-    for kind in ["project", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket", "pool-topics", "pool-subscriptions", "jobs"] :
+    for kind in ["project", "database", "secret", "topic", "sa", "queues", "worker-services", "function", "repo", "bucket", "pool-topics", "pool-subscriptions", "jobs"] :
     kind => { for g in local.grants : "${g.sa} ${g.role} ${g.on}" => g if split(":", g.on)[0] == kind }
   }
 }
@@ -132,6 +136,24 @@ resource "google_project_iam_member" "grant" {
   project = var.project_id
   role    = each.value.role
   member  = google_service_account.component[each.value.sa].member
+}
+
+# Firestore has no IAM of its own below the project: the grant is on the
+# project, limited by a condition to this environment's database (and its
+# documents), so that two environments in one project cannot read each
+# other's data.
+resource "google_project_iam_member" "grant_database" {
+  for_each = local.grants_by_kind["database"]
+
+  project = var.project_id
+  role    = each.value.role
+  member  = google_service_account.component[each.value.sa].member
+
+  condition {
+    title       = "${var.name_prefix}-firestore-${var.firestore_database == "(default)" ? "default" : var.firestore_database}"
+    description = "Only the Firestore database of Servo environment ${var.name_prefix}."
+    expression  = "resource.name == \"${local.database_name}\" || resource.name.startsWith(\"${local.database_name}/\")"
+  }
 }
 
 resource "google_secret_manager_secret_iam_member" "grant" {

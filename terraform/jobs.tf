@@ -93,6 +93,9 @@ locals {
       job            = j.id
       queue          = google_cloud_tasks_queue.job[name].id
       serviceAccount = google_service_account.component["tasks-invoker"].email
+      # Cloud Tasks calls the jobs dispatch function: its timeout bounds
+      # the dispatch deadline.
+      timeoutSeconds = var.functions.jobs.timeout_seconds
     }
   }
 }

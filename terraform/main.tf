@@ -17,11 +17,17 @@ locals {
   callbacks_name = "${var.name_prefix}-callbacks"
   callbacks_url  = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
 
+  # Every name is derived from name_prefix unless set explicitly; with the
+  # default prefix "servo" these are the names earlier versions used.
   topics = {
-    events      = var.events_topic
-    dead_letter = var.dead_letter_topic
-    sweep       = var.sweep_topic
+    events      = coalesce(var.events_topic, "${var.name_prefix}-task-events")
+    dead_letter = coalesce(var.dead_letter_topic, "${var.name_prefix}-dead-letter")
+    sweep       = coalesce(var.sweep_topic, "${var.name_prefix}-sweep")
   }
+  artifact_repository = coalesce(var.artifact_repository, var.name_prefix)
+
+  # The environment's Firestore database, as IAM conditions name it.
+  database_name = "projects/${var.project_id}/databases/${var.firestore_database}"
 
   worker_images = { for name, w in var.workers : name => lookup(var.worker_images, name, w.image) }
 
@@ -31,18 +37,25 @@ locals {
       url            = w.url
       queue          = w.queue_id
       serviceAccount = google_service_account.component["tasks-invoker"].email
+      # A Cloud Task's dispatch deadline never exceeds the service's
+      # request timeout (package enqueue, DispatchDeadline).
+      timeoutSeconds = var.workers[name].timeout_seconds
     }
   }, local.servo_pull_pools, local.servo_job_workers)
 
-  # The environment every function reads (package functions); the signing
-  # key ring is mounted from Secret Manager as SERVO_TOKEN_KEYS.
+  # The environment every function reads (package functions). The signing
+  # key ring is mounted from Secret Manager (version "latest") as
+  # SERVO_TOKEN_KEYS, and SERVO_TOKEN_KEYS_SECRET names the secret so that
+  # running instances re-read the ring and pick up a rotation without a
+  # new revision (package auth).
   function_env = {
     SERVO_PROJECT            = var.project_id
     SERVO_FIRESTORE_DATABASE = var.firestore_database
     SERVO_CALLBACK_BASE_URL  = local.callbacks_url
     SERVO_WORKERS            = jsonencode(local.servo_workers)
-    SERVO_EVENTS_TOPIC       = var.events_topic
-    SERVO_DEAD_LETTER_TOPIC  = var.dead_letter_topic
+    SERVO_TOKEN_KEYS_SECRET  = "projects/${var.project_id}/secrets/${module.signing_keys.secret_id}"
+    SERVO_EVENTS_TOPIC       = local.topics.events
+    SERVO_DEAD_LETTER_TOPIC  = local.topics.dead_letter
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
@@ -176,7 +189,7 @@ resource "google_cloud_scheduler_job" "sweep" {
   project          = var.project_id
   region           = var.region
   name             = "${var.name_prefix}-sweep"
-  description      = "Publishes a sweep tick to ${var.sweep_topic}; the tick triggers the Servo sweeper."
+  description      = "Publishes a sweep tick to ${local.topics.sweep}; the tick triggers the Servo sweeper."
   schedule         = var.sweep_schedule
   time_zone        = "Etc/UTC"
   attempt_deadline = "30s"
@@ -218,6 +231,8 @@ module "signing_keys" {
   secret_id           = "${var.name_prefix}-token-keys"
   active              = var.signing_keys.active
   ids                 = var.signing_keys.ids
+  managed_externally  = var.signing_keys.managed_externally
+  allow_early_drop    = var.signing_keys.allow_early_drop
   deletion_protection = var.deletion_protection
 
   depends_on = [google_project_service.apis]
@@ -228,7 +243,7 @@ module "signing_keys" {
 resource "google_artifact_registry_repository" "images" {
   project       = var.project_id
   location      = var.region
-  repository_id = var.artifact_repository
+  repository_id = local.artifact_repository
   format        = "DOCKER"
   description   = "Servo worker images and the images Cloud Build makes of the functions."
 
@@ -250,19 +265,21 @@ module "worker" {
   source   = "./modules/worker"
   for_each = var.workers
 
-  project_id          = var.project_id
-  region              = var.region
-  name                = each.key
-  name_prefix         = var.name_prefix
-  image               = local.worker_images[each.key]
-  cpu                 = each.value.cpu
-  memory              = each.value.memory
-  timeout_seconds     = each.value.timeout_seconds
-  concurrency         = each.value.concurrency
-  min_instances       = each.value.min_instances
-  max_instances       = each.value.max_instances
-  env                 = each.value.env
-  queue               = each.value.queue
+  project_id      = var.project_id
+  region          = var.region
+  name            = each.key
+  name_prefix     = var.name_prefix
+  image           = local.worker_images[each.key]
+  cpu             = each.value.cpu
+  memory          = each.value.memory
+  timeout_seconds = each.value.timeout_seconds
+  concurrency     = each.value.concurrency
+  min_instances   = each.value.min_instances
+  max_instances   = each.value.max_instances
+  env             = each.value.env
+  queue = merge(each.value.queue, {
+    max_concurrent_dispatches = coalesce(each.value.queue.max_concurrent_dispatches, each.value.max_instances * each.value.concurrency)
+  })
   deletion_protection = var.deletion_protection
 
   depends_on = [google_project_service.apis]
@@ -341,8 +358,11 @@ module "function" {
   environment           = local.function_env
   secret_environment = {
     SERVO_TOKEN_KEYS = {
-      secret  = module.signing_keys.secret_id
-      version = module.signing_keys.version
+      secret = module.signing_keys.secret_id
+      # Not pinned: a rotation (by Terraform or by `servo keys --secret`)
+      # reaches new instances without a redeploy, and running ones through
+      # SERVO_TOKEN_KEYS_SECRET.
+      version = "latest"
     }
   }
   memory          = each.value.sizing.memory
@@ -355,9 +375,15 @@ module "function" {
   expected_url    = lookup({ callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
-  # builder's must exist before the first revision starts or builds.
+  # builder's must exist before the first revision starts or builds; the
+  # ring's secret version before a revision mounts "latest"; the Firestore
+  # database, its indexes and TTL policies before the sweeper's first
+  # queries (which fail FAILED_PRECONDITION while an index is missing).
   depends_on = [
+    module.signing_keys,
+    module.firestore,
     google_project_iam_member.grant,
+    google_project_iam_member.grant_database,
     google_secret_manager_secret_iam_member.grant,
     google_pubsub_topic_iam_member.grant,
     google_pubsub_topic_iam_member.grant_pool,
@@ -368,4 +394,15 @@ module "function" {
     google_storage_bucket_iam_member.grant,
     google_cloud_run_v2_job_iam_member.grant,
   ]
+}
+
+# Cloud Tasks must not push more at once than a worker's instances can take:
+# the excess is answered 429 and retried, churning the queue.
+check "worker_capacity" {
+  assert {
+    condition = alltrue([for w in values(var.workers) :
+      w.queue.max_concurrent_dispatches == null || try(w.max_instances * w.concurrency >= w.queue.max_concurrent_dispatches, false)
+    ])
+    error_message = "WARNING: these workers' queues dispatch more at once than max_instances x concurrency, so Cloud Run answers 429 and Cloud Tasks retries: ${join(", ", [for n, w in var.workers : "${n} (${w.max_instances} x ${w.concurrency} < ${w.queue.max_concurrent_dispatches})" if w.queue.max_concurrent_dispatches != null && try(w.max_instances * w.concurrency < w.queue.max_concurrent_dispatches, false)])}. Raise max_instances or concurrency, or lower (or drop) queue.max_concurrent_dispatches."
+  }
 }

@@ -95,19 +95,25 @@ locals {
   ]...)
 }
 
-# The project's number, read from Google only when var.project_number is
-# not given (an offline plan cannot read it).
-data "google_project" "this" {
-  count      = var.project_number == "" ? 1 : 0
-  project_id = var.project_id
-}
-
+# The project's number, for the Pub/Sub service agent's address. No data
+# source reads it (a plan must not call Google): when var.project_number is
+# not given it comes from the signing-key secret's resource name, which
+# Secret Manager reports as projects/NUMBER/secrets/ID once it exists.
+#
+# The service agent itself cannot be created explicitly with the GA google
+# provider (google_project_service_identity is google-beta only): Google
+# creates it when pubsub.googleapis.com is enabled, and the grants below
+# depend on that API (README.md, "First apply into an empty project").
 locals {
-  project_number = var.project_number != "" ? var.project_number : data.google_project.this[0].number
+  project_number = var.project_number != "" ? var.project_number : split("/", module.signing_keys.secret_name)[1]
 }
 
 # The pool's topic and pull subscription share the id servo-pool-NAME
-# (package pull: pull.TopicID, pull.SubscriptionID).
+# (package pull: pull.TopicID, pull.SubscriptionID). These two names are
+# fixed by the Go code, not derived from name_prefix: two environments in
+# one project must name their pull pools differently (README.md, "Two
+# environments in one project"). The pool's dead-letter
+# topic and inbox are Terraform's own and carry the prefix.
 resource "google_pubsub_topic" "pool" {
   for_each = var.pull_pools
 
@@ -122,7 +128,7 @@ resource "google_pubsub_topic" "pool_dead_letter" {
   for_each = var.pull_pools
 
   project = var.project_id
-  name    = "servo-pool-${each.key}-dead-letter"
+  name    = "${var.name_prefix}-pool-${each.key}-dead-letter"
   labels  = { servo = "pull-pool" }
 
   depends_on = [google_project_service.apis]
@@ -159,7 +165,7 @@ resource "google_pubsub_subscription" "pool_dead_letter_inbox" {
   for_each = var.pull_pools
 
   project                    = var.project_id
-  name                       = "servo-pool-${each.key}-dead-letter-inbox"
+  name                       = "${var.name_prefix}-pool-${each.key}-dead-letter-inbox"
   topic                      = google_pubsub_topic.pool_dead_letter[each.key].id
   message_retention_duration = "604800s"
 

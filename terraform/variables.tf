@@ -78,34 +78,34 @@ variable "firestore_database" {
 # --- Pub/Sub -------------------------------------------------------------
 
 variable "events_topic" {
-  description = "Pub/Sub topic ID of task transition events (SERVO_EVENTS_TOPIC)."
+  description = "Pub/Sub topic ID of task transition events (SERVO_EVENTS_TOPIC). Default: \"<name_prefix>-task-events\"."
   type        = string
-  default     = "servo-task-events"
+  default     = null
 
   validation {
-    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.events_topic)) && !startswith(var.events_topic, "goog")
+    condition     = var.events_topic == null || (can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", coalesce(var.events_topic, "x"))) && !startswith(coalesce(var.events_topic, "x"), "goog"))
     error_message = "events_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
   }
 }
 
 variable "dead_letter_topic" {
-  description = "Pub/Sub topic ID of dead letters: tasks that failed for good (SERVO_DEAD_LETTER_TOPIC)."
+  description = "Pub/Sub topic ID of dead letters: tasks that failed for good (SERVO_DEAD_LETTER_TOPIC). Default: \"<name_prefix>-dead-letter\"."
   type        = string
-  default     = "servo-dead-letter"
+  default     = null
 
   validation {
-    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.dead_letter_topic)) && !startswith(var.dead_letter_topic, "goog")
+    condition     = var.dead_letter_topic == null || (can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", coalesce(var.dead_letter_topic, "x"))) && !startswith(coalesce(var.dead_letter_topic, "x"), "goog"))
     error_message = "dead_letter_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
   }
 }
 
 variable "sweep_topic" {
-  description = "Pub/Sub topic ID Cloud Scheduler publishes sweep ticks to; it triggers the sweeper function."
+  description = "Pub/Sub topic ID Cloud Scheduler publishes sweep ticks to; it triggers the sweeper function. Default: \"<name_prefix>-sweep\"."
   type        = string
-  default     = "servo-sweep"
+  default     = null
 
   validation {
-    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.sweep_topic)) && !startswith(var.sweep_topic, "goog")
+    condition     = var.sweep_topic == null || (can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", coalesce(var.sweep_topic, "x"))) && !startswith(coalesce(var.sweep_topic, "x"), "goog"))
     error_message = "sweep_topic must be a Pub/Sub topic ID: 3-255 characters, starting with a letter, not with \"goog\"."
   }
 }
@@ -140,8 +140,11 @@ variable "sweep_every" {
   default     = "15s"
 
   validation {
-    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.sweep_every))
-    error_message = "sweep_every must be a Go duration such as \"15s\"."
+    condition = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.sweep_every)) && try(
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) >= 1 &&
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.sweep_every) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) <= 55,
+    false)
+    error_message = "sweep_every must be a Go duration from 1s to 55s (the sweeper's window), such as \"15s\"."
   }
 }
 
@@ -151,8 +154,11 @@ variable "start_timeout" {
   default     = "10m"
 
   validation {
-    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.start_timeout))
-    error_message = "start_timeout must be a Go duration such as \"10m\"."
+    condition = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.start_timeout)) && try(
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) >= 60 &&
+      sum([for m in regexall("([0-9.]+)(ms|s|m|h)", var.start_timeout) : tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]]) <= 86400,
+    false)
+    error_message = "start_timeout must be a Go duration from 1m to 24h (a sweep tick is a minute apart), such as \"10m\"."
   }
 }
 
@@ -174,12 +180,21 @@ variable "signing_keys" {
     Key IDs (kid) of the task-token signing key ring and the one that signs.
     Terraform generates 32 random bytes per kid and stores the ring JSON
     {"active":"<kid>","keys":{"<kid>":"<base64>"}} in Secret Manager
-    (SERVO_TOKEN_KEYS). Rotate by adding a kid, then making it active, then
-    removing the old one, one apply each (README.md).
+    (SERVO_TOKEN_KEYS), with each key's history in "meta" (createdAt,
+    activatedAt, deactivatedAt), as `servo keys` writes it. Rotate by adding
+    a kid, then making it active, then removing the old one, one apply each
+    (README.md); Terraform refuses to drop a key within 2 h (the longest
+    token lifetime) of the activation that retired it.
+    managed_externally = true leaves the ring to `servo keys --secret`:
+    Terraform creates the secret and its grants but writes no version (ids
+    and active are then ignored). allow_early_drop lets an apply drop a key
+    that may still verify live tokens (a compromised key).
   EOT
   type = object({
-    active = string
-    ids    = list(string)
+    active             = optional(string, "k1")
+    ids                = optional(list(string), ["k1"])
+    managed_externally = optional(bool, false)
+    allow_early_drop   = optional(bool, false)
   })
   default = {
     active = "k1"
@@ -322,12 +337,12 @@ variable "function_source_excludes" {
 # --- Workers -------------------------------------------------------------
 
 variable "artifact_repository" {
-  description = "ID of the Artifact Registry Docker repository for worker images (and the function images Cloud Build produces)."
+  description = "ID of the Artifact Registry Docker repository for worker images (and the function images Cloud Build produces). Default: name_prefix."
   type        = string
-  default     = "servo"
+  default     = null
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,61}[a-z0-9]$", var.artifact_repository))
+    condition     = var.artifact_repository == null || can(regex("^[a-z][a-z0-9-]{0,61}[a-z0-9]$", coalesce(var.artifact_repository, "x")))
     error_message = "artifact_repository must be 2-63 lowercase letters, digits and hyphens, starting with a letter."
   }
 }
@@ -338,7 +353,12 @@ variable "workers" {
     account, ingress from anywhere but invocable only by the Cloud Tasks
     invoker account) and a Cloud Tasks queue. Queue retries are transport
     retries of one attempt's push; Servo's own retry policy decides new
-    attempts. Durations are seconds with an "s" suffix.
+    attempts. Durations are seconds with an "s" suffix. The queue's
+    max_concurrent_dispatches defaults to max_instances x concurrency (what
+    the service can take at once); more is flagged by a check, since Cloud
+    Run answers the excess with 429 and Cloud Tasks retries it. Each Cloud
+    Task's dispatch deadline is at most timeout_seconds (Servo reads it from
+    SERVO_WORKERS).
   EOT
   type = map(object({
     image           = string
@@ -355,7 +375,7 @@ variable "workers" {
       max_backoff               = optional(string, "300s")
       max_doublings             = optional(number, 5)
       max_dispatches_per_second = optional(number, 10)
-      max_concurrent_dispatches = optional(number, 100)
+      max_concurrent_dispatches = optional(number) # default: max_instances x concurrency
     }), {})
   }))
   default = {}
@@ -384,7 +404,7 @@ variable "workers" {
       try(tonumber(trimsuffix(w.queue.min_backoff, "s")) <= tonumber(trimsuffix(w.queue.max_backoff, "s")), false) &&
       w.queue.max_doublings >= 0 &&
       w.queue.max_dispatches_per_second > 0 && w.queue.max_dispatches_per_second <= 500 &&
-      w.queue.max_concurrent_dispatches >= 1 && w.queue.max_concurrent_dispatches <= 5000
+      (w.queue.max_concurrent_dispatches == null || try(w.queue.max_concurrent_dispatches >= 1 && w.queue.max_concurrent_dispatches <= 5000, false))
     ])
     error_message = "Worker queues: max_attempts -1 (unlimited) or >= 1; min_backoff <= max_backoff, both like \"10s\"; max_doublings >= 0; max_dispatches_per_second in (0, 500]; max_concurrent_dispatches 1-5000."
   }

@@ -492,6 +492,9 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"SERVO_PROJECT="+project,
 		"SERVO_FIRESTORE_DATABASE=(default)",
 		"SERVO_TOKEN_KEYS="+string(keys),
+		// As Terraform sets it: the ring is re-read from the secret, but only
+		// on a kid miss or after 5 minutes, so a cold start reads nothing.
+		"SERVO_TOKEN_KEYS_SECRET=projects/"+project+"/secrets/servo-token-keys",
 		"SERVO_CALLBACK_BASE_URL=https://servo-callbacks.invalid",
 		"SERVO_WORKERS="+string(workers),
 		"SERVO_EVENTS_TOPIC=servo-task-events",

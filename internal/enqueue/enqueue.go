@@ -169,12 +169,16 @@ func redriveName(queue string, t *task.Task, redrive int) string {
 	return queue + "/tasks/" + task.RedriveName(t.ID, t.Attempt, redrive)
 }
 
-// DispatchDeadline is how long Cloud Tasks waits for the worker: the time
-// to the task deadline, else the maximum, clamped to Cloud Tasks' range.
-func DispatchDeadline(t *task.Task, now time.Time) time.Duration {
+// DispatchDeadline is how long Cloud Tasks waits for worker w: the time
+// to the task deadline, else the maximum, at most the worker's request
+// timeout (w.TimeoutSeconds, when known), clamped to Cloud Tasks' range.
+func DispatchDeadline(t *task.Task, w Worker, now time.Time) time.Duration {
 	d := MaxDispatchDeadline
 	if t.Deadline != nil {
 		d = t.Deadline.Sub(now)
+	}
+	if w.TimeoutSeconds > 0 {
+		d = min(d, time.Duration(w.TimeoutSeconds)*time.Second)
 	}
 	return min(max(d, MinDispatchDeadline), MaxDispatchDeadline)
 }
@@ -224,7 +228,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	ct := &ctpb.Task{
 		Name:             TaskName(w.Queue, &t),
 		MessageType:      &ctpb.Task_HttpRequest{HttpRequest: req},
-		DispatchDeadline: durationpb.New(DispatchDeadline(&t, now)),
+		DispatchDeadline: durationpb.New(DispatchDeadline(&t, w, now)),
 	}
 	if t.NotBefore != nil && t.NotBefore.After(now) {
 		ct.ScheduleTime = timestamppb.New(*t.NotBefore)

@@ -29,6 +29,8 @@ func TestParseWorkers(t *testing.T) {
 		{"job, no url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render",` + q + `}}`, false, ""},
 		{"job and url", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render","url":"https://r.example/",` + q + `}}`, false, "no url"},
 		{"bad job", `{"render":{"job":"render",` + q + `}}`, false, "jobs/JOB"},
+		{"timeout", `{"render":{"url":"https://r.example/","timeoutSeconds":900,` + q + `}}`, false, ""},
+		{"negative timeout", `{"render":{"url":"https://r.example/","timeoutSeconds":-1,` + q + `}}`, false, "timeoutSeconds"},
 		{"job without queue", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render"}}`, false, "queue"},
 	}
 	for _, c := range cases {
@@ -58,17 +60,24 @@ func TestDispatchDeadline(t *testing.T) {
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	cases := []struct {
 		deadline *time.Time
+		timeout  int // the worker's TimeoutSeconds
 		want     time.Duration
 	}{
-		{nil, MaxDispatchDeadline},
-		{at(5 * time.Minute), 5 * time.Minute},
-		{at(time.Second), MinDispatchDeadline},
-		{at(-time.Hour), MinDispatchDeadline},
-		{at(3 * time.Hour), MaxDispatchDeadline},
+		{nil, 0, MaxDispatchDeadline},
+		{at(5 * time.Minute), 0, 5 * time.Minute},
+		{at(time.Second), 0, MinDispatchDeadline},
+		{at(-time.Hour), 0, MinDispatchDeadline},
+		{at(3 * time.Hour), 0, MaxDispatchDeadline},
+		// The worker's request timeout caps the deadline-derived value.
+		{nil, 900, 900 * time.Second},
+		{at(3 * time.Hour), 900, 900 * time.Second},
+		{at(5 * time.Minute), 900, 5 * time.Minute},
+		{nil, 5, MinDispatchDeadline},
+		{nil, 3600, MaxDispatchDeadline},
 	}
 	for _, c := range cases {
-		if got := DispatchDeadline(&task.Task{Deadline: c.deadline}, now); got != c.want {
-			t.Errorf("deadline %v: got %v, want %v", c.deadline, got, c.want)
+		if got := DispatchDeadline(&task.Task{Deadline: c.deadline}, Worker{TimeoutSeconds: c.timeout}, now); got != c.want {
+			t.Errorf("deadline %v, timeout %ds: got %v, want %v", c.deadline, c.timeout, got, c.want)
 		}
 	}
 }

@@ -44,6 +44,13 @@ type Worker struct {
 	// Tasks call Servo's jobs dispatch endpoint, which runs the job (see
 	// package jobs).
 	Job string `json:"job,omitempty"`
+	// TimeoutSeconds is how long the endpoint Cloud Tasks calls (the
+	// worker's Cloud Run service, or for a job worker the jobs dispatch
+	// function) lets a request run; 0 means unknown. A Cloud Task's
+	// dispatch deadline never exceeds it, so Cloud Tasks does not wait
+	// for a request the service has already cut off, nor give up on one
+	// still running (DispatchDeadline).
+	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 }
 
 // Workers maps worker names to their configuration.
@@ -109,6 +116,9 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 				return fmt.Errorf("worker %q: %w", name, err)
 			}
 			continue
+		}
+		if w.TimeoutSeconds < 0 {
+			return fmt.Errorf("worker %q: timeoutSeconds must not be negative, got %d", name, w.TimeoutSeconds)
 		}
 		if err := checkTarget(w, allowLoopbackHTTP); err != nil {
 			return fmt.Errorf("worker %q: %w", name, err)

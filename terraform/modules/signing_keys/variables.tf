@@ -22,3 +22,15 @@ variable "deletion_protection" {
   description = "Refuse to destroy the secret."
   type        = bool
 }
+
+variable "managed_externally" {
+  description = "Leave the ring to `servo keys --secret`: create the secret, write no version (ids and active are ignored)."
+  type        = bool
+  default     = false
+}
+
+variable "allow_early_drop" {
+  description = "Let a plan drop a key within the longest token lifetime of its deactivation (a compromised key)."
+  type        = bool
+  default     = false
+}

@@ -1,0 +1,40 @@
+# A second environment in the same project as examples/dev.tfvars: every
+# resource name comes from name_prefix, the data lives in its own Firestore
+# database (the functions' Firestore role is limited to it), and its pull
+# pools are named apart from the other environment's (package pull names a
+# pool's topic servo-pool-NAME). .ci/run plans both and checks that they
+# share no resource name (README.md, "Two environments in one project").
+
+project_id          = "my-servo-dev"
+name_prefix         = "stg"
+region              = "europe-west1"
+firestore_location  = "eur3"
+firestore_database  = "servo-staging"
+deletion_protection = false
+
+api_invokers = [
+  "group:servo-staging@example.com",
+]
+
+workers = {
+  example = {
+    image           = "us-docker.pkg.dev/cloudrun/container/hello"
+    timeout_seconds = 900
+    concurrency     = 2
+    max_instances   = 5
+    # max_concurrent_dispatches defaults to max_instances x concurrency.
+  }
+}
+
+pull_pools = {
+  stg-gpu = {
+    service_accounts = ["gpu-pool@my-servo-dev.iam.gserviceaccount.com"]
+  }
+}
+
+jobs = {
+  render = {
+    worker       = "example"
+    task_timeout = "21600s"
+  }
+}
