@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -52,7 +53,8 @@ func TestExampleTfvarsWorkerPassesTheSmokeTest(t *testing.T) {
 				}
 				return def
 			}
-			repo := str("region", "") + "-docker.pkg.dev/" + str("project_id", "") + "/" + str("artifact_repository", "servo") + "/example-worker:"
+			// The repository's name defaults to name_prefix (main.tf).
+			repo := str("region", "") + "-docker.pkg.dev/" + str("project_id", "") + "/" + str("artifact_repository", str("name_prefix", "servo")) + "/example-worker:"
 			wa, ok := attrs["workers"]
 			if !ok {
 				t.Fatal("no workers")
@@ -86,7 +88,10 @@ func TestDeadLetterInbox(t *testing.T) {
 			continue
 		}
 		found = true
-		name, err := attrString(b, "name")
+		// Named as servo dev's inbox with the default name_prefix: the
+		// prefix leads the name.
+		name := strings.Replace(r.text(b.Body.Attributes["name"].Expr), "${var.name_prefix}", "servo", 1)
+		name, err := strconv.Unquote(name)
 		if err != nil || name != events.DeadLetterInbox {
 			t.Errorf("%s: name %q (%v), want %q (events.DeadLetterInbox, as servo dev)", r.where(), name, err, events.DeadLetterInbox)
 		}

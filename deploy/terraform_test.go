@@ -399,7 +399,7 @@ var wantRoles = map[string][]string{
 		"roles/secretmanager.secretAccessor on secret",
 		"custom:servoJobDispatcher on jobs",
 		"roles/telemetry.tracesWriter on project",
-		"roles/monitoring.metricWriter on project",
+		"roles/telemetry.metricsWriter on project",
 	},
 }
 

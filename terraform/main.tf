@@ -396,13 +396,3 @@ module "function" {
   ]
 }
 
-# Cloud Tasks must not push more at once than a worker's instances can take:
-# the excess is answered 429 and retried, churning the queue.
-check "worker_capacity" {
-  assert {
-    condition = alltrue([for w in values(var.workers) :
-      w.queue.max_concurrent_dispatches == null || try(w.max_instances * w.concurrency >= w.queue.max_concurrent_dispatches, false)
-    ])
-    error_message = "WARNING: these workers' queues dispatch more at once than max_instances x concurrency, so Cloud Run answers 429 and Cloud Tasks retries: ${join(", ", [for n, w in var.workers : "${n} (${w.max_instances} x ${w.concurrency} < ${w.queue.max_concurrent_dispatches})" if w.queue.max_concurrent_dispatches != null && try(w.max_instances * w.concurrency < w.queue.max_concurrent_dispatches, false)])}. Raise max_instances or concurrency, or lower (or drop) queue.max_concurrent_dispatches."
-  }
-}

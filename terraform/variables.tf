@@ -381,6 +381,14 @@ variable "workers" {
   default = {}
 
   validation {
+    # A queue must not dispatch more at once than its worker's instances can
+    # take: Cloud Run would answer 429 and Cloud Tasks retry.
+    condition = alltrue([for w in values(var.workers) :
+      try(w.queue.max_concurrent_dispatches == null, true) || try(w.max_instances * w.concurrency >= w.queue.max_concurrent_dispatches, false)
+    ])
+    error_message = "A worker's queue.max_concurrent_dispatches is above its max_instances x concurrency: Cloud Run would answer 429 and Cloud Tasks retry. Raise max_instances or concurrency, or lower (or drop: it defaults to max_instances x concurrency) queue.max_concurrent_dispatches."
+  }
+  validation {
     condition     = alltrue([for name in keys(var.workers) : can(regex("^[a-z][a-z0-9-]{0,13}[a-z0-9]$", name))])
     error_message = "Worker names must be 2-15 lowercase letters, digits and hyphens, starting with a letter (they become service account, service and queue names)."
   }

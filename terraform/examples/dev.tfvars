@@ -35,7 +35,7 @@ workers = {
       max_backoff               = "300s"
       max_doublings             = 5
       max_dispatches_per_second = 5
-      max_concurrent_dispatches = 20
+      max_concurrent_dispatches = 5 # at most max_instances x concurrency
     }
   }
 }

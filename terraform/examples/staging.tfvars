@@ -18,7 +18,9 @@ api_invokers = [
 
 workers = {
   example = {
-    image           = "us-docker.pkg.dev/cloudrun/container/hello"
+    # Servo's example worker, pushed to this environment's repository
+    # (named after name_prefix) as in examples/dev.tfvars.
+    image           = "europe-west1-docker.pkg.dev/my-servo-dev/stg/example-worker:v1"
     timeout_seconds = 900
     concurrency     = 2
     max_instances   = 5
