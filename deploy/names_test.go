@@ -16,10 +16,6 @@ var nameAttrs = []string{"name", "account_id", "secret_id", "repository_id", "ro
 // Everything else must be: two environments (two prefixes) in one project
 // must not share a resource.
 var fixedNames = map[string]string{
-	// Package pull names a pool's topic and subscription servo-pool-NAME
-	// (pull.TopicID): environments in one project name their pools apart.
-	"terraform/pull.tf: google_pubsub_topic.pool name":        "fixed by package pull",
-	"terraform/pull.tf: google_pubsub_subscription.pool name": "fixed by package pull",
 	// The database is the operator's choice ("(default)" for the first
 	// environment, a named one for the next; README.md).
 	"terraform/modules/firestore/main.tf: google_firestore_database.this name": "var.firestore_database",

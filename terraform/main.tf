@@ -51,6 +51,7 @@ locals {
   function_env = {
     SERVO_PROJECT            = var.project_id
     SERVO_FIRESTORE_DATABASE = var.firestore_database
+    SERVO_NAME_PREFIX        = var.name_prefix
     SERVO_CALLBACK_BASE_URL  = local.callbacks_url
     SERVO_WORKERS            = jsonencode(local.servo_workers)
     SERVO_TOKEN_KEYS_SECRET  = "projects/${var.project_id}/secrets/${module.signing_keys.secret_id}"

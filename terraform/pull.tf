@@ -108,17 +108,15 @@ locals {
   project_number = var.project_number != "" ? var.project_number : split("/", module.signing_keys.secret_name)[1]
 }
 
-# The pool's topic and pull subscription share the id servo-pool-NAME
-# (package pull: pull.TopicID, pull.SubscriptionID). These two names are
-# fixed by the Go code, not derived from name_prefix: two environments in
-# one project must name their pull pools differently (README.md, "Two
-# environments in one project"). The pool's dead-letter
-# topic and inbox are Terraform's own and carry the prefix.
+# The pool's topic and pull subscription share the id
+# <name_prefix>-pool-NAME (package pull: pull.ResourceID, with the functions'
+# SERVO_NAME_PREFIX), so two environments in one project keep their pools
+# apart. The pool's dead-letter topic and inbox carry the prefix too.
 resource "google_pubsub_topic" "pool" {
   for_each = var.pull_pools
 
   project = var.project_id
-  name    = "servo-pool-${each.key}"
+  name    = "${var.name_prefix}-pool-${each.key}"
   labels  = { servo = "pull-pool" }
 
   depends_on = [google_project_service.apis]
@@ -138,7 +136,7 @@ resource "google_pubsub_subscription" "pool" {
   for_each = var.pull_pools
 
   project                    = var.project_id
-  name                       = "servo-pool-${each.key}"
+  name                       = "${var.name_prefix}-pool-${each.key}"
   topic                      = google_pubsub_topic.pool[each.key].id
   ack_deadline_seconds       = each.value.ack_deadline_seconds
   message_retention_duration = each.value.message_retention

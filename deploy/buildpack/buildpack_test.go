@@ -491,6 +491,7 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"GOOGLE_CLOUD_PROJECT="+project,
 		"SERVO_PROJECT="+project,
 		"SERVO_FIRESTORE_DATABASE=(default)",
+		"SERVO_NAME_PREFIX=servo",
 		"SERVO_TOKEN_KEYS="+string(keys),
 		// As Terraform sets it: the ring is re-read from the secret, but only
 		// on a kid miss or after 5 minutes, so a cold start reads nothing.

@@ -20,6 +20,7 @@ import (
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/failpoint"
+	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/zombie"
@@ -44,6 +45,7 @@ const (
 	EnvMaxRedrives        = "SERVO_MAX_REDRIVES"
 	EnvStartTimeout       = "SERVO_START_TIMEOUT"
 	EnvStoreTimeout       = "SERVO_STORE_TIMEOUT"
+	EnvNamePrefix         = "SERVO_NAME_PREFIX"
 	EnvDueShards          = "SERVO_DUE_SHARDS"
 	EnvMaxBodyBytes       = "SERVO_MAX_BODY_BYTES"
 	EnvClaimAudience      = "SERVO_CLAIM_AUDIENCE"
@@ -66,7 +68,7 @@ var variables = []string{
 	EnvTokenKeys, EnvTokenKeysFile, EnvTokenKeysSecret,
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
-	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards,
+	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
 	EnvMaxBodyBytes, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
@@ -117,6 +119,10 @@ type Config struct {
 	// StartTimeout is the default start timeout of new tasks
 	// (SERVO_START_TIMEOUT).
 	StartTimeout time.Duration
+	// NamePrefix is the deployment's name prefix (SERVO_NAME_PREFIX,
+	// Terraform's name_prefix): its pull pools' topics and subscriptions
+	// are NamePrefix-pool-NAME (pull.ResourceID).
+	NamePrefix string
 	// StoreTimeout bounds the store work of one callback or API request,
 	// from its receipt to its answer (SERVO_STORE_TIMEOUT; default
 	// DefaultStoreTimeout): past it, the answer is 503 with Retry-After.
@@ -161,6 +167,7 @@ func Default() Config {
 		MaxRedrives:       zombie.DefaultMaxRedrives,
 		StartTimeout:      api.DefaultStartTimeout,
 		StoreTimeout:      DefaultStoreTimeout,
+		NamePrefix:        pull.DefaultNamePrefix,
 		DueShards:         store.DefaultDueShards,
 		MaxBodyBytes:      DefaultMaxBodyBytes,
 		Quotas:            &quota.Policy{},
@@ -277,6 +284,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	str(&c.JobsContainer, EnvJobsContainer)
+	str(&c.NamePrefix, EnvNamePrefix)
 	str(&c.EventsTopic, EnvEventsTopic)
 	str(&c.DeadLetterTopic, EnvDeadLetterTopic)
 

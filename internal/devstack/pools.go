@@ -20,7 +20,7 @@ func (s *Stack) startPools(ctx context.Context, o Options) error {
 	if s.poolPS, err = pubsub.NewClient(ctx, o.Project, o.PoolPubSubOptions...); err != nil {
 		return fmt.Errorf("devstack: pool pubsub client: %w", err)
 	}
-	admin := pull.NewTransport(s.PubSub) // not through a test's proxy
+	admin := pull.NewTransport(s.PubSub, "") // not through a test's proxy
 	for name := range o.PullPools {
 		if err := admin.Ensure(ctx, name); err != nil {
 			return fmt.Errorf("devstack: %w", err)

@@ -15,7 +15,7 @@
 // # Transport
 //
 // One Pub/Sub topic and pull subscription per pool, both named
-// "servo-pool-NAME" ([ResourcePrefix]; Terraform creates them in
+// "NAMEPREFIX-pool-NAME" ([ResourceID]: servo-pool-NAME by default; Terraform creates them in
 // production, [Transport.Ensure] locally). [Transport] is the enqueue
 // path's [enqueue.Pools]: every enqueue of a pool's attempt (submit, retry,
 // sweeper re-drive) publishes a small message naming the task, the attempt,

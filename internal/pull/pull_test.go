@@ -150,7 +150,7 @@ func TestDuplicateMessageOneClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pull.NewTransport(e.stack.PubSub).Publish(context.Background(), gpu, stored); err != nil {
+	if err := pull.NewTransport(e.stack.PubSub, "").Publish(context.Background(), gpu, stored); err != nil {
 		t.Fatal(err)
 	}
 	en := e.claimUntil(gpu, "", "w-1")

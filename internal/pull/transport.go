@@ -17,8 +17,11 @@ import (
 )
 
 // Resource names of a pool: the topic and its pull subscription share the
-// id "servo-pool-NAME" (Terraform creates the same ones).
-const ResourcePrefix = "servo-pool-"
+// id "NAMEPREFIX-pool-NAME", with the deployment's name prefix
+// (SERVO_NAME_PREFIX, Terraform's name_prefix; DefaultNamePrefix): so two
+// environments in one project keep their pools apart (Terraform creates
+// the same ones).
+const DefaultNamePrefix = "servo"
 
 // Subscription settings the local stack uses (Terraform sets its own).
 const (
@@ -31,11 +34,14 @@ const (
 	MaxDefer = 600 * time.Second
 )
 
-// TopicID is the pool's topic id.
-func TopicID(pool string) string { return ResourcePrefix + pool }
-
-// SubscriptionID is the pool's pull subscription id.
-func SubscriptionID(pool string) string { return ResourcePrefix + pool }
+// ResourceID is the id of a pool's topic and of its pull subscription in
+// the deployment named namePrefix ("" for DefaultNamePrefix).
+func ResourceID(namePrefix, pool string) string {
+	if namePrefix == "" {
+		namePrefix = DefaultNamePrefix
+	}
+	return namePrefix + "-pool-" + pool
+}
 
 // message is a pool message: which attempt to claim, and from when. It
 // carries no token: the envelope is built, with a freshly signed token, by
@@ -54,14 +60,18 @@ type message struct {
 // their subscriptions (synchronous pull). It is enqueue.Pools. It is safe
 // for concurrent use.
 type Transport struct {
-	client  *pubsub.Client
-	project string
+	client     *pubsub.Client
+	project    string
+	namePrefix string
 }
 
-// NewTransport returns a Transport on client's project.
-func NewTransport(client *pubsub.Client) *Transport {
-	return &Transport{client: client, project: client.Project()}
+// NewTransport returns a Transport on client's project, for the pools of
+// the deployment named namePrefix ("" for DefaultNamePrefix; ResourceID).
+func NewTransport(client *pubsub.Client, namePrefix string) *Transport {
+	return &Transport{client: client, project: client.Project(), namePrefix: namePrefix}
 }
+
+func (tr *Transport) id(pool string) string { return ResourceID(tr.namePrefix, pool) }
 
 // PublishTimeout bounds one Publish (the client's retries included), so an
 // enqueue that fails leaves its caller time to record it (the task goes
@@ -77,7 +87,7 @@ func (tr *Transport) Publish(ctx context.Context, pool string, t task.Task) erro
 		return fmt.Errorf("pull: encode message: %w", err)
 	}
 	_, err = tr.client.TopicAdminClient.Publish(ctx, &pubsubpb.PublishRequest{
-		Topic: events.TopicName(tr.project, TopicID(pool)),
+		Topic: events.TopicName(tr.project, tr.id(pool)),
 		Messages: []*pubsubpb.PubsubMessage{{Data: data, Attributes: map[string]string{
 			"taskId": t.ID, "attempt": strconv.Itoa(t.Attempt), "tenantId": t.TenantID, "worker": pool,
 		}}},
@@ -92,11 +102,11 @@ func (tr *Transport) Publish(ctx context.Context, pool string, t task.Task) erro
 // yet (the local stack; Terraform does it in production).
 func (tr *Transport) Ensure(ctx context.Context, pools ...string) error {
 	for _, p := range pools {
-		if err := events.EnsureTopics(ctx, tr.client, TopicID(p)); err != nil {
+		if err := events.EnsureTopics(ctx, tr.client, tr.id(p)); err != nil {
 			return fmt.Errorf("pull: %w", err)
 		}
 		if err := events.EnsureSubscriptions(ctx, tr.client, events.Subscription{
-			Name: SubscriptionID(p), Topic: TopicID(p), AckDeadline: AckDeadline,
+			Name: tr.id(p), Topic: tr.id(p), AckDeadline: AckDeadline,
 		}); err != nil {
 			return fmt.Errorf("pull: %w", err)
 		}
@@ -120,7 +130,7 @@ type received struct {
 // and a nil error when ctx ended first.
 func (tr *Transport) receive(ctx context.Context, pool string) (*received, error) {
 	resp, err := tr.client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{
-		Subscription: events.SubscriptionName(tr.project, SubscriptionID(pool)), MaxMessages: 1,
+		Subscription: events.SubscriptionName(tr.project, tr.id(pool)), MaxMessages: 1,
 	}, noRetry)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -141,7 +151,7 @@ func (tr *Transport) receive(ctx context.Context, pool string) (*received, error
 // ack acknowledges a message: it is not delivered again.
 func (tr *Transport) ack(ctx context.Context, pool, ackID string) error {
 	return tr.client.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{
-		Subscription: events.SubscriptionName(tr.project, SubscriptionID(pool)), AckIds: []string{ackID},
+		Subscription: events.SubscriptionName(tr.project, tr.id(pool)), AckIds: []string{ackID},
 	})
 }
 
@@ -153,6 +163,6 @@ func (tr *Transport) hold(ctx context.Context, pool, ackID string, d time.Durati
 		secs = 1
 	}
 	return tr.client.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
-		Subscription: events.SubscriptionName(tr.project, SubscriptionID(pool)), AckIds: []string{ackID}, AckDeadlineSeconds: secs,
+		Subscription: events.SubscriptionName(tr.project, tr.id(pool)), AckIds: []string{ackID}, AckDeadlineSeconds: secs,
 	})
 }

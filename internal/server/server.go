@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if gap, err := o.Store.CheckPulse(sctx, time.Now(), cadence); err == nil && gap != nil {
 		log.WarnContext(ctx, "Servo was not sweeping before this start; leases are credited with the gap", "from", gap.From, "to", gap.To)
 	}
-	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
+	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS, cfg.NamePrefix)}
 
 	ecfg := enqueue.Config{
 		Store: o.Store, Tasks: o.Tasks, Keys: o.Keys, Workers: cfg.Workers, CallbackBaseURL: cfg.CallbackBaseURL.String(),

@@ -54,3 +54,12 @@ functions = {
   api       = { max_instances = 5 }
   callbacks = { max_instances = 10 }
 }
+
+# One pull pool (README.md, "Pull pools"): its topic and subscription are
+# servo-pool-gpu; examples/staging.tfvars has a pool of the same name in the
+# same project, as stg-pool-gpu.
+pull_pools = {
+  gpu = {
+    service_accounts = ["gpu-pool@my-servo-dev.iam.gserviceaccount.com"]
+  }
+}

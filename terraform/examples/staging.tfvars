@@ -1,8 +1,7 @@
 # A second environment in the same project as examples/dev.tfvars: every
 # resource name comes from name_prefix, the data lives in its own Firestore
 # database (the functions' Firestore role is limited to it), and its pull
-# pools are named apart from the other environment's (package pull names a
-# pool's topic servo-pool-NAME). .ci/run plans both and checks that they
+# pools' topics are stg-pool-NAME. .ci/run plans both and checks that they
 # share no resource name (README.md, "Two environments in one project").
 
 project_id          = "my-servo-dev"
@@ -29,7 +28,7 @@ workers = {
 }
 
 pull_pools = {
-  stg-gpu = {
+  gpu = {
     service_accounts = ["gpu-pool@my-servo-dev.iam.gserviceaccount.com"]
   }
 }
