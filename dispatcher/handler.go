@@ -78,6 +78,10 @@ type Config struct {
 	// policy ignores the Authorization header and any other policy
 	// refuses every request.
 	Verifiers []auth.IdentityVerifier
+	// Traces, when set, serves GET /v1/tasks/{id}/trace (servo dev's span
+	// recorder), behind the API's checks: an identity the policy accepts
+	// and the viewer role on the task's tenant.
+	Traces http.Handler
 }
 
 // handler serves the control API.
@@ -146,6 +150,10 @@ func (h *handler) routes() {
 	m.HandleFunc("/v1/tasks/{id}", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("POST /v1/tasks/{id}/cancel", h.cancel)
 	m.HandleFunc("/v1/tasks/{id}/cancel", methodNotAllowed("POST"))
+	if h.cfg.Traces != nil {
+		m.HandleFunc("GET /v1/tasks/{id}/trace", h.trace)
+		m.HandleFunc("/v1/tasks/{id}/trace", methodNotAllowed("GET, HEAD"))
+	}
 	m.HandleFunc("GET /v1/tasks/{id}/events", h.taskEvents)
 	m.HandleFunc("/v1/tasks/{id}/events", methodNotAllowed("GET, HEAD"))
 	m.HandleFunc("GET /v1/runs", h.runs)

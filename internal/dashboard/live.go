@@ -117,8 +117,12 @@ func (d *Dashboard) live(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad view", http.StatusBadRequest)
 		return
 	}
-	v, err := d.resolve(path, q)
-	if err != nil {
+	v, err := d.resolve(path, q, callerOf(r.Context()))
+	switch {
+	case errors.Is(err, errForbidden):
+		http.Error(w, "your roles do not let you see this view", http.StatusForbidden)
+		return
+	case err != nil:
 		http.Error(w, "no such view", http.StatusNotFound)
 		return
 	}
