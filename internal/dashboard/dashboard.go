@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,12 +87,14 @@ type Config struct {
 
 // Dashboard serves the pages under Prefix.
 type Dashboard struct {
-	cfg    Config
-	log    *slog.Logger
-	mux    *http.ServeMux
-	pages  map[string]*template.Template
-	hub    *hub
-	health *healthCache
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// patterns are the mux's patterns.
+	patterns []string
+	pages    map[string]*template.Template
+	hub      *hub
+	health   *healthCache
 }
 
 // New returns the dashboard. It panics when cfg.Store or cfg.API is nil.
@@ -125,14 +128,33 @@ func New(cfg Config) *Dashboard {
 // The dashboard is built on its first request: its templates cost a
 // millisecond, which the cold starts of the functions that never serve it
 // need not pay.
+//
+// The handler's Routes method lists the dashboard's patterns and the
+// API's (when api has a Routes method): the access test of every route
+// reads it.
 func Mount(api http.Handler, cfg Config) http.Handler {
 	cfg.API = api
-	d := sync.OnceValue(func() http.Handler { return New(cfg) })
+	d := sync.OnceValue(func() *Dashboard { return New(cfg) })
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d().ServeHTTP(w, r) }))
 	mux.Handle("/", api)
-	return mux
+	return mounted{mux, func() []string {
+		out := slices.Clone(d().patterns)
+		if rs, ok := api.(interface{ Routes() []string }); ok {
+			out = append(out, rs.Routes()...)
+		}
+		return out
+	}}
 }
+
+// mounted is Mount's handler.
+type mounted struct {
+	http.Handler
+	routes func() []string
+}
+
+// Routes returns the dashboard's and the API's patterns.
+func (m mounted) Routes() []string { return m.routes() }
 
 // pageNames are the pages; each is templates/layout.html with its own file.
 var pageNames = []string{"tasks", "run", "task", "health", "error", "signin"}
@@ -155,7 +177,7 @@ func parsePages() map[string]*template.Template {
 }
 
 func (d *Dashboard) routes() {
-	m := d.mux
+	m := recordingMux{d.mux, &d.patterns}
 	static, _ := fs.Sub(staticFS, "static")
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /ui/{$}", d.page)
@@ -172,6 +194,21 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
+}
+
+// recordingMux is a ServeMux that remembers its patterns.
+type recordingMux struct {
+	*http.ServeMux
+	patterns *[]string
+}
+
+func (m recordingMux) Handle(pattern string, h http.Handler) {
+	*m.patterns = append(*m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m recordingMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(f))
 }
 
 // crossOrigin refuses cross-site requests that change state: it compares

@@ -20,13 +20,15 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
-// tenantsPolicy: alice operates acme, bob views globex, admin operates
-// every tenant.
+// tenantsPolicy: alice operates acme, bob views globex, carol views
+// acme, admin operates every tenant.
 const tenantsPolicy = `{"principals": {
 	"alice@example.com": {"acme": "operator"},
 	"bob@example.com":   {"globex": "viewer"},
+	"carol@example.com": {"acme": "viewer"},
 	"admin@example.com": {"*": "operator"}}}`
 
 var (
@@ -48,7 +50,7 @@ func policyStack(t *testing.T) *devstack.Stack {
 		}
 		idle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 		tenantsStack, tenantsErr = devstack.Start(context.Background(), devstack.Options{
-			Addr: "127.0.0.1:0", Project: "dashboard-tenants-test", ReuseEmulators: true, Access: p,
+			Addr: "127.0.0.1:0", Project: "dashboard-tenants-test", ReuseEmulators: true, Access: p, Traces: telemetry.NewRecorder(0),
 			Workers: map[string]string{"idle": idle.URL}, SweepEvery: 500 * time.Millisecond,
 		})
 	})

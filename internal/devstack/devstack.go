@@ -607,6 +607,10 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry ti
 // Ready reports whether the stack serves.
 func (s *Stack) Ready() bool { return s.ready.Load() }
 
+// API is the stack's control API handler with its dashboard (the
+// handler of "/"): its Routes method lists every pattern it serves.
+func (s *Stack) API() http.Handler { return s.srv.API }
+
 // Exports are the shell lines a second shell needs.
 func (s *Stack) Exports() []string {
 	env := map[string]string{

@@ -19,6 +19,7 @@ import (
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/pubsub/v2"
 
+	apitypes "github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
@@ -179,6 +180,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
 		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
 		Access: cfg.Access, Verifiers: verifiers, Traces: o.Traces,
+		Events: func(ctx context.Context, opts events.StreamOptions, ready func(), each func(apitypes.Event) error) error {
+			opts.Topic = cfg.EventsTopic
+			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
+		},
 	})
 	d := o.Dashboard
 	d.Store, d.Logger, d.Access, d.Verifiers = o.Store, log, cfg.Access, verifiers

@@ -1,0 +1,113 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/servo-dev/servo/api"
+)
+
+// StreamOptions select the events Stream delivers.
+type StreamOptions struct {
+	// Topic is the events topic id or full name; default DefaultEventsTopic.
+	Topic string
+	// TaskID, RunID and TenantID, when set, keep only that task's, run's
+	// or tenant's events (in the subscription's filter).
+	TaskID, RunID, TenantID string
+	// Tenants, when not nil, keeps only the events of these tenants
+	// (checked on each event: a Pub/Sub filter is at most 256 bytes).
+	Tenants []string
+}
+
+// Stream delivers the transition events published on the events topic
+// of project, as the control API's GET /v1/events streams them to people:
+// it creates a temporary subscription (ordered, filtered on the task, run
+// and tenant attributes), calls ready once it exists (every event
+// published after that is delivered), then each for every event that
+// passes opts, each eventId once, until ctx ends or each fails; it
+// deletes the subscription on return. It returns nil when ctx ends.
+func Stream(ctx context.Context, client *pubsub.Client, project string, opts StreamOptions, ready func(), each func(api.Event) error) error {
+	project = cmp.Or(project, client.Project())
+	topic := TopicName(project, cmp.Or(opts.Topic, DefaultEventsTopic))
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name := SubscriptionName(project, "servo-stream-"+hex.EncodeToString(suffix[:]))
+	filter := tailFilter(TailOptions{TaskID: opts.TaskID, RunID: opts.RunID})
+	if opts.TenantID != "" {
+		f := "attributes." + AttrTenantID + " = " + strconv.Quote(opts.TenantID)
+		if filter != "" {
+			f = filter + " AND " + f
+		}
+		filter = f
+	}
+	if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: name, Topic: topic, EnableMessageOrdering: true, Filter: filter, AckDeadlineSeconds: 10,
+		MessageRetentionDuration: durationpb.New(10 * time.Minute),
+		ExpirationPolicy:         &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(tailSubscriptionTTL)},
+	}); err != nil {
+		return fmt.Errorf("events: stream: create subscription on %s: %w", topic, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = client.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
+	}()
+	ready()
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	// Receive calls back on several goroutines; events are handed to each
+	// one at a time, in arrival order.
+	out := make(chan api.Event)
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		seen := map[string]bool{}
+		for e := range out {
+			if seen[e.EventID] || werr != nil {
+				continue
+			}
+			seen[e.EventID] = true
+			if len(seen) > 100000 {
+				clear(seen)
+			}
+			if werr = each(e); werr != nil {
+				stop()
+			}
+		}
+	}()
+	err := client.Subscriber(name).Receive(rctx, func(ctx context.Context, m *pubsub.Message) {
+		m.Ack()
+		if t := m.Attributes[AttrType]; t != "" && t != TypeTransition {
+			return
+		}
+		e, err := DecodeEvent(m.Data)
+		if err != nil || (opts.Tenants != nil && !slices.Contains(opts.Tenants, e.TenantID)) ||
+			(opts.TenantID != "" && e.TenantID != opts.TenantID) || !(TailOptions{TaskID: opts.TaskID, RunID: opts.RunID}).Matches(e) {
+			return
+		}
+		select {
+		case out <- e:
+		case <-ctx.Done():
+		}
+	})
+	close(out)
+	<-done
+	if werr != nil {
+		return werr
+	}
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("events: stream: receive: %w", err)
+	}
+	return nil
+}
