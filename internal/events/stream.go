@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"time"
@@ -110,4 +112,58 @@ func Stream(ctx context.Context, client *pubsub.Client, project string, opts Str
 		return fmt.Errorf("events: stream: receive: %w", err)
 	}
 	return nil
+}
+
+// tailSource is Tail over opts.Source: once the source is ready it prints
+// the replay, then the live events (the source waits meanwhile), each
+// eventId once.
+func tailSource(ctx context.Context, w io.Writer, opts TailOptions) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	pr := &printer{w: w, json: opts.JSON, stop: stop, seen: map[string]bool{}}
+	ready := make(chan struct{})
+	live := make(chan api.Event)
+	srcErr := make(chan error, 1)
+	go func() {
+		srcErr <- opts.Source(ctx, func() { close(ready) }, func(e api.Event) error {
+			select {
+			case live <- e:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-srcErr:
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("events: tail: %w", err)
+		}
+		return nil
+	}
+	if err := pr.replay(ctx, opts); err != nil {
+		return err
+	}
+	for {
+		select {
+		case e := <-live:
+			if !opts.Matches(e) {
+				continue
+			}
+			data, err := json.Marshal(e)
+			if err != nil {
+				return fmt.Errorf("events: tail: %w", err)
+			}
+			pr.printEvent(e, data)
+			if pr.err != nil {
+				return fmt.Errorf("events: tail: write: %w", pr.err)
+			}
+		case err := <-srcErr:
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("events: tail: %w", err)
+			}
+			return nil
+		}
+	}
 }
