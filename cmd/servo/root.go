@@ -57,6 +57,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newEmulatorCmd(),
 		newVersionCmd(),
 		newUsageCmd(),
+		newTokenCmd(),
 		newKeysCmd(),
 		newDoctorCmd(),
 	)
