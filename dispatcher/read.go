@@ -29,6 +29,10 @@ func viewOf(t *task.Task) api.Task {
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
 	}
+	if t.State == api.Queued && t.WaitingSince != nil {
+		// Waiting for a run slot: the reason of its transition to QUEUED.
+		v.Reason, v.WaitingSince = task.ReasonQuotaWait, t.WaitingSince
+	}
 	return v
 }
 

@@ -56,6 +56,18 @@ func TestWorkerTenantShare(t *testing.T) {
 			t.Errorf("%s: %d tasks with a run slot and %d waiting, want 1 and 2 (its share of maxRunning)", tenant, s, w)
 		}
 	}
+	// A waiting task, as GET shows it (docs/tenants.md).
+	for _, tk := range e.tenantTasks("polite") {
+		if tk.WaitingSince != nil {
+			r := e.do("GET", "/v1/tasks/"+tk.ID, nil, "")
+			var v api.Task
+			r.decode(t, &v)
+			if v.State != api.Queued || v.Reason != "QUOTA_WAIT" || v.WaitingSince == nil || v.ScheduledAt != nil || len(v.Attempts) != 1 || v.Attempts[0].StartedAt != nil {
+				t.Errorf("GET of a task waiting for a slot: %s", r.body)
+			}
+			break
+		}
+	}
 	if st, err := e.sweeper().Sweep(e.ctx); err != nil || st.QuotaRepairs != 0 {
 		t.Fatalf("sweep: %d counter repairs (err %v), want 0", st.QuotaRepairs, err)
 	}
