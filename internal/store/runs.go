@@ -45,13 +45,18 @@ func runDocID(tenant, run string) string {
 	return run + "." + hex.EncodeToString(h[:8])
 }
 
-func (s *Store) runName(tenant, id string) string {
+// runName is the document name of a run before the per-tenant scoping
+// (runs/{runId}): still read and listed.
+func (s *Store) runName(id string) string { return s.docs + "/" + RunsCollection + "/" + id }
+
+// tenantRunName is the document name of tenant's run id.
+func (s *Store) tenantRunName(tenant, id string) string {
 	return s.docs + "/" + RunsCollection + "/" + runDocID(tenant, id)
 }
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	return setWrite(s.runName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
 }
 
 // RunFilter selects runs for ListRuns.
