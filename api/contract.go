@@ -88,6 +88,9 @@ const (
 	CodeUnsupportedMediaType  = "unsupported_media_type"
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
+	// CodeTooEarly: the task token is valid only from a later time (a
+	// delivery ahead of its schedule); retry after Retry-After.
+	CodeTooEarly = "too_early"
 	CodeNotFound              = "not_found"
 	// CodeExecutionConflict: the attempt already records another Cloud Run
 	// Job execution (EventExecution; internal, never a callback answer).

@@ -25,23 +25,24 @@ type cost int
 const (
 	// noRPC: refused before the transaction (steps 1–7 of the package doc).
 	noRPC cost = iota
-	// readRollback: the transaction read, refused or changed nothing.
-	readRollback
+	// readOnly: the transaction read, refused or changed nothing (no lock
+	// was taken, so there is nothing to roll back).
+	readOnly
 	// readCommit: the transaction read and committed.
 	readCommit
 	// heartbeatTransition: a heartbeat that changes the task's state (the
 	// first heartbeat of an attempt that never said started, one that finds
 	// the lease or the cancel grace run out). A heartbeat reads a masked
 	// task document and, when it makes a transition, reads the whole task
-	// and attempt in the same transaction before it commits: one more read
+	// and attempt again before it commits: one more read
 	// on this rare path keeps every ordinary heartbeat small (store/live.go).
 	heartbeatTransition
 )
 
 func (c cost) want() map[string]int {
 	switch c {
-	case readRollback:
-		return map[string]int{"BatchGetDocuments": 1, "Rollback": 1}
+	case readOnly:
+		return map[string]int{"BatchGetDocuments": 1}
 	case readCommit:
 		return map[string]int{"BatchGetDocuments": 1, "Commit": 1}
 	case heartbeatTransition:
@@ -152,7 +153,7 @@ func contractCases() []contractCase {
 			check: wantState(api.Running, 1),
 		},
 		{
-			name: "started repeated by the same worker", status: 200, disp: api.Continue, cost: readRollback,
+			name: "started repeated by the same worker", status: 200, disp: api.Continue, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
@@ -216,7 +217,7 @@ func contractCases() []contractCase {
 			},
 		},
 		{
-			name: "completed identical repeat replays", status: 200, disp: api.Committed, cost: readRollback,
+			name: "completed identical repeat replays", status: 200, disp: api.Committed, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -224,7 +225,7 @@ func contractCases() []contractCase {
 			check: wantFinal(api.Succeeded, false, 0),
 		},
 		{
-			name: "completed identical repeat of a retried failure replays", status: 200, disp: api.Committed, cost: readRollback,
+			name: "completed identical repeat of a retried failure replays", status: 200, disp: api.Committed, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryInfrastructure))}
@@ -303,7 +304,7 @@ func contractCases() []contractCase {
 		},
 		// 409 task_already_terminal, CANCELLED.
 		{
-			name: "started after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "started after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.cancelledBeforeStart()
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w1"))}
@@ -311,7 +312,7 @@ func contractCases() []contractCase {
 			check: wantTerminal(api.Cancelled),
 		},
 		{
-			name: "completed after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "completed after cancel before start", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.cancelledBeforeStart()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -319,7 +320,7 @@ func contractCases() []contractCase {
 			check: wantTerminal(api.Cancelled),
 		},
 		{
-			name: "heartbeat on a SUCCEEDED task", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "heartbeat on a SUCCEEDED task", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -328,7 +329,7 @@ func contractCases() []contractCase {
 		},
 		{
 			// Terminal rows come before attempt_mismatch (docs/contract.md §4.5).
-			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.zombieThenSucceeded()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -336,7 +337,7 @@ func contractCases() []contractCase {
 			check: wantTerminal(api.Succeeded),
 		},
 		{
-			name: "heartbeat of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "heartbeat of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.retriedThenSucceeded()
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -345,7 +346,7 @@ func contractCases() []contractCase {
 		},
 		{
 			// Only the attempt that ended the task can conflict.
-			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRollback,
+			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.retriedThenSucceeded()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -354,7 +355,7 @@ func contractCases() []contractCase {
 		},
 		// 409 attempt_mismatch, CANCELLED.
 		{
-			name: "heartbeat of an older attempt", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readRollback,
+			name: "heartbeat of an older attempt", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
 				return request{kind: callbacks.KindHeartbeat, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, heartbeatReq(1, "w1"))}
@@ -362,7 +363,7 @@ func contractCases() []contractCase {
 			check: wantMismatch(2, 1),
 		},
 		{
-			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readRollback,
+			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.retriedRunning()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -371,14 +372,14 @@ func contractCases() []contractCase {
 		},
 		// 409 attempt_already_started, CANCELLED.
 		{
-			name: "started by another worker (duplicate delivery)", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readRollback,
+			name: "started by another worker (duplicate delivery)", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindStarted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, startedReq(1, "w2"))}
 			},
 		},
 		{
-			name: "completed by another worker", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readRollback,
+			name: "completed by another worker", status: 409, code: api.CodeAttemptAlreadyStarted, disp: api.Cancel, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.running("w1")
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w2", api.OutcomeSucceeded))}
@@ -450,14 +451,14 @@ func contractCases() []contractCase {
 		},
 		// 409 completion_conflict, REJECTED.
 		{
-			name: "completed with a different outcome", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readRollback,
+			name: "completed with a different outcome", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryDataQuality))}
 			},
 		},
 		{
-			name: "completed with a different output", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readRollback,
+			name: "completed with a different output", status: 409, code: api.CodeCompletionConflict, disp: api.Rejected, cost: readOnly,
 			prep: func(e *env) request {
 				tk := e.succeeded("w1")
 				c := completedReq(1, "w1", api.OutcomeSucceeded)
@@ -543,7 +544,7 @@ func contractCases() []contractCase {
 		},
 		// 404 task_not_found, REJECTED.
 		{
-			name: "unknown task", status: 404, code: api.CodeTaskNotFound, disp: api.Rejected, cost: readRollback,
+			name: "unknown task", status: 404, code: api.CodeTaskNotFound, disp: api.Rejected, cost: readOnly,
 			prep: func(e *env) request {
 				id := task.NewTaskID(e.clock.Now())
 				tok := e.tokenFor(auth.Scope{TenantID: "acme", WorkspaceID: "ws1", RunID: "run_x", TaskID: id, Attempt: 1}, time.Hour, e.clock.Now())

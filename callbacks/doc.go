@@ -143,19 +143,21 @@
 //
 // # Round trips
 //
-// A callback costs one transaction of 2 Firestore RPCs, measured with
+// A callback costs one optimistic transaction of at most 2 Firestore RPCs
+// (a read, then a commit conditional on the versions read; no lock, so
+// nothing to roll back), measured with
 // [store.RPCCounter] in the tests; a heartbeat that changes the task's state
 // costs one read more:
 //
 //	accepted (a write: started, heartbeat, completed), or refused after
 //	applying an expired lease or cancel grace
-//	                        BatchGetDocuments (begins the transaction) + Commit = 2
+//	                        BatchGetDocuments + Commit (preconditions: the versions read) = 2
 //	heartbeat that makes a transition (the first one of an attempt that
 //	never said started; past the lease or the cancel grace)
 //	                        BatchGetDocuments × 2 + Commit = 3
 //	refused or no-op (terminal, attempt mismatch, replay, conflict,
 //	repeated started, unknown task)
-//	                        BatchGetDocuments + Rollback = 2
+//	                        BatchGetDocuments = 1
 //	refused before the transaction (steps 1–7)
 //	                        0
 //
@@ -168,9 +170,11 @@
 // internal/store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the
 // same.
 //
-// Contention (ABORTED) retries the transaction, which costs 2 RPCs again.
-// Within one process the store runs one transaction per task at a time, so
-// concurrent duplicates of a callback queue instead of contending.
+// Contention (a commit whose precondition failed: another writer changed
+// the task after the read) reads and applies again, which costs 2 RPCs
+// again. Within one process the store applies one event per task at a
+// time, so concurrent duplicates of a callback queue instead of
+// contending.
 // Enqueueing a retry adds one Cloud Tasks CreateTask and no Firestore RPC.
 //
 // # Logs

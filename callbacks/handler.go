@@ -185,6 +185,10 @@ func (h *handler) serve(ctx context.Context, r *http.Request, x *exchange) {
 	if !ok {
 		return
 	}
+	// Receipt time (docs/contract.md §5): the request is received once its
+	// body is, however slowly it came; the token, the lease and every timer
+	// are judged at that time.
+	x.now = h.cfg.Now().UTC()
 	claims, ok := h.verify(r, x)
 	if !ok {
 		return
@@ -240,9 +244,18 @@ func (h *handler) verify(r *http.Request, x *exchange) (*auth.Claims, bool) {
 		return nil, false
 	}
 	claims, err := h.cfg.Keys.Verify(strings.TrimSpace(authz[len(bearer):]), x.now)
+	var early *auth.EarlyError
 	switch {
 	case err == nil:
 		return claims, true
+	case errors.As(err, &early):
+		// A delivery ahead of its schedule (a retry's Cloud Task run now):
+		// not the worker's fault, and not to be dropped. It retries once
+		// the token is valid.
+		wait := max(time.Second, early.NotBefore.Sub(x.now))
+		x.header.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+		x.reject(http.StatusServiceUnavailable, api.Retry, api.CodeTooEarly,
+			"the task token is valid from "+early.NotBefore.UTC().Format(time.RFC3339)+"; retry then with the same body")
 	case errors.Is(err, auth.ErrTaskTokenExpired):
 		x.header.Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="expired"`)
 		x.reject(http.StatusUnauthorized, api.Rejected, api.CodeTokenExpired, "the task token has expired")

@@ -112,7 +112,9 @@ func TestForgedTokens(t *testing.T) {
 		{"claims tampered (attempt 1 → 2)", parts[0] + "." + base64.RawURLEncoding.EncodeToString(tp) + "." + parts[2], heartbeatReq(2, "w1"), 401, api.CodeInvalidToken},
 		{"signature stripped", parts[0] + "." + parts[1] + ".", heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"expired", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(-time.Hour-auth.TaskTokenLeeway-time.Second)), heartbeatReq(1, "w1"), 401, api.CodeTokenExpired},
-		{"not valid yet", e.tokenFor(scopeOf(tk, 1), time.Hour, now.Add(time.Minute)), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
+		// A genuine early token is 503 too_early (receipt_test.go); a
+		// forged one is invalid, whatever its nbf.
+		{"not valid yet, wrong key", signWith(t, jwt.SigningMethodHS256, "k1", wrongSecret, claimsFor(tk, 1, now.Add(time.Minute))), heartbeatReq(1, "w1"), 401, api.CodeInvalidToken},
 		{"another task's token", e.token(other, 1), heartbeatReq(1, "w1"), 403, api.CodeTokenScopeMismatch},
 		{"body attempt is not the token's", genuine, heartbeatReq(2, "w1"), 403, api.CodeTokenScopeMismatch},
 		{"token of a later attempt, body of this one", e.token(tk, 2), heartbeatReq(1, "w1"), 403, api.CodeTokenScopeMismatch},

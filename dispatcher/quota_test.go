@@ -254,8 +254,9 @@ func corruptCounter(t *testing.T, project string, queued, running int) {
 		map[string]any{"fields": map[string]any{"queued": map[string]any{"integerValue": fmt.Sprint(queued)}, "running": map[string]any{"integerValue": fmt.Sprint(running)}}})
 }
 
-// The Firestore cost quotas add: a limited submit is a transaction (one
-// read of the tenant's and the worker's counter shards, then the commit);
+// The Firestore cost quotas add: a limited submit is a transaction, begun
+// explicitly so that it can always be rolled back (store/doc.go), with one
+// read of the tenant's and the worker's counter shards, then the commit;
 // a completion is the same transaction as without quotas, with the shard
 // updates among its writes (blind increments: no read).
 func TestQuotaRoundTrips(t *testing.T) {
@@ -265,7 +266,7 @@ func TestQuotaRoundTrips(t *testing.T) {
 		Workers: map[string]quota.Limits{"render": {MaxRunning: 100}}}, store.WithRPCCounter(rc))
 	rc.Reset()
 	sr := e.submit(validSubmit("acme"), http.StatusCreated)
-	if got, want := rc.Counts(), map[string]int{"BatchGetDocuments": 1, "Commit": 1}; !maps.Equal(got, want) {
+	if got, want := rc.Counts(), map[string]int{"BeginTransaction": 1, "BatchGetDocuments": 1, "Commit": 1}; !maps.Equal(got, want) {
 		t.Errorf("limited submit: Firestore RPCs %v, want %v", got, want)
 	}
 	submitWrites := rc.Usage().DocsWritten
@@ -276,5 +277,5 @@ func TestQuotaRoundTrips(t *testing.T) {
 		t.Errorf("completion: Firestore RPCs %v, want %v", got, want)
 	}
 	completionWrites := rc.Usage().DocsWritten
-	t.Logf("limited submit: 2 RPCs, %d writes; completion: 2 RPCs, %d writes", submitWrites, completionWrites)
+	t.Logf("limited submit: 3 RPCs, %d writes; completion: 2 RPCs, %d writes", submitWrites, completionWrites)
 }

@@ -76,7 +76,7 @@ func newServer(ctx context.Context) (_ *server.Server, err error) {
 		return nil, fmt.Errorf("functions: cloud tasks client: %w", err)
 	}
 	closers = append(closers, tasks.Close)
-	opts := server.Options{Store: st, Tasks: tasks, Keys: keys, Logger: log, Dashboard: dashboardConfig()}
+	opts := server.Options{Store: st, Tasks: tasks, Keys: keys, Logger: log, Dashboard: dashboardConfig(), StoreTimeout: cfg.StoreTimeout}
 	if hasJobWorker(cfg) {
 		runner, err := jobs.NewCloudRun(ctx, cfg.JobsContainer)
 		if err != nil {

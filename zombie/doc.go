@@ -26,7 +26,15 @@
 //	          QUEUED, dispatchCheckAt                           token, under the re-drive's own Cloud Tasks
 //	          ≤ now (the start timeout)                         name (task.RedriveName); after MaxRedrives
 //	                                                            re-drives, attempt TIMED_OUT, task FAILED
-//	                                                            DISPATCH_TIMEOUT
+//	                                                            DISPATCH_TIMEOUT; but while Cloud Tasks
+//	                                                            still holds the dispatch (Config.Holder: a
+//	                                                            backlog), only dispatchCheckAt moves a start
+//	                                                            timeout later
+//
+// The lease and cancel timers count only time outside Servo's recorded
+// outages (store/outages.go): each pass starts with a pulse (Config.Store
+// as a Pulser), and a gap between passes longer than their cadence is
+// recorded as one.
 //
 // Deadline comes first, so a task past both its deadline and its lease
 // ends DEADLINE_EXCEEDED instead of being retried; cancel comes before
@@ -37,7 +45,7 @@
 // one.
 //
 // A due query returns only the fields the sweeper uses (a projection: task
-// id, tenant, state, attempt and the due time), never payloads, so a page
+// id, tenant, state, attempt, worker, re-drives and the due time), never payloads, so a page
 // of 200 due tasks is a few tens of KiB whatever the tasks carry; the
 // follow-up uses the task that the transaction read.
 //

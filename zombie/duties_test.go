@@ -299,11 +299,15 @@ func TestDeadlineExceeded(t *testing.T) {
 	}
 }
 
-// TestRedriveReplacesWaitingCloudTask: when the re-driven attempt's Cloud
-// Task is still waiting in the queue (here: a paused queue), the re-drive
-// deletes it before creating its own, so the attempt is never delivered
-// twice; cancelling the QUEUED task then deletes the re-drive's Cloud Task.
-func TestRedriveReplacesWaitingCloudTask(t *testing.T) {
+// TestBacklogIsNotRedriven: a queue whose backlog outlasts the start
+// timeout (here: paused, so it never drains) is not a stuck dispatch.
+// While Cloud Tasks still holds an attempt's dispatch, the sweeper neither
+// re-drives it (which would move it to the back of the backlog, a storm
+// that makes the backlog worse) nor fails it DISPATCH_TIMEOUT: it stretches
+// the start timeout. Once the queue moves, every task is delivered exactly
+// once, under its first name. Cancelling a waiting task deletes its Cloud
+// Task.
+func TestBacklogIsNotRedriven(t *testing.T) {
 	e := newEnv(t)
 	if _, err := e.ct.PauseQueue(e.ctx, &ctpb.PauseQueueRequest{Name: e.queue}); err != nil {
 		t.Fatal(err)
@@ -313,29 +317,59 @@ func TestRedriveReplacesWaitingCloudTask(t *testing.T) {
 		return err == nil
 	}
 	sw := e.sweeper(nil)
-	tk := e.create(spec{maxAttempts: 1})
-	if err := e.enq.Enqueue(e.ctx, tk); err != nil {
-		t.Fatal(err)
+	const n = 20
+	var tks []task.Task
+	for range n {
+		tk := e.create(spec{maxAttempts: 1})
+		if err := e.enq.Enqueue(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		tks = append(tks, tk)
 	}
-	first, redrive := task.RedriveName(tk.ID, 1, 0), task.RedriveName(tk.ID, 1, 1)
-	if !exists(first) {
-		t.Fatal("the first dispatch is not queued")
+	// Past the start timeout many times over: more than MaxRedrives (2)
+	// re-drives each, and a DISPATCH_TIMEOUT, had they been lost.
+	stretched := 0
+	for pass := range 6 {
+		waitPast(t, e.get(tks[n-1].ID).DispatchCheckAt)
+		st := e.sweep(sw)
+		if pass == 0 && st.Dispatch.Due != n {
+			t.Fatalf("pass 0: %d due, want %d", st.Dispatch.Due, n)
+		}
+		stretched += st.Dispatch.Applied
 	}
-	waitPast(t, e.get(tk.ID).DispatchCheckAt)
-	if st := e.sweep(sw); st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
-		t.Fatalf("re-drive stats %+v", st)
+	if stretched < 6*n-n { // every pass found (nearly) all of them due
+		t.Fatalf("%d start timeouts stretched over 6 passes of %d tasks", stretched, n)
 	}
-	if exists(first) || !exists(redrive) {
-		t.Fatalf("after the re-drive: first queued %v, re-drive queued %v; want only the re-drive", exists(first), exists(redrive))
+	for _, tk := range tks {
+		got := e.get(tk.ID)
+		if got.State != api.Queued || got.Redrives != 0 {
+			t.Fatalf("%s: %s %s redrives %d, want QUEUED with none", tk.ID, got.State, got.Reason, got.Redrives)
+		}
+		if !exists(task.DispatchName(tk.ID, 1)) {
+			t.Fatalf("%s: the first dispatch is no longer queued", tk.ID)
+		}
 	}
-	r := e.apply(tk.ID, task.Event{Kind: task.EventCancel})
-	if r.Task.State != api.Cancelled || !r.Dequeue {
-		t.Fatalf("cancel: %s dequeue %v", r.Task.State, r.Dequeue)
+	if calls := e.rec.calls(); len(calls) != 0 {
+		t.Fatalf("follow-ups %v, want none", calls)
 	}
+
+	r := e.apply(tks[0].ID, task.Event{Kind: task.EventCancel})
 	if err := e.enq.FollowUp(e.ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if exists(first) || exists(redrive) {
-		t.Fatalf("after the cancel: first queued %v, re-drive queued %v", exists(first), exists(redrive))
+	if exists(task.DispatchName(tks[0].ID, 1)) {
+		t.Fatal("the cancelled task's Cloud Task is still queued")
+	}
+	if _, err := e.ct.ResumeQueue(e.ctx, &ctpb.ResumeQueueRequest{Name: e.queue}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range tks[1:] {
+		eventually(t, "delivered", func() bool { return len(e.worker.of(tk.ID)) == 1 })
+		if d := e.worker.of(tk.ID)[0]; d.TaskName != task.DispatchName(tk.ID, 1) {
+			t.Fatalf("delivered as %s", d.TaskName)
+		}
+	}
+	if len(e.worker.of(tks[0].ID)) != 0 {
+		t.Fatal("the cancelled task was delivered")
 	}
 }

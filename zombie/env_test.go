@@ -139,7 +139,7 @@ func newEnv(t *testing.T) *env {
 // with jitter 0 (retries are due at once).
 func (e *env) sweeper(mod func(*zombie.Config)) *zombie.Sweeper {
 	e.t.Helper()
-	cfg := zombie.Config{Store: e.st, Enqueuer: e.rec, Jitter: func() float64 { return 0 }, Logger: quiet, MaxRedrives: 2}
+	cfg := zombie.Config{Store: e.st, Enqueuer: e.rec, Holder: e.enq, Jitter: func() float64 { return 0 }, Logger: quiet, MaxRedrives: 2}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -59,6 +59,18 @@ type Recorder interface {
 	RecordSweep(ctx context.Context, st api.SweepStatus) error
 }
 
+// Holder tells whether Cloud Tasks still holds a task's current dispatch.
+type Holder interface {
+	Held(ctx context.Context, t task.Task) (bool, error)
+}
+
+// Pulser records the start of every pass, and an outage when passes
+// stopped for longer than their cadence (*store.Store is one): Servo
+// itself was down, and leases are credited with the gap (store.Pulse).
+type Pulser interface {
+	Pulse(ctx context.Context, now time.Time, every time.Duration) (*task.Outage, error)
+}
+
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -71,6 +83,11 @@ type Config struct {
 	Store Store
 	// Enqueuer is required: retries and re-drives go through it.
 	Enqueuer Enqueuer
+	// Holder, when set, is asked before a stuck dispatch is re-driven
+	// whether Cloud Tasks still holds it (*enqueue.Enqueuer is one): a
+	// dispatch waiting in a backlog is left there, and its start timeout
+	// stretched, instead of being re-driven to the back of the queue.
+	Holder Holder
 	// Redriver, when set, re-drives the outbox once per pass.
 	Redriver Redriver
 	// Recorder, when set, records every pass (best effort: a failed
@@ -289,6 +306,18 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 	start := time.Now()
 	defer func() { s.record(ctx, st, time.Since(start)) }()
 	var errs []error
+	if p, ok := s.cfg.Store.(Pulser); ok {
+		// Wall time, as the store's own outage records: a test's clock
+		// that jumps ahead is not an outage.
+		gap, err := p.Pulse(ctx, time.Now().UTC(), s.cadence())
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("zombie: pulse: %w", err))
+		case gap != nil:
+			s.log.WarnContext(ctx, "the sweeper did not run for longer than its cadence; leases are credited with the gap",
+				"from", gap.From, "to", gap.To, "gap", gap.To.Sub(gap.From).String())
+		}
+	}
 	for _, d := range Duties {
 		if ctx.Err() != nil || past(stop) {
 			break
@@ -314,6 +343,16 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (Stats, error) {
 		errs = append(errs, err)
 	}
 	return st, errors.Join(errs...)
+}
+
+// cadence is the expected time between the starts of two passes: Every
+// within a window; a Scheduler tick (at least a minute) when each
+// invocation sweeps once.
+func (s *Sweeper) cadence() time.Duration {
+	if s.cfg.Window > 0 {
+		return s.cfg.Every
+	}
+	return max(s.cfg.Every, time.Minute)
 }
 
 // record hands a pass's figures to the Recorder, after the pass and
@@ -470,6 +509,15 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 		Now:         s.cfg.Now().UTC(),
 		Jitter:      s.cfg.Jitter(),
 		MaxRedrives: s.cfg.MaxRedrives,
+	}
+	if d.Event == task.EventRedrive && t.State == api.Queued && s.cfg.Holder != nil {
+		held, err := s.cfg.Holder.Held(ctx, *t)
+		if err != nil {
+			// Cloud Tasks cannot say: a re-drive would fail the same way.
+			log.WarnContext(ctx, "could not tell whether Cloud Tasks still holds the dispatch; next pass", "error", err)
+			return DutyStats{Errors: 1}, fmt.Errorf("task %s: %w", t.ID, err)
+		}
+		ev.Held = held
 	}
 	r, err := s.cfg.Store.Apply(ctx, t.ID, ev)
 	switch {

@@ -89,6 +89,12 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			if err != nil {
 				return err
 			}
+			// A ring file is re-read while servo dev runs, so that `servo
+			// keys add|activate|retire --file` rotate the running stack.
+			keysFile := os.Getenv(auth.EnvKeysFile)
+			if keysFile != "" {
+				keys = nil
+			}
 			if logFile == "" {
 				logFile = filepath.Join(os.TempDir(), "servo-dev.log")
 			}
@@ -114,7 +120,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
-				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys})
+				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile})
 			if err != nil {
 				return err
 			}
@@ -184,7 +190,8 @@ func devDueShards() (int, error) {
 // devKeys is the key ring of SERVO_TOKEN_KEYS or SERVO_TOKEN_KEYS_FILE
 // (production's variables) when one is set, so that the tokens of a
 // restarted servo dev stay valid (the faults harness restarts it); else
-// nil: the stack generates one.
+// nil: the stack generates one. (A file is then re-read by the stack
+// itself, devstack.Options.KeysFile; reading it here checks it first.)
 func devKeys() (*auth.KeyRing, error) {
 	r, err := auth.LoadKeyRing(auth.KeyConfig{JSON: []byte(os.Getenv(auth.EnvKeys)), File: os.Getenv(auth.EnvKeysFile)})
 	if errors.Is(err, auth.ErrNoKeys) {

@@ -263,6 +263,7 @@ and the ring records when it stopped signing, which retire needs.`,
 
 func newKeysRetireCmd() *cobra.Command {
 	var force bool
+	var self *cobra.Command
 	grace := defaultRetireGrace
 	return ringCmd("retire KID (--file FILE | --secret projects/P/secrets/S) [--dry-run] [--grace D] [--force]",
 		"Remove a key once no token it signed can still be valid",
@@ -274,9 +275,17 @@ every task still holding a token it signed.`,
 		`  servo keys retire k1 --file ring.json
   servo keys retire k1 --secret projects/my-project/secrets/servo-token-keys --dry-run`,
 		func(r auth.Ring, kid string, now time.Time) (auth.Ring, error) {
-			return auth.Retire(r, kid, now, grace, force)
+			out, err := auth.Retire(r, kid, now, grace, force)
+			if err == nil && force {
+				if _, early := auth.Retire(r, kid, now, grace, false); early != nil {
+					fmt.Fprintf(self.ErrOrStderr(), "servo keys: --force: retiring %s although %v\n"+
+						"servo keys: callbacks with tokens it signed will get 401 invalid_token\n", kid, early)
+				}
+			}
+			return out, err
 		},
 		func(cmd *cobra.Command) {
+			self = cmd
 			cmd.Flags().DurationVar(&grace, "grace", defaultRetireGrace, "how long after the key stopped signing it may be retired")
 			cmd.Flags().BoolVar(&force, "force", false, "retire even while tokens signed with the key may be valid")
 		})

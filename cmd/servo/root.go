@@ -59,6 +59,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newUsageCmd(),
 		newTokenCmd(),
 		newKeysCmd(),
+		newMigrateCmd(),
 		newDoctorCmd(),
 	)
 	addAsFlag(root)

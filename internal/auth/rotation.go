@@ -206,8 +206,9 @@ func (r Ring) RetireAt(kid string, grace time.Duration) (time.Time, bool) {
 }
 
 // Retire returns r without kid. It refuses the active kid
-// (ErrRetireActive), and a kid that stopped signing less than grace ago or
-// at an unknown time (ErrRetireTooEarly), unless force is set.
+// (ErrRetireActive), and, unless force is set, a grace shorter than a
+// token's longest lifetime and a kid that stopped signing less than grace
+// ago or at an unknown time (ErrRetireTooEarly).
 func Retire(r Ring, kid string, now time.Time, grace time.Duration, force bool) (Ring, error) {
 	if _, ok := r.Keys[kid]; !ok {
 		return Ring{}, fmt.Errorf("%w: %q", ErrNoSuchKey, kid)
@@ -216,6 +217,9 @@ func Retire(r Ring, kid string, now time.Time, grace time.Duration, force bool) 
 		return Ring{}, fmt.Errorf("%w (%q)", ErrRetireActive, kid)
 	}
 	if !force {
+		if min := MaxTaskTokenTTL + TaskTokenLeeway; grace < min {
+			return Ring{}, fmt.Errorf("%w: a grace of %v is shorter than a token's longest lifetime (%v); retire %q with a longer grace, or with force", ErrRetireTooEarly, grace, min, kid)
+		}
 		at, known := r.RetireAt(kid, grace)
 		if !known {
 			return Ring{}, fmt.Errorf("%w: the ring does not record when %q stopped signing (a ring from before key history was kept); retire it once %v have passed since, with force", ErrRetireTooEarly, kid, grace)

@@ -221,8 +221,28 @@ func (r *KeyRing) Verify(token string, now time.Time) (*Claims, error) {
 	if err == nil {
 		return (*Claims)(&c), nil
 	}
+	if errors.Is(err, jwt.ErrTokenNotValidYet) && c.NotBefore != nil {
+		// A delivery ahead of its schedule (a Cloud Task run early): the
+		// token is early, not invalid, when it verifies in full at its nbf.
+		nbf := c.NotBefore.Time
+		if _, err := r.Verify(token, nbf.Add(TaskTokenLeeway)); err == nil {
+			return nil, &EarlyError{NotBefore: nbf}
+		}
+	}
 	return nil, classify(t, err)
 }
+
+// ErrTaskTokenEarly means the token is genuine but valid only from a
+// later time (its nbf): the caller may try again then. Errors of Verify
+// that wrap it are *EarlyError, and wrap ErrInvalidTaskToken too (the
+// token is not valid now).
+var ErrTaskTokenEarly = errors.New("task token not valid yet")
+
+// EarlyError is Verify's error for a token that is valid from NotBefore.
+type EarlyError struct{ NotBefore time.Time }
+
+func (e *EarlyError) Error() string   { return "task token not valid yet" }
+func (e *EarlyError) Unwrap() []error { return []error{ErrTaskTokenEarly, ErrInvalidTaskToken} }
 
 // keyFunc selects the verification key by the kid header.
 func (r *KeyRing) keyFunc(t *jwt.Token) (any, error) {

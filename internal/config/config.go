@@ -42,6 +42,7 @@ const (
 	EnvSweepWindow        = "SERVO_SWEEP_WINDOW"
 	EnvMaxRedrives        = "SERVO_MAX_REDRIVES"
 	EnvStartTimeout       = "SERVO_START_TIMEOUT"
+	EnvStoreTimeout       = "SERVO_STORE_TIMEOUT"
 	EnvDueShards          = "SERVO_DUE_SHARDS"
 	EnvMaxBodyBytes       = "SERVO_MAX_BODY_BYTES"
 	EnvClaimAudience      = "SERVO_CLAIM_AUDIENCE"
@@ -62,11 +63,15 @@ var variables = []string{
 	EnvTokenKeys, EnvTokenKeysFile, EnvTokenKeysSecret,
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
-	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvDueShards,
+	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards,
 	EnvMaxBodyBytes, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator,
 }
+
+// DefaultStoreTimeout is the default of Config.StoreTimeout, the
+// callbacks' own default (callbacks.DefaultStoreTimeout).
+const DefaultStoreTimeout = 20 * time.Second
 
 // DefaultMaxBodyBytes is the default request body cap, the handlers' own
 // (dispatcher.DefaultMaxBodyBytes, callbacks.DefaultMaxBodyBytes).
@@ -109,6 +114,10 @@ type Config struct {
 	// StartTimeout is the default start timeout of new tasks
 	// (SERVO_START_TIMEOUT).
 	StartTimeout time.Duration
+	// StoreTimeout bounds the store work of one callback or API request,
+	// from its receipt to its answer (SERVO_STORE_TIMEOUT; default
+	// DefaultStoreTimeout): past it, the answer is 503 with Retry-After.
+	StoreTimeout time.Duration
 	// DueShards is the number of due shards; it may grow, never shrink
 	// (SERVO_DUE_SHARDS).
 	DueShards int
@@ -152,6 +161,7 @@ func Default() Config {
 		SweepWindow:       zombie.DefaultWindow,
 		MaxRedrives:       zombie.DefaultMaxRedrives,
 		StartTimeout:      api.DefaultStartTimeout,
+		StoreTimeout:      DefaultStoreTimeout,
 		DueShards:         store.DefaultDueShards,
 		MaxBodyBytes:      DefaultMaxBodyBytes,
 		Quotas:            &quota.Policy{},
@@ -271,6 +281,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	duration(&c.SweepEvery, EnvSweepEvery, false)
 	duration(&c.SweepWindow, EnvSweepWindow, true) // 0: one pass a tick
 	duration(&c.StartTimeout, EnvStartTimeout, false)
+	duration(&c.StoreTimeout, EnvStoreTimeout, false)
 	if n, ok := integer(EnvMaxRedrives, 1); ok {
 		c.MaxRedrives = int(n)
 	}

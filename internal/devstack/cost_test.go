@@ -222,8 +222,9 @@ func TestCostModel(t *testing.T) {
 		{"completed FAILED, retry scheduled", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{"CreateTask": 1}, 1},
 		{"completed SUCCEEDED", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		// One query per duty and shard, and one per shard for the outbox;
-		// the pass's record (meta/sweeper) is one commit.
-		{"sweep pass, nothing due", map[string]int{"RunQuery": len(zombie.Duties)*shards + shards, "Commit": 1}, map[string]int{}, 0},
+		// the pass's record (meta/sweeper) is one commit, its pulse
+		// (meta/pulse, store.Pulse) one read and one commit.
+		{"sweep pass, nothing due", map[string]int{"RunQuery": len(zombie.Duties)*shards + shards, "BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 0},
 	} {
 		got := byName[c.op]
 		if !maps.Equal(got.firestore, c.firestore) || !maps.Equal(got.cloudTasks, c.cloudTasks) || got.events != c.events {

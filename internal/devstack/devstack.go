@@ -61,6 +61,9 @@ const (
 	DefaultAddr       = "127.0.0.1:8080"
 	DefaultProject    = "servo-local"
 	DefaultSweepEvery = time.Second
+	// KeysFileRefresh is how often a stack re-reads Options.KeysFile while
+	// it signs (a local file: cheap).
+	KeysFileRefresh = time.Second
 	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
 	// the ticker publishes every TicksPerWindow × SweepEvery (at most every
 	// 5 minutes), and the invocation each tick starts sweeps every
@@ -167,8 +170,9 @@ type Options struct {
 	Quotas *quota.Policy
 	// KeysFile, when set, is the token key ring file (servo keys generate)
 	// the stack signs and verifies with instead of a generated ring; it is
-	// re-read on an unknown kid and every auth.DefaultRefresh, so `servo
-	// keys add|activate|retire --file` rotate the running stack's keys.
+	// re-read on an unknown kid and every KeysFileRefresh, so `servo keys
+	// add|activate|retire --file` rotate the running stack's keys within a
+	// second or two.
 	KeysFile string
 	// NoSweeper starts no scheduler ticker: the sweeper never runs (a
 	// stopped sweeper, for servo doctor's tests).
@@ -284,7 +288,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	if o.KeysFile != "" {
-		s.Keys, err = auth.NewReloadingKeyRing(ctx, nil, auth.RingFileSource(o.KeysFile), 0)
+		s.Keys, err = auth.NewReloadingKeyRing(ctx, nil, auth.RingFileSource(o.KeysFile), KeysFileRefresh)
 	} else {
 		s.Keys, err = keyRing(o.Keys)
 	}
@@ -435,6 +439,12 @@ func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store
 		}
 	}
 	cfg.DueShards = st.DueShards()
+	// Data an earlier build left in kept emulators is brought to this
+	// build's layout (servo migrate does it for a deployment).
+	if _, err := st.Migrate(ctx, store.MigrateOptions{}); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
 	return st, nil
 }
 

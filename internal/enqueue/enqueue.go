@@ -260,6 +260,25 @@ func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
 	return nil
 }
 
+// Held reports whether Cloud Tasks still holds the current dispatch of t's
+// attempt (one GetTask): waiting in the queue, or being retried by Cloud
+// Tasks. Such a dispatch will be delivered, so the sweeper does not
+// re-drive it. A pull worker's attempt is never held here.
+func (e *Enqueuer) Held(ctx context.Context, t task.Task) (bool, error) {
+	w, err := e.cfg.Workers.Lookup(t.Worker)
+	if err != nil || w.Pull {
+		return false, err
+	}
+	_, err = e.cfg.Tasks.GetTask(ctx, &ctpb.GetTaskRequest{Name: TaskName(w.Queue, &t)})
+	switch status.Code(err) {
+	case codes.OK:
+		return true, nil
+	case codes.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: get %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+}
+
 // Dequeue deletes the Cloud Tasks of t's current attempt: the current
 // re-drive's, then the earlier re-drives' (each re-drive deletes its
 // predecessor, but only best effort); a task already gone is not an error.

@@ -133,6 +133,27 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if poolPS == nil {
 		poolPS = o.PubSub
 	}
+	// A database migrated by a newer build has a layout this one does not
+	// know: refuse to start rather than misread it. (Unreadable: go on;
+	// every request will say so.)
+	switch sc, err := o.Store.CheckSchema(ctx); {
+	case errors.Is(err, store.ErrSchemaTooNew):
+		return nil, fmt.Errorf("server: %w", err)
+	case err != nil:
+		log.WarnContext(ctx, "could not read the database's schema version", "error", err)
+	case sc.Version < store.SchemaVersion:
+		log.WarnContext(ctx, "the database's schema is older than this build's; run servo migrate", "schema", sc.Version, "want", store.SchemaVersion)
+	}
+	// Was Servo down before this process started (the sweeper's passes
+	// stopped)? Then its first callbacks must not expire leases for that
+	// time (store.CheckPulse; the sweeper's next pass records it too).
+	cadence := cfg.SweepEvery
+	if cfg.SweepWindow <= 0 {
+		cadence = max(cadence, time.Minute) // a pass per Scheduler tick
+	}
+	if gap, err := o.Store.CheckPulse(ctx, time.Now(), cadence); err == nil && gap != nil {
+		log.WarnContext(ctx, "Servo was not sweeping before this start; leases are credited with the gap", "from", gap.From, "to", gap.To)
+	}
 	s := &Server{Config: cfg, Pools: pull.NewTransport(poolPS)}
 
 	ecfg := enqueue.Config{
@@ -159,7 +180,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	o.Store.OnCommit(s.Events.Hook())
 
 	if s.Sweeper, err = zombie.New(zombie.Config{
-		Store: o.Store, Enqueuer: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Logger: log, Now: o.Now,
+		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Logger: log, Now: o.Now,
 		Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives,
 	}); err != nil {
 		s.Close()

@@ -10,6 +10,8 @@
 //	tasks/{taskId}/attempts/{n}     task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest.
+//	outages/{id}                    from, to, expireAt: a span during which
+//	                                Servo could not record callbacks.
 //	outbox/{eventId}                task.Transition plus delivered, createdAt,
 //	                                deliveredAt and expireAt (TTL once delivered),
 //	                                nextTryAt, tries and eventPublished (re-drive).
@@ -17,27 +19,55 @@
 //
 // Payload, output, checkpoint and other opaque JSON are stored as bytes.
 //
-// # Transactions and round trips
+// # Concurrency: no lock outlives an outage
 //
-// Every state change goes through [Store.Apply]: one Firestore transaction
-// that re-reads the task (and the attempt record the event names), applies
-// [task.Apply], and commits the task, the attempt records and the outbox
-// entries for its transitions together. Servo uses Firestore's low-level API
-// so that the transaction begins on its first read (BatchGetDocuments with
-// new_transaction) instead of with a separate BeginTransaction call: an
-// Apply costs 2 RPCs (BatchGetDocuments + Commit, or + Rollback when the
-// event is refused or changes nothing); a Cancel, which does not know the
-// attempt up front, costs 3. A heartbeat reads only the task document,
+// Every state change goes through [Store.Apply], an optimistic transaction:
+// it reads the task (and the attempt record the event names) outside any
+// Firestore transaction, applies [task.Apply], and commits the task, the
+// attempt records and the outbox entries for its transitions in one atomic
+// Commit whose writes carry preconditions on the versions read (the task's
+// and the attempt record's update_time; exists=false for a record that was
+// absent). When another writer changed either in between, the commit fails
+// FAILED_PRECONDITION (or ALREADY_EXISTS) and Apply reads and applies again.
+//
+// Why not a Firestore transaction: a read-write transaction locks what it
+// reads. When the answer to a transaction's first read is lost (a frozen
+// Firestore that serves it after the thaw, a network partition), Servo
+// never learns the transaction's id, cannot roll it back, and the task
+// stays locked until Firestore expires the transaction: a worker's retried
+// `completed` got 503 for about a minute, and the lease could run out
+// first (issue 33). An optimistic Apply takes no lock at all, so there is
+// nothing to release; it costs the same round trips (less when it writes
+// nothing).
+//
+// The quota steps that must read counter shards in a transaction (a
+// limited submit, createAdmitted; an admit, admitOnce) begin it with an
+// explicit BeginTransaction, so the id is known before any read takes a
+// lock, and every transaction that does not commit is rolled back, in the
+// background (no answer waits for it) and retried while Firestore is
+// unavailable. A BeginTransaction whose answer is lost holds no lock.
+//
+// # Round trips
+//
+// An Apply costs 2 RPCs (BatchGetDocuments + Commit), 1 when the event is
+// refused or changes nothing; a Cancel, which does not know the attempt up
+// front, costs 3. A heartbeat reads only the task document,
 // through a field mask that leaves out everything large, and writes only the
 // fields it changed (an update mask): the running attempt's heartbeat state
 // lives on the task (task.Task.Live) and is folded into the attempt record
 // at the attempt's next transition (live.go). A heartbeat that makes a
-// transition reads the whole task and attempt in the same transaction
-// first: 3 RPCs, on that rare path. Create costs 1 (a Commit with
-// exists=false preconditions), or 3 for a repeated idempotency key;
-// CreateMany puts as many tasks in one commit as Firestore's limits allow. The figures are
-// measured by [RPCCounter] in store_test.go; ABORTED transactions retry with
-// backoff and count again.
+// transition reads the whole task and attempt again first: 3 RPCs, on that
+// rare path. Create costs 1 (a Commit with exists=false preconditions), or
+// 3 for a repeated idempotency key; CreateMany puts as many tasks in one
+// commit as Firestore's limits allow. The figures are measured by
+// [RPCCounter] in store_test.go; a lost race retries with backoff and
+// counts again.
+//
+// # Outages
+//
+// A lease or cancel grace that would run out is judged again with Servo's
+// recorded outages (outages.go), so that a worker is never made a zombie by
+// time during which Servo could not record its heartbeats.
 //
 // # Indexes
 //

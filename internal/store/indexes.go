@@ -103,4 +103,5 @@ var FieldExemptions = []FieldExemption{
 var TTLFields = []TTLField{
 	{Collection: OutboxCollection, Path: "expireAt"},
 	{Collection: IdempotencyCollection, Path: "expireAt"},
+	{Collection: OutagesCollection, Path: "expireAt"},
 }

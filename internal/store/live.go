@@ -101,28 +101,24 @@ func setLive(r *task.Result) {
 
 // heartbeatOnce is applyOnce for a heartbeat: a masked read of the task
 // document, and when the heartbeat changes no state (the usual case) an
-// update of the changed fields only. A heartbeat that makes a transition (a
-// first heartbeat that starts the attempt, one that finds the lease
-// expired) reads the full task and attempt within the same transaction and
-// takes the ordinary path: one more read, on a rare path.
-func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
+// update of the changed fields only, on the condition that the document is
+// still the version read. A heartbeat that makes a transition (a first
+// heartbeat that starts the attempt, one that finds the lease expired)
+// reads the full task and attempt again and takes the ordinary path: one
+// more read, on a rare path.
+func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event) (task.Result, error) {
 	name := s.taskName(id)
-	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
-	docs, tx, err := s.batchGetMasked(ctx, []string{name}, heartbeatMask, &pb.BatchGetDocumentsRequest_NewTransaction{
-		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	docs, _, err := s.batchGetMasked(ctx, []string{name}, heartbeatMask, nil)
 	if err != nil {
-		s.rollback(tx)
-		return task.Result{}, tx, err
+		return task.Result{}, err
 	}
 	td := docs[name]
 	if td == nil {
-		s.rollback(tx)
-		return task.Result{}, tx, ErrNotFound
+		return task.Result{}, ErrNotFound
 	}
 	var before task.Task
 	if err := decodeFields(td.GetFields(), &before); err != nil {
-		s.rollback(tx)
-		return task.Result{}, tx, err
+		return task.Result{}, err
 	}
 	var cur *task.Attempt
 	if l := before.Live; l != nil && l.Attempt == ev.Attempt {
@@ -132,22 +128,21 @@ func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event, ret
 	}
 	r := task.Apply(before, cur, ev)
 	if !r.Write {
-		s.rollback(tx)
-		return r, tx, nil
+		return r, nil
 	}
 	if len(r.Transitions) > 0 || r.Next != nil || cur == nil {
-		return s.fullOnce(ctx, id, ev, tx, nil)
+		return s.fullOnce(ctx, id, ev, nil)
 	}
 	setLive(&r)
 	w, ok := updateWrite(name, &before, &r.Task)
 	if !ok {
-		return s.fullOnce(ctx, id, ev, tx, nil)
+		return s.fullOnce(ctx, id, ev, nil)
 	}
-	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}, Transaction: tx}); err != nil {
-		s.rollback(tx)
-		return task.Result{}, tx, err
+	w.CurrentDocument = version(td)
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}}); err != nil {
+		return task.Result{}, err
 	}
-	return r, tx, nil
+	return r, nil
 }
 
 // updateWrite is the write of the fields of after that differ from before,

@@ -156,7 +156,7 @@ func (s *Store) createAdmitted(ctx context.Context, a *quota.Admission, t task.T
 }
 
 // createAdmittedOnce is one try of createAdmitted's transaction. Its first
-// read, which begins it, takes the shards a reads first and the task's
+// read takes the shards a reads first and the task's
 // idempotency record together; a decides the task's hold (reading more
 // shards only when one is full); the commit writes the task, its counter
 // updates and its run's document.
@@ -167,9 +167,17 @@ func (s *Store) createAdmittedOnce(ctx context.Context, a *quota.Admission, t ta
 		idem = s.idemName(t.TenantID, t.IdempotencyKey)
 		names = append(names, idem)
 	}
+	// Begun explicitly, so that its id is known before a read takes a
+	// lock: a transaction that does not commit is always rolled back
+	// (rollback), even when the answer to its first read is lost.
 	rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
-	docs, tx, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_NewTransaction{
-		NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	begun, err := s.client.BeginTransaction(ctx, &pb.BeginTransactionRequest{Database: s.db,
+		Options: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}})
+	if err != nil {
+		return CreateResult{}, nil, err
+	}
+	tx := begun.GetTransaction()
+	docs, _, err := s.batchGet(ctx, names, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
 	if err != nil {
 		s.rollback(tx)
 		return CreateResult{}, tx, err

@@ -74,6 +74,7 @@ type Store struct {
 	counters   *quota.Counters
 	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
+	outages    *outageLog
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -162,7 +163,16 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters}, nil
+	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
+		outages: &outageLog{}}
+	s.outages.persist = func(o task.Outage) {
+		// Best effort: this process counts the outage already; a failed
+		// write only keeps it from the others.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.RecordOutage(ctx, o)
+	}
+	return s, nil
 }
 
 // DueShards is the number of due-index shards; DueTasks and Undelivered
@@ -805,12 +815,14 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 	return out, next, nil
 }
 
-// Apply runs ev against task id in one transaction and returns the
-// machine's result. When the result has a Rejection, the caller answers
-// with it; anything the machine wrote alongside (an expired lease) is
-// committed. The task is re-read on every retry after contention.
+// Apply runs ev against task id and returns the machine's result. When
+// the result has a Rejection, the caller answers with it; anything the
+// machine wrote alongside (an expired lease) is committed.
 //
-// Within one process, Apply runs one transaction per task at a time.
+// Apply takes no lock in Firestore (doc.go, "Concurrency"): it reads the
+// task, applies the machine, and commits with a precondition on the
+// version it read; when another writer got there first, it reads again.
+// Within one process, Apply runs one event per task at a time.
 func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Result, err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "firestore.transaction "+string(ev.Kind), oteltrace.WithSpanKind(oteltrace.SpanKindClient),
 		oteltrace.WithAttributes(append(spanattr.TaskAttrs(id, ev.Attempt, "", ""), attribute.String("db.system.name", "gcp.firestore"),
@@ -821,9 +833,10 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Res
 		return task.Result{}, wrap("apply "+string(ev.Kind), err)
 	}
 	defer unlock()
-	var retryTx []byte
 	for try := 0; ; try++ {
-		r, tx, err := s.applyOnce(ctx, id, ev, retryTx)
+		began := time.Now()
+		r, err := s.applyOnce(ctx, id, ev)
+		s.outages.observe(began, err)
 		if err == nil {
 			if r.Write {
 				s.committed(ctx, r.Transitions)
@@ -832,13 +845,12 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Res
 			span.SetAttributes(spanattr.TenantIDKey.String(r.Task.TenantID), spanattr.WorkerKey.String(r.Task.Worker))
 			return r, nil
 		}
-		if status.Code(err) != codes.Aborted || try >= s.maxRetries {
-			if status.Code(err) == codes.Aborted {
+		if !lostRace(err) || try >= s.maxRetries {
+			if lostRace(err) {
 				return task.Result{}, fmt.Errorf("store: apply %s: contention outlasted %d retries: %w", ev.Kind, try, ErrUnavailable)
 			}
 			return task.Result{}, wrap("apply "+string(ev.Kind), err)
 		}
-		retryTx = tx
 		backoff := min(time.Duration(5<<min(try, 6))*time.Millisecond, 300*time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -848,95 +860,137 @@ func (s *Store) Apply(ctx context.Context, id string, ev task.Event) (_ task.Res
 	}
 }
 
-// applyOnce is one try of Apply's transaction: a heartbeat takes its own
-// small path (heartbeatOnce), every other event reads the whole task and
-// attempt record.
-func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event, retryTx []byte) (task.Result, []byte, error) {
-	if ev.Kind == task.EventHeartbeat && ev.Attempt > 0 {
-		return s.heartbeatOnce(ctx, id, ev, retryTx)
+// lostRace reports whether a commit lost to another writer: a version
+// precondition failed (FAILED_PRECONDITION, or ALREADY_EXISTS for a record
+// that must be new), or a transaction was aborted. The event is applied
+// again to what the winner wrote.
+func lostRace(err error) bool {
+	switch status.Code(err) {
+	case codes.Aborted, codes.FailedPrecondition, codes.AlreadyExists:
+		return true
 	}
-	return s.fullOnce(ctx, id, ev, nil, retryTx)
+	return false
+}
+
+// applyOnce is one try of Apply: a heartbeat takes its own small path
+// (heartbeatOnce); an admit of a quota-limited task runs in a transaction
+// (its run slot is read from the counter shards); every other event reads
+// the whole task and attempt record and commits them lock-free.
+func (s *Store) applyOnce(ctx context.Context, id string, ev task.Event) (task.Result, error) {
+	if ev.Kind == task.EventHeartbeat && ev.Attempt > 0 {
+		return s.heartbeatOnce(ctx, id, ev)
+	}
+	if ev.Kind == task.EventAdmit && s.counters.Enabled() {
+		return s.admitOnce(ctx, id, ev)
+	}
+	return s.fullOnce(ctx, id, ev, nil)
+}
+
+// admitOnce runs fullOnce in a transaction begun explicitly: its id is
+// known before any read takes a lock, so the transaction is always rolled
+// back when it does not commit (rollback).
+func (s *Store) admitOnce(ctx context.Context, id string, ev task.Event) (task.Result, error) {
+	begun, err := s.client.BeginTransaction(ctx, &pb.BeginTransactionRequest{Database: s.db})
+	if err != nil {
+		return task.Result{}, err
+	}
+	tx := begun.GetTransaction()
+	r, err := s.fullOnce(ctx, id, ev, tx)
+	if err != nil || !r.Write {
+		s.rollback(tx)
+	}
+	return r, err
+}
+
+// version is the precondition that a document read at d is unchanged: its
+// update time, or that it still does not exist when d is nil.
+func version(d *pb.Document) *pb.Precondition {
+	if d == nil {
+		return &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: false}}
+	}
+	return &pb.Precondition{ConditionType: &pb.Precondition_UpdateTime{UpdateTime: d.GetUpdateTime()}}
 }
 
 // fullOnce reads the task and the event's attempt record whole, applies
-// the event, and writes both whole. It begins a transaction (retrying
-// retryTx), or continues tx when one is given.
-func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retryTx []byte) (task.Result, []byte, error) {
+// the event, and writes both whole. Without tx, the reads take no lock and
+// the commit carries a precondition on each written record's version; with
+// tx (an admit), both run in that transaction.
+func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byte) (task.Result, error) {
 	names := []string{s.taskName(id)}
 	if ev.Attempt > 0 {
 		names = append(names, s.attemptName(id, ev.Attempt))
 	}
-	var sel any = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
-	if tx == nil {
-		rw := &pb.TransactionOptions_ReadWrite{RetryTransaction: retryTx}
-		sel = &pb.BatchGetDocumentsRequest_NewTransaction{
-			NewTransaction: &pb.TransactionOptions{Mode: &pb.TransactionOptions_ReadWrite_{ReadWrite: rw}}}
+	var sel any
+	if tx != nil {
+		sel = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
 	}
-	docs, newTx, err := s.batchGet(ctx, names, sel)
-	if len(newTx) > 0 {
-		tx = newTx
-	}
+	docs, _, err := s.batchGet(ctx, names, sel)
 	if err != nil {
-		s.rollback(tx)
-		return task.Result{}, tx, err
+		return task.Result{}, err
 	}
 	td := docs[names[0]]
 	if td == nil {
-		s.rollback(tx)
-		return task.Result{}, tx, ErrNotFound
+		return task.Result{}, ErrNotFound
 	}
 	var t task.Task
 	if err := decodeFields(td.GetFields(), &t); err != nil {
-		s.rollback(tx)
-		return task.Result{}, tx, fmt.Errorf("decode task %s: %w", id, err)
+		return task.Result{}, fmt.Errorf("decode task %s: %w", id, err)
 	}
 	want := ev.Attempt
 	if want == 0 {
 		// The event concerns the current attempt, unknown before the read.
 		want = t.Attempt
-		more, _, err := s.batchGet(ctx, []string{s.attemptName(id, want)}, &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx})
+		more, _, err := s.batchGet(ctx, []string{s.attemptName(id, want)}, sel)
 		if err != nil {
-			s.rollback(tx)
-			return task.Result{}, tx, err
+			return task.Result{}, err
 		}
 		for k, v := range more {
 			docs[k] = v
 		}
 	}
+	ad := docs[s.attemptName(id, want)]
 	var cur *task.Attempt
-	if ad := docs[s.attemptName(id, want)]; ad != nil {
+	if ad != nil {
 		cur = new(task.Attempt)
 		if err := decodeFields(ad.GetFields(), cur); err != nil {
-			s.rollback(tx)
-			return task.Result{}, tx, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
+			return task.Result{}, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
 		overlay(cur, t.Live)
 	}
-	if ev.Kind == task.EventAdmit && t.WaitingSince != nil {
+	if ev.Kind == task.EventAdmit && t.WaitingSince != nil && tx != nil {
 		// The quota step of an admit: a run slot, found in this transaction.
 		unlock, err := s.perScope.lockAll(ctx, quota.LockKeys(&t))
 		if err != nil {
-			s.rollback(tx)
-			return task.Result{}, tx, err
+			return task.Result{}, err
 		}
 		defer unlock()
 		hold, free, err := s.counters.FreeSlots(ctx, &t, inTx{s, tx})
 		if err != nil {
-			s.rollback(tx)
-			return task.Result{}, tx, err
+			return task.Result{}, err
 		}
 		ev.Hold, ev.SlotFree = hold, free
 	}
-	r := task.Apply(t, cur, ev)
+	r := s.machine(ctx, t, cur, ev)
 	if !r.Write {
-		s.rollback(tx)
-		return r, tx, nil
+		return r, nil
 	}
 	setLive(&r)
-	writes := []*pb.Write{setWrite(s.taskName(id), r.Task, false)}
+	precond := func(d *pb.Document) *pb.Precondition {
+		if tx != nil {
+			return nil
+		}
+		return version(d)
+	}
+	tw := setWrite(s.taskName(id), r.Task, false)
+	tw.CurrentDocument = precond(td)
+	writes := []*pb.Write{tw}
 	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
 	if r.Attempt != nil {
-		writes = append(writes, setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false))
+		aw := setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false)
+		if r.Attempt.Attempt == want {
+			aw.CurrentDocument = precond(ad)
+		}
+		writes = append(writes, aw)
 	}
 	if r.Next != nil {
 		writes = append(writes, setWrite(s.attemptName(id, r.Next.Attempt), r.Next, true))
@@ -947,21 +1001,47 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx, retr
 		writes = append(writes, s.outboxWrite(r.Transitions[i]))
 	}
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
-		s.rollback(tx) // releases the locks if the commit never reached Firestore
-		return task.Result{}, tx, err
+		return task.Result{}, err
 	}
-	return r, tx, nil
+	return r, nil
 }
 
-// rollback releases a transaction's locks; it is best effort and runs even
-// when the request's context is done.
+// machine applies ev to t. When that would end the attempt because its
+// lease or cancel grace ran out, it looks up Servo's recent outages
+// (outages.go) and applies ev again with them, so that time during which
+// callbacks could not be recorded does not count against the worker.
+func (s *Store) machine(ctx context.Context, t task.Task, cur *task.Attempt, ev task.Event) task.Result {
+	r := task.Apply(t, cur, ev)
+	if !r.Expired() || ev.Outages != nil {
+		return r
+	}
+	outs := s.outages.recent(ctx, s)
+	if len(outs) == 0 {
+		return r
+	}
+	ev.Outages = outs
+	return task.Apply(t, cur, ev)
+}
+
+// rollback releases a transaction's locks. It runs in the background,
+// whatever the caller's context, so that no answer waits for it, and
+// retries while Firestore is unavailable: a lock must not outlive the
+// outage that left it.
 func (s *Store) rollback(tx []byte) {
 	if len(tx) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = s.client.Rollback(ctx, &pb.RollbackRequest{Database: s.db, Transaction: tx})
+	go func() {
+		for try := 0; try < 8; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := s.client.Rollback(ctx, &pb.RollbackRequest{Database: s.db, Transaction: tx})
+			cancel()
+			if c := status.Code(err); err == nil || c == codes.InvalidArgument || c == codes.NotFound || c == codes.FailedPrecondition {
+				return // rolled back, or nothing left to roll back
+			}
+			time.Sleep(time.Duration(1<<try) * 250 * time.Millisecond)
+		}
+	}()
 }
 
 func wrapInt(n int) *wrapperspb.Int32Value { return wrapperspb.Int32(int32(n)) }
@@ -999,9 +1079,10 @@ type DueCursor struct {
 
 // dueFields are the task fields a due query returns: what the sweeper
 // needs to apply the duty's event (id, attempt), log it (tenant, state)
-// and continue the query (the due time). The sweeper acts on the task that
+// and continue the query (the due time), and, for a stuck dispatch, where
+// its Cloud Task is (worker, redrives). The sweeper acts on the task that
 // its transaction reads; a due task has no payload, timing or other field.
-var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace"}
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace", "worker", "redrives"}
 
 // DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
 // whose duty d is due at now, ordered by the due time, after cursor (nil
@@ -1014,7 +1095,9 @@ func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, l
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	out, err := s.queryTasks(ctx, q)
+	s.outages.observe(began, err)
 	return out, wrap("due "+string(d), err)
 }
 

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/servo-dev/servo/api"
@@ -130,6 +131,10 @@ type Event struct {
 	Jitter float64
 	// MaxRedrives bounds sweeper re-drives before DISPATCH_TIMEOUT.
 	MaxRedrives int
+	// Held (EventRedrive) says Cloud Tasks still holds the attempt's
+	// current dispatch (a backlog, a paused queue): it will be delivered,
+	// so the start timeout is stretched instead of re-driving.
+	Held bool
 	// Execution is the Cloud Run Job execution to record (EventExecution);
 	// PreviousExecution is the one the caller expects recorded (empty: none).
 	Execution, PreviousExecution string
@@ -139,6 +144,58 @@ type Event struct {
 	// SlotFree (EventEnqueued with Hold, EventAdmit) says the store found
 	// a free run slot for the task in the same transaction.
 	SlotFree bool
+	// Outages are the recent spans during which Servo could not record
+	// callbacks (its store or itself unavailable). A lease or a cancel
+	// grace is not over until it has lasted its full length outside them
+	// (docs/contract.md §5.3): a worker that kept reporting through an
+	// outage is not made a zombie by it.
+	Outages []Outage
+}
+
+// Outage is a span of time during which Servo could not record callbacks.
+type Outage struct {
+	From time.Time `firestore:"from"`
+	To   time.Time `firestore:"to"`
+}
+
+// outageCredit is how much of [from, to] the outages cover (overlapping
+// outages count once).
+func outageCredit(outs []Outage, from, to time.Time) time.Duration {
+	if len(outs) == 0 || !to.After(from) {
+		return 0
+	}
+	type span struct{ a, b time.Time }
+	var spans []span
+	for _, o := range outs {
+		a, b := laterOf(from, &o.From), o.To
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
+			spans = append(spans, span{a, b})
+		}
+	}
+	slices.SortFunc(spans, func(x, y span) int { return x.a.Compare(y.a) })
+	var total time.Duration
+	var end time.Time
+	for _, s := range spans {
+		if s.a.Before(end) {
+			s.a = end
+		}
+		if s.b.After(s.a) {
+			total += s.b.Sub(s.a)
+			end = s.b
+		}
+	}
+	return total
+}
+
+// Expired reports whether the result ended an attempt because its lease
+// or its cancel grace ran out: the store then looks up recent outages
+// (Event.Outages) and applies the event again with them.
+func (r *Result) Expired() bool {
+	a := r.Attempt
+	return r.Write && a != nil && (a.Outcome == api.OutcomeZombie || a.Outcome == api.OutcomeCancelTimeout)
 }
 
 // Rejection is why the machine refused a callback or a cancel.
@@ -257,6 +314,15 @@ func (m *machine) apply() {
 		if m.ev.Attempt != t.Attempt || (t.State != api.Pending && t.State != api.Queued) || !due(t.DispatchCheckAt, m.now) {
 			return
 		}
+		if m.ev.Held && t.State == api.Queued {
+			// Waiting in the queue, not lost: no re-drive (it would move
+			// the dispatch to the back of the backlog) and no
+			// DISPATCH_TIMEOUT; look again a start timeout later.
+			check := m.now.Add(t.Timing.StartTimeout())
+			t.DispatchCheckAt = &check
+			m.r.Write = true
+			return
+		}
 		if t.Redrives >= m.ev.MaxRedrives {
 			m.endAttempt(api.OutcomeTimedOut, nil)
 			m.transition(api.Failed, api.ReasonDispatchTimeout, api.OutcomeTimedOut)
@@ -275,11 +341,11 @@ func (m *machine) apply() {
 			t.DispatchCheckAt = &now
 		}
 	case EventLeaseExpired:
-		if m.ev.Attempt == t.Attempt && (t.State == api.Running || t.State == api.Cancelling) && due(t.LeaseExpiresAt, m.now) {
+		if m.ev.Attempt == t.Attempt && (t.State == api.Running || t.State == api.Cancelling) && m.leaseOver() {
 			m.expire()
 		}
 	case EventCancelTimeout:
-		if m.ev.Attempt == t.Attempt && t.State == api.Cancelling && due(t.CancelDeadline, m.now) {
+		if m.ev.Attempt == t.Attempt && t.State == api.Cancelling && m.graceOver() {
 			m.cancelTimeout()
 		}
 	case EventExecution:
@@ -348,11 +414,11 @@ func (m *machine) guardCallback() bool {
 		// The sweeper applies the cancel timeout before the lease expiry
 		// (zombie duties "cancel", then "lease"); so does the callback.
 		switch {
-		case t.State == api.Cancelling && due(t.CancelDeadline, m.now):
+		case t.State == api.Cancelling && m.graceOver():
 			m.cancelTimeout()
 			m.reject(api.CodeTaskExpired, "the cancel grace period has run out")
 			return false
-		case due(t.LeaseExpiresAt, m.now):
+		case m.leaseOver():
 			m.expire()
 			m.reject(api.CodeTaskExpired, "task exceeded its heartbeat timeout")
 			return false
@@ -637,6 +703,29 @@ func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 }
 
 func due(at *time.Time, now time.Time) bool { return at != nil && !now.Before(*at) }
+
+// leaseOver reports whether the lease has run out: it ran its full length
+// (since the last renewal) outside the event's outages.
+func (m *machine) leaseOver() bool {
+	t := m.t()
+	return m.overAfter(t.LeaseExpiresAt, t.Timing.HeartbeatTimeout())
+}
+
+// graceOver is leaseOver for the cancel grace period.
+func (m *machine) graceOver() bool {
+	t := m.t()
+	return m.overAfter(t.CancelDeadline, t.Timing.CancelGracePeriod())
+}
+
+// overAfter reports whether a timer of length d ending at end has run out,
+// counting only time outside the event's outages.
+func (m *machine) overAfter(end *time.Time, d time.Duration) bool {
+	if !due(end, m.now) {
+		return false
+	}
+	credit := outageCredit(m.ev.Outages, end.Add(-d), m.now)
+	return !m.now.Before(end.Add(credit))
+}
 
 func laterOf(now time.Time, at *time.Time) time.Time {
 	if at != nil && at.After(now) {

@@ -444,3 +444,13 @@ resource "google_firestore_field" "idempotency_expire_at" {
   index_config {}
   ttl_config {}
 }
+
+resource "google_firestore_field" "outages_expire_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outages"
+  field      = "expireAt"
+
+  index_config {}
+  ttl_config {}
+}

@@ -1,0 +1,329 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// Schema versions. The database records the version its data was last
+// migrated to (meta/schema); Migrate brings data written by any earlier
+// layout of this repository to SchemaVersion. Every layout change from now
+// on adds its steps here with a new version.
+//
+//	0  no meta/schema: any layout before versions were kept. Tasks may lack
+//	   dueShard (before the sharded due indexes), outbox entries dueShard
+//	   and nextTryAt (before the re-drive's stored next try), and runs their
+//	   runs/{runId} document (before runs were listed from it).
+//	1  every task and outbox entry has its due shard, every undelivered
+//	   entry its next try, every run its document.
+const SchemaVersion = 1
+
+// SchemaDocID is the document in MetaCollection that records the schema.
+const SchemaDocID = "schema"
+
+// ErrSchemaTooNew is returned by CheckSchema when the database was
+// migrated by a newer build than this one.
+var ErrSchemaTooNew = errors.New("store: the database's schema is newer than this build knows")
+
+// Schema is the document meta/schema.
+type Schema struct {
+	Version   int       `firestore:"version"`
+	UpdatedAt time.Time `firestore:"updatedAt"`
+	// Step and After record a migration in progress: the step and the last
+	// document it finished, so that a rerun resumes there.
+	Step  string `firestore:"step"`
+	After string `firestore:"after"`
+}
+
+func (s *Store) schemaName() string { return s.docs + "/" + MetaCollection + "/" + SchemaDocID }
+
+// ReadSchema reads meta/schema (version 0 when absent).
+func (s *Store) ReadSchema(ctx context.Context) (Schema, error) {
+	var sc Schema
+	if _, err := s.getDoc(ctx, s.schemaName(), &sc); err != nil {
+		return Schema{}, wrap("read schema", err)
+	}
+	return sc, nil
+}
+
+// CheckSchema refuses (ErrSchemaTooNew) a database migrated by a newer
+// build: this one would not know its layout. An older schema is returned
+// as is; the caller says that `servo migrate` is due. 1 read.
+func (s *Store) CheckSchema(ctx context.Context) (Schema, error) {
+	sc, err := s.ReadSchema(ctx)
+	if err != nil {
+		return sc, err
+	}
+	if sc.Version > SchemaVersion {
+		return sc, fmt.Errorf("%w: version %d, this build knows up to %d; deploy a build at least as new as the one that migrated it", ErrSchemaTooNew, sc.Version, SchemaVersion)
+	}
+	return sc, nil
+}
+
+// MigrateOptions configure Migrate.
+type MigrateOptions struct {
+	// DryRun counts what would change and writes nothing.
+	DryRun bool
+	// Progress, when set, is called after every page of every step.
+	Progress func(MigrateProgress)
+	// PageSize is the documents read per query (default 300).
+	PageSize int
+}
+
+// MigrateProgress is where a migration stands.
+type MigrateProgress struct {
+	Step             string
+	Scanned, Updated int
+	Done             bool
+}
+
+// MigrateReport is what Migrate did (or, with DryRun, would do).
+type MigrateReport struct {
+	From, To int
+	Steps    []MigrateProgress
+}
+
+// migrateStep is one step: a scan of a collection that fixes each
+// document it returns (fix returns the fields to set, nil for none).
+type migrateStep struct {
+	name string
+	coll string
+	fix  func(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value
+	// after runs after each page (writes the documents of its runs).
+	after func(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error)
+}
+
+var migrateSteps = []migrateStep{
+	{name: "tasks", coll: TasksCollection, fix: fixTask, after: writeMissingRuns},
+	{name: "outbox", coll: OutboxCollection, fix: fixOutbox},
+}
+
+// Migrate brings the database to SchemaVersion. It is idempotent (a
+// document already in shape is left alone), resumable (meta/schema keeps
+// the last document each step finished) and safe while Servo runs: it
+// only adds missing fields, each update conditional on the version of the
+// document it read (a document changed meanwhile is read again). It reads
+// every task and outbox entry once.
+func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, error) {
+	sc, err := s.CheckSchema(ctx)
+	if err != nil {
+		return MigrateReport{}, err
+	}
+	rep := MigrateReport{From: sc.Version, To: SchemaVersion}
+	if sc.Version == SchemaVersion && sc.Step == "" {
+		return rep, nil
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 300
+	}
+	runs := map[string]Run{}
+	resuming := sc.Step != ""
+	for _, st := range migrateSteps {
+		after := ""
+		if resuming {
+			if st.name != sc.Step {
+				rep.Steps = append(rep.Steps, MigrateProgress{Step: st.name, Done: true})
+				continue // finished before the interruption
+			}
+			after, resuming = sc.After, false
+		}
+		p, err := s.migrateScan(ctx, st, after, runs, o)
+		rep.Steps = append(rep.Steps, p)
+		if err != nil {
+			return rep, fmt.Errorf("store: migrate %s: %w", st.name, err)
+		}
+	}
+	if o.DryRun {
+		return rep, nil
+	}
+	done := Schema{Version: SchemaVersion, UpdatedAt: time.Now().UTC()}
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), done, false)}}); err != nil {
+		return rep, wrap("migrate: record the schema", err)
+	}
+	return rep, nil
+}
+
+// migrateScan runs one step from after (a document name; "" from the
+// start), page by page in name order.
+func (s *Store) migrateScan(ctx context.Context, st migrateStep, after string, runs map[string]Run, o MigrateOptions) (MigrateProgress, error) {
+	p := MigrateProgress{Step: st.name}
+	done := map[string]bool{} // runs whose document was checked
+	for {
+		q := &pb.StructuredQuery{
+			From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: st.coll}},
+			OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING}},
+			Limit:   wrapInt(o.PageSize),
+		}
+		if after != "" {
+			q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(after)}, Before: false}
+		}
+		var page []*pb.Document
+		if err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error { page = append(page, d); return nil }); err != nil {
+			return p, err
+		}
+		for _, d := range page {
+			p.Scanned++
+			n, err := s.migrateDoc(ctx, st, d, runs, o.DryRun)
+			if err != nil {
+				return p, err
+			}
+			p.Updated += n
+		}
+		if st.after != nil {
+			// Per page, so that a resumed step misses nothing.
+			n, err := st.after(ctx, s, runs, done, o.DryRun)
+			if err != nil {
+				return p, err
+			}
+			p.Updated += n
+			clear(runs)
+		}
+		if len(page) > 0 {
+			after = page[len(page)-1].GetName()
+			if !o.DryRun {
+				mark := Schema{Version: 0, Step: st.name, After: after, UpdatedAt: time.Now().UTC()}
+				if cur, err := s.ReadSchema(ctx); err == nil {
+					mark.Version = cur.Version
+				}
+				if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), mark, false)}}); err != nil {
+					return p, wrap("migrate: record progress", err)
+				}
+			}
+		}
+		if len(page) < o.PageSize {
+			break
+		}
+		if o.Progress != nil {
+			o.Progress(p)
+		}
+	}
+	p.Done = true
+	if o.Progress != nil {
+		o.Progress(p)
+	}
+	return p, nil
+}
+
+// migrateDoc fixes one document, conditional on the version read; when it
+// changed meanwhile, it is read again (a few times).
+func (s *Store) migrateDoc(ctx context.Context, st migrateStep, d *pb.Document, runs map[string]Run, dry bool) (int, error) {
+	for try := 0; ; try++ {
+		set := st.fix(s, d, runs)
+		if len(set) == 0 {
+			return 0, nil
+		}
+		if dry {
+			return 1, nil
+		}
+		w := &pb.Write{
+			Operation:       &pb.Write_Update{Update: &pb.Document{Name: d.GetName(), Fields: set}},
+			UpdateMask:      &pb.DocumentMask{},
+			CurrentDocument: version(d),
+		}
+		for k := range set {
+			w.UpdateMask.FieldPaths = append(w.UpdateMask.FieldPaths, k)
+		}
+		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
+		if err == nil {
+			return 1, nil
+		}
+		if status.Code(err) != codes.FailedPrecondition || try >= 5 {
+			return 0, err
+		}
+		docs, _, err := s.batchGet(ctx, []string{d.GetName()}, nil)
+		if err != nil {
+			return 0, err
+		}
+		if d = docs[d.GetName()]; d == nil {
+			return 0, nil // deleted meanwhile (an expired outbox entry)
+		}
+	}
+}
+
+func timeValue(t time.Time) *pb.Value { return encodeValue(reflect.ValueOf(t.UTC())) }
+
+// fixTask gives a task its due shard, and notes its run.
+func fixTask(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value {
+	f := d.GetFields()
+	id := f["taskId"].GetStringValue()
+	if run := f["runId"].GetStringValue(); run != "" {
+		r := runs[run]
+		r.RunID, r.TenantID = run, f["tenantId"].GetStringValue()
+		if at := f["createdAt"].GetTimestampValue(); at != nil && at.AsTime().After(r.LastSubmitAt) {
+			r.LastSubmitAt = at.AsTime().UTC()
+		}
+		runs[run] = r
+	}
+	if _, ok := f["dueShard"]; ok || id == "" {
+		return nil
+	}
+	return map[string]*pb.Value{"dueShard": intVal(DueShardOf(id, s.shards))}
+}
+
+// fixOutbox gives an outbox entry its due shard and, when undelivered,
+// its next try (now: the re-drive takes it at its next pass).
+func fixOutbox(s *Store, d *pb.Document, _ map[string]Run) map[string]*pb.Value {
+	f := d.GetFields()
+	set := map[string]*pb.Value{}
+	if _, ok := f["dueShard"]; !ok {
+		set["dueShard"] = intVal(DueShardOf(f["taskId"].GetStringValue(), s.shards))
+	}
+	if _, ok := f["nextTryAt"]; !ok && !f["delivered"].GetBooleanValue() {
+		at := time.Now()
+		if c := f["createdAt"].GetTimestampValue(); c != nil {
+			at = c.AsTime()
+		}
+		set["nextTryAt"] = timeValue(at)
+	}
+	if _, ok := f["tries"]; !ok && !f["delivered"].GetBooleanValue() {
+		set["tries"] = intVal(0)
+	}
+	return set
+}
+
+// writeMissingRuns writes runs/{runId} for every run seen without one
+// (exists=false: a document written meanwhile by a submit is kept).
+func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error) {
+	names := make([]string, 0, len(runs))
+	byName := map[string]Run{}
+	for id, r := range runs {
+		if !task.ValidID(id, task.RunIDPrefix) || done[id] {
+			continue
+		}
+		done[id] = true
+		names = append(names, s.runName(id))
+		byName[s.runName(id)] = r
+	}
+	n := 0
+	for len(names) > 0 {
+		chunk := names[:min(len(names), 100)]
+		names = names[len(chunk):]
+		docs, _, err := s.batchGet(ctx, chunk, nil)
+		if err != nil {
+			return n, err
+		}
+		for _, name := range chunk {
+			if docs[name] != nil {
+				continue
+			}
+			n++
+			if dry {
+				continue
+			}
+			_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(name, byName[name], true)}})
+			if err != nil && status.Code(err) != codes.AlreadyExists {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
