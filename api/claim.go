@@ -6,8 +6,6 @@ import "time"
 const (
 	// MaxClaimWait caps ClaimRequest.MaxWaitMs.
 	MaxClaimWait = 60 * time.Second
-	// CodePoolNotFound: the pool is not configured (404).
-	CodePoolNotFound = "pool_not_found"
 	// CodeUnauthenticated: the caller's identity could not be verified
 	// (401): no identity token where the access policy needs one, or one
 	// that is malformed, forged, expired or for another audience.

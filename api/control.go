@@ -131,6 +131,9 @@ type Task struct {
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
 	// ScheduledAt is when a QUEUED retry attempt is due to be delivered.
 	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	// WaitingSince is set while a QUEUED task waits for a run slot of its
+	// tenant or worker (maxRunning; Reason is then QUOTA_WAIT).
+	WaitingSince *time.Time `json:"waitingSince,omitempty"`
 	// CancelDeadline is when a CANCELLING task's grace period ends.
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
 

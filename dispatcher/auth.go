@@ -16,10 +16,11 @@ const quotaRetryAfter = 10
 // tenants names one.
 const maxListTenants = 30
 
-// authenticate finds the caller (auth.Policy.Authenticate): 401
+// authenticate finds the caller (auth.Policy.Authenticate) from IAP's
+// signed header or the Authorization header (auth.RequestCredential): 401
 // unauthenticated when it is refused.
 func (h *handler) authenticate(r *http.Request) (string, *apiError) {
-	who, err := h.cfg.Access.Authenticate(r.Context(), r.Header.Get("Authorization"), h.cfg.Verifiers)
+	who, err := h.cfg.Access.Authenticate(r.Context(), auth.RequestCredential(r.Header), h.cfg.Verifiers)
 	if err != nil {
 		return "", unauthenticated(err.Error())
 	}

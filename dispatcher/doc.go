@@ -15,6 +15,11 @@
 //	                                  tasks per state (§9.5)
 //	GET  /v1/tasks/{id}/events        a task's recorded transitions (§8.6)
 //	GET  /v1/runs/{runId}/events      a run's recorded transitions (§8.6)
+//	GET  /v1/events?tenantId=&taskId=&runId=
+//	                                  the transitions published from now on that
+//	                                  the caller views, as server-sent events
+//	                                  ([Config.Events]; §12)
+//	GET  /v1/tasks/{id}/trace         a task's recorded spans ([Config.Traces]; servo dev)
 //	POST /v1/tasks/{id}/cancel        cancel a task (§7, §9.7)
 //	POST /v1/runs/{runId}/cancel      cancel every unfinished task of a run (§9.7)
 //	GET  /v1/runs?tenantId=&pageSize=&pageToken=

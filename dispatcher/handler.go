@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
@@ -78,6 +80,15 @@ type Config struct {
 	// policy ignores the Authorization header and any other policy
 	// refuses every request.
 	Verifiers []auth.IdentityVerifier
+	// Traces, when set, serves GET /v1/tasks/{id}/trace (servo dev's span
+	// recorder), behind the API's checks: an identity the policy accepts
+	// and the viewer role on the task's tenant.
+	Traces http.Handler
+	// Events, when set, serves GET /v1/events: it calls ready once it
+	// delivers every event published from then on, then each for each
+	// event that passes opts, until ctx ends (events.Stream on the events
+	// topic).
+	Events func(ctx context.Context, opts events.StreamOptions, ready func(), each func(api.Event) error) error
 }
 
 // handler serves the control API.
@@ -85,6 +96,8 @@ type handler struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// patterns are the mux's patterns, in registration order.
+	patterns []string
 	// runPageSize is the page size of a run cancel's listing.
 	runPageSize int
 }
@@ -92,8 +105,19 @@ type handler struct {
 // NewHandler returns the control API handler. It panics when cfg.Store or
 // cfg.Enqueuer is nil.
 func NewHandler(cfg Config) http.Handler {
-	return instrument(newHandler(cfg))
+	h := newHandler(cfg)
+	return routed{instrument(h), h.patterns}
 }
+
+// routed is a handler with the patterns it serves: Routes lists them, so
+// that the access test of every route finds a route without an entry.
+type routed struct {
+	http.Handler
+	patterns []string
+}
+
+// Routes returns the registered patterns.
+func (r routed) Routes() []string { return slices.Clone(r.patterns) }
 
 func newHandler(cfg Config) *handler {
 	if cfg.Store == nil || cfg.Enqueuer == nil {
@@ -134,38 +158,55 @@ func newHandler(cfg Config) *handler {
 // routes registers the API. Each path also has a method-less pattern that
 // answers 405 in JSON with the Allow header; everything else is 404.
 func (h *handler) routes() {
-	m := h.mux
-	m.HandleFunc("POST /v1/tasks", h.submit)
-	m.HandleFunc("GET /v1/tasks", h.list)
-	m.HandleFunc("/v1/tasks", methodNotAllowed("GET, HEAD, POST"))
-	m.HandleFunc("POST /v1/tasks:batch", h.submitBatch)
-	m.HandleFunc("/v1/tasks:batch", methodNotAllowed("POST"))
-	m.HandleFunc("GET /v1/tasks:counts", h.counts)
-	m.HandleFunc("/v1/tasks:counts", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("GET /v1/tasks/{id}", h.get)
-	m.HandleFunc("/v1/tasks/{id}", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("POST /v1/tasks/{id}/cancel", h.cancel)
-	m.HandleFunc("/v1/tasks/{id}/cancel", methodNotAllowed("POST"))
-	m.HandleFunc("GET /v1/tasks/{id}/events", h.taskEvents)
-	m.HandleFunc("/v1/tasks/{id}/events", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("GET /v1/runs", h.runs)
-	m.HandleFunc("/v1/runs", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("GET /v1/runs/{runId}/events", h.runEvents)
-	m.HandleFunc("/v1/runs/{runId}/events", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("POST /v1/runs/{runId}/cancel", h.cancelRun)
-	m.HandleFunc("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
-	m.HandleFunc("GET /v1/health", h.health)
-	m.HandleFunc("/v1/health", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("GET /v1/tenants/{tenant}/usage", h.usage)
-	m.HandleFunc("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	handle := func(pattern string, f http.HandlerFunc) {
+		h.patterns = append(h.patterns, pattern)
+		h.mux.HandleFunc(pattern, f)
+	}
+	handle("POST /v1/tasks", h.submit)
+	handle("GET /v1/tasks", h.list)
+	handle("/v1/tasks", methodNotAllowed("GET, HEAD, POST"))
+	handle("POST /v1/tasks:batch", h.submitBatch)
+	handle("/v1/tasks:batch", methodNotAllowed("POST"))
+	handle("GET /v1/tasks:counts", h.counts)
+	handle("/v1/tasks:counts", methodNotAllowed("GET, HEAD"))
+	handle("GET /v1/tasks/{id}", h.get)
+	handle("/v1/tasks/{id}", methodNotAllowed("GET, HEAD"))
+	handle("POST /v1/tasks/{id}/cancel", h.cancel)
+	handle("/v1/tasks/{id}/cancel", methodNotAllowed("POST"))
+	if h.cfg.Traces != nil {
+		handle("GET /v1/tasks/{id}/trace", h.trace)
+		handle("/v1/tasks/{id}/trace", methodNotAllowed("GET, HEAD"))
+	}
+	handle("GET /v1/tasks/{id}/events", h.taskEvents)
+	handle("/v1/tasks/{id}/events", methodNotAllowed("GET, HEAD"))
+	if h.cfg.Events != nil {
+		handle("GET "+eventsPath, h.eventStream)
+		handle(eventsPath, methodNotAllowed("GET, HEAD"))
+	}
+	handle("GET /v1/runs", h.runs)
+	handle("/v1/runs", methodNotAllowed("GET, HEAD"))
+	handle("GET /v1/runs/{runId}/events", h.runEvents)
+	handle("/v1/runs/{runId}/events", methodNotAllowed("GET, HEAD"))
+	handle("POST /v1/runs/{runId}/cancel", h.cancelRun)
+	handle("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
+	handle("GET /v1/health", h.health)
+	handle("/v1/health", methodNotAllowed("GET, HEAD"))
+	handle("GET /v1/tenants/{tenant}/usage", h.usage)
+	handle("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
+	handle("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})
 }
 
 // ServeHTTP serves the API.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	timeout := h.cfg.RequestTimeout
+	if r.URL.Path == eventsPath {
+		// A stream lasts until the caller leaves (or the function's own
+		// request timeout).
+		timeout = 24 * time.Hour
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	if h.cfg.Project != "" {
 		ctx = logs.WithTrace(ctx, r, h.cfg.Project)

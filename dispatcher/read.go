@@ -29,6 +29,10 @@ func viewOf(t *task.Task) api.Task {
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
 	}
+	if t.State == api.Queued && t.WaitingSince != nil {
+		// Waiting for a run slot: the reason of its transition to QUEUED.
+		v.Reason, v.WaitingSince = task.ReasonQuotaWait, t.WaitingSince
+	}
 	return v
 }
 
@@ -49,6 +53,26 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(&t))
+}
+
+// trace serves GET /v1/tasks/{id}/trace with Config.Traces, for a caller
+// who views the task's tenant.
+func (h *handler) trace(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !task.ValidID(id, task.TaskIDPrefix) {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+		return
+	}
+	t, err := h.cfg.Store.GetTask(r.Context(), id)
+	if err != nil {
+		h.storeError(w, r, err, "taskId", id)
+		return
+	}
+	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
+		h.fail(w, r, e)
+		return
+	}
+	h.cfg.Traces.ServeHTTP(w, r)
 }
 
 // listParams are the query parameters GET /v1/tasks accepts.

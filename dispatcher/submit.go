@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
@@ -308,16 +309,20 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 	return t, nil
 }
 
-// checkRerun checks that the task t reruns, if any, exists and has
-// finished (one read, only for a rerun): 400 naming the field when it does
-// not exist, 409 task_not_terminal while it has not finished.
+// checkRerun checks that the task t reruns, if any, exists, is of a
+// tenant the caller operates and has finished (one read, only for a
+// rerun): 400 naming the field when it does not exist or is of a tenant
+// the caller is not operator on (the same answer: nothing of another
+// tenant's task is learnt), 409 task_not_terminal while it has not
+// finished.
 func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiError {
 	if t.RerunOf == "" {
 		return nil
 	}
 	orig, err := h.cfg.Store.GetTask(r.Context(), t.RerunOf)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound),
+		err == nil && !h.cfg.Access.Allows(auth.Principal(r.Context()), orig.TenantID, auth.Operate):
 		return invalid(prefix+"rerunOf", "names no task")
 	case err != nil:
 		status, body := h.storeStatus(r, err, "rerunOf", t.RerunOf)

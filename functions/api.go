@@ -17,8 +17,8 @@ func init() {
 	functions.HTTP("ServoAPI", ServoAPI)
 }
 
-// apiEntry serves the Server's control API (with the dashboard at /ui/
-// while no access policy is set).
+// apiEntry serves the Server's control API, with the dashboard at /ui/
+// under the same access policy.
 var apiEntry = newEntry("ServoAPI", func(ctx context.Context, s *server.Server) (http.Handler, error) {
 	if s.Config.Access.IsOpen() {
 		logs.Default().WarnContext(ctx, "ServoAPI: no access policy ("+config.EnvAccess+"): every caller IAM lets through may act on every tenant")

@@ -9,17 +9,17 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 )
 
-// TestDashboardOnlyWithoutAccessPolicy: ServoAPI serves the dashboard at
-// /ui/ while no access policy is set, and not under one: its pages read
-// every tenant's tasks, which would go around the policy.
-func TestDashboardOnlyWithoutAccessPolicy(t *testing.T) {
+// TestDashboardUnderAccessPolicy: ServoAPI serves the dashboard at /ui/
+// with or without an access policy; under one, a caller without an
+// identity gets the sign-in page, never the page's data.
+func TestDashboardUnderAccessPolicy(t *testing.T) {
 	for _, c := range []struct {
 		name, policy string
 		want         int
+		signIn       bool
 	}{
-		{"open", "", http.StatusOK},
-		// Not the dashboard: the API itself, which wants an identity first.
-		{"policy", `{"principals":{"alice@example.com":{"acme":"viewer"}}}`, http.StatusUnauthorized},
+		{"open", "", http.StatusOK, false},
+		{"policy", `{"principals":{"alice@example.com":{"acme":"viewer"}}}`, http.StatusUnauthorized, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			instanceEnv(t)
@@ -34,8 +34,14 @@ func TestDashboardOnlyWithoutAccessPolicy(t *testing.T) {
 			rec := httptest.NewRecorder()
 			ServoAPI(rec, httptest.NewRequest(http.MethodGet, "/ui/health", nil))
 			html := strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html")
-			if rec.Code != c.want || html != (c.want == http.StatusOK) {
-				t.Fatalf("GET /ui/health: %d %s, want %d (the dashboard's page: %v): %.300s", rec.Code, rec.Header().Get("Content-Type"), c.want, c.want == http.StatusOK, rec.Body)
+			signIn := strings.Contains(rec.Body.String(), "signin-form")
+			if rec.Code != c.want || !html || signIn != c.signIn {
+				t.Fatalf("GET /ui/health: %d %s (sign-in page %v), want %d (sign-in page %v): %.300s", rec.Code, rec.Header().Get("Content-Type"), signIn, c.want, c.signIn, rec.Body)
+			}
+			rec = httptest.NewRecorder()
+			ServoAPI(rec, httptest.NewRequest(http.MethodGet, "/ui/static/app.css", nil))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("GET /ui/static/app.css: %d", rec.Code)
 			}
 		})
 	}

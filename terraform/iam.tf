@@ -48,6 +48,10 @@ locals {
     { sa = "api", role = "roles/cloudtasks.enqueuer", on = "queues" },
     { sa = "api", role = "roles/cloudtasks.taskDeleter", on = "queues" },
     { sa = "api", role = "roles/iam.serviceAccountUser", on = "sa:tasks-invoker" },
+    # The event stream (GET /v1/events): a temporary subscription to the
+    # events topic per stream.
+    { sa = "api", role = "roles/pubsub.subscriber", on = "topic:events" },
+    { sa = "api", role = "custom:servoEventStreamer", on = "project" },
     { sa = "api", role = "roles/pubsub.publisher", on = "topic:events" },
     { sa = "api", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
     { sa = "api", role = "roles/pubsub.publisher", on = "pool-topics" },
@@ -130,11 +134,12 @@ locals {
   }
 }
 
+# Roles "custom:<id>" are the custom roles of jobs.tf.
 resource "google_project_iam_member" "grant" {
   for_each = local.grants_by_kind["project"]
 
   project = var.project_id
-  role    = each.value.role
+  role    = startswith(each.value.role, "custom:") ? google_project_iam_custom_role.job[trimprefix(each.value.role, "custom:")].name : each.value.role
   member  = google_service_account.component[each.value.sa].member
 }
 

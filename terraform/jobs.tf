@@ -114,6 +114,13 @@ resource "google_project_iam_custom_role" "job" {
       description = "Cancels the executions of a Servo job worker's Cloud Run Job."
       permissions = ["run.executions.cancel"]
     }
+    # Not a job's: the control API's event stream (GET /v1/events) reads
+    # the events topic through a temporary subscription of its own.
+    servoEventStreamer = {
+      title       = "Servo event streamer"
+      description = "Creates, reads and deletes the temporary subscriptions of the Servo control API's event stream."
+      permissions = ["pubsub.subscriptions.create", "pubsub.subscriptions.get", "pubsub.subscriptions.consume", "pubsub.subscriptions.delete"]
+    }
   }
 
   project     = var.project_id

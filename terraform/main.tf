@@ -65,6 +65,7 @@ locals {
     SERVO_JOBS_CONTAINER     = local.job_container
     SERVO_ACCESS             = local.servo_access
     SERVO_QUOTAS             = local.servo_quotas
+    SERVO_IAP_AUDIENCE       = var.iap_audience
   }
 
   # The entry points registered with functions-framework-go in package

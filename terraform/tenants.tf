@@ -34,19 +34,36 @@ variable "tenant_quotas" {
 }
 
 variable "worker_quotas" {
-  description = "Limits per worker name (a key of workers), as tenant_quotas: max_running and max_queued, 0 unlimited. Tenants sharing a limited worker take its free run slots in turn."
+  description = "Limits per worker name (a key of workers), as tenant_quotas: max_running and max_queued, 0 unlimited. Tenants sharing a limited worker take its free run slots in turn; per_tenant (max_running, max_queued) is each tenant's share of the worker, so that one tenant cannot take it all."
   type = map(object({
     max_running = optional(number, 0)
     max_queued  = optional(number, 0)
+    per_tenant = optional(object({
+      max_running = optional(number, 0)
+      max_queued  = optional(number, 0)
+    }))
   }))
   default = {}
 
   validation {
     condition = alltrue([for name, l in var.worker_quotas :
       name != "*" && length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
-      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued &&
+      (l.per_tenant == null ? true : (l.per_tenant.max_running >= 0 && l.per_tenant.max_queued >= 0 &&
+      floor(l.per_tenant.max_running) == l.per_tenant.max_running && floor(l.per_tenant.max_queued) == l.per_tenant.max_queued))
     ])
-    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued whole numbers ≥ 0 (0 is unlimited)."
+    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued (and per_tenant's) whole numbers ≥ 0 (0 is unlimited)."
+  }
+}
+
+variable "iap_audience" {
+  description = "When the API and its dashboard are deployed behind Identity-Aware Proxy: the audience of IAP's signed header (/projects/NUMBER/global/backendServices/ID), accepted as the caller's identity (SERVO_IAP_AUDIENCE). Empty: not behind IAP."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.iap_audience == "" || can(regex("^/projects/[0-9]+/(global/backendServices/[0-9]+|apps/[a-z][a-z0-9-]*)$", var.iap_audience))
+    error_message = "iap_audience: empty, /projects/NUMBER/global/backendServices/ID or /projects/NUMBER/apps/PROJECT_ID."
   }
 }
 
@@ -68,7 +85,10 @@ locals {
   # SERVO_QUOTAS (package quota); empty: no quota.
   servo_quotas = length(var.tenant_quotas) + length(var.worker_quotas) == 0 ? "" : jsonencode({
     tenants = { for name, l in var.tenant_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued } }
-    workers = { for name, l in var.worker_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued } }
-    shards  = var.quota_shards
+    workers = { for name, l in var.worker_quotas : name => merge(
+      { maxRunning = l.max_running, maxQueued = l.max_queued },
+      l.per_tenant == null ? {} : { perTenant = { maxRunning = l.per_tenant.max_running, maxQueued = l.per_tenant.max_queued } },
+    ) }
+    shards = var.quota_shards
   })
 }

@@ -6,10 +6,13 @@ import (
 	"os"
 	"time"
 
+	"net/url"
+
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
 )
@@ -22,12 +25,16 @@ func newEventsTailCmd() *cobra.Command {
 	var cf clientFlags
 	var project, topic, taskID, run string
 	var since time.Duration
-	var all bool
+	var all, raw bool
 	cmd := &cobra.Command{
 		Use:   "tail [--task ID | --run ID] [--since DURATION | --all]",
 		Short: "Print transition events as they happen, after the recorded ones",
-		Long: `Print state transitions from the events topic as they are published, until
-Ctrl-C, as a table or, with --json, one event JSON per line (NDJSON).
+		Long: `Print state transitions as they are published, until Ctrl-C, as a table or,
+with --json, one event JSON per line (NDJSON). They come from the control
+API's event stream (GET /v1/events, the API from --api or $SERVO_API, as
+--as when given): only the events of the tenants your roles let you view.
+With --raw they are read from the events topic directly instead, for
+services whose own Pub/Sub IAM lets them read every tenant's events.
 
 With --all (every recorded transition) or --since DURATION (those of the last
 DURATION), the task's or run's past transitions are first read from the
@@ -37,8 +44,8 @@ stream follows without gap or duplicate at the seam: the live subscription
 exists before the record is read, and an event is printed once by eventId.
 --since and --all need --task or --run, and the API (--api or $SERVO_API).
 
-Pub/Sub is reached like any Google Cloud client: against the local stack,
-export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
+With --raw, Pub/Sub is reached like any Google Cloud client: against the
+local stack, export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 		Example: `  servo events tail --run run_01HGW5N7XHJM4GX29KZRXQP6N9
   servo events tail --task task_01HGW5N7XHJM4GX29KZRXQP6N9 --all
   servo events tail --run run_01HGW5N7XHJM4GX29KZRXQP6N9 --since 10m --json`,
@@ -52,14 +59,17 @@ export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 			if since < 0 {
 				return usageErr("--since must be positive")
 			}
-			if all || since > 0 {
-				if taskID == "" && run == "" {
-					return usageErr("--since and --all replay a task's or a run's record: pass --task ID or --run ID")
-				}
-				c, err := cf.client(ctx)
-				if err != nil {
+			if (all || since > 0) && taskID == "" && run == "" {
+				return usageErr("--since and --all replay a task's or a run's record: pass --task ID or --run ID")
+			}
+			var c *client.Client
+			if !raw || all || since > 0 {
+				var err error
+				if c, err = cf.client(ctx); err != nil {
 					return err
 				}
+			}
+			if all || since > 0 {
 				opts.Replay = func(ctx context.Context) ([]api.Event, error) {
 					var evs []api.Event
 					var err error
@@ -77,15 +87,29 @@ export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 					opts.ReplaySince = time.Now().Add(-since)
 				}
 			}
-			if project == "" {
-				project = firstNonEmpty(os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"), devstack.DefaultProject)
+			var ps *pubsub.Client
+			if raw {
+				if project == "" {
+					project = firstNonEmpty(os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT"), devstack.DefaultProject)
+				}
+				var err error
+				if ps, err = pubsub.NewClient(ctx, project); err != nil {
+					return err
+				}
+				defer ps.Close()
+			} else {
+				q := url.Values{}
+				if taskID != "" {
+					q.Set("taskId", taskID)
+				}
+				if run != "" {
+					q.Set("runId", run)
+				}
+				opts.Source = func(ctx context.Context, ready func(), each func(api.Event) error) error {
+					return apiErr(c.StreamEvents(ctx, q, ready, each))
+				}
 			}
-			ps, err := pubsub.NewClient(ctx, project)
-			if err != nil {
-				return err
-			}
-			defer ps.Close()
-			err = events.Tail(ctx, ps, project, cmd.OutOrStdout(), opts)
+			err := events.Tail(ctx, ps, project, cmd.OutOrStdout(), opts)
 			var ee *exitError
 			if errors.As(err, &ee) {
 				return ee
@@ -102,8 +126,9 @@ export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 	f.StringVar(&run, "run", "", "only this run's events")
 	f.DurationVar(&since, "since", 0, "first print the recorded transitions of the last DURATION (e.g. 10m)")
 	f.BoolVar(&all, "all", false, "first print every recorded transition")
-	f.StringVar(&project, "project", "", "project of the events topic (default $SERVO_PROJECT, $GOOGLE_CLOUD_PROJECT or "+devstack.DefaultProject+")")
-	f.StringVar(&topic, "topic", events.DefaultEventsTopic, "events topic")
+	f.BoolVar(&raw, "raw", false, "read the events topic directly (services with Pub/Sub IAM; no access policy applies)")
+	f.StringVar(&project, "project", "", "with --raw: project of the events topic (default $SERVO_PROJECT, $GOOGLE_CLOUD_PROJECT or "+devstack.DefaultProject+")")
+	f.StringVar(&topic, "topic", events.DefaultEventsTopic, "with --raw: events topic")
 	return cmd
 }
 

@@ -28,18 +28,52 @@ func withIdentity(_ context.Context, c *client.Client) (*client.Client, error) {
 	if asEmail == "" {
 		return c, nil
 	}
-	raw := os.Getenv(auth.DevKeyEnv)
-	if raw == "" {
-		return nil, usageErr("--as needs $%s: run the export line servo dev printed", auth.DevKeyEnv)
-	}
-	key, err := base64.RawURLEncoding.DecodeString(raw)
-	if err != nil || len(key) < 16 {
-		return nil, usageErr("$%s is not a dev identity key (base64url, as servo dev prints it)", auth.DevKeyEnv)
-	}
-	tok, err := auth.SignDev(key, asEmail, time.Now(), auth.DevTokenTTL)
+	tok, err := devToken()
 	if err != nil {
-		return nil, fmt.Errorf("--as: %w", err)
+		return nil, err
 	}
 	c.SetBearer(tok)
 	return c, nil
+}
+
+// devToken is the dev identity token of --as.
+func devToken() (string, error) {
+	raw := os.Getenv(auth.DevKeyEnv)
+	if raw == "" {
+		return "", usageErr("--as needs $%s: run the export line servo dev printed", auth.DevKeyEnv)
+	}
+	key, err := base64.RawURLEncoding.DecodeString(raw)
+	if err != nil || len(key) < 16 {
+		return "", usageErr("$%s is not a dev identity key (base64url, as servo dev prints it)", auth.DevKeyEnv)
+	}
+	tok, err := auth.SignDev(key, asEmail, time.Now(), auth.DevTokenTTL)
+	if err != nil {
+		return "", fmt.Errorf("--as: %w", err)
+	}
+	return tok, nil
+}
+
+// newTokenCmd is servo --as EMAIL token: it prints the dev identity
+// token of EMAIL, to sign in to the dashboard of servo dev --access.
+func newTokenCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "token",
+		Short: "Print the dev identity token of --as (sign in to servo dev's dashboard)",
+		Long: `Print the dev identity token of --as EMAIL, signed with $SERVO_DEV_IDENTITY_KEY
+(valid 10 minutes): paste it into the sign-in page of the dashboard of
+servo dev --access FILE to see what EMAIL's roles allow.`,
+		Example: `  servo --as alice@example.com token`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if asEmail == "" {
+				return usageErr("servo token needs --as EMAIL")
+			}
+			tok, err := devToken()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return err
+		},
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
@@ -57,5 +58,96 @@ func TestAsAndUsage(t *testing.T) {
 	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(auth.NewDevKey()))
 	if _, errOut, code := cli("--as", "alice@example.com", "usage", "acme"); code == 0 || !strings.Contains(errOut, "401") {
 		t.Fatalf("usage with another run's key: exit %d, %s", code, errOut)
+	}
+}
+
+// servo events tail --as EMAIL prints only the events of the tenants
+// EMAIL views (the API's event stream), even while another tenant's
+// tasks run; with no identity it is refused.
+func TestEventsTailAs(t *testing.T) {
+	p, err := auth.ParsePolicy([]byte(`{"principals": {"alice@example.com": {"acme": "viewer"}, "admin@example.com": {"*": "operator"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := devstack.Start(context.Background(), devstack.Options{
+		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true, SweepEvery: 100 * time.Millisecond,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, Access: p,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
+
+	if _, errOut, code := runCLI(t, "events", "tail", "--api", s.URL); code == 0 || !strings.Contains(errOut, "401") {
+		t.Fatalf("tail without --as: exit %d, %s", code, errOut)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	var errOut strings.Builder
+	exited := make(chan error, 1)
+	go func() {
+		exited <- execute(ctx, []string{"--as", "alice@example.com", "events", "tail", "--json", "--api", s.URL}, nil, &out, &errOut)
+	}()
+	// The stream is open once the tail prints nothing and has not exited;
+	// submit both tenants' tasks until acme's show up (the subscription
+	// may not exist for the first ones).
+	admin, err := auth.SignDev(s.IdentityKey, "admin@example.com", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetBearer(admin)
+	deadline := time.Now().Add(60 * time.Second)
+	var acme, globex []string
+	for {
+		for _, tenant := range []string{"globex", "acme"} {
+			r, _, err := c.Submit(ctx, []byte(`{"tenantId":"`+tenant+`","workspaceId":"ws","taskKey":"k","worker":"`+devstack.ExampleWorker+`","payload":{"partitions":1,"partitionMs":10}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tenant == "acme" {
+				acme = append(acme, r.TaskID)
+			} else {
+				globex = append(globex, r.TaskID)
+			}
+		}
+		// Each acme task ends SUCCEEDED: its last event.
+		got := tailEvents(t, out.String())
+		done := 0
+		for _, e := range got {
+			if e.TenantID != "acme" {
+				t.Fatalf("alice's tail printed %s's event %+v", e.TenantID, e)
+			}
+			if e.To == api.Succeeded {
+				done++
+			}
+		}
+		if done >= 2 {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("tail exited: %v %s", err, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's tail printed %d events, %d SUCCEEDED, want 2", len(got), done)
+		}
+		time.Sleep(time.Second)
+	}
+	// None of the globex tasks' events was printed.
+	for _, id := range globex {
+		if strings.Contains(out.String(), id) {
+			t.Fatalf("alice's tail printed globex task %s", id)
+		}
+	}
+	cancel()
+	if err := <-exited; err != nil {
+		t.Fatalf("tail: %v %s", err, errOut.String())
 	}
 }

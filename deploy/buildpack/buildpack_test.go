@@ -507,8 +507,9 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"SERVO_JOBS_DISPATCH_URL=https://servo-jobs.invalid",
 		"SERVO_JOBS_CONTAINER=worker",
 		"SERVO_CLAIM_AUDIENCE=https://servo-claim.invalid",
-		"SERVO_ACCESS=", // Terraform's default: no policy (open, IAM only)
-		"SERVO_QUOTAS=", // Terraform's default: no limits
+		"SERVO_ACCESS=",       // Terraform's default: no policy (open, IAM only)
+		"SERVO_QUOTAS=",       // Terraform's default: no limits
+		"SERVO_IAP_AUDIENCE=", // Terraform's default: not behind IAP
 		cloudtasks.EnvVar+"="+tasksAddr,
 	)
 }

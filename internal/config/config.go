@@ -52,6 +52,7 @@ const (
 	EnvAccess             = "SERVO_ACCESS"
 	EnvAccessFile         = "SERVO_ACCESS_FILE"
 	EnvAPIAudience        = "SERVO_API_AUDIENCE"
+	EnvIAPAudience        = "SERVO_IAP_AUDIENCE"
 	EnvQuotas             = "SERVO_QUOTAS"
 	EnvQuotasFile         = "SERVO_QUOTAS_FILE"
 	EnvService            = "K_SERVICE"
@@ -70,7 +71,7 @@ var variables = []string{
 	EnvEventsTopic, EnvDeadLetterTopic,
 	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
 	EnvMaxBodyBytes, EnvClaimAudience,
-	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvQuotas, EnvQuotasFile,
+	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
 }
 
@@ -141,6 +142,10 @@ type Config struct {
 	// APIAudience is the audience the API's callers' ID tokens must have;
 	// empty: not checked (SERVO_API_AUDIENCE).
 	APIAudience string
+	// IAPAudience, when set, is the audience of IAP's signed header
+	// (x-goog-iap-jwt-assertion): the API and the dashboard deployed
+	// behind IAP accept it as the caller's identity (SERVO_IAP_AUDIENCE).
+	IAPAudience string
 	// Quotas are the per-tenant and per-worker limits (SERVO_QUOTAS, or
 	// the file SERVO_QUOTAS_FILE); never nil from FromEnv.
 	Quotas *quota.Policy
@@ -304,6 +309,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 	str(&c.ClaimAudience, EnvClaimAudience)
 	str(&c.APIAudience, EnvAPIAudience)
+	str(&c.IAPAudience, EnvIAPAudience)
 	var err error
 	if c.Access, err = auth.LoadPolicy(get, EnvAccess, EnvAccessFile); err != nil {
 		errs = append(errs, err)

@@ -15,10 +15,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -72,16 +74,27 @@ type Config struct {
 	// Trace holds the spans (production): the task page links to the
 	// task's trace there, found from its stored trace context.
 	CloudTraceProject string
+	// Access is the access policy, as the control API's: every page, live
+	// stream and action shows or does only what the caller's roles allow,
+	// and a caller without an identity gets the sign-in page (unless the
+	// policy is open). nil is the open policy.
+	Access *auth.Policy
+	// Verifiers check the caller's identity token, from IAP's signed
+	// header, the Authorization header or the sign-in cookie (the control
+	// API's verifiers).
+	Verifiers []auth.IdentityVerifier
 }
 
 // Dashboard serves the pages under Prefix.
 type Dashboard struct {
-	cfg    Config
-	log    *slog.Logger
-	mux    *http.ServeMux
-	pages  map[string]*template.Template
-	hub    *hub
-	health *healthCache
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// patterns are the mux's patterns.
+	patterns []string
+	pages    map[string]*template.Template
+	hub      *hub
+	health   *healthCache
 }
 
 // New returns the dashboard. It panics when cfg.Store or cfg.API is nil.
@@ -115,17 +128,36 @@ func New(cfg Config) *Dashboard {
 // The dashboard is built on its first request: its templates cost a
 // millisecond, which the cold starts of the functions that never serve it
 // need not pay.
+//
+// The handler's Routes method lists the dashboard's patterns and the
+// API's (when api has a Routes method): the access test of every route
+// reads it.
 func Mount(api http.Handler, cfg Config) http.Handler {
 	cfg.API = api
-	d := sync.OnceValue(func() http.Handler { return New(cfg) })
+	d := sync.OnceValue(func() *Dashboard { return New(cfg) })
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d().ServeHTTP(w, r) }))
 	mux.Handle("/", api)
-	return mux
+	return mounted{mux, func() []string {
+		out := slices.Clone(d().patterns)
+		if rs, ok := api.(interface{ Routes() []string }); ok {
+			out = append(out, rs.Routes()...)
+		}
+		return out
+	}}
 }
 
+// mounted is Mount's handler.
+type mounted struct {
+	http.Handler
+	routes func() []string
+}
+
+// Routes returns the dashboard's and the API's patterns.
+func (m mounted) Routes() []string { return m.routes() }
+
 // pageNames are the pages; each is templates/layout.html with its own file.
-var pageNames = []string{"tasks", "run", "task", "health", "error"}
+var pageNames = []string{"tasks", "run", "task", "health", "error", "signin"}
 
 var funcs = template.FuncMap{
 	"lower": func(v any) string { return strings.ToLower(fmt.Sprint(v)) },
@@ -145,7 +177,7 @@ func parsePages() map[string]*template.Template {
 }
 
 func (d *Dashboard) routes() {
-	m := d.mux
+	m := recordingMux{d.mux, &d.patterns}
 	static, _ := fs.Sub(staticFS, "static")
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /ui/{$}", d.page)
@@ -155,9 +187,28 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /ui/live", d.live)
 	m.HandleFunc("POST /ui/tasks/{id}/cancel", d.cancelTask)
 	m.HandleFunc("POST /ui/runs/{id}/cancel", d.cancelRun)
+	m.HandleFunc("GET /ui/signin", func(w http.ResponseWriter, r *http.Request) {
+		d.signInPage(w, r, "Sign in to see the tasks your roles allow.")
+	})
+	m.HandleFunc("POST /ui/signin", d.signIn)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
+}
+
+// recordingMux is a ServeMux that remembers its patterns.
+type recordingMux struct {
+	*http.ServeMux
+	patterns *[]string
+}
+
+func (m recordingMux) Handle(pattern string, h http.Handler) {
+	*m.patterns = append(*m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m recordingMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(f))
 }
 
 // crossOrigin refuses cross-site requests that change state: it compares
@@ -180,6 +231,16 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			d.errorPage(w, r, http.StatusForbidden, "The form's anti-forgery token is missing or does not match; reload the page and try again.")
 			return
 		}
+	}
+	// The static files and the sign-in page need no identity; everything
+	// else acts as the caller.
+	if !strings.HasPrefix(r.URL.Path, Prefix+"static/") && r.URL.Path != Prefix+"signin" {
+		c, err := d.identify(r)
+		if err != nil {
+			d.signInPage(w, r, "Sign in: "+err.Error()+".")
+			return
+		}
+		r = r.WithContext(withCaller(r.Context(), c))
 	}
 	d.mux.ServeHTTP(w, r)
 }
@@ -223,9 +284,9 @@ type layoutData struct {
 
 // page serves a page: its view, read now, in the layout.
 func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
-	v, err := d.resolve(r.URL.Path, r.URL.Query())
+	v, err := d.resolve(r.URL.Path, r.URL.Query(), callerOf(r.Context()))
 	if err != nil {
-		d.errorPage(w, r, http.StatusNotFound, err.Error())
+		d.loadError(w, r, err)
 		return
 	}
 	data, err := v.load(r.Context())
@@ -233,7 +294,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		d.loadError(w, r, err)
 		return
 	}
-	ld := layoutData{Title: v.title, Live: Prefix + "live?" + url.Values{"view": {v.key}}.Encode(), CSRF: d.csrfToken(w, r), Nav: v.page,
+	ld := layoutData{Title: v.title, Live: Prefix + "live?" + url.Values{"view": {v.path}}.Encode(), CSRF: d.csrfToken(w, r), Nav: v.page,
 		Flash: r.URL.Query().Get("flash"), View: data}
 	d.render(w, http.StatusOK, v.page, ld)
 }
@@ -266,7 +327,12 @@ func (d *Dashboard) errorPage(w http.ResponseWriter, r *http.Request, status int
 }
 
 func (d *Dashboard) loadError(w http.ResponseWriter, r *http.Request, err error) {
+	var nv *noViewError
 	switch {
+	case errors.As(err, &nv):
+		d.errorPage(w, r, http.StatusNotFound, err.Error())
+	case errors.Is(err, errForbidden):
+		d.errorPage(w, r, http.StatusForbidden, "Your roles do not let you see this page.")
 	case errors.Is(err, store.ErrNotFound):
 		d.errorPage(w, r, http.StatusNotFound, "Not found.")
 	case errors.Is(err, store.ErrUnavailable), r.Context().Err() != nil:
@@ -312,6 +378,10 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, apiPath, back
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// The API checks the caller's role (operator) itself.
+	if c := callerOf(r.Context()); c.credential != "" {
+		req.Header.Set("Authorization", c.credential)
+	}
 	rec := &recorder{header: http.Header{}}
 	d.cfg.API.ServeHTTP(rec, req)
 	var answer struct {

@@ -90,8 +90,14 @@
 //   - No task token reaches a page: tokens live only in envelopes, which
 //     are not stored; the browser test checks the held worker's tokens
 //     against every page it renders.
-//   - The pages read every tenant's tasks through the store, not through
-//     the access policy (package internal/auth). So the ServoAPI function
-//     mounts the dashboard only while no access policy is configured; under
-//     one, /ui/ is not served.
+//   - Every page, live stream and action acts as its caller, under the
+//     control API's access policy (Config.Access, Config.Verifiers): the
+//     identity is IAP's signed header, the Authorization header or the
+//     sign-in cookie ([IdentityCookie], set by POST /ui/signin after
+//     verifying the token); a caller without one gets the sign-in page
+//     (401), never data. Reads are filtered to the tenants the caller
+//     views (the tasks page in the query; another tenant's task or run is
+//     404; the health page needs a viewer of every tenant), a live view's
+//     key includes the caller's scope, and Cancel goes to the control API
+//     with the caller's identity, which needs operator.
 package dashboard

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // errTooManyViews: the hub already refreshes MaxViews views.
@@ -117,8 +119,21 @@ func (d *Dashboard) live(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad view", http.StatusBadRequest)
 		return
 	}
-	v, err := d.resolve(path, q)
-	if err != nil {
+	v, err := d.resolve(path, q, callerOf(r.Context()))
+	switch {
+	case errors.Is(err, errForbidden):
+		http.Error(w, "your roles do not let you see this view", http.StatusForbidden)
+		return
+	case err != nil:
+		http.Error(w, "no such view", http.StatusNotFound)
+		return
+	}
+	// A view the caller may not see (another tenant's task or run) is
+	// refused now, not streamed empty.
+	ctx, cancel := withLoadTimeout(r.Context())
+	_, err = v.load(ctx)
+	cancel()
+	if errors.Is(err, store.ErrNotFound) {
 		http.Error(w, "no such view", http.StatusNotFound)
 		return
 	}

@@ -18,10 +18,12 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// view is one page with its parameters: what a page request and a live
-// stream both read and render.
+// view is one page with its parameters, as one caller sees it: what a
+// page request and a live stream both read and render.
 type view struct {
-	// key identifies the view (its canonical path and query): tabs with
+	// path is the view's canonical path and query.
+	path string
+	// key identifies the view: its path and the caller's scope. Tabs with
 	// the same key share one live refresh.
 	key   string
 	page  string
@@ -31,30 +33,67 @@ type view struct {
 	load  func(context.Context) (any, error)
 }
 
-// errNoView is a path or query that names no view.
-var errNoView = errors.New("no such page")
+// noViewError is a path or query that names no view (404).
+type noViewError struct{ msg string }
+
+func (e *noViewError) Error() string { return e.msg }
+
+func noView(format string, args ...any) error { return &noViewError{fmt.Sprintf(format, args...)} }
 
 // pageSize is the tasks table's page size.
 const pageSize = 50
 
-// resolve returns the view of a dashboard path and query.
-func (d *Dashboard) resolve(path string, q url.Values) (view, error) {
+// resolve returns the view of a dashboard path and query for caller c:
+// its reads are limited to the tenants c views, and errForbidden when c
+// may not see the page at all.
+func (d *Dashboard) resolve(path string, q url.Values, c *caller) (view, error) {
+	v, err := d.resolvePath(path, q, c)
+	v.key = v.path + "\x00" + c.key()
+	return v, err
+}
+
+// scope sets f's tenant filter to c's tenants: errForbidden when c views
+// none (or names one it does not view).
+func (c *caller) scope(f *store.ListFilter) error {
+	switch {
+	case f.TenantID != "":
+		if !c.views(f.TenantID) {
+			return errForbidden
+		}
+	case c.all:
+	case len(c.tenants) == 0:
+		return errForbidden
+	case len(c.tenants) > maxListTenants:
+		return noView("filter by tenant: you have roles on %d tenants, more than one page reads (%d)", len(c.tenants), maxListTenants)
+	default:
+		f.TenantIDs = c.tenants
+	}
+	return nil
+}
+
+// maxListTenants is the most tenants one list filters on (Firestore's "in").
+const maxListTenants = 30
+
+func (d *Dashboard) resolvePath(path string, q url.Values, c *caller) (view, error) {
 	rest, ok := strings.CutPrefix(path, Prefix)
 	if !ok {
-		return view{}, errNoView
+		return view{}, noView("no such page")
 	}
 	switch {
 	case rest == "":
 		f := store.ListFilter{TenantID: q.Get("tenant"), RunID: q.Get("run"), State: api.State(q.Get("state")), Worker: q.Get("worker"),
 			NewestFirst: true, PageSize: pageSize, PageToken: q.Get("page")}
 		if f.RunID != "" && !task.ValidID(f.RunID, task.RunIDPrefix) {
-			return view{}, fmt.Errorf("%q is not a run id", f.RunID)
+			return view{}, noView("%q is not a run id", f.RunID)
 		}
 		if f.State != "" && !f.State.Valid() {
-			return view{}, fmt.Errorf("%q is not a task state", f.State)
+			return view{}, noView("%q is not a task state", f.State)
 		}
 		if len(f.TenantID) > 128 || len(f.Worker) > 128 || len(f.PageToken) > 200 {
-			return view{}, errors.New("a filter is too long")
+			return view{}, noView("a filter is too long")
+		}
+		if err := c.scope(&f); err != nil {
+			return view{}, err
 		}
 		canon := url.Values{}
 		for k, v := range map[string]string{"tenant": f.TenantID, "run": f.RunID, "state": string(f.State), "worker": f.Worker, "page": f.PageToken} {
@@ -66,24 +105,35 @@ func (d *Dashboard) resolve(path string, q url.Values) (view, error) {
 		if len(canon) > 0 {
 			key += "?" + canon.Encode()
 		}
-		return view{key: key, page: "tasks", title: "Tasks", every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTasks(ctx, f, "") }}, nil
+		return view{path: key, page: "tasks", title: "Tasks", every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTasks(ctx, f, "") }}, nil
 	case rest == "health":
-		return view{key: path, page: "health", title: "Health", every: d.cfg.HealthRefresh, load: d.loadHealth}, nil
+		// The health page is the whole deployment's (every tenant's
+		// failed tasks, the sweeper, the outbox): for a caller who views
+		// every tenant.
+		if !c.all {
+			return view{}, errForbidden
+		}
+		return view{path: path, page: "health", title: "Health", every: d.cfg.HealthRefresh, load: d.loadHealth}, nil
 	case strings.HasPrefix(rest, "runs/"):
 		id := strings.TrimPrefix(rest, "runs/")
 		if !task.ValidID(id, task.RunIDPrefix) {
-			return view{}, fmt.Errorf("%q is not a run id", id)
+			return view{}, noView("%q is not a run id", id)
 		}
+		// A run is its tasks the caller views: another tenant's run is
+		// not found.
 		f := store.ListFilter{RunID: id, PageSize: 500}
-		return view{key: path, page: "run", title: "Run " + id, every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTasks(ctx, f, id) }}, nil
+		if err := c.scope(&f); err != nil {
+			return view{}, err
+		}
+		return view{path: path, page: "run", title: "Run " + id, every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTasks(ctx, f, id) }}, nil
 	case strings.HasPrefix(rest, "tasks/"):
 		id := strings.TrimPrefix(rest, "tasks/")
 		if !task.ValidID(id, task.TaskIDPrefix) {
-			return view{}, fmt.Errorf("%q is not a task id", id)
+			return view{}, noView("%q is not a task id", id)
 		}
-		return view{key: path, page: "task", title: "Task " + id, every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTask(ctx, id) }}, nil
+		return view{path: path, page: "task", title: "Task " + id, every: d.cfg.Refresh, load: func(ctx context.Context) (any, error) { return d.loadTask(ctx, id, c) }}, nil
 	}
-	return view{}, errNoView
+	return view{}, noView("no such page")
 }
 
 // StateCount is one state's count.
@@ -151,6 +201,11 @@ func (d *Dashboard) loadTasks(ctx context.Context, f store.ListFilter, runID str
 			return nil, fmt.Errorf("%w: the page token is not one the dashboard issued", store.ErrNotFound)
 		}
 		return nil, err
+	}
+	if runID != "" && len(f.TenantIDs) > 0 && len(tasks) == 0 {
+		// None of the run's tasks is the caller's: as a run that does not
+		// exist.
+		return nil, fmt.Errorf("%w: run %s", store.ErrNotFound, runID)
 	}
 	now := d.cfg.Now()
 	v := &TasksView{RunID: runID, TenantID: f.TenantID, FilterRunID: f.RunID, State: string(f.State), Worker: f.Worker, States: store.States}
@@ -256,7 +311,7 @@ type TaskView struct {
 	Trace *TraceView
 }
 
-func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
+func (d *Dashboard) loadTask(ctx context.Context, id string, c *caller) (any, error) {
 	ctx, cancel := withLoadTimeout(ctx)
 	defer cancel()
 	var (
@@ -270,6 +325,10 @@ func (d *Dashboard) loadTask(ctx context.Context, id string) (any, error) {
 	wg.Wait()
 	if errs[0] != nil {
 		return nil, errs[0]
+	}
+	if !c.views(t.TenantID) {
+		// Another tenant's task is not found, as a task that does not exist.
+		return nil, fmt.Errorf("%w: task %s", store.ErrNotFound, id)
 	}
 	if errs[1] != nil {
 		return nil, errs[1]

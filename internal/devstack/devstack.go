@@ -349,9 +349,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		Verifiers:     []auth.IdentityVerifier{auth.DevVerifier{Key: s.IdentityKey}},
 		ClaimIdentity: pull.DevIdentity(),
 		MinTimer:      task.MinTimerLocal, StoreTimeout: o.StoreTimeout,
-		// The task page's trace timeline; kept under an access policy
-		// (servo dev --access), on the developer's own machine.
-		Dashboard: dashboard.Config{Traces: o.Traces}, DashboardUnderPolicy: true,
+		// The task page's trace timeline and GET /v1/tasks/{id}/trace,
+		// under the access policy (servo dev --access) as every route.
+		Dashboard: dashboardConfig(o.Traces), Traces: traceHandler(o.Traces),
 	})
 	if err != nil {
 		lis.Close()
@@ -390,9 +390,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mux.Handle("/", s.srv.API) // and the dashboard, at dashboard.Prefix
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
-	}
-	if o.Traces != nil {
-		mux.Handle("GET /v1/tasks/{id}/trace", o.Traces.Handler())
 	}
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
@@ -620,6 +617,10 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry ti
 // Ready reports whether the stack serves.
 func (s *Stack) Ready() bool { return s.ready.Load() }
 
+// API is the stack's control API handler with its dashboard (the
+// handler of "/"): its Routes method lists every pattern it serves.
+func (s *Stack) API() http.Handler { return s.srv.API }
+
 // Exports are the shell lines a second shell needs.
 func (s *Stack) Exports() []string {
 	env := map[string]string{
@@ -676,4 +677,21 @@ func (s *Stack) Close() error {
 		}
 	})
 	return nil
+}
+
+// dashboardConfig gives the dashboard the recorder, if any (a nil
+// *telemetry.Recorder is not a nil Traces).
+func dashboardConfig(r *telemetry.Recorder) dashboard.Config {
+	if r == nil {
+		return dashboard.Config{}
+	}
+	return dashboard.Config{Traces: r}
+}
+
+// traceHandler serves a task's recorded spans; nil without a recorder.
+func traceHandler(r *telemetry.Recorder) http.Handler {
+	if r == nil {
+		return nil
+	}
+	return r.Handler()
 }

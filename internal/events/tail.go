@@ -44,6 +44,11 @@ type TailOptions struct {
 	// ReplaySince, when set, prints only the replayed events that occurred
 	// at or after it; the earlier ones still count as printed.
 	ReplaySince time.Time
+	// Source, when set, replaces the topic: Tail prints the events it
+	// delivers after it called ready (the control API's GET /v1/events,
+	// filtered by the caller's roles: client.StreamEvents). Tail's client
+	// and project are then unused.
+	Source func(ctx context.Context, ready func(), each func(api.Event) error) error
 }
 
 // tailSubscriptionTTL lets Pub/Sub delete a tail subscription whose
@@ -58,6 +63,9 @@ const tailSubscriptionTTL = 24 * time.Hour
 // return. It returns nil when ctx ends; this is
 // `servo events tail [--task ID] [--run ID] [--since D | --all]`.
 func Tail(ctx context.Context, client *pubsub.Client, project string, w io.Writer, opts TailOptions) error {
+	if opts.Source != nil {
+		return tailSource(ctx, w, opts)
+	}
 	project = cmp.Or(project, client.Project())
 	topic := TopicName(project, cmp.Or(opts.Topic, DefaultEventsTopic))
 	var suffix [6]byte
@@ -92,31 +100,8 @@ func Tail(ctx context.Context, client *pubsub.Client, project string, w io.Write
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	pr := &printer{w: w, json: opts.JSON, stop: stop, seen: map[string]bool{}}
-	if opts.Replay != nil {
-		past, err := opts.Replay(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("events: tail: replay: %w", err)
-		}
-		for _, e := range past {
-			if !opts.Matches(e) {
-				continue
-			}
-			if e.OccurredAt.Before(opts.ReplaySince) {
-				pr.seen[e.EventID] = true
-				continue
-			}
-			data, err := json.Marshal(e)
-			if err != nil {
-				return fmt.Errorf("events: tail: replay: %w", err)
-			}
-			pr.printEvent(e, data)
-		}
-		if pr.err != nil {
-			return fmt.Errorf("events: tail: write: %w", pr.err)
-		}
+	if err := pr.replay(ctx, opts); err != nil {
+		return err
 	}
 	sub := client.Subscriber(name)
 	err := sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
@@ -223,4 +208,36 @@ func TableRow(e api.Event) string {
 	}
 	return fmt.Sprintf(rowFormat, e.OccurredAt.UTC().Format("2006-01-02T15:04:05.000Z"), e.TaskID,
 		strconv.Itoa(e.Attempt), strconv.FormatInt(e.Seq, 10), from+" → "+string(e.To), e.Reason, strings.Join(detail, " "))
+}
+
+// replay prints what opts.Replay returns (see TailOptions.Replay); ctx
+// ending is not an error.
+func (pr *printer) replay(ctx context.Context, opts TailOptions) error {
+	if opts.Replay != nil {
+		past, err := opts.Replay(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("events: tail: replay: %w", err)
+		}
+		for _, e := range past {
+			if !opts.Matches(e) {
+				continue
+			}
+			if e.OccurredAt.Before(opts.ReplaySince) {
+				pr.seen[e.EventID] = true
+				continue
+			}
+			data, err := json.Marshal(e)
+			if err != nil {
+				return fmt.Errorf("events: tail: replay: %w", err)
+			}
+			pr.printEvent(e, data)
+		}
+		if pr.err != nil {
+			return fmt.Errorf("events: tail: write: %w", pr.err)
+		}
+	}
+	return nil
 }

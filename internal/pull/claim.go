@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
@@ -98,25 +100,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusUnauthorized, api.CodeUnauthenticated, "", "the caller's identity could not be verified")
 		return
 	}
+	// An unknown pool is answered as a pool the caller may not claim
+	// from, so that pool names cannot be probed.
 	wk, err := h.cfg.Enqueuer.Workers().Lookup(pool)
-	if err != nil || !wk.Pull {
-		h.fail(w, http.StatusNotFound, api.CodePoolNotFound, "", fmt.Sprintf("no pull pool named %q is configured", truncate(pool, 64)))
-		return
-	}
-	if len(wk.ServiceAccounts) > 0 && !slices.Contains(wk.ServiceAccounts, who) {
-		log.WarnContext(ctx, "claim refused: the caller is not one of the pool's service accounts", "caller", who)
+	known := err == nil && wk.Pull
+	if !known || (len(wk.ServiceAccounts) > 0 && !slices.Contains(wk.ServiceAccounts, who)) {
+		log.WarnContext(ctx, "claim refused: no such pull pool, or the caller is not one of its service accounts", "caller", who, "known", known)
 		code, status := api.CodePermissionDenied, http.StatusForbidden
 		if who == "" {
 			code, status = api.CodeUnauthenticated, http.StatusUnauthorized
 		}
-		h.fail(w, status, code, "", "the caller may not claim from pool "+pool)
+		h.fail(w, status, code, "", "the caller may not claim from pool "+truncate(pool, 64))
 		return
 	}
 	var req api.ClaimRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, jsonField(err), "the body is not a claim: "+err.Error())
+	if field, msg := decodeClaim(body, &req); msg != "" {
+		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, field, msg)
 		return
 	}
 	if fe := task.ValidateClaim(req); fe != nil {
@@ -250,6 +249,25 @@ func (h *Handler) write(w http.ResponseWriter, status int, resp api.ClaimRespons
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// decodeClaim decodes a claim body: one JSON object with known fields and
+// nothing after it, and a workerId without control characters (it goes
+// into logs and the attempt). It returns the field at fault and a message
+// ("" when the claim is well formed).
+func decodeClaim(body []byte, req *api.ClaimRequest) (field, msg string) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return jsonField(err), "the body is not a claim: " + err.Error()
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", "the body is not a claim: data after its JSON object"
+	}
+	if i := strings.IndexFunc(req.WorkerID, unicode.IsControl); i >= 0 {
+		return "workerId", fmt.Sprintf("must not contain control characters (one at byte %d)", i)
+	}
+	return "", ""
 }
 
 // jsonField names the field a decoding error is about, if any.

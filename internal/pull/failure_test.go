@@ -63,8 +63,9 @@ func TestClaimErrors(t *testing.T) {
 		status               int
 		code, field          string
 	}{
-		{"unknown pool", "nope", a, map[string]any{"workerId": "w"}, "", 404, api.CodePoolNotFound, ""},
-		{"push worker", devstack.ExampleWorker, a, map[string]any{"workerId": "w"}, "", 404, api.CodePoolNotFound, ""},
+		{"unknown pool", "nope", a, map[string]any{"workerId": "w"}, "", 403, api.CodePermissionDenied, ""},
+		{"push worker", devstack.ExampleWorker, a, map[string]any{"workerId": "w"}, "", 403, api.CodePermissionDenied, ""},
+		{"unknown pool, bad body", "nope", a, []byte(`{`), "", 403, api.CodePermissionDenied, ""},
 		{"pool A's account on pool B", "pool-b", a, map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 403, api.CodePermissionDenied, ""},
 		{"no identity", "pool-b", "", map[string]any{"workerId": "w", "maxWaitMs": 0}, "", 401, api.CodeUnauthenticated, ""},
 		{"no worker id", "pool-b", b, map[string]any{"maxWaitMs": 0}, "", 400, api.CodeInvalidRequest, "workerId"},
@@ -73,6 +74,10 @@ func TestClaimErrors(t *testing.T) {
 		{"wait not a number", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":"soon"}`), "", 400, api.CodeInvalidRequest, "maxWaitMs"},
 		{"unknown field", "pool-b", b, map[string]any{"workerId": "w", "streams": []string{"x"}}, "", 400, api.CodeInvalidRequest, "streams"},
 		{"not JSON", "pool-b", b, []byte(`{`), "", 400, api.CodeInvalidRequest, ""},
+		{"data after the JSON", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":0} {"workerId":"x"}`), "", 400, api.CodeInvalidRequest, ""},
+		{"garbage after the JSON", "pool-b", b, []byte(`{"workerId":"w","maxWaitMs":0}x`), "", 400, api.CodeInvalidRequest, ""},
+		{"control character in worker id", "pool-b", b, []byte(`{"workerId":"w\u001b[2Jx","maxWaitMs":0}`), "", 400, api.CodeInvalidRequest, "workerId"},
+		{"newline in worker id", "pool-b", b, []byte(`{"workerId":"w\nforged log line","maxWaitMs":0}`), "", 400, api.CodeInvalidRequest, "workerId"},
 		{"text body", "pool-b", b, []byte(`workerId=w`), "text/plain", 415, api.CodeUnsupportedMediaType, ""},
 		{"too large", "pool-b", b, []byte(`{"workerId":"` + string(make([]byte, 8<<10)) + `"}`), "", 413, api.CodePayloadTooLarge, ""},
 	}
@@ -243,7 +248,8 @@ func TestPullGracefulStop(t *testing.T) {
 var quickID atomic.Value
 
 // A claim refused for good ends Pull with a *api.Error: an unknown
-// pool (404), and pool B claimed as pool A's account (403).
+// pool (403, as a pool the caller may not claim from), and pool B
+// claimed as pool A's account (403).
 func TestPullStopsOnRefusedClaim(t *testing.T) {
 	e := sharedEnv(t)
 	cases := []struct {
@@ -251,7 +257,7 @@ func TestPullStopsOnRefusedClaim(t *testing.T) {
 		status         int
 		code           string
 	}{
-		{"nope", "", http.StatusNotFound, api.CodePoolNotFound},
+		{"nope", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, api.CodePermissionDenied},
 		{"pool-b", "a@servo-test.iam.gserviceaccount.com", http.StatusForbidden, api.CodePermissionDenied},
 	}
 	for _, c := range cases {

@@ -23,6 +23,10 @@ type ExceededError struct {
 }
 
 func (e *ExceededError) Error() string {
+	if e.Kind == KindShare {
+		w, t := splitShare(e.Name)
+		return fmt.Sprintf("tenant %q has %d tasks queued on worker %q (its share: the worker's perTenant maxQueued)", t, e.Limit, w)
+	}
 	return fmt.Sprintf("%s %q has %d tasks queued (maxQueued)", e.Kind, e.Name, e.Limit)
 }
 
@@ -38,15 +42,17 @@ type Admission struct {
 	c *Counters
 	// start is the task's shard before reduction: a hash of its id.
 	start int
-	// scopes are the task's tenant and worker scopes, nil when unlimited.
-	scopes [2]*scope
+	// scopes are the task's tenant, worker and tenant-on-worker (share)
+	// scopes, nil when unlimited.
+	scopes [3]*scope
 }
 
 // Admission returns the admission of t, or nil when none of t's scopes is
 // limited (t is then stored as without quotas).
 func (c *Counters) Admission(t *task.Task) *Admission {
-	a := &Admission{c: c, scopes: [2]*scope{c.limited(KindTenant, t.TenantID), c.limited(KindWorker, t.Worker)}}
-	if a.scopes[0] == nil && a.scopes[1] == nil {
+	a := &Admission{c: c, scopes: [3]*scope{c.limited(KindTenant, t.TenantID), c.limited(KindWorker, t.Worker),
+		c.limited(KindShare, ShareName(t.Worker, t.TenantID))}}
+	if a.scopes[0] == nil && a.scopes[1] == nil && a.scopes[2] == nil {
 		return nil
 	}
 	h := fnv.New32a()
@@ -82,6 +88,9 @@ func LockKeys(t *task.Task) []string {
 	}
 	if t.Quota.Worker {
 		out = append(out, lockKey(KindWorker, t.Worker))
+	}
+	if t.Quota.Share {
+		out = append(out, lockKey(KindShare, ShareName(t.Worker, t.TenantID)))
 	}
 	return out
 }
@@ -127,10 +136,13 @@ func (a *Admission) Hold(ctx context.Context, docs map[string]*pb.Document, tx T
 			}
 			slot = rk >= 0
 		}
-		if i == 0 {
+		switch i {
+		case 0:
 			h.Tenant, h.TenantShard, h.TenantSlotShard = true, k, max(rk, 0)
-		} else {
+		case 1:
 			h.Worker, h.WorkerShard, h.WorkerSlotShard = true, k, max(rk, 0)
+		default:
+			h.Share, h.ShareShard, h.ShareSlotShard = true, k, max(rk, 0)
 		}
 	}
 	return &h, slot, nil
@@ -149,6 +161,9 @@ func (c *Counters) pickShard(ctx context.Context, sc *scope, k int, docs map[str
 		if j != k {
 			names = append(names, c.shardName(sc.kind, sc.name, j))
 		}
+	}
+	if len(names) == 0 { // one shard: nothing more to read
+		return 0, q, &ExceededError{Kind: sc.kind, Name: sc.name, Limit: sc.lim.MaxQueued}
 	}
 	more, err := tx.Get(ctx, names)
 	if err != nil {
@@ -215,6 +230,9 @@ func (c *Counters) FreeSlots(ctx context.Context, t *task.Task, tx Tx) (hold *ta
 	if h.Worker {
 		scopes, own = append(scopes, c.held(KindWorker, t.Worker)), append(own, h.WorkerShard)
 	}
+	if h.Share {
+		scopes, own = append(scopes, c.held(KindShare, ShareName(t.Worker, t.TenantID))), append(own, h.ShareShard)
+	}
 	var names []string
 	for _, sc := range scopes {
 		names = append(names, c.shardNames(sc)...)
@@ -228,10 +246,13 @@ func (c *Counters) FreeSlots(ctx context.Context, t *task.Task, tx Tx) (hold *ta
 		if err != nil || k < 0 {
 			return nil, false, err
 		}
-		if sc.kind == KindTenant {
+		switch sc.kind {
+		case KindTenant:
 			h.TenantSlotShard = k
-		} else {
+		case KindWorker:
 			h.WorkerSlotShard = k
+		default:
+			h.ShareSlotShard = k
 		}
 	}
 	return &h, true, nil

@@ -74,7 +74,8 @@ func (c *Counters) held(kind Kind, name string) *scope {
 
 // shardName is the document name of shard k of the scope (kind, name).
 func (c *Counters) shardName(kind Kind, name string, k int) string {
-	return c.root + "/" + Collection + "/" + string(kind[0]) + "_" + base64.RawURLEncoding.EncodeToString([]byte(name)) + "-" + strconv.Itoa(k)
+	prefix := string(kind[0]) // t, w, s
+	return c.root + "/" + Collection + "/" + prefix + "_" + base64.RawURLEncoding.EncodeToString([]byte(name)) + "-" + strconv.Itoa(k)
 }
 
 // shardNames are the document names of every shard of sc.
@@ -138,6 +139,9 @@ func (c *Counters) Writes(before, after *task.Task) []*pb.Write {
 	}
 	if h.Worker {
 		add(KindWorker, after.Worker, h.WorkerShard, h.WorkerSlotShard)
+	}
+	if h.Share {
+		add(KindShare, ShareName(after.Worker, after.TenantID), h.ShareShard, h.ShareSlotShard)
 	}
 	return out
 }

@@ -27,6 +27,11 @@ type Limits struct {
 	// MaxQueued bounds the tasks PENDING or QUEUED; a submit past it is
 	// refused (429 quota_exceeded).
 	MaxQueued int `json:"maxQueued,omitempty"`
+	// PerTenant, on a worker's limits, is each tenant's share of them: a
+	// tenant may hold at most PerTenant.MaxRunning of the worker's run
+	// slots and PerTenant.MaxQueued of its queued tasks, so that a tenant
+	// over its share cannot take the rest from the others.
+	PerTenant *Limits `json:"perTenant,omitempty"`
 }
 
 // Limited reports whether l limits anything.
@@ -39,7 +44,19 @@ type Kind string
 const (
 	KindTenant Kind = "tenant"
 	KindWorker Kind = "worker"
+	// KindShare is a tenant's share of a worker (Limits.PerTenant); its
+	// scope name is ShareName(worker, tenant).
+	KindShare Kind = "share"
 )
+
+// ShareName is the scope name of tenant's share of worker.
+func ShareName(worker, tenant string) string { return worker + "\x00" + tenant }
+
+// splitShare splits a ShareName.
+func splitShare(name string) (worker, tenant string) {
+	worker, tenant, _ = strings.Cut(name, "\x00")
+	return worker, tenant
+}
 
 // Policy is the quota configuration: limits per tenant (Any for every
 // other tenant) and per worker name. The zero Policy limits nothing.
@@ -59,7 +76,7 @@ func (p *Policy) Enabled() bool {
 	}
 	for _, m := range []map[string]Limits{p.Tenants, p.Workers} {
 		for _, l := range m {
-			if l.Limited() {
+			if l.Limited() || (l.PerTenant != nil && l.PerTenant.Limited()) {
 				return true
 			}
 		}
@@ -74,8 +91,15 @@ func (p *Policy) For(kind Kind, name string) Limits {
 		return Limits{}
 	}
 	m := p.Tenants
-	if kind == KindWorker {
+	switch kind {
+	case KindWorker:
 		m = p.Workers
+	case KindShare:
+		w, _ := splitShare(name)
+		if l := p.Workers[w].PerTenant; l != nil {
+			return Limits{MaxRunning: l.MaxRunning, MaxQueued: l.MaxQueued}
+		}
+		return Limits{}
 	}
 	if l, ok := m[name]; ok {
 		return l
@@ -156,6 +180,16 @@ func (p *Policy) Validate() error {
 			}
 			if l.MaxRunning < 0 || l.MaxQueued < 0 {
 				return fmt.Errorf("%w: %s %q: limits must be ≥ 0 (0 is unlimited)", ErrInvalid, kind, name)
+			}
+			if pt := l.PerTenant; pt != nil {
+				switch {
+				case kind != KindWorker:
+					return fmt.Errorf("%w: %s %q: perTenant is only allowed for workers", ErrInvalid, kind, name)
+				case pt.PerTenant != nil || pt.MaxRunning < 0 || pt.MaxQueued < 0:
+					return fmt.Errorf("%w: worker %q: perTenant: want maxRunning and maxQueued ≥ 0", ErrInvalid, name)
+				case (l.MaxRunning > 0 && pt.MaxRunning > l.MaxRunning) || (l.MaxQueued > 0 && pt.MaxQueued > l.MaxQueued):
+					return fmt.Errorf("%w: worker %q: perTenant exceeds the worker's own limits", ErrInvalid, name)
+				}
 			}
 		}
 	}

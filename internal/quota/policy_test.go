@@ -53,6 +53,10 @@ func TestPolicy(t *testing.T) {
 		`{"tenants": {"a": {"maxRuning": 1}}}`,
 		`{"shards": 1000}`,
 		`{"tenants": {"": {"maxRunning": 1}}}`,
+		`{"tenants": {"a": {"perTenant": {"maxRunning": 1}}}}`,
+		`{"workers": {"gpu": {"maxRunning": 2, "perTenant": {"maxRunning": 3}}}}`,
+		`{"workers": {"gpu": {"perTenant": {"maxQueued": -1}}}}`,
+		`{"workers": {"gpu": {"perTenant": {"perTenant": {"maxQueued": 1}}}}}`,
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s) accepted", bad)
@@ -60,5 +64,23 @@ func TestPolicy(t *testing.T) {
 	}
 	if _, err := Parse([]byte(`{"tenants": {"a": {"maxRunning": -1}}}`)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative limit: %v, want ErrInvalid", err)
+	}
+}
+
+// A worker's perTenant limits are the limits of each tenant's share of
+// it, and enable the quotas on their own.
+func TestPolicyPerTenant(t *testing.T) {
+	p, err := Parse([]byte(`{"workers": {"gpu": {"perTenant": {"maxRunning": 2, "maxQueued": 5}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Enabled() || p.For(KindWorker, "gpu").Limited() {
+		t.Errorf("enabled %v, the worker's own limits %+v", p.Enabled(), p.For(KindWorker, "gpu"))
+	}
+	if got := p.For(KindShare, ShareName("gpu", "acme")); got != (Limits{MaxRunning: 2, MaxQueued: 5}) {
+		t.Errorf("acme's share of gpu: %+v", got)
+	}
+	if got := p.For(KindShare, ShareName("cpu", "acme")); got.Limited() {
+		t.Errorf("acme's share of cpu (no perTenant): %+v", got)
 	}
 }

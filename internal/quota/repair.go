@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"github.com/servo-dev/servo/api"
@@ -89,17 +90,22 @@ func (c *Counters) Repair(ctx context.Context, db DB) ([]Repair, error) {
 // it (PENDING or QUEUED, admitted on it) and those holding a run slot on
 // it (active, their slot taken on it).
 func recount(ctx context.Context, db DB, s counter) (queued, running int, err error) {
-	field, hold := "tenantId", "quota.tenant"
-	shardField, slotField := "quota.tenantShard", "quota.tenantSlotShard"
-	if Kind(s.kind) == KindWorker {
-		field, hold, shardField, slotField = "worker", "quota.worker", "quota.workerShard", "quota.workerSlotShard"
+	hold, shardField, slotField := "quota.tenant", "quota.tenantShard", "quota.tenantSlotShard"
+	owner := []*pb.StructuredQuery_Filter{fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(s.name))}
+	switch Kind(s.kind) {
+	case KindWorker:
+		hold, shardField, slotField = "quota.worker", "quota.workerShard", "quota.workerSlotShard"
+		owner = []*pb.StructuredQuery_Filter{fieldFilter("worker", pb.StructuredQuery_FieldFilter_EQUAL, strVal(s.name))}
+	case KindShare:
+		w, tn := splitShare(s.name)
+		hold, shardField, slotField = "quota.share", "quota.shareShard", "quota.shareSlotShard"
+		owner = []*pb.StructuredQuery_Filter{fieldFilter("worker", pb.StructuredQuery_FieldFilter_EQUAL, strVal(w)),
+			fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(tn))}
 	}
 	base := func(f string) []*pb.StructuredQuery_Filter {
-		return []*pb.StructuredQuery_Filter{
-			fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(s.name)),
+		return append(slices.Clone(owner),
 			fieldFilter(hold, pb.StructuredQuery_FieldFilter_EQUAL, boolVal(true)),
-			fieldFilter(f, pb.StructuredQuery_FieldFilter_EQUAL, intVal(s.shard)),
-		}
+			fieldFilter(f, pb.StructuredQuery_FieldFilter_EQUAL, intVal(s.shard)))
 	}
 	nq, err := db.CountTasks(ctx, and(append(base(shardField),
 		fieldFilter("state", pb.StructuredQuery_FieldFilter_IN, statesVal([]api.State{api.Pending, api.Queued})))...))

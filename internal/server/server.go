@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/pubsub/v2"
 
+	apitypes "github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
@@ -69,12 +71,12 @@ type Options struct {
 	// (then 503); default the handlers' own.
 	StoreTimeout time.Duration
 	// Dashboard configures the web dashboard (Traces, CloudTraceProject);
-	// New sets its Store, API and Logger.
+	// New sets its Store, API, Logger, Access and Verifiers: it acts as
+	// its caller, under the API's policy.
 	Dashboard dashboard.Config
-	// DashboardUnderPolicy serves the dashboard under an access policy
-	// too (the local stack). By default it is served only while the policy
-	// is open: it reads every tenant's tasks, and would go around it.
-	DashboardUnderPolicy bool
+	// Traces, when set, serves GET /v1/tasks/{id}/trace behind the API's
+	// checks (servo dev's span recorder).
+	Traces http.Handler
 }
 
 // Server is Servo's handlers and the parts they share.
@@ -89,8 +91,7 @@ type Server struct {
 	// Pools is the pull pools' transport.
 	Pools *pull.Transport
 
-	// API is the control API, with the dashboard under dashboard.Prefix
-	// when it is served (Options.DashboardUnderPolicy).
+	// API is the control API, with the dashboard under dashboard.Prefix.
 	API http.Handler
 	// Callbacks serves the workers' started, heartbeat and completed.
 	Callbacks http.Handler
@@ -201,18 +202,22 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		// is never accepted.
 		verifiers = []auth.IdentityVerifier{auth.GoogleVerifier{Audience: cfg.APIAudience}}
 	}
+	if cfg.IAPAudience != "" {
+		// Behind IAP: its signed header names the caller.
+		verifiers = append(slices.Clip(verifiers), auth.IAPVerifier{Audience: cfg.IAPAudience})
+	}
 	api := dispatcher.NewHandler(dispatcher.Config{
 		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
 		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
-		Access: cfg.Access, Verifiers: verifiers,
+		Access: cfg.Access, Verifiers: verifiers, Traces: o.Traces,
+		Events: func(ctx context.Context, opts events.StreamOptions, ready func(), each func(apitypes.Event) error) error {
+			opts.Topic = cfg.EventsTopic
+			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
+		},
 	})
-	s.API = api
-	if cfg.Access.IsOpen() || o.DashboardUnderPolicy {
-		d := o.Dashboard
-		d.Store, d.Logger = o.Store, log
-		s.API = dashboard.Mount(api, d)
-	}
-	s.API = telemetry.APIMetrics(s.API)
+	d := o.Dashboard
+	d.Store, d.Logger, d.Access, d.Verifiers = o.Store, log, cfg.Access, verifiers
+	s.API = telemetry.APIMetrics(dashboard.Mount(api, d))
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
 		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,

@@ -60,9 +60,9 @@ func testConfig() config.Config {
 }
 
 // TestNew: the handlers follow the configuration and the options: the
-// dashboard only while the access policy is open unless asked for, the
-// claim endpoint only with a way to name the caller, production's checks
-// of identities by default, the sweeper's settings.
+// dashboard under any access policy, the claim endpoint only with a way
+// to name the caller, production's checks of identities by default (on
+// the dashboard too), the sweeper's settings.
 func TestNew(t *testing.T) {
 	policy, err := auth.ParsePolicy([]byte(`{"principals":{"alice@example.com":{"acme":"viewer"}}}`))
 	if err != nil {
@@ -76,9 +76,7 @@ func TestNew(t *testing.T) {
 		claim     bool
 	}{
 		{name: "production, open", dashboard: true},
-		{name: "production, policy", config: func(c *config.Config) { c.Access = policy }},
-		{name: "policy, dashboard kept", config: func(c *config.Config) { c.Access = policy },
-			options: func(o *Options) { o.DashboardUnderPolicy = true }, dashboard: true},
+		{name: "production, policy", config: func(c *config.Config) { c.Access = policy }, dashboard: true},
 		{name: "claim audience", config: func(c *config.Config) { c.ClaimAudience = "https://claim.example.com" }, dashboard: true, claim: true},
 		{name: "claim identity", options: func(o *Options) { o.ClaimIdentity = pull.DevIdentity() }, dashboard: true, claim: true},
 	} {
@@ -134,6 +132,19 @@ func TestNew(t *testing.T) {
 		s.API.ServeHTTP(rec, r)
 		if rec.Code != http.StatusUnauthorized {
 			t.Errorf("API with an unverifiable token: %d %s, want 401", rec.Code, rec.Body)
+		}
+		// The dashboard under the policy: the sign-in answer without an
+		// identity, with an unverifiable one, or with a forged IAP header.
+		for _, h := range [][2]string{{}, {"Authorization", "Bearer not.a.token"}, {auth.IAPHeader, "not.a.token"}} {
+			r = httptest.NewRequest(http.MethodGet, "/ui/", nil)
+			if h[0] != "" {
+				r.Header.Set(h[0], h[1])
+			}
+			rec = httptest.NewRecorder()
+			s.API.ServeHTTP(rec, r)
+			if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "signin-form") {
+				t.Errorf("dashboard with %q: %d, want 401 and the sign-in form", h[0], rec.Code)
+			}
 		}
 	})
 

@@ -256,12 +256,14 @@ func fixTask(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value
 	f := d.GetFields()
 	id := f["taskId"].GetStringValue()
 	if run := f["runId"].GetStringValue(); run != "" {
-		r := runs[run]
-		r.RunID, r.TenantID = run, f["tenantId"].GetStringValue()
+		tenant := f["tenantId"].GetStringValue()
+		key := runDocID(tenant, run) // runs are per tenant
+		r := runs[key]
+		r.RunID, r.TenantID = run, tenant
 		if at := f["createdAt"].GetTimestampValue(); at != nil && at.AsTime().After(r.LastSubmitAt) {
 			r.LastSubmitAt = at.AsTime().UTC()
 		}
-		runs[run] = r
+		runs[key] = r
 	}
 	if _, ok := f["dueShard"]; ok || id == "" {
 		return nil
@@ -290,18 +292,20 @@ func fixOutbox(s *Store, d *pb.Document, _ map[string]Run) map[string]*pb.Value 
 	return set
 }
 
-// writeMissingRuns writes runs/{runId} for every run seen without one
-// (exists=false: a document written meanwhile by a submit is kept).
+// writeMissingRuns writes the run document of every run and tenant seen
+// without one (runs/{runId}.{tenantKey}; exists=false: a document written
+// meanwhile by a submit is kept).
 func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error) {
 	names := make([]string, 0, len(runs))
 	byName := map[string]Run{}
-	for id, r := range runs {
-		if !task.ValidID(id, task.RunIDPrefix) || done[id] {
+	for key, r := range runs {
+		if !task.ValidID(r.RunID, task.RunIDPrefix) || done[key] {
 			continue
 		}
-		done[id] = true
-		names = append(names, s.runName(id))
-		byName[s.runName(id)] = r
+		done[key] = true
+		name := s.tenantRunName(r.TenantID, r.RunID)
+		names = append(names, name)
+		byName[name] = r
 	}
 	n := 0
 	for len(names) > 0 {

@@ -116,7 +116,7 @@ func TestMigrateEarlierLayouts(t *testing.T) {
 	for _, e := range entries {
 		asEarlierLayout(t, s, s.outboxName(e.EventID), "dueShard", "nextTryAt", "tries")
 	}
-	deleteDoc(t, s, s.runName(run))
+	deleteDoc(t, s, s.tenantRunName("acme", run))
 
 	listed := func() bool {
 		runs, _, err := s.ListRuns(ctx, RunFilter{TenantID: "acme", PageSize: 100})

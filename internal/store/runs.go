@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -15,7 +17,8 @@ import (
 // tasks.
 const RunsCollection = "runs"
 
-// Run is the document runs/{runId}: written by a submit commit that stores
+// Run is a run's document, one per tenant of the run:
+// runs/{runId}.{tenantKey} (runDocID), written by a submit commit that stores
 // tasks of the run, at most once per RunDocumentEvery per Store (one
 // process), so that a run's many submits do not all write the one
 // document they share (Firestore sustains about one write a second per
@@ -28,11 +31,32 @@ type Run struct {
 	LastSubmitAt time.Time `firestore:"lastSubmitAt"`
 }
 
+// runDocID is the id of tenant's document of run: run ids are scoped per
+// tenant, so that a submit into another tenant's runId writes a document
+// of its own and never re-owns the other's (whose tasks the caller cannot
+// reach either: every run query filters on the caller's tenants). Before
+// this, the document was runs/{runId}; those are still listed (ListRuns
+// skips the second of two documents of one run and tenant in a page).
+// recentRuns remembers run ids, not tenants: a second tenant submitting
+// into a run id this process wrote within RunDocumentEvery gets its
+// document with a later submit.
+func runDocID(tenant, run string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return run + "." + hex.EncodeToString(h[:8])
+}
+
+// runName is the document name of a run before the per-tenant scoping
+// (runs/{runId}): still read and listed.
 func (s *Store) runName(id string) string { return s.docs + "/" + RunsCollection + "/" + id }
+
+// tenantRunName is the document name of tenant's run id.
+func (s *Store) tenantRunName(tenant, id string) string {
+	return s.docs + "/" + RunsCollection + "/" + runDocID(tenant, id)
+}
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	return setWrite(s.runName(t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
 }
 
 // RunFilter selects runs for ListRuns.
@@ -63,12 +87,16 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 	}
 	q := f.query(size + 1)
 	var out []Run
+	seen := map[[2]string]bool{}
 	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
 		var r Run
 		if err := decodeFields(d.GetFields(), &r); err != nil {
 			return err
 		}
-		out = append(out, r)
+		if k := [2]string{r.RunID, r.TenantID}; !seen[k] { // a legacy runs/{runId} and its new document
+			seen[k] = true
+			out = append(out, r)
+		}
 		return nil
 	})
 	if err != nil {

@@ -24,6 +24,12 @@ type QuotaHold struct {
 	// the task holds (with Slot).
 	TenantSlotShard int `json:"tenantSlotShard" firestore:"tenantSlotShard"`
 	WorkerSlotShard int `json:"workerSlotShard" firestore:"workerSlotShard"`
+	// Share says the tenant's share of the worker is limited (the
+	// worker's perTenant limits); ShareShard and ShareSlotShard are its
+	// counter shards.
+	Share          bool `json:"share,omitempty" firestore:"share,omitempty"`
+	ShareShard     int  `json:"shareShard,omitempty" firestore:"shareShard,omitempty"`
+	ShareSlotShard int  `json:"shareSlotShard,omitempty" firestore:"shareSlotShard,omitempty"`
 }
 
 // ReasonQuotaWait is the reason of the PENDING → QUEUED transition of a

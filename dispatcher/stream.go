@@ -1,0 +1,129 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// eventsPath is the route of the event stream.
+const eventsPath = "/v1/events"
+
+// streamParams are the query parameters GET /v1/events accepts.
+var streamParams = map[string]bool{"tenantId": true, "taskId": true, "runId": true}
+
+// streamKeepalive is how often an idle stream sends a comment, so that
+// proxies keep it open.
+const streamKeepalive = 25 * time.Second
+
+// eventStream serves GET /v1/events?tenantId=&taskId=&runId=: the
+// transition events published from the answer on, of the tenants the
+// caller views (viewer role), as server-sent events ("id: eventId",
+// "event: transition", "data: " the event's JSON), until the caller
+// leaves. A named tenant needs the viewer role on it (403); a named task
+// is read first and needs the viewer role on its tenant (404, 403); a run
+// is filtered to the caller's tenants' tasks.
+func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if !streamParams[k] {
+			h.fail(w, r, invalid(k, "is not a parameter of GET /v1/events (tenantId, taskId, runId)"))
+			return
+		}
+	}
+	opts := events.StreamOptions{TenantID: q.Get("tenantId"), TaskID: q.Get("taskId"), RunID: q.Get("runId")}
+	if opts.TaskID != "" {
+		if !task.ValidID(opts.TaskID, task.TaskIDPrefix) {
+			h.fail(w, r, invalid("taskId", "must be a Servo task id (%s followed by a ULID)", task.TaskIDPrefix))
+			return
+		}
+		t, err := h.cfg.Store.GetTask(r.Context(), opts.TaskID)
+		if err != nil {
+			h.storeError(w, r, err, "taskId", opts.TaskID)
+			return
+		}
+		if e := h.allowed(r, t.TenantID, auth.View); e != nil {
+			h.fail(w, r, e)
+			return
+		}
+	}
+	if opts.RunID != "" && !task.ValidID(opts.RunID, task.RunIDPrefix) {
+		h.fail(w, r, invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
+		return
+	}
+	if opts.TenantID != "" {
+		if e := h.allowed(r, opts.TenantID, auth.View); e != nil {
+			e.body.Field = "tenantId"
+			h.fail(w, r, e)
+			return
+		}
+	} else if all, tenants := h.cfg.Access.Tenants(auth.Principal(r.Context()), auth.View); !all {
+		if len(tenants) == 0 {
+			h.fail(w, r, h.allowed(r, "", auth.View))
+			return
+		}
+		opts.Tenants = tenants
+	}
+
+	rc := http.NewResponseController(w)
+	var (
+		mu      sync.Mutex
+		started bool
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	defer func() { close(stop); wg.Wait() }()
+	ready := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		hd := w.Header()
+		hd.Set("Content-Type", "text/event-stream")
+		hd.Set("Cache-Control", "no-store")
+		hd.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "retry: 2000\n\n")
+		_ = rc.Flush()
+		started = true
+		wg.Go(func() {
+			tick := time.NewTicker(streamKeepalive)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					mu.Lock()
+					fmt.Fprint(w, ": keepalive\n\n")
+					_ = rc.Flush()
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	each := func(e api.Event) error {
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := fmt.Fprintf(w, "id: %s\nevent: transition\ndata: %s\n\n", e.EventID, data); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	err := h.cfg.Events(r.Context(), opts, ready, each)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil && !started {
+		h.log.WarnContext(r.Context(), "event stream failed", "error", err)
+		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the events topic is unavailable; retry"})
+	}
+}

@@ -1,0 +1,119 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/servo-dev/servo/internal/auth"
+)
+
+// IdentityCookie carries the identity token a browser signed in with
+// (POST /ui/signin) when neither IAP's signed header nor an Authorization
+// header names the caller.
+const IdentityCookie = "servo_identity"
+
+// errForbidden: the caller's roles do not allow the page.
+var errForbidden = errors.New("dashboard: forbidden")
+
+// caller is who asks and what its roles let it view: the scope of every
+// read of a page, a live stream or an action.
+type caller struct {
+	// who is the verified e-mail ("" under the open policy without an
+	// identity).
+	who string
+	// credential is the Authorization value the caller was identified by,
+	// passed on to the control API for actions.
+	credential string
+	// all: the caller views every tenant; else tenants lists those it
+	// views (sorted).
+	all     bool
+	tenants []string
+	policy  *auth.Policy
+}
+
+// key identifies the caller's scope in a live view's key: tabs share a
+// refresh only when they see the same tasks.
+func (c *caller) key() string {
+	if c.all {
+		return "*"
+	}
+	return c.who
+}
+
+// views reports whether the caller views tenant's tasks.
+func (c *caller) views(tenant string) bool {
+	return c.all || slices.Contains(c.tenants, tenant)
+}
+
+// credential is the request's identity, as an Authorization value: IAP's
+// signed header, the Authorization header, or the sign-in cookie.
+func credential(r *http.Request) string {
+	if v := auth.RequestCredential(r.Header); v != "" {
+		return v
+	}
+	if c, err := r.Cookie(IdentityCookie); err == nil && c.Value != "" {
+		return "Bearer " + c.Value
+	}
+	return ""
+}
+
+// identify authenticates the request with the policy and verifiers (as
+// the control API does) and returns its caller; an anonymous caller under
+// a policy that is not open is refused.
+func (d *Dashboard) identify(r *http.Request) (*caller, error) {
+	cred := credential(r)
+	who, err := d.cfg.Access.Authenticate(r.Context(), cred, d.cfg.Verifiers)
+	if err != nil {
+		return nil, err
+	}
+	c := &caller{who: who, credential: cred, policy: d.cfg.Access}
+	c.all, c.tenants = d.cfg.Access.Tenants(who, auth.View)
+	return c, nil
+}
+
+type callerKey struct{}
+
+func withCaller(ctx context.Context, c *caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerOf is the request's caller (set by ServeHTTP).
+func callerOf(ctx context.Context) *caller {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	if c == nil {
+		return &caller{}
+	}
+	return c
+}
+
+// signInPage answers a caller without a (valid) identity: 401 and the
+// sign-in form, never data.
+func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request, msg string) {
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	if strings.HasPrefix(r.URL.Path, Prefix+"live") {
+		http.Error(w, "sign in first", http.StatusUnauthorized)
+		return
+	}
+	d.render(w, http.StatusUnauthorized, "signin", layoutData{Title: "Sign in", CSRF: d.csrfToken(w, r), View: struct{ Message string }{msg}})
+}
+
+// signIn serves POST /ui/signin: it verifies the token and keeps it in an
+// HttpOnly cookie for the dashboard's later requests.
+func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	if tok == "" || len(tok) > 8<<10 {
+		d.signInPage(w, r, "Paste an identity token.")
+		return
+	}
+	who, err := auth.VerifyIdentity(r.Context(), tok, d.cfg.Verifiers)
+	if err != nil || who == "" {
+		d.signInPage(w, r, "That token is not valid for this dashboard.")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: IdentityCookie, Value: tok, Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"})
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}

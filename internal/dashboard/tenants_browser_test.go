@@ -1,0 +1,248 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/telemetry"
+)
+
+// tenantsPolicy: alice operates acme, bob views globex, carol views
+// acme, admin operates every tenant.
+const tenantsPolicy = `{"principals": {
+	"alice@example.com": {"acme": "operator"},
+	"bob@example.com":   {"globex": "viewer"},
+	"carol@example.com": {"acme": "viewer"},
+	"admin@example.com": {"*": "operator"}}}`
+
+var (
+	tenantsOnce  sync.Once
+	tenantsStack *devstack.Stack
+	tenantsErr   error
+)
+
+// policyStack is a second local stack, under tenantsPolicy (servo dev
+// --access): its "idle" worker accepts every attempt and never reports,
+// so tasks stay put.
+func policyStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	tenantsOnce.Do(func() {
+		p, err := auth.ParsePolicy([]byte(tenantsPolicy))
+		if err != nil {
+			tenantsErr = err
+			return
+		}
+		idle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+		tenantsStack, tenantsErr = devstack.Start(context.Background(), devstack.Options{
+			Addr: "127.0.0.1:0", Project: "dashboard-tenants-test", ReuseEmulators: true, Access: p, Traces: telemetry.NewRecorder(0),
+			Workers: map[string]string{"idle": idle.URL}, SweepEvery: 500 * time.Millisecond,
+		})
+	})
+	if tenantsErr != nil {
+		t.Fatal(tenantsErr)
+	}
+	return tenantsStack
+}
+
+func devTok(t *testing.T, s *devstack.Stack, email string) string {
+	t.Helper()
+	tok, err := auth.SignDev(s.IdentityKey, email, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// call sends a request to the stack with the identity token tok ("" for
+// none) and returns the status and body.
+func call(t *testing.T, s *devstack.Stack, tok, method, path string, body any) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.URL+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, res.Body); close(done) }()
+	select { // a live stream does not end: take what came within 3 s
+	case <-done:
+	case <-ctx.Done():
+		res.Body.Close()
+		<-done
+	}
+	return res.StatusCode, out.String()
+}
+
+// identityTab is a tab whose every request carries tok ("" for none).
+func identityTab(t *testing.T, tok string) context.Context {
+	t.Helper()
+	ctx := tab(t)
+	if tok != "" {
+		if err := chromedp.Run(ctx, network.Enable(), network.SetExtraHTTPHeaders(network.Headers{"Authorization": "Bearer " + tok})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx
+}
+
+// pageText navigates to path and returns the page's title heading and text.
+func pageText(t *testing.T, ctx context.Context, s *devstack.Stack, path string) (string, string) {
+	t.Helper()
+	var h1, text string
+	if err := chromedp.Run(ctx, chromedp.Navigate(s.URL+path), chromedp.WaitVisible("h1", chromedp.ByQuery),
+		chromedp.Text("h1", &h1, chromedp.ByQuery), chromedp.Evaluate(`document.documentElement.outerHTML`, &text)); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return h1, text
+}
+
+// TestDashboardTenants: under an access policy the dashboard acts as its
+// caller. Alice (operator of acme) and Bob (viewer of globex) each see
+// only their own tenant's tasks on the tasks page, and another tenant's
+// task and run pages are not found; Bob may not cancel; an anonymous
+// visit gets the sign-in page and no task, page or live stream; signing
+// in with a token shows that identity's tasks.
+func TestDashboardTenants(t *testing.T) {
+	s := policyStack(t)
+	admin, alice, bob := devTok(t, s, "admin@example.com"), devTok(t, s, "alice@example.com"), devTok(t, s, "bob@example.com")
+	submit := func(tenant, secret string) api.SubmitResponse {
+		t.Helper()
+		status, body := call(t, s, admin, "POST", "/v1/tasks", map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": "k", "worker": "idle",
+			"payload": map[string]string{"secret": secret}})
+		if status != http.StatusCreated {
+			t.Fatalf("submit %s: %d %s", tenant, status, body)
+		}
+		var r api.SubmitResponse
+		_ = json.Unmarshal([]byte(body), &r)
+		return r
+	}
+	acme, globex := submit("acme", "acme-secret-1"), submit("globex", "globex-secret-1")
+
+	for _, c := range []struct {
+		who, tok    string
+		own, other  api.SubmitResponse
+		ownSecret   string
+		otherSecret string
+	}{
+		{"alice", alice, acme, globex, "acme-secret-1", "globex-secret-1"},
+		{"bob", bob, globex, acme, "globex-secret-1", "acme-secret-1"},
+	} {
+		ctx := identityTab(t, c.tok)
+		_, html := pageText(t, ctx, s, "/ui/")
+		if !strings.Contains(html, "row-"+c.own.TaskID) || strings.Contains(html, c.other.TaskID) {
+			t.Errorf("%s's tasks page: own task shown %v, other tenant's task shown %v", c.who, strings.Contains(html, c.own.TaskID), strings.Contains(html, c.other.TaskID))
+		}
+		if _, html := pageText(t, ctx, s, "/ui/tasks/"+c.own.TaskID); !strings.Contains(html, c.ownSecret) {
+			t.Errorf("%s's own task page has no payload", c.who)
+		}
+		for _, p := range []string{"/ui/tasks/" + c.other.TaskID, "/ui/runs/" + c.other.RunID, "/ui/?tenant=" + url.QueryEscape(map[string]string{"alice": "globex", "bob": "acme"}[c.who])} {
+			h1, html := pageText(t, ctx, s, p)
+			if !strings.HasPrefix(h1, "404") && !strings.HasPrefix(h1, "403") || strings.Contains(html, c.otherSecret) || strings.Contains(html, "row-"+c.other.TaskID) {
+				t.Errorf("%s on %s: %q, want 404 or 403 and nothing of the task", c.who, p, h1)
+			}
+		}
+		if h1, _ := pageText(t, ctx, s, "/ui/health"); !strings.HasPrefix(h1, "403") {
+			t.Errorf("%s on the health page (every tenant's): %q, want 403", c.who, h1)
+		}
+		// The live stream of another tenant's task sends nothing of it.
+		status, body := call(t, s, c.tok, "GET", "/ui/live?view="+url.QueryEscape("/ui/tasks/"+c.other.TaskID), nil)
+		if strings.Contains(body, c.otherSecret) || strings.Contains(body, "event: view") {
+			t.Errorf("%s's live stream of another tenant's task: %d, %d bytes with its view", c.who, status, len(body))
+		}
+		status, body = call(t, s, c.tok, "GET", "/ui/live?view="+url.QueryEscape("/ui/"), nil)
+		if status != http.StatusOK || strings.Contains(body, c.other.TaskID) || !strings.Contains(body, c.own.TaskID) {
+			t.Errorf("%s's live tasks view: %d, own task %v, other tenant's %v", c.who, status, strings.Contains(body, c.own.TaskID), strings.Contains(body, c.other.TaskID))
+		}
+	}
+
+	// Actions need operator: Bob's Cancel is refused by the API; Alice's
+	// is done.
+	for _, c := range []struct {
+		who, tok, id string
+		want         api.State
+	}{{"bob", bob, globex.TaskID, api.Queued}, {"alice", alice, acme.TaskID, api.Cancelled}} {
+		ctx := identityTab(t, c.tok)
+		pageText(t, ctx, s, "/ui/tasks/"+c.id)
+		var h1 string
+		if err := chromedp.Run(ctx, chromedp.Click("#cancel-task button", chromedp.ByQuery), chromedp.WaitVisible("h1", chromedp.ByQuery),
+			chromedp.Sleep(300*time.Millisecond), chromedp.Text("h1", &h1, chromedp.ByQuery)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, body := call(t, s, admin, "GET", "/v1/tasks/"+c.id, nil)
+			var v api.Task
+			_ = json.Unmarshal([]byte(body), &v)
+			if v.State == c.want {
+				break
+			}
+			if c.want == api.Queued || time.Now().After(deadline) {
+				t.Fatalf("%s's Cancel (page %q): task %s, want %s", c.who, h1, v.State, c.want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if c.who == "bob" && !strings.HasPrefix(h1, "403") {
+			t.Errorf("bob's Cancel: page %q, want 403", h1)
+		}
+	}
+
+	// Anonymous: the sign-in page, never data.
+	anon := identityTab(t, "")
+	for _, p := range []string{"/ui/", "/ui/tasks/" + acme.TaskID, "/ui/runs/" + globex.RunID, "/ui/health", "/ui/?tenant=acme"} {
+		h1, html := pageText(t, anon, s, p)
+		if h1 != "Sign in" || strings.Contains(html, acme.TaskID) || strings.Contains(html, globex.TaskID) || strings.Contains(html, "secret-1") {
+			t.Errorf("anonymous %s: %q, want the sign-in page and no task", p, h1)
+		}
+	}
+	if status, body := call(t, s, "", "GET", "/ui/live?view="+url.QueryEscape("/ui/"), nil); status != http.StatusUnauthorized || strings.Contains(body, "task_") {
+		t.Errorf("anonymous live stream: %d %q", status, body)
+	}
+	if status, _ := call(t, s, "", "GET", "/v1/tasks/"+acme.TaskID+"/trace", nil); status != http.StatusUnauthorized {
+		t.Errorf("anonymous trace: %d, want 401", status)
+	}
+	// Signing in with Bob's token: Bob's tasks. The browser's cookies are
+	// per host, not per port: the sign-in cookie goes to "localhost", which
+	// no other test uses, and is deleted at the end.
+	t.Cleanup(func() {
+		_ = chromedp.Run(anon, network.DeleteCookies(dashboard.IdentityCookie).WithDomain("localhost"))
+	})
+	local := strings.Replace(s.URL, "127.0.0.1", "localhost", 1)
+	var html string
+	if err := chromedp.Run(anon, chromedp.Navigate(local+"/ui/signin"), chromedp.WaitVisible("#signin-form", chromedp.ByQuery),
+		chromedp.SendKeys(`#signin-form input[name="token"]`, bob, chromedp.ByQuery), chromedp.Submit("#signin-form", chromedp.ByQuery),
+		chromedp.WaitVisible("table.tasks", chromedp.ByQuery), chromedp.Evaluate(`document.documentElement.outerHTML`, &html)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(html, "row-"+globex.TaskID) || strings.Contains(html, acme.TaskID) {
+		t.Errorf("signed in as bob: globex task shown %v, acme task shown %v", strings.Contains(html, globex.TaskID), strings.Contains(html, acme.TaskID))
+	}
+}
