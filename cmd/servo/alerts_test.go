@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/events"
 )
 
 // scrape returns servo dev's /metrics.
@@ -134,4 +138,67 @@ func TestAlertConditionsAgainstServoDev(t *testing.T) {
 			t.Errorf("dead-letter condition: %s went %v → %v, want it to grow", deadLettersProm, dl0, dl1)
 		}
 	})
+}
+
+// TestAlertConditionsOutboxAndLag exercises the two remaining policies'
+// conditions against servo dev. Outbox backlog: with the events topic
+// gone, every transition stays in the outbox and
+// servo_outbox_oldest_age_seconds grows pass after pass (the condition
+// holds once it passes outbox_age_seconds). Sweeper lag: a task whose
+// deadline falls between two passes is handled late, and the deadline
+// duty's servo_sweeper_max_lag_seconds says by how much (the condition
+// holds once it passes sweeper_lag_seconds): here a task whose worker never
+// answers, waiting QUEUED until its deadline.
+func TestAlertConditionsOutboxAndLag(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "terraform", "modules", "alerts", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"prometheus.googleapis.com/servo.outbox.oldest_age/gauge", "prometheus.googleapis.com/servo.sweeper.max_lag/gauge"} {
+		if !strings.Contains(string(src), `\"`+typ+`\"`) {
+			t.Fatalf("terraform/modules/alerts no longer reads %s: update this test with it", typ)
+		}
+	}
+	ctx := context.Background()
+	project := emulatortest.ProjectID(t)
+	// A worker nobody answers for: its task waits QUEUED until its deadline.
+	base := startServoDev(t, "--sweep-every", "2s", "--project", project, // the last --project counts
+		"--worker", "nobody=http://"+freeAddr(t))
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	topic := "projects/" + project + "/topics/" + events.DefaultEventsTopic
+	if err := ps.TopicAdminClient.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	if _, _, err := c.Submit(ctx, []byte(`{"tenantId":"oncall","workspaceId":"ws","taskKey":"late","worker":"nobody",
+		"payload":{},"deadline":"`+deadline+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	const age, lag = "servo_outbox_oldest_age_seconds", "servo_sweeper_max_lag_seconds"
+	var ages []float64
+	var lagged float64
+	// Scraped more often than the passes: the lag gauge is the last pass's.
+	for end := time.Now().Add(time.Minute); time.Now().Before(end) && (len(ages) < 3 || lagged == 0); time.Sleep(200 * time.Millisecond) {
+		m := scrape(t, base)
+		if v, ok := sum(m, age, ""); ok && v > 0 && (len(ages) == 0 || v > ages[len(ages)-1]) {
+			ages = append(ages, v)
+		}
+		if v, ok := sum(m, lag, `servo_duty="deadline"`); ok && v > lagged {
+			lagged = v
+		}
+	}
+	if len(ages) < 3 {
+		t.Errorf("outbox condition: %s did not grow over three passes (%v)", age, ages)
+	}
+	if lagged <= 0 {
+		t.Errorf("lag condition: %s{servo_duty=\"deadline\"} stayed 0 for a task handled between passes", lag)
+	}
 }
