@@ -9,14 +9,30 @@ import (
 // APIMetrics wraps the control API's handler: every answer is counted by
 // method, route and status (servo.api.requests) and timed
 // (servo.api.duration).
+//
+// The handler returned lists h's routes (a Routes method) when h does.
 func APIMetrics(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(sw, r)
 		RecordAPI(r.Context(), apiMethod(r.Method), APIRoute(r.URL.Path), sw.status, time.Since(start))
 	})
+	if rs, ok := h.(routeLister); ok {
+		return meteredRoutes{m, rs}
+	}
+	return m
 }
+
+// routeLister is a handler that lists the patterns it serves.
+type routeLister interface{ Routes() []string }
+
+type meteredRoutes struct {
+	http.HandlerFunc
+	routes routeLister
+}
+
+func (m meteredRoutes) Routes() []string { return m.routes.Routes() }
 
 // statusWriter remembers the status written.
 type statusWriter struct {
