@@ -45,21 +45,11 @@ func (h *handler) counts(w http.ResponseWriter, r *http.Request) {
 
 // taskEvents serves GET /v1/tasks/{id}/events.
 func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
+	t, ok := h.viewTask(w, r, h.cfg.Store.GetTask)
+	if !ok {
 		return
 	}
-	t, err := h.cfg.Store.GetTask(r.Context(), id)
-	if err != nil {
-		h.storeError(w, r, err, "taskId", id)
-		return
-	}
-	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
-		h.fail(w, r, e)
-		return
-	}
-	entries, err := h.cfg.Store.OutboxEntries(r.Context(), id)
+	entries, err := h.cfg.Store.OutboxEntries(r.Context(), t.ID)
 	h.writeEvents(w, r, entries, err)
 }
 

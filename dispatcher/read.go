@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -36,20 +37,31 @@ func viewOf(t *task.Task) api.Task {
 	return v
 }
 
-// get serves GET /v1/tasks/{id}.
-func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+// viewTask reads the task the path's {id} names with read, for a caller
+// who views its tenant; otherwise it answers (404 for a malformed id or no
+// such task, the policy's refusal) and ok is false.
+func (h *handler) viewTask(w http.ResponseWriter, r *http.Request, read func(context.Context, string) (task.Task, error)) (t task.Task, ok bool) {
 	id := r.PathValue("id")
 	if !task.ValidID(id, task.TaskIDPrefix) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
-		return
+		return task.Task{}, false
 	}
-	t, err := h.cfg.Store.Get(r.Context(), id)
+	t, err := read(r.Context(), id)
 	if err != nil {
 		h.storeError(w, r, err, "taskId", id)
-		return
+		return task.Task{}, false
 	}
 	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
 		h.fail(w, r, e)
+		return task.Task{}, false
+	}
+	return t, true
+}
+
+// get serves GET /v1/tasks/{id}.
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	t, ok := h.viewTask(w, r, h.cfg.Store.Get)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(&t))
@@ -58,18 +70,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 // trace serves GET /v1/tasks/{id}/trace with Config.Traces, for a caller
 // who views the task's tenant.
 func (h *handler) trace(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !task.ValidID(id, task.TaskIDPrefix) {
-		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeTaskNotFound, Message: "no such task (task ids look like task_01H…)"})
-		return
-	}
-	t, err := h.cfg.Store.GetTask(r.Context(), id)
-	if err != nil {
-		h.storeError(w, r, err, "taskId", id)
-		return
-	}
-	if e := h.allowed(r, t.TenantID, auth.View); e != nil {
-		h.fail(w, r, e)
+	if _, ok := h.viewTask(w, r, h.cfg.Store.GetTask); !ok {
 		return
 	}
 	h.cfg.Traces.ServeHTTP(w, r)
