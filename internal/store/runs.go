@@ -45,10 +45,6 @@ func runDocID(tenant, run string) string {
 	return run + "." + hex.EncodeToString(h[:8])
 }
 
-// runName is the document name of a run before the per-tenant scoping
-// (runs/{runId}): still read and listed.
-func (s *Store) runName(id string) string { return s.docs + "/" + RunsCollection + "/" + id }
-
 // tenantRunName is the document name of tenant's run id.
 func (s *Store) tenantRunName(tenant, id string) string {
 	return s.docs + "/" + RunsCollection + "/" + runDocID(tenant, id)
