@@ -148,7 +148,7 @@ func TestFieldExemptionsAreStoredFields(t *testing.T) {
 	stored := map[string]map[string]*pb.Value{
 		TasksCollection:    encodeFields(task.Task{}),
 		AttemptsCollection: encodeFields(task.Attempt{}),
-		OutboxCollection:   flatten(encodeFields(outboxDoc{})),
+		OutboxCollection:   flatten(encodeFields(outboxDoc{}), "Transition"),
 		RunsCollection:     encodeFields(Run{}),
 	}
 	for _, e := range FieldExemptions {

@@ -142,19 +142,9 @@ func (s *Store) outageName(o task.Outage) string {
 func (s *Store) RecordOutage(ctx context.Context, o task.Outage) error {
 	o.From, o.To = o.From.UTC(), o.To.UTC()
 	w := setWrite(s.outageName(o), outageDoc{Outage: o, ExpireAt: o.To.Add(OutageRetention)}, false)
-	w.GetUpdate().Fields = flattenOutage(w.GetUpdate().Fields)
+	w.GetUpdate().Fields = flatten(w.GetUpdate().Fields, "Outage")
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
 	return wrap("record outage", err)
-}
-
-func flattenOutage(f map[string]*pb.Value) map[string]*pb.Value {
-	if o, ok := f["Outage"]; ok {
-		delete(f, "Outage")
-		for k, v := range o.GetMapValue().GetFields() {
-			f[k] = v
-		}
-	}
-	return f
 }
 
 // Outages reads the recorded outages that ended within OutageRetention

@@ -285,13 +285,14 @@ type outboxDoc struct {
 
 func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
 	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
-	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc))}}}
+	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc), "Transition")}}}
 }
 
-// flatten inlines the embedded Transition's fields into the outbox document.
-func flatten(f map[string]*pb.Value) map[string]*pb.Value {
-	if tr, ok := f["Transition"]; ok {
-		delete(f, "Transition")
+// flatten inlines the fields of the embedded struct encoded under key (the
+// outbox's Transition, an outage's Outage) into the document.
+func flatten(f map[string]*pb.Value, key string) map[string]*pb.Value {
+	if tr, ok := f[key]; ok {
+		delete(f, key)
 		for k, v := range tr.GetMapValue().GetFields() {
 			f[k] = v
 		}
