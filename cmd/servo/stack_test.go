@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
@@ -290,24 +290,6 @@ func TestWatchCancellingKeepsProgress(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // tailEvents decodes the NDJSON events printed so far.
 func tailEvents(t *testing.T, s string) []api.Event {
 	var out []api.Event
@@ -347,7 +329,7 @@ func TestEventsTailAll(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out servotest.Buffer
 	var errOut bytes.Buffer
 	exited := make(chan error, 1)
 	go func() {
@@ -539,7 +521,7 @@ func TestRunsAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var screen syncBuffer
+	var screen servotest.Buffer
 	copied := make(chan struct{})
 	go func() { io.Copy(&screen, f); close(copied) }()
 	deadline := time.Now().Add(30 * time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -84,7 +85,7 @@ func TestEventsTailAs(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out servotest.Buffer
 	var errOut strings.Builder
 	exited := make(chan error, 1)
 	go func() {

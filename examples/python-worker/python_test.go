@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,35 +48,17 @@ func python3(t *testing.T) string {
 	return p
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // pyWorker is the example worker running as a python3 process.
 type pyWorker struct {
 	cmd  *exec.Cmd
 	port string
-	logs *syncBuffer
+	logs *servotest.Buffer
 	done chan struct{}
 }
 
 // startWorker starts worker.py on port ("0": a free one) and waits for it
 // to say where it listens.
-func startWorker(t *testing.T, py, port string, logs *syncBuffer) *pyWorker {
+func startWorker(t *testing.T, py, port string, logs *servotest.Buffer) *pyWorker {
 	t.Helper()
 	sdk, err := filepath.Abs("../../sdk/python")
 	if err != nil {
@@ -249,7 +230,7 @@ func outputOf(t *testing.T, a api.Attempt) output {
 // attempt Servo retries.
 func TestPythonWorkerEndToEnd(t *testing.T) {
 	py := python3(t)
-	logs := &syncBuffer{}
+	logs := &servotest.Buffer{}
 	w := startWorker(t, py, "0", logs)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,25 +27,8 @@ import (
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startWorker runs worker.mjs in push mode on a free port.
-func startWorker(t *testing.T, node string, logs *syncBuffer) string {
+func startWorker(t *testing.T, node string, logs *servotest.Buffer) string {
 	t.Helper()
 	cmd := exec.Command(node, "worker.mjs")
 	cmd.Env = append(os.Environ(), "PORT=0", "HOST=127.0.0.1")
@@ -96,7 +78,7 @@ func startWorker(t *testing.T, node string, logs *syncBuffer) string {
 func TestTypeScriptWorkerEndToEnd(t *testing.T) {
 	servotest.TrackFiles(t, ".", ".mjs")
 	node := sdkbuild.TypeScript(t)
-	logs := &syncBuffer{}
+	logs := &servotest.Buffer{}
 	url := startWorker(t, node, logs)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -81,24 +81,6 @@ func nodeWorker(t *testing.T) []string {
 	return []string{node, abs}
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a contract worker process.
 type proc struct {
 	cmd  *exec.Cmd
@@ -107,7 +89,7 @@ type proc struct {
 
 // start runs argv with mode args; out gets stdout and stderr. It returns
 // the first stdout line when ready is set (the push worker's address).
-func start(t *testing.T, argv []string, out *syncBuffer, ready bool, args ...string) (*proc, string) {
+func start(t *testing.T, argv []string, out *servotest.Buffer, ready bool, args ...string) (*proc, string) {
 	t.Helper()
 	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "K_SERVICE=")
@@ -383,7 +365,7 @@ type env struct {
 	t     *testing.T
 	stack *devstack.Stack
 	proxy *proxy
-	out   *syncBuffer
+	out   *servotest.Buffer
 }
 
 func (e *env) do(t *testing.T, method, path string, body any) (int, []byte) {
@@ -626,7 +608,7 @@ func TestSDKContract(t *testing.T) {
 	for _, s := range sdks {
 		t.Run(s.name, func(t *testing.T) {
 			argv := s.argv(t)
-			out := &syncBuffer{}
+			out := &servotest.Buffer{}
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("%s contract workers' output (tail):\n%s", s.name, tail(out.String(), 150))
