@@ -305,6 +305,8 @@ resource "google_pubsub_topic_iam_member" "pool_dead_letter_agent" {
   topic   = google_pubsub_topic.pool_dead_letter[each.key].name
   role    = "roles/pubsub.publisher"
   member  = "serviceAccount:service-${local.project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  depends_on = [terraform_data.service_identity]
 }
 
 resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
@@ -314,6 +316,8 @@ resource "google_pubsub_subscription_iam_member" "pool_dead_letter_agent" {
   subscription = google_pubsub_subscription.pool[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = "serviceAccount:service-${local.project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  depends_on = [terraform_data.service_identity]
 }
 
 # Roles "custom:<id>" are the custom roles of jobs.tf.

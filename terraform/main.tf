@@ -380,8 +380,10 @@ module "function" {
   # builder's must exist before the first revision starts or builds; the
   # ring's secret version before a revision mounts "latest"; the Firestore
   # database, its indexes and TTL policies before the sweeper's first
-  # queries (which fail FAILED_PRECONDITION while an index is missing).
+  # queries (which fail FAILED_PRECONDITION while an index is missing); the
+  # Pub/Sub and Eventarc service agents before the sweeper's trigger.
   depends_on = [
+    terraform_data.service_identity,
     module.signing_keys,
     module.firestore,
     google_project_iam_member.grant,

@@ -99,13 +99,31 @@ locals {
 # source reads it (a plan must not call Google): when var.project_number is
 # not given it comes from the signing-key secret's resource name, which
 # Secret Manager reports as projects/NUMBER/secrets/ID once it exists.
-#
-# The service agent itself cannot be created explicitly with the GA google
-# provider (google_project_service_identity is google-beta only): Google
-# creates it when pubsub.googleapis.com is enabled, and the grants below
-# depend on that API (README.md, "First apply into an empty project").
 locals {
   project_number = var.project_number != "" ? var.project_number : split("/", module.signing_keys.secret_name)[1]
+}
+
+# The Pub/Sub and Eventarc service agents, created explicitly and waited
+# for before anything grants them a role or uses them (the dead-letter
+# grants below; the sweeper's Eventarc trigger): Google otherwise creates
+# them lazily, some time after their APIs are enabled, and a first apply
+# that gets there first fails. The GA google provider has no resource for
+# it (google_project_service_identity is google-beta only), so
+# scripts/service-identity.sh calls gcloud once per agent, at creation,
+# and waits service_identity_wait_seconds for IAM to see it.
+# create_service_identities = false skips it (README.md, "First apply into
+# an empty project").
+resource "terraform_data" "service_identity" {
+  for_each = var.create_service_identities ? toset(["pubsub.googleapis.com", "eventarc.googleapis.com"]) : toset([])
+
+  input = { service = each.key, project = var.project_id }
+
+  provisioner "local-exec" {
+    interpreter = ["bash", "-c"]
+    command     = "${path.module}/scripts/service-identity.sh ${each.key} ${var.project_id} ${var.service_identity_wait_seconds}"
+  }
+
+  depends_on = [google_project_service.apis]
 }
 
 # The pool's topic and pull subscription share the id

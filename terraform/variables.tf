@@ -14,13 +14,30 @@ variable "project_id" {
 }
 
 variable "project_number" {
-  description = "The project's number, for the Pub/Sub service agent's e-mail (service-NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com). Empty: read from Google at plan time (data.google_project), which a plan without network access cannot do."
+  description = "The project's number, for the Pub/Sub service agent's e-mail (service-NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com). Empty: taken from the signing-key secret's resource name (projects/NUMBER/...) once it exists, so the grants to the agent are known only after the apply creates the secret."
   type        = string
   default     = ""
 
   validation {
     condition     = can(regex("^[0-9]*$", var.project_number))
     error_message = "project_number must be the project's number (digits only), or empty."
+  }
+}
+
+variable "create_service_identities" {
+  description = "Create the Pub/Sub and Eventarc service agents explicitly at the first apply (scripts/service-identity.sh, with gcloud authenticated as the principal applying Terraform) and wait for them before granting them roles. false: create them yourself first (gcloud beta services identity create --service=pubsub.googleapis.com and eventarc.googleapis.com)."
+  type        = bool
+  default     = true
+}
+
+variable "service_identity_wait_seconds" {
+  description = "Seconds to wait after creating each service agent, for IAM to propagate it (once, at the first apply)."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.service_identity_wait_seconds >= 0 && var.service_identity_wait_seconds <= 600 && floor(var.service_identity_wait_seconds) == var.service_identity_wait_seconds
+    error_message = "service_identity_wait_seconds must be a whole number of seconds from 0 to 600."
   }
 }
 
