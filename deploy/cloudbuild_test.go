@@ -305,9 +305,11 @@ func TestCloudBuildSteps(t *testing.T) {
 		{"go vet", []string{"go vet ./..."}},
 		{"go test", []string{"go test ./..."}},
 		{"terraform init with the state bucket", []string{"terraform init", "bucket=" + cb.substitutions["_TF_STATE_BUCKET"]}},
+		{"the service agents created with gcloud", []string{"google-cloud-cli", "service-identity.sh pubsub.googleapis.com", "service-identity.sh eventarc.googleapis.com"}},
 		{"docker build of the example worker", []string{"gcr.io/cloud-builders/docker", "build", "examples/worker/Dockerfile"}},
 		{"docker push", []string{"gcr.io/cloud-builders/docker", "push"}},
 		{"terraform plan", []string{"hashicorp/terraform", "plan", "-out=tfplan"}},
+		{"terraform plan leaving the agents to that step", []string{"hashicorp/terraform", "plan", "-var=create_service_identities=false"}},
 		{"terraform apply of the plan", []string{"hashicorp/terraform", "apply", "tfplan"}},
 	}
 	prev := -1
