@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"sync"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 
@@ -21,6 +22,11 @@ const Collection = "quotas"
 type Counters struct {
 	policy *Policy
 	root   string // projects/P/databases/D/documents
+	// repairBatch is MaxRepairShards (tests set less); repairAfter is the
+	// last shard the previous Repair pass took ("": start from the first).
+	repairBatch int
+	repairMu    sync.Mutex
+	repairAfter string
 }
 
 // NewCounters returns the counters of p (nil: no limit) in the database
