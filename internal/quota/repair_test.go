@@ -39,7 +39,9 @@ func (f *shardsDB) Query(_ context.Context, q *pb.StructuredQuery, each func(*pb
 	return nil
 }
 
-func (f *shardsDB) CountTasks(context.Context, *pb.StructuredQuery_Filter) (int64, error) { return 0, nil }
+func (f *shardsDB) CountTasks(context.Context, *pb.StructuredQuery_Filter) (int64, error) {
+	return 0, nil
+}
 
 func (f *shardsDB) Commit(_ context.Context, writes []*pb.Write) error {
 	for _, w := range writes {
