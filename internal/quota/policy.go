@@ -93,9 +93,10 @@ func splitShare(name string) (worker, tenant string) {
 type Policy struct {
 	Tenants map[string]Limits `json:"tenants,omitempty"`
 	Workers map[string]Limits `json:"workers,omitempty"`
-	// Shards is the most counter shards of one scope (default
-	// DefaultShards); a scope uses min(Shards, its smallest limit), so that
-	// every shard has a share of each limit.
+	// Shards is the most counter shards of one scope without a PeakRate
+	// (default DefaultShards); such a scope uses min(Shards, its smallest
+	// limit), so that every shard has a share of each limit. A scope with
+	// a PeakRate is sized to it instead (ShardsFor).
 	Shards int `json:"shards,omitempty"`
 }
 
