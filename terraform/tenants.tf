@@ -17,27 +17,30 @@ variable "access_policy" {
 }
 
 variable "tenant_quotas" {
-  description = "Limits per tenant (\"*\" for every tenant not named): max_running (tasks RUNNING or CANCELLING, or enqueued and not yet started; more wait QUEUED) and max_queued (tasks PENDING or QUEUED; more are refused with 429). 0 is unlimited."
+  description = "Limits per tenant (\"*\" for every tenant not named): max_running (tasks RUNNING or CANCELLING, or enqueued and not yet started; more wait QUEUED) and max_queued (tasks PENDING or QUEUED; more are refused with 429). 0 is unlimited. peak_rate (tasks/s, 0 to 10000) sizes the tenant's counter shards to that rate (3 shards per task/s, at most its smallest limit / 2; docs/tenants.md); 0 keeps quota_shards."
   type = map(object({
     max_running = optional(number, 0)
     max_queued  = optional(number, 0)
+    peak_rate   = optional(number, 0)
   }))
   default = {}
 
   validation {
     condition = alltrue([for name, l in var.tenant_quotas :
       length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
-      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued &&
+      l.peak_rate >= 0 && l.peak_rate <= 10000
     ])
-    error_message = "tenant_quotas: names 1-128 characters; max_running and max_queued whole numbers ≥ 0 (0 is unlimited)."
+    error_message = "tenant_quotas: names 1-128 characters; max_running and max_queued whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 10000 tasks/s."
   }
 }
 
 variable "worker_quotas" {
-  description = "Limits per worker name (a key of workers), as tenant_quotas: max_running and max_queued, 0 unlimited. Tenants sharing a limited worker take its free run slots in turn; per_tenant (max_running, max_queued) is each tenant's share of the worker, so that one tenant cannot take it all."
+  description = "Limits per worker name (a key of workers), as tenant_quotas: max_running and max_queued, 0 unlimited, peak_rate (tasks/s) sizing its counter shards. Tenants sharing a limited worker take its free run slots in turn; per_tenant (max_running, max_queued) is each tenant's share of the worker, so that one tenant cannot take it all."
   type = map(object({
     max_running = optional(number, 0)
     max_queued  = optional(number, 0)
+    peak_rate   = optional(number, 0)
     per_tenant = optional(object({
       max_running = optional(number, 0)
       max_queued  = optional(number, 0)
@@ -48,11 +51,11 @@ variable "worker_quotas" {
   validation {
     condition = alltrue([for name, l in var.worker_quotas :
       name != "*" && length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
-      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued &&
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued && l.peak_rate >= 0 && l.peak_rate <= 10000 &&
       (l.per_tenant == null ? true : (l.per_tenant.max_running >= 0 && l.per_tenant.max_queued >= 0 &&
       floor(l.per_tenant.max_running) == l.per_tenant.max_running && floor(l.per_tenant.max_queued) == l.per_tenant.max_queued))
     ])
-    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued (and per_tenant's) whole numbers ≥ 0 (0 is unlimited)."
+    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued (and per_tenant's) whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 10000 tasks/s."
   }
 }
 
@@ -84,9 +87,9 @@ locals {
 
   # SERVO_QUOTAS (package quota); empty: no quota.
   servo_quotas = length(var.tenant_quotas) + length(var.worker_quotas) == 0 ? "" : jsonencode({
-    tenants = { for name, l in var.tenant_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued } }
+    tenants = { for name, l in var.tenant_quotas : name => { maxRunning = l.max_running, maxQueued = l.max_queued, peakRate = l.peak_rate } }
     workers = { for name, l in var.worker_quotas : name => merge(
-      { maxRunning = l.max_running, maxQueued = l.max_queued },
+      { maxRunning = l.max_running, maxQueued = l.max_queued, peakRate = l.peak_rate },
       l.per_tenant == null ? {} : { perTenant = { maxRunning = l.per_tenant.max_running, maxQueued = l.per_tenant.max_queued } },
     ) }
     shards = var.quota_shards

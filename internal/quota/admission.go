@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 
@@ -40,8 +41,10 @@ func (e *ExceededError) Unwrap() error { return ErrExceeded }
 // no state of a try: every retry of the transaction uses it again.
 type Admission struct {
 	c *Counters
-	// start is the task's shard before reduction: a hash of its id.
+	// start is the task's shard before reduction, seed the offset of the
+	// shards it probes when that one is full (probes): hashes of its id.
 	start int
+	seed  uint32
 	// scopes are the task's tenant, worker and tenant-on-worker (share)
 	// scopes, nil when unlimited.
 	scopes [3]*scope
@@ -55,10 +58,36 @@ func (c *Counters) Admission(t *task.Task) *Admission {
 	if a.scopes[0] == nil && a.scopes[1] == nil && a.scopes[2] == nil {
 		return nil
 	}
-	h := fnv.New32a()
+	h := fnv.New64a()
 	h.Write([]byte(t.ID))
-	a.start = int(h.Sum32() & 0x7fffffff)
+	sum := h.Sum64()
+	a.start, a.seed = int(sum&0x7fffffff), uint32(sum>>32)
 	return a
+}
+
+// MaxProbes bounds how many other shards of one scope a transaction reads
+// when the first it looked at has no room: a scope sized to its rate may
+// have thousands of shards, and a submit or an admit reads at most
+// 1 + MaxProbes of them.
+const MaxProbes = 8
+
+// probes are the shards other than k that a transaction reads when k has
+// no room: every other one, from k+1 on, when there are at most MaxProbes;
+// else MaxProbes consecutive ones from an offset drawn from seed, so that
+// the submits that spill over from one full shard spread over the others.
+func probes(n, k int, seed uint32) []int {
+	if n <= 1 {
+		return nil
+	}
+	m, off := n-1, 0
+	if m > MaxProbes {
+		m, off = MaxProbes, int(seed%uint32(n-1))
+	}
+	out := make([]int, m)
+	for i := range m {
+		out[i] = (k + 1 + (off+i)%(n-1)) % n
+	}
+	return out
 }
 
 // Keys name the in-process locks of the task's limited scopes (LockKeys).
@@ -111,11 +140,13 @@ func (a *Admission) Reads() []string {
 
 // Hold decides the task's hold from docs, the documents of the
 // transaction's first read (with every shard Reads named), reading more in
-// tx only when a shard is full. In each limited scope the task is admitted
-// on the first shard, from its own, with room under maxQueued (an
-// *ExceededError when none has), and takes a run slot on its shard or,
-// when that one has none, on any other: slotFree is false when a scope has
-// no slot free, and the task then waits for one.
+// tx only when a shard has no room. In each limited scope the task is
+// admitted on its own shard or, when that one is at its share of
+// maxQueued, on the first of its probes (at most MaxProbes other shards,
+// read in one more RPC) with room: an *ExceededError when none has. It
+// takes a run slot on that shard or, when it has none, on any shard read
+// with one: slotFree is false when a scope has no slot free among them, and
+// the task then waits for one.
 func (a *Admission) Hold(ctx context.Context, docs map[string]*pb.Document, tx Tx) (hold *task.QuotaHold, slotFree bool, err error) {
 	h := task.QuotaHold{}
 	slot := true
@@ -123,19 +154,11 @@ func (a *Admission) Hold(ctx context.Context, docs map[string]*pb.Document, tx T
 		if sc == nil {
 			continue
 		}
-		k, q, err := a.c.pickShard(ctx, sc, a.start%sc.n, docs, tx)
+		k, rk, err := a.c.admit(ctx, sc, a.start%sc.n, a.seed, slot, docs, tx)
 		if err != nil {
 			return nil, false, err
 		}
-		rk := k
-		if slot && !Fits(sc.lim.MaxRunning, sc.n, k, q.running) {
-			// No slot on the task's shard: look at the others (one more
-			// read, only then).
-			if rk, err = a.c.slotElsewhere(ctx, sc, k, tx); err != nil {
-				return nil, false, err
-			}
-			slot = rk >= 0
-		}
+		slot = slot && rk >= 0
 		switch i {
 		case 0:
 			h.Tenant, h.TenantShard, h.TenantSlotShard = true, k, max(rk, 0)
@@ -148,75 +171,77 @@ func (a *Admission) Hold(ctx context.Context, docs map[string]*pb.Document, tx T
 	return &h, slot, nil
 }
 
-// pickShard returns a shard of sc with room for one more queued task: k
-// (already read into docs) when it has, else the first other one that has
-// (all read, in one more RPC); an *ExceededError when none has.
-func (c *Counters) pickShard(ctx context.Context, sc *scope, k int, docs map[string]*pb.Document, tx Tx) (int, counter, error) {
-	q, err := read(docs, c.shardName(sc.kind, sc.name, k))
-	if err != nil || Fits(sc.lim.MaxQueued, sc.n, k, q.queued) {
-		return k, q, err
-	}
-	var names []string
-	for j := range sc.n {
-		if j != k {
-			names = append(names, c.shardName(sc.kind, sc.name, j))
-		}
-	}
-	if len(names) == 0 { // one shard: nothing more to read
-		return 0, q, &ExceededError{Kind: sc.kind, Name: sc.name, Limit: sc.lim.MaxQueued}
-	}
-	more, err := tx.Get(ctx, names)
+// admit picks, in scope sc, the shard k a task is admitted on (own when it
+// has room under maxQueued, else the first probe with room) and, when
+// wantSlot, the shard rk of its run slot (k first; -1: none free). The
+// probes are read, in one RPC, only when own has no room for either.
+func (c *Counters) admit(ctx context.Context, sc *scope, own int, seed uint32, wantSlot bool, docs map[string]*pb.Document, tx Tx) (k, rk int, err error) {
+	q, err := read(docs, c.shardName(sc.kind, sc.name, own))
 	if err != nil {
-		return 0, q, err
+		return 0, -1, err
 	}
-	for i := 1; i < sc.n; i++ {
-		j := (k + i) % sc.n
-		q, err := read(more, c.shardName(sc.kind, sc.name, j))
-		if err != nil {
-			return 0, q, err
+	okQueued := Fits(sc.lim.MaxQueued, sc.n, own, q.queued)
+	okSlot := !wantSlot || Fits(sc.lim.MaxRunning, sc.n, own, q.running)
+	if okQueued && okSlot {
+		return own, own, nil
+	}
+	others := probes(sc.n, own, seed)
+	more := map[string]*pb.Document{}
+	if len(others) > 0 {
+		names := make([]string, len(others))
+		for i, j := range others {
+			names[i] = c.shardName(sc.kind, sc.name, j)
 		}
-		if Fits(sc.lim.MaxQueued, sc.n, j, q.queued) {
-			return j, q, nil
+		if more, err = tx.Get(ctx, names); err != nil {
+			return 0, -1, err
 		}
 	}
-	return 0, q, &ExceededError{Kind: sc.kind, Name: sc.name, Limit: sc.lim.MaxQueued}
+	counts := map[int]counter{own: q}
+	for _, j := range others {
+		if counts[j], err = read(more, c.shardName(sc.kind, sc.name, j)); err != nil {
+			return 0, -1, err
+		}
+	}
+	k = own
+	if !okQueued {
+		k = -1
+		for _, j := range others {
+			if Fits(sc.lim.MaxQueued, sc.n, j, counts[j].queued) {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			return 0, -1, &ExceededError{Kind: sc.kind, Name: sc.name, Limit: sc.lim.MaxQueued}
+		}
+	}
+	if !wantSlot {
+		return k, -1, nil
+	}
+	return k, firstFree(sc, append([]int{k, own}, others...), counts), nil
 }
 
-// slotElsewhere reads every shard of sc in tx and returns one with a run
-// slot free (-1: none).
-func (c *Counters) slotElsewhere(ctx context.Context, sc *scope, k int, tx Tx) (int, error) {
-	if sc.n == 1 {
-		return -1, nil
-	}
-	docs, err := tx.Get(ctx, c.shardNames(sc))
-	if err != nil {
-		return -1, err
-	}
-	return c.freeSlot(sc, k, docs)
-}
-
-// freeSlot returns the first shard of sc, from k on, whose share of
-// maxRunning has room in docs (which hold every shard of sc), or -1.
-func (c *Counters) freeSlot(sc *scope, k int, docs map[string]*pb.Document) (int, error) {
-	for i := range sc.n {
-		j := (k + i) % sc.n
-		q, err := read(docs, c.shardName(sc.kind, sc.name, j))
-		if err != nil {
-			return -1, err
-		}
-		if Fits(sc.lim.MaxRunning, sc.n, j, q.running) {
-			return j, nil
+// firstFree returns the first of shards whose count in counts is under
+// its share of sc's maxRunning, or -1.
+func firstFree(sc *scope, shards []int, counts map[int]counter) int {
+	for _, j := range shards {
+		if Fits(sc.lim.MaxRunning, sc.n, j, counts[j].running) {
+			return j
 		}
 	}
-	return -1, nil
+	return -1
 }
 
 // FreeSlots is the quota step of the admit event (task.EventAdmit) in
-// store.Apply: it reads in tx every counter shard of t's scopes (one RPC)
-// and returns t's hold with, in each scope, the first shard with a run
-// slot free (t's own shard first); ok is false when a scope has none. The
-// store hands the hold and ok to the state machine (task.Event.Hold,
-// SlotFree), which gives the task its slot or leaves it waiting.
+// store.Apply: it reads in tx, in one RPC, the task's own shard of each of
+// its scopes and at most MaxProbes others from a random offset (every
+// shard of a scope of at most 1 + MaxProbes), and returns t's hold with,
+// in each scope, the first of them with a run slot free (its own first);
+// ok is false when a scope has none among them. The offset is drawn anew
+// at every try, so a waiting task that found none looks at other shards at
+// the next pass. The store hands the hold and ok to the state machine
+// (task.Event.Hold, SlotFree), which gives the task its slot or leaves it
+// waiting.
 func (c *Counters) FreeSlots(ctx context.Context, t *task.Task, tx Tx) (hold *task.QuotaHold, ok bool, err error) {
 	if t.Quota == nil {
 		return nil, false, nil
@@ -234,17 +259,28 @@ func (c *Counters) FreeSlots(ctx context.Context, t *task.Task, tx Tx) (hold *ta
 		scopes, own = append(scopes, c.held(KindShare, ShareName(t.Worker, t.TenantID))), append(own, h.ShareShard)
 	}
 	var names []string
-	for _, sc := range scopes {
-		names = append(names, c.shardNames(sc)...)
+	cands := make([][]int, len(scopes))
+	for i, sc := range scopes {
+		k := own[i] % sc.n
+		cands[i] = append([]int{k}, probes(sc.n, k, rand.Uint32())...)
+		for _, j := range cands[i] {
+			names = append(names, c.shardName(sc.kind, sc.name, j))
+		}
 	}
 	docs, err := tx.Get(ctx, names)
 	if err != nil {
 		return nil, false, err
 	}
 	for i, sc := range scopes {
-		k, err := c.freeSlot(sc, own[i]%sc.n, docs)
-		if err != nil || k < 0 {
-			return nil, false, err
+		counts := map[int]counter{}
+		for _, j := range cands[i] {
+			if counts[j], err = read(docs, c.shardName(sc.kind, sc.name, j)); err != nil {
+				return nil, false, err
+			}
+		}
+		k := firstFree(sc, cands[i], counts)
+		if k < 0 {
+			return nil, false, nil
 		}
 		switch sc.kind {
 		case KindTenant:

@@ -12,9 +12,12 @@
 // its counts in a few counter documents, quotas/{scope}-{k}, each holding
 // the queued and running counts of the tasks admitted on shard k and
 // owning a share of each limit (Share): a submit reads one shard per scope
-// (all of them only when its own is full), so that concurrent submits and
-// completions spread over the shards instead of queueing on one document,
-// and no limit is ever exceeded. What a task adds to the counters is a
+// (at most MaxProbes more only when its own is full), so that concurrent
+// submits and completions spread over the shards instead of queueing on
+// one document, and no limit is ever exceeded. A scope has the policy's
+// Shards (default 4) or, when it declares a PeakRate, enough shards that
+// none takes more than about one write a second at that rate, capped so
+// that each owns at least MinShare of each limit (Policy.ShardsFor). What a task adds to the counters is a
 // pure function of the task (Counts); every change of it is written by the
 // commit of the transition that changes it (Counters.Writes: increment
 // transforms, no read), and the sweeper recounts the shards and repairs

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -17,6 +20,28 @@ const DefaultShards = 4
 
 // MaxShards bounds Policy.Shards.
 const MaxShards = 64
+
+// The shard count of a scope with a declared peak rate (Limits.PeakRate,
+// docs/tenants.md "Counters sized to the rate"):
+// ceil(PeakRate × WritesPerTask / DocWritesPerSecond), at most
+// MaxRateShards and at most its smallest limit / MinShare.
+const (
+	// WritesPerTask is how many counter increments one task of a scope
+	// makes at most: admitted (queued+1, running+1 on one shard when its
+	// own has the slot), started (queued−1) and ended (running−1).
+	WritesPerTask = 3
+	// DocWritesPerSecond is the sustained write rate Firestore's best
+	// practices give for one document.
+	DocWritesPerSecond = 1.0
+	// MinShare is the least share of each limit a shard of a rate-sized
+	// scope owns: a scope whose limit is small gets fewer shards (and
+	// sustains less than its peak rate) rather than shards of one slot.
+	MinShare = 2
+	// MaxRateShards bounds the shard count of a rate-sized scope.
+	MaxRateShards = 32768
+	// MaxPeakRate bounds Limits.PeakRate (tasks/s).
+	MaxPeakRate = 10000
+)
 
 // Limits are one scope's limits; zero means unlimited.
 type Limits struct {
@@ -32,6 +57,11 @@ type Limits struct {
 	// slots and PerTenant.MaxQueued of its queued tasks, so that a tenant
 	// over its share cannot take the rest from the others.
 	PerTenant *Limits `json:"perTenant,omitempty"`
+	// PeakRate is the most tasks per second the scope is expected to
+	// admit, sustained; when set, it sizes the scope's counter shards
+	// (ShardsFor) so that no shard is written more than about once a
+	// second. 0 keeps the policy's Shards.
+	PeakRate float64 `json:"peakRate,omitempty"`
 }
 
 // Limited reports whether l limits anything.
@@ -63,9 +93,10 @@ func splitShare(name string) (worker, tenant string) {
 type Policy struct {
 	Tenants map[string]Limits `json:"tenants,omitempty"`
 	Workers map[string]Limits `json:"workers,omitempty"`
-	// Shards is the most counter shards of one scope (default
-	// DefaultShards); a scope uses min(Shards, its smallest limit), so that
-	// every shard has a share of each limit.
+	// Shards is the most counter shards of one scope without a PeakRate
+	// (default DefaultShards); such a scope uses min(Shards, its smallest
+	// limit), so that every shard has a share of each limit. A scope with
+	// a PeakRate is sized to it instead (ShardsFor).
 	Shards int `json:"shards,omitempty"`
 }
 
@@ -97,7 +128,7 @@ func (p *Policy) For(kind Kind, name string) Limits {
 	case KindShare:
 		w, _ := splitShare(name)
 		if l := p.Workers[w].PerTenant; l != nil {
-			return Limits{MaxRunning: l.MaxRunning, MaxQueued: l.MaxQueued}
+			return Limits{MaxRunning: l.MaxRunning, MaxQueued: l.MaxQueued, PeakRate: l.PeakRate}
 		}
 		return Limits{}
 	}
@@ -110,19 +141,35 @@ func (p *Policy) For(kind Kind, name string) Limits {
 	return Limits{}
 }
 
-// ShardsFor is the number of counter shards of a scope with limits l: at
-// most p.Shards and at most its smallest non-zero limit (at least 1).
+// ShardsFor is the number of counter shards of a scope with limits l.
+// Without a PeakRate: at most p.Shards (default DefaultShards) and at most
+// its smallest non-zero limit. With one: enough that each shard takes
+// about DocWritesPerSecond at that rate, ceil(PeakRate × WritesPerTask /
+// DocWritesPerSecond), at most MaxRateShards and at most its smallest
+// limit / MinShare, so that every shard owns at least MinShare of each
+// limit. Always at least 1.
 func (p *Policy) ShardsFor(l Limits) int {
-	n := DefaultShards
+	n, minShare := DefaultShards, 1
 	if p != nil && p.Shards > 0 {
 		n = p.Shards
 	}
+	if l.PeakRate > 0 {
+		n = min(int(math.Ceil(l.PeakRate*WritesPerTask/DocWritesPerSecond)), MaxRateShards)
+		minShare = MinShare
+	}
 	for _, v := range []int{l.MaxRunning, l.MaxQueued} {
-		if v > 0 && v < n {
-			n = v
+		if v > 0 && v/minShare < n {
+			n = v / minShare
 		}
 	}
 	return max(n, 1)
+}
+
+// Sustained is the admission rate (tasks/s) a scope with limits l holds
+// with every counter shard at DocWritesPerSecond: below l.PeakRate when
+// its limits capped its shard count.
+func (p *Policy) Sustained(l Limits) float64 {
+	return float64(p.ShardsFor(l)) * DocWritesPerSecond / WritesPerTask
 }
 
 // Share is shard k's part of limit over n shards (limit 0, unlimited, is
@@ -162,33 +209,77 @@ func Parse(data []byte) (*Policy, error) {
 	return &p, nil
 }
 
-// ErrInvalid reports a policy that Validate refused.
+// ErrInvalid reports a policy that Validate refused; the error is an
+// *InvalidError.
 var ErrInvalid = errors.New("quota: invalid policy")
 
-// Validate checks the policy's limits and names.
+// InvalidError is a policy field that Validate refused.
+type InvalidError struct {
+	// Field is the field's JSON path, e.g. tenants["acme"].peakRate.
+	Field string
+	// Reason says what is wrong and what is accepted.
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrInvalid, e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// validRate reports whether r is a PeakRate Validate accepts.
+func validRate(r float64) bool { return r >= 0 && r <= MaxPeakRate } // false for NaN
+
+// Validate checks the policy's limits and names; an error is an
+// *InvalidError naming the field.
 func (p *Policy) Validate() error {
 	if p.Shards < 0 || p.Shards > MaxShards {
-		return fmt.Errorf("%w: shards %d: want 0 (default %d) to %d", ErrInvalid, p.Shards, DefaultShards, MaxShards)
+		return invalid("shards", "%d: want 0 (default %d) to %d", p.Shards, DefaultShards, MaxShards)
 	}
-	for kind, m := range map[Kind]map[string]Limits{KindTenant: p.Tenants, KindWorker: p.Workers} {
-		for name, l := range m {
+	for _, kind := range []Kind{KindTenant, KindWorker} {
+		m, field := p.Tenants, "tenants"
+		if kind == KindWorker {
+			m, field = p.Workers, "workers"
+		}
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			l, f := m[name], fmt.Sprintf("%s[%q]", field, name)
 			if strings.TrimSpace(name) == "" || len(name) > 128 {
-				return fmt.Errorf("%w: %s name %q: want 1 to 128 bytes", ErrInvalid, kind, name)
+				return invalid(f, "%s name: want 1 to 128 bytes", kind)
 			}
 			if kind == KindWorker && name == Any {
-				return fmt.Errorf("%w: workers: %q is only allowed for tenants", ErrInvalid, Any)
+				return invalid(f, "%q is only allowed for tenants", Any)
 			}
-			if l.MaxRunning < 0 || l.MaxQueued < 0 {
-				return fmt.Errorf("%w: %s %q: limits must be ≥ 0 (0 is unlimited)", ErrInvalid, kind, name)
+			if l.MaxRunning < 0 {
+				return invalid(f+".maxRunning", "%d: must be ≥ 0 (0 is unlimited)", l.MaxRunning)
+			}
+			if l.MaxQueued < 0 {
+				return invalid(f+".maxQueued", "%d: must be ≥ 0 (0 is unlimited)", l.MaxQueued)
+			}
+			if !validRate(l.PeakRate) {
+				return invalid(f+".peakRate", "%v: want 0 (shards from \"shards\") to %d tasks/s", l.PeakRate, MaxPeakRate)
 			}
 			if pt := l.PerTenant; pt != nil {
+				f += ".perTenant"
 				switch {
 				case kind != KindWorker:
-					return fmt.Errorf("%w: %s %q: perTenant is only allowed for workers", ErrInvalid, kind, name)
-				case pt.PerTenant != nil || pt.MaxRunning < 0 || pt.MaxQueued < 0:
-					return fmt.Errorf("%w: worker %q: perTenant: want maxRunning and maxQueued ≥ 0", ErrInvalid, name)
-				case (l.MaxRunning > 0 && pt.MaxRunning > l.MaxRunning) || (l.MaxQueued > 0 && pt.MaxQueued > l.MaxQueued):
-					return fmt.Errorf("%w: worker %q: perTenant exceeds the worker's own limits", ErrInvalid, name)
+					return invalid(f, "only allowed for workers")
+				case pt.PerTenant != nil:
+					return invalid(f+".perTenant", "not allowed")
+				case pt.MaxRunning < 0:
+					return invalid(f+".maxRunning", "%d: must be ≥ 0", pt.MaxRunning)
+				case pt.MaxQueued < 0:
+					return invalid(f+".maxQueued", "%d: must be ≥ 0", pt.MaxQueued)
+				case !validRate(pt.PeakRate):
+					return invalid(f+".peakRate", "%v: want 0 to %d tasks/s", pt.PeakRate, MaxPeakRate)
+				case l.MaxRunning > 0 && pt.MaxRunning > l.MaxRunning:
+					return invalid(f+".maxRunning", "%d exceeds the worker's own maxRunning %d", pt.MaxRunning, l.MaxRunning)
+				case l.MaxQueued > 0 && pt.MaxQueued > l.MaxQueued:
+					return invalid(f+".maxQueued", "%d exceeds the worker's own maxQueued %d", pt.MaxQueued, l.MaxQueued)
 				}
 			}
 		}

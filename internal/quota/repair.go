@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Repair reports one counter shard that Counters.Repair found drifted and
@@ -29,9 +30,18 @@ type Repair struct {
 	Skipped bool
 }
 
-// Repair is the sweeper's quota repair: it recounts every counter shard
-// from the tasks that hold counts on it (two count aggregations per shard:
-// no task is read) and rewrites the ones that differ. The rewrite is
+// MaxRepairShards bounds the counter shards one Repair pass recounts: a
+// deployment with scopes sized to their rate may have tens of thousands,
+// and each costs two count aggregations. A pass takes the next
+// MaxRepairShards in name order after the last one the previous pass of
+// this process took, wrapping around, so every shard is recounted every
+// ceil(shards / MaxRepairShards) passes.
+const MaxRepairShards = 512
+
+// Repair is the sweeper's quota repair: it recounts counter shards (at
+// most MaxRepairShards a pass, taking turns) from the tasks that hold
+// counts on them (two count aggregations per shard: no task is read) and
+// rewrites the ones that differ. The rewrite is
 // conditional on the shard's update time as read before the count, so a
 // transition that committed meanwhile (its counts are then in neither, or
 // in both) makes it skip the shard until the next pass instead of writing
@@ -43,8 +53,24 @@ func (c *Counters) Repair(ctx context.Context, db DB) ([]Repair, error) {
 		at *timestamppb.Timestamp
 	}
 	var shards []shard
-	err := db.Query(ctx, &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: Collection}}},
+	batch := c.repairBatch
+	if batch <= 0 {
+		batch = MaxRepairShards
+	}
+	c.repairMu.Lock()
+	after := c.repairAfter
+	c.repairMu.Unlock()
+	q := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: Collection}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: &pb.StructuredQuery_FieldReference{FieldPath: "__name__"},
+			Direction: pb.StructuredQuery_ASCENDING}},
+		Limit: wrapperspb.Int32(int32(batch))}
+	if after != "" {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{{ValueType: &pb.Value_ReferenceValue{ReferenceValue: after}}}, Before: false}
+	}
+	last := ""
+	err := db.Query(ctx, q,
 		func(d *pb.Document) error {
+			last = d.GetName()
 			s, err := decodeCounter(d.GetFields())
 			if err != nil {
 				return err
@@ -55,6 +81,12 @@ func (c *Counters) Repair(ctx context.Context, db DB) ([]Repair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
+	if len(shards) < batch {
+		last = "" // the end: the next pass starts again from the first shard
+	}
+	c.repairMu.Lock()
+	c.repairAfter = last
+	c.repairMu.Unlock()
 	var out []Repair
 	var errs []error
 	for _, sh := range shards {
