@@ -1,11 +1,15 @@
 package enqueue
 
 import (
+	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -51,12 +55,25 @@ func TestWorkerQueues(t *testing.T) {
 	}
 }
 
-// ids returns n task ids, as the dispatcher makes them.
+// ids returns n task ids shaped as the dispatcher makes them (a ULID
+// each), the same on every run: a fixed seed for the ULIDs' randomness,
+// so the counts below are reproducible.
 func ids(n int) []string {
 	out := make([]string, n)
 	at := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	entropy := rand.New(rand.NewPCG(32, 2))
 	for i := range out {
-		out[i] = task.NewTaskID(at.Add(time.Duration(i) * time.Millisecond))
+		var r [10]byte
+		binary.BigEndian.PutUint64(r[:8], entropy.Uint64())
+		binary.BigEndian.PutUint16(r[8:], uint16(entropy.Uint32()))
+		var u ulid.ULID
+		if err := u.SetTime(ulid.Timestamp(at.Add(time.Duration(i) * time.Millisecond))); err != nil {
+			panic(err)
+		}
+		if err := u.SetEntropy(r[:]); err != nil {
+			panic(err)
+		}
+		out[i] = task.TaskIDPrefix + u.String()
 	}
 	return out
 }
@@ -65,7 +82,7 @@ func ids(n int) []string {
 // re-drive of an attempt, and even over the queues: at the declared rate
 // no queue takes more than 500 dispatches a second beyond the tolerance.
 func TestQueueIndexSpreadsEvenly(t *testing.T) {
-	const n, tolerance = 30000, 0.08
+	const n, tolerance = 100000, 0.08
 	all := ids(n)
 	for _, queues := range []int{2, 3, 7, 20} {
 		t.Run(strconv.Itoa(queues), func(t *testing.T) {
