@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
 	"github.com/servo-dev/servo/internal/enqueue"
 )
 
@@ -208,9 +211,22 @@ func TestTerraformWorkerQueues(t *testing.T) {
 			}
 		}
 	}
-	b, expr := mods.local(t, "terraform/modules/worker", "queue_count")
-	if got := b.text(expr); got != "ceil(var.queue.max_dispatches_per_second / 500)" {
-		t.Errorf("modules/worker local.queue_count = %s, want ceil(var.queue.max_dispatches_per_second / 500)", got)
+	// The module's queue count, evaluated, against Servo's.
+	_, expr := mods.local(t, "terraform/modules/worker", "queue_count")
+	for _, rate := range []int64{1, 10, 499, 500, 501, 1000, 1500, 1501, 10000, 50000} {
+		ctx := &hcl.EvalContext{
+			Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
+				"queue": cty.ObjectVal(map[string]cty.Value{"max_dispatches_per_second": cty.NumberIntVal(rate)}),
+			})},
+			Functions: validationFuncs,
+		}
+		v, diags := expr.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatalf("modules/worker local.queue_count: %s", diags.Error())
+		}
+		if n, _ := v.AsBigFloat().Int64(); n != int64(enqueue.QueueCount(float64(rate))) {
+			t.Errorf("rate %d: Terraform makes %d queues, Servo expects %d", rate, n, enqueue.QueueCount(float64(rate)))
+		}
 	}
 	// Servo's names for queue i of base B.
 	for i, want := range []string{"B", "B-q1", "B-q2"} {
