@@ -3,6 +3,11 @@ package deploy
 import (
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/servo-dev/servo/internal/enqueue"
 )
 
 // Durations are bounded, not only shaped like Go durations.
@@ -50,6 +55,17 @@ func TestTerraformWorkerCapacity(t *testing.T) {
 		{"below", `{ww = {` + img + `, max_instances = 5, queue = {max_concurrent_dispatches = 3}}}`, true},
 		{"above", `{ww = {` + img + `, max_instances = 10, concurrency = 1, queue = {max_concurrent_dispatches = 100}}}`, false},
 		{"one of two above", `{aa = {` + img + `}, bb = {` + img + `, max_instances = 2, queue = {max_concurrent_dispatches = 3}}}`, false},
+		// Above 500 dispatches/s a worker has several queues, and the
+		// capacity holds for the worker over all of them.
+		{"1500/s over three queues", `{ww = {` + img + `, max_instances = 30, concurrency = 10, queue = {max_dispatches_per_second = 1500}}}`, true},
+		{"1500/s, total above capacity", `{ww = {` + img + `, max_instances = 30, concurrency = 10, queue = {max_dispatches_per_second = 1500, max_concurrent_dispatches = 301}}}`, false},
+		{"1500/s, fewer dispatches at once than queues", `{ww = {` + img + `, max_instances = 2, queue = {max_dispatches_per_second = 1500}}}`, false},
+		{"1500/s, above 5000 per queue", `{ww = {` + img + `, max_instances = 1000, concurrency = 20, queue = {max_dispatches_per_second = 1500, max_concurrent_dispatches = 15001}}}`, false},
+		{"1500/s, 5000 per queue", `{ww = {` + img + `, max_instances = 1000, concurrency = 20, queue = {max_dispatches_per_second = 1500, max_concurrent_dispatches = 15000}}}`, true},
+		{"50 000/s", `{ww = {` + img + `, max_instances = 100, queue = {max_dispatches_per_second = 50000}}}`, true},
+		{"above 50 000/s", `{ww = {` + img + `, max_instances = 1000, queue = {max_dispatches_per_second = 50001}}}`, false},
+		{"a worker named like another's extra queue", `{ww = {` + img + `, queue = {max_dispatches_per_second = 1500}}, ww-q2 = {` + img + `}}`, false},
+		{"the same name beside a single-queue worker", `{ww = {` + img + `, queue = {max_dispatches_per_second = 500}}, ww-q2 = {` + img + `}}`, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,4 +171,74 @@ func containsAll(texts []string, want ...string) bool {
 		}
 	}
 	return false
+}
+
+// A worker's queues in Terraform are the ones Servo derives from
+// SERVO_WORKERS (enqueue.QueueName): the first keeps the single-queue
+// name, the others add -q1, -q2, ...; each gets its share of the worker's
+// rate and concurrency; SERVO_WORKERS carries the declared rate.
+func TestTerraformWorkerQueues(t *testing.T) {
+	mods := loadTerraform(t)
+	res := map[string]tfBlock{}
+	for _, b := range mods.blocks("terraform/modules/worker", "resource") {
+		res[b.addr()] = b
+	}
+	for _, c := range []struct{ addr, name, count string }{
+		{"google_cloud_tasks_queue.worker", `"${var.name_prefix}-${var.name}"`, ""},
+		{"google_cloud_tasks_queue.sibling", `"${var.name_prefix}-${var.name}-q${count.index + 1}"`, "local.queue_count - 1"},
+	} {
+		b, ok := res[c.addr]
+		if !ok {
+			t.Fatalf("modules/worker: no %s", c.addr)
+		}
+		if got := b.text(b.block.Body.Attributes["name"].Expr); got != c.name {
+			t.Errorf("%s: name %s, want %s", b.where(), got, c.name)
+		}
+		if a, ok := b.block.Body.Attributes["count"]; c.count != "" && (!ok || b.text(a.Expr) != c.count) {
+			t.Errorf("%s: count must be %s", b.where(), c.count)
+		}
+		for _, rl := range b.block.Body.Blocks {
+			if rl.Type != "rate_limits" {
+				continue
+			}
+			for attr, want := range map[string]string{
+				"max_dispatches_per_second": "local.queue_rate_limits.max_dispatches_per_second",
+				"max_concurrent_dispatches": "local.queue_rate_limits.max_concurrent_dispatches",
+			} {
+				if got := b.text(rl.Body.Attributes[attr].Expr); got != want {
+					t.Errorf("%s: rate_limits.%s = %s, want %s", b.where(), attr, got, want)
+				}
+			}
+		}
+	}
+	// The module's queue count, evaluated, against Servo's.
+	_, expr := mods.local(t, "terraform/modules/worker", "queue_count")
+	for _, rate := range []int64{1, 10, 499, 500, 501, 1000, 1500, 1501, 10000, 50000} {
+		ctx := &hcl.EvalContext{
+			Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
+				"queue": cty.ObjectVal(map[string]cty.Value{"max_dispatches_per_second": cty.NumberIntVal(rate)}),
+			})},
+			Functions: validationFuncs,
+		}
+		v, diags := expr.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatalf("modules/worker local.queue_count: %s", diags.Error())
+		}
+		if n, _ := v.AsBigFloat().Int64(); n != int64(enqueue.QueueCount(float64(rate))) {
+			t.Errorf("rate %d: Terraform makes %d queues, Servo expects %d", rate, n, enqueue.QueueCount(float64(rate)))
+		}
+	}
+	// Servo's names for queue i of base B.
+	for i, want := range []string{"B", "B-q1", "B-q2"} {
+		if got := enqueue.QueueName("B", i); got != want {
+			t.Errorf("enqueue.QueueName(B, %d) = %s, want %s (the module's names)", i, got, want)
+		}
+	}
+	if enqueue.MaxQueueDispatchesPerSecond != 500 {
+		t.Errorf("enqueue.MaxQueueDispatchesPerSecond = %d, the module divides by 500", enqueue.MaxQueueDispatchesPerSecond)
+	}
+	sw, sexpr := mods.local(t, "terraform", "servo_workers")
+	if got := sw.text(sexpr); !strings.Contains(got, "maxDispatchesPerSecond = var.workers[name].queue.max_dispatches_per_second") {
+		t.Errorf("local.servo_workers must carry maxDispatchesPerSecond = var.workers[name].queue.max_dispatches_per_second, got %s", got)
+	}
 }

@@ -70,6 +70,12 @@ var validationFuncs = map[string]function.Function{
 			return total, nil
 		},
 	}),
+	"ceil":     stdlib.CeilFunc,
+	"floor":    stdlib.FloorFunc,
+	"max":      stdlib.MaxFunc,
+	"range":    stdlib.RangeFunc,
+	"contains": stdlib.ContainsFunc,
+	"flatten":  stdlib.FlattenFunc,
 	"tonumber": function.New(&function.Spec{
 		Params: []function.Parameter{{Name: "v", Type: cty.DynamicPseudoType}},
 		Type:   function.StaticReturnType(cty.Number),

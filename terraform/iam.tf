@@ -30,7 +30,7 @@ locals {
   #   secret                        the token signing-key secret
   #   topic:<events|dead_letter|sweep>
   #   sa:<account key>              one of the service accounts above
-  #   queues                        every worker's Cloud Tasks queue
+  #   queues                        every Cloud Tasks queue of every worker
   #   worker-services               every worker's Cloud Run service
   #   function:<api|callbacks|sweeper>  a function's Cloud Run service
   #   repo                          the Artifact Registry repository
@@ -126,6 +126,12 @@ locals {
     { sa = "tasks-invoker", role = "roles/run.invoker", on = "function:jobs" },
   ]
 
+  # Every (worker, queue index) pair: a worker has
+  # ceil(queue.max_dispatches_per_second / 500) queues (modules/worker).
+  worker_queue_indexes = flatten([for name, w in var.workers :
+    [for i in range(ceil(w.queue.max_dispatches_per_second / 500)) : { worker = name, index = i }]
+  ])
+
   # The table split by target kind (the part of "on" before ":"), keyed
   # "account role target" for stable resource addresses.
   grants_by_kind = {
@@ -187,15 +193,17 @@ resource "google_service_account_iam_member" "grant" {
   member             = google_service_account.component[each.value.sa].member
 }
 
+# On every queue of every worker; the first queue's keys are those of a
+# single-queue worker, the others' end in -q1, -q2, ... like their names.
 resource "google_cloud_tasks_queue_iam_member" "grant" {
   for_each = {
-    for pair in setproduct(values(local.grants_by_kind["queues"]), keys(var.workers)) :
-    "${pair[0].sa} ${pair[0].role} ${pair[1]}" => { sa = pair[0].sa, role = pair[0].role, worker = pair[1] }
+    for pair in setproduct(values(local.grants_by_kind["queues"]), local.worker_queue_indexes) :
+    "${pair[0].sa} ${pair[0].role} ${pair[1].worker}${pair[1].index == 0 ? "" : "-q${pair[1].index}"}" => { sa = pair[0].sa, role = pair[0].role, worker = pair[1].worker, index = pair[1].index }
   }
 
   project  = var.project_id
   location = var.region
-  name     = module.worker[each.value.worker].queue_name
+  name     = module.worker[each.value.worker].queue_names[each.value.index]
   role     = each.value.role
   member   = google_service_account.component[each.value.sa].member
 }

@@ -87,6 +87,12 @@ locals {
 
   job_images = { for name, j in var.jobs : name => j.image != null ? j.image : lookup(local.worker_images, j.worker, "") }
 
+  # The push workers' extra queues' names (modules/worker), which job
+  # queues must not take.
+  worker_queue_names = flatten([for name, w in var.workers :
+    [for i in range(1, ceil(w.queue.max_dispatches_per_second / 500)) : "${var.name_prefix}-${name}-q${i}"]
+  ])
+
   # The job workers' entries of SERVO_WORKERS (package enqueue).
   servo_job_workers = {
     for name, j in google_cloud_run_v2_job.job : name => {
@@ -187,6 +193,10 @@ resource "google_cloud_run_v2_job" "job" {
     precondition {
       condition     = !contains(keys(var.workers), each.key)
       error_message = "Job worker ${each.key} has the name of a push worker in var.workers: names share SERVO_WORKERS."
+    }
+    precondition {
+      condition     = !contains(local.worker_queue_names, "${var.name_prefix}-${each.key}")
+      error_message = "Job worker ${each.key}: its queue ${var.name_prefix}-${each.key} is the name of a push worker's extra queue (var.workers, <name>-q1, ...): rename it."
     }
     precondition {
       condition     = each.value.worker == null || contains(keys(var.workers), coalesce(each.value.worker, "-"))

@@ -2,7 +2,7 @@
 #
 #   modules/firestore     the database, its composite indexes and TTL policies
 #   modules/signing_keys  the Secret Manager secret with the token key ring
-#   modules/worker        one Cloud Run worker service + Cloud Tasks queue + runtime account
+#   modules/worker        one Cloud Run worker service + Cloud Tasks queue(s) + runtime account
 #   modules/function      one Cloud Function (2nd gen) built from the zipped source
 #
 # Service accounts and every IAM grant live in iam.tf, in one table.
@@ -40,6 +40,9 @@ locals {
       # A Cloud Task's dispatch deadline never exceeds the service's
       # request timeout (package enqueue, DispatchDeadline).
       timeoutSeconds = var.workers[name].timeout_seconds
+      # The declared peak rate: above 500 dispatches a second the worker
+      # has several queues, queue's name with -q1, -q2, ... (modules/worker).
+      maxDispatchesPerSecond = var.workers[name].queue.max_dispatches_per_second
     }
   }, local.servo_pull_pools, local.servo_job_workers)
 

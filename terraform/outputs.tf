@@ -27,8 +27,13 @@ output "worker_urls" {
 }
 
 output "queue_ids" {
-  description = "Cloud Tasks queue of each worker (projects/P/locations/L/queues/Q)."
+  description = "The first Cloud Tasks queue of each worker (projects/P/locations/L/queues/Q); worker_queue_ids has all of them."
   value       = { for name, w in module.worker : name => w.queue_id }
+}
+
+output "worker_queue_ids" {
+  description = "Every Cloud Tasks queue of each worker, the first first (several when its queue.max_dispatches_per_second is above 500)."
+  value       = { for name, w in module.worker : name => w.queue_ids }
 }
 
 output "topics" {

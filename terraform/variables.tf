@@ -368,14 +368,22 @@ variable "workers" {
   description = <<-EOT
     Workers by name: each gets a Cloud Run service (its own runtime service
     account, ingress from anywhere but invocable only by the Cloud Tasks
-    invoker account) and a Cloud Tasks queue. Queue retries are transport
+    invoker account) and Cloud Tasks queues. Queue retries are transport
     retries of one attempt's push; Servo's own retry policy decides new
-    attempts. Durations are seconds with an "s" suffix. The queue's
-    max_concurrent_dispatches defaults to max_instances x concurrency (what
-    the service can take at once); more is flagged by a check, since Cloud
-    Run answers the excess with 429 and Cloud Tasks retries it. Each Cloud
-    Task's dispatch deadline is at most timeout_seconds (Servo reads it from
-    SERVO_WORKERS).
+    attempts. Durations are seconds with an "s" suffix.
+    queue.max_dispatches_per_second is the worker's declared peak dispatch
+    rate (default 10, at most 50000): a queue dispatches at most 500 a
+    second, so the worker gets N = ceil(rate / 500) queues, servo-<name>
+    then servo-<name>-q1 ... -q(N-1), each at rate / N, and Servo spreads
+    the attempts over them (SERVO_WORKERS maxDispatchesPerSecond). Lowering
+    the rate so that N shrinks deletes the highest queues with the tasks
+    they hold (re-driven after their start timeout), and a deleted queue's
+    name cannot be reused for about 7 days. queue.max_concurrent_dispatches
+    is the worker's total over its queues (each gets its share, at most
+    5000); it defaults to max_instances x concurrency (what the service can
+    take at once); more is flagged by a check, since Cloud Run answers the
+    excess with 429 and Cloud Tasks retries it. Each Cloud Task's dispatch
+    deadline is at most timeout_seconds (Servo reads it from SERVO_WORKERS).
   EOT
   type = map(object({
     image           = string
@@ -392,7 +400,7 @@ variable "workers" {
       max_backoff               = optional(string, "300s")
       max_doublings             = optional(number, 5)
       max_dispatches_per_second = optional(number, 10)
-      max_concurrent_dispatches = optional(number) # default: max_instances x concurrency
+      max_concurrent_dispatches = optional(number) # the worker's total; default: max_instances x concurrency
     }), {})
   }))
   default = {}
@@ -404,6 +412,21 @@ variable "workers" {
       try(w.queue.max_concurrent_dispatches == null, true) || try(w.max_instances * w.concurrency >= w.queue.max_concurrent_dispatches, false)
     ])
     error_message = "A worker's queue.max_concurrent_dispatches is above its max_instances x concurrency: Cloud Run would answer 429 and Cloud Tasks retry. Raise max_instances or concurrency, or lower (or drop: it defaults to max_instances x concurrency) queue.max_concurrent_dispatches."
+  }
+  validation {
+    # Every queue of a worker dispatches at least one task at a time.
+    condition = alltrue([for w in values(var.workers) :
+      try(coalesce(w.queue.max_concurrent_dispatches, w.max_instances * w.concurrency) >= ceil(w.queue.max_dispatches_per_second / 500), true)
+    ])
+    error_message = "A worker's queue.max_concurrent_dispatches (default max_instances x concurrency) is below its number of queues, ceil(queue.max_dispatches_per_second / 500): each queue needs at least one dispatch at a time."
+  }
+  validation {
+    # A worker's extra queues are servo-<name>-q1, ...: no other worker may
+    # be named so.
+    condition = alltrue(flatten([for name, w in var.workers :
+      [for i in range(1, max(1, try(ceil(w.queue.max_dispatches_per_second / 500), 1))) : !contains(keys(var.workers), "${name}-q${i}")]
+    ]))
+    error_message = "A worker is named like another worker's extra queue (<name>-q1, <name>-q2, ... when that worker's queue.max_dispatches_per_second is above 500): rename it."
   }
   validation {
     condition     = alltrue([for name in keys(var.workers) : can(regex("^[a-z][a-z0-9-]{0,13}[a-z0-9]$", name))])
@@ -428,10 +451,10 @@ variable "workers" {
       can(regex("^[0-9]+(\\.[0-9]+)?s$", w.queue.max_backoff)) &&
       try(tonumber(trimsuffix(w.queue.min_backoff, "s")) <= tonumber(trimsuffix(w.queue.max_backoff, "s")), false) &&
       w.queue.max_doublings >= 0 &&
-      w.queue.max_dispatches_per_second > 0 && w.queue.max_dispatches_per_second <= 500 &&
-      (w.queue.max_concurrent_dispatches == null || try(w.queue.max_concurrent_dispatches >= 1 && w.queue.max_concurrent_dispatches <= 5000, false))
+      w.queue.max_dispatches_per_second > 0 && w.queue.max_dispatches_per_second <= 50000 &&
+      (w.queue.max_concurrent_dispatches == null || try(w.queue.max_concurrent_dispatches >= 1 && w.queue.max_concurrent_dispatches <= 5000 * ceil(w.queue.max_dispatches_per_second / 500), false))
     ])
-    error_message = "Worker queues: max_attempts -1 (unlimited) or >= 1; min_backoff <= max_backoff, both like \"10s\"; max_doublings >= 0; max_dispatches_per_second in (0, 500]; max_concurrent_dispatches 1-5000."
+    error_message = "Worker queues: max_attempts -1 (unlimited) or >= 1; min_backoff <= max_backoff, both like \"10s\"; max_dispatches_per_second in (0, 50000] (above 500 over several queues); max_concurrent_dispatches 1-5000 per queue (ceil(max_dispatches_per_second / 500) queues)."
   }
 }
 

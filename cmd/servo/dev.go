@@ -46,11 +46,35 @@ func (w workerFlags) Set(v string) error {
 // Type names the flag's value in help.
 func (w workerFlags) Type() string { return "NAME=URL" }
 
+// rateFlags collects repeated --worker-rate NAME=RATE.
+type rateFlags map[string]float64
+
+func (r rateFlags) String() string {
+	if len(r) == 0 {
+		return ""
+	}
+	return fmt.Sprint(map[string]float64(r))
+}
+
+func (r rateFlags) Set(v string) error {
+	name, n, ok := strings.Cut(v, "=")
+	rate, err := strconv.ParseFloat(n, 64)
+	if !ok || name == "" || err != nil || !(rate > 0) {
+		return errors.New("want NAME=RATE, RATE dispatches a second above 0")
+	}
+	r[name] = rate
+	return nil
+}
+
+// Type names the flag's value in help.
+func (r rateFlags) Type() string { return "NAME=RATE" }
+
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
 	var noDemo, open, noSweeper bool
 	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
+	rates := rateFlags{}
 	var keep bool
 	pools := pullPoolFlags{}
 	jobWorkers := jobWorkerFlags{}
@@ -125,7 +149,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
 				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
-				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers,
+				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers, WorkerRates: rates,
 				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile, NoSweeper: noSweeper})
 			if err != nil {
 				return err
@@ -166,6 +190,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", devstack.DefaultAddr, "address of the API, callbacks, sweeper and example worker")
 	f.Var(workers, "worker", "external worker NAME=URL, with its own queue (repeatable)")
+	f.Var(rates, "worker-rate", "declared peak dispatch rate NAME=RATE of a worker: above 500/s it gets ceil(RATE/500) queues (repeatable)")
 	f.BoolVar(&noDemo, "no-demo", false, "do not submit the demo run")
 	f.DurationVar(&sweepEvery, "sweep-every", devstack.DefaultSweepEvery, "sweeper cadence")
 	f.StringVar(&project, "project", devstack.DefaultProject, "project id used with the emulators")

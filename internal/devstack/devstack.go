@@ -159,6 +159,12 @@ type Options struct {
 	// as one subprocess of the command (jobs.Local), with the environment
 	// contract of a Cloud Run Job execution; each gets its own queue.
 	JobWorkers map[string]string
+	// WorkerRates are the declared peak dispatch rates of workers among
+	// Workers, WorkerFuncs and JobWorkers, name → dispatches a second
+	// (enqueue.Worker.MaxDispatchesPerSecond, Terraform's
+	// queue.max_dispatches_per_second): above 500 a worker gets several
+	// queues, each created at its share of the rate.
+	WorkerRates map[string]float64
 	// Access is the control API's access policy; nil is the open policy.
 	// Either way the API accepts the dev identity tokens of `servo --as`
 	// signed with IdentityKey.
@@ -323,6 +329,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Workers[name], jobCommands[w.Job] = w, command
 	}
 	s.Jobs = jobs.NewLocal(jobCommands, o.Log, s.log)
+	for name, rate := range o.WorkerRates {
+		w, ok := s.Workers[name]
+		if !ok || w.Pull {
+			lis.Close()
+			return nil, fmt.Errorf("devstack: WorkerRates: %q is not a push or job worker of the stack", name)
+		}
+		w.MaxDispatchesPerSecond = rate
+		s.Workers[name] = w
+	}
 	if err := s.Workers.Validate(true); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
@@ -336,9 +351,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if s.Workers[name].Pull {
 			continue
 		}
-		if err := s.createQueue(ctx, s.Workers[name].Queue); err != nil {
-			lis.Close()
-			return nil, err
+		w := s.Workers[name]
+		for _, q := range w.Queues() {
+			if err := s.createQueue(ctx, q, w.QueueRate()); err != nil {
+				lis.Close()
+				return nil, err
+			}
 		}
 	}
 
@@ -530,13 +548,19 @@ func checkEmulator(k emulator.Kind, host string) error {
 	return c.Close()
 }
 
-func (s *Stack) createQueue(ctx context.Context, name string) error {
+// createQueue creates the queue name in the emulator, dispatching rate a
+// second (0: the emulator's default).
+func (s *Stack) createQueue(ctx context.Context, name string, rate float64) error {
 	parent := name[:strings.Index(name, "/queues/")]
-	_, err := s.tasks.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: &ctpb.Queue{
+	q := &ctpb.Queue{
 		Name: name,
 		RetryConfig: &ctpb.RetryConfig{MaxAttempts: 20, MinBackoff: durationpb.New(100 * time.Millisecond),
 			MaxBackoff: durationpb.New(5 * time.Second), MaxDoublings: 5},
-	}})
+	}
+	if rate > 0 {
+		q.RateLimits = &ctpb.RateLimits{MaxDispatchesPerSecond: rate}
+	}
+	_, err := s.tasks.CreateQueue(ctx, &ctpb.CreateQueueRequest{Parent: parent, Queue: q})
 	if err != nil && status.Code(err) != codes.AlreadyExists {
 		return fmt.Errorf("devstack: create queue %s: %w", name, err)
 	}

@@ -22,6 +22,11 @@
 // Task is deleted first, best effort, so a delivery still waiting in the
 // queue is not doubled.
 //
+// A worker may have several queues (Worker.MaxDispatchesPerSecond above
+// Cloud Tasks' 500 dispatches a second per queue): each attempt goes to
+// one of them, the same for all its re-drives, and Held, Dequeue and a
+// re-drive find it even after the queues were added to (queues.go).
+//
 // A pull pool (Worker.Pull) has no queue: its attempts are published to the
 // pool's topic through Config.Pools (package internal/pull), and Dequeue
 // has nothing to delete (the claim drops the message of an attempt no
@@ -225,8 +230,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 		}
 		req.AuthorizationHeader = &ctpb.HttpRequest_OidcToken{OidcToken: &ctpb.OidcToken{ServiceAccountEmail: w.ServiceAccount, Audience: aud}}
 	}
+	queues := w.attemptQueues(&t) // the attempt's queue, then where it was under fewer queues
 	ct := &ctpb.Task{
-		Name:             TaskName(w.Queue, &t),
+		Name:             TaskName(queues[0], &t),
 		MessageType:      &ctpb.Task_HttpRequest{HttpRequest: req},
 		DispatchDeadline: durationpb.New(DispatchDeadline(&t, w, now)),
 	}
@@ -236,13 +242,15 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	log := e.cfg.Logger.With("taskId", t.ID, "attempt", t.Attempt, "tenantId", t.TenantID, "worker", t.Worker)
 	if t.Redrives > 0 {
 		// A re-drive: the previous name's delivery may still be waiting.
-		prev := redriveName(w.Queue, &t, t.Redrives-1)
-		if err := e.deleteTask(ctx, prev); err != nil {
-			log.WarnContext(ctx, "could not delete the re-driven attempt's previous Cloud Task", "cloudTask", prev, "error", err)
+		for _, q := range queues {
+			prev := redriveName(q, &t, t.Redrives-1)
+			if err := e.deleteTask(ctx, prev); err != nil {
+				log.WarnContext(ctx, "could not delete the re-driven attempt's previous Cloud Task", "cloudTask", prev, "error", err)
+			}
 		}
 	}
 	failpoint.Hit(failpoint.EnqueueBeforeCreateTask) // the fault harness's crashes around CreateTask
-	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: w.Queue, Task: ct})
+	_, err = e.cfg.Tasks.CreateTask(ctx, &ctpb.CreateTaskRequest{Parent: queues[0], Task: ct})
 	failpoint.Hit(failpoint.EnqueueAfterCreateTask)
 	switch status.Code(err) {
 	case codes.OK:
@@ -268,28 +276,34 @@ func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
 }
 
 // Held reports whether Cloud Tasks still holds the current dispatch of t's
-// attempt (one GetTask): waiting in the queue, or being retried by Cloud
-// Tasks. Such a dispatch will be delivered, so the sweeper does not
-// re-drive it. A pull worker's attempt is never held here.
+// attempt (one GetTask in the attempt's queue; a worker whose queues were
+// added to also asks the queues the attempt had before): waiting in the
+// queue, or being retried by Cloud Tasks. Such a dispatch will be
+// delivered, so the sweeper does not re-drive it. A pull worker's attempt
+// is never held here.
 func (e *Enqueuer) Held(ctx context.Context, t task.Task) (bool, error) {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil || w.Pull {
 		return false, err
 	}
-	_, err = e.cfg.Tasks.GetTask(ctx, &ctpb.GetTaskRequest{Name: TaskName(w.Queue, &t)})
-	switch status.Code(err) {
-	case codes.OK:
-		return true, nil
-	case codes.NotFound:
-		return false, nil
+	for _, q := range w.attemptQueues(&t) {
+		_, err = e.cfg.Tasks.GetTask(ctx, &ctpb.GetTaskRequest{Name: TaskName(q, &t)})
+		switch status.Code(err) {
+		case codes.OK:
+			return true, nil
+		case codes.NotFound:
+			continue
+		}
+		return false, fmt.Errorf("%w: get %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
 	}
-	return false, fmt.Errorf("%w: get %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+	return false, nil
 }
 
 // Dequeue deletes the Cloud Tasks of t's current attempt: the current
 // re-drive's, then the earlier re-drives' (each re-drive deletes its
-// predecessor, but only best effort); a task already gone is not an error.
-// Every name is tried; the first failure is returned.
+// predecessor, but only best effort), in the attempt's queue and in those
+// it had when the worker had fewer queues; a task already gone is not an
+// error. Every name is tried; the first failure is returned.
 func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
@@ -299,9 +313,11 @@ func (e *Enqueuer) Dequeue(ctx context.Context, t task.Task) error {
 		return nil // a claim drops the message of an attempt no longer claimable
 	}
 	var first error
-	for n := t.Redrives; n >= 0; n-- {
-		if err := e.deleteTask(ctx, redriveName(w.Queue, &t, n)); err != nil && first == nil {
-			first = fmt.Errorf("%w: delete %s attempt %d re-drive %d: %w", ErrCloudTasks, t.ID, t.Attempt, n, err)
+	for _, q := range w.attemptQueues(&t) {
+		for n := t.Redrives; n >= 0; n-- {
+			if err := e.deleteTask(ctx, redriveName(q, &t, n)); err != nil && first == nil {
+				first = fmt.Errorf("%w: delete %s attempt %d re-drive %d: %w", ErrCloudTasks, t.ID, t.Attempt, n, err)
+			}
 		}
 	}
 	return first

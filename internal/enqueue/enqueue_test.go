@@ -32,6 +32,12 @@ func TestParseWorkers(t *testing.T) {
 		{"timeout", `{"render":{"url":"https://r.example/","timeoutSeconds":900,` + q + `}}`, false, ""},
 		{"negative timeout", `{"render":{"url":"https://r.example/","timeoutSeconds":-1,` + q + `}}`, false, "timeoutSeconds"},
 		{"job without queue", `{"render":{"job":"projects/my-project/locations/europe-west1/jobs/render"}}`, false, "queue"},
+		{"rate over several queues", `{"render":{"url":"https://r.example/","maxDispatchesPerSecond":1500,` + q + `}}`, false, ""},
+		{"negative rate", `{"render":{"url":"https://r.example/","maxDispatchesPerSecond":-1,` + q + `}}`, false, `worker "render": maxDispatchesPerSecond must be 0`},
+		{"rate over 100 queues", `{"render":{"url":"https://r.example/","maxDispatchesPerSecond":50001,` + q + `}}`, false, `worker "render": maxDispatchesPerSecond 50001 needs 101 queues`},
+		{"rate not a number", `{"render":{"url":"https://r.example/","maxDispatchesPerSecond":"fast",` + q + `}}`, false, "maxDispatchesPerSecond"},
+		{"rate with a queue name too long for its siblings", `{"render":{"url":"https://r.example/","maxDispatchesPerSecond":1500,"queue":"projects/my-project/locations/l/queues/` + strings.Repeat("q", 98) + `"}}`, false, "maxDispatchesPerSecond 1500 its last queue"},
+		{"rate on a pull pool", `{"render":{"pull":true,"maxDispatchesPerSecond":1500}}`, true, "nor maxDispatchesPerSecond"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -27,8 +27,8 @@ func (w Worker) validatePull(allowLoopbackHTTP bool) error {
 	switch {
 	case !w.Pull:
 		return errors.New("serviceAccounts is for pull pools: set pull: true, or use serviceAccount for a push worker")
-	case w.URL != "" || w.Queue != "":
-		return errors.New("a pull pool has no url and no queue: set either pull: true or url and queue")
+	case w.URL != "" || w.Queue != "" || w.MaxDispatchesPerSecond != 0:
+		return errors.New("a pull pool has no url and no queue, nor maxDispatchesPerSecond: set either pull: true or url and queue")
 	case w.ServiceAccount != "" || w.Audience != "":
 		return errors.New("a pull pool has no serviceAccount or audience: list its callers in serviceAccounts")
 	case len(w.ServiceAccounts) == 0 && !allowLoopbackHTTP:

@@ -14,7 +14,8 @@ import (
 // (read by package config; ParseWorkers names it in errors):
 //
 //	{"render": {"url": "https://render-abc.a.run.app/", "queue": "projects/P/locations/L/queues/render",
-//	            "serviceAccount": "tasks-invoker@P.iam.gserviceaccount.com"}}
+//	            "serviceAccount": "tasks-invoker@P.iam.gserviceaccount.com",
+//	            "maxDispatchesPerSecond": 1500}}
 const WorkersEnv = "SERVO_WORKERS"
 
 // ErrUnknownWorker: the worker name is not configured.
@@ -51,6 +52,11 @@ type Worker struct {
 	// for a request the service has already cut off, nor give up on one
 	// still running (DispatchDeadline).
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
+	// MaxDispatchesPerSecond is the worker's declared peak dispatch rate;
+	// 0 means not declared. Above MaxQueueDispatchesPerSecond the worker
+	// has several queues, Queue and its siblings (Queues, QueueName), and
+	// each attempt goes to one of them (QueueIndex).
+	MaxDispatchesPerSecond float64 `json:"maxDispatchesPerSecond,omitempty"`
 }
 
 // Workers maps worker names to their configuration.
@@ -125,6 +131,9 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 		}
 		if !queueRE.MatchString(w.Queue) {
 			return fmt.Errorf("worker %q: queue %q must be projects/PROJECT/locations/LOCATION/queues/QUEUE", name, w.Queue)
+		}
+		if err := w.validateRate(); err != nil {
+			return fmt.Errorf("worker %q: %w", name, err)
 		}
 	}
 	return nil

@@ -9,13 +9,23 @@ output "service_name" {
 }
 
 output "queue_id" {
-  description = "Queue resource name, projects/P/locations/L/queues/Q (SERVO_WORKERS queue)."
+  description = "The first queue's resource name, projects/P/locations/L/queues/Q (SERVO_WORKERS queue)."
   value       = google_cloud_tasks_queue.worker.id
 }
 
 output "queue_name" {
-  description = "Queue name (short)."
+  description = "The first queue's name (short)."
   value       = google_cloud_tasks_queue.worker.name
+}
+
+output "queue_ids" {
+  description = "Every queue of the worker, the first (queue_id) first."
+  value       = concat([google_cloud_tasks_queue.worker.id], google_cloud_tasks_queue.sibling[*].id)
+}
+
+output "queue_names" {
+  description = "Every queue's name (short), the first first."
+  value       = concat([google_cloud_tasks_queue.worker.name], google_cloud_tasks_queue.sibling[*].name)
 }
 
 output "service_account_email" {

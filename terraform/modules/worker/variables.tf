@@ -59,7 +59,7 @@ variable "env" {
 }
 
 variable "queue" {
-  description = "Cloud Tasks retry and rate settings of the worker's queue."
+  description = "Cloud Tasks retry settings of the worker's queues, and the rates of the worker as a whole (max_dispatches_per_second, max_concurrent_dispatches), split evenly over its ceil(max_dispatches_per_second / 500) queues."
   type = object({
     max_attempts              = number
     min_backoff               = string
