@@ -161,3 +161,49 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 		t.Fatalf("rerun: %+v %v, want nothing to do", again, err)
 	}
 }
+
+// The sweeper pages through tasks due at the same instant, still under
+// their schema 1 names, one at a time: each is returned once (a cursor
+// naming the task's new name would return the first page again).
+func TestDueTasksPagesOverSchema1Names(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(ctx, emulatortest.ProjectID(t), WithDueShards(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Now().Add(-time.Hour).UTC()
+	var want []string
+	for range 3 {
+		tk, _, err := s.Create(ctx, task.Task{ID: task.NewTaskID(at), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
+			Payload: json.RawMessage(`{}`), Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
+			Retry: api.RetryPolicy{MaxAttempts: 1}}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range []task.Event{{Kind: task.EventEnqueued, Attempt: 1, Now: at}, {Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: at}} {
+			if _, err := s.Apply(ctx, tk.ID, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asSchema1Name(t, s, tk.ID)
+		want = append(want, tk.ID)
+	}
+	var got []string
+	var cursor *DueCursor
+	for page := 0; page < 10; page++ {
+		ts, err := s.DueTasks(ctx, DueLease, 0, time.Now().UTC(), 1, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) == 0 {
+			break
+		}
+		got = append(got, ts[0].ID)
+		cursor = &DueCursor{At: *ts[0].LeaseExpiresAt, ID: ts[0].ID}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged %v, want each of %v once", got, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,7 +80,8 @@ type Store struct {
 	// legacyNames: the database may hold task documents under their
 	// schema 1 names (tasks/{taskId}); lookups read both names. Set until
 	// CheckSchema or Migrate finds schema 2 or later.
-	legacyNames atomic.Bool
+	legacyNames   atomic.Bool
+	legacyCursors legacyCursors
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -1272,9 +1274,47 @@ func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, l
 		return nil, err
 	}
 	began := time.Now()
-	out, err := s.queryTasks(ctx, q)
+	var out []task.Task
+	last := ""
+	err = s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(doc.GetFields(), &t); err != nil {
+			return err
+		}
+		out, last = append(out, t), doc.GetName()
+		return nil
+	})
 	s.outages.observe(began, err)
+	if err == nil && len(out) > 0 && last != s.taskName(out[len(out)-1].ID) {
+		s.legacyCursors.put(out[len(out)-1].ID, last)
+	}
 	return out, wrap("due "+string(d), err)
+}
+
+// legacyCursors remembers the document name of a page's last task when it
+// is a schema 1 name, so that the next page's cursor (a DueCursor names
+// the task by id) continues after that document and not after the name
+// the task will have once moved: among tasks due at the same instant, a
+// wrong name would return a page again.
+type legacyCursors struct {
+	mu    sync.Mutex
+	names map[string]string
+}
+
+func (l *legacyCursors) put(id, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil || len(l.names) > 10000 {
+		l.names = map[string]string{} // bounded: forgetting costs a page again
+	}
+	l.names[id] = name
+}
+
+func (l *legacyCursors) get(id string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, ok := l.names[id]
+	return name, ok
 }
 
 // dueQuery is DueTasks' query: one shard, the duty's states, due by now,
@@ -1305,7 +1345,11 @@ func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueC
 		Limit: wrapInt(limit),
 	}
 	if after != nil {
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
+		name := s.taskName(after.ID)
+		if legacy, ok := s.legacyCursors.get(after.ID); ok {
+			name = legacy
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(name)}, Before: false}
 	}
 	return q, nil
 }
