@@ -69,9 +69,6 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), desc("taskId")}},
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), asc("taskId")}},
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), desc("taskId")}},
-	// A task's events (OutboxEntries): an "in" over every due shard, so
-	// that the index takes each shard's new entries in a range of its own.
-	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("taskId")}},
 }
 
 // Every due index leads with dueShard, a number fixed per task in [0, S)
@@ -115,8 +112,8 @@ var FieldExemptions = []FieldExemption{
 	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},
 	{RunsCollection, "lastSubmitAt"},
 	// Sequential ids (ULIDs) no query uses alone: listings order by
-	// taskId behind the due shard, a task's events are found by it behind
-	// the due shard (the composite indexes above). A run id stays indexed
+	// taskId behind the due shard (the composite indexes above); a task's
+	// events are read by name (OutboxEntries). A run id stays indexed
 	// (counts and a run's events filter on it alone): all of a run's
 	// tasks share the value, and their hashed names spread its range.
 	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},

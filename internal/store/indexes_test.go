@@ -103,7 +103,6 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
 	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()
-	qs["outbox of a task"] = outboxShardsQuery("taskId", "task_x", 0, DefaultDueShards)
 	qs["outbox of a run"] = outboxQuery("runId", "run_x")
 	full := ListFilter{TenantID: "t", RunID: "r", State: api.Running, Worker: "w"}
 	for _, newest := range []bool{false, true} {

@@ -696,9 +696,6 @@ func attemptsQuery() *pb.StructuredQuery {
 	}
 }
 
-// maxIn is the most values Firestore takes in one "in" filter.
-const maxIn = 30
-
 // outboxQuery selects the outbox entries whose field equals v (a run's,
 // served by runId's single-field index).
 func outboxQuery(field, v string) *pb.StructuredQuery {
@@ -706,37 +703,6 @@ func outboxQuery(field, v string) *pb.StructuredQuery {
 		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
 		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
 	}
-}
-
-// outboxShardsQuery selects the outbox entries whose field equals v among
-// the due shards [from, to) (at most maxIn), served by the index
-// (dueShard, field).
-func outboxShardsQuery(field, v string, from, to int) *pb.StructuredQuery {
-	shards := make([]*pb.Value, 0, to-from)
-	for i := from; i < to; i++ {
-		shards = append(shards, intVal(i))
-	}
-	return &pb.StructuredQuery{
-		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_IN, &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: shards}}}),
-			fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v))),
-	}
-}
-
-// outboxOf reads the outbox entries whose field equals v: one query per
-// maxIn due shards (one with the default shards). An entry's due shard is
-// its task's, fixed when the task was created with the shards of the
-// time, which are never more than today's.
-func (s *Store) outboxOf(ctx context.Context, field, v string) ([]OutboxEntry, error) {
-	var out []OutboxEntry
-	for from := 0; from < s.shards; from += maxIn {
-		es, err := s.queryOutbox(ctx, outboxShardsQuery(field, v, from, min(from+maxIn, s.shards)))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, es...)
-	}
-	return out, nil
 }
 
 func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
@@ -778,18 +744,24 @@ func (s *Store) queryTasks(ctx context.Context, q *pb.StructuredQuery) ([]task.T
 func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]OutboxEntry, error) {
 	var out []OutboxEntry
 	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		var o outboxDoc
-		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
-			return err
-		}
-		if err := decodeFields(doc.GetFields(), &o); err != nil {
-			return err
-		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
-			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished})
-		return nil
+		e, err := decodeOutbox(doc)
+		out = append(out, e)
+		return err
 	})
 	return out, err
+}
+
+// decodeOutbox decodes an outbox entry as stored.
+func decodeOutbox(doc *pb.Document) (OutboxEntry, error) {
+	var o outboxDoc
+	if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+		return OutboxEntry{}, err
+	}
+	if err := decodeFields(doc.GetFields(), &o); err != nil {
+		return OutboxEntry{}, err
+	}
+	return OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+		NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished}, nil
 }
 
 func fieldRef(path string) *pb.StructuredQuery_FieldReference {
@@ -1448,13 +1420,46 @@ func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error 
 	return wrap("mark failed", err)
 }
 
-// OutboxEntries returns every outbox entry of a task, delivered or not, in
-// transition order (for tests and tools).
+// OutboxEntries returns every outbox entry of a task still kept, delivered
+// or not, in transition order. Entry names are derived from the task id
+// and the transition's seq (task.EventID): it reads the task for its
+// latest seq, then the entries by name (2 RPCs), so that no index on the
+// outbox's taskId is needed (a task id is a ULID: that index would take
+// every new entry at one end). No task, no entries.
 func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
-	out, err := s.outboxOf(ctx, "taskId", taskID)
+	t, err := s.GetTask(ctx, taskID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []OutboxEntry
+	for from := int64(1); from <= t.Seq; from += outboxReadChunk {
+		var names []string
+		for seq := from; seq <= min(t.Seq, from+outboxReadChunk-1); seq++ {
+			names = append(names, s.outboxName(task.EventID(taskID, seq)))
+		}
+		docs, _, err := s.batchGet(ctx, names, nil)
+		if err != nil {
+			return nil, wrap("outbox entries", err)
+		}
+		for _, name := range names {
+			if d := docs[name]; d != nil {
+				e, err := decodeOutbox(d)
+				if err != nil {
+					return nil, fmt.Errorf("store: outbox entries: %w", err)
+				}
+				out = append(out, e)
+			}
+		}
+	}
 	sortBySeq(out)
-	return out, wrap("outbox entries", err)
+	return out, nil
 }
+
+// outboxReadChunk is the most outbox entries OutboxEntries reads per RPC.
+const outboxReadChunk = 300
 
 // MarkDelivered records that the events were published, in one commit; the
 // entries expire after OutboxRetention.

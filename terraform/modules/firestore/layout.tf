@@ -1,8 +1,8 @@
 # Servo's storage layout at scale (issue 32; store/indexes.go, store/doc.go
-# "Names"): the composite indexes of task listings, one range per due shard
-# (a listing queries every shard and merges the answers), the outbox's
-# index of a task's events, and the exemptions of the sequential ids that
-# no query uses alone. Part of store.Indexes and store.FieldExemptions,
+# "Names"): the composite indexes of task listings, one range per shard
+# (a listing queries every shard and merges the answers), and the
+# exemptions of the sequential ids that no query uses alone (a task's
+# events are read by name). Part of store.Indexes and store.FieldExemptions,
 # checked by deploy/terraform_test.go.
 
 # Task listings (store.List), oldest first.
@@ -194,22 +194,6 @@ resource "google_firestore_index" "tasks_due_shard_worker_task_id_desc" {
   fields {
     field_path = "taskId"
     order      = "DESCENDING"
-  }
-}
-
-# A task's events (store.OutboxEntries).
-resource "google_firestore_index" "outbox_due_shard_task_id" {
-  project    = var.project_id
-  database   = google_firestore_database.this.name
-  collection = "outbox"
-
-  fields {
-    field_path = "dueShard"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "taskId"
-    order      = "ASCENDING"
   }
 }
 
