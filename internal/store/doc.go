@@ -32,8 +32,10 @@
 // with its attempts (migrate.go). Outbox entries (evt_ + a hash) and
 // idempotency records (a SHA-256) were never sequential. The task id is
 // exempt from single-field indexing; listings order by it behind the due
-// shard, one query per shard merged on read (List), so that each index
-// range takes 1/DueShards() of the new tasks.
+// shard, one query per shard (or group of shards) merged on read (List),
+// so that each index range takes 1/DueShards() of the new tasks; a task's
+// events are read by name (OutboxEntries), with no index on the outbox's
+// taskId.
 //
 // A simpler idea considered: drop the ULID's time from the name entirely
 // (a random id) — but ids must stay sortable for people and page tokens,
