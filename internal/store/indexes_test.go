@@ -201,3 +201,31 @@ func TestFieldExemptionsAreStoredFields(t *testing.T) {
 		}
 	}
 }
+
+// listGroups: every due shard in exactly one group, at most
+// MaxListQueries groups unless another "in" filter needs smaller ones, and
+// no query over Firestore's 30 disjunctions.
+func TestListGroups(t *testing.T) {
+	for _, tc := range []struct{ shards, tenants, want int }{
+		{1, 0, 1}, {16, 0, 16}, {40, 0, 16}, {480, 0, 16}, {40, 30, 40}, {40, 10, 16}, {100, 5, 17},
+	} {
+		groups := listGroups(tc.shards, tc.tenants)
+		seen := map[int]int{}
+		for _, g := range groups {
+			if len(g) == 0 || len(g)*max(tc.tenants, 1) > maxDisjunctions {
+				t.Errorf("%d shards, %d tenants: group %v", tc.shards, tc.tenants, g)
+			}
+			for _, sh := range g {
+				seen[sh]++
+			}
+		}
+		if len(groups) != tc.want || len(seen) != tc.shards {
+			t.Errorf("%d shards, %d tenants: %d groups covering %d shards, want %d groups covering all", tc.shards, tc.tenants, len(groups), len(seen), tc.want)
+		}
+		for sh, n := range seen {
+			if n != 1 || sh < 0 || sh >= tc.shards {
+				t.Errorf("%d shards: shard %d in %d groups", tc.shards, sh, n)
+			}
+		}
+	}
+}

@@ -846,10 +846,17 @@ func (f ListFilter) shardQuery(shard, limit int, after string) *pb.StructuredQue
 // making a listing dearer.
 const MaxListQueries = 16
 
+// maxDisjunctions is the most disjunctions Firestore takes in one query
+// (the product of the sizes of its "in" filters).
+const maxDisjunctions = 30
+
 // listGroups splits the due shards [0, n) into at most MaxListQueries
-// groups (shard i in group i mod the number of groups).
-func listGroups(n int) [][]int {
-	groups := make([][]int, min(n, MaxListQueries))
+// groups (shard i in group i mod the number of groups), or more when
+// another "in" filter of ins values (ListFilter.TenantIDs) leaves room for
+// fewer shards per query.
+func listGroups(n, ins int) [][]int {
+	per := maxDisjunctions / max(ins, 1)
+	groups := make([][]int, max(min(n, MaxListQueries), (n+per-1)/per))
 	for i := range n {
 		groups[i%len(groups)] = append(groups[i%len(groups)], i)
 	}
@@ -922,7 +929,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, er
 		}
 		return a < b
 	}
-	groups := listGroups(s.shards)
+	groups := listGroups(s.shards, len(f.TenantIDs))
 	shards := make([]listShard, len(groups))
 	fetch := func(which []int, limit int) error {
 		g, gctx := errgroup.WithContext(ctx)
