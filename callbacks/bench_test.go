@@ -288,7 +288,7 @@ func bareReadCommit(ctx context.Context, fs *firestoreapi.Client, db, doc string
 func heartbeatReplay(b *testing.B, e *env, fs *firestoreapi.Client, db string, newRunning func() (task.Task, string), beat func(task.Task, string)) (mask []string, replayOn func(name string) *pb.Write) {
 	b.Helper()
 	tk, tok := newRunning()
-	name := db + "/documents/" + store.TasksCollection + "/" + tk.ID
+	name := db + "/documents/" + store.TasksCollection + "/" + store.TaskDocID(tk.ID)
 	get := func() *pb.Document {
 		d, err := fs.GetDocument(e.ctx, &pb.GetDocumentRequest{Name: name})
 		if err != nil {

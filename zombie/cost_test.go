@@ -66,11 +66,11 @@ func cloneTask(t testing.TB, project, id string, n int) {
 	defer client.Close()
 	db := "projects/" + project + "/databases/(default)"
 	tasks := db + "/documents/" + store.TasksCollection + "/"
-	tmpl, err := client.GetDocument(ctx, &pb.GetDocumentRequest{Name: tasks + id})
+	tmpl, err := client.GetDocument(ctx, &pb.GetDocumentRequest{Name: tasks + store.TaskDocID(id)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := client.GetDocument(ctx, &pb.GetDocumentRequest{Name: tasks + id + "/attempts/1"})
+	att, err := client.GetDocument(ctx, &pb.GetDocumentRequest{Name: tasks + store.TaskDocID(id) + "/attempts/1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +89,10 @@ func cloneTask(t testing.TB, project, id string, n int) {
 	for range n {
 		nid := task.NewTaskID(now)
 		td := proto.Clone(tmpl).(*pb.Document)
-		td.Name, td.CreateTime, td.UpdateTime = tasks+nid, nil, nil
+		td.Name, td.CreateTime, td.UpdateTime = tasks+store.TaskDocID(nid), nil, nil
 		td.Fields["taskId"] = &pb.Value{ValueType: &pb.Value_StringValue{StringValue: nid}}
 		ad := proto.Clone(att).(*pb.Document)
-		ad.Name, ad.CreateTime, ad.UpdateTime = tasks+nid+"/attempts/1", nil, nil
+		ad.Name, ad.CreateTime, ad.UpdateTime = tasks+store.TaskDocID(nid)+"/attempts/1", nil, nil
 		writes = append(writes, &pb.Write{Operation: &pb.Write_Update{Update: td}}, &pb.Write{Operation: &pb.Write_Update{Update: ad}})
 		if len(writes) >= perCommit {
 			flush()

@@ -372,7 +372,7 @@ func (o doctorOptions) cleanupCanary(ctx context.Context, taskID string) (result
 		return checkSkip, fmt.Sprintf("%s left in place: no Firestore client: %v", taskID, err)
 	}
 	defer fs.Close()
-	doc := fs.Collection(store.TasksCollection).Doc(taskID)
+	doc := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(taskID))
 	if _, err := doc.Get(ctx); err != nil {
 		// Not found: another project or database than the API's.
 		return checkSkip, fmt.Sprintf("%s left in place: not read in project %s, database %s: %v (check --project, --database)", taskID, project, o.database, err)

@@ -2,12 +2,13 @@
 //
 // # Documents
 //
-//	tasks/{taskId}                  task.Task: identity, payload, state, attempt,
+//	tasks/{hhhh}_{taskId}           task.Task: identity, payload, state, attempt,
 //	                                seq, timing, retry policy, deadline and the
 //	                                sweeper's due times (leaseExpiresAt,
 //	                                cancelDeadline, dispatchCheckAt), which are
 //	                                cleared when the task ends.
-//	tasks/{taskId}/attempts/{n}     task.Attempt: worker id, times, last
+//	tasks/{hhhh}_{taskId}/attempts/{n}
+//	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest.
 //	outages/{id}                    from, to, expireAt: a span during which
@@ -18,6 +19,28 @@
 //	idempotency/{sha256(tenant,key)} tenantId, key, taskId, createdAt, expireAt.
 //
 // Payload, output, checkpoint and other opaque JSON are stored as bytes.
+//
+// # Names
+//
+// No document name and no indexed value is sequential at the task rate.
+// A task's document is named by [TaskDocID]: 4 hex digits of its id's
+// SHA-256 before the id, so tasks created in sequence are written all
+// over the key range, and a lookup by id is still one read. Schema 1 and
+// earlier named it tasks/{taskId}; until a store reads schema 2
+// (CheckSchema, Migrate), every lookup asks for both names in the same
+// BatchGetDocuments, and schema 2's migration step moves each old task
+// with its attempts (migrate.go). Outbox entries (evt_ + a hash) and
+// idempotency records (a SHA-256) were never sequential. The task id is
+// exempt from single-field indexing; listings order by it behind the due
+// shard, one query per shard (or group of shards) merged on read (List),
+// so that each index range takes 1/DueShards() of the new tasks; a task's
+// events are read by name (OutboxEntries), with no index on the outbox's
+// taskId.
+//
+// A simpler idea considered: drop the ULID's time from the name entirely
+// (a random id) — but ids must stay sortable for people and page tokens,
+// and a hash prefix gives the same spread with the id still readable in
+// the name.
 //
 // # Concurrency: no lock outlives an outage
 //
@@ -72,5 +95,6 @@
 // # Indexes
 //
 // [Indexes] lists every composite index the queries need; terraform/
-// declares exactly these.
+// declares exactly these (terraform/modules/firestore/layout.tf holds the
+// listings').
 package store

@@ -20,7 +20,7 @@ import (
 // IndexEntries returns the index entries w writes in production:
 //   - an update with a mask (a heartbeat, a delivery mark) counts the
 //     entries of the masked fields, each a replacement of the old entry,
-//     plus one per composite index that names a masked field;
+//     plus one per composite index that names a masked field it sets;
 //   - a write without a mask (a new document, or a whole-document
 //     rewrite) counts every entry of the document: an upper bound for a
 //     rewrite, where Firestore touches only the entries whose values
@@ -39,7 +39,11 @@ func IndexEntries(w *pb.Write) int {
 			n += fieldEntries(coll, p, valueAt(doc.GetFields(), p))
 		}
 		for _, ix := range Indexes {
-			if ix.Collection == coll && slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return slices.Contains(mask.GetFieldPaths(), f.Path) }) {
+			// A masked field without a value is deleted: its entries are
+			// removed, not written.
+			if ix.Collection == coll && slices.ContainsFunc(ix.Fields, func(f IndexField) bool {
+				return slices.Contains(mask.GetFieldPaths(), f.Path) && valueAt(doc.GetFields(), f.Path) != nil
+			}) {
 				n++
 			}
 		}

@@ -37,7 +37,8 @@ const (
 	IdempotencyCollection = "idempotency"
 )
 
-func asc(path string) IndexField { return IndexField{Path: path, Order: "ASCENDING"} }
+func asc(path string) IndexField  { return IndexField{Path: path, Order: "ASCENDING"} }
+func desc(path string) IndexField { return IndexField{Path: path, Order: "DESCENDING"} }
 
 // Indexes lists every composite index Servo's queries need.
 var Indexes = []Index{
@@ -55,6 +56,19 @@ var Indexes = []Index{
 	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
 	// servo runs --tenant: a tenant's runs, newest first.
 	{Collection: RunsCollection, Fields: []IndexField{asc("tenantId"), {Path: "runId", Order: "DESCENDING"}}},
+	// Task listings (List), one query per due shard merged on read,
+	// oldest and newest first; Firestore merges the indexes of a
+	// listing with several filters.
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), desc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("tenantId"), asc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("tenantId"), desc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("runId"), asc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("runId"), desc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), desc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), asc("taskId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), desc("taskId")}},
 }
 
 // Every due index leads with dueShard, a number fixed per task in [0, S)
@@ -97,6 +111,13 @@ var FieldExemptions = []FieldExemption{
 	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},
 	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},
 	{RunsCollection, "lastSubmitAt"},
+	// Sequential ids (ULIDs) no query uses alone: listings order by
+	// taskId behind the due shard (the composite indexes above); a task's
+	// events are read by name (OutboxEntries). A run id stays indexed
+	// (counts and a run's events filter on it alone): all of a run's
+	// tasks share the value, and their hashed names spread its range.
+	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},
+	{IdempotencyCollection, "taskId"}, {IdempotencyCollection, "createdAt"},
 }
 
 // TTLFields lists the documents Firestore deletes by TTL policy.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
@@ -25,7 +26,12 @@ import (
 //	   runs/{runId} document (before runs were listed from it).
 //	1  every task and outbox entry has its due shard, every undelivered
 //	   entry its next try, every run its document.
-const SchemaVersion = 1
+//	2  every task document is named tasks/{TaskDocID(id)} (a hash prefix,
+//	   doc.go "Names"), its attempts under it; before, tasks/{taskId}.
+//	   Until a store knows the schema is 2 (CheckSchema, Migrate), it
+//	   reads both names, so the order of an upgrade is: deploy, then
+//	   `servo migrate` (docs/operations.md).
+const SchemaVersion = 2
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"
@@ -63,6 +69,9 @@ func (s *Store) CheckSchema(ctx context.Context) (Schema, error) {
 	if err != nil {
 		return sc, err
 	}
+	if sc.Version >= 2 && sc.Step == "" {
+		s.legacyNames.Store(false)
+	}
 	if sc.Version > SchemaVersion {
 		return sc, fmt.Errorf("%w: version %d, this build knows up to %d; deploy a build at least as new as the one that migrated it", ErrSchemaTooNew, sc.Version, SchemaVersion)
 	}
@@ -97,14 +106,25 @@ type MigrateReport struct {
 type migrateStep struct {
 	name string
 	coll string
+	// version is the schema the step brings data to: it runs when the
+	// database's schema is older.
+	version int
+	// from is where the scan starts (a document id; "" for the first).
+	from string
 	fix  func(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value
+	// each, when set, replaces fix: it handles one document itself and
+	// returns how many it changed.
+	each func(ctx context.Context, s *Store, d *pb.Document, dry bool) (int, error)
 	// after runs after each page (writes the documents of its runs).
 	after func(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error)
 }
 
 var migrateSteps = []migrateStep{
-	{name: "tasks", coll: TasksCollection, fix: fixTask, after: writeMissingRuns},
-	{name: "outbox", coll: OutboxCollection, fix: fixOutbox},
+	{name: "tasks", coll: TasksCollection, version: 1, fix: fixTask, after: writeMissingRuns},
+	{name: "outbox", coll: OutboxCollection, version: 1, fix: fixOutbox},
+	// Legacy names (task_…) sort after every hash-prefixed one (hex
+	// digits): the scan starts at them and reads nothing else.
+	{name: "names", coll: TasksCollection, version: 2, from: task.TaskIDPrefix, each: moveTask},
 }
 
 // Migrate brings the database to SchemaVersion. It is idempotent (a
@@ -128,6 +148,9 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, e
 	runs := map[string]Run{}
 	resuming := sc.Step != ""
 	for _, st := range migrateSteps {
+		if st.version <= sc.Version && !resuming {
+			continue // the database has it already
+		}
 		after := ""
 		if resuming {
 			if st.name != sc.Step {
@@ -149,6 +172,7 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, e
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), done, false)}}); err != nil {
 		return rep, wrap("migrate: record the schema", err)
 	}
+	s.legacyNames.Store(false)
 	return rep, nil
 }
 
@@ -165,6 +189,8 @@ func (s *Store) migrateScan(ctx context.Context, st migrateStep, after string, r
 		}
 		if after != "" {
 			q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(after)}, Before: false}
+		} else if st.from != "" {
+			q.StartAt = &pb.Cursor{Values: []*pb.Value{refVal(s.docs + "/" + st.coll + "/" + st.from)}, Before: true}
 		}
 		var page []*pb.Document
 		if err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error { page = append(page, d); return nil }); err != nil {
@@ -216,6 +242,9 @@ func (s *Store) migrateScan(ctx context.Context, st migrateStep, after string, r
 // migrateDoc fixes one document, conditional on the version read; when it
 // changed meanwhile, it is read again (a few times).
 func (s *Store) migrateDoc(ctx context.Context, st migrateStep, d *pb.Document, runs map[string]Run, dry bool) (int, error) {
+	if st.each != nil {
+		return st.each(ctx, s, d, dry)
+	}
 	for try := 0; ; try++ {
 		set := st.fix(s, d, runs)
 		if len(set) == 0 {
@@ -330,4 +359,73 @@ func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done m
 		}
 	}
 	return n, nil
+}
+
+// moveTask moves a task stored under its legacy name (tasks/{taskId}),
+// with its attempt records, to its name of schema 2, in one commit: each
+// new document created (exists=false), each old one deleted on the
+// condition that it is still the version read. A callback or the sweeper
+// that wrote the task meanwhile makes the commit fail; the task is read
+// again and moved as it is now. Their own commits, on the legacy name,
+// fail once it moved, and they read it again at the new name
+// (Store.taskNames).
+func moveTask(ctx context.Context, s *Store, d *pb.Document, dry bool) (int, error) {
+	id := d.GetFields()["taskId"].GetStringValue()
+	if !task.ValidID(id, task.TaskIDPrefix) || d.GetName() != s.legacyTaskName(id) {
+		return 0, nil // not a task of the legacy layout
+	}
+	if dry {
+		return 1, nil
+	}
+	to := s.taskName(id)
+	for try := 0; ; try++ {
+		var atts []*pb.Document
+		err := s.runQuery(ctx, d.GetName(), &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: AttemptsCollection}}},
+			func(a *pb.Document) error { atts = append(atts, a); return nil })
+		if err != nil {
+			return 0, err
+		}
+		if len(atts)*2+2 > MaxCommitWrites {
+			return 0, fmt.Errorf("task %s has %d attempt records, too many to move in one commit", id, len(atts))
+		}
+		writes := []*pb.Write{moveWrite(to, d)}
+		for _, a := range atts {
+			writes = append(writes, moveWrite(to+strings.TrimPrefix(a.GetName(), d.GetName()), a))
+		}
+		writes = append(writes, deleteWrite(d))
+		for _, a := range atts {
+			writes = append(writes, deleteWrite(a))
+		}
+		_, err = s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+		if err == nil {
+			return 1, nil
+		}
+		if !lostRace(err) || try >= 10 {
+			return 0, err
+		}
+		docs, _, err := s.batchGet(ctx, []string{d.GetName(), to}, nil)
+		if err != nil {
+			return 0, err
+		}
+		if docs[d.GetName()] == nil {
+			return 0, nil // moved meanwhile (another migrate)
+		}
+		if docs[to] != nil {
+			return 0, fmt.Errorf("task %s exists under both %s and %s; keep the one to keep and delete the other", id, d.GetName(), to)
+		}
+		d = docs[d.GetName()]
+	}
+}
+
+// moveWrite creates the copy of d named name.
+func moveWrite(name string, d *pb.Document) *pb.Write {
+	return &pb.Write{
+		Operation:       &pb.Write_Update{Update: &pb.Document{Name: name, Fields: d.GetFields()}},
+		CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: false}},
+	}
+}
+
+// deleteWrite deletes d on the condition that it is still the version read.
+func deleteWrite(d *pb.Document) *pb.Write {
+	return &pb.Write{Operation: &pb.Write_Delete{Delete: d.GetName()}, CurrentDocument: version(d)}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,33 @@ func asEarlierLayout(t *testing.T, s *Store, name string, drop ...string) {
 	}
 	w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: name, Fields: f}}}
 	if _, err := s.client.Commit(context.Background(), &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asSchema1Name moves a task and its attempt records to the name schema 1
+// and earlier gave them (tasks/{taskId}, what today's main writes), fields
+// unchanged.
+func asSchema1Name(t *testing.T, s *Store, id string) {
+	t.Helper()
+	ctx := context.Background()
+	from, to := s.taskName(id), s.legacyTaskName(id)
+	docs, _, err := s.batchGet(ctx, []string{from}, nil)
+	if err != nil || docs[from] == nil {
+		t.Fatalf("read %s: %v", from, err)
+	}
+	moved := []*pb.Document{docs[from]}
+	err = s.runQuery(ctx, from, &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: AttemptsCollection}}},
+		func(a *pb.Document) error { moved = append(moved, a); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []*pb.Write
+	for _, d := range moved {
+		writes = append(writes, &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: to + strings.TrimPrefix(d.GetName(), from), Fields: d.GetFields()}}},
+			&pb.Write{Operation: &pb.Write_Delete{Delete: d.GetName()}})
+	}
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -111,7 +139,8 @@ func TestMigrateEarlierLayouts(t *testing.T) {
 		entries = append(entries, es...)
 	}
 	for _, tk := range []task.Task{zombie, live} {
-		asEarlierLayout(t, s, s.taskName(tk.ID), "dueShard")
+		asSchema1Name(t, s, tk.ID)
+		asEarlierLayout(t, s, s.legacyTaskName(tk.ID), "dueShard")
 	}
 	for _, e := range entries {
 		asEarlierLayout(t, s, s.outboxName(e.EventID), "dueShard", "nextTryAt", "tries")
@@ -134,8 +163,8 @@ func TestMigrateEarlierLayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dry.From != 0 || dry.To != SchemaVersion || dry.Steps[0].Updated != 3 || dry.Steps[1].Updated != len(entries) {
-		t.Fatalf("dry run %+v, want 2 tasks + 1 run and %d outbox entries", dry, len(entries))
+	if dry.From != 0 || dry.To != SchemaVersion || dry.Steps[0].Updated != 3 || dry.Steps[1].Updated != len(entries) || dry.Steps[2].Updated != 2 {
+		t.Fatalf("dry run %+v, want 2 tasks + 1 run, %d outbox entries and 2 tasks renamed", dry, len(entries))
 	}
 	if sc, _ := s.ReadSchema(ctx); sc.Version != 0 || sc.Step != "" || listed() {
 		t.Fatalf("the dry run wrote: schema %+v", sc)
@@ -146,7 +175,7 @@ func TestMigrateEarlierLayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Steps[0].Updated != 3 || rep.Steps[1].Updated != len(entries) || len(progress) < 3 {
+	if rep.Steps[0].Updated != 3 || rep.Steps[1].Updated != len(entries) || rep.Steps[2].Updated != 2 || len(progress) < 3 {
 		t.Fatalf("migrate %+v, progress %+v", rep, progress)
 	}
 	if sc, _ := s.ReadSchema(ctx); sc.Version != SchemaVersion || sc.Step != "" {
@@ -205,11 +234,12 @@ func TestMigrateResumes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		asEarlierLayout(t, s, s.taskName(tk.ID), "dueShard")
+		asSchema1Name(t, s, tk.ID)
+		asEarlierLayout(t, s, s.legacyTaskName(tk.ID), "dueShard")
 		ids = append(ids, tk.ID)
 	}
 	// As if a run stopped after the second task.
-	mark := Schema{Step: "tasks", After: s.taskName(ids[1])}
+	mark := Schema{Step: "tasks", After: s.legacyTaskName(ids[1])}
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), mark, false)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -75,6 +77,11 @@ type Store struct {
 	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 	outages    *outageLog
+	// legacyNames: the database may hold task documents under their
+	// schema 1 names (tasks/{taskId}); lookups read both names. Set until
+	// CheckSchema or Migrate finds schema 2 or later.
+	legacyNames   atomic.Bool
+	legacyCursors legacyCursors
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -165,6 +172,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
 		outages: &outageLog{}}
+	s.legacyNames.Store(true)
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.
@@ -230,10 +238,48 @@ func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 func (emulatorCreds) RequireTransportSecurity() bool { return false }
 
-func (s *Store) taskName(id string) string { return s.docs + "/" + TasksCollection + "/" + id }
-func (s *Store) attemptName(id string, n int) string {
-	return s.taskName(id) + "/attempts/" + strconv.Itoa(n)
+// TaskDocID is the id of task id's document: the id behind a prefix
+// derived from it (4 hex digits of its SHA-256), so that tasks created in
+// sequence are written all over the collection's key range instead of at
+// its end (doc.go, "Names"), while a lookup by id still reads one
+// document.
+func TaskDocID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:2]) + "_" + id
 }
+
+func (s *Store) taskName(id string) string {
+	return s.docs + "/" + TasksCollection + "/" + TaskDocID(id)
+}
+
+// legacyTaskName is the name schema 1 and earlier gave a task:
+// tasks/{taskId}. Migrate moves such documents to taskName.
+func (s *Store) legacyTaskName(id string) string { return s.docs + "/" + TasksCollection + "/" + id }
+
+// taskNames are the names a task's document may have: its own and, while
+// the database may still hold documents of schema < 2 (legacyNames), its
+// legacy name. Both are read in the same BatchGetDocuments: a lookup
+// stays one RPC.
+func (s *Store) taskNames(id string) []string {
+	if s.legacyNames.Load() {
+		return []string{s.taskName(id), s.legacyTaskName(id)}
+	}
+	return []string{s.taskName(id)}
+}
+
+// foundTask picks the task's document among docs read with taskNames: its
+// name and the document, or taskName and nil when there is none.
+func (s *Store) foundTask(id string, docs map[string]*pb.Document) (string, *pb.Document) {
+	for _, n := range s.taskNames(id) {
+		if d := docs[n]; d != nil {
+			return n, d
+		}
+	}
+	return s.taskName(id), nil
+}
+
+// attemptName is the name of attempt n of the task whose document is base.
+func attemptName(base string, n int) string { return base + "/attempts/" + strconv.Itoa(n) }
 func (s *Store) outboxName(eventID string) string {
 	return s.docs + "/" + OutboxCollection + "/" + eventID
 }
@@ -467,7 +513,7 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	}
 	writes := []*pb.Write{
 		setWrite(s.taskName(nt.ID), nt, true),
-		setWrite(s.attemptName(nt.ID, 1), a, true),
+		setWrite(attemptName(s.taskName(nt.ID), 1), a, true),
 	}
 	for _, tr := range trs {
 		writes = append(writes, s.outboxWrite(tr))
@@ -587,13 +633,17 @@ func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel an
 
 // GetTask reads a task document without its attempts (1 RPC).
 func (s *Store) GetTask(ctx context.Context, id string) (task.Task, error) {
-	var t task.Task
-	found, err := s.getDoc(ctx, s.taskName(id), &t)
+	docs, _, err := s.batchGet(ctx, s.taskNames(id), nil)
 	if err != nil {
 		return task.Task{}, wrap("get task", err)
 	}
-	if !found {
+	_, d := s.foundTask(id, docs)
+	if d == nil {
 		return task.Task{}, ErrNotFound
+	}
+	var t task.Task
+	if err := decodeFields(d.GetFields(), &t); err != nil {
+		return task.Task{}, fmt.Errorf("store: get task %s: %w", id, err)
 	}
 	return t, nil
 }
@@ -604,7 +654,10 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 	if err != nil {
 		return t, err
 	}
-	t.Attempts, err = s.Attempts(ctx, id)
+	t.Attempts, err = s.attempts(ctx, s.taskName(id))
+	if err == nil && len(t.Attempts) == 0 && s.legacyNames.Load() {
+		t.Attempts, err = s.attempts(ctx, s.legacyTaskName(id))
+	}
 	for i := range t.Attempts {
 		overlay(&t.Attempts[i], t.Live)
 	}
@@ -613,9 +666,18 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 
 // Attempts reads a task's attempt records, oldest first.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
+	out, err := s.attempts(ctx, s.taskName(id))
+	if err == nil && len(out) == 0 && s.legacyNames.Load() {
+		out, err = s.attempts(ctx, s.legacyTaskName(id))
+	}
+	return out, err
+}
+
+// attempts reads the attempt records under the task document base.
+func (s *Store) attempts(ctx context.Context, base string) ([]task.Attempt, error) {
 	q := attemptsQuery()
 	var out []task.Attempt
-	err := s.runQuery(ctx, s.taskName(id), q, func(d *pb.Document) error {
+	err := s.runQuery(ctx, base, q, func(d *pb.Document) error {
 		var a task.Attempt
 		if err := decodeFields(d.GetFields(), &a); err != nil {
 			return err
@@ -634,7 +696,8 @@ func attemptsQuery() *pb.StructuredQuery {
 	}
 }
 
-// outboxQuery selects the outbox entries whose field equals v.
+// outboxQuery selects the outbox entries whose field equals v (a run's,
+// served by runId's single-field index).
 func outboxQuery(field, v string) *pb.StructuredQuery {
 	return &pb.StructuredQuery{
 		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
@@ -681,18 +744,24 @@ func (s *Store) queryTasks(ctx context.Context, q *pb.StructuredQuery) ([]task.T
 func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]OutboxEntry, error) {
 	var out []OutboxEntry
 	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		var o outboxDoc
-		if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
-			return err
-		}
-		if err := decodeFields(doc.GetFields(), &o); err != nil {
-			return err
-		}
-		out = append(out, OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
-			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished})
-		return nil
+		e, err := decodeOutbox(doc)
+		out = append(out, e)
+		return err
 	})
 	return out, err
+}
+
+// decodeOutbox decodes an outbox entry as stored.
+func decodeOutbox(doc *pb.Document) (OutboxEntry, error) {
+	var o outboxDoc
+	if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
+		return OutboxEntry{}, err
+	}
+	if err := decodeFields(doc.GetFields(), &o); err != nil {
+		return OutboxEntry{}, err
+	}
+	return OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+		NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished}, nil
 }
 
 func fieldRef(path string) *pb.StructuredQuery_FieldReference {
@@ -760,61 +829,175 @@ func (f ListFilter) filters() []*pb.StructuredQuery_Filter {
 	return filters
 }
 
-// query is List's query without its cursor: f's equality filters, in id
-// order (served by Firestore's single-field indexes, merged).
-func (f ListFilter) query(limit int) *pb.StructuredQuery {
+// shardQuery is List's query of one list shard (the due shard, fixed per
+// task): f's equality filters and the shard, in task id order (creation
+// order), after the task id after ("" from the start). It is served by the
+// composite indexes (dueShard, [field,] taskId) of Indexes, merged by
+// Firestore when f has several filters: each index range takes the new
+// tasks of one shard, never all of them.
+func (f ListFilter) shardQuery(shard, limit int, after string) *pb.StructuredQuery {
+	return f.groupQuery([]int{shard}, limit, after)
+}
+
+// MaxListQueries is the most queries a List page starts with: with more
+// due shards than this, each query takes a group of shards (an "in"
+// filter, which Firestore serves from the same indexes and merges in
+// order), so that more shards spread the indexes' writes further without
+// making a listing dearer.
+const MaxListQueries = 16
+
+// maxDisjunctions is the most disjunctions Firestore takes in one query
+// (the product of the sizes of its "in" filters).
+const maxDisjunctions = 30
+
+// listGroups splits the due shards [0, n) into at most MaxListQueries
+// groups (shard i in group i mod the number of groups), or more when
+// another "in" filter of ins values (ListFilter.TenantIDs) leaves room for
+// fewer shards per query.
+func listGroups(n, ins int) [][]int {
+	per := maxDisjunctions / max(ins, 1)
+	groups := make([][]int, max(min(n, MaxListQueries), (n+per-1)/per))
+	for i := range n {
+		groups[i%len(groups)] = append(groups[i%len(groups)], i)
+	}
+	return groups
+}
+
+// groupQuery is shardQuery over a group of shards.
+func (f ListFilter) groupQuery(shards []int, limit int, after string) *pb.StructuredQuery {
+	shard := fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shards[0]))
+	if len(shards) > 1 {
+		vals := make([]*pb.Value, len(shards))
+		for i, sh := range shards {
+			vals[i] = intVal(sh)
+		}
+		shard = fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_IN, &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: vals}}})
+	}
 	dir := pb.StructuredQuery_ASCENDING
 	if f.NewestFirst {
 		dir = pb.StructuredQuery_DESCENDING
 	}
 	q := &pb.StructuredQuery{
 		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: dir}},
+		Where:   and(append([]*pb.StructuredQuery_Filter{shard}, f.filters()...)...),
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("taskId"), Direction: dir}},
 		Limit:   wrapInt(limit),
 	}
-	if filters := f.filters(); len(filters) > 0 {
-		q.Where = and(filters...)
-	} else if f.NewestFirst {
-		// Firestore refuses a descending scan of document names over the
-		// whole collection: order by the taskId field (the id, a ULID).
-		q.OrderBy[0].Field = fieldRef("taskId")
+	if after != "" {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(after)}, Before: false}
 	}
 	return q
+}
+
+// listShard is one shard's part of a List page.
+type listShard struct {
+	tasks []task.Task
+	done  bool // the shard has no task after the last of tasks
 }
 
 // List returns tasks matching f in id order (creation order; newest first
 // with f.NewestFirst), and the token of the next page ("" on the last
 // page). Pages are stable: a task created during an oldest-first listing
-// appears after the ones already returned.
+// appears after the ones already returned. The page token is the last
+// task id returned, opaque to callers.
+//
+// Each due shard is queried on its own and the answers are merged: a first
+// round asks every shard for a little more than its share of the page
+// (listFirst); while the page is not yet certain (a shard stopped before
+// the page's end could still hold earlier tasks), the shard that stopped
+// first is asked for more. A page of n tasks costs G = min(DueShards(),
+// MaxListQueries) queries plus a few (listGroups), and reads at most
+// n + 1 + 3×G documents.
 func (s *Store) List(ctx context.Context, f ListFilter) ([]task.Task, string, error) {
 	size := f.PageSize
 	if size <= 0 {
 		size = 50
 	}
 	size = min(size, 500)
-	q := f.query(size + 1)
+	after := ""
 	if f.PageToken != "" {
-		after, err := base64.RawURLEncoding.DecodeString(f.PageToken)
-		if err != nil || !task.ValidID(string(after), task.TaskIDPrefix) {
+		raw, err := base64.RawURLEncoding.DecodeString(f.PageToken)
+		if err != nil || !task.ValidID(string(raw), task.TaskIDPrefix) {
 			return nil, "", ErrInvalidPageToken
 		}
-		cursor := refVal(s.taskName(string(after)))
-		if q.OrderBy[0].Field.FieldPath == "taskId" {
-			cursor = strVal(string(after))
-		}
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{cursor}, Before: false}
+		after = string(raw)
 	}
-	out, err := s.queryTasks(ctx, q)
-	if err != nil {
+	// before reports whether task id a comes before b in the listing.
+	before := func(a, b string) bool {
+		if f.NewestFirst {
+			return a > b
+		}
+		return a < b
+	}
+	groups := listGroups(s.shards, len(f.TenantIDs))
+	shards := make([]listShard, len(groups))
+	fetch := func(which []int, limit int) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(shardParallelism)
+		for _, i := range which {
+			from := after
+			if n := len(shards[i].tasks); n > 0 {
+				from = shards[i].tasks[n-1].ID
+			}
+			g.Go(func() error {
+				got, err := s.queryTasks(gctx, f.groupQuery(groups[i], limit, from))
+				shards[i].tasks = append(shards[i].tasks, got...)
+				shards[i].done = len(got) < limit
+				return err
+			})
+		}
+		return g.Wait()
+	}
+	all := make([]int, len(groups))
+	for i := range all {
+		all[i] = i
+	}
+	if err := fetch(all, listFirst(size, len(groups))); err != nil {
 		return nil, "", wrap("list", err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		next = base64.RawURLEncoding.EncodeToString([]byte(out[size-1].ID))
+	var page []task.Task
+	for {
+		// frontier: the shard whose last task comes first among the
+		// shards not done; every task up to that one is certain.
+		frontier := -1
+		for i, sh := range shards {
+			if !sh.done && (frontier < 0 || before(sh.tasks[len(sh.tasks)-1].ID, shards[frontier].tasks[len(shards[frontier].tasks)-1].ID)) {
+				frontier = i
+			}
+		}
+		page = page[:0]
+		for _, sh := range shards {
+			for _, t := range sh.tasks {
+				if frontier < 0 || !before(shards[frontier].tasks[len(shards[frontier].tasks)-1].ID, t.ID) {
+					page = append(page, t)
+				}
+			}
+		}
+		if frontier < 0 || len(page) > size {
+			break
+		}
+		if err := fetch([]int{frontier}, size+1-len(page)+2); err != nil {
+			return nil, "", wrap("list", err)
+		}
 	}
-	return out, next, nil
+	slices.SortFunc(page, func(a, b task.Task) int {
+		if before(a.ID, b.ID) {
+			return -1
+		}
+		return 1
+	})
+	next := ""
+	if len(page) > size {
+		page = page[:size]
+		next = base64.RawURLEncoding.EncodeToString([]byte(page[size-1].ID))
+	}
+	return page, next, nil
 }
+
+// listFirst is how many tasks List's first round asks of each of n shards
+// for a page of size: the shard's share of size+1, and 2 more, so that
+// the page is usually certain after one round.
+func listFirst(size, n int) int { return (size+1+n-1)/n + 2 }
 
 // Apply runs ev against task id and returns the machine's result. When
 // the result has a Rejection, the caller answers with it; anything the
@@ -917,9 +1100,11 @@ func version(d *pb.Document) *pb.Precondition {
 // the commit carries a precondition on each written record's version; with
 // tx (an admit), both run in that transaction.
 func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byte) (task.Result, error) {
-	names := []string{s.taskName(id)}
+	names := s.taskNames(id)
 	if ev.Attempt > 0 {
-		names = append(names, s.attemptName(id, ev.Attempt))
+		for _, base := range s.taskNames(id) {
+			names = append(names, attemptName(base, ev.Attempt))
+		}
 	}
 	var sel any
 	if tx != nil {
@@ -929,7 +1114,10 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	if err != nil {
 		return task.Result{}, err
 	}
-	td := docs[names[0]]
+	// base is where the task is: its own name, or its legacy one until
+	// Migrate moves it (a move makes this commit's preconditions fail,
+	// and the retry reads the moved document).
+	base, td := s.foundTask(id, docs)
 	if td == nil {
 		return task.Result{}, ErrNotFound
 	}
@@ -941,7 +1129,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	if want == 0 {
 		// The event concerns the current attempt, unknown before the read.
 		want = t.Attempt
-		more, _, err := s.batchGet(ctx, []string{s.attemptName(id, want)}, sel)
+		more, _, err := s.batchGet(ctx, []string{attemptName(base, want)}, sel)
 		if err != nil {
 			return task.Result{}, err
 		}
@@ -949,7 +1137,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 			docs[k] = v
 		}
 	}
-	ad := docs[s.attemptName(id, want)]
+	ad := docs[attemptName(base, want)]
 	var cur *task.Attempt
 	if ad != nil {
 		cur = new(task.Attempt)
@@ -982,19 +1170,19 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		return version(d)
 	}
-	tw := setWrite(s.taskName(id), r.Task, false)
+	tw := setWrite(base, r.Task, false)
 	tw.CurrentDocument = precond(td)
 	writes := []*pb.Write{tw}
 	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
 	if r.Attempt != nil {
-		aw := setWrite(s.attemptName(id, r.Attempt.Attempt), r.Attempt, false)
+		aw := setWrite(attemptName(base, r.Attempt.Attempt), r.Attempt, false)
 		if r.Attempt.Attempt == want {
 			aw.CurrentDocument = precond(ad)
 		}
 		writes = append(writes, aw)
 	}
 	if r.Next != nil {
-		writes = append(writes, setWrite(s.attemptName(id, r.Next.Attempt), r.Next, true))
+		writes = append(writes, setWrite(attemptName(base, r.Next.Attempt), r.Next, true))
 	}
 	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
 	for i := range r.Transitions {
@@ -1097,9 +1285,47 @@ func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, l
 		return nil, err
 	}
 	began := time.Now()
-	out, err := s.queryTasks(ctx, q)
+	var out []task.Task
+	last := ""
+	err = s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(doc.GetFields(), &t); err != nil {
+			return err
+		}
+		out, last = append(out, t), doc.GetName()
+		return nil
+	})
 	s.outages.observe(began, err)
+	if err == nil && len(out) > 0 && last != s.taskName(out[len(out)-1].ID) {
+		s.legacyCursors.put(out[len(out)-1].ID, last)
+	}
 	return out, wrap("due "+string(d), err)
+}
+
+// legacyCursors remembers the document name of a page's last task when it
+// is a schema 1 name, so that the next page's cursor (a DueCursor names
+// the task by id) continues after that document and not after the name
+// the task will have once moved: among tasks due at the same instant, a
+// wrong name would return a page again.
+type legacyCursors struct {
+	mu    sync.Mutex
+	names map[string]string
+}
+
+func (l *legacyCursors) put(id, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil || len(l.names) > 10000 {
+		l.names = map[string]string{} // bounded: forgetting costs a page again
+	}
+	l.names[id] = name
+}
+
+func (l *legacyCursors) get(id string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, ok := l.names[id]
+	return name, ok
 }
 
 // dueQuery is DueTasks' query: one shard, the duty's states, due by now,
@@ -1130,7 +1356,11 @@ func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueC
 		Limit: wrapInt(limit),
 	}
 	if after != nil {
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
+		name := s.taskName(after.ID)
+		if legacy, ok := s.legacyCursors.get(after.ID); ok {
+			name = legacy
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(name)}, Before: false}
 	}
 	return q, nil
 }
@@ -1229,13 +1459,46 @@ func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error 
 	return wrap("mark failed", err)
 }
 
-// OutboxEntries returns every outbox entry of a task, delivered or not, in
-// transition order (for tests and tools).
+// OutboxEntries returns every outbox entry of a task still kept, delivered
+// or not, in transition order. Entry names are derived from the task id
+// and the transition's seq (task.EventID): it reads the task for its
+// latest seq, then the entries by name (2 RPCs), so that no index on the
+// outbox's taskId is needed (a task id is a ULID: that index would take
+// every new entry at one end). No task, no entries.
 func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
-	out, err := s.queryOutbox(ctx, outboxQuery("taskId", taskID))
+	t, err := s.GetTask(ctx, taskID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []OutboxEntry
+	for from := int64(1); from <= t.Seq; from += outboxReadChunk {
+		var names []string
+		for seq := from; seq <= min(t.Seq, from+outboxReadChunk-1); seq++ {
+			names = append(names, s.outboxName(task.EventID(taskID, seq)))
+		}
+		docs, _, err := s.batchGet(ctx, names, nil)
+		if err != nil {
+			return nil, wrap("outbox entries", err)
+		}
+		for _, name := range names {
+			if d := docs[name]; d != nil {
+				e, err := decodeOutbox(d)
+				if err != nil {
+					return nil, fmt.Errorf("store: outbox entries: %w", err)
+				}
+				out = append(out, e)
+			}
+		}
+	}
 	sortBySeq(out)
-	return out, wrap("outbox entries", err)
+	return out, nil
 }
+
+// outboxReadChunk is the most outbox entries OutboxEntries reads per RPC.
+const outboxReadChunk = 300
 
 // MarkDelivered records that the events were published, in one commit; the
 // entries expire after OutboxRetention.

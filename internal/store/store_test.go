@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -445,5 +446,92 @@ func TestDueTasksReturnsOnlyDue(t *testing.T) {
 		if !found {
 			t.Fatalf("%s missing from due %v", id, got)
 		}
+	}
+}
+
+// List merges one query per due shard (or group of due shards, past
+// store.MaxListQueries): every task once, in order, oldest or newest first,
+// over pages, at a cost bounded by the page size and the number of queries
+// G (not by the tasks matched): at most G+4 queries a page, reading at
+// most size+1 + 3×G documents (each query's share of the page and 2
+// more, then the few a query that stopped early still owes).
+func TestListShardedMerge(t *testing.T) {
+	for _, shards := range []int{store.DefaultDueShards, 40} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) { testListShardedMerge(t, shards) })
+	}
+}
+
+func testListShardedMerge(t *testing.T, shards int) {
+	c := store.NewRPCCounter()
+	s, err := store.New(context.Background(), emulatortest.ProjectID(t), store.WithRPCCounter(c), store.WithDueShards(shards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var subs []task.Task
+	for i := range 100 {
+		sub := submitted(now.Add(time.Duration(i)*time.Millisecond), "")
+		if i%5 == 0 {
+			sub.TenantID = "other"
+		}
+		subs = append(subs, sub)
+	}
+	var acme []string
+	for _, r := range s.CreateMany(ctx, subs, now, false) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if r.Task.TenantID == "acme" {
+			acme = append(acme, r.Task.ID)
+		}
+	}
+	slices.Sort(acme)
+	// More shards than the default spread the index writes further; they
+	// must not make a page dearer than with the default.
+	queries := min(shards, store.DefaultDueShards)
+	tests := []struct {
+		name   string
+		newest bool
+		size   int
+	}{
+		{"oldest first, pages of 10", false, 10},
+		{"newest first, pages of 10", true, 10},
+		{"oldest first, pages of 25", false, 25},
+		{"newest first, one page", true, 100},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want := slices.Clone(acme)
+			if tc.newest {
+				slices.Reverse(want)
+			}
+			var got []string
+			for tok := ""; ; {
+				c.Reset()
+				page, next, err := s.List(ctx, store.ListFilter{TenantID: "acme", NewestFirst: tc.newest, PageSize: tc.size, PageToken: tok})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ran, read := c.Counts()["RunQuery"], c.Usage().DocsRead
+				t.Logf("page of %d: %d queries, %d documents read", len(page), ran, read)
+				if ran < queries || ran > queries+4 || c.Usage().RPCs != ran {
+					t.Errorf("page of %d: %d queries (%d RPCs), want %d to %d", len(page), ran, c.Usage().RPCs, queries, queries+4)
+				}
+				if read > tc.size+1+3*queries {
+					t.Errorf("page of %d: %d documents read, want at most %d", len(page), read, tc.size+1+3*queries)
+				}
+				for _, tk := range page {
+					got = append(got, tk.ID)
+				}
+				if tok = next; tok == "" {
+					break
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("listed %d tasks\n%v\nwant %d\n%v", len(got), got, len(want), want)
+			}
+		})
 	}
 }

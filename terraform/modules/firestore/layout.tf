@@ -1,0 +1,235 @@
+# Servo's storage layout at scale (issue 32; store/indexes.go, store/doc.go
+# "Names"): the composite indexes of task listings, one range per shard
+# (a listing queries every shard and merges the answers), and the
+# exemptions of the sequential ids that no query uses alone (a task's
+# events are read by name). Part of store.Indexes and store.FieldExemptions,
+# checked by deploy/terraform_test.go.
+
+# Task listings (store.List), oldest first.
+resource "google_firestore_index" "tasks_due_shard_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "ASCENDING"
+  }
+}
+
+# Task listings (store.List), newest first.
+resource "google_firestore_index" "tasks_due_shard_task_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "DESCENDING"
+  }
+}
+
+# Task listings (store.List), oldest first.
+resource "google_firestore_index" "tasks_due_shard_tenant_id_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "ASCENDING"
+  }
+}
+
+# Task listings (store.List), newest first.
+resource "google_firestore_index" "tasks_due_shard_tenant_id_task_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "DESCENDING"
+  }
+}
+
+# Task listings (store.List), oldest first.
+resource "google_firestore_index" "tasks_due_shard_run_id_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "ASCENDING"
+  }
+}
+
+# Task listings (store.List), newest first.
+resource "google_firestore_index" "tasks_due_shard_run_id_task_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "DESCENDING"
+  }
+}
+
+# Task listings (store.List), oldest first.
+resource "google_firestore_index" "tasks_due_shard_state_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "ASCENDING"
+  }
+}
+
+# Task listings (store.List), newest first.
+resource "google_firestore_index" "tasks_due_shard_state_task_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "DESCENDING"
+  }
+}
+
+# Task listings (store.List), oldest first.
+resource "google_firestore_index" "tasks_due_shard_worker_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "worker"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "ASCENDING"
+  }
+}
+
+# Task listings (store.List), newest first.
+resource "google_firestore_index" "tasks_due_shard_worker_task_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "worker"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "taskId"
+    order      = "DESCENDING"
+  }
+}
+
+# Sequential ids (ULIDs): exempt from single-field indexing.
+resource "google_firestore_field" "tasks_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "taskId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "taskId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "idempotency_task_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "idempotency"
+  field      = "taskId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "idempotency_created_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "idempotency"
+  field      = "createdAt"
+
+  index_config {}
+}
