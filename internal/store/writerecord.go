@@ -6,8 +6,10 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/api/option"
@@ -60,8 +62,9 @@ type RecordedEntry struct {
 	// last (its equality prefix), encoded.
 	Prefix string
 	// Value is the last field's value in an order-preserving encoding
-	// (byte order is Firestore's order within one type).
-	Value string
+	// (byte order is Firestore's order within one type); Text is it for
+	// people.
+	Value, Text string
 }
 
 // NewWriteRecorder returns an empty recorder.
@@ -175,10 +178,10 @@ func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite
 		}
 		var prefix []string
 		for _, f := range ix.Fields[:len(ix.Fields)-1] {
-			prefix = append(prefix, f.Path+"="+orderKey(valueAt(next, f.Path)))
+			prefix = append(prefix, f.Path+"="+textOf(valueAt(next, f.Path)))
 		}
 		last := ix.Fields[len(ix.Fields)-1]
-		rw.Entries = append(rw.Entries, RecordedEntry{Index: compositeName(ix), Prefix: strings.Join(prefix, ","), Value: orderKey(valueAt(next, last.Path))})
+		rw.Entries = append(rw.Entries, RecordedEntry{Index: compositeName(ix), Prefix: strings.Join(prefix, ","), Value: orderKey(valueAt(next, last.Path)), Text: textOf(valueAt(next, last.Path))})
 	}
 	sort.Slice(rw.Entries, func(i, j int) bool { return rw.Entries[i].Index < rw.Entries[j].Index })
 	return rw
@@ -209,12 +212,13 @@ func singleEntries(coll, path string, v *pb.Value) []RecordedEntry {
 	case *pb.Value_ArrayValue:
 		var out []RecordedEntry
 		for _, e := range x.ArrayValue.GetValues() {
-			out = append(out, RecordedEntry{Index: coll + "." + path + " CONTAINS", Value: orderKey(e)})
+			out = append(out, RecordedEntry{Index: coll + "." + path + " CONTAINS", Value: orderKey(e), Text: textOf(e)})
 		}
 		return out
 	}
 	e := orderKey(v)
-	return []RecordedEntry{{Index: coll + "." + path + " ASCENDING", Value: e}, {Index: coll + "." + path + " DESCENDING", Value: e}}
+	t := textOf(v)
+	return []RecordedEntry{{Index: coll + "." + path + " ASCENDING", Value: e, Text: t}, {Index: coll + "." + path + " DESCENDING", Value: e, Text: t}}
 }
 
 func setAt(fields map[string]*pb.Value, path string, v *pb.Value) {
@@ -298,4 +302,25 @@ func orderedFloat(f float64) []byte {
 		u |= 1 << 63
 	}
 	return binary.BigEndian.AppendUint64(nil, u)
+}
+
+// textOf shows a value to people.
+func textOf(v *pb.Value) string {
+	switch x := v.GetValueType().(type) {
+	case nil:
+		return ""
+	case *pb.Value_NullValue:
+		return "null"
+	case *pb.Value_BooleanValue:
+		return strconv.FormatBool(x.BooleanValue)
+	case *pb.Value_IntegerValue:
+		return strconv.FormatInt(x.IntegerValue, 10)
+	case *pb.Value_DoubleValue:
+		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
+	case *pb.Value_TimestampValue:
+		return x.TimestampValue.AsTime().UTC().Format(time.RFC3339Nano)
+	case *pb.Value_StringValue:
+		return strconv.Quote(x.StringValue)
+	}
+	return "…"
 }
