@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -184,11 +185,11 @@ type Row struct {
 func (r Row) Over() bool { return r.Limit != nil && r.Rate > r.Limit.PerSecond }
 
 // MinMonotonic is the fewest entries in which a range can be called
-// monotonic; MonotonicShare the mean share of earlier entries a new one
-// must sort past (or before: a decreasing range), see Monotonic.
+// monotonic; MonotonicCorrelation the rank correlation of its values with
+// their write order it needs (a short range needs more), see Monotonic.
 const (
-	MinMonotonic   = 4
-	MonotonicShare = 0.8
+	MinMonotonic         = 8
+	MonotonicCorrelation = 0.5
 	// LowCardinality is the most distinct values an index's last field
 	// may take to count as an equality-like prefix (a state, a shard, a
 	// flag): its entries then sort by document name within each value.
@@ -377,24 +378,38 @@ func (m *Model) Extrapolate(t Target) []Row {
 	return rows
 }
 
-// Monotonic reports whether keys, in write order, land at one end of the
-// range: on average each new key sorts past MonotonicShare of the keys
-// before it (or before all but 1 − MonotonicShare of them). Concurrent
-// writers interleave a sequence a little; spread keys land in the middle
-// (an average near one half).
+// Monotonic reports whether keys, in write order, increase (or
+// decrease): the rank correlation (Spearman's) of each key's place in
+// the sorted range with its place in write order is at least
+// MonotonicCorrelation (or at most its opposite), and at least 2.5
+// deviations of what spread keys give by chance (1/√(n−1)). Concurrent
+// writers, and a task's entries written over its life while newer tasks
+// write theirs (a window of recent ids moving up), still correlate;
+// hashed or random keys do not.
 func Monotonic(keys []string) bool {
-	if len(keys) < MinMonotonic {
+	n := len(keys)
+	if n < MinMonotonic {
 		return false
 	}
-	sorted := []string{keys[0]}
-	sum := 0.0
-	for _, k := range keys[1:] {
-		i, _ := slices.BinarySearch(sorted, k)
-		sum += float64(i) / float64(len(sorted))
-		sorted = slices.Insert(sorted, i, k)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
 	}
-	mean := sum / float64(len(keys)-1)
-	return mean >= MonotonicShare || mean <= 1-MonotonicShare
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	// rank[i] is key i's place in the sorted range (ties in write order).
+	rank := make([]float64, n)
+	for r, i := range order {
+		rank[i] = float64(r)
+	}
+	mean := float64(n-1) / 2
+	var cov, v float64
+	for i, r := range rank {
+		cov += (float64(i) - mean) * (r - mean)
+		v += (float64(i) - mean) * (float64(i) - mean)
+	}
+	rho := cov / v
+	need := max(MonotonicCorrelation, 2.5/math.Sqrt(float64(n-1)))
+	return rho >= need || rho <= -need
 }
 
 // DocClass names a document's class: its path with the ids of per-task,

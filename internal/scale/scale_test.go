@@ -148,7 +148,12 @@ func TestMonotonic(t *testing.T) {
 		{"increasing", seq(50, func(i int) string { return fmt.Sprintf("%06d", i) }), true},
 		{"decreasing", seq(50, func(i int) string { return fmt.Sprintf("%06d", 1000-i) }), true},
 		{"hashed", seq(50, func(i int) string { return hash(fmt.Sprint(i)) }), false},
-		{"too few", []string{"a", "b", "c"}, false},
+		{"too few", []string{"a", "b", "c", "d", "e", "f", "g"}, false},
+		// Each of 30 tasks writes 3 entries over its life, 8 tasks at a
+		// time: a window of recent ids moving up.
+		{"moving window", seq(90, func(i int) string { return fmt.Sprintf("%06d", i/3+(i%3)*8) }), true},
+		{"short and spread", seq(9, func(i int) string { return hash(fmt.Sprint(i)) }), false},
+		{"short and sequential", seq(9, func(i int) string { return fmt.Sprintf("%06d", i) }), true},
 		{"mostly increasing, a few late", seq(100, func(i int) string {
 			if i%20 == 0 {
 				return "0000"
