@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -178,14 +180,21 @@ func (d *driver) callback(env api.Envelope, kind string, body any) (api.Callback
 	return r, err
 }
 
+// userKey is a caller's key for task i: callers' keys (an order number, a
+// file name) are not in submit order.
+func userKey(prefix string, i int) string {
+	h := sha256.Sum256([]byte(fmt.Sprint(prefix, i)))
+	return prefix + "-" + hex.EncodeToString(h[:6])
+}
+
 // task plays task i's whole life.
 func (d *driver) task(p plan, i int, hotShare float64) error {
 	tenant, worker := p.tenantOf(i, hotShare), p.workerOf(i)
-	body := map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": fmt.Sprintf("k%d", i), "worker": worker,
+	body := map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": userKey("k", i), "worker": worker,
 		"payload": map[string]any{"n": i}, "heartbeatIntervalMs": 500, "heartbeatTimeoutMs": heartbeatTimeout.Milliseconds(),
 		"cancelGracePeriodMs": 30000, "retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
 	if i/2%2 == 0 {
-		body["idempotencyKey"] = fmt.Sprintf("idem-%d", i)
+		body["idempotencyKey"] = userKey("idem", i)
 	}
 	submit := func() (string, error) {
 		st, out, err := d.do("POST", "/v1/tasks", body, "")
