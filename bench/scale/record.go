@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -132,39 +133,37 @@ func (r *recorder) redrives() (published, refused int) {
 	return published, len(r.redriven)
 }
 
-// events turns the recording into the model's events: each Firestore
-// write is for the task whose id it holds, else for the one task whose
-// document its commit writes (a quota shard, a run, an idempotency key);
-// a write for no task is the sweeper's own record.
+// events turns the recording into the model's events, Firestore's
+// attributed to tasks (attribute), then the dispatches and publishes.
 func (r *recorder) events() []scale.Event {
-	writes := r.writes.Writes()
+	out := attribute(r.writes.Writes())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append(out, r.calls...)
+}
+
+// attribute turns Firestore writes into the model's events: each write is
+// for the task whose id the document holds, else for the first task whose
+// document its commit writes (a quota shard, a run, an idempotency key);
+// a write in a commit of no task is the sweeper's own record. Deletes
+// write no index entry and are left out.
+func attribute(writes []store.RecordedWrite) []scale.Event {
 	commitTask := map[int]string{}
-	multi := map[int]bool{}
 	for _, w := range writes {
-		if w.TaskID == "" {
-			continue
+		if _, ok := commitTask[w.Commit]; !ok && w.TaskID != "" {
+			commitTask[w.Commit] = w.TaskID
 		}
-		if t, ok := commitTask[w.Commit]; ok && t != w.TaskID {
-			multi[w.Commit] = true
-		}
-		commitTask[w.Commit] = w.TaskID
 	}
 	var out []scale.Event
 	for _, w := range writes {
 		if w.Delete {
 			continue
 		}
-		task := w.TaskID
-		if task == "" && !multi[w.Commit] {
-			task = commitTask[w.Commit]
-		}
+		task := cmp.Or(w.TaskID, commitTask[w.Commit])
 		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task})
 		for _, e := range w.Entries {
 			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task})
 		}
 	}
-	r.mu.Lock()
-	out = append(out, r.calls...)
-	r.mu.Unlock()
 	return out
 }
