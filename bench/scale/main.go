@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "| limit | per second | source | read |")
 	fmt.Fprintln(stdout, "|---|---|---|---|")
 	for _, l := range scale.Limits {
-		fmt.Fprintf(stdout, "| %s | %g | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
+		fmt.Fprintf(stdout, "| %s | %.0f | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
 	}
 	over := scale.Over(rows)
 	fmt.Fprintf(stdout, "\n%d rows over their limits.\n", len(over))
