@@ -396,10 +396,19 @@ func Monotonic(keys []string) bool {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	// rank[i] is key i's place in the sorted range (ties in write order).
+	// rank[i] is key i's place in the sorted range; equal keys (one
+	// document's entry rewritten) share their mean place: the same key
+	// again is a hot document, not a sequence.
 	rank := make([]float64, n)
-	for r, i := range order {
-		rank[i] = float64(r)
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && keys[order[hi]] == keys[order[lo]] {
+			hi++
+		}
+		for _, i := range order[lo:hi] {
+			rank[i] = float64(lo+hi-1) / 2
+		}
+		lo = hi
 	}
 	mean := float64(n-1) / 2
 	var cov, v float64

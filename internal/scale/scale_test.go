@@ -152,6 +152,7 @@ func TestMonotonic(t *testing.T) {
 		// Each of 30 tasks writes 3 entries over its life, 8 tasks at a
 		// time: a window of recent ids moving up.
 		{"moving window", seq(90, func(i int) string { return fmt.Sprintf("%06d", i/3+(i%3)*8) }), true},
+		{"one key rewritten", seq(50, func(int) string { return "quotas/t-0" }), false},
 		{"short and spread", seq(9, func(i int) string { return hash(fmt.Sprint(i)) }), false},
 		{"short and sequential", seq(9, func(i int) string { return fmt.Sprintf("%06d", i) }), true},
 		{"mostly increasing, a few late", seq(100, func(i int) string {
