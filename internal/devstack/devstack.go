@@ -152,6 +152,9 @@ type Options struct {
 	// pull subscription, and its workers claim at /v1/pools/{name}/claim,
 	// naming themselves in the pull.DevIdentityHeader header.
 	PullPools map[string][]string
+	// PubSubClientOptions are passed to the stack's Pub/Sub client (the
+	// events publisher's; bench/scale records its publishes).
+	PubSubClientOptions []option.ClientOption
 	// PoolPubSubOptions are passed to the pools' Pub/Sub client (tests put
 	// a proxy in front of the emulator to take it away).
 	PoolPubSubOptions []option.ClientOption
@@ -302,7 +305,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if s.PubSub, err = pubsub.NewClient(ctx, o.Project); err != nil {
+	if s.PubSub, err = pubsub.NewClient(ctx, o.Project, o.PubSubClientOptions...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: pubsub client: %w", err)
 	}

@@ -1,0 +1,116 @@
+// Command scale runs a representative workload on the local stack (the
+// emulators and Servo's handlers, internal/devstack), records every
+// Firestore write with the index entries it makes in production, every
+// Cloud Tasks dispatch and every Pub/Sub publish, extrapolates them to a
+// target load (internal/scale) and prints, per document, index range,
+// collection, queue, ordering key and topic, the peak sustained rate at
+// the target beside the published limit. It exits 1 when any row is over
+// its limit, 2 when the workload could not run. docs/scale.md has its
+// output and explains the model.
+//
+//	go run ./bench/scale                       # default target, 60 tasks recorded
+//	go run ./bench/scale -submits 20000 -running 2000000 -tasks 200
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/scale"
+	"github.com/servo-dev/servo/internal/store"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tg := scale.DefaultTarget
+	fs.Float64Var(&tg.Submits, "submits", tg.Submits, "target: tasks submitted a second")
+	fs.Float64Var(&tg.Completions, "completions", tg.Completions, "target: tasks completed a second")
+	fs.IntVar(&tg.Tenants, "tenants", tg.Tenants, "target: tenants")
+	fs.Float64Var(&tg.HotShare, "hot-share", tg.HotShare, "target: the hot tenant's share of submits")
+	fs.IntVar(&tg.Limited, "limited", tg.Limited, "target: tenants at their quota limits")
+	fs.Float64Var(&tg.LimitedRate, "limited-rate", tg.LimitedRate, "target: submits a second of each limited tenant (0: an ordinary tenant's)")
+	fs.Float64Var(&tg.Running, "running", tg.Running, "target: tasks running at once")
+	fs.DurationVar(&tg.HeartbeatEvery, "heartbeat-every", tg.HeartbeatEvery, "target: heartbeat interval")
+	fs.IntVar(&tg.Workers, "workers", tg.Workers, "target: workers")
+	fs.Float64Var(&tg.BigWorkerShare, "big-worker-share", tg.BigWorkerShare, "target: the biggest worker's share of tasks")
+	fs.DurationVar(&tg.SweepEvery, "sweep-every", tg.SweepEvery, "target: the sweeper's cadence (SERVO_SWEEP_EVERY)")
+	tasks := fs.Int("tasks", 60, "recorded workload: tasks")
+	heartbeats := fs.Int("heartbeats", -1, "recorded workload: heartbeats a task (-1: the target's, lifetime / interval)")
+	parallel := fs.Int("parallel", 8, "recorded workload: tasks played at once")
+	project := fs.String("project", fmt.Sprintf("servo-scale-%d", time.Now().UnixNano()), "emulator project id")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *heartbeats < 0 {
+		*heartbeats = tg.HeartbeatsPerTask()
+	}
+	tr, err := record(ctx, *project, newPlan(*tasks, *heartbeats, tg.HotShare), *parallel, tg.HotShare)
+	if err != nil {
+		fmt.Fprintln(stderr, "scale:", err)
+		return 2
+	}
+	rows := scale.New(tr).Extrapolate(tg)
+	fmt.Fprintf(stdout, "Recorded: %d tasks (%d heartbeats each) in %s, %d events. Target: %.0f submits/s, %.0f completions/s, %d tenants (one at %.0f %%, %d at their quota limits), %.0f running tasks heartbeating every %s (a task lives %.0f s), %d workers (one with %.0f %% of tasks), a sweep every %s.\n\n",
+		len(tr.Tasks), *heartbeats, tr.Duration.Round(time.Second), len(tr.Events), tg.Submits, tg.Completions, tg.Tenants, tg.HotShare*100, tg.Limited,
+		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery)
+	scale.Print(stdout, rows)
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "| limit | per second | source | read |")
+	fmt.Fprintln(stdout, "|---|---|---|---|")
+	for _, l := range scale.Limits {
+		fmt.Fprintf(stdout, "| %s | %.0f | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
+	}
+	over := scale.Over(rows)
+	fmt.Fprintf(stdout, "\n%d rows over their limits.\n", len(over))
+	if len(over) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// record plays p on a fresh local stack and returns what it recorded.
+func record(ctx context.Context, project string, p plan, parallel int, hotShare float64) (scale.Traffic, error) {
+	rec := newRecorder()
+	box := newMailbox()
+	defer box.srv.Close()
+	workers := map[string]string{}
+	for name := range p.workers {
+		workers[name] = box.srv.URL
+	}
+	const sweepEvery = time.Second
+	o := devstack.Options{
+		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: sweepEvery, Quotas: p.quotas,
+		DueShards:           store.DefaultDueShards, // production's, not the local default
+		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
+		TasksClientOptions:  rec.tasksOptions(),
+		PubSubClientOptions: rec.pubsubOptions(),
+	}
+	// Emulators already running (tests, a `servo dev` shell) are reused.
+	o.FirestoreHost, o.PubSubHost = os.Getenv("FIRESTORE_EMULATOR_HOST"), os.Getenv("PUBSUB_EMULATOR_HOST")
+	stack, err := devstack.Start(ctx, o)
+	if err != nil {
+		return scale.Traffic{}, err
+	}
+	defer stack.Close()
+	d := &driver{base: stack.URL, box: box, rec: rec, ids: map[string]scale.TaskInfo{}}
+	start := time.Now()
+	if err := d.run(ctx, p, parallel, hotShare); err != nil {
+		return scale.Traffic{}, err
+	}
+	if err := stack.Events.Flush(ctx); err != nil {
+		return scale.Traffic{}, err
+	}
+	return scale.Traffic{Events: rec.events(), Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
+		Duration: time.Since(start), SweepEvery: sweepEvery}, nil
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/servo-dev/servo/internal/scale"
+	"github.com/servo-dev/servo/internal/store"
+)
+
+// recorder records the Cloud Tasks and Pub/Sub calls of the stack (the
+// Firestore writes are store.WriteRecorder's), and fails the first publish
+// of the tasks in failOnce, so that their events reach Pub/Sub through the
+// outbox re-drive.
+type recorder struct {
+	mu        sync.Mutex
+	calls     []scale.Event // Dispatch and Publish, in call order
+	failOnce  map[string]bool
+	redriven  map[string]int // publishes of failOnce's tasks after the failure
+	writes    *store.WriteRecorder
+	deletions int
+}
+
+func newRecorder() *recorder {
+	return &recorder{failOnce: map[string]bool{}, redriven: map[string]int{}, writes: store.NewWriteRecorder()}
+}
+
+// tasksOptions record CreateTask (one dispatch each) on the Cloud Tasks client.
+func (r *recorder) tasksOptions() []option.ClientOption {
+	return []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			switch q := req.(type) {
+			case *ctpb.CreateTaskRequest:
+				if err == nil {
+					var env struct {
+						TaskID string `json:"taskId"`
+					}
+					_ = json.Unmarshal(q.GetTask().GetHttpRequest().GetBody(), &env)
+					r.add(scale.Event{Kind: scale.Dispatch, Name: relQueue(q.GetParent()), Task: env.TaskID})
+				}
+			case *ctpb.DeleteTaskRequest:
+				r.mu.Lock()
+				r.deletions++
+				r.mu.Unlock()
+			}
+			return err
+		}))}
+}
+
+// relQueue is a queue's name without its project and location.
+func relQueue(name string) string {
+	if i := strings.Index(name, "/queues/"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// pubsubOptions record every published message on the Pub/Sub client.
+func (r *recorder) pubsubOptions() []option.ClientOption {
+	return []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			p, ok := req.(*pubsubpb.PublishRequest)
+			if !ok {
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			if r.failFirst(p) {
+				return status.Error(codes.PermissionDenied, "bench/scale: first publish refused, for the outbox re-drive")
+			}
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err != nil {
+				return err
+			}
+			topic := p.GetTopic()[strings.LastIndex(p.GetTopic(), "/")+1:]
+			for _, m := range p.GetMessages() {
+				n := len(m.GetData()) + len(m.GetOrderingKey())
+				for k, v := range m.GetAttributes() {
+					n += len(k) + len(v)
+				}
+				task := m.GetAttributes()["taskId"]
+				r.add(scale.Event{Kind: scale.Publish, Name: topic, Key: m.GetOrderingKey(), Bytes: n, Task: task})
+				r.mu.Lock()
+				if _, ok := r.redriven[task]; ok {
+					r.redriven[task]++
+				}
+				r.mu.Unlock()
+			}
+			return nil
+		}))}
+}
+
+// failFirst reports whether p carries a message of a task whose first
+// publish is to fail, and marks it failed.
+func (r *recorder) failFirst(p *pubsubpb.PublishRequest) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fail := false
+	for _, m := range p.GetMessages() {
+		id := m.GetAttributes()["taskId"]
+		if r.failOnce[id] {
+			delete(r.failOnce, id)
+			r.redriven[id] = 0
+			fail = true
+		}
+	}
+	return fail
+}
+
+func (r *recorder) add(e scale.Event) {
+	r.mu.Lock()
+	r.calls = append(r.calls, e)
+	r.mu.Unlock()
+}
+
+// redrives returns how many of the refused tasks' events were published
+// since, and how many tasks were refused.
+func (r *recorder) redrives() (published, refused int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.redriven {
+		published += n
+	}
+	return published, len(r.redriven)
+}
+
+// events turns the recording into the model's events, Firestore's
+// attributed to tasks (attribute), then the dispatches and publishes.
+func (r *recorder) events() []scale.Event {
+	out := attribute(r.writes.Writes())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append(out, r.calls...)
+}
+
+// attribute turns Firestore writes into the model's events: each write is
+// for the task whose id the document holds, else for the first task whose
+// document its commit writes (a quota shard, a run, an idempotency key);
+// a write in a commit of no task is the sweeper's own record. Deletes
+// write no index entry and are left out.
+func attribute(writes []store.RecordedWrite) []scale.Event {
+	commitTask := map[int]string{}
+	for _, w := range writes {
+		if _, ok := commitTask[w.Commit]; !ok && w.TaskID != "" {
+			commitTask[w.Commit] = w.TaskID
+		}
+	}
+	var out []scale.Event
+	for _, w := range writes {
+		if w.Delete {
+			continue
+		}
+		task := cmp.Or(w.TaskID, commitTask[w.Commit])
+		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task})
+		for _, e := range w.Entries {
+			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task})
+		}
+	}
+	return out
+}

@@ -1,0 +1,36 @@
+package scale
+
+// Limit is a published limit the model checks a rate against.
+type Limit struct {
+	// Name says what is limited.
+	Name string
+	// PerSecond is the limit in the row's unit a second.
+	PerSecond float64
+	// Source is where Google publishes it, Read when it was read there.
+	Source, Read string
+}
+
+// The limits the table checks (Limits lists them).
+var (
+	// DocumentWrites: Firestore's sustained write rate to one document.
+	DocumentWrites = Limit{Name: "Firestore: sustained writes to one document", PerSecond: 1,
+		Source: "https://cloud.google.com/firestore/quotas (soft limit: maximum sustained write rate to a document, 1 per second); https://cloud.google.com/firestore/docs/best-practices (hotspots)", Read: "2026-11-26"}
+	// SequentialIndex: writes into one range of sequential index values
+	// (a monotonically increasing or decreasing indexed field, or
+	// sequential document ids).
+	SequentialIndex = Limit{Name: "Firestore: writes into one range of sequential index values", PerSecond: 500,
+		Source: "https://firebase.google.com/docs/firestore/solutions/shard-timestamp (\"limits the write rate to 500 writes per second\"); https://cloud.google.com/firestore/docs/best-practices (\"do not use monotonically increasing document IDs\")", Read: "2026-11-26"}
+	// QueueDispatches: a Cloud Tasks queue's maximum dispatch rate.
+	QueueDispatches = Limit{Name: "Cloud Tasks: max_dispatches_per_second of one queue", PerSecond: 500,
+		Source: "https://cloud.google.com/tasks/docs/reference/rpc/google.cloud.tasks.v2#ratelimits (\"The maximum allowed value is 500\")", Read: "2026-11-26"}
+	// OrderingKeyBytes: Pub/Sub publish throughput of one ordering key.
+	OrderingKeyBytes = Limit{Name: "Pub/Sub: publish throughput of one ordering key", PerSecond: 1_000_000,
+		Source: "https://cloud.google.com/pubsub/quotas (\"If messages have ordering keys, the maximum publisher throughput is 1 MB/s per ordering key\")", Read: "2026-11-26"}
+	// TopicBytes: Pub/Sub's default publisher throughput quota of a large
+	// region (a project's, all topics together; soft: it can be raised).
+	TopicBytes = Limit{Name: "Pub/Sub: publisher throughput per large region, default quota", PerSecond: 200_000_000,
+		Source: "https://cloud.google.com/pubsub/quotas (publisher throughput per region: 12,000,000 kB a minute, 200 MB/s, in large regions; soft)", Read: "2026-11-26"}
+)
+
+// Limits are every limit the model checks.
+var Limits = []Limit{DocumentWrites, SequentialIndex, QueueDispatches, OrderingKeyBytes, TopicBytes}

@@ -1,0 +1,532 @@
+// Package scale is Servo's hot-spot model: it extrapolates traffic
+// recorded on the local stack (bench/scale records it) to a target load,
+// and sets the peak sustained rate of every document, index range,
+// collection, Cloud Tasks queue and Pub/Sub topic and ordering key beside
+// the published limit it must stay under. docs/scale.md explains the
+// model; this package is pure.
+package scale
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kind is what a recorded event touches.
+type Kind string
+
+// Kinds of events.
+const (
+	// Document is a Firestore document write; Name is the document.
+	Document Kind = "document"
+	// IndexEntry is one index entry a write makes; Name is the index,
+	// Range its equality prefix, Value the entry's value (byte order is
+	// index order) and Doc the document (entries sort by value, then name).
+	IndexEntry Kind = "index"
+	// Dispatch is a Cloud Tasks CreateTask; Name is the queue.
+	Dispatch Kind = "queue"
+	// Publish is a Pub/Sub message; Name is the topic, Key its ordering
+	// key, Bytes its size.
+	Publish Kind = "topic"
+)
+
+// Event is one recorded unit of traffic, with the task it is for ("" when
+// none: the sweeper's meta documents).
+type Event struct {
+	Kind       Kind
+	Name       string
+	Collection string // Document
+	Range      string // IndexEntry
+	Value, Doc string // IndexEntry
+	Text       string // IndexEntry: Value for people
+	Key        string // Publish
+	Bytes      int    // Publish
+	Task       string
+}
+
+// TaskInfo is what the model knows of a recorded task.
+type TaskInfo struct {
+	Tenant, Worker string
+}
+
+// Role is the part a recorded tenant or worker plays at the target.
+type Role string
+
+// Roles.
+const (
+	// Hot is the tenant with Target.HotShare of the submits, or the worker
+	// with Target.BigWorkerShare of the tasks.
+	Hot Role = "hot"
+	// Limited is a tenant at its quota limit (Target.Limited of them).
+	Limited Role = "limited"
+	// Ordinary is any other tenant or worker.
+	Ordinary Role = "ordinary"
+)
+
+// Traffic is a recorded workload.
+type Traffic struct {
+	Events []Event
+	// Tasks are the submitted tasks (each submit is one task: a duplicate
+	// submit with an idempotency key is not a task).
+	Tasks map[string]TaskInfo
+	// Tenants and Workers give each recorded tenant and worker its role.
+	Tenants, Workers map[string]Role
+	// Duration is how long the recording took, SweepEvery the recorded
+	// sweeper's cadence: events for no task (the sweeper's records) recur
+	// with time, not with tasks.
+	Duration, SweepEvery time.Duration
+}
+
+// Target is the load to extrapolate to.
+type Target struct {
+	// Submits and Completions are tasks a second.
+	Submits, Completions float64
+	// Tenants is the number of tenants; HotShare the hot one's share of
+	// submits; Limited the tenants at their quota limits, each submitting
+	// LimitedRate tasks a second.
+	Tenants     int
+	HotShare    float64
+	Limited     int
+	LimitedRate float64
+	// Running tasks heartbeat every HeartbeatEvery.
+	Running        float64
+	HeartbeatEvery time.Duration
+	// Workers is the number of workers; BigWorkerShare the share of all
+	// tasks one of them takes.
+	Workers        int
+	BigWorkerShare float64
+	// SweepEvery is production's sweeper cadence (SERVO_SWEEP_EVERY).
+	SweepEvery time.Duration
+}
+
+// DefaultTarget is issue 32's target.
+var DefaultTarget = Target{
+	Submits: 10000, Completions: 10000, Tenants: 1000, HotShare: 0.30, Limited: 20,
+	Running: 1_000_000, HeartbeatEvery: 30 * time.Second, Workers: 20, BigWorkerShare: 0.5,
+	SweepEvery: 15 * time.Second,
+}
+
+// Lifetime is a task's mean lifetime at the target (Little's law: running
+// tasks over completions a second).
+func (t Target) Lifetime() float64 { return t.Running / t.Completions }
+
+// HeartbeatsPerTask is how many heartbeats a task sends in its lifetime at
+// the target: what a recorded task should send.
+func (t Target) HeartbeatsPerTask() int {
+	return int(t.Lifetime()/t.HeartbeatEvery.Seconds() + 0.5)
+}
+
+// tenantRate is a tenant's submits a second at the target.
+func (t Target) tenantRate(r Role) float64 {
+	switch r {
+	case Hot:
+		return t.HotShare * t.Submits
+	case Limited:
+		return t.limitedRate()
+	}
+	rest := t.Submits*(1-t.HotShare) - float64(t.Limited)*t.limitedRate()
+	return rest / float64(max(1, t.Tenants-1-t.Limited))
+}
+
+func (t Target) limitedRate() float64 {
+	if t.LimitedRate > 0 {
+		return t.LimitedRate
+	}
+	return t.Submits * (1 - t.HotShare) / float64(max(1, t.Tenants-1))
+}
+
+// workerRate is a worker's tasks a second at the target.
+func (t Target) workerRate(r Role) float64 {
+	if r == Hot {
+		return t.BigWorkerShare * t.Submits
+	}
+	return t.Submits * (1 - t.BigWorkerShare) / float64(max(1, t.Workers-1))
+}
+
+// Scope is what a document, range, queue or key is shared by.
+type Scope string
+
+// Scopes, from the narrowest.
+const (
+	PerTask   Scope = "task"
+	PerTenant Scope = "tenant"
+	PerWorker Scope = "worker"
+	Global    Scope = "global"
+	// Periodic is for no task: the sweeper's own records, which recur
+	// with its cadence.
+	Periodic Scope = "periodic"
+)
+
+// Row is one line of the table.
+type Row struct {
+	// Section is "document", "index", "collection", "queue",
+	// "ordering key" or "topic".
+	Section string
+	// Name is the document class (ids replaced by {id}), index, queue…;
+	// Example the recorded instance that peaked.
+	Name, Example string
+	Scope         Scope
+	// Monotonic is an index range whose values increase in write order.
+	Monotonic bool
+	// Recorded is the events recorded on Example; Rate its peak sustained
+	// rate at the target, in Unit.
+	Recorded int
+	Rate     float64
+	Unit     string
+	// Limit is the published limit that applies (nil: none).
+	Limit *Limit
+}
+
+// Over reports whether the row is over its limit.
+func (r Row) Over() bool { return r.Limit != nil && r.Rate > r.Limit.PerSecond }
+
+// MinMonotonic is the fewest entries in which a range can be called
+// monotonic; MonotonicCorrelation the rank correlation of its values with
+// their write order it needs (a short range needs more), see Monotonic.
+const (
+	MinMonotonic         = 8
+	MonotonicCorrelation = 0.5
+	// LowCardinality is the most distinct values an index's last field
+	// may take to count as an equality-like prefix (a state, a shard, a
+	// flag): its entries then sort by document name within each value.
+	LowCardinality = 16
+)
+
+// subject accumulates the events of one document, range, queue or key.
+type subject struct {
+	name, example string
+	count, bytes  int
+	tasks         map[string]bool // up to two: one is a per-task subject
+	tenants       map[string]bool
+	workers       map[string]bool
+	keys          []string
+}
+
+func newSubject(name string) *subject {
+	return &subject{name: name, tasks: map[string]bool{}, tenants: map[string]bool{}, workers: map[string]bool{}}
+}
+
+func (s *subject) add(e Event, ti TaskInfo, key string) {
+	s.count++
+	s.bytes += e.Bytes
+	if e.Task != "" {
+		if len(s.tasks) < 2 {
+			s.tasks[e.Task] = true
+		}
+		s.tenants[ti.Tenant] = true
+		s.workers[ti.Worker] = true
+	}
+	if key != "" {
+		s.keys = append(s.keys, key)
+	}
+}
+
+// Model is a recorded workload ready to extrapolate.
+type Model struct {
+	tr              Traffic
+	tenantN, workrN map[string]int
+}
+
+// New prepares tr.
+func New(tr Traffic) *Model {
+	m := &Model{tr: tr, tenantN: map[string]int{}, workrN: map[string]int{}}
+	for _, ti := range tr.Tasks {
+		m.tenantN[ti.Tenant]++
+		m.workrN[ti.Worker]++
+	}
+	return m
+}
+
+// scope classifies a subject by the tasks it was recorded for, and returns
+// its rate at t for n events (or bytes) recorded.
+func (m *Model) rate(s *subject, n int, t Target) (Scope, float64) {
+	total := float64(max(1, len(m.tr.Tasks)))
+	if len(s.tasks) == 0 {
+		if m.tr.Duration <= 0 || t.SweepEvery <= 0 {
+			return Periodic, 0
+		}
+		return Periodic, float64(n) / m.tr.Duration.Seconds() * m.tr.SweepEvery.Seconds() / t.SweepEvery.Seconds()
+	}
+	if len(s.tasks) == 1 {
+		// One task's document (or key): written over the task's lifetime.
+		return PerTask, float64(n) / t.Lifetime()
+	}
+	tenants, workers := s.tenants, s.workers
+	if len(s.tasks) > 1 && len(tenants) == 1 {
+		for tn := range tenants {
+			return PerTenant, float64(n) / float64(max(1, m.tenantN[tn])) * t.tenantRate(m.tr.Tenants[tn])
+		}
+	}
+	if len(s.tasks) > 1 && len(workers) == 1 {
+		for w := range workers {
+			return PerWorker, float64(n) / float64(max(1, m.workrN[w])) * t.workerRate(m.tr.Workers[w])
+		}
+	}
+	return Global, float64(n) / total * t.Submits
+}
+
+// Extrapolate returns the table's rows at t: per document class, index,
+// collection, queue, ordering key and topic, the peak over its instances.
+func (m *Model) Extrapolate(t Target) []Row {
+	docs, colls := map[string]*subject{}, map[string]*subject{}
+	queues, keys, topics := map[string]*subject{}, map[string]*subject{}, map[string]*subject{}
+	type ixKey struct{ index, rng string }
+	ranges := map[ixKey]*subject{}
+	var ixOrder []ixKey
+	distinct := map[string]map[string]bool{}
+	get := func(subs map[string]*subject, k string) *subject {
+		s := subs[k]
+		if s == nil {
+			s = newSubject(k)
+			subs[k] = s
+		}
+		return s
+	}
+	for _, e := range m.tr.Events {
+		if e.Kind == IndexEntry {
+			if distinct[e.Name] == nil {
+				distinct[e.Name] = map[string]bool{}
+			}
+			if len(distinct[e.Name]) <= LowCardinality {
+				distinct[e.Name][e.Value] = true
+			}
+		}
+	}
+	for _, e := range m.tr.Events {
+		ti := m.tr.Tasks[e.Task]
+		switch e.Kind {
+		case Document:
+			get(docs, e.Name).add(e, ti, "")
+			get(colls, e.Collection).add(e, ti, "")
+		case Dispatch:
+			get(queues, e.Name).add(e, ti, "")
+		case Publish:
+			get(topics, e.Name).add(e, ti, "")
+			if e.Key != "" {
+				get(keys, e.Name+" "+e.Key).add(e, ti, "")
+			}
+		case IndexEntry:
+			k := ixKey{e.Name, e.Range}
+			key := e.Value + "\x00" + e.Doc
+			if len(distinct[e.Name]) <= LowCardinality {
+				k.rng += " | " + cmp.Or(e.Text, e.Value)
+				key = e.Doc
+			}
+			s := ranges[k]
+			if s == nil {
+				s = newSubject(k.rng)
+				ranges[k] = s
+				ixOrder = append(ixOrder, k)
+			}
+			s.add(e, ti, key)
+		}
+	}
+	var rows []Row
+	peak := func(section string, subs map[string]*subject, class func(string, Scope) string, unit string, bytes bool, limit *Limit) {
+		best := map[string]Row{}
+		for name, s := range subs {
+			n := s.count
+			if bytes {
+				n = s.bytes
+			}
+			sc, r := m.rate(s, n, t)
+			c := class(name, sc)
+			if old, ok := best[c]; !ok || r > old.Rate {
+				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Rate: r, Unit: unit, Limit: limit}
+			}
+		}
+		for _, r := range best {
+			rows = append(rows, r)
+		}
+	}
+	same := func(s string, _ Scope) string { return s }
+	peak("document", docs, DocClass, "writes/s", false, &DocumentWrites)
+	peak("collection", colls, same, "writes/s", false, nil)
+	peak("queue", queues, same, "dispatches/s", false, &QueueDispatches)
+	peak("ordering key", keys, func(k string, _ Scope) string { tp, _, _ := strings.Cut(k, " "); return tp + " {key}" }, "bytes/s", true, &OrderingKeyBytes)
+	peak("topic", topics, same, "bytes/s", true, &TopicBytes)
+	best := map[string]Row{}
+	var ixNames []string
+	for _, k := range ixOrder {
+		s := ranges[k]
+		sc, r := m.rate(s, s.count, t)
+		mono := Monotonic(s.keys)
+		row := Row{Section: "index", Name: k.index, Example: strings.TrimPrefix(k.rng, " | "), Scope: sc, Monotonic: mono, Recorded: s.count, Rate: r, Unit: "entries/s"}
+		if mono {
+			row.Limit = &SequentialIndex
+		}
+		old, ok := best[k.index]
+		if !ok {
+			ixNames = append(ixNames, k.index)
+		}
+		// The worst range: a monotonic one over a spread one, then the fastest.
+		if !ok || (row.Monotonic && !old.Monotonic) || (row.Monotonic == old.Monotonic && row.Rate > old.Rate) {
+			best[k.index] = row
+		}
+	}
+	for _, n := range ixNames {
+		rows = append(rows, best[n])
+	}
+	order := map[string]int{"document": 0, "index": 1, "collection": 2, "queue": 3, "ordering key": 4, "topic": 5}
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(order[a.Section], order[b.Section]), cmp.Compare(b.Rate, a.Rate), cmp.Compare(a.Name, b.Name))
+	})
+	return rows
+}
+
+// Monotonic reports whether keys, in write order, increase (or
+// decrease): the rank correlation (Spearman's) of each key's place in
+// the sorted range with its place in write order is at least
+// MonotonicCorrelation (or at most its opposite), and at least 2.5
+// deviations of what spread keys give by chance (1/√(n−1)). Concurrent
+// writers, and a task's entries written over its life while newer tasks
+// write theirs (a window of recent ids moving up), still correlate;
+// hashed or random keys do not.
+func Monotonic(keys []string) bool {
+	n := len(keys)
+	if n < MinMonotonic {
+		return false
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	// rank[i] is key i's place in the sorted range; equal keys (one
+	// document's entry rewritten) share their mean place: the same key
+	// again is a hot document, not a sequence.
+	rank := make([]float64, n)
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && keys[order[hi]] == keys[order[lo]] {
+			hi++
+		}
+		for _, i := range order[lo:hi] {
+			rank[i] = float64(lo+hi-1) / 2
+		}
+		lo = hi
+	}
+	mean := float64(n-1) / 2
+	var cov, v float64
+	for i, r := range rank {
+		cov += (float64(i) - mean) * (r - mean)
+		v += (float64(i) - mean) * (float64(i) - mean)
+	}
+	rho := cov / v
+	need := max(MonotonicCorrelation, 2.5/math.Sqrt(float64(n-1)))
+	return rho >= need || rho <= -need
+}
+
+// DocClass names a document's class: its path with the ids of per-task,
+// per-tenant and per-worker documents replaced by {id} (tasks/{id},
+// tasks/{id}/attempts/{id}, quotas/{id}); a global or periodic document
+// keeps its name (meta/sweeper).
+func DocClass(name string, sc Scope) string {
+	if sc == Global || sc == Periodic {
+		return name
+	}
+	parts := strings.Split(name, "/")
+	for i := 1; i < len(parts); i += 2 {
+		parts[i] = "{id}"
+	}
+	return strings.Join(parts, "/")
+}
+
+// Over returns the rows over their limits.
+func Over(rows []Row) []Row {
+	var out []Row
+	for _, r := range rows {
+		if r.Over() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Print writes the table as Markdown. Single-field indexes under their
+// limits (spread, or sequential but slow) are folded into one line per
+// collection, and a field's ascending and descending indexes over their
+// limits into one line.
+func Print(w io.Writer, rows []Row) {
+	fmt.Fprintln(w, "| | name | peak instance | shared by | recorded | at the target | limit | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	folded := map[string]*Row{}
+	var shown []Row
+	for _, r := range rows {
+		coll, _, single := strings.Cut(r.Name, ".")
+		if r.Section == "index" && single && !r.Over() && !strings.HasSuffix(r.Name, ".__name__") {
+			f := folded[coll]
+			if f == nil {
+				f = &Row{Section: "index", Scope: r.Scope, Unit: r.Unit}
+				folded[coll] = f
+				shown = append(shown, Row{Section: "folded", Name: coll})
+			}
+			f.Recorded++
+			if r.Rate > f.Rate {
+				f.Rate, f.Scope = r.Rate, r.Scope
+			}
+			continue
+		}
+		if field, ok := strings.CutSuffix(r.Name, " DESCENDING"); ok && slices.ContainsFunc(rows, func(a Row) bool {
+			return a.Name == field+" ASCENDING" && a.Over() && a.Rate == r.Rate
+		}) {
+			continue
+		}
+		if field, ok := strings.CutSuffix(r.Name, " ASCENDING"); ok && slices.ContainsFunc(rows, func(a Row) bool {
+			return a.Name == field+" DESCENDING" && a.Over() && a.Rate == r.Rate
+		}) {
+			r.Name = field + " (asc + desc)"
+		}
+		shown = append(shown, r)
+	}
+	for _, r := range shown {
+		if r.Section == "folded" {
+			f := folded[r.Name]
+			fmt.Fprintf(w, "| index | %s: %d other single-field indexes under their limits | | %s | | ≤ %s | — | |\n", r.Name, f.Recorded, f.Scope, human(f.Rate, f.Unit))
+			continue
+		}
+		limit, verdict := "—", ""
+		if r.Limit != nil {
+			limit = fmt.Sprintf("%s (%s)", human(r.Limit.PerSecond, r.Unit), r.Limit.Name)
+			verdict = "ok"
+			if r.Over() {
+				verdict = "**OVER**"
+			}
+		}
+		name := r.Name
+		if r.Monotonic {
+			name += " (monotonic)"
+		}
+		ex := r.Example
+		if len(ex) > 48 {
+			ex = ex[:45] + "…"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s |\n", r.Section, md(name), md(printable(ex)), r.Scope, r.Recorded, human(r.Rate, r.Unit), limit, verdict)
+	}
+}
+
+func md(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// printable replaces the bytes of encoded values that do not print.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0xfffd {
+			return '·'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "·"))
+}
+
+func human(v float64, unit string) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f %s", v, unit)
+	case v >= 1:
+		return fmt.Sprintf("%.1f %s", v, unit)
+	}
+	return fmt.Sprintf("%.3f %s", v, unit)
+}

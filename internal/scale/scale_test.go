@@ -1,0 +1,176 @@
+package scale_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servo-dev/servo/internal/scale"
+)
+
+// workload builds hand-made traffic of n tasks: tenant "hot" submits 30 %,
+// worker "big" takes half; each task's events come from events(i, id).
+func workload(n int, events func(i int, id string) []scale.Event) scale.Traffic {
+	tr := scale.Traffic{Tasks: map[string]scale.TaskInfo{},
+		Tenants: map[string]scale.Role{"hot": scale.Hot, "t1": scale.Ordinary, "t2": scale.Ordinary},
+		Workers: map[string]scale.Role{"big": scale.Hot, "w1": scale.Ordinary}}
+	for i := range n {
+		id := fmt.Sprintf("task_%06d", i)
+		tenant, worker := []string{"hot", "t1", "t2"}[i%3], []string{"big", "w1"}[i%2]
+		tr.Tasks[id] = scale.TaskInfo{Tenant: tenant, Worker: worker}
+		tr.Events = append(tr.Events, events(i, id)...)
+	}
+	return tr
+}
+
+func hash(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:8]) }
+
+func doc(name, coll, task string) scale.Event {
+	return scale.Event{Kind: scale.Document, Name: name, Collection: coll, Task: task}
+}
+
+func entry(index, rng, value, docName, task string) scale.Event {
+	return scale.Event{Kind: scale.IndexEntry, Name: index, Range: rng, Value: value, Doc: docName, Task: task}
+}
+
+func TestExtrapolate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tr   scale.Traffic
+		over []string // section/name of the rows over their limits
+	}{
+		{"spread: per-task documents, hashed names, sharded queues", workload(200, func(i int, id string) []scale.Event {
+			name := "tasks/" + hash(id)
+			ev := []scale.Event{doc(name, "tasks", id), doc(name, "tasks", id), entry("tasks.__name__", "", "", name, id),
+				{Kind: scale.Dispatch, Name: fmt.Sprintf("queues/w-%d", i%32), Task: id},
+				{Kind: scale.Publish, Name: "events", Key: id, Bytes: 500, Task: id}}
+			for range 3 {
+				ev = append(ev, doc(name, "tasks", id))
+			}
+			return ev
+		}), nil},
+		{"one hot document: every task writes meta/counter", workload(200, func(i int, id string) []scale.Event {
+			return []scale.Event{doc("tasks/"+hash(id), "tasks", id), doc("meta/counter", "meta", id)}
+		}), []string{"document meta/counter"}},
+		{"one sequential index: ULID-like names", workload(200, func(i int, id string) []scale.Event {
+			return []scale.Event{doc("tasks/"+id, "tasks", id), entry("tasks.__name__", "", "", "tasks/"+id, id)}
+		}), []string{"index tasks.__name__"}},
+		{"one sequential range of a composite index: one shard", workload(200, func(i int, id string) []scale.Event {
+			return []scale.Event{entry("tasks(dueShard,state,leaseExpiresAt)", "dueShard=0,state=RUNNING", fmt.Sprintf("%012d", i), "tasks/"+hash(id), id)}
+		}), []string{"index tasks(dueShard,state,leaseExpiresAt)"}},
+		{"one hot queue: the big worker's only queue", workload(200, func(i int, id string) []scale.Event {
+			q := "queues/w1"
+			if i%2 == 0 {
+				q = "queues/big"
+			}
+			return []scale.Event{{Kind: scale.Dispatch, Name: q, Task: id}}
+		}), []string{"queue queues/big"}},
+		{"a hot tenant's quota on 4 shards", workload(200, func(i int, id string) []scale.Event {
+			if i%3 != 0 {
+				return nil
+			}
+			return []scale.Event{doc(fmt.Sprintf("quotas/tenant-hot-%d", i%4), "quotas", id)}
+		}), []string{"document quotas/{id}"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rows := scale.New(c.tr).Extrapolate(scale.DefaultTarget)
+			var got []string
+			for _, r := range scale.Over(rows) {
+				got = append(got, r.Section+" "+r.Name)
+			}
+			if strings.Join(got, ";") != strings.Join(c.over, ";") {
+				var b strings.Builder
+				scale.Print(&b, rows)
+				t.Errorf("over: %q, want %q\n%s", got, c.over, b.String())
+			}
+		})
+	}
+}
+
+// TestRates checks the extrapolated rates of each scope.
+func TestRates(t *testing.T) {
+	tr := workload(300, func(i int, id string) []scale.Event {
+		ev := []scale.Event{doc("tasks/"+hash(id), "tasks", id)}
+		if i%3 == 0 { // the hot tenant's tasks: one shard of 100
+			ev = append(ev, doc("quotas/hot", "quotas", id))
+		}
+		if i%2 == 0 {
+			ev = append(ev, scale.Event{Kind: scale.Dispatch, Name: "queues/big", Task: id})
+		}
+		return ev
+	})
+	tr.Events = append(tr.Events, doc("meta/sweeper", "meta", ""), doc("meta/sweeper", "meta", ""))
+	tr.Duration, tr.SweepEvery = 10*time.Second, time.Second
+	tg := scale.DefaultTarget
+	want := map[string]struct {
+		scope scale.Scope
+		rate  float64
+	}{
+		"document tasks/{id}":   {scale.PerTask, 1 / tg.Lifetime()},                // one write in a 100 s life
+		"document quotas/{id}":  {scale.PerTenant, 0.3 * tg.Submits},               // every hot submit
+		"document meta/sweeper": {scale.Periodic, 2.0 / 10 * 1 / 15},               // 2 in 10 s at a 1 s cadence, 15 s in production
+		"queue queues/big":      {scale.PerWorker, tg.BigWorkerShare * tg.Submits}, // every task of the big worker
+		"collection tasks":      {scale.Global, tg.Submits},
+	}
+	rows := scale.New(tr).Extrapolate(tg)
+	seen := 0
+	for _, r := range rows {
+		w, ok := want[r.Section+" "+r.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		if r.Scope != w.scope || r.Rate < w.rate*0.999 || r.Rate > w.rate*1.001 {
+			t.Errorf("%s %s: %s %.4f, want %s %.4f", r.Section, r.Name, r.Scope, r.Rate, w.scope, w.rate)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of %d rows found", seen, len(want))
+	}
+}
+
+func TestMonotonic(t *testing.T) {
+	seq := func(n int, f func(i int) string) []string {
+		var out []string
+		for i := range n {
+			out = append(out, f(i))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		keys []string
+		want bool
+	}{
+		{"increasing", seq(50, func(i int) string { return fmt.Sprintf("%06d", i) }), true},
+		{"decreasing", seq(50, func(i int) string { return fmt.Sprintf("%06d", 1000-i) }), true},
+		{"hashed", seq(50, func(i int) string { return hash(fmt.Sprint(i)) }), false},
+		{"too few", []string{"a", "b", "c", "d", "e", "f", "g"}, false},
+		// Each of 30 tasks writes 3 entries over its life, 8 tasks at a
+		// time: a window of recent ids moving up.
+		{"moving window", seq(90, func(i int) string { return fmt.Sprintf("%06d", i/3+(i%3)*8) }), true},
+		{"one key rewritten", seq(50, func(int) string { return "quotas/t-0" }), false},
+		{"short and spread", seq(9, func(i int) string { return hash(fmt.Sprint(i)) }), false},
+		{"short and sequential", seq(9, func(i int) string { return fmt.Sprintf("%06d", i) }), true},
+		{"mostly increasing, a few late", seq(100, func(i int) string {
+			if i%20 == 0 {
+				return "0000"
+			}
+			return fmt.Sprintf("%06d", i)
+		}), true},
+	} {
+		if got := scale.Monotonic(c.keys); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	tg := scale.DefaultTarget
+	if tg.Lifetime() != 100 || tg.HeartbeatsPerTask() != 3 {
+		t.Errorf("lifetime %.0f s, %d heartbeats a task; want 100 s and 3", tg.Lifetime(), tg.HeartbeatsPerTask())
+	}
+}

@@ -1,0 +1,326 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+)
+
+// WriteRecorder records every document write the store commits, in commit
+// order, with the index entries each makes in production: the scale model
+// (bench/scale, internal/scale) extrapolates them to a target load. It
+// keeps each document's last known fields, so that an update through a
+// mask (a heartbeat) is indexed with the fields it does not send (the
+// dueShard of a composite index) and only fields whose value changed make
+// entries. Install it with WithClientOptions(r.ClientOptions()...).
+type WriteRecorder struct {
+	mu     sync.Mutex
+	state  map[string]map[string]*pb.Value
+	writes []RecordedWrite
+	commit int
+}
+
+// RecordedWrite is one write of a commit.
+type RecordedWrite struct {
+	// Commit numbers the commit (writes of one commit share it).
+	Commit int
+	// Doc is the document's path below the database's documents
+	// (tasks/x, tasks/x/attempts/1).
+	Doc string
+	// Collection is the document's collection id (its group).
+	Collection string
+	// Create is a write to a document the recorder had not seen.
+	Create bool
+	// Delete is a delete.
+	Delete bool
+	// Fields are the paths written (the mask, else every field).
+	Fields []string
+	// Entries are the index entries written.
+	Entries []RecordedEntry
+	// TaskID, TenantID and Worker are the document's fields of these
+	// names after the write ("" when absent).
+	TaskID, TenantID, Worker string
+}
+
+// RecordedEntry is one index entry a write makes.
+type RecordedEntry struct {
+	// Index names the index: "tasks.state ASCENDING" for a single-field
+	// index, "tasks(dueShard,state,leaseExpiresAt)" for a composite one,
+	// "tasks.__name__" for the document names of a collection.
+	Index string
+	// Prefix holds the values of a composite index's fields before its
+	// last (its equality prefix), encoded.
+	Prefix string
+	// Value is the last field's value in an order-preserving encoding
+	// (byte order is Firestore's order within one type); Text is it for
+	// people.
+	Value, Text string
+}
+
+// NewWriteRecorder returns an empty recorder.
+func NewWriteRecorder() *WriteRecorder {
+	return &WriteRecorder{state: map[string]map[string]*pb.Value{}}
+}
+
+// ClientOptions install the recorder on a Firestore client.
+func (r *WriteRecorder) ClientOptions() []option.ClientOption {
+	return []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(r.unary))}
+}
+
+// Writes returns a copy of the writes recorded so far.
+func (r *WriteRecorder) Writes() []RecordedWrite {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.writes)
+}
+
+func (r *WriteRecorder) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	creq, ok := req.(*pb.CommitRequest)
+	if err != nil || !ok {
+		return err
+	}
+	var results []*pb.WriteResult
+	if res, ok := reply.(*pb.CommitResponse); ok {
+		results = res.GetWriteResults()
+	}
+	r.record(creq.GetWrites(), results)
+	return nil
+}
+
+// record applies a committed request's writes to the known state and
+// records each with its entries.
+func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commit++
+	for i, w := range writes {
+		var transforms []*pb.Value
+		if i < len(results) {
+			transforms = results[i].GetTransformResults()
+		}
+		r.writes = append(r.writes, r.apply(w, transforms))
+	}
+}
+
+func relName(name string) string {
+	if _, rest, ok := strings.Cut(name, "/documents/"); ok {
+		return rest
+	}
+	return name
+}
+
+func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite {
+	if d := w.GetDelete(); d != "" {
+		rel := relName(d)
+		delete(r.state, rel)
+		return RecordedWrite{Commit: r.commit, Doc: rel, Collection: collectionOf(d), Delete: true}
+	}
+	doc := w.GetUpdate()
+	rel, coll := relName(doc.GetName()), collectionOf(doc.GetName())
+	old, seen := r.state[rel]
+	next := map[string]*pb.Value{}
+	var written []string
+	if mask := w.GetUpdateMask(); mask != nil && seen {
+		for k, v := range old {
+			next[k] = v
+		}
+		for _, p := range mask.GetFieldPaths() {
+			setAt(next, p, valueAt(doc.GetFields(), p))
+		}
+		written = slices.Clone(mask.GetFieldPaths())
+	} else {
+		for k, v := range doc.GetFields() {
+			next[k] = v
+		}
+		for k := range doc.GetFields() {
+			written = append(written, k)
+		}
+	}
+	for j, t := range w.GetUpdateTransforms() {
+		var v *pb.Value
+		if j < len(transforms) {
+			v = transforms[j]
+		}
+		setAt(next, t.GetFieldPath(), v)
+		written = append(written, t.GetFieldPath())
+	}
+	sort.Strings(written)
+	r.state[rel] = next
+	rw := RecordedWrite{Commit: r.commit, Doc: rel, Collection: coll, Create: !seen, Fields: written,
+		TaskID: next["taskId"].GetStringValue(), TenantID: next["tenantId"].GetStringValue(), Worker: next["worker"].GetStringValue()}
+	if !seen {
+		rw.Entries = append(rw.Entries, RecordedEntry{Index: coll + ".__name__", Value: rel})
+	}
+	changed := map[string]bool{}
+	for _, p := range written {
+		if !seen || !sameValue(valueAt(old, p), valueAt(next, p)) {
+			changed[p] = true
+		}
+	}
+	for p := range changed {
+		rw.Entries = append(rw.Entries, singleEntries(coll, p, valueAt(next, p))...)
+	}
+	for _, ix := range Indexes {
+		if ix.Collection != coll || !slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return changed[f.Path] }) ||
+			slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return valueAt(next, f.Path) == nil }) {
+			continue
+		}
+		var prefix []string
+		for _, f := range ix.Fields[:len(ix.Fields)-1] {
+			prefix = append(prefix, f.Path+"="+textOf(valueAt(next, f.Path)))
+		}
+		last := ix.Fields[len(ix.Fields)-1]
+		rw.Entries = append(rw.Entries, RecordedEntry{Index: compositeName(ix), Prefix: strings.Join(prefix, ","), Value: orderKey(valueAt(next, last.Path)), Text: textOf(valueAt(next, last.Path))})
+	}
+	sort.Slice(rw.Entries, func(i, j int) bool { return rw.Entries[i].Index < rw.Entries[j].Index })
+	return rw
+}
+
+func compositeName(ix Index) string {
+	var fs []string
+	for _, f := range ix.Fields {
+		fs = append(fs, f.Path)
+	}
+	return ix.Collection + "(" + strings.Join(fs, ",") + ")"
+}
+
+// singleEntries are the single-field entries of the value at path, as
+// fieldEntries counts them: ascending and descending per leaf, map
+// subfields recursively, one array-contains entry per element.
+func singleEntries(coll, path string, v *pb.Value) []RecordedEntry {
+	if v == nil || exempt(coll, path) {
+		return nil
+	}
+	switch x := v.GetValueType().(type) {
+	case *pb.Value_MapValue:
+		var out []RecordedEntry
+		for k, sub := range x.MapValue.GetFields() {
+			out = append(out, singleEntries(coll, path+"."+k, sub)...)
+		}
+		return out
+	case *pb.Value_ArrayValue:
+		var out []RecordedEntry
+		for _, e := range x.ArrayValue.GetValues() {
+			out = append(out, RecordedEntry{Index: coll + "." + path + " CONTAINS", Value: orderKey(e), Text: textOf(e)})
+		}
+		return out
+	}
+	e := orderKey(v)
+	t := textOf(v)
+	return []RecordedEntry{{Index: coll + "." + path + " ASCENDING", Value: e, Text: t}, {Index: coll + "." + path + " DESCENDING", Value: e, Text: t}}
+}
+
+func setAt(fields map[string]*pb.Value, path string, v *pb.Value) {
+	head, rest, nested := strings.Cut(path, ".")
+	if !nested {
+		if v == nil {
+			delete(fields, head)
+		} else {
+			fields[head] = v
+		}
+		return
+	}
+	m := fields[head].GetMapValue()
+	sub := map[string]*pb.Value{}
+	if m != nil {
+		for k, x := range m.GetFields() {
+			sub[k] = x
+		}
+	}
+	setAt(sub, rest, v)
+	fields[head] = &pb.Value{ValueType: &pb.Value_MapValue{MapValue: &pb.MapValue{Fields: sub}}}
+}
+
+func sameValue(a, b *pb.Value) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return orderKey(a) == orderKey(b)
+}
+
+// orderKey encodes v so that byte order is Firestore's value order
+// within a type (numbers, timestamps, strings); a type tag leads.
+func orderKey(v *pb.Value) string {
+	var b []byte
+	switch x := v.GetValueType().(type) {
+	case nil:
+		return ""
+	case *pb.Value_NullValue:
+		return "0"
+	case *pb.Value_BooleanValue:
+		if x.BooleanValue {
+			return "1t"
+		}
+		return "1f"
+	case *pb.Value_IntegerValue:
+		b = append([]byte("2"), orderedFloat(float64(x.IntegerValue))...)
+	case *pb.Value_DoubleValue:
+		b = append([]byte("2"), orderedFloat(x.DoubleValue)...)
+	case *pb.Value_TimestampValue:
+		b = []byte("3")
+		b = binary.BigEndian.AppendUint64(b, uint64(x.TimestampValue.GetSeconds())^1<<63)
+		b = binary.BigEndian.AppendUint32(b, uint32(x.TimestampValue.GetNanos()))
+	case *pb.Value_StringValue:
+		return "4" + x.StringValue
+	case *pb.Value_BytesValue:
+		return "5" + string(x.BytesValue)
+	case *pb.Value_ReferenceValue:
+		return "6" + relName(x.ReferenceValue)
+	case *pb.Value_MapValue:
+		keys := make([]string, 0, len(x.MapValue.GetFields()))
+		for k := range x.MapValue.GetFields() {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		s := "9"
+		for _, k := range keys {
+			s += k + ":" + orderKey(x.MapValue.GetFields()[k]) + ";"
+		}
+		return s
+	default:
+		return "8" + v.String()
+	}
+	return string(b)
+}
+
+func orderedFloat(f float64) []byte {
+	u := math.Float64bits(f)
+	if f < 0 {
+		u = ^u
+	} else {
+		u |= 1 << 63
+	}
+	return binary.BigEndian.AppendUint64(nil, u)
+}
+
+// textOf shows a value to people.
+func textOf(v *pb.Value) string {
+	switch x := v.GetValueType().(type) {
+	case nil:
+		return ""
+	case *pb.Value_NullValue:
+		return "null"
+	case *pb.Value_BooleanValue:
+		return strconv.FormatBool(x.BooleanValue)
+	case *pb.Value_IntegerValue:
+		return strconv.FormatInt(x.IntegerValue, 10)
+	case *pb.Value_DoubleValue:
+		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
+	case *pb.Value_TimestampValue:
+		return x.TimestampValue.AsTime().UTC().Format(time.RFC3339Nano)
+	case *pb.Value_StringValue:
+		return strconv.Quote(x.StringValue)
+	}
+	return "…"
+}
