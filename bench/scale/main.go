@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *heartbeats < 0 {
 		*heartbeats = tg.HeartbeatsPerTask()
 	}
-	tr, err := record(ctx, *project, newPlan(*tasks, *heartbeats, tg.HotShare), *parallel, tg.HotShare)
+	tr, err := record(ctx, *project, newPlan(*tasks, *heartbeats, tg), *parallel, tg)
 	if err != nil {
 		fmt.Fprintln(stderr, "scale:", err)
 		return 2
@@ -80,18 +80,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // record plays p on a fresh local stack and returns what it recorded.
-func record(ctx context.Context, project string, p plan, parallel int, hotShare float64) (scale.Traffic, error) {
+func record(ctx context.Context, project string, p plan, parallel int, tg scale.Target) (scale.Traffic, error) {
+	hotShare := tg.HotShare
 	rec := newRecorder()
 	box := newMailbox()
 	defer box.srv.Close()
-	workers := map[string]string{}
-	for name := range p.workers {
+	// Each worker declares its rate at the target, so that the stack gives
+	// it the queues production would (enqueue.QueueCount).
+	workers, rates, queues := map[string]string{}, map[string]float64{}, map[string]string{}
+	for name, role := range p.workers {
 		workers[name] = box.srv.URL
+		rates[name] = workerRate(tg, role)
+		queues[name] = "queues/" + name
 	}
 	const sweepEvery = time.Second
 	o := devstack.Options{
 		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: sweepEvery, Quotas: p.quotas,
 		DueShards:           store.DefaultDueShards, // production's, not the local default
+		WorkerRates:         rates,
 		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
 		TasksClientOptions:  rec.tasksOptions(),
 		PubSubClientOptions: rec.pubsubOptions(),
@@ -111,6 +117,8 @@ func record(ctx context.Context, project string, p plan, parallel int, hotShare 
 	if err := stack.Events.Flush(ctx); err != nil {
 		return scale.Traffic{}, err
 	}
-	return scale.Traffic{Events: rec.events(), Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
-		Duration: time.Since(start), SweepEvery: sweepEvery}, nil
+	events := rec.events()
+	spread := families(events, tg, store.DefaultDueShards, p.tenants, p.workers, queues)
+	return scale.Traffic{Events: events, Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
+		Duration: time.Since(start), SweepEvery: sweepEvery, Spread: spread}, nil
 }

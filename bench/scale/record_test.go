@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"slices"
 	"testing"
 
@@ -31,5 +32,46 @@ func TestAttribute(t *testing.T) {
 	}
 	if e := attribute(writes[1:2])[1]; e.Kind != scale.IndexEntry || e.Doc != "tasks/a" || e.Value != "tasks/a" {
 		t.Errorf("index entry %+v", e)
+	}
+}
+
+// TestFamilies: the members of hash-spread families are renamed to their
+// family and counted at the target.
+func TestFamilies(t *testing.T) {
+	hot := "quotas/t_" + base64.RawURLEncoding.EncodeToString([]byte("hot"))
+	plain := "quotas/t_" + base64.RawURLEncoding.EncodeToString([]byte("tenant-1"))
+	events := []scale.Event{
+		{Kind: scale.IndexEntry, Name: "tasks(dueShard,state,leaseExpiresAt)", Range: `dueShard=12,state="RUNNING"`},
+		{Kind: scale.Document, Name: hot + "-17"},
+		{Kind: scale.Document, Name: plain + "-2"}, // no limits at the target: not a family
+		{Kind: scale.Dispatch, Name: "queues/big"},
+		{Kind: scale.Dispatch, Name: "queues/big-q7"},
+		{Kind: scale.Dispatch, Name: "queues/worker-1"},
+	}
+	tg := scale.DefaultTarget
+	tg.Workers = 2 // worker-1 takes the other half: 5 000 tasks/s, 10 000 declared
+	spread := families(events, tg, 128,
+		map[string]scale.Role{"hot": scale.Hot, "tenant-1": scale.Ordinary},
+		map[string]scale.Role{"big": scale.Hot, "worker-1": scale.Ordinary},
+		map[string]string{"big": "queues/big", "worker-1": "queues/worker-1"})
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Name+" "+e.Range)
+	}
+	want := []string{`tasks(dueShard,state,leaseExpiresAt) dueShard={k},state="RUNNING"`, hot + "-{k} ", plain + "-2 ",
+		"queues/big-q{k} ", "queues/big-q{k} ", "queues/worker-1-q{k} "}
+	if !slices.Equal(got, want) {
+		t.Errorf("renamed:\n%q\nwant\n%q", got, want)
+	}
+	// The hot tenant declares 2 × 3 000 tasks/s: 18 000 shards at 3
+	// writes a task and 1 write/s a shard; each worker 2 × 5 000
+	// dispatches/s: 20 queues.
+	for k, n := range map[string]int{"dueShard": 128, hot + "-{k}": 18000, "queues/big-q{k}": 20, "queues/worker-1-q{k}": 20} {
+		if spread[k] != n {
+			t.Errorf("spread[%q] = %d, want %d (all: %v)", k, spread[k], n, spread)
+		}
+	}
+	if len(spread) != 4 {
+		t.Errorf("spread has %d families, want 4: %v", len(spread), spread)
 	}
 }

@@ -99,10 +99,10 @@ type plan struct {
 	quotas     *quota.Policy
 }
 
-func newPlan(tasks, heartbeats int, hotShare float64) plan {
+func newPlan(tasks, heartbeats int, tg scale.Target) plan {
 	p := plan{tasks: tasks, heartbeats: heartbeats,
 		tenants: map[string]scale.Role{hotTenant: scale.Hot}, workers: map[string]scale.Role{bigWorker: scale.Hot},
-		quotas: &quota.Policy{Tenants: map[string]quota.Limits{hotTenant: {MaxRunning: 100000}}}}
+		quotas: &quota.Policy{Tenants: map[string]quota.Limits{hotTenant: targetLimits(tg, scale.Hot)}}}
 	for i := 1; i <= limitedTenants; i++ {
 		name := fmt.Sprintf("limited-%d", i)
 		p.tenants[name] = scale.Limited
@@ -114,7 +114,6 @@ func newPlan(tasks, heartbeats int, hotShare float64) plan {
 	for i := 1; i <= ordinaryWorkers; i++ {
 		p.workers[fmt.Sprintf("worker-%d", i)] = scale.Ordinary
 	}
-	_ = hotShare
 	return p
 }
 

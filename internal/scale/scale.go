@@ -79,6 +79,32 @@ type Traffic struct {
 	// sweeper's cadence: events for no task (the sweeper's records) recur
 	// with time, not with tasks.
 	Duration, SweepEvery time.Duration
+	// Spread names the families a hash spreads evenly over n members at
+	// the target: a document or queue name with ShardMark in place of its
+	// member number (quotas/t_x-{k}), or an index field whose value is a
+	// hash shard (dueShard: its ranges recorded as dueShard={k}). The
+	// model sums a family's traffic and gives each member 1/n of it: a
+	// small recording spreads too few events over n members for its
+	// busiest one to be the target's.
+	Spread map[string]int
+}
+
+// ShardMark stands for a member's number in a Spread family's name.
+const ShardMark = "{k}"
+
+// spread is the number of members name (a document, queue or index range)
+// shares its family's traffic with (1: not a family).
+func (m *Model) spread(name string) float64 {
+	if n := m.tr.Spread[name]; n > 0 {
+		return float64(n)
+	}
+	d := 1
+	for field, n := range m.tr.Spread {
+		if n > 0 && strings.Contains(name, field+"="+ShardMark) {
+			d *= n
+		}
+	}
+	return float64(d)
 }
 
 // Target is the load to extrapolate to.
@@ -120,8 +146,8 @@ func (t Target) HeartbeatsPerTask() int {
 	return int(t.Lifetime()/t.HeartbeatEvery.Seconds() + 0.5)
 }
 
-// tenantRate is a tenant's submits a second at the target.
-func (t Target) tenantRate(r Role) float64 {
+// TenantRate is a tenant's submits a second at the target.
+func (t Target) TenantRate(r Role) float64 {
 	switch r {
 	case Hot:
 		return t.HotShare * t.Submits
@@ -139,8 +165,8 @@ func (t Target) limitedRate() float64 {
 	return t.Submits * (1 - t.HotShare) / float64(max(1, t.Tenants-1))
 }
 
-// workerRate is a worker's tasks a second at the target.
-func (t Target) workerRate(r Role) float64 {
+// WorkerRate is a worker's tasks a second at the target.
+func (t Target) WorkerRate(r Role) float64 {
 	if r == Hot {
 		return t.BigWorkerShare * t.Submits
 	}
@@ -258,12 +284,12 @@ func (m *Model) rate(s *subject, n int, t Target) (Scope, float64) {
 	tenants, workers := s.tenants, s.workers
 	if len(s.tasks) > 1 && len(tenants) == 1 {
 		for tn := range tenants {
-			return PerTenant, float64(n) / float64(max(1, m.tenantN[tn])) * t.tenantRate(m.tr.Tenants[tn])
+			return PerTenant, float64(n) / float64(max(1, m.tenantN[tn])) * t.TenantRate(m.tr.Tenants[tn])
 		}
 	}
 	if len(s.tasks) > 1 && len(workers) == 1 {
 		for w := range workers {
-			return PerWorker, float64(n) / float64(max(1, m.workrN[w])) * t.workerRate(m.tr.Workers[w])
+			return PerWorker, float64(n) / float64(max(1, m.workrN[w])) * t.WorkerRate(m.tr.Workers[w])
 		}
 	}
 	return Global, float64(n) / total * t.Submits
@@ -334,6 +360,7 @@ func (m *Model) Extrapolate(t Target) []Row {
 				n = s.bytes
 			}
 			sc, r := m.rate(s, n, t)
+			r /= m.spread(name)
 			c := class(name, sc)
 			if old, ok := best[c]; !ok || r > old.Rate {
 				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Rate: r, Unit: unit, Limit: limit}
@@ -354,6 +381,7 @@ func (m *Model) Extrapolate(t Target) []Row {
 	for _, k := range ixOrder {
 		s := ranges[k]
 		sc, r := m.rate(s, s.count, t)
+		r /= m.spread(k.rng)
 		mono := Monotonic(s.keys)
 		row := Row{Section: "index", Name: k.index, Example: strings.TrimPrefix(k.rng, " | "), Scope: sc, Monotonic: mono, Recorded: s.count, Rate: r, Unit: "entries/s"}
 		if mono {

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,57 @@ func TestTarget(t *testing.T) {
 	tg := scale.DefaultTarget
 	if tg.Lifetime() != 100 || tg.HeartbeatsPerTask() != 3 {
 		t.Errorf("lifetime %.0f s, %d heartbeats a task; want 100 s and 3", tg.Lifetime(), tg.HeartbeatsPerTask())
+	}
+}
+
+// TestSpread: a family spread by a hash over n members gets 1/n of its
+// traffic each, however unevenly a small recording fell on them.
+func TestSpread(t *testing.T) {
+	// 200 tasks' lease entries over 16 due shards, skewed: shard 0 has
+	// half of them; and the hot tenant's quota writes over 8 of 9000 shards.
+	tr := workload(200, func(i int, id string) []scale.Event {
+		shard := i % 16
+		if i%2 == 0 {
+			shard = 0
+		}
+		ev := []scale.Event{entry("tasks(dueShard,state,leaseExpiresAt)", fmt.Sprintf("dueShard=%d,state=RUNNING", shard), fmt.Sprintf("%012d", i), "tasks/"+hash(id), id)}
+		if i%3 == 0 {
+			ev = append(ev, doc(fmt.Sprintf("quotas/t_hot-%d", i%8), "quotas", id))
+		}
+		return ev
+	})
+	rate := func(tr scale.Traffic, section, name string) float64 {
+		t.Helper()
+		for _, r := range scale.New(tr).Extrapolate(scale.DefaultTarget) {
+			if r.Section == section && r.Name == name {
+				return r.Rate
+			}
+		}
+		t.Fatalf("no row %s %s", section, name)
+		return 0
+	}
+	const lease, quota = "tasks(dueShard,state,leaseExpiresAt)", "quotas/{id}"
+	skewed := rate(tr, "index", lease)
+	// 200 entries for 200 tasks: 10 000 a second at the target; shard 0
+	// took the 100 of even tasks.
+	if want := 10000.0 * 100 / 200; math.Abs(skewed-want) > 1 {
+		t.Errorf("sampled peak %.0f, want %.0f (the busiest recorded shard)", skewed, want)
+	}
+	spread := tr
+	spread.Events = slices.Clone(tr.Events)
+	spread.Spread = map[string]int{"dueShard": 16, "quotas/t_hot-" + scale.ShardMark: 9000}
+	for i, e := range spread.Events {
+		e.Range = strings.NewReplacer(strings.Split(e.Range, ",")[0], "dueShard="+scale.ShardMark).Replace(e.Range)
+		if e.Kind == scale.Document && strings.HasPrefix(e.Name, "quotas/t_hot-") {
+			e.Name = "quotas/t_hot-" + scale.ShardMark
+		}
+		spread.Events[i] = e
+	}
+	if got, want := rate(spread, "index", lease), 10000.0/16; math.Abs(got-want) > 1 {
+		t.Errorf("spread over 16 shards: %.0f entries/s, want %.0f", got, want)
+	}
+	// The hot tenant: 3 000 tasks/s, one quota write each, over 9 000 shards.
+	if got, want := rate(spread, "document", quota), 3000.0/9000; math.Abs(got-want) > 0.01 {
+		t.Errorf("quota shard: %.3f writes/s, want %.3f", got, want)
 	}
 }

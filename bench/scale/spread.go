@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/base64"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/scale"
+)
+
+// The families a hash spreads at the target (scale.Traffic.Spread): the
+// due shards of every due and listing index, each limited scope's quota
+// counter shards, and each worker's queues. The recording names their
+// members; families() renames them to the family and says how many
+// members the target has.
+
+var (
+	dueShardRE   = regexp.MustCompile(`\bdueShard=\d+`)
+	quotaShardRE = regexp.MustCompile(`^(quotas/([tw])_([A-Za-z0-9_-]*))-\d+$`)
+	extraQueueRE = regexp.MustCompile(`-q\d+$`)
+)
+
+// Headroom is how far above its mean rate at the target a tenant or
+// worker declares its peak (quota peakRate, a worker's
+// maxDispatchesPerSecond): retries, re-drives, quota waits and cancels
+// add to what a task costs on average (the recording's tasks make 3–5
+// counter writes and 1.4 dispatches each), and peaks exceed means.
+const Headroom = 2.0
+
+// targetLimits are the quota limits of a tenant of role r at tg, as an
+// operator would declare them: the hot tenant's peakRate its share of the
+// submits (maxRunning far above what it runs); a limited tenant runs at
+// its limit, which holds its rate's tasks for their lifetime.
+func targetLimits(tg scale.Target, r scale.Role) quota.Limits {
+	switch r {
+	case scale.Hot:
+		return quota.Limits{MaxRunning: 10_000_000, PeakRate: Headroom * tg.TenantRate(scale.Hot)}
+	case scale.Limited:
+		rate := tg.TenantRate(scale.Limited)
+		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: Headroom * rate}
+	}
+	return quota.Limits{}
+}
+
+// workerRate is the dispatch rate a worker of role r declares at tg.
+func workerRate(tg scale.Target, r scale.Role) float64 { return Headroom * tg.WorkerRate(r) }
+
+// families renames the events of spread families to their family name
+// (scale.ShardMark for the member) and returns the families' member counts
+// at tg. dueShards is the stack's due shard count; tenants and workers are
+// the recorded ones with their roles; queues maps each worker to its base
+// queue (relQueue form).
+func families(events []scale.Event, tg scale.Target, dueShards int, tenants, workers map[string]scale.Role, queues map[string]string) map[string]int {
+	spread := map[string]int{"dueShard": dueShards}
+	policy := &quota.Policy{}
+	family := map[string]string{} // base queue → its family name
+	for w, base := range queues {
+		if n := enqueue.QueueCount(workerRate(tg, workers[w])); n > 1 {
+			family[base] = base + "-q" + scale.ShardMark
+			spread[family[base]] = n
+		}
+	}
+	for i, e := range events {
+		switch e.Kind {
+		case scale.IndexEntry:
+			e.Range = dueShardRE.ReplaceAllString(e.Range, "dueShard="+scale.ShardMark)
+		case scale.Document:
+			m := quotaShardRE.FindStringSubmatch(e.Name)
+			if m == nil || m[2] != "t" {
+				break
+			}
+			name, err := base64.RawURLEncoding.DecodeString(m[3])
+			if err != nil {
+				break
+			}
+			if l := targetLimits(tg, tenants[string(name)]); l.Limited() {
+				e.Name = m[1] + "-" + scale.ShardMark
+				spread[e.Name] = policy.ShardsFor(l)
+			}
+		case scale.Dispatch:
+			if f, ok := family[strings.TrimSuffix(e.Name, extraQueueRE.FindString(e.Name))]; ok {
+				e.Name = f
+			}
+		}
+		events[i] = e
+	}
+	return spread
+}
