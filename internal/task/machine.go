@@ -478,10 +478,16 @@ func (m *machine) start() {
 
 func (m *machine) heartbeat() {
 	t := m.t()
-	if t.State == api.Pending || t.State == api.Queued {
+	started := t.State == api.Pending || t.State == api.Queued
+	if started {
 		m.start()
 	}
 	a, hb, now := m.attempt(), m.ev.Heartbeat, m.now
+	if !started && !m.heartbeatWrites(a, hb) {
+		// Accepted, nothing written: the stored lease outlasts the next
+		// heartbeat (see heartbeatWrites).
+		return
+	}
 	a.LastHeartbeatAt = &now
 	a.recordHeartbeat(now)
 	if hb != nil {
