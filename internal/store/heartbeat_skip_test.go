@@ -17,7 +17,7 @@ func TestHeartbeatWithHalfLeaseLeftWritesNothing(t *testing.T) {
 	s, rc := newStore(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
-	tk := mustCreate(t, s, submitted(now, ""), now) // interval 1 s, timeout 3 s
+	tk := mustCreate(t, s, submitted(now, ""), now)    // interval 1 s, timeout 3 s
 	mustApply(t, s, tk.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now})
 	mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: now})
 	p10, p20 := 10, 20
