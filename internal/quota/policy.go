@@ -32,7 +32,16 @@ type Limits struct {
 	// slots and PerTenant.MaxQueued of its queued tasks, so that a tenant
 	// over its share cannot take the rest from the others.
 	PerTenant *Limits `json:"perTenant,omitempty"`
+	// RetentionDays, on a tenant's limits, is how many days its ended
+	// tasks, their attempts and runs are kept (at least MinRetentionDays,
+	// the idempotency window); 0 is the deployment's default
+	// (SERVO_RETENTION). It limits nothing.
+	RetentionDays int `json:"retentionDays,omitempty"`
 }
+
+// MinRetentionDays is the shortest Limits.RetentionDays: the idempotency
+// window.
+const MinRetentionDays = 30
 
 // Limited reports whether l limits anything.
 func (l Limits) Limited() bool { return l.MaxRunning > 0 || l.MaxQueued > 0 }
@@ -181,11 +190,14 @@ func (p *Policy) Validate() error {
 			if l.MaxRunning < 0 || l.MaxQueued < 0 {
 				return fmt.Errorf("%w: %s %q: limits must be ≥ 0 (0 is unlimited)", ErrInvalid, kind, name)
 			}
+			if l.RetentionDays != 0 && (kind != KindTenant || l.RetentionDays < MinRetentionDays) {
+				return fmt.Errorf("%w: %s %q: retentionDays %d: want a tenant's, at least %d (the idempotency window)", ErrInvalid, kind, name, l.RetentionDays, MinRetentionDays)
+			}
 			if pt := l.PerTenant; pt != nil {
 				switch {
 				case kind != KindWorker:
 					return fmt.Errorf("%w: %s %q: perTenant is only allowed for workers", ErrInvalid, kind, name)
-				case pt.PerTenant != nil || pt.MaxRunning < 0 || pt.MaxQueued < 0:
+				case pt.PerTenant != nil || pt.MaxRunning < 0 || pt.MaxQueued < 0 || pt.RetentionDays != 0:
 					return fmt.Errorf("%w: worker %q: perTenant: want maxRunning and maxQueued ≥ 0", ErrInvalid, name)
 				case (l.MaxRunning > 0 && pt.MaxRunning > l.MaxRunning) || (l.MaxQueued > 0 && pt.MaxQueued > l.MaxQueued):
 					return fmt.Errorf("%w: worker %q: perTenant exceeds the worker's own limits", ErrInvalid, name)

@@ -29,6 +29,9 @@ type Run struct {
 	// LastSubmitAt is the time of the latest commit that wrote the run's
 	// document (within RunDocumentEvery of its latest submit).
 	LastSubmitAt time.Time `firestore:"lastSubmitAt"`
+	// ExpireAt is when Firestore may delete the document (a TTL policy):
+	// the tenant's retention after LastSubmitAt.
+	ExpireAt time.Time `firestore:"expireAt"`
 }
 
 // runDocID is the id of tenant's document of run: run ids are scoped per
@@ -52,7 +55,8 @@ func (s *Store) tenantRunName(tenant, id string) string {
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt,
+		ExpireAt: t.CreatedAt.Add(s.retentionFor(t.TenantID))}, false)
 }
 
 // RunFilter selects runs for ListRuns.

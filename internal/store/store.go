@@ -75,6 +75,7 @@ type Store struct {
 	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 	outages    *outageLog
+	retention  time.Duration // WithRetention
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -97,6 +98,7 @@ type config struct {
 	clientOpts []option.ClientOption
 	maxRetries int
 	quotas     *quota.Policy
+	retention  time.Duration
 }
 
 // Option configures New.
@@ -164,7 +166,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
-		outages: &outageLog{}}
+		outages: &outageLog{}, retention: cfg.retention}
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.
@@ -971,6 +973,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		ev.Hold, ev.SlotFree = hold, free
 	}
+	ev.Retention = s.retentionFor(t.TenantID)
 	r := s.machine(ctx, t, cur, ev)
 	if !r.Write {
 		return r, nil
