@@ -25,7 +25,9 @@ import (
 //	   runs/{runId} document (before runs were listed from it).
 //	1  every task and outbox entry has its due shard, every undelivered
 //	   entry its next try, every run its document.
-const SchemaVersion = 1
+//	3  every ended task and attempt record and every run document has
+//	   its expireAt (migrate_retention.go).
+const SchemaVersion = 3
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"
@@ -97,7 +99,9 @@ type MigrateReport struct {
 type migrateStep struct {
 	name string
 	coll string
-	fix  func(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value
+	// group scans the collection group (every task's attempts).
+	group bool
+	fix   func(s *Store, d *pb.Document, runs map[string]Run) map[string]*pb.Value
 	// after runs after each page (writes the documents of its runs).
 	after func(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error)
 }
@@ -105,6 +109,7 @@ type migrateStep struct {
 var migrateSteps = []migrateStep{
 	{name: "tasks", coll: TasksCollection, fix: fixTask, after: writeMissingRuns},
 	{name: "outbox", coll: OutboxCollection, fix: fixOutbox},
+	retentionSteps[0], retentionSteps[1], retentionSteps[2],
 }
 
 // Migrate brings the database to SchemaVersion. It is idempotent (a
@@ -159,7 +164,7 @@ func (s *Store) migrateScan(ctx context.Context, st migrateStep, after string, r
 	done := map[string]bool{} // runs whose document was checked
 	for {
 		q := &pb.StructuredQuery{
-			From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: st.coll}},
+			From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: st.coll, AllDescendants: st.group}},
 			OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING}},
 			Limit:   wrapInt(o.PageSize),
 		}

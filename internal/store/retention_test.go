@@ -90,7 +90,7 @@ func TestRetentionStampsEndedTasks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(runs) != 1 || !runs[0].ExpireAt.Equal(runs[0].LastSubmitAt.Add(tc.retention)) {
+			if len(runs) != 1 || runs[0].ExpireAt == nil || !runs[0].ExpireAt.Equal(runs[0].LastSubmitAt.Add(tc.retention)) {
 				t.Errorf("runs %+v: want one expiring %v after its last submit", runs, tc.retention)
 			}
 		})

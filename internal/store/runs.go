@@ -31,7 +31,8 @@ type Run struct {
 	LastSubmitAt time.Time `firestore:"lastSubmitAt"`
 	// ExpireAt is when Firestore may delete the document (a TTL policy):
 	// the tenant's retention after LastSubmitAt.
-	ExpireAt time.Time `firestore:"expireAt"`
+	// Nil in a document written before retention (schema step 3 sets it).
+	ExpireAt *time.Time `firestore:"expireAt"`
 }
 
 // runDocID is the id of tenant's document of run: run ids are scoped per
@@ -55,8 +56,8 @@ func (s *Store) tenantRunName(tenant, id string) string {
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt,
-		ExpireAt: t.CreatedAt.Add(s.retentionFor(t.TenantID))}, false)
+	exp := t.CreatedAt.Add(s.retentionFor(t.TenantID))
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt, ExpireAt: &exp}, false)
 }
 
 // RunFilter selects runs for ListRuns.
