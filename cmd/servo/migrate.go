@@ -54,7 +54,7 @@ Firestore with Application Default Credentials (roles/datastore.user).`,
 				return nil
 			}
 			for _, p := range rep.Steps {
-				fmt.Fprintf(out, "%-8s %d scanned, %d %s\n", p.Step, p.Scanned, p.Updated, verb)
+				fmt.Fprintf(out, "%-18s %d scanned, %d %s\n", p.Step, p.Scanned, p.Updated, verb)
 			}
 			if dryRun {
 				fmt.Fprintf(out, "schema %d → %d (dry run: nothing written)\n", rep.From, rep.To)

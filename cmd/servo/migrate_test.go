@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // servo migrate against the emulator: a dry run writes nothing, a run
@@ -15,9 +17,9 @@ func TestMigrateCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--dry-run"}, "schema 0 → 1 (dry run: nothing written)"},
-		{nil, "schema 0 → 1\n"},
-		{nil, "schema 1: up to date"},
+		{[]string{"--dry-run"}, fmt.Sprintf("schema 0 → %d (dry run: nothing written)", store.SchemaVersion)},
+		{nil, fmt.Sprintf("schema 0 → %d\n", store.SchemaVersion)},
+		{nil, fmt.Sprintf("schema %d: up to date", store.SchemaVersion)},
 	} {
 		out, errOut, code := runCLI(t, append([]string{"migrate", "--project", project}, tc.args...)...)
 		if code != 0 || !strings.Contains(out, tc.want) {
