@@ -18,10 +18,11 @@ func newMigrateCmd() *cobra.Command {
 		Long: `Migrate brings data written by any earlier layout of Servo to this build's
 (schema version ` + fmt.Sprint(store.SchemaVersion) + `, recorded in meta/schema): it adds the fields
 and documents that later layouts read (due shards, the outbox's next try,
-runs' documents, the retention's expireAt). It is idempotent, resumable (an interrupted run goes on
-where it stopped) and safe while Servo runs: it only adds what is missing,
-each write conditional on the version of the document it read. It reads
-every task and outbox entry once. Run it after every deploy; the functions
+runs' documents, the retention's expireAt). It is idempotent, resumable (an
+interrupted run goes on where it stopped) and safe while Servo runs: it
+only adds what is missing, each write conditional on the version of the
+document it read. It reads every task, attempt record, run document and
+outbox entry once. Run it after every deploy; the functions
 refuse to start against a schema newer than they know.
 
 Against the emulator when FIRESTORE_EMULATOR_HOST is set, else Google's
