@@ -156,7 +156,8 @@
 //	never said started; past the lease or the cancel grace)
 //	                        BatchGetDocuments × 2 + Commit = 3
 //	refused or no-op (terminal, attempt mismatch, replay, conflict,
-//	repeated started, unknown task)
+//	repeated started, unknown task; a heartbeat that changes nothing
+//	but a lease with over half of it left, docs/cost.md "Heartbeats")
 //	                        BatchGetDocuments = 1
 //	refused before the transaction (steps 1–7)
 //	                        0

@@ -63,6 +63,7 @@ locals {
     SERVO_SWEEP_EVERY        = var.sweep_every
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
+    SERVO_RETENTION_DAYS     = tostring(var.retention_days)
     SERVO_CLAIM_AUDIENCE     = local.claim_url
     SERVO_JOBS_DISPATCH_URL  = local.jobs_function_url
     SERVO_JOBS_CONTAINER     = local.job_container

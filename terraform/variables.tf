@@ -468,3 +468,14 @@ variable "worker_images" {
     error_message = "worker_images values must be non-empty image references."
   }
 }
+
+variable "retention_days" {
+  description = "Days an ended task, its attempt records and its run's document are kept before Firestore's TTL policies delete them (SERVO_RETENTION_DAYS); a tenant's retention_days in tenant_quotas overrides it. At least 30: the idempotency window, so that a key never maps to a deleted task (docs/cost.md, Retention)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.retention_days >= 30 && floor(var.retention_days) == var.retention_days
+    error_message = "retention_days must be a whole number of at least 30 (the idempotency window)."
+  }
+}

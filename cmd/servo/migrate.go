@@ -18,11 +18,13 @@ func newMigrateCmd() *cobra.Command {
 		Long: `Migrate brings data written by any earlier layout of Servo to this build's
 (schema version ` + fmt.Sprint(store.SchemaVersion) + `, recorded in meta/schema): it adds the fields
 and documents that later layouts read (due shards, the outbox's next try,
-runs' documents) and moves tasks to their hash-prefixed names (schema 2;
-docs/operations.md says in which order to deploy and migrate). It is idempotent, resumable (an interrupted run goes on
-where it stopped) and safe while Servo runs: it only adds what is missing,
-each write conditional on the version of the document it read. It reads
-every task and outbox entry once. Run it after every deploy; the functions
+runs' documents, the retention's expireAt) and moves tasks to their
+hash-prefixed names (schema 2; docs/operations.md says in which order to
+deploy and migrate). It is idempotent, resumable (an interrupted run goes
+on where it stopped) and safe while Servo runs: it only adds what is
+missing, each write conditional on the version of the document it read. It
+reads every task, attempt record, run document and outbox entry once. Run
+it after every deploy; the functions
 refuse to start against a schema newer than they know.
 
 Against the emulator when FIRESTORE_EMULATOR_HOST is set, else Google's
@@ -55,7 +57,7 @@ Firestore with Application Default Credentials (roles/datastore.user).`,
 				return nil
 			}
 			for _, p := range rep.Steps {
-				fmt.Fprintf(out, "%-8s %d scanned, %d %s\n", p.Step, p.Scanned, p.Updated, verb)
+				fmt.Fprintf(out, "%-18s %d scanned, %d %s\n", p.Step, p.Scanned, p.Updated, verb)
 			}
 			if dryRun {
 				fmt.Fprintf(out, "schema %d → %d (dry run: nothing written)\n", rep.From, rep.To)

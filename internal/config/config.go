@@ -23,6 +23,7 @@ import (
 	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -48,6 +49,7 @@ const (
 	EnvNamePrefix         = "SERVO_NAME_PREFIX"
 	EnvDueShards          = "SERVO_DUE_SHARDS"
 	EnvMaxBodyBytes       = "SERVO_MAX_BODY_BYTES"
+	EnvRetentionDays      = "SERVO_RETENTION_DAYS"
 	EnvClaimAudience      = "SERVO_CLAIM_AUDIENCE"
 	EnvAccess             = "SERVO_ACCESS"
 	EnvAccessFile         = "SERVO_ACCESS_FILE"
@@ -70,7 +72,7 @@ var variables = []string{
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
 	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
-	EnvMaxBodyBytes, EnvClaimAudience,
+	EnvMaxBodyBytes, EnvRetentionDays, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
 }
@@ -133,6 +135,11 @@ type Config struct {
 	DueShards int
 	// MaxBodyBytes caps request bodies (SERVO_MAX_BODY_BYTES).
 	MaxBodyBytes int64
+	// RetentionDays is how many days ended tasks, their attempts and runs
+	// are kept before Firestore's TTL deletes them; at least
+	// quota.MinRetentionDays, the idempotency window; a tenant's
+	// retentionDays in Quotas overrides it (SERVO_RETENTION_DAYS).
+	RetentionDays int
 	// ClaimAudience is the audience of pull workers' ID tokens, ServoClaim's
 	// URL (SERVO_CLAIM_AUDIENCE).
 	ClaimAudience string
@@ -172,6 +179,7 @@ func Default() Config {
 		MaxRedrives:       zombie.DefaultMaxRedrives,
 		StartTimeout:      api.DefaultStartTimeout,
 		StoreTimeout:      DefaultStoreTimeout,
+		RetentionDays:     int(task.DefaultRetention / (24 * time.Hour)),
 		NamePrefix:        pull.DefaultNamePrefix,
 		DueShards:         store.DefaultDueShards,
 		MaxBodyBytes:      DefaultMaxBodyBytes,
@@ -305,6 +313,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if n, ok := integer(EnvMaxBodyBytes, 1); ok {
 		c.MaxBodyBytes = n
+	}
+	if n, ok := integer(EnvRetentionDays, quota.MinRetentionDays); ok {
+		c.RetentionDays = int(n)
 	}
 
 	str(&c.ClaimAudience, EnvClaimAudience)

@@ -46,7 +46,7 @@ func TestFromEnvDefaults(t *testing.T) {
 	}
 	if c.FirestoreDatabase != "(default)" || c.EventsTopic != "servo-task-events" || c.DeadLetterTopic != "servo-dead-letter" ||
 		c.SweepEvery != 15*time.Second || c.SweepWindow != 55*time.Second || c.MaxRedrives != 5 || c.StartTimeout != 10*time.Minute ||
-		c.DueShards != 16 || c.MaxBodyBytes != 1<<20 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
+		c.DueShards != 16 || c.MaxBodyBytes != 1<<20 || c.RetentionDays != 30 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
 		len(c.Workers) != 0 || c.JobsDispatchURL != nil {
 		t.Errorf("defaults: got %+v, want %+v", c, want)
 	}
@@ -86,6 +86,7 @@ func TestFromEnvValues(t *testing.T) {
 		EnvStoreTimeout:       "4s",
 		EnvDueShards:          "32",
 		EnvMaxBodyBytes:       "2048",
+		EnvRetentionDays:      "90",
 		EnvClaimAudience:      "https://claim.example.com",
 		EnvAccessFile:         accessFile,
 		EnvAPIAudience:        "https://api.example.com",
@@ -110,6 +111,7 @@ func TestFromEnvValues(t *testing.T) {
 		{"start timeout", c.StartTimeout == 3*time.Minute},
 		{"store timeout", c.StoreTimeout == 4*time.Second},
 		{"shards, body", c.DueShards == 32 && c.MaxBodyBytes == 2048},
+		{"retention", c.RetentionDays == 90},
 		{"audiences", c.ClaimAudience == "https://claim.example.com" && c.APIAudience == "https://api.example.com"},
 		{"access from its file", !c.Access.IsOpen()},
 		{"quotas", c.Quotas.Enabled()},
@@ -149,6 +151,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{"integer", map[string]string{EnvMaxBodyBytes: "1MiB"}, []string{EnvMaxBodyBytes}},
 		{"shards", map[string]string{EnvDueShards: "0"}, []string{EnvDueShards, "at least 1"}},
 		{"redrives", map[string]string{EnvMaxRedrives: "-2"}, []string{EnvMaxRedrives}},
+		{"retention under the idempotency window", map[string]string{EnvRetentionDays: "7"}, []string{EnvRetentionDays, "at least 30"}},
 		{"access", map[string]string{EnvAccess: `{"principals":1}`}, []string{EnvAccess}},
 		{"access file", map[string]string{EnvAccessFile: "/no/such/access.json"}, []string{EnvAccessFile}},
 		{"quotas", map[string]string{EnvQuotas: `[]`}, []string{EnvQuotas}},

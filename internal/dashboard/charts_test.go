@@ -22,9 +22,12 @@ func beaten(t *testing.T, t0 time.Time, secs ...float64) task.Attempt {
 	tk := task.Task{ID: "tsk_01JTEST0000000000000000000", State: api.Running, Attempt: 1,
 		Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 60000}}
 	cur := &task.Attempt{Attempt: 1, WorkerID: "w", CreatedAt: t0, StartedAt: &started}
-	for _, s := range secs {
+	for i, s := range secs {
+		// A new progress each time: every heartbeat is written (one that
+		// reports nothing new with over half its lease left is not).
+		p := i % 101
 		r := task.Apply(tk, cur, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w",
-			Now: t0.Add(time.Duration(s * float64(time.Second))), Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w"}})
+			Now: t0.Add(time.Duration(s * float64(time.Second))), Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w", ProgressPct: &p}})
 		if !r.Write || r.Attempt == nil {
 			t.Fatalf("heartbeat at %gs not applied: %+v", s, r)
 		}

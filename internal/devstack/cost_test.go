@@ -147,6 +147,9 @@ func costTable(t *testing.T) []opCost {
 		expect(t, "started", st, res, 200, "", api.Continue)
 	}))
 	rows = append(rows, c.measure("heartbeat", func() { c.heartbeat(d, 10) }))
+	// The same report again at once: nothing new, nearly all the lease
+	// left, so nothing is written (docs/cost.md, "Heartbeats").
+	rows = append(rows, c.measure(skippedHeartbeat, func() { c.heartbeat(d, 10) }))
 	rows = append(rows, c.measure("completed FAILED, retry scheduled", func() {
 		st, res := c.callback(d.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: api.OutcomeFailed,
 			Error: &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}})
@@ -219,6 +222,7 @@ func TestCostModel(t *testing.T) {
 		{"submit", map[string]int{"Commit": 2}, map[string]int{"CreateTask": 1}, 2},
 		{"started", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		{"heartbeat", map[string]int{"BatchGetDocuments": 1, "Commit": 1}, map[string]int{}, 0},
+		{skippedHeartbeat, map[string]int{"BatchGetDocuments": 1}, map[string]int{}, 0},
 		{"completed FAILED, retry scheduled", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{"CreateTask": 1}, 1},
 		{"completed SUCCEEDED", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		// One query per duty and shard, and one per shard for the outbox;
@@ -234,12 +238,18 @@ func TestCostModel(t *testing.T) {
 	if hb := byName["heartbeat"]; hb.usage.DocsWritten != 1 || hb.usage.DocsRead != 1 {
 		t.Errorf("heartbeat: %d documents read, %d written, want 1 and 1", hb.usage.DocsRead, hb.usage.DocsWritten)
 	}
+	if hb := byName[skippedHeartbeat]; hb.usage.DocsWritten != 0 || hb.usage.DocsRead != 1 || hb.usage.IndexEntries != 0 {
+		t.Errorf("%s: %d documents read, %d written, %d index entries; want 1, 0, 0", skippedHeartbeat, hb.usage.DocsRead, hb.usage.DocsWritten, hb.usage.IndexEntries)
+	}
 	// A heartbeat moves the task's entry in the lease index and nothing
 	// else: its other fields are exempt from single-field indexes.
 	if hb := byName["heartbeat"]; hb.usage.IndexEntries != 1 {
 		t.Errorf("heartbeat: %d index entries written, want 1 (the lease index)", hb.usage.IndexEntries)
 	}
 }
+
+// skippedHeartbeat is the row of a heartbeat that is read and not written.
+const skippedHeartbeat = "heartbeat, nothing new, over half the lease left"
 
 func calls(m map[string]int) string {
 	var parts []string

@@ -62,7 +62,16 @@ type Limits struct {
 	// (ShardsFor) so that no shard is written more than about once a
 	// second. 0 keeps the policy's Shards.
 	PeakRate float64 `json:"peakRate,omitempty"`
+	// RetentionDays, on a tenant's limits, is how many days its ended
+	// tasks, their attempts and runs are kept (at least MinRetentionDays,
+	// the idempotency window); 0 is the deployment's default
+	// (SERVO_RETENTION). It limits nothing.
+	RetentionDays int `json:"retentionDays,omitempty"`
 }
+
+// MinRetentionDays is the shortest Limits.RetentionDays: the idempotency
+// window.
+const MinRetentionDays = 30
 
 // Limited reports whether l limits anything.
 func (l Limits) Limited() bool { return l.MaxRunning > 0 || l.MaxQueued > 0 }
@@ -263,6 +272,9 @@ func (p *Policy) Validate() error {
 			if !validRate(l.PeakRate) {
 				return invalid(f+".peakRate", "%v: want 0 (shards from \"shards\") to %d tasks/s", l.PeakRate, MaxPeakRate)
 			}
+			if l.RetentionDays != 0 && (kind != KindTenant || l.RetentionDays < MinRetentionDays) {
+				return invalid(f+".retentionDays", "%d: want a tenant's, at least %d (the idempotency window)", l.RetentionDays, MinRetentionDays)
+			}
 			if pt := l.PerTenant; pt != nil {
 				f += ".perTenant"
 				switch {
@@ -270,6 +282,8 @@ func (p *Policy) Validate() error {
 					return invalid(f, "only allowed for workers")
 				case pt.PerTenant != nil:
 					return invalid(f+".perTenant", "not allowed")
+				case pt.RetentionDays != 0:
+					return invalid(f+".retentionDays", "not allowed (a tenant's retention)")
 				case pt.MaxRunning < 0:
 					return invalid(f+".maxRunning", "%d: must be ≥ 0", pt.MaxRunning)
 				case pt.MaxQueued < 0:

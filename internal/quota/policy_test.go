@@ -57,10 +57,16 @@ func TestPolicy(t *testing.T) {
 		`{"workers": {"gpu": {"maxRunning": 2, "perTenant": {"maxRunning": 3}}}}`,
 		`{"workers": {"gpu": {"perTenant": {"maxQueued": -1}}}}`,
 		`{"workers": {"gpu": {"perTenant": {"perTenant": {"maxQueued": 1}}}}}`,
+		`{"tenants": {"a": {"retentionDays": 7}}}`,
+		`{"workers": {"gpu": {"retentionDays": 90}}}`,
+		`{"workers": {"gpu": {"perTenant": {"retentionDays": 90}}}}`,
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s) accepted", bad)
 		}
+	}
+	if r, err := Parse([]byte(`{"tenants": {"a": {"retentionDays": 90}}}`)); err != nil || r.For(KindTenant, "a").RetentionDays != 90 || r.Enabled() {
+		t.Errorf("retentionDays: %+v, %v (it limits nothing)", r, err)
 	}
 	if _, err := Parse([]byte(`{"tenants": {"a": {"maxRunning": -1}}}`)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative limit: %v, want ErrInvalid", err)

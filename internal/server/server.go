@@ -104,10 +104,10 @@ type Server struct {
 	Jobs http.Handler
 }
 
-// StoreOptions are the store options of cfg: its database, due shards
-// and quotas.
+// StoreOptions are the store options of cfg: its database, due shards,
+// retention and quotas.
 func StoreOptions(cfg config.Config) []store.Option {
-	opts := []store.Option{store.WithDueShards(cfg.DueShards)}
+	opts := []store.Option{store.WithDueShards(cfg.DueShards), store.WithRetention(time.Duration(cfg.RetentionDays) * 24 * time.Hour)}
 	if cfg.FirestoreDatabase != "" {
 		opts = append(opts, store.WithDatabase(cfg.FirestoreDatabase))
 	}

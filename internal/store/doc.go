@@ -6,11 +6,15 @@
 //	                                seq, timing, retry policy, deadline and the
 //	                                sweeper's due times (leaseExpiresAt,
 //	                                cancelDeadline, dispatchCheckAt), which are
-//	                                cleared when the task ends.
+//	                                cleared when the task ends; expireAt (TTL)
+//	                                once it has ended (retention.go).
 //	tasks/{hhhh}_{taskId}/attempts/{n}
 //	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
-//	                                error, output, metrics, completion digest.
+//	                                error, output, metrics, completion digest;
+//	                                expireAt (TTL) once it has ended.
+//	runs/{runId}.{tenantKey}        Run: runId, tenantId, lastSubmitAt and
+//	                                expireAt (TTL).
 //	outages/{id}                    from, to, expireAt: a span during which
 //	                                Servo could not record callbacks.
 //	outbox/{eventId}                task.Transition plus delivered, createdAt,
@@ -74,7 +78,9 @@
 //
 // An Apply costs 2 RPCs (BatchGetDocuments + Commit), 1 when the event is
 // refused or changes nothing; a Cancel, which does not know the attempt up
-// front, costs 3. A heartbeat reads only the task document,
+// front, costs 3. A heartbeat that changes nothing but a lease with over
+// half of it left costs 1 (the read: task.Apply writes nothing). Any other
+// heartbeat reads only the task document,
 // through a field mask that leaves out everything large, and writes only the
 // fields it changed (an update mask): the running attempt's heartbeat state
 // lives on the task (task.Task.Live) and is folded into the attempt record

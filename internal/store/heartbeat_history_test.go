@@ -9,7 +9,7 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// TestHeartbeatHistory: the heartbeats of an attempt are counted and their
+// TestHeartbeatHistory: the written heartbeats of an attempt are counted and their
 // instants kept on the task while it runs (the cheap heartbeat path) and
 // folded into the attempt record at its end, so the dashboard can draw one
 // tick per heartbeat.
@@ -23,7 +23,11 @@ func TestHeartbeatHistory(t *testing.T) {
 	for i := range 5 {
 		at := now.Add(time.Duration(i+1) * 700 * time.Millisecond)
 		beats = append(beats, at)
-		mustApply(t, s, tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{}, Now: at})
+		// A new progress each time: every heartbeat is written (one that
+		// changes nothing but a lease with over half left is not recorded;
+		// TestHeartbeatWithHalfLeaseLeftWritesNothing).
+		p := 10 * i
+		mustApply(t, s, tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{ProgressPct: &p}, Now: at})
 	}
 	check := func(when string) {
 		t.Helper()

@@ -125,4 +125,8 @@ var TTLFields = []TTLField{
 	{Collection: OutboxCollection, Path: "expireAt"},
 	{Collection: IdempotencyCollection, Path: "expireAt"},
 	{Collection: OutagesCollection, Path: "expireAt"},
+	// Retention (retention.go): ended tasks, their attempts, runs.
+	{Collection: TasksCollection, Path: "expireAt"},
+	{Collection: AttemptsCollection, Path: "expireAt"},
+	{Collection: RunsCollection, Path: "expireAt"},
 }

@@ -31,7 +31,9 @@ import (
 //	   Until a store knows the schema is 2 (CheckSchema, Migrate), it
 //	   reads both names, so the order of an upgrade is: deploy, then
 //	   `servo migrate` (docs/operations.md).
-const SchemaVersion = 2
+//	3  every ended task and attempt record and every run document has
+//	   its expireAt (migrate_retention.go).
+const SchemaVersion = 3
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"
@@ -115,6 +117,8 @@ type migrateStep struct {
 	// each, when set, replaces fix: it handles one document itself and
 	// returns how many it changed.
 	each func(ctx context.Context, s *Store, d *pb.Document, dry bool) (int, error)
+	// group scans the collection group (every task's attempts).
+	group bool
 	// after runs after each page (writes the documents of its runs).
 	after func(ctx context.Context, s *Store, runs map[string]Run, done map[string]bool, dry bool) (int, error)
 }
@@ -125,6 +129,7 @@ var migrateSteps = []migrateStep{
 	// Legacy names (task_…) sort after every hash-prefixed one (hex
 	// digits): the scan starts at them and reads nothing else.
 	{name: "names", coll: TasksCollection, version: 2, from: task.TaskIDPrefix, each: moveTask},
+	retentionSteps[0], retentionSteps[1], retentionSteps[2],
 }
 
 // Migrate brings the database to SchemaVersion. It is idempotent (a
@@ -183,7 +188,7 @@ func (s *Store) migrateScan(ctx context.Context, st migrateStep, after string, r
 	done := map[string]bool{} // runs whose document was checked
 	for {
 		q := &pb.StructuredQuery{
-			From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: st.coll}},
+			From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: st.coll, AllDescendants: st.group}},
 			OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING}},
 			Limit:   wrapInt(o.PageSize),
 		}

@@ -29,6 +29,10 @@ type Run struct {
 	// LastSubmitAt is the time of the latest commit that wrote the run's
 	// document (within RunDocumentEvery of its latest submit).
 	LastSubmitAt time.Time `firestore:"lastSubmitAt"`
+	// ExpireAt is when Firestore may delete the document (a TTL policy):
+	// the tenant's retention after LastSubmitAt.
+	// Nil in a document written before retention (schema step 3 sets it).
+	ExpireAt *time.Time `firestore:"expireAt"`
 }
 
 // runDocID is the id of tenant's document of run: run ids are scoped per
@@ -52,7 +56,8 @@ func (s *Store) tenantRunName(tenant, id string) string {
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt}, false)
+	exp := t.CreatedAt.Add(s.retentionFor(t.TenantID))
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt, ExpireAt: &exp}, false)
 }
 
 // RunFilter selects runs for ListRuns.

@@ -82,6 +82,7 @@ type Store struct {
 	// CheckSchema or Migrate finds schema 2 or later.
 	legacyNames   atomic.Bool
 	legacyCursors legacyCursors
+	retention     time.Duration // WithRetention
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -104,6 +105,7 @@ type config struct {
 	clientOpts []option.ClientOption
 	maxRetries int
 	quotas     *quota.Policy
+	retention  time.Duration
 }
 
 // Option configures New.
@@ -171,7 +173,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
-		outages: &outageLog{}}
+		outages: &outageLog{}, retention: cfg.retention}
 	s.legacyNames.Store(true)
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
@@ -1159,6 +1161,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		ev.Hold, ev.SlotFree = hold, free
 	}
+	ev.Retention = s.retentionFor(t.TenantID)
 	r := s.machine(ctx, t, cur, ev)
 	if !r.Write {
 		return r, nil

@@ -50,11 +50,13 @@ func TestWriteRecorder(t *testing.T) {
 		create bool
 		want   []string
 	}{
-		// createdAt and leaseExpiresAt are exempt (FieldExemptions): no
-		// single-field entries; the name and the lease index are written.
-		{"create", w[0], true, []string{"tasks(dueShard,state,leaseExpiresAt)", "tasks.__name__", "tasks.dueShard ASCENDING", "tasks.dueShard DESCENDING",
-			"tasks.state ASCENDING", "tasks.state DESCENDING", "tasks.taskId ASCENDING", "tasks.taskId DESCENDING",
-			"tasks.tenantId ASCENDING", "tasks.tenantId DESCENDING", "tasks.worker ASCENDING", "tasks.worker DESCENDING"}},
+		// createdAt, leaseExpiresAt and taskId are exempt (FieldExemptions):
+		// no single-field entries; the name, the lease index and the
+		// listing indexes (ascending and descending taskId) are written.
+		{"create", w[0], true, []string{"tasks(dueShard,state,leaseExpiresAt)", "tasks(dueShard,state,taskId)", "tasks(dueShard,state,taskId)",
+			"tasks(dueShard,taskId)", "tasks(dueShard,taskId)", "tasks(dueShard,tenantId,taskId)", "tasks(dueShard,tenantId,taskId)",
+			"tasks(dueShard,worker,taskId)", "tasks(dueShard,worker,taskId)", "tasks.__name__", "tasks.dueShard ASCENDING", "tasks.dueShard DESCENDING",
+			"tasks.state ASCENDING", "tasks.state DESCENDING", "tasks.tenantId ASCENDING", "tasks.tenantId DESCENDING", "tasks.worker ASCENDING", "tasks.worker DESCENDING"}},
 		{"heartbeat", w[1], false, []string{lease}},
 		{"unchanged heartbeat", w[2], false, nil},
 		{"delete", w[3], false, nil},

@@ -3,6 +3,8 @@ package task
 import (
 	"encoding/binary"
 	"time"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // MaxHeartbeatTicks bounds the heartbeat instants an attempt keeps
@@ -93,4 +95,33 @@ func decodeTicks(b []byte) []time.Time {
 		ts = append(ts, time.UnixMilli(ms).UTC())
 	}
 	return ts
+}
+
+// heartbeatWrites reports whether an accepted heartbeat on a RUNNING
+// attempt must be written (docs/cost.md, "Heartbeats"). It need not when
+// it changes nothing the worker or the API can see but the lease, and the
+// stored lease has more than half of the heartbeat timeout left and at
+// least one and a half heartbeat intervals: the next heartbeat, even half
+// an interval late, lands inside it, and renews it then. The first
+// heartbeat of an attempt, one that carries a checkpoint or changes the
+// progress or the message, and any heartbeat while CANCELLING are always
+// written. A lease is therefore renewed at least every half timeout;
+// lastHeartbeatAt, heartbeats and the sampled instants record the written
+// heartbeats.
+func (m *machine) heartbeatWrites(a *Attempt, hb *api.HeartbeatRequest) bool {
+	t := m.t()
+	if t.State != api.Running || a.LastHeartbeatAt == nil || t.LeaseExpiresAt == nil {
+		return true
+	}
+	if hb != nil {
+		if len(hb.Checkpoint) > 0 || (hb.Message != "" && hb.Message != a.Message) {
+			return true
+		}
+		if p := hb.ProgressPct; p != nil && (a.ProgressPct == nil || *a.ProgressPct != *p) {
+			return true
+		}
+	}
+	left := t.LeaseExpiresAt.Sub(m.now)
+	timeout, interval := t.Timing.HeartbeatTimeout(), t.Timing.HeartbeatInterval()
+	return left <= timeout/2 || left < interval+interval/2
 }

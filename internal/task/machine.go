@@ -144,6 +144,10 @@ type Event struct {
 	// SlotFree (EventEnqueued with Hold, EventAdmit) says the store found
 	// a free run slot for the task in the same transaction.
 	SlotFree bool
+	// Retention is how long a task that ends and its attempt records are
+	// kept (their Firestore TTL, setExpiry); zero keeps them. The store
+	// sets it from the task's tenant.
+	Retention time.Duration
 	// Outages are the recent spans during which Servo could not record
 	// callbacks (its store or itself unavailable). A lease or a cancel
 	// grace is not over until it has lasted its full length outside them
@@ -259,6 +263,7 @@ func Apply(t Task, cur *Attempt, ev Event) Result {
 	}
 	m := machine{r: &r, ev: ev, now: ev.Now.UTC()}
 	m.apply()
+	m.setExpiry()
 	if r.Write {
 		r.Task.UpdatedAt = m.now
 	}
@@ -478,10 +483,16 @@ func (m *machine) start() {
 
 func (m *machine) heartbeat() {
 	t := m.t()
-	if t.State == api.Pending || t.State == api.Queued {
+	started := t.State == api.Pending || t.State == api.Queued
+	if started {
 		m.start()
 	}
 	a, hb, now := m.attempt(), m.ev.Heartbeat, m.now
+	if !started && !m.heartbeatWrites(a, hb) {
+		// Accepted, nothing written: the stored lease outlasts the next
+		// heartbeat (see heartbeatWrites).
+		return
+	}
 	a.LastHeartbeatAt = &now
 	a.recordHeartbeat(now)
 	if hb != nil {

@@ -41,6 +41,9 @@ type Task struct {
 	CreatedAt time.Time  `json:"createdAt" firestore:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt" firestore:"updatedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty" firestore:"endedAt"`
+	// ExpireAt is when Firestore may delete the ended task (a TTL policy):
+	// its end plus its tenant's retention; nil while it runs.
+	ExpireAt *time.Time `json:"-" firestore:"expireAt"`
 
 	// NotBefore is the schedule time of the current attempt (retries).
 	NotBefore *time.Time `json:"notBefore,omitempty" firestore:"notBefore"`
@@ -112,6 +115,9 @@ type Attempt struct {
 	PartialProgress      json.RawMessage `json:"partialProgress,omitempty" firestore:"partialProgress"`
 	// ReportedAt is the worker's own completedAt (informational).
 	ReportedAt *time.Time `json:"reportedAt,omitempty" firestore:"reportedAt"`
+	// ExpireAt is when Firestore may delete the ended attempt's record (a
+	// TTL policy; setExpiry).
+	ExpireAt *time.Time `json:"-" firestore:"expireAt"`
 	// Execution is the Cloud Run Job execution that runs the attempt (job
 	// workers only): projects/P/locations/L/jobs/J/executions/E.
 	Execution string `json:"execution,omitempty" firestore:"execution"`

@@ -454,3 +454,39 @@ resource "google_firestore_field" "outages_expire_at" {
   index_config {}
   ttl_config {}
 }
+
+# Retention (docs/cost.md): an ended task, its attempt records and its
+# run's document carry expireAt, stamped by the commit that ends the task
+# (or writes the run), SERVO_RETENTION_DAYS after it.
+
+resource "google_firestore_field" "tasks_expire_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "expireAt"
+
+  index_config {}
+  ttl_config {}
+}
+
+# A field configuration applies to the collection group: every task's
+# attempts subcollection.
+resource "google_firestore_field" "attempts_expire_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "expireAt"
+
+  index_config {}
+  ttl_config {}
+}
+
+resource "google_firestore_field" "runs_expire_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+  field      = "expireAt"
+
+  index_config {}
+  ttl_config {}
+}
