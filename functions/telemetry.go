@@ -17,17 +17,17 @@ import (
 // logged and the function runs without telemetry rather than not at all.
 var telemetryOnce sync.Once
 
-func setupTelemetry(ctx context.Context, project, service string) {
+func setupTelemetry(ctx context.Context, project, service string, sampling telemetry.Sampling) {
 	telemetryOnce.Do(func() {
 		// The exporters' and clients' own notices (the log package) as
 		// JSON lines, not plain text among the function's logs.
 		logs.CaptureStdLog(logs.Default(), slog.LevelWarn)
-		t, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, Project: project, Default: telemetry.DefaultGoogleCloud})
+		t, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, Project: project, Default: telemetry.DefaultGoogleCloud, Sampling: &sampling})
 		if err != nil {
 			logs.Default().ErrorContext(ctx, "telemetry: not set up; the function runs without traces and metrics", "error", err)
 			return
 		}
-		logs.Default().InfoContext(ctx, "telemetry set up", "exporters", t.Exporters)
+		logs.Default().InfoContext(ctx, "telemetry set up", "exporters", t.Exporters, "sampling", sampling.String())
 		noteTraceExporters(t.Exporters, project)
 	})
 }
