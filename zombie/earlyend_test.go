@@ -18,8 +18,11 @@ func TestWindowEndsEarly(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// timing of a silent running task (zero: no task)
-		timing    api.Timing
-		keep      bool
+		timing api.Timing
+		keep   bool
+		// redrive: the outbox re-drive runs (a fake that leaves the
+		// task's outbox entries undelivered)
+		redrive   bool
 		wantState api.State // of the task after the window
 		wantEarly int
 		// minPasses, maxPasses bound the window's passes (a full window
@@ -32,6 +35,8 @@ func TestWindowEndsEarly(t *testing.T) {
 			wantState: api.Failed, wantEarly: 1, minPasses: 3, maxPasses: 12},
 		{name: "lease runs out after the window", timing: api.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 30_000, CancelGracePeriodMs: 300, StartTimeoutMs: 300},
 			wantState: api.Running, wantEarly: 1, minPasses: 1, maxPasses: 1},
+		{name: "outbox entries wait for the re-drive", timing: api.Timing{HeartbeatIntervalMs: 10_000, HeartbeatTimeoutMs: 30_000, CancelGracePeriodMs: 300, StartTimeoutMs: 300},
+			redrive: true, wantState: api.Running, minPasses: 15, maxPasses: 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -39,7 +44,12 @@ func TestWindowEndsEarly(t *testing.T) {
 			if tc.timing != (api.Timing{}) {
 				id = e.running(spec{timing: tc.timing}, false).ID
 			}
-			sw := e.sweeper(func(c *zombie.Config) { c.Every, c.Window, c.KeepWindow = every, 20*every, tc.keep })
+			sw := e.sweeper(func(c *zombie.Config) {
+				c.Every, c.Window, c.KeepWindow = every, 20*every, tc.keep
+				if tc.redrive {
+					c.Redriver = e.rec
+				}
+			})
 			st, err := sw.Run(e.ctx)
 			if err != nil {
 				t.Fatalf("run: %v (%+v)", err, st)
