@@ -38,7 +38,9 @@ const (
 //     memory until their local root (the request's server span, the
 //     sweeper's pass) ends; if any of them ended with an error status, or
 //     the local root took Slow or longer, all of them are exported,
-//     marked sampled; otherwise they are dropped.
+//     marked sampled; otherwise they are dropped. Slow is a request's: a
+//     local root of kind server or consumer (a sweeper pass, an internal
+//     root that grows with its due tasks, is kept by ratio or error only).
 //
 // A kept error trace therefore holds every span of that request in this
 // process (its server span, the store transaction, the enqueue, the
@@ -140,7 +142,8 @@ func (k *keeper) OnEnd(s sdktrace.ReadOnlySpan) {
 		return
 	}
 	root := !s.Parent().IsValid() || s.Parent().IsRemote()
-	bad := s.Status().Code == codes.Error || root && s.EndTime().Sub(s.StartTime()) >= k.slow
+	request := s.SpanKind() == trace.SpanKindServer || s.SpanKind() == trace.SpanKindConsumer
+	bad := s.Status().Code == codes.Error || root && request && s.EndTime().Sub(s.StartTime()) >= k.slow
 	k.mu.Lock()
 	p := k.pending[sc.TraceID()]
 	if p == nil {

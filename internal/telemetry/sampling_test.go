@@ -55,6 +55,7 @@ func TestSampling(t *testing.T) {
 		childErr  bool               // the child span ends with an error
 		rootErr   bool
 		took      time.Duration // the root span's duration
+		internal  bool          // the root is an internal span (a sweeper pass), not a request
 		wantSpans int           // exported
 	}{
 		{name: "sampled by ratio", id: in, took: 10 * time.Millisecond, wantSpans: 2},
@@ -63,6 +64,8 @@ func TestSampling(t *testing.T) {
 		{name: "unsampled, root error", id: out, rootErr: true, took: 10 * time.Millisecond, wantSpans: 2},
 		{name: "unsampled, slow", id: out, took: 1500 * time.Millisecond, wantSpans: 2},
 		{name: "unsampled, just under slow", id: out, took: 999 * time.Millisecond, wantSpans: 0},
+		{name: "unsampled, slow internal root", id: out, took: 1500 * time.Millisecond, internal: true, wantSpans: 0},
+		{name: "unsampled, internal root with an error", id: out, took: 10 * time.Millisecond, internal: true, childErr: true, wantSpans: 2},
 		{name: "remote parent sampled", id: out, remote: &trace.SpanContext{}, took: 10 * time.Millisecond, wantSpans: 2},
 		{name: "remote parent not sampled, id under the ratio", id: in, remote: &trace.SpanContext{}, took: 10 * time.Millisecond, wantSpans: 2},
 		{name: "remote parent not sampled, id over the ratio", id: out, remote: &trace.SpanContext{}, took: 10 * time.Millisecond, wantSpans: 0},
@@ -83,7 +86,11 @@ func TestSampling(t *testing.T) {
 					TraceID: tc.id, SpanID: trace.SpanID{9}, TraceFlags: flags, Remote: true,
 				}))
 			}
-			ctx, root := tr.Start(ctx, "POST /v1/tasks/{taskId}/heartbeat", trace.WithTimestamp(t0))
+			kind := trace.SpanKindServer
+			if tc.internal {
+				kind = trace.SpanKindInternal
+			}
+			ctx, root := tr.Start(ctx, "POST /v1/tasks/{taskId}/heartbeat", trace.WithTimestamp(t0), trace.WithSpanKind(kind))
 			_, child := tr.Start(ctx, "firestore.transaction", trace.WithTimestamp(t0))
 			if tc.childErr {
 				child.RecordError(errors.New("unavailable"))
