@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/credentials"
 )
 
 // fixedIDs gives every new trace the trace id next and counts span ids.
@@ -148,5 +149,57 @@ func TestSamplingBoundsWaitingTraces(t *testing.T) {
 	k.mu.Unlock()
 	if n != maxPendingTraces || k.dropped.Load() != extra {
 		t.Fatalf("%d traces waiting, %d dropped; want %d, %d", n, k.dropped.Load(), maxPendingTraces, extra)
+	}
+}
+
+// TestSetupSampling: Setup applies Config.Sampling to the exported traces
+// (here ratio 0: only the failed request's trace is exported), unless
+// OTEL_TRACES_SAMPLER chooses the sampler; without Sampling every span is.
+func TestSetupSampling(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sampling   *Sampling
+		samplerEnv string
+		want       int // spans exported of one successful and one failed request
+	}{
+		{name: "sampling, ratio 0", sampling: &Sampling{Ratio: 0}, want: 1},
+		{name: "OTEL_TRACES_SAMPLER wins", sampling: &Sampling{Ratio: 0}, samplerEnv: "always_on", want: 2},
+		{name: "no sampling", want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearOTEL(t)
+			t.Setenv("OTEL_METRICS_EXPORTER", "none")
+			t.Setenv("OTEL_TRACES_SAMPLER", tc.samplerEnv)
+			recv := newTraceReceiver(t)
+			useGoogleOTLP(t, recv.addr, func(context.Context) (credentials.PerRPCCredentials, error) { return bearer("t"), nil })
+			ctx := context.Background()
+			tel, err := Setup(ctx, Config{ServiceName: "s", Project: "p", Default: DefaultGoogleCloud, Sampling: tc.sampling})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.Shutdown(ctx)
+			tr := tel.TracerProvider.Tracer("test")
+			_, ok := tr.Start(ctx, "POST /v1/tasks/{taskId}/heartbeat", trace.WithSpanKind(trace.SpanKindServer))
+			ok.End()
+			_, failed := tr.Start(ctx, "POST /v1/tasks/{taskId}/completed", trace.WithSpanKind(trace.SpanKindServer))
+			failed.SetStatus(codes.Error, "503")
+			failed.End()
+			if err := tel.ForceFlush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			recv.mu.Lock()
+			defer recv.mu.Unlock()
+			got := 0
+			for _, r := range recv.reqs {
+				for _, rs := range r.GetResourceSpans() {
+					for _, ss := range rs.GetScopeSpans() {
+						got += len(ss.GetSpans())
+					}
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("%d spans exported, want %d", got, tc.want)
+			}
+		})
 	}
 }
