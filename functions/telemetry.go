@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -27,9 +28,33 @@ func setupTelemetry(ctx context.Context, project, service string, sampling telem
 			logs.Default().ErrorContext(ctx, "telemetry: not set up; the function runs without traces and metrics", "error", err)
 			return
 		}
+		installed.Store(t)
 		logs.Default().InfoContext(ctx, "telemetry set up", "exporters", t.Exporters, "sampling", sampling.String())
 		noteTraceExporters(t.Exporters, project)
 	})
+}
+
+// installed is the telemetry setupTelemetry set up (nil until then).
+var installed atomic.Pointer[telemetry.Telemetry]
+
+// flushTimeout bounds flushTelemetry.
+const flushTimeout = 2 * time.Second
+
+// flushTelemetry exports the spans and metrics buffered now, within
+// flushTimeout. Cloud Run allocates CPU to an instance only while it
+// handles a request, so an invocation that ends early (the sweeper's, when
+// nothing is due) flushes before it returns rather than leave its pass's
+// metrics to a periodic export that may not run until the next tick.
+func flushTelemetry(ctx context.Context) {
+	t := installed.Load()
+	if t == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
+	if err := t.ForceFlush(ctx); err != nil {
+		logs.Default().DebugContext(ctx, "telemetry flush failed", "error", err)
+	}
 }
 
 // cloudTraceProject is the project whose Cloud Trace receives this
