@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -661,7 +662,8 @@ func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
 // idle reports whether the window ending at end may end after the pass
 // st: the pass had no error and swept nothing (what it changed may be due
 // again soon), no due query read a task due before end, and no outbox
-// entry is due for the re-drive before end (one query per shard, limit 1).
+// entry is due for the re-drive before end (one query per due shard, limit
+// 1).
 // Tasks that become due before end but are created after this pass are
 // swept by the next Scheduler tick.
 func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Time) bool {
@@ -673,13 +675,27 @@ func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Ti
 	if !ok || s.cfg.Redriver == nil {
 		return true
 	}
+	// ShardConcurrency shards at a time: the window's billed time.
+	var (
+		busy atomic.Bool
+		wg   sync.WaitGroup
+	)
+	shards := make(chan struct{}, s.cfg.ShardConcurrency)
 	for shard := range s.cfg.Store.DueShards() {
-		es, err := ob.Undelivered(ctx, shard, end, 1)
-		if err != nil || len(es) > 0 {
-			return false
+		shards <- struct{}{}
+		if busy.Load() {
+			<-shards
+			break
 		}
+		wg.Go(func() {
+			defer func() { <-shards }()
+			if es, err := ob.Undelivered(ctx, shard, end, 1); err != nil || len(es) > 0 {
+				busy.Store(true)
+			}
+		})
 	}
-	return true
+	wg.Wait()
+	return !busy.Load()
 }
 
 // promise records, when the store keeps the pulse, that the next pass
