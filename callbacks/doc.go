@@ -182,6 +182,9 @@
 //
 // Each callback writes one JSON line (message "callback") with taskId,
 // attempt, tenantId, kind, status, disposition, error, latencyMs and, when
-// known, workerId, field, finalState, nextAttempt. The token, the
-// Authorization header and the body are never logged.
+// known, workerId, field, finalState, nextAttempt, at INFO (WARNING for a
+// 4xx, ERROR for a 5xx), except an accepted heartbeat answered CONTINUE,
+// which is logged at DEBUG unless Config.LogHeartbeats
+// (SERVO_LOG_HEARTBEATS) and counted in the metric servo.callbacks either
+// way. The token, the Authorization header and the body are never logged.
 package callbacks

@@ -18,7 +18,8 @@ import (
 // of a token's three segments, appears in them; and that there is exactly
 // one JSON line per callback with the fields operators search by.
 func TestLogsNeverShowTheToken(t *testing.T) {
-	e := newEnv(t, nil)
+	// LogHeartbeats: the accepted heartbeat's line too (by default at DEBUG).
+	e := newEnv(t, func(c *callbacks.Config) { c.LogHeartbeats = true })
 	now := e.clock.Now()
 	tk := e.running("w1")
 	other := e.running("w1")

@@ -182,6 +182,11 @@ func TestTerraformFunctionSizingValidation(t *testing.T) {
 		{"sweeper timeout below its window", `{sweeper = {timeout_seconds = 30}}`, false},
 		{"sweeper timeout above 540", `{sweeper = {timeout_seconds = 600}}`, false},
 		{"sweeper concurrency above 1", `{sweeper = {concurrency = 4}}`, false},
+		{"512Mi on a third of a cpu", `{sweeper = {memory = "512Mi", cpu = "0.333"}}`, true},
+		{"1Gi on a third of a cpu", `{sweeper = {memory = "1Gi", cpu = "0.333"}}`, false},
+		{"1Gi on half a cpu", `{sweeper = {memory = "1Gi", cpu = "500m"}}`, true},
+		{"2Gi on half a cpu", `{api = {memory = "2Gi", cpu = "0.5", concurrency = 1}}`, false},
+		{"2Gi on one cpu", `{api = {memory = "2Gi"}}`, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

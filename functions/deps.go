@@ -59,7 +59,7 @@ func newServer(ctx context.Context) (_ *server.Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	setupTelemetry(ctx, cfg.Project, cfg.ServiceName)
+	setupTelemetry(ctx, cfg.Project, cfg.ServiceName, cfg.TraceSampling)
 	// The ring from SERVO_TOKEN_KEYS (no read); re-read from the secret
 	// named by SERVO_TOKEN_KEYS_SECRET on a kid miss and every 5 minutes.
 	keys, err := auth.OpenKeyRing(ctx, cfg.TokenKeys, func(name string) auth.RingSource { return keysecret.Source(name) })

@@ -18,11 +18,14 @@ func init() {
 // subscription POSTs the raw push body, which functions-framework-go turns
 // into the same CloudEvent. The message's content is ignored: each message
 // is a tick. A Server that cannot be built is the tick's error; a later
-// tick builds again after the backoff.
+// tick builds again after the backoff. The invocation flushes its telemetry
+// before it returns (flushTelemetry): a window that ended early is about a
+// second of the minute.
 func ServoSweeper(ctx context.Context, e cloudevents.Event) error {
 	s, err := serverInit.get(ctx)
 	if err != nil {
 		return err
 	}
+	defer flushTelemetry(ctx)
 	return s.Sweeper.HandleEvent(ctx, e)
 }

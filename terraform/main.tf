@@ -61,6 +61,10 @@ locals {
     SERVO_EVENTS_TOPIC       = local.topics.events
     SERVO_DEAD_LETTER_TOPIC  = local.topics.dead_letter
     SERVO_SWEEP_EVERY        = var.sweep_every
+    SERVO_SWEEP_EARLY_END    = tostring(var.sweep_early_end)
+    SERVO_TRACE_SAMPLE_RATIO = tostring(var.trace_sample_ratio)
+    SERVO_TRACE_SLOW         = var.trace_slow
+    SERVO_LOG_HEARTBEATS     = tostring(var.log_heartbeats)
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
     SERVO_RETENTION_DAYS     = tostring(var.retention_days)

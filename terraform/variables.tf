@@ -151,6 +151,40 @@ variable "sweep_schedule" {
   }
 }
 
+variable "sweep_early_end" {
+  description = "End a sweeper invocation after a pass that finds nothing due before its window's end (SERVO_SWEEP_EARLY_END): at zero traffic an invocation is one pass, about a second, instead of 55 s. false sweeps for the whole window."
+  type        = bool
+  default     = true
+}
+
+variable "trace_sample_ratio" {
+  description = "Share of traces exported in full to Cloud Trace, chosen by trace id (SERVO_TRACE_SAMPLE_RATIO); every other trace is exported only when a span failed or its request took trace_slow or longer. 0.1: a tenth of the spans of healthy traffic (docs/operations.md, \"Trace sampling\")."
+  type        = number
+  default     = 0.1
+
+  validation {
+    condition     = var.trace_sample_ratio >= 0 && var.trace_sample_ratio <= 1
+    error_message = "trace_sample_ratio must be from 0 to 1."
+  }
+}
+
+variable "trace_slow" {
+  description = "A request's duration from which its trace is always exported (SERVO_TRACE_SLOW), a Go duration such as 1s."
+  type        = string
+  default     = "1s"
+
+  validation {
+    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m))+$", var.trace_slow))
+    error_message = "trace_slow must be a positive Go duration such as \"1s\" or \"500ms\"."
+  }
+}
+
+variable "log_heartbeats" {
+  description = "Log every accepted heartbeat at INFO (SERVO_LOG_HEARTBEATS). false: accepted heartbeats are counted in the metric servo.callbacks and logged at DEBUG only; refused heartbeats and every other callback keep their line."
+  type        = bool
+  default     = false
+}
+
 variable "sweep_every" {
   description = "Cadence of sweep passes within one sweeper invocation (SERVO_SWEEP_EVERY), a Go duration such as 15s."
   type        = string
@@ -261,8 +295,8 @@ variable "functions" {
       concurrency     = optional(number, 80)
     }), {})
     sweeper = optional(object({
-      memory          = optional(string, "512Mi")
-      cpu             = optional(string, "1")
+      memory          = optional(string, "256Mi")
+      cpu             = optional(string, "0.333")
       timeout_seconds = optional(number, 120)
       min_instances   = optional(number, 0)
       max_instances   = optional(number, 2)
@@ -299,6 +333,19 @@ variable "functions" {
       f.concurrency == 1 || (can(regex("^[0-9]+(\\.[0-9]+)?$", f.cpu)) && try(tonumber(f.cpu) >= 1, false))
     ])
     error_message = "functions: concurrency above 1 needs cpu of at least \"1\" (Cloud Run allows fractional CPU only with concurrency 1)."
+  }
+  validation {
+    # Cloud Run: memory above 512Mi needs at least 0.5 CPU, above 1Gi at
+    # least 1 CPU. (A malformed value is the first validation's error.)
+    condition = alltrue([for f in [var.functions.api, var.functions.callbacks, var.functions.sweeper, var.functions.jobs] :
+      try(
+        (can(regex("m$", f.cpu)) ? tonumber(trimsuffix(f.cpu, "m")) / 1000 : tonumber(f.cpu)) >= 1 ||
+        tonumber(regex("^[0-9]+", f.memory)) * (can(regex("G$|Gi$", f.memory)) ? 1024 : 1) <= (
+          (can(regex("m$", f.cpu)) ? tonumber(trimsuffix(f.cpu, "m")) / 1000 : tonumber(f.cpu)) >= 0.5 ? 1024 : 512
+        ),
+      true)
+    ])
+    error_message = "functions: with less than one cpu, memory may be at most 512Mi below cpu \"0.5\" and at most 1Gi from \"0.5\" (Cloud Run's limits)."
   }
   validation {
     # One sweep at a time per instance: a pass is a sequence of duties.

@@ -88,6 +88,20 @@
 // CloudEvent time, the Pub/Sub publish time), so a tick delivered late, or
 // redelivered, sweeps once and never overlaps the next tick's window.
 //
+// A window ends early (Stats.EndedEarly) after a pass that found nothing
+// due before the window's end: within a window the due queries reach to
+// its end (tasks due now are swept, the later ones, counted as
+// DutyStats.Upcoming, keep the window open), and, with a Redriver, one
+// query per due shard (limit 1) looks for outbox entries due before it. A
+// pass that swept anything, or failed, never ends the window. So at zero
+// traffic an invocation is one pass; a timer running out within a window
+// is swept within Every of it, as before; a timer created after an early
+// end and running out before the next tick waits for that tick.
+// Config.KeepWindow (SERVO_SWEEP_EARLY_END=false) sweeps every window to
+// its end. An early end moves the pulse's promise of the next pass to the
+// window's end plus Every (Promiser, store.PromisePulse), so the gap until
+// the next tick is not taken for an outage.
+//
 //	Cloud Scheduler (* * * * *) ──▶ Pub/Sub topic ──▶ Eventarc ──▶ ServoSweeper (CloudEvent)
 //	                                                                 └─ Run: sweep, sleep Every, sweep … until Window
 //
@@ -130,7 +144,10 @@
 // A pass costs one query per duty and due shard (4 ×
 // store.DefaultDueShards = 64 RunQuery) and one BatchGetDocuments and one
 // Commit per due task, whatever the number of tasks that are not due: 264
-// RPCs for 100 due tasks, with 1 000 or with 10 000 RUNNING tasks. It
+// RPCs for 100 due tasks, with 1 000 or with 10 000 RUNNING tasks. A
+// pass that ends its window early adds one outbox query per due shard and
+// one write (the pulse's promise). BenchmarkSweeperSizing reports a pass's
+// CPU and memory, for the function's size. It
 // reads what the queries return (at least one document read per query)
 // and two documents per transaction. TestSweepCostGrowsWithDueNotRunning
 // asserts it on every test run; BenchmarkSweepCost gives the figures.

@@ -342,7 +342,8 @@ func TestQueryErrorDoesNotStopOtherDuties(t *testing.T) {
 // TestRunCadenceWindowAndContext: Run sweeps once with no window; within a
 // window it never starts more passes than fit (one at 0, then one per
 // Every before the end); it stops when ctx ends; the outbox re-drive runs
-// once per pass.
+// once per pass. (KeepWindow: nothing is due, which would end the window
+// after its first pass; earlyend_test.go tests that.)
 func TestRunCadenceWindowAndContext(t *testing.T) {
 	ctx := context.Background()
 	t.Run("no window: one pass", func(t *testing.T) {
@@ -356,7 +357,7 @@ func TestRunCadenceWindowAndContext(t *testing.T) {
 	t.Run("window bounds the passes", func(t *testing.T) {
 		enq := &recorder{}
 		sw := newUnitSweeper(t, newMemStore(), enq, nil, func(c *zombie.Config) {
-			c.Every, c.Window, c.Redriver = 40*time.Millisecond, 130*time.Millisecond, enq
+			c.Every, c.Window, c.Redriver, c.KeepWindow = 40*time.Millisecond, 130*time.Millisecond, enq, true
 		})
 		st, err := sw.Run(ctx)
 		if err != nil {
@@ -378,7 +379,7 @@ func TestRunCadenceWindowAndContext(t *testing.T) {
 				cancel()
 			}
 		}
-		sw := newUnitSweeper(t, ms, enq, nil, func(c *zombie.Config) { c.Every, c.Window = 5*time.Millisecond, time.Hour })
+		sw := newUnitSweeper(t, ms, enq, nil, func(c *zombie.Config) { c.Every, c.Window, c.KeepWindow = 5*time.Millisecond, time.Hour, true })
 		st, err := sw.Run(cctx)
 		if !errors.Is(err, context.Canceled) || st.Passes != 2 {
 			t.Fatalf("passes %d err %v", st.Passes, err)

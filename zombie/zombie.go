@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -71,6 +72,20 @@ type Pulser interface {
 	Pulse(ctx context.Context, now time.Time, every time.Duration) (*task.Outage, error)
 }
 
+// Promiser moves the pulse's promise of the next pass (*store.Store is
+// one): a window that ends early promises the next Scheduler tick, so
+// that the gap until then is not taken for an outage.
+type Promiser interface {
+	PromisePulse(ctx context.Context, next time.Time) error
+}
+
+// OutboxStore tells whether outbox entries wait for the re-drive
+// (*store.Store is one): a window does not end early while one is due
+// before its end.
+type OutboxStore interface {
+	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+}
+
 // Redriver re-delivers transition events left undelivered in the outbox
 // (the events publisher). The sweeper calls it once per pass.
 type Redriver interface {
@@ -113,9 +128,14 @@ type Config struct {
 	// the shortest heartbeat interval of your tasks / 2 or less
 	// (docs/contract.md §5.6).
 	Every time.Duration
-	// Window is how long one Run keeps sweeping, e.g. 55 s to stop just
-	// before the next once-a-minute Scheduler tick. Zero means one pass.
+	// Window is how long one Run keeps sweeping at most, e.g. 55 s to
+	// stop just before the next once-a-minute Scheduler tick. Zero means
+	// one pass. A window ends early after a pass that found nothing due
+	// before the window's end (see Run); the next tick sweeps again.
 	Window time.Duration
+	// KeepWindow disables the early end: every window sweeps until its
+	// end, as before it existed (SERVO_SWEEP_EARLY_END=false).
+	KeepWindow bool
 	// QuotaRepairEvery is how often the quota counters are recounted
 	// (default DefaultQuotaRepairEvery); see quota.go.
 	QuotaRepairEvery time.Duration
@@ -162,6 +182,9 @@ type DutyStats struct {
 	// MaxLagMs is the longest time from an applied task's due time to its
 	// transaction (the sweeper's lag).
 	MaxLagMs int64 `json:"maxLagMs"`
+	// Upcoming is the number of tasks the due query read that are not due
+	// yet but will be before the window ends (the window goes on).
+	Upcoming int `json:"upcoming,omitempty"`
 }
 
 func (d *DutyStats) add(o DutyStats) {
@@ -172,6 +195,7 @@ func (d *DutyStats) add(o DutyStats) {
 	d.FollowUpErrors += o.FollowUpErrors
 	d.QueryErrors += o.QueryErrors
 	d.MaxLagMs = max(d.MaxLagMs, o.MaxLagMs)
+	d.Upcoming += o.Upcoming
 }
 
 // Stats counts the work of one or more passes.
@@ -191,6 +215,9 @@ type Stats struct {
 	Admit DutyStats `json:"admit"`
 	// QuotaRepairs counts quota counter shards found drifted and rewritten.
 	QuotaRepairs int `json:"quotaRepairs,omitempty"`
+	// EndedEarly counts windows ended before their end because nothing
+	// was due before it.
+	EndedEarly int `json:"endedEarly,omitempty"`
 }
 
 // Duty returns the counters of the duty whose query is d (nil if unknown).
@@ -228,6 +255,7 @@ func (s *Stats) Add(o Stats) {
 	s.Skipped += o.Skipped
 	s.Admit.add(o.Admit)
 	s.QuotaRepairs += o.QuotaRepairs
+	s.EndedEarly += o.EndedEarly
 }
 
 // Sweeper runs the duties. It holds no state between passes, so any number
@@ -402,13 +430,19 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 		wg   sync.WaitGroup
 	)
 	now := s.cfg.Now().UTC()
+	// Within a window the query reaches to its end: the tasks due by now
+	// are swept, the later ones only tell that the window must go on.
+	until := now
+	if !stop.IsZero() && !s.cfg.KeepWindow {
+		until = now.Add(max(0, time.Until(stop))) // stop is wall time
+	}
 	tx := make(chan struct{}, s.cfg.Concurrency)
 	shards := make(chan struct{}, s.cfg.ShardConcurrency)
 	for shard := range s.cfg.Store.DueShards() {
 		shards <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-shards }()
-			sd, err := s.dutyShard(ctx, d, shard, now, stop, tx)
+			sd, err := s.dutyShard(ctx, d, shard, now, until, stop, tx)
 			mu.Lock()
 			defer mu.Unlock()
 			ds.add(sd)
@@ -427,27 +461,37 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 	return ds, nil
 }
 
-// dutyShard is duty for one shard.
-func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, stop time.Time, tx chan struct{}) (DutyStats, error) {
+// dutyShard is duty for one shard: the tasks due by now are applied, and
+// those due after now but by until (read by the same query, due order)
+// are counted as Upcoming.
+func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, until, stop time.Time, tx chan struct{}) (DutyStats, error) {
 	var (
 		ds       DutyStats
 		firstErr error
 		cursor   *store.DueCursor
 	)
 	for ctx.Err() == nil && !past(stop) {
-		page, err := s.cfg.Store.DueTasks(ctx, d.Due, shard, now, s.cfg.PageSize, cursor)
+		page, err := s.cfg.Store.DueTasks(ctx, d.Due, shard, until, s.cfg.PageSize, cursor)
 		if err != nil {
 			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "shard", shard, "error", err)
 			ds.QueryErrors++
 			return ds, fmt.Errorf("zombie: %s query (shard %d): %w", d.Name, shard, err)
 		}
-		ds.Due += len(page)
-		ps, err := s.applyPage(ctx, d, page, stop, tx)
+		due := page
+		for i := range page {
+			if at := store.DueTime(d.Due, &page[i]); at != nil && at.After(now) {
+				due = page[:i]
+				ds.Upcoming += len(page) - i
+				break
+			}
+		}
+		ds.Due += len(due)
+		ps, err := s.applyPage(ctx, d, due, stop, tx)
 		ds.add(ps)
 		if firstErr == nil {
 			firstErr = err
 		}
-		if len(page) < s.cfg.PageSize {
+		if len(page) < s.cfg.PageSize || len(due) < len(page) {
 			break
 		}
 		last := page[len(page)-1]
@@ -599,6 +643,12 @@ func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
 		if end.IsZero() || !next.Before(end) {
 			return total, err
 		}
+		if s.idle(ctx, st, err, end) {
+			total.EndedEarly++
+			s.promise(ctx, end.Add(s.cfg.Every))
+			s.log.DebugContext(ctx, "sweeper window ended early: nothing due before its end", "passes", total.Passes)
+			return total, nil
+		}
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -606,6 +656,58 @@ func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
 			return total, ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// idle reports whether the window ending at end may end after the pass
+// st: the pass had no error and swept nothing (what it changed may be due
+// again soon), no due query read a task due before end, and no outbox
+// entry is due for the re-drive before end (one query per due shard, limit
+// 1).
+// Tasks that become due before end but are created after this pass are
+// swept by the next Scheduler tick.
+func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Time) bool {
+	tot := st.Total()
+	if s.cfg.KeepWindow || passErr != nil || st.Skipped > 0 || st.RedriveErrors > 0 || tot.Due > 0 || tot.Upcoming > 0 {
+		return false
+	}
+	ob, ok := s.cfg.Store.(OutboxStore)
+	if !ok || s.cfg.Redriver == nil {
+		return true
+	}
+	// ShardConcurrency shards at a time: the window's billed time.
+	var (
+		busy atomic.Bool
+		wg   sync.WaitGroup
+	)
+	shards := make(chan struct{}, s.cfg.ShardConcurrency)
+	for shard := range s.cfg.Store.DueShards() {
+		shards <- struct{}{}
+		if busy.Load() {
+			<-shards
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-shards }()
+			if es, err := ob.Undelivered(ctx, shard, end, 1); err != nil || len(es) > 0 {
+				busy.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !busy.Load()
+}
+
+// promise records, when the store keeps the pulse, that the next pass
+// comes with the next Scheduler tick, before next (best effort: without
+// it the gap reads as an outage, which only credits leases).
+func (s *Sweeper) promise(ctx context.Context, next time.Time) {
+	p, ok := s.cfg.Store.(Promiser)
+	if !ok {
+		return
+	}
+	if err := p.PromisePulse(ctx, next); err != nil {
+		s.log.WarnContext(ctx, "recording the next pass's promise failed", "error", err)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/zombie"
 )
 
@@ -43,6 +44,10 @@ const (
 	EnvDeadLetterTopic    = "SERVO_DEAD_LETTER_TOPIC"
 	EnvSweepEvery         = "SERVO_SWEEP_EVERY"
 	EnvSweepWindow        = "SERVO_SWEEP_WINDOW"
+	EnvSweepEarlyEnd      = "SERVO_SWEEP_EARLY_END"
+	EnvTraceSampleRatio   = "SERVO_TRACE_SAMPLE_RATIO"
+	EnvTraceSlow          = "SERVO_TRACE_SLOW"
+	EnvLogHeartbeats      = "SERVO_LOG_HEARTBEATS"
 	EnvMaxRedrives        = "SERVO_MAX_REDRIVES"
 	EnvStartTimeout       = "SERVO_START_TIMEOUT"
 	EnvStoreTimeout       = "SERVO_STORE_TIMEOUT"
@@ -71,7 +76,7 @@ var variables = []string{
 	EnvTokenKeys, EnvTokenKeysFile, EnvTokenKeysSecret,
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
-	EnvSweepEvery, EnvSweepWindow, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
+	EnvSweepEvery, EnvSweepWindow, EnvSweepEarlyEnd, EnvTraceSampleRatio, EnvTraceSlow, EnvLogHeartbeats, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
 	EnvMaxBodyBytes, EnvRetentionDays, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
@@ -116,6 +121,16 @@ type Config struct {
 	// (SERVO_SWEEP_EVERY); SweepWindow how long one invocation sweeps, 0
 	// one pass (SERVO_SWEEP_WINDOW).
 	SweepEvery, SweepWindow time.Duration
+	// SweepEarlyEnd ends a sweeper window after a pass that found nothing
+	// due before its end (SERVO_SWEEP_EARLY_END; default true).
+	SweepEarlyEnd bool
+	// TraceSampling samples the exported traces (SERVO_TRACE_SAMPLE_RATIO,
+	// default telemetry.DefaultSampleRatio; SERVO_TRACE_SLOW, default
+	// telemetry.DefaultSlow): errors and slow requests are always kept.
+	TraceSampling telemetry.Sampling
+	// LogHeartbeats logs every accepted heartbeat at INFO
+	// (SERVO_LOG_HEARTBEATS; default false: at DEBUG, counted in metrics).
+	LogHeartbeats bool
 	// MaxRedrives bounds the re-drives of one attempt before it fails with
 	// DISPATCH_TIMEOUT (SERVO_MAX_REDRIVES).
 	MaxRedrives int
@@ -176,6 +191,8 @@ func Default() Config {
 		DeadLetterTopic:   events.DefaultDeadLetterTopic,
 		SweepEvery:        zombie.DefaultEvery,
 		SweepWindow:       zombie.DefaultWindow,
+		SweepEarlyEnd:     true,
+		TraceSampling:     telemetry.Sampling{Ratio: telemetry.DefaultSampleRatio, Slow: telemetry.DefaultSlow},
 		MaxRedrives:       zombie.DefaultMaxRedrives,
 		StartTimeout:      api.DefaultStartTimeout,
 		StoreTimeout:      DefaultStoreTimeout,
@@ -226,6 +243,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			fail(name, fmt.Errorf("%v: want a positive duration", d))
 		default:
 			*dst = d
+		}
+	}
+	boolean := func(dst *bool, name string) {
+		v := get(name)
+		if v == "" {
+			return
+		}
+		if b, err := strconv.ParseBool(v); err != nil {
+			fail(name, fmt.Errorf("%q: want true or false", v))
+		} else {
+			*dst = b
 		}
 	}
 	integer := func(name string, min int64) (int64, bool) {
@@ -303,6 +331,16 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 	duration(&c.SweepEvery, EnvSweepEvery, false)
 	duration(&c.SweepWindow, EnvSweepWindow, true) // 0: one pass a tick
+	boolean(&c.SweepEarlyEnd, EnvSweepEarlyEnd)
+	boolean(&c.LogHeartbeats, EnvLogHeartbeats)
+	if v := get(EnvTraceSampleRatio); v != "" {
+		if r, err := strconv.ParseFloat(v, 64); err != nil || r < 0 || r > 1 {
+			fail(EnvTraceSampleRatio, fmt.Errorf("%q: want a number from 0 to 1", v))
+		} else {
+			c.TraceSampling.Ratio = r
+		}
+	}
+	duration(&c.TraceSampling.Slow, EnvTraceSlow, false)
 	duration(&c.StartTimeout, EnvStartTimeout, false)
 	duration(&c.StoreTimeout, EnvStoreTimeout, false)
 	if n, ok := integer(EnvMaxRedrives, 1); ok {

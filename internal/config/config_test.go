@@ -47,7 +47,8 @@ func TestFromEnvDefaults(t *testing.T) {
 	if c.FirestoreDatabase != "(default)" || c.EventsTopic != "servo-task-events" || c.DeadLetterTopic != "servo-dead-letter" ||
 		c.SweepEvery != 15*time.Second || c.SweepWindow != 55*time.Second || c.MaxRedrives != 5 || c.StartTimeout != 10*time.Minute ||
 		c.DueShards != 16 || c.MaxBodyBytes != 1<<20 || c.RetentionDays != 30 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
-		len(c.Workers) != 0 || c.JobsDispatchURL != nil {
+		len(c.Workers) != 0 || c.JobsDispatchURL != nil ||
+		!c.SweepEarlyEnd || c.LogHeartbeats || c.TraceSampling.Ratio != 0.1 || c.TraceSampling.Slow != time.Second {
 		t.Errorf("defaults: got %+v, want %+v", c, want)
 	}
 	// The handlers' own defaults are the documented ones.
@@ -81,6 +82,10 @@ func TestFromEnvValues(t *testing.T) {
 		EnvDeadLetterTopic:    "dl",
 		EnvSweepEvery:         "2s",
 		EnvSweepWindow:        "0",
+		EnvSweepEarlyEnd:      "false",
+		EnvTraceSampleRatio:   "0.01",
+		EnvTraceSlow:          "250ms",
+		EnvLogHeartbeats:      "true",
 		EnvMaxRedrives:        "7",
 		EnvStartTimeout:       "3m",
 		EnvStoreTimeout:       "4s",
@@ -108,6 +113,8 @@ func TestFromEnvValues(t *testing.T) {
 		{"jobs", c.JobsDispatchURL.String() == "https://jobs.example.com/dispatch" && c.JobsContainer == "worker"},
 		{"topics", c.EventsTopic == "ev" && c.DeadLetterTopic == "dl"},
 		{"sweeper", c.SweepEvery == 2*time.Second && c.SweepWindow == 0 && c.MaxRedrives == 7},
+		{"early end, heartbeat lines", !c.SweepEarlyEnd && c.LogHeartbeats},
+		{"trace sampling", c.TraceSampling.Ratio == 0.01 && c.TraceSampling.Slow == 250*time.Millisecond},
 		{"start timeout", c.StartTimeout == 3*time.Minute},
 		{"store timeout", c.StoreTimeout == 4*time.Second},
 		{"shards, body", c.DueShards == 32 && c.MaxBodyBytes == 2048},
@@ -152,6 +159,10 @@ func TestFromEnvErrors(t *testing.T) {
 		{"shards", map[string]string{EnvDueShards: "0"}, []string{EnvDueShards, "at least 1"}},
 		{"redrives", map[string]string{EnvMaxRedrives: "-2"}, []string{EnvMaxRedrives}},
 		{"retention under the idempotency window", map[string]string{EnvRetentionDays: "7"}, []string{EnvRetentionDays, "at least 30"}},
+		{"bool", map[string]string{EnvSweepEarlyEnd: "sometimes"}, []string{EnvSweepEarlyEnd, "true or false"}},
+		{"ratio over 1", map[string]string{EnvTraceSampleRatio: "10"}, []string{EnvTraceSampleRatio, "0 to 1"}},
+		{"ratio not a number", map[string]string{EnvTraceSampleRatio: "10%"}, []string{EnvTraceSampleRatio}},
+		{"slow", map[string]string{EnvTraceSlow: "0s"}, []string{EnvTraceSlow, "positive"}},
 		{"access", map[string]string{EnvAccess: `{"principals":1}`}, []string{EnvAccess}},
 		{"access file", map[string]string{EnvAccessFile: "/no/such/access.json"}, []string{EnvAccessFile}},
 		{"quotas", map[string]string{EnvQuotas: `[]`}, []string{EnvQuotas}},

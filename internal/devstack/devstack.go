@@ -289,6 +289,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	cfg.JobsDispatchURL = cfg.CallbackBaseURL.JoinPath(jobs.DispatchPath)
 	cfg.SweepEvery, cfg.SweepWindow, cfg.MaxRedrives, cfg.StartTimeout = o.SweepEvery, window, o.MaxRedrives, o.StartTimeout
 	cfg.DueShards, cfg.Access = cmp.Or(o.DueShards, DefaultDueShards), o.Access
+	// Every window sweeps to its end: locally a pass costs nothing, and the
+	// short timers of demos and tests (100 ms and up) are swept within a
+	// SweepEvery even when set between two ticks (production ends a window
+	// early when nothing is due, config.Config.SweepEarlyEnd).
+	cfg.SweepEarlyEnd = false
 	if o.Quotas != nil {
 		cfg.Quotas = o.Quotas
 	}

@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 
 	if s.Sweeper, err = zombie.New(zombie.Config{
 		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Logger: log, Now: o.Now,
-		Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives,
+		Every: cfg.SweepEvery, Window: cfg.SweepWindow, KeepWindow: !cfg.SweepEarlyEnd, MaxRedrives: cfg.MaxRedrives,
 	}); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
 		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
-		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout,
+		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout, LogHeartbeats: cfg.LogHeartbeats,
 	})
 
 	identity := o.ClaimIdentity

@@ -219,3 +219,39 @@ func TestPulseRecordsGap(t *testing.T) {
 		}
 	}
 }
+
+// A promise of the next pass (PromisePulse, a sweeper window that ended
+// early) moves the pulse's expectation: a pass within it is no gap, one
+// past it is a gap from the promise; a pass promises its start plus its
+// cadence again.
+func TestPulsePromise(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	for i, tc := range []struct {
+		at       time.Duration
+		promise  time.Duration // after the pass, 0: none
+		wantFrom time.Duration // the gap's start, -1: no gap
+	}{
+		{at: 0, promise: 70 * time.Second, wantFrom: -1},
+		{at: 60 * time.Second, wantFrom: -1},                             // within the promise (a 1 s cadence would say 59 s late)
+		{at: 61 * time.Second, promise: 131 * time.Second, wantFrom: -1}, // 1 s after the previous pass
+		{at: 200 * time.Second, wantFrom: 131 * time.Second},             // a tick missed: a gap from the promise
+	} {
+		gap, err := s.Pulse(ctx, t0.Add(tc.at), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case tc.wantFrom < 0 && gap != nil:
+			t.Fatalf("pass %d at +%v: gap %+v, want none", i, tc.at, gap)
+		case tc.wantFrom >= 0 && (gap == nil || !gap.From.Equal(t0.Add(tc.wantFrom)) || !gap.To.Equal(t0.Add(tc.at))):
+			t.Fatalf("pass %d at +%v: gap %+v, want from +%v", i, tc.at, gap, tc.wantFrom)
+		}
+		if tc.promise > 0 {
+			if err := s.PromisePulse(ctx, t0.Add(tc.promise)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

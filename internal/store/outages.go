@@ -176,12 +176,18 @@ const PulseDocID = "pulse"
 
 type pulseDoc struct {
 	At time.Time `firestore:"at"`
+	// Next is the sweeper's promise of its next pass: the start of the
+	// pass plus its cadence, or, when a window ended early because nothing
+	// was due (PromisePulse), the next Scheduler tick. Zero in pulses
+	// written before it existed: At plus the caller's cadence.
+	Next time.Time `firestore:"next"`
 }
 
 // Pulse is called by the sweeper at the start of every pass, expected
-// every `every`. It records the pass, and when the previous one began
-// longer ago than expected (by more than half of every, at least 2 s), it
-// records the excess as an outage: Servo was down or not sweeping, and
+// every `every`. It records the pass and its promise of the next one (now
+// plus every, unless PromisePulse moves it), and when this pass comes
+// later than the previous one promised (by more than half of every, at
+// least 2 s), it records the excess as an outage: Servo was down or not sweeping, and
 // callbacks may have failed with it. 2 RPCs (a read and a write).
 func (s *Store) Pulse(ctx context.Context, now time.Time, every time.Duration) (gap *task.Outage, err error) {
 	return s.pulse(ctx, now, every, true)
@@ -204,7 +210,7 @@ func (s *Store) pulse(ctx context.Context, now time.Time, every time.Duration, r
 	}
 	now = now.UTC()
 	if record {
-		if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(name, pulseDoc{At: now}, false)}}); err != nil {
+		if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(name, pulseDoc{At: now, Next: now.Add(every)}, false)}}); err != nil {
 			return nil, wrap("write pulse", err)
 		}
 	}
@@ -212,6 +218,9 @@ func (s *Store) pulse(ctx context.Context, now time.Time, every time.Duration, r
 		return nil, nil
 	}
 	expected := prev.At.Add(every)
+	if !prev.Next.IsZero() {
+		expected = prev.Next
+	}
 	if now.Sub(expected) <= max(every/2, 2*time.Second) {
 		return nil, nil
 	}
@@ -220,4 +229,16 @@ func (s *Store) pulse(ctx context.Context, now time.Time, every time.Duration, r
 	s.outages.add(out)
 	s.outages.mu.Unlock()
 	return &out, nil
+}
+
+// PromisePulse moves the promise of the latest pulse to next (1 RPC): the
+// sweeper ended its window early because nothing was due before the next
+// Scheduler tick, so no pass comes before then, and none is an outage.
+func (s *Store) PromisePulse(ctx context.Context, next time.Time) error {
+	w := &pb.Write{
+		Operation:  &pb.Write_Update{Update: &pb.Document{Name: s.docs + "/" + MetaCollection + "/" + PulseDocID, Fields: encodeFields(pulseDoc{Next: next.UTC()})}},
+		UpdateMask: &pb.DocumentMask{FieldPaths: []string{"next"}},
+	}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
+	return wrap("promise pulse", err)
 }

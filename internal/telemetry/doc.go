@@ -44,8 +44,12 @@
 // cloud.region, cloud.platform, faas.name, faas.version. The detection is
 // bounded to 2 s (off Google Cloud the metadata probe would otherwise
 // delay a cold start). OTEL_RESOURCE_ATTRIBUTES wins over all of it.
-// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose the sampler
-// (default parentbased_always_on: a caller's sampling decision is kept).
+// The functions sample traces with Config.Sampling ([Sampling]: a ratio by
+// trace id, default 0.1, and every other trace exported only when a span
+// failed or its request was slow); OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG, when set, choose the sampler instead (without
+// either and without Sampling, as in servo dev: parentbased_always_on, a
+// caller's sampling decision kept).
 // The propagator is W3C traceparent, plus baggage.
 //
 // In Cloud Monitoring, metrics sent to the Telemetry API are stored the

@@ -126,6 +126,10 @@ type Config struct {
 	// MetricInterval is the push exporters' period; default 60 s, or
 	// OTEL_METRIC_EXPORT_INTERVAL.
 	MetricInterval time.Duration
+	// Sampling, when set and OTEL_TRACES_SAMPLER is not, samples the
+	// exported traces (see Sampling); nil exports every span, as the
+	// SDK's default sampler decides (servo dev's trace view needs them).
+	Sampling *Sampling
 }
 
 // Telemetry is what Setup installed.
@@ -180,9 +184,9 @@ func anyEnv(names ...string) bool {
 // OTEL_EXPORTER_OTLP_*ENDPOINT is set, the standard variables decide
 // (autoexport: "otlp" with OTEL_EXPORTER_OTLP_PROTOCOL grpc or
 // http/protobuf, "console", "prometheus", "none"); otherwise cfg.Default
-// does. The sampler follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG
-// (default parentbased_always_on), the resource OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES.
+// does. The sampler is cfg.Sampling's, unless OTEL_TRACES_SAMPLER /
+// OTEL_TRACES_SAMPLER_ARG choose one (without either: parentbased_always_on);
+// the resource follows OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	res, err := newResource(ctx, cfg)
 	if err != nil {
@@ -198,7 +202,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 			return nil, fmt.Errorf("telemetry: span exporter: %w", err)
 		}
 		if !autoexport.IsNoneSpanExporter(exp) {
-			topts = append(topts, sdktrace.WithBatcher(exp))
+			topts = append(topts, traceOptions(sampling(cfg), exp)...)
 			t.Exporters = append(t.Exporters, "traces:"+envOr("OTEL_TRACES_EXPORTER", "otlp"))
 		}
 	case cfg.Default == DefaultGoogleCloud:
@@ -206,7 +210,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: cloud trace exporter (OTLP to %s): %w", googleOTLP.endpoint, err)
 		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
+		topts = append(topts, traceOptions(sampling(cfg), exp)...)
 		t.Exporters = append(t.Exporters, "traces:googlecloud")
 	}
 	if cfg.Recorder != nil {
@@ -257,6 +261,14 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		logs.SetProject(cfg.Project)
 	}
 	return t, nil
+}
+
+// sampling is cfg.Sampling unless OTEL_TRACES_SAMPLER chooses the sampler.
+func sampling(cfg Config) *Sampling {
+	if os.Getenv("OTEL_TRACES_SAMPLER") != "" {
+		return nil
+	}
+	return cfg.Sampling
 }
 
 func envOr(name, def string) string {
