@@ -134,7 +134,7 @@ func (r Report) Markdown() string {
 	i := r.Recording.Idle
 	w("One sweeper invocation per Scheduler tick (%g a hour), run the production way:\n", r.Defaults.SweepTicksPerHour)
 	w("it held its request %.1f s, made %d passes, %d queries, %d reads and %d writes,\n", float64(i.InvocationMs)/1000, i.Passes, i.FirestoreQueries, i.FirestoreReads, i.FirestoreWrites)
-	w("%d log lines (%d bytes) and %d spans. Cloud Run bills the request time.\n\n", i.LogLines, i.LogBytes, i.Spans)
+	w("log lines: %d (%d bytes), spans: %d. Cloud Run bills the request time.\n\n", i.LogLines, i.LogBytes, i.Spans)
 	w("| line item | quantity | unit price | USD a month |\n|---|---:|---|---:|\n")
 	for _, l := range r.Fixed {
 		w("| %s | %s | %s | $%.4f |\n", l.Item, qty(l.Quantity), unitPrice(l.Price), l.USD)

@@ -17,7 +17,7 @@ import (
 // shape and the idle sweeper's invocation.
 type Recording struct {
 	// Recorded is the date of the recording (YYYY-MM-DD).
-	Recorded string `json:"recorded"`
+	Recorded string    `json:"recorded"`
 	Shapes   []Traffic `json:"shapes"`
 	Idle     Idle      `json:"idle"`
 }
