@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -29,9 +30,12 @@ func TestProgramPrintsTheBill(t *testing.T) {
 		}
 	}
 	for _, s := range rec.Shapes {
-		if !strings.Contains(out.String(), "| "+s.Shape+" |") {
-			t.Errorf("the output has no row for shape %q", s.Shape)
+		if !regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(s.Shape) + ` \| \d+ \|`).MatchString(out.String()) {
+			t.Errorf("the output has no traffic row for shape %q", s.Shape)
 		}
+	}
+	if total := regexp.MustCompile(`(?m)^\| \*\*total\*\* \|( \*\*\$[0-9.]+\*\* \|)+$`).FindString(out.String()); strings.Count(total, "$") != len(rec.Shapes) {
+		t.Errorf("the totals row %q has not one total per shape (%d)", total, len(rec.Shapes))
 	}
 	missed := strings.Count(errs.String(), "target missed")
 	code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-check"}, &bytes.Buffer{}, &bytes.Buffer{})

@@ -71,7 +71,10 @@ func (r Report) Markdown() string {
 	w("runs `TestCostRecord` in `internal/devstack` and rewrites it), the price table\n")
 	w("in `internal/cost/prices.go` and the Terraform defaults read from `terraform/`.\n")
 	w("USD, us-central1, list prices; free tiers are not modelled (they are per billing\n")
-	w("account), so the figures are an upper bound for a small deployment.\n\n")
+	w("account), so the figures are an upper bound for a small deployment.\n")
+	w("The counts of each single operation (a submit, a callback, a heartbeat's\n")
+	w("constant ~1 KB whatever the payload, a sweep pass) are asserted by `TestCostModel`\n")
+	w("(`go test -run TestCostModel -v ./internal/devstack/`).\n\n")
 
 	w("## Targets (issue 35)\n\n| bill | target | computed | |\n|---|---|---|---|\n")
 	for _, res := range r.Results {
@@ -174,8 +177,10 @@ func (r Report) Markdown() string {
 	}
 	w("trace sampling %g; topic retention %g days; task retention %s.\n\n", r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret)
 	w("Assumed, not measured: a Cloud Run request log entry is %d bytes; an index entry\n", a.RequestLogBytes)
-	w("stores %d bytes; each invocation is billed alone, rounded up to %d ms (concurrent\n", a.IndexEntryBytes, a.BillingGranularityMs)
-	w("requests share an instance's billed time, so busy deployments pay less); the events\n")
+	w("stores %d bytes; each invocation is billed alone, rounded up to %d ms (at a million\n", a.IndexEntryBytes, a.BillingGranularityMs)
+	w("lifecycles a month callbacks rarely overlap; concurrent requests share an instance's\n")
+	w("billed time, so busier deployments pay less per lifecycle; request times are the local\n")
+	w("stack's, emulator round trips included); the events\n")
 	w("topic has %d subscription; an instance re-reads the signing-key secret %g times an\n", a.EventSubscriptions, a.SecretReadsPerHour)
 	w("hour; Firestore deletes issued in a commit are counted as writes.\n")
 	return b.String()
