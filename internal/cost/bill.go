@@ -44,13 +44,12 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		line("Firestore document writes", Per*float64(t.FirestoreWrites), p.FirestoreWrite),
 		line("Firestore deletes (TTL included)", Per*float64(t.FirestoreDeletes), p.FirestoreDelete),
 	)
+	// Documents without a TTL are priced for NoTTLMonths (they are kept
+	// for good); the others until their TTL deletes them.
 	months := a.NoTTLMonths
-	if d.RetentionDays > 0 {
-		months = d.RetentionDays / daysPerM
-	}
 	ls = append(ls,
-		line("Firestore storage: documents kept", Per*float64(t.StoredDocBytes)/gib*months, p.FirestoreStorage),
-		line("Firestore storage: index entries kept", Per*float64(t.StoredIndexEntries*a.IndexEntryBytes)/gib*months, p.FirestoreStorage),
+		line("Firestore storage: documents", Per*(float64(t.StoredDocBytes)*months+t.TTLDocByteDays/daysPerM)/gib, p.FirestoreStorage),
+		line("Firestore storage: index entries", Per*(float64(t.StoredIndexEntries)*months+t.TTLIndexEntryDays/daysPerM)*float64(a.IndexEntryBytes)/gib, p.FirestoreStorage),
 	)
 	var ops float64
 	for _, size := range t.CloudTasksCreates {

@@ -38,8 +38,8 @@ func TestBillLineItems(t *testing.T) {
 		{"Firestore document writes", Traffic{FirestoreWrites: 10}, 10e6 * 0.09 / 1e5, nil},
 		{"Firestore deletes (TTL included)", Traffic{FirestoreDeletes: 10}, 10e6 * 0.01 / 1e5, nil},
 		// No retention in the defaults: 12 months of storage.
-		{"Firestore storage: documents kept", Traffic{StoredDocBytes: 2048}, 1e6 * 2048 / gib * 12 * 0.15, nil},
-		{"Firestore storage: index entries kept", Traffic{StoredIndexEntries: 10}, 1e6 * 10 * 100 / gib * 12 * 0.15, nil},
+		{"Firestore storage: documents", Traffic{StoredDocBytes: 2048}, 1e6 * 2048 / gib * 12 * 0.15, nil},
+		{"Firestore storage: index entries", Traffic{StoredIndexEntries: 10}, 1e6 * 10 * 100 / gib * 12 * 0.15, nil},
 		// 100 bytes is one chunk, 40 000 two; each create has its push.
 		{"Cloud Tasks operations (create + push, 32 KB chunks)", Traffic{CloudTasksCreates: []int64{100, 40000}}, 6e6 * 0.40 / 1e6, nil},
 		// 10 bytes is billed as 1 000.
@@ -94,17 +94,25 @@ func TestRequestLogPerInvocation(t *testing.T) {
 
 func fmtUSD(v float64) string { return cell([]Line{{Item: "x", USD: v}}, "x") }
 
-// TestRetentionPricesStorage: a retention in the defaults replaces the
-// 12 months of a document without TTL.
-func TestRetentionPricesStorage(t *testing.T) {
-	d := testDefaults()
-	d.RetentionDays = 730.0 / 24 // one month
-	ls, err := Bill(Traffic{StoredDocBytes: 1 << 20}, ListPrices, d, DefaultAssumptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 1e6 / 1024 * 0.15; !near(Total(ls), want) {
-		t.Errorf("storage for a month: $%g, want $%g", Total(ls), want)
+// TestTTLStorage: a document with a TTL is priced until its TTL deletes
+// it, not for the months of a document kept for good.
+func TestTTLStorage(t *testing.T) {
+	for _, c := range []struct {
+		traffic Traffic
+		want    float64
+	}{
+		// 1 MiB kept for a month (30.4 days).
+		{Traffic{TTLDocByteDays: (1 << 20) * 730.0 / 24}, 1e6 / 1024 * 0.15},
+		// 10 entries of 100 bytes kept for a month.
+		{Traffic{TTLIndexEntryDays: 10 * 730.0 / 24}, 1e6 * 1000 / (1 << 30) * 0.15},
+	} {
+		ls, err := Bill(c.traffic, ListPrices, testDefaults(), DefaultAssumptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(Total(ls), c.want) {
+			t.Errorf("%+v: $%g, want $%g", c.traffic, Total(ls), c.want)
+		}
 	}
 }
 
@@ -224,9 +232,9 @@ variable "trace_sampling_ratio" {
   default = 0.1
 }
 
-variable "task_retention" {
-  type    = string
-  default = "30d"
+variable "retention_days" {
+  type    = number
+  default = 30
 }
 `
 	if err := os.WriteFile(filepath.Join(dir, "variables.tf"), []byte(vars), 0o644); err != nil {

@@ -171,7 +171,7 @@ func (r Report) Markdown() string {
 		f := r.Defaults.Functions[name]
 		w("%s %s/%g vCPU/min %d; ", name, f.Memory, f.CPU, f.MinInstances)
 	}
-	ret := "none (no TTL: storage priced for 12 months, and it keeps growing)"
+	ret := "none"
 	if r.Defaults.RetentionDays > 0 {
 		ret = fmt.Sprintf("%g days", r.Defaults.RetentionDays)
 	}
@@ -182,7 +182,10 @@ func (r Report) Markdown() string {
 	w("billed time, so busier deployments pay less per lifecycle; request times are the local\n")
 	w("stack's, emulator round trips included); the events\n")
 	w("topic has %d subscription; an instance re-reads the signing-key secret %g times an\n", a.EventSubscriptions, a.SecretReadsPerHour)
-	w("hour; Firestore deletes issued in a commit are counted as writes.\n")
+	w("hour; Firestore deletes issued in a commit are counted as writes; a document without\n")
+	w("a TTL field is priced for %g months of storage (it is kept for good), one with a TTL\n", a.NoTTLMonths)
+	w("until the time its field says (as the code sets it); spans are priced at the sampling\n")
+	w("ratio (the errors and slow requests always kept are not modelled).\n")
 	return b.String()
 }
 

@@ -45,7 +45,9 @@ type Defaults struct {
 	TraceSampling float64
 	// TopicRetentionDays is topic_message_retention.
 	TopicRetentionDays float64
-	// RetentionDays is how long terminal tasks are kept (0: forever).
+	// RetentionDays is how long terminal tasks are kept (0: forever). The
+	// bill prices what the recorded documents' TTL fields say; this is
+	// shown beside it.
 	RetentionDays float64
 	// SchedulerJobs counts google_cloud_scheduler_job resources.
 	SchedulerJobs int
@@ -115,7 +117,7 @@ func ReadDefaults(dir string) (Defaults, error) {
 			}
 		}
 	}
-	for _, name := range []string{"task_retention", "retention", "terminal_retention"} {
+	for _, name := range []string{"retention_days", "task_retention", "retention"} {
 		if v, ok := variableDefault(src, name); ok {
 			if d.RetentionDays, err = parseDays(v); err != nil {
 				return d, err
@@ -176,8 +178,11 @@ func parseCPU(s string) (float64, error) {
 	return n, nil
 }
 
-// parseDays reads "30d", "720h" or seconds "2592000s".
+// parseDays reads days "30" or "30d", hours "720h" or seconds "2592000s".
 func parseDays(s string) (float64, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		return n, nil
+	}
 	for suffix, per := range map[string]float64{"d": 1, "h": 1.0 / 24, "s": 1.0 / 86400} {
 		if v, ok := strings.CutSuffix(s, suffix); ok {
 			n, err := strconv.ParseFloat(v, 64)

@@ -33,9 +33,14 @@ type Traffic struct {
 	FirestoreDeletes int64 `json:"firestoreDeletes"`
 	IndexEntries     int64 `json:"indexEntries"`
 	// StoredDocBytes and StoredIndexEntries are what the lifecycle left in
-	// the database (documents without a TTL; entries of those documents).
+	// the database for good (documents without a TTL, and their entries).
 	StoredDocBytes     int64 `json:"storedDocBytes"`
 	StoredIndexEntries int64 `json:"storedIndexEntries"`
+	// TTLDocByteDays and TTLIndexEntryDays are the documents with a TTL
+	// field and their entries, each weighted by the days until its TTL
+	// deletes it (as the code set it).
+	TTLDocByteDays    float64 `json:"ttlDocByteDays"`
+	TTLIndexEntryDays float64 `json:"ttlIndexEntryDays"`
 	// CloudTasksCreates are the sizes of the CreateTask requests, bytes
 	// (each is also one push delivery attempt of the same size).
 	CloudTasksCreates []int64 `json:"cloudTasksCreates"`

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/cost"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
@@ -120,6 +121,7 @@ func (c *createSizes) take() []int64 {
 type storedDoc struct {
 	bytes, entries int64
 	ttl            bool
+	days           float64 // until its TTL deletes it
 }
 
 // snapshot lists every document of the project's database.
@@ -153,8 +155,10 @@ func snapshot(t *testing.T, fs *firestoreapi.Client, project string) map[string]
 				}
 				sd := storedDoc{bytes: int64(proto.Size(&pb.Document{Name: d.Name, Fields: d.Fields})) + 32,
 					entries: int64(store.IndexEntries(&pb.Write{Operation: &pb.Write_Update{Update: d}}))}
-				for k := range d.Fields {
-					sd.ttl = sd.ttl || ttl[id+"/"+k]
+				for k, v := range d.Fields {
+					if ttl[id+"/"+k] && v.GetTimestampValue() != nil {
+						sd.ttl, sd.days = true, max(0, time.Until(v.GetTimestampValue().AsTime()).Hours()/24)
+					}
 				}
 				out[d.Name] = sd
 				walk(d.Name)
@@ -241,6 +245,8 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 		}
 		if d.ttl {
 			tr.FirestoreDeletes++
+			tr.TTLDocByteDays += float64(d.bytes) * d.days
+			tr.TTLIndexEntryDays += float64(d.entries) * d.days
 		} else {
 			tr.StoredDocBytes += d.bytes
 			tr.StoredIndexEntries += d.entries
@@ -355,9 +361,11 @@ func TestCostRecord(t *testing.T) {
 	one("tenant quota, 1 heartbeat", map[string]any{"tenantId": "quota-tenant"}, 1)
 	one("payload 40 KB, 1 heartbeat", map[string]any{"payload": map[string]any{"blob": strings.Repeat("x", 40_000)}}, 1)
 
-	// One idle sweeper invocation, as the function runs it.
-	sw, err := zombie.New(zombie.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Redriver: e.stack.Events, Recorder: e.stack.Store,
-		Window: zombie.DefaultWindow, Every: zombie.DefaultEvery, Logger: logs.New(r.logs, slog.LevelInfo)})
+	// One idle sweeper invocation, as the function runs it: production's
+	// configuration defaults (internal/server wires the same fields).
+	cfg := config.Default()
+	sw, err := zombie.New(zombie.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Holder: e.stack.Enqueuer, Redriver: e.stack.Events, Recorder: e.stack.Store,
+		Logger: logs.New(r.logs, slog.LevelInfo), Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives})
 	if err != nil {
 		t.Fatal(err)
 	}
