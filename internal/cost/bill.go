@@ -112,7 +112,7 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		line("Cloud Logging (sweeper lines + request logs)", ticks*float64(idle.LogBytes+a.RequestLogBytes)/gib, p.Logging),
 		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), ticks*float64(idle.Spans)*d.TraceSampling, p.Trace),
 		line(fmt.Sprintf("Cloud Scheduler jobs (%d)", d.SchedulerJobs), float64(d.SchedulerJobs), p.Scheduler),
-		line("Secret Manager: signing-key versions", float64(d.SigningKeyVersions), p.SecretVersion),
+		line("Secret Manager: signing-key versions (assumed 1 active)", float64(d.SigningKeyVersions), p.SecretVersion),
 		line("Secret Manager: key re-reads by the sweeper's instance", a.SecretReadsPerHour*HoursPerMonth*min(1, ticks*secs/(HoursPerMonth*3600)), p.SecretAccess),
 		line("Firestore storage (meta documents)", float64(idle.StoredDocBytes)/gib, p.FirestoreStorage),
 	}

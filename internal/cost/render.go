@@ -96,7 +96,6 @@ func (r Report) Markdown() string {
 		w("---:|")
 	}
 	w("\n")
-	first := r.Shapes[r.Recording.Shapes[0].Shape]
 	items := []string{}
 	seen := map[string]bool{}
 	for _, t := range r.Recording.Shapes {
@@ -107,7 +106,6 @@ func (r Report) Markdown() string {
 			}
 		}
 	}
-	_ = first
 	for _, item := range items {
 		w("| %s |", item)
 		for _, t := range r.Recording.Shapes {
