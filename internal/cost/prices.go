@@ -7,6 +7,9 @@ type Price struct {
 	Unit   string
 	Source string
 	Read   string // date read, YYYY-MM-DD
+	// Unconfirmed marks a price the stored copy of its page did not show
+	// (the figure is the page's as last known): check it first.
+	Unconfirmed bool
 }
 
 // Prices are the list prices the bill uses: USD, us-central1 (Cloud Run
@@ -27,21 +30,21 @@ const read = "2026-11-26"
 
 // ListPrices is the price table, each price with its source and date read.
 var ListPrices = Prices{
-	FirestoreRead:    Price{0.03 / 1e5, "document read", "https://cloud.google.com/firestore/pricing", read},
-	FirestoreWrite:   Price{0.09 / 1e5, "document write", "https://cloud.google.com/firestore/pricing", read},
-	FirestoreDelete:  Price{0.01 / 1e5, "document delete", "https://cloud.google.com/firestore/pricing", read},
-	FirestoreStorage: Price{0.15, "GiB-month", "https://cloud.google.com/firestore/pricing", read},
-	CloudTasksOp:     Price{0.40 / 1e6, "billable operation (32 KB chunk)", "https://cloud.google.com/tasks/pricing", read},
-	PubSubThroughput: Price{40.0 / (1 << 40), "byte (≥ 1 KB per message)", "https://cloud.google.com/pubsub/pricing", read},
-	PubSubStorage:    Price{0.27, "GiB-month retained", "https://cloud.google.com/pubsub/pricing", read},
-	RunRequest:       Price{0.40 / 1e6, "request", "https://cloud.google.com/run/pricing", read},
-	RunCPU:           Price{0.000024, "vCPU-second (request-based)", "https://cloud.google.com/run/pricing", read},
-	RunMemory:        Price{0.0000025, "GiB-second (request-based)", "https://cloud.google.com/run/pricing", read},
-	Logging:          Price{0.50, "GiB ingested", "https://cloud.google.com/stackdriver/pricing", read},
-	Trace:            Price{0.20 / 1e6, "span ingested", "https://cloud.google.com/stackdriver/pricing", read},
-	Scheduler:        Price{0.10, "job-month", "https://cloud.google.com/scheduler/pricing", read},
-	SecretAccess:     Price{0.03 / 1e4, "access operation", "https://cloud.google.com/secret-manager/pricing", read},
-	SecretVersion:    Price{0.06, "active version-month", "https://cloud.google.com/secret-manager/pricing", read},
+	FirestoreRead:    Price{0.03 / 1e5, "document read", "https://cloud.google.com/firestore/pricing", read, false},
+	FirestoreWrite:   Price{0.09 / 1e5, "document write", "https://cloud.google.com/firestore/pricing", read, false},
+	FirestoreDelete:  Price{0.01 / 1e5, "document delete", "https://cloud.google.com/firestore/pricing", read, false},
+	FirestoreStorage: Price{0.15, "GiB-month", "https://cloud.google.com/firestore/pricing", read, true},
+	CloudTasksOp:     Price{0.40 / 1e6, "billable operation (32 KB chunk)", "https://cloud.google.com/tasks/pricing", read, false},
+	PubSubThroughput: Price{40.0 / (1 << 40), "byte (≥ 1 KB per message)", "https://cloud.google.com/pubsub/pricing", read, false},
+	PubSubStorage:    Price{0.27, "GiB-month retained", "https://cloud.google.com/pubsub/pricing", read, true},
+	RunRequest:       Price{0.40 / 1e6, "request", "https://cloud.google.com/run/pricing", read, false},
+	RunCPU:           Price{0.000024, "vCPU-second (request-based)", "https://cloud.google.com/run/pricing", read, false},
+	RunMemory:        Price{0.0000025, "GiB-second (request-based)", "https://cloud.google.com/run/pricing", read, false},
+	Logging:          Price{0.50, "GiB ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
+	Trace:            Price{0.20 / 1e6, "span ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
+	Scheduler:        Price{0.10, "job-month", "https://cloud.google.com/scheduler/pricing", read, false},
+	SecretAccess:     Price{0.03 / 1e4, "access operation", "https://cloud.google.com/secret-manager/pricing", read, false},
+	SecretVersion:    Price{0.06, "active version-month", "https://cloud.google.com/secret-manager/pricing", read, false},
 }
 
 // Assumptions are the figures the local stack cannot measure.

@@ -151,6 +151,12 @@ func (r Report) Markdown() string {
 	}
 
 	w("\n## Prices and assumptions\n\n| price | unit | source | read |\n|---|---|---|---|\n")
+	confirm := func(p Price) string {
+		if p.Unconfirmed {
+			return p.Read + " (figure not shown by the stored copy: to confirm)"
+		}
+		return p.Read
+	}
 	for _, p := range []struct {
 		name string
 		p    Price
@@ -161,7 +167,7 @@ func (r Report) Markdown() string {
 		{"Cloud Run memory", ListPrices.RunMemory}, {"Cloud Logging", ListPrices.Logging}, {"Cloud Trace", ListPrices.Trace},
 		{"Cloud Scheduler", ListPrices.Scheduler}, {"Secret Manager access", ListPrices.SecretAccess}, {"Secret Manager version", ListPrices.SecretVersion},
 	} {
-		w("| %s | %s | %s | %s |\n", p.name, unitPrice(p.p), p.p.Source, p.p.Read)
+		w("| %s | %s | %s | %s |\n", p.name, unitPrice(p.p), p.p.Source, confirm(p.p))
 	}
 	a := DefaultAssumptions
 	w("\nTerraform defaults read: ")
