@@ -243,7 +243,7 @@ var layers = [][]string{
 	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout", "internal/failpoint",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
-		"examples/typescript-worker", "internal/scale"},
+		"examples/typescript-worker", "internal/scale", "internal/cost"},
 	// The state machine; the SDK and the client; key storage.
 	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/sdkbuild"},
 	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker",
@@ -259,7 +259,7 @@ var layers = [][]string{
 	{"internal/server"},
 	// Production's entry points and the local stack only call it.
 	{"functions", "internal/devstack"},
-	{"", "cmd/servo", "bench/scale"},
+	{"", "cmd/servo", "bench/scale", "bench/cost"},
 }
 
 func TestLayering(t *testing.T) {

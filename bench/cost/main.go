@@ -1,0 +1,81 @@
+// Command cost prints Servo's bill from recorded traffic: per million
+// lifecycles of each workload shape, every line item named, the fixed
+// monthly cost at zero traffic, and issue 35's targets (package
+// internal/cost).
+//
+//	go run ./bench/cost                       # the bill, as Markdown
+//	go run ./bench/cost -write docs/cost.md   # regenerate the doc
+//	go run ./bench/cost -check                # exit 1 when a target is missed
+//	go run ./bench/cost -record               # re-record the traffic (local stack, ~2 min)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/servo-dev/servo/internal/cost"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	traffic := fs.String("traffic", "internal/cost/testdata/traffic.json", "recorded traffic")
+	tf := fs.String("terraform", "terraform", "the Terraform root module whose defaults are priced")
+	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
+	check := fs.Bool("check", false, "exit 1 when a target is missed")
+	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -run TestCostRecord ./internal/devstack/)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *record {
+		abs, err := filepath.Abs(*traffic)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		cmd := exec.Command("go", "test", "-run", "^TestCostRecord$", "-count=1", "-timeout=10m", "./internal/devstack/")
+		cmd.Env = append(os.Environ(), "SERVO_COST_RECORD="+abs)
+		cmd.Stdout, cmd.Stderr = stderr, stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(stderr, "cost: recording failed:", err)
+			return 1
+		}
+	}
+	rec, err := cost.ReadRecording(*traffic)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	d, err := cost.ReadDefaults(*tf)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	r, err := cost.Compute(rec, cost.ListPrices, d, cost.DefaultAssumptions)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	md := r.Markdown()
+	if *write != "" {
+		if err := os.WriteFile(*write, []byte(md), 0o644); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	} else {
+		fmt.Fprint(stdout, md)
+	}
+	for _, m := range r.Missed() {
+		fmt.Fprintf(stderr, "cost: target missed: %s: $%.2f > $%.2f %s\n", m.Shape, m.USD, m.MaxUSD, m.Per)
+	}
+	if *check && len(r.Missed()) > 0 {
+		return 1
+	}
+	return 0
+}

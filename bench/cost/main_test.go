@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/servo-dev/servo/internal/cost"
+)
+
+// TestProgramPrintsTheBill runs the program on the committed recording:
+// it prints every shape's bill, the fixed cost and the targets, exits 0
+// without -check, and with -check exits 1 exactly when a target is
+// missed.
+func TestProgramPrintsTheBill(t *testing.T) {
+	const recorded = "../../internal/cost/testdata/traffic.json"
+	rec, err := cost.ReadRecording(recorded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform"}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	for _, want := range []string{"## Targets (issue 35)", "## Per million lifecycles", "## Fixed cost a month at zero traffic", "AWS Step Functions Standard", "| **total** |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the output has no %q", want)
+		}
+	}
+	for _, s := range rec.Shapes {
+		if !regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(s.Shape) + ` \| \d+ \|`).MatchString(out.String()) {
+			t.Errorf("the output has no traffic row for shape %q", s.Shape)
+		}
+	}
+	if total := regexp.MustCompile(`(?m)^\| \*\*total\*\* \|( \*\*\$[0-9.]+\*\* \|)+$`).FindString(out.String()); strings.Count(total, "$") != len(rec.Shapes) {
+		t.Errorf("the totals row %q has not one total per shape (%d)", total, len(rec.Shapes))
+	}
+	missed := strings.Count(errs.String(), "target missed")
+	code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-check"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if (missed > 0) != (code == 1) {
+		t.Errorf("-check exited %d with %d targets missed", code, missed)
+	}
+
+	// A cheap recording meets every target: -check exits 0.
+	cheap := filepath.Join(t.TempDir(), "cheap.json")
+	if err := cost.WriteRecording(cheap, cost.Recording{Recorded: "2026-11-26", Shapes: []cost.Traffic{
+		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 1}, {Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	errs.Reset()
+	if code := run([]string{"-traffic", cheap, "-terraform", "../../terraform", "-check"}, &bytes.Buffer{}, &errs); code != 0 {
+		t.Errorf("-check on a cheap recording: exit %d: %s", code, errs.String())
+	}
+	// An expensive one misses them: -check exits 1.
+	dear := filepath.Join(t.TempDir(), "dear.json")
+	if err := cost.WriteRecording(dear, cost.Recording{Recorded: "2026-11-26", Shapes: []cost.Traffic{
+		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 100}, {Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 100},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"-traffic", dear, "-terraform", "../../terraform", "-check"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
+		t.Errorf("-check on an expensive recording: exit %d, want 1", code)
+	}
+}

@@ -1,0 +1,154 @@
+package cost
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Line is one line item of a bill.
+type Line struct {
+	Item     string
+	Quantity float64 // in the unit of its price
+	Price    Price
+	USD      float64
+}
+
+// Per is how many lifecycles a shape's bill is for.
+const Per = 1e6
+
+const (
+	kb       = 1000
+	chunk    = 32 * 1024
+	gib      = 1 << 30
+	daysPerM = HoursPerMonth / 24
+)
+
+func line(item string, qty float64, p Price) Line {
+	return Line{Item: item, Quantity: qty, Price: p, USD: qty * p.USD}
+}
+
+// Total sums the lines.
+func Total(lines []Line) float64 {
+	var t float64
+	for _, l := range lines {
+		t += l.USD
+	}
+	return t
+}
+
+// Bill prices a million lifecycles of t.
+func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
+	var ls []Line
+	ls = append(ls,
+		line("Firestore document reads", Per*float64(t.FirestoreReads), p.FirestoreRead),
+		line("Firestore document writes", Per*float64(t.FirestoreWrites), p.FirestoreWrite),
+		line("Firestore deletes (TTL included)", Per*float64(t.FirestoreDeletes), p.FirestoreDelete),
+	)
+	// Documents without a TTL are priced for NoTTLMonths (they are kept
+	// for good); the others until their TTL deletes them.
+	months := a.NoTTLMonths
+	ls = append(ls,
+		line("Firestore storage: documents", Per*(float64(t.StoredDocBytes)*months+t.TTLDocByteDays/daysPerM)/gib, p.FirestoreStorage),
+		line("Firestore storage: index entries", Per*(float64(t.StoredIndexEntries)*months+t.TTLIndexEntryDays/daysPerM)*float64(a.IndexEntryBytes)/gib, p.FirestoreStorage),
+	)
+	var ops float64
+	for _, size := range t.CloudTasksCreates {
+		ops += 2 * float64(chunks(size)) // the CreateTask call and its push attempt
+	}
+	ls = append(ls, line("Cloud Tasks operations (create + push, 32 KB chunks)", Per*ops, p.CloudTasksOp))
+	var billed float64
+	for _, size := range t.PubSubMessages {
+		billed += float64(max(size, kb))
+	}
+	ls = append(ls,
+		line("Pub/Sub publish throughput (1 KB minimum)", Per*billed, p.PubSubThroughput),
+		line(fmt.Sprintf("Pub/Sub delivery to %d subscription(s)", a.EventSubscriptions), Per*billed*float64(a.EventSubscriptions), p.PubSubThroughput),
+		line(fmt.Sprintf("Pub/Sub topic retention (%.0f days)", d.TopicRetentionDays), Per*billed/gib*d.TopicRetentionDays/daysPerM, p.PubSubStorage),
+	)
+	var invocations int64
+	for _, name := range sortedKeys(t.Invocations) {
+		n := t.Invocations[name]
+		invocations += n
+		f, ok := d.Functions[name]
+		if !ok {
+			return nil, fmt.Errorf("cost: shape %q: function %q has no Terraform sizing", t.Shape, name)
+		}
+		mem, err := f.MemoryGiB()
+		if err != nil {
+			return nil, err
+		}
+		secs := billedSeconds(t.RequestMs[name], a.BillingGranularityMs)
+		ls = append(ls,
+			line("Function requests: "+name, Per*float64(n), p.RunRequest),
+			line(fmt.Sprintf("Function CPU: %s (%g vCPU)", name, f.CPU), Per*secs*f.CPU, p.RunCPU),
+			line(fmt.Sprintf("Function memory: %s (%s)", name, f.Memory), Per*secs*mem, p.RunMemory),
+		)
+	}
+	logBytes := t.LogBytes + invocations*a.RequestLogBytes
+	ls = append(ls,
+		line("Cloud Logging (Servo's lines + Cloud Run request logs)", Per*float64(logBytes)/gib, p.Logging),
+		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), Per*float64(t.Spans)*d.TraceSampling, p.Trace),
+		line("Secret Manager accesses", Per*float64(t.SecretAccesses), p.SecretAccess),
+	)
+	return ls, nil
+}
+
+// Fixed prices a month at zero traffic.
+func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
+	ticks := d.SweepTicksPerHour * HoursPerMonth
+	sw := d.Functions["sweeper"]
+	mem, err := sw.MemoryGiB()
+	if err != nil {
+		return nil, err
+	}
+	secs := billedSeconds([]int64{idle.InvocationMs}, a.BillingGranularityMs)
+	ls := []Line{
+		line("Sweeper requests (Scheduler ticks)", ticks, p.RunRequest),
+		line(fmt.Sprintf("Sweeper CPU (%g vCPU, request held %.1f s a tick)", sw.CPU, secs), ticks*secs*sw.CPU, p.RunCPU),
+		line(fmt.Sprintf("Sweeper memory (%s)", sw.Memory), ticks*secs*mem, p.RunMemory),
+		line(fmt.Sprintf("Sweeper Firestore reads (%d passes a tick, %d queries)", idle.Passes, idle.FirestoreQueries), ticks*float64(idle.FirestoreReads), p.FirestoreRead),
+		line("Sweeper Firestore writes (pass record, pulse)", ticks*float64(idle.FirestoreWrites), p.FirestoreWrite),
+		line("Sweep topic publish + push delivery", ticks*2*kb, p.PubSubThroughput),
+		line("Cloud Logging (sweeper lines + request logs)", ticks*float64(idle.LogBytes+a.RequestLogBytes)/gib, p.Logging),
+		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), ticks*float64(idle.Spans)*d.TraceSampling, p.Trace),
+		line(fmt.Sprintf("Cloud Scheduler jobs (%d)", d.SchedulerJobs), float64(d.SchedulerJobs), p.Scheduler),
+		line("Secret Manager: signing-key versions (assumed 1 active)", float64(d.SigningKeyVersions), p.SecretVersion),
+		line("Secret Manager: key re-reads by the sweeper's instance", a.SecretReadsPerHour*HoursPerMonth*min(1, ticks*secs/(HoursPerMonth*3600)), p.SecretAccess),
+		line("Firestore storage (meta documents)", float64(idle.StoredDocBytes)/gib, p.FirestoreStorage),
+	}
+	for _, name := range sortedKeys(d.Functions) {
+		f := d.Functions[name]
+		if f.MinInstances == 0 {
+			continue
+		}
+		m, err := f.MemoryGiB()
+		if err != nil {
+			return nil, err
+		}
+		s := float64(f.MinInstances) * HoursPerMonth * 3600
+		ls = append(ls,
+			line(fmt.Sprintf("Minimum instances: %s CPU (%d)", name, f.MinInstances), s*f.CPU, p.RunCPU),
+			line(fmt.Sprintf("Minimum instances: %s memory", name), s*m, p.RunMemory))
+	}
+	return ls, nil
+}
+
+func chunks(size int64) int64 { return max(1, (size+chunk-1)/chunk) }
+
+// billedSeconds rounds each request up to the billing granularity.
+func billedSeconds(ms []int64, granularity int64) float64 {
+	var total int64
+	for _, m := range ms {
+		total += max(1, (m+granularity-1)/granularity) * granularity
+	}
+	return float64(total) / 1000
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,294 @@
+package cost
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// testDefaults are hand-made Terraform defaults.
+func testDefaults() Defaults {
+	return Defaults{
+		Functions: map[string]Function{
+			"api":       {Memory: "512Mi", CPU: 1},
+			"callbacks": {Memory: "256Mi", CPU: 1},
+			"sweeper":   {Memory: "512Mi", CPU: 1},
+		},
+		SweepTicksPerHour: 60, TraceSampling: 0.5, TopicRetentionDays: 7, SchedulerJobs: 1, SigningKeyVersions: 1,
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestBillLineItems prices hand-made traffic that exercises one line item
+// at a time: that line must carry the whole bill, at the hand-computed
+// price.
+func TestBillLineItems(t *testing.T) {
+	const gib = float64(1 << 30)
+	for _, c := range []struct {
+		item    string
+		traffic Traffic
+		want    float64
+		also    []string // the other lines the traffic prices (tested in their own rows)
+	}{
+		{"Firestore document reads", Traffic{FirestoreReads: 10}, 10e6 * 0.03 / 1e5, nil},
+		{"Firestore document writes", Traffic{FirestoreWrites: 10}, 10e6 * 0.09 / 1e5, nil},
+		{"Firestore deletes (TTL included)", Traffic{FirestoreDeletes: 10}, 10e6 * 0.01 / 1e5, nil},
+		// No retention in the defaults: 12 months of storage.
+		{"Firestore storage: documents", Traffic{StoredDocBytes: 2048}, 1e6 * 2048 / gib * 12 * 0.15, nil},
+		{"Firestore storage: index entries", Traffic{StoredIndexEntries: 10}, 1e6 * 10 * 100 / gib * 12 * 0.15, nil},
+		// 100 bytes is one chunk, 40 000 two; each create has its push.
+		{"Cloud Tasks operations (create + push, 32 KB chunks)", Traffic{CloudTasksCreates: []int64{100, 40000}}, 6e6 * 0.40 / 1e6, nil},
+		// 10 bytes is billed as 1 000.
+		{"Pub/Sub publish throughput (1 KB minimum)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 * 40 / (1 << 40), []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
+		{"Pub/Sub delivery to 1 subscription(s)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 * 40 / (1 << 40), []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
+		{"Pub/Sub topic retention (7 days)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 / gib * 7 / (730.0 / 24) * 0.27, []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
+		{"Function requests: api", Traffic{Invocations: map[string]int64{"api": 2}}, 2e6 * 0.40 / 1e6, []string{"Function CPU: api (1 vCPU)", "Function memory: api (512Mi)", "Cloud Logging (Servo's lines + Cloud Run request logs)"}},
+		// 5 ms and 150 ms are billed 100 and 200 ms.
+		{"Function CPU: callbacks (1 vCPU)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 0}}, 0.3e6 * 0.000024, []string{"Function CPU: callbacks (1 vCPU)", "Function memory: callbacks (256Mi)", "Function requests: callbacks"}},
+		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 0}}, 0.3e6 * 0.25 * 0.0000025, []string{"Function CPU: callbacks (1 vCPU)", "Function memory: callbacks (256Mi)", "Function requests: callbacks"}},
+		// Servo's 1 000 bytes and no invocation: no request log.
+		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogBytes: 1000}, 1000e6 / gib * 0.50, nil},
+		{"Cloud Trace (sampling 0.5)", Traffic{Spans: 10}, 5e6 * 0.20 / 1e6, nil},
+		{"Secret Manager accesses", Traffic{SecretAccesses: 1}, 1e6 * 0.03 / 1e4, nil},
+	} {
+		t.Run(c.item, func(t *testing.T) {
+			ls, err := Bill(c.traffic, ListPrices, testDefaults(), DefaultAssumptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got *Line
+			for i := range ls {
+				switch {
+				case ls[i].Item == c.item:
+					got = &ls[i]
+				case ls[i].USD != 0 && !slices.Contains(c.also, ls[i].Item):
+					t.Errorf("%s priced $%g", ls[i].Item, ls[i].USD)
+				}
+			}
+			if got == nil {
+				t.Fatalf("no line %q in %v", c.item, ls)
+			}
+			if !near(got.USD, c.want) {
+				t.Errorf("%s: $%g, want $%g", c.item, got.USD, c.want)
+			}
+		})
+	}
+}
+
+// TestRequestLogPerInvocation: each invocation adds Cloud Run's request
+// log entry to the logging bill.
+func TestRequestLogPerInvocation(t *testing.T) {
+	ls, err := Bill(Traffic{Invocations: map[string]int64{"callbacks": 3}}, ListPrices, testDefaults(), DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 3e6 * 1000 / float64(1<<30) * 0.50
+	for _, l := range ls {
+		if l.Item == "Cloud Logging (Servo's lines + Cloud Run request logs)" && !near(l.USD, want) {
+			t.Errorf("logging $%g, want $%g", l.USD, want)
+		}
+	}
+}
+
+// TestTTLStorage: a document with a TTL is priced until its TTL deletes
+// it, not for the months of a document kept for good.
+func TestTTLStorage(t *testing.T) {
+	for _, c := range []struct {
+		traffic Traffic
+		want    float64
+	}{
+		// 1 MiB kept for a month (30.4 days).
+		{Traffic{TTLDocByteDays: (1 << 20) * 730.0 / 24}, 1e6 / 1024 * 0.15},
+		// 10 entries of 100 bytes kept for a month.
+		{Traffic{TTLIndexEntryDays: 10 * 730.0 / 24}, 1e6 * 1000 / (1 << 30) * 0.15},
+	} {
+		ls, err := Bill(c.traffic, ListPrices, testDefaults(), DefaultAssumptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(Total(ls), c.want) {
+			t.Errorf("%+v: $%g, want $%g", c.traffic, Total(ls), c.want)
+		}
+	}
+}
+
+// TestUnsizedFunction: traffic to a function Terraform does not size is
+// an error, not a free line.
+func TestUnsizedFunction(t *testing.T) {
+	if _, err := Bill(Traffic{Shape: "s", Invocations: map[string]int64{"nosuch": 1}}, ListPrices, testDefaults(), DefaultAssumptions); err == nil {
+		t.Fatal("no error")
+	}
+}
+
+// TestFixedLineItems prices a hand-made idle invocation line by line.
+func TestFixedLineItems(t *testing.T) {
+	const ticks = 60 * 730.0
+	idle := Idle{InvocationMs: 54950, Passes: 4, FirestoreReads: 100, FirestoreWrites: 10, FirestoreQueries: 96, LogBytes: 500, Spans: 8, StoredDocBytes: 1 << 30}
+	d := testDefaults()
+	d.Functions["callbacks"] = Function{Memory: "256Mi", CPU: 1, MinInstances: 1}
+	ls, err := Fixed(idle, ListPrices, d, DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"Sweeper requests (Scheduler ticks)":                      ticks * 0.40 / 1e6,
+		"Sweeper CPU (1 vCPU, request held 55.0 s a tick)":        ticks * 55 * 0.000024,
+		"Sweeper memory (512Mi)":                                  ticks * 55 * 0.5 * 0.0000025,
+		"Sweeper Firestore reads (4 passes a tick, 96 queries)":   ticks * 100 * 0.03 / 1e5,
+		"Sweeper Firestore writes (pass record, pulse)":           ticks * 10 * 0.09 / 1e5,
+		"Sweep topic publish + push delivery":                     ticks * 2000 * 40 / (1 << 40),
+		"Cloud Logging (sweeper lines + request logs)":            ticks * 1500 / (1 << 30) * 0.50,
+		"Cloud Trace (sampling 0.5)":                              ticks * 4 * 0.20 / 1e6,
+		"Cloud Scheduler jobs (1)":                                0.10,
+		"Secret Manager: signing-key versions (assumed 1 active)": 0.06,
+		"Secret Manager: key re-reads by the sweeper's instance":  12 * 730 * (ticks * 55 / (730 * 3600)) * 0.03 / 1e4,
+		"Firestore storage (meta documents)":                      0.15,
+		"Minimum instances: callbacks CPU (1)":                    730 * 3600 * 0.000024,
+		"Minimum instances: callbacks memory":                     730 * 3600 * 0.25 * 0.0000025,
+	}
+	var sum float64
+	for item, w := range want {
+		found := false
+		for _, l := range ls {
+			if l.Item == item {
+				found = true
+				if !near(l.USD, w) {
+					t.Errorf("%s: $%g, want $%g", item, l.USD, w)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no line %q", item)
+		}
+		sum += w
+	}
+	if !near(Total(ls), sum) || len(ls) != len(want) {
+		t.Errorf("%d lines totalling $%g, want %d totalling $%g", len(ls), Total(ls), len(want), sum)
+	}
+}
+
+// TestTargets marks each of issue 35's targets met or missed.
+func TestTargets(t *testing.T) {
+	rec := Recording{Shapes: []Traffic{
+		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 13},   // $11.70: met
+		{Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 28}, // $25.20: missed
+	}}
+	r, err := Compute(rec, ListPrices, testDefaults(), DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, res := range r.Results {
+		got[res.Shape] = res.Met
+	}
+	if !got["1 attempt, 1 heartbeat"] || got["1 attempt, 10 heartbeats"] || !got[FixedShape] || len(r.Missed()) != 1 {
+		t.Errorf("results %+v", r.Results)
+	}
+	if _, err := Compute(Recording{Shapes: rec.Shapes[:1]}, ListPrices, testDefaults(), DefaultAssumptions); err == nil {
+		t.Error("a recording without a target's shape was priced")
+	}
+}
+
+// TestReadDefaults reads a hand-made root module, then the repository's:
+// the sizes, cadence, sampling and retention the bill uses come from
+// Terraform, not from a copy.
+func TestReadDefaults(t *testing.T) {
+	dir := t.TempDir()
+	vars := `variable "topic_message_retention" {
+  type    = string
+  default = "86400s"
+}
+
+variable "sweep_schedule" {
+  type    = string
+  default = "*/2 * * * *"
+}
+
+variable "functions" {
+  type = object({
+    api = optional(object({
+      memory          = optional(string, "1Gi")
+      cpu             = optional(string, "2")
+      min_instances   = optional(number, 1)
+    }), {})
+    callbacks = optional(object({
+      memory          = optional(string, "128Mi")
+      cpu             = optional(string, "500m")
+    }), {})
+    sweeper = optional(object({
+      memory          = optional(string, "256Mi")
+      cpu             = optional(string, "0.5")
+    }), {})
+  })
+  default = {}
+}
+
+variable "trace_sampling_ratio" {
+  type    = number
+  default = 0.1
+}
+
+variable "retention_days" {
+  type    = number
+  default = 30
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "variables.tf"), []byte(vars), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(`resource "google_cloud_scheduler_job" "sweep" {}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ReadDefaults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Functions["api"] != (Function{"1Gi", 2, 1}) || d.Functions["callbacks"] != (Function{"128Mi", 0.5, 0}) || d.Functions["sweeper"] != (Function{"256Mi", 0.5, 0}) {
+		t.Errorf("functions %+v", d.Functions)
+	}
+	if d.SweepTicksPerHour != 30 || d.TraceSampling != 0.1 || d.RetentionDays != 30 || d.TopicRetentionDays != 1 || d.SchedulerJobs != 1 {
+		t.Errorf("defaults %+v", d)
+	}
+
+	repo, err := ReadDefaults("../../terraform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"api", "callbacks", "sweeper"} {
+		f := repo.Functions[name]
+		if _, err := f.MemoryGiB(); err != nil || f.CPU <= 0 {
+			t.Errorf("terraform/: function %s sized %+v: %v", name, f, err)
+		}
+	}
+	if repo.SweepTicksPerHour <= 0 || repo.TopicRetentionDays <= 0 || repo.TraceSampling <= 0 || repo.TraceSampling > 1 {
+		t.Errorf("terraform/: defaults %+v", repo)
+	}
+}
+
+// TestDocIsGenerated fails when docs/cost.md differs from what the
+// program generates from the committed recording, prices and Terraform
+// defaults (regenerate: go run ./bench/cost -write docs/cost.md).
+func TestDocIsGenerated(t *testing.T) {
+	rec, err := ReadRecording("testdata/traffic.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ReadDefaults("../../terraform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Compute(rec, ListPrices, d, DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/cost.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(doc) != r.Markdown() {
+		t.Error("docs/cost.md is not what the cost program generates: run go run ./bench/cost -write docs/cost.md")
+	}
+}

@@ -1,0 +1,214 @@
+package cost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Function is one function's sizing.
+type Function struct {
+	Memory       string  // e.g. "512Mi"
+	CPU          float64 // vCPUs
+	MinInstances int
+}
+
+// MemoryGiB is the function's memory in GiB.
+func (f Function) MemoryGiB() (float64, error) {
+	m := regexp.MustCompile(`^([0-9]+)(Mi|Gi|M|G)$`).FindStringSubmatch(f.Memory)
+	if m == nil {
+		return 0, fmt.Errorf("cost: memory %q", f.Memory)
+	}
+	n, _ := strconv.ParseFloat(m[1], 64)
+	switch m[2] {
+	case "Mi":
+		return n / 1024, nil
+	case "Gi":
+		return n, nil
+	case "M":
+		return n * 1e6 / (1 << 30), nil
+	default:
+		return n * 1e9 / (1 << 30), nil
+	}
+}
+
+// Defaults are the Terraform defaults the bill depends on.
+type Defaults struct {
+	Functions map[string]Function // api, callbacks, sweeper, jobs
+	// SweepTicksPerHour is the Cloud Scheduler cadence (sweep_schedule).
+	SweepTicksPerHour float64
+	// TraceSampling is the default trace sampling ratio (1 when Terraform
+	// declares none).
+	TraceSampling float64
+	// TopicRetentionDays is topic_message_retention.
+	TopicRetentionDays float64
+	// RetentionDays is how long terminal tasks are kept (0: forever). The
+	// bill prices what the recorded documents' TTL fields say; this is
+	// shown beside it.
+	RetentionDays float64
+	// SchedulerJobs counts google_cloud_scheduler_job resources.
+	SchedulerJobs int
+	// SigningKeyVersions counts the signing-key secret's active versions.
+	SigningKeyVersions int
+}
+
+var (
+	funcBlock   = regexp.MustCompile(`(?s)\n\s*(\w+)\s*=\s*optional\(object\(\{(.*?)\}\),\s*\{\}\)`)
+	optionalArg = regexp.MustCompile(`(\w+)\s*=\s*optional\(\w+,\s*"?([^")]*)"?\)`)
+)
+
+// ReadDefaults reads the defaults from the Terraform root module in dir.
+func ReadDefaults(dir string) (Defaults, error) {
+	d := Defaults{Functions: map[string]Function{}, TraceSampling: 1, SigningKeyVersions: 1}
+	vars, err := os.ReadFile(filepath.Join(dir, "variables.tf"))
+	if err != nil {
+		return d, fmt.Errorf("cost: %w", err)
+	}
+	src := string(vars)
+	fn, ok := variableBody(src, "functions")
+	if !ok {
+		return d, fmt.Errorf("cost: variables.tf declares no functions variable")
+	}
+	for _, m := range funcBlock.FindAllStringSubmatch(fn, -1) {
+		f := Function{}
+		for _, a := range optionalArg.FindAllStringSubmatch(m[2], -1) {
+			switch a[1] {
+			case "memory":
+				f.Memory = a[2]
+			case "cpu":
+				if f.CPU, err = parseCPU(a[2]); err != nil {
+					return d, err
+				}
+			case "min_instances":
+				f.MinInstances, _ = strconv.Atoi(a[2])
+			}
+		}
+		d.Functions[m[1]] = f
+	}
+	for _, name := range []string{"api", "callbacks", "sweeper"} {
+		if _, ok := d.Functions[name]; !ok {
+			return d, fmt.Errorf("cost: variables.tf: no default sizing for function %s", name)
+		}
+	}
+	sched, ok := variableDefault(src, "sweep_schedule")
+	if !ok {
+		return d, fmt.Errorf("cost: variables.tf: no sweep_schedule default")
+	}
+	if d.SweepTicksPerHour, err = ticksPerHour(sched); err != nil {
+		return d, err
+	}
+	ret, ok := variableDefault(src, "topic_message_retention")
+	if !ok {
+		return d, fmt.Errorf("cost: variables.tf: no topic_message_retention default")
+	}
+	secs, err := strconv.ParseFloat(strings.TrimSuffix(ret, "s"), 64)
+	if err != nil {
+		return d, fmt.Errorf("cost: topic_message_retention %q: %w", ret, err)
+	}
+	d.TopicRetentionDays = secs / 86400
+	// Optional: declared once the cuts land.
+	for _, name := range []string{"trace_sampling_ratio", "trace_sampling", "trace_sample_ratio"} {
+		if v, ok := variableDefault(src, name); ok {
+			if d.TraceSampling, err = strconv.ParseFloat(v, 64); err != nil {
+				return d, fmt.Errorf("cost: %s %q: %w", name, v, err)
+			}
+		}
+	}
+	for _, name := range []string{"retention_days", "task_retention", "retention"} {
+		if v, ok := variableDefault(src, name); ok {
+			if d.RetentionDays, err = parseDays(v); err != nil {
+				return d, err
+			}
+		}
+	}
+	tfs, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
+	for _, p := range tfs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return d, fmt.Errorf("cost: %w", err)
+		}
+		d.SchedulerJobs += strings.Count(string(b), `resource "google_cloud_scheduler_job"`)
+	}
+	if d.SchedulerJobs == 0 {
+		return d, fmt.Errorf("cost: %s declares no Cloud Scheduler job", dir)
+	}
+	return d, nil
+}
+
+// variableBody is the text of variable name's block.
+func variableBody(src, name string) (string, bool) {
+	i := strings.Index(src, `variable "`+name+`" {`)
+	if i < 0 {
+		return "", false
+	}
+	rest := src[i:]
+	if j := strings.Index(rest[1:], "\nvariable \""); j >= 0 {
+		rest = rest[:j+1]
+	}
+	return rest, true
+}
+
+var defaultLine = regexp.MustCompile(`(?m)^  default\s*=\s*"?([^"\n]*)"?\s*$`)
+
+// variableDefault is variable name's scalar default.
+func variableDefault(src, name string) (string, bool) {
+	body, ok := variableBody(src, name)
+	if !ok {
+		return "", false
+	}
+	m := defaultLine.FindStringSubmatch(body)
+	if m == nil || m[1] == "null" {
+		return "", false
+	}
+	return m[1], true
+}
+
+func parseCPU(s string) (float64, error) {
+	if m, ok := strings.CutSuffix(s, "m"); ok {
+		n, err := strconv.ParseFloat(m, 64)
+		return n / 1000, err
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cost: cpu %q: %w", s, err)
+	}
+	return n, nil
+}
+
+// parseDays reads days "30" or "30d", hours "720h" or seconds "2592000s".
+func parseDays(s string) (float64, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		return n, nil
+	}
+	for suffix, per := range map[string]float64{"d": 1, "h": 1.0 / 24, "s": 1.0 / 86400} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("cost: retention %q: %w", s, err)
+			}
+			return n * per, nil
+		}
+	}
+	return 0, fmt.Errorf("cost: retention %q: want a number with d, h or s", s)
+}
+
+// ticksPerHour reads a cron schedule of the forms "* * * * *" and
+// "*/N * * * *".
+func ticksPerHour(cron string) (float64, error) {
+	f := strings.Fields(cron)
+	if len(f) != 5 || f[1] != "*" {
+		return 0, fmt.Errorf("cost: sweep_schedule %q: only minute schedules are modelled", cron)
+	}
+	if f[0] == "*" {
+		return 60, nil
+	}
+	if n, ok := strings.CutPrefix(f[0], "*/"); ok {
+		if k, err := strconv.Atoi(n); err == nil && k > 0 {
+			return 60 / float64(k), nil
+		}
+	}
+	return 0, fmt.Errorf("cost: sweep_schedule %q: only minute schedules are modelled", cron)
+}

@@ -1,0 +1,404 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	firestoreapi "cloud.google.com/go/firestore/apiv1"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/config"
+	"github.com/servo-dev/servo/internal/cost"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/zombie"
+)
+
+// lineCounter counts the lines and bytes of the stack's JSON logs.
+type lineCounter struct {
+	mu           sync.Mutex
+	lines, bytes int64
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.lines += int64(bytes.Count(p, []byte("\n")))
+	c.bytes += int64(len(p))
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func (c *lineCounter) take() (int64, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, b := c.lines, c.bytes
+	c.lines, c.bytes = 0, 0
+	return l, b
+}
+
+// invocationCounter is the test client's transport: it counts the
+// requests that invoke Servo's functions, by function, and their time.
+type invocationCounter struct {
+	mu  sync.Mutex
+	n   map[string]int64
+	ms  map[string][]int64
+	rt  http.RoundTripper
+	url string
+}
+
+func (c *invocationCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	fn := ""
+	if strings.HasPrefix(r.URL.String(), c.url) && r.Method != http.MethodGet {
+		fn = "api"
+		for _, k := range []string{"/started", "/heartbeat", "/completed"} {
+			if strings.HasSuffix(r.URL.Path, k) {
+				fn = "callbacks"
+			}
+		}
+	}
+	start := time.Now()
+	res, err := c.rt.RoundTrip(r)
+	if fn != "" {
+		c.mu.Lock()
+		c.n[fn]++
+		c.ms[fn] = append(c.ms[fn], time.Since(start).Milliseconds())
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+func (c *invocationCounter) take() (map[string]int64, map[string][]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ms := c.n, c.ms
+	c.n, c.ms = map[string]int64{}, map[string][]int64{}
+	return n, ms
+}
+
+// createSizes records the size of each CreateTask request.
+type createSizes struct {
+	mu    sync.Mutex
+	sizes []int64
+}
+
+func (c *createSizes) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if strings.HasSuffix(method, "/CreateTask") {
+		c.mu.Lock()
+		c.sizes = append(c.sizes, int64(proto.Size(req.(proto.Message))))
+		c.mu.Unlock()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *createSizes) take() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sizes
+	c.sizes = nil
+	return s
+}
+
+// storedDoc is a document as the database keeps it.
+type storedDoc struct {
+	bytes, entries int64
+	ttl            bool
+	days           float64 // until its TTL deletes it
+}
+
+// snapshot lists every document of the project's database.
+func snapshot(t *testing.T, fs *firestoreapi.Client, project string) map[string]storedDoc {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]storedDoc{}
+	ttl := map[string]bool{}
+	for _, f := range store.TTLFields {
+		ttl[f.Collection+"/"+f.Path] = true
+	}
+	var walk func(parent string)
+	walk = func(parent string) {
+		ids := fs.ListCollectionIds(ctx, &pb.ListCollectionIdsRequest{Parent: parent})
+		for {
+			id, err := ids.Next()
+			if errors.Is(err, iterator.Done) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := fs.ListDocuments(ctx, &pb.ListDocumentsRequest{Parent: parent, CollectionId: id})
+			for {
+				d, err := docs.Next()
+				if errors.Is(err, iterator.Done) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				sd := storedDoc{bytes: int64(proto.Size(&pb.Document{Name: d.Name, Fields: d.Fields})) + 32,
+					entries: int64(store.IndexEntries(&pb.Write{Operation: &pb.Write_Update{Update: d}}))}
+				for k, v := range d.Fields {
+					if ttl[id+"/"+k] && v.GetTimestampValue() != nil {
+						sd.ttl, sd.days = true, max(0, time.Until(v.GetTimestampValue().AsTime()).Hours()/24)
+					}
+				}
+				out[d.Name] = sd
+				walk(d.Name)
+			}
+		}
+	}
+	walk("projects/" + project + "/databases/(default)/documents")
+	return out
+}
+
+// recorder measures one lifecycle at a time on a whole local stack.
+type recorder struct {
+	*env
+	rpc   *store.RPCCounter
+	ct    *createSizes
+	logs  *lineCounter
+	inv   *invocationCounter
+	fs    *firestoreapi.Client
+	spans func() int
+	sub   string
+}
+
+func (r *recorder) settle() {
+	r.t.Helper()
+	last := -1
+	for range 100 {
+		if err := r.stack.Events.Flush(context.Background()); err != nil {
+			r.t.Fatal(err)
+		}
+		if n := r.rpc.Total(); n == last {
+			return
+		} else {
+			last = n
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	r.t.Fatal("the stack never went idle")
+}
+
+// messages drains the events subscription and returns the sizes.
+func (r *recorder) messages() []int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var sizes []int64
+	err := r.stack.PubSub.Subscriber(r.sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		n := len(m.Data) + len(m.OrderingKey)
+		for k, v := range m.Attributes {
+			n += len(k) + len(v)
+		}
+		mu.Lock()
+		sizes = append(sizes, int64(n))
+		mu.Unlock()
+	})
+	if err != nil && ctx.Err() == nil {
+		r.t.Fatal(err)
+	}
+	return sizes
+}
+
+// lifecycle records what op causes.
+func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
+	r.t.Helper()
+	r.settle()
+	r.messages()
+	before := snapshot(r.t, r.fs, r.stack.Project)
+	r.rpc.Reset()
+	r.ct.take()
+	r.logs.take()
+	r.inv.take()
+	spans0 := r.spans()
+	op()
+	r.settle()
+	u := r.rpc.Usage()
+	tr := cost.Traffic{Shape: shape, FirestoreReads: int64(u.DocsRead), FirestoreWrites: int64(u.DocsWritten), IndexEntries: int64(u.IndexEntries),
+		CloudTasksCreates: r.ct.take(), PubSubMessages: r.messages()}
+	tr.LogLines, tr.LogBytes = r.logs.take()
+	tr.Invocations, tr.RequestMs = r.inv.take()
+	tr.Spans = int64(r.spans() - spans0)
+	for name, d := range snapshot(r.t, r.fs, r.stack.Project) {
+		if _, ok := before[name]; ok {
+			continue
+		}
+		if d.ttl {
+			tr.FirestoreDeletes++
+			tr.TTLDocByteDays += float64(d.bytes) * d.days
+			tr.TTLIndexEntryDays += float64(d.entries) * d.days
+		} else {
+			tr.StoredDocBytes += d.bytes
+			tr.StoredIndexEntries += d.entries
+		}
+	}
+	return tr
+}
+
+func (r *recorder) attempt(beats int, outcome api.Outcome) {
+	r.t.Helper()
+	d := r.worker.next(r.t)
+	st, res := r.callback(d.env, "started", api.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
+	expect(r.t, "started", st, res, 200, "", api.Continue)
+	for i := range beats {
+		pct := (i + 1) * 100 / (beats + 1)
+		st, res := r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
+		expect(r.t, "heartbeat", st, res, 200, "", api.Continue)
+	}
+	body := api.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
+	if outcome == api.OutcomeFailed {
+		body.Error = &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}
+	}
+	st, res = r.callback(d.env, "completed", body)
+	expect(r.t, "completed", st, res, 200, "", api.Committed)
+}
+
+// TestCostRecord records the traffic internal/cost prices: one lifecycle
+// of each workload shape and one idle sweeper invocation, run the
+// production way. It runs only when SERVO_COST_RECORD names the file to
+// write (`go run ./bench/cost -record`): the idle invocation takes its
+// whole window (55 s).
+func TestCostRecord(t *testing.T) {
+	out := os.Getenv("SERVO_COST_RECORD")
+	if out == "" {
+		t.Skip("SERVO_COST_RECORD is not set (go run ./bench/cost -record)")
+	}
+	rec, _ := tracing(t)
+	rc, ct, logw := store.NewRPCCounter(), &createSizes{}, &lineCounter{}
+	e := start(t, func(o *devstack.Options) {
+		o.SweepEvery = time.Hour // one tick at start, none while measuring
+		o.DueShards = store.DefaultDueShards
+		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
+		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
+		o.Log = logw
+		o.Quotas = &quota.Policy{Tenants: map[string]quota.Limits{"quota-tenant": {MaxRunning: 100}}}
+	})
+	inv := &invocationCounter{n: map[string]int64{}, ms: map[string][]int64{}, rt: http.DefaultTransport, url: e.stack.URL}
+	saved := http.DefaultClient.Transport
+	http.DefaultClient.Transport = inv
+	t.Cleanup(func() { http.DefaultClient.Transport = saved })
+	// The emulator lists collections for its admin only.
+	owner := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer owner")
+	}
+	conn, err := grpc.NewClient(e.stack.FirestoreHost, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(owner(ctx), method, req, reply, cc, opts...)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := firestoreapi.NewClient(context.Background(), option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	ctx := context.Background()
+	if err := events.EnsureSubscriptions(ctx, e.stack.PubSub, events.Subscription{Name: "cost-events", Topic: events.DefaultEventsTopic, Ordered: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{env: e, rpc: rc, ct: ct, logs: logw, inv: inv, fs: fs, spans: func() int { return len(rec.Spans()) }, sub: "cost-events"}
+	// The start-up sweep pass, before anything is measured.
+	pass := len(zombie.Duties)*store.DefaultDueShards + store.DefaultDueShards
+	for deadline := time.Now().Add(time.Minute); rc.Counts()["RunQuery"] < pass; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no start-up sweep: %v", rc.Counts())
+		}
+	}
+
+	retry := map[string]any{"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
+	long := map[string]any{"heartbeatTimeoutMs": 60000, "cancelGracePeriodMs": 60000}
+	var shapes []cost.Traffic
+	one := func(shape string, extra map[string]any, beats int) {
+		shapes = append(shapes, r.lifecycle(shape, func() {
+			r.submit(extra)
+			r.attempt(beats, api.OutcomeSucceeded)
+		}))
+	}
+	one("1 attempt, 1 heartbeat", nil, 1)
+	one("1 attempt, 10 heartbeats", nil, 10)
+	shapes = append(shapes, r.lifecycle("a retry: 2 attempts, 1 heartbeat each", func() {
+		r.submit(retry)
+		r.attempt(1, api.OutcomeFailed)
+		r.attempt(1, api.OutcomeSucceeded)
+	}))
+	shapes = append(shapes, r.lifecycle("cancelled while running, 1 heartbeat", func() {
+		id := r.submit(long).TaskID
+		d := r.worker.next(t)
+		st, res := r.callback(d.env, "started", api.StartedRequest{Attempt: 1, WorkerID: "w"})
+		expect(t, "started", st, res, 200, "", api.Continue)
+		if status, body := r.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != 200 {
+			t.Fatalf("cancel: %d %s", status, body)
+		}
+		st, res = r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: 1, WorkerID: "w"})
+		if st != 200 || res.ShouldCancel == nil || !*res.ShouldCancel {
+			t.Fatalf("heartbeat while cancelling: %d %+v", st, res)
+		}
+		st, res = r.callback(d.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: api.OutcomeCancelled, CancelledDuringPhase: "processing"})
+		expect(t, "completed CANCELLED", st, res, 200, "", api.Committed)
+	}))
+	one("idempotency key, 1 heartbeat", map[string]any{"idempotencyKey": "cost-idem-1"}, 1)
+	one("tenant quota, 1 heartbeat", map[string]any{"tenantId": "quota-tenant"}, 1)
+	one("payload 40 KB, 1 heartbeat", map[string]any{"payload": map[string]any{"blob": strings.Repeat("x", 40_000)}}, 1)
+
+	// One idle sweeper invocation, as the function runs it: production's
+	// configuration defaults (internal/server wires the same fields).
+	cfg := config.Default()
+	sw, err := zombie.New(zombie.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Holder: e.stack.Enqueuer, Redriver: e.stack.Events, Recorder: e.stack.Store,
+		Logger: logs.New(r.logs, slog.LevelInfo), Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.settle()
+	rc.Reset()
+	logw.take()
+	spans0 := r.spans()
+	began := time.Now()
+	st, err := sw.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := cost.Idle{InvocationMs: time.Since(began).Milliseconds(), Passes: int64(st.Passes)}
+	u := rc.Usage()
+	idle.FirestoreWrites, idle.FirestoreQueries = int64(u.DocsWritten), int64(rc.Counts()["RunQuery"])
+	// Nothing is due: each query is empty, and an empty query is billed as
+	// one document read.
+	idle.FirestoreReads = int64(u.DocsRead) + idle.FirestoreQueries
+	idle.LogLines, idle.LogBytes = logw.take()
+	idle.Spans = int64(r.spans() - spans0)
+	for name, d := range snapshot(t, fs, e.stack.Project) {
+		if strings.Contains(name, "/documents/meta/") {
+			idle.StoredDocBytes += d.bytes
+		}
+	}
+
+	for _, tr := range shapes {
+		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 {
+			t.Errorf("%s: recorded nothing: %+v", tr.Shape, tr)
+		}
+	}
+	if err := cost.WriteRecording(out, cost.Recording{Recorded: time.Now().UTC().Format(time.DateOnly), Shapes: shapes, Idle: idle}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", out)
+}
