@@ -179,6 +179,8 @@ type recorder struct {
 	fs    *firestoreapi.Client
 	spans func() int
 	sub   string
+	// beatEvery is the pause between an attempt's heartbeats.
+	beatEvery time.Duration
 }
 
 func (r *recorder) settle() {
@@ -261,8 +263,15 @@ func (r *recorder) attempt(beats int, outcome api.Outcome) {
 	st, res := r.callback(d.env, "started", api.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
 	expect(r.t, "started", st, res, 200, "", api.Continue)
 	for i := range beats {
-		pct := (i + 1) * 100 / (beats + 1)
-		st, res := r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
+		// Liveness heartbeats at the task's interval (beatEvery), as a
+		// worker sends them: whether the store writes one depends on how
+		// much of the lease is left (half the lease and 1.5 intervals).
+		// The recorded shapes run the defaults' ratio (30 s interval, 90 s
+		// timeout) 30 times faster.
+		if i > 0 && r.beatEvery > 0 {
+			time.Sleep(r.beatEvery)
+		}
+		st, res := r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w"})
 		expect(r.t, "heartbeat", st, res, 200, "", api.Continue)
 	}
 	body := api.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
@@ -328,6 +337,9 @@ func TestCostRecord(t *testing.T) {
 
 	retry := map[string]any{"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
 	long := map[string]any{"heartbeatTimeoutMs": 60000, "cancelGracePeriodMs": 60000}
+	// The defaults' timing (30 s interval, 90 s timeout), 30 times faster.
+	r.beatEvery = time.Second
+	timing := map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 3000}
 	var shapes []cost.Traffic
 	one := func(shape string, extra map[string]any, beats int) {
 		shapes = append(shapes, r.lifecycle(shape, func() {
@@ -335,8 +347,8 @@ func TestCostRecord(t *testing.T) {
 			r.attempt(beats, api.OutcomeSucceeded)
 		}))
 	}
-	one("1 attempt, 1 heartbeat", nil, 1)
-	one("1 attempt, 10 heartbeats", nil, 10)
+	one("1 attempt, 1 heartbeat", timing, 1)
+	one("1 attempt, 10 heartbeats", timing, 10)
 	shapes = append(shapes, r.lifecycle("a retry: 2 attempts, 1 heartbeat each", func() {
 		r.submit(retry)
 		r.attempt(1, api.OutcomeFailed)
