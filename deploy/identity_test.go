@@ -151,3 +151,48 @@ echo service-123@gcp-sa-pubsub.iam.gserviceaccount.com
 		})
 	}
 }
+
+// TestTerraformRequestLogExclusion: the callbacks function's successful
+// request logs are excluded from Cloud Logging by default (one ~1 KB
+// ingestion per callback, docs/cost.md), failed ones kept, and the
+// exclusion is named per environment.
+func TestTerraformRequestLogExclusion(t *testing.T) {
+	mods := loadTerraform(t)
+	var ex *tfBlock
+	for _, b := range mods.resources("google_logging_project_exclusion") {
+		if b.block.Labels[1] == "ok_callback_requests" {
+			ex = &b
+		}
+	}
+	if ex == nil {
+		t.Fatal("no google_logging_project_exclusion.ok_callback_requests")
+	}
+	attr := func(name string) string {
+		a, ok := ex.block.Body.Attributes[name]
+		if !ok {
+			t.Fatalf("%s: no %s", ex.where(), name)
+		}
+		return ex.text(a.Expr)
+	}
+	if c := attr("count"); c != "var.exclude_ok_request_logs ? 1 : 0" {
+		t.Errorf("%s: count %s, want it gated by var.exclude_ok_request_logs", ex.where(), c)
+	}
+	if n := attr("name"); !strings.Contains(n, "var.name_prefix") {
+		t.Errorf("%s: name %s is not derived from name_prefix", ex.where(), n)
+	}
+	filter := attr("filter")
+	for _, want := range []string{`module.function["callbacks"].service_name`, `run.googleapis.com%2Frequests`, `httpRequest.status<400`, `cloud_run_revision`} {
+		if !strings.Contains(filter, want) {
+			t.Errorf("%s: filter %s lacks %s", ex.where(), filter, want)
+		}
+	}
+	for _, v := range mods.blocks("terraform", "variable") {
+		if v.block.Labels[0] == "exclude_ok_request_logs" {
+			if d, ok, _ := attrLiteral(v.block, "default"); !ok || !d.True() {
+				t.Errorf("%s: default is not true", v.where())
+			}
+			return
+		}
+	}
+	t.Error("no variable exclude_ok_request_logs")
+}

@@ -348,6 +348,29 @@ resource "google_storage_bucket_object" "function_source" {
   content_type = "application/zip"
 }
 
+# --- Logs --------------------------------------------------------------------
+
+# Cloud Run writes a request log entry for every request; the callbacks
+# function's successful ones (started, heartbeat, completed answered below
+# 400) say nothing Servo's own lines and metrics do not, and cost an
+# ingestion each (docs/cost.md). Excluded entries are neither stored nor
+# billed; a failed request's entry is kept.
+resource "google_logging_project_exclusion" "ok_callback_requests" {
+  count = var.exclude_ok_request_logs ? 1 : 0
+
+  project     = var.project_id
+  name        = "${var.name_prefix}-ok-callback-requests"
+  description = "Servo (${var.name_prefix}): request logs of the callbacks function's successful requests (exclude_ok_request_logs)"
+  filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=\"${module.function["callbacks"].service_name}\"",
+    "logName=\"projects/${var.project_id}/logs/run.googleapis.com%2Frequests\"",
+    "httpRequest.status<400",
+  ])
+
+  depends_on = [google_project_service.apis]
+}
+
 # --- Functions ---------------------------------------------------------------
 
 module "function" {

@@ -185,6 +185,12 @@ variable "log_heartbeats" {
   default     = false
 }
 
+variable "exclude_ok_request_logs" {
+  description = "Exclude from Cloud Logging the request logs Cloud Run writes for the callbacks function's successful requests (HTTP status below 400): one ~1 KB entry per started, heartbeat and completed, billed at ingestion. Servo's own lines (every callback but an accepted heartbeat) and every failed request's log are kept; the metric servo.callbacks counts them all. false keeps them."
+  type        = bool
+  default     = true
+}
+
 variable "sweep_every" {
   description = "Cadence of sweep passes within one sweeper invocation (SERVO_SWEEP_EVERY), a Go duration such as 15s."
   type        = string

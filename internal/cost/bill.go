@@ -65,10 +65,12 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		line(fmt.Sprintf("Pub/Sub delivery to %d subscription(s)", a.EventSubscriptions), Per*billed*float64(a.EventSubscriptions), p.PubSubThroughput),
 		line(fmt.Sprintf("Pub/Sub topic retention (%.0f days)", d.TopicRetentionDays), Per*billed/gib*d.TopicRetentionDays/daysPerM, p.PubSubStorage),
 	)
-	var invocations int64
+	var logged int64 // invocations whose request log is ingested
 	for _, name := range sortedKeys(t.Invocations) {
 		n := t.Invocations[name]
-		invocations += n
+		if !d.NoOKRequestLogs[name] {
+			logged += n
+		}
 		f, ok := d.Functions[name]
 		if !ok {
 			return nil, fmt.Errorf("cost: shape %q: function %q has no Terraform sizing", t.Shape, name)
@@ -84,7 +86,7 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			line(fmt.Sprintf("Function memory: %s (%s)", name, f.Memory), Per*secs*mem, p.RunMemory),
 		)
 	}
-	logBytes := t.LogBytes + invocations*a.RequestLogBytes
+	logBytes := t.LogBytes + logged*a.RequestLogBytes
 	ls = append(ls,
 		line("Cloud Logging (Servo's lines + Cloud Run request logs)", Per*float64(logBytes)/gib, p.Logging),
 		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), Per*float64(t.Spans)*d.TraceSampling, p.Trace),

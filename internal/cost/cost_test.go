@@ -266,6 +266,33 @@ variable "retention_days" {
 	if repo.SweepTicksPerHour <= 0 || repo.TopicRetentionDays <= 0 || repo.TraceSampling <= 0 || repo.TraceSampling > 1 {
 		t.Errorf("terraform/: defaults %+v", repo)
 	}
+	if !repo.NoOKRequestLogs["callbacks"] || len(repo.NoOKRequestLogs) != 1 {
+		t.Errorf("terraform/: request logs excluded for %v, want callbacks (exclude_ok_request_logs)", repo.NoOKRequestLogs)
+	}
+}
+
+// TestExcludedRequestLogs: a function whose successful request logs are
+// excluded adds none to the logging bill; the others still do.
+func TestExcludedRequestLogs(t *testing.T) {
+	d := testDefaults()
+	d.NoOKRequestLogs = map[string]bool{"callbacks": true}
+	ls, err := Bill(Traffic{Invocations: map[string]int64{"callbacks": 3, "api": 1}}, ListPrices, d, DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1e6 * 1000 / float64(1<<30) * 0.50 // the api's one request log
+	found := false
+	for _, l := range ls {
+		if l.Item == "Cloud Logging (Servo's lines + Cloud Run request logs)" {
+			found = true
+			if !near(l.USD, want) {
+				t.Errorf("logging $%g, want $%g", l.USD, want)
+			}
+		}
+	}
+	if !found {
+		t.Error("no logging line")
+	}
 }
 
 // TestDocIsGenerated fails when docs/cost.md differs from what the

@@ -179,7 +179,12 @@ func (r Report) Markdown() string {
 	if r.Defaults.RetentionDays > 0 {
 		ret = fmt.Sprintf("%g days", r.Defaults.RetentionDays)
 	}
-	w("trace sampling %g; topic retention %g days; task retention %s.\n\n", r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret)
+	excluded := "none"
+	if len(r.Defaults.NoOKRequestLogs) > 0 {
+		excluded = strings.Join(sortedKeys(r.Defaults.NoOKRequestLogs), ", ")
+	}
+	w("trace sampling %g; topic retention %g days; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
+		r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret, excluded)
 	w("Assumed, not measured: a Cloud Run request log entry is %d bytes; an index entry\n", a.RequestLogBytes)
 	w("stores %d bytes; each invocation is billed alone, rounded up to %d ms (at a million\n", a.IndexEntryBytes, a.BillingGranularityMs)
 	w("lifecycles a month callbacks rarely overlap; concurrent requests share an instance's\n")

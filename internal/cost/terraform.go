@@ -53,6 +53,10 @@ type Defaults struct {
 	SchedulerJobs int
 	// SigningKeyVersions counts the signing-key secret's active versions.
 	SigningKeyVersions int
+	// NoOKRequestLogs are the functions whose successful requests' Cloud
+	// Run request logs a logging exclusion drops by default (main.tf,
+	// exclude_ok_request_logs): they are not ingested, not billed.
+	NoOKRequestLogs map[string]bool
 }
 
 var (
@@ -131,6 +135,24 @@ func ReadDefaults(dir string) (Defaults, error) {
 			return d, fmt.Errorf("cost: %w", err)
 		}
 		d.SchedulerJobs += strings.Count(string(b), `resource "google_cloud_scheduler_job"`)
+		for _, m := range exclusionBlock.FindAllStringSubmatch(string(b), -1) {
+			body := m[1]
+			gate := countGate.FindStringSubmatch(body)
+			if gate != nil {
+				if v, ok := variableDefault(src, gate[1]); !ok || v != "true" {
+					continue // off by default
+				}
+			}
+			if !strings.Contains(body, "httpRequest.status<400") || !strings.Contains(body, "run.googleapis.com%2Frequests") {
+				continue
+			}
+			for _, f := range excludedFunction.FindAllStringSubmatch(body, -1) {
+				if d.NoOKRequestLogs == nil {
+					d.NoOKRequestLogs = map[string]bool{}
+				}
+				d.NoOKRequestLogs[f[1]] = true
+			}
+		}
 	}
 	if d.SchedulerJobs == 0 {
 		return d, fmt.Errorf("cost: %s declares no Cloud Scheduler job", dir)
@@ -150,6 +172,14 @@ func variableBody(src, name string) (string, bool) {
 	}
 	return rest, true
 }
+
+var (
+	// exclusionBlock is a google_logging_project_exclusion's body (up to
+	// the first line that closes a top-level block).
+	exclusionBlock   = regexp.MustCompile(`(?s)resource "google_logging_project_exclusion" "\w+" \{(.*?)\n\}`)
+	countGate        = regexp.MustCompile(`count\s*=\s*var\.(\w+)\s*\?\s*1\s*:\s*0`)
+	excludedFunction = regexp.MustCompile(`module\.function\["(\w+)"\]\.service_name`)
+)
 
 var defaultLine = regexp.MustCompile(`(?m)^  default\s*=\s*"?([^"\n]*)"?\s*$`)
 
