@@ -44,7 +44,7 @@ func TestRunbookNamesWhatOperatorsSee(t *testing.T) {
 	seen := 0
 	for _, m := range regexp.MustCompile("`([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{4,})`").FindAllStringSubmatch(string(doc), -1) {
 		w := m[1]
-		if strings.HasPrefix(w, "SERVO_") || strings.HasSuffix(w, "_HOST") {
+		if strings.HasPrefix(w, "SERVO_") || strings.HasPrefix(w, "OTEL_") || strings.HasSuffix(w, "_HOST") {
 			continue // environment variables: configuration.md's
 		}
 		seen++
