@@ -9,6 +9,17 @@ import (
 	"testing"
 )
 
+// resource returns the resource block typ.name of any module (nil if
+// none).
+func (m tfModules) resource(typ, name string) *tfBlock {
+	for _, b := range m.resources(typ) {
+		if b.block.Labels[1] == name {
+			return &b
+		}
+	}
+	return nil
+}
+
 // dependsOn returns the source text of a block's depends_on list ("" when
 // it has none).
 func dependsOn(b tfBlock) string {
@@ -24,12 +35,7 @@ func dependsOn(b tfBlock) string {
 // that whatever grants them a role or uses them waits for them.
 func TestTerraformServiceIdentities(t *testing.T) {
 	mods := loadTerraform(t)
-	var ident *tfBlock
-	for _, b := range mods.resources("terraform_data") {
-		if b.block.Labels[1] == "service_identity" {
-			ident = &b
-		}
-	}
+	ident := mods.resource("terraform_data", "service_identity")
 	if ident == nil {
 		t.Fatal("no terraform_data.service_identity: the Pub/Sub and Eventarc service agents are left to Google's lazy creation")
 	}
@@ -158,12 +164,7 @@ echo service-123@gcp-sa-pubsub.iam.gserviceaccount.com
 // exclusion is named per environment.
 func TestTerraformRequestLogExclusion(t *testing.T) {
 	mods := loadTerraform(t)
-	var ex *tfBlock
-	for _, b := range mods.resources("google_logging_project_exclusion") {
-		if b.block.Labels[1] == "ok_callback_requests" {
-			ex = &b
-		}
-	}
+	ex := mods.resource("google_logging_project_exclusion", "ok_callback_requests")
 	if ex == nil {
 		t.Fatal("no google_logging_project_exclusion.ok_callback_requests")
 	}
