@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -66,28 +66,10 @@ func BenchmarkCallbacksSizing(b *testing.B) {
 	for _, conc := range []int{1, 2, 4, 8, 16, 32, 64} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
 			var lat latencies
-			var peak atomic.Uint64
-			stop := make(chan struct{})
-			var sampler sync.WaitGroup
-			sampler.Add(1)
-			go func() {
-				defer sampler.Done()
-				var ms runtime.MemStats
-				for {
-					runtime.ReadMemStats(&ms)
-					if v := ms.HeapInuse + ms.StackInuse; v > peak.Load() {
-						peak.Store(v)
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-			}()
+			stopMem := servotest.PeakMemory(20 * time.Millisecond)
 			var next atomic.Int64
 			n := int64(b.N)
-			cpu0 := cpuTime()
+			cpu0 := servotest.CPUTime()
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -103,11 +85,10 @@ func BenchmarkCallbacksSizing(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
-			cpu := cpuTime() - cpu0
-			close(stop)
-			sampler.Wait()
+			cpu := servotest.CPUTime() - cpu0
+			peak := stopMem()
 			lat.report(b, "callbacks/s", elapsed)
-			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
 			b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/callback")
 		})
 	}

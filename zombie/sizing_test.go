@@ -1,25 +1,13 @@
-//go:build unix
-
 package zombie_test
 
 import (
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// cpuTime is the CPU time (user + system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/servo-dev/servo/internal/servotest"
+)
 
 // BenchmarkSweeperSizing measures what one pass needs of an instance:
 // over 1 000 RUNNING tasks of which 0, 100 or 1 000 are due (one
@@ -36,39 +24,23 @@ func BenchmarkSweeperSizing(b *testing.B) {
 	for _, due := range []int{0, 100, 1_000} {
 		b.Run(fmt.Sprintf("due=%d", due), func(b *testing.B) {
 			var wall, cpu time.Duration
-			var peak atomic.Uint64
+			var peak uint64
 			for range b.N {
 				b.StopTimer()
 				sw, _ := costFixture(b, 1_000, due)
 				runtime.GC()
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					var ms runtime.MemStats
-					for {
-						runtime.ReadMemStats(&ms)
-						if v := ms.HeapInuse + ms.StackInuse; v > peak.Load() {
-							peak.Store(v)
-						}
-						select {
-						case <-stop:
-							return
-						case <-time.After(10 * time.Millisecond):
-						}
-					}
-				})
+				stopMem := servotest.PeakMemory(10 * time.Millisecond)
 				b.StartTimer()
-				c0, t0 := cpuTime(), time.Now()
+				c0, t0 := servotest.CPUTime(), time.Now()
 				sweepOnce(b, sw, due)
 				wall += time.Since(t0)
-				cpu += cpuTime() - c0
-				close(stop)
-				wg.Wait()
+				cpu += servotest.CPUTime() - c0
+				peak = max(peak, stopMem())
 			}
 			b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "pass-ms")
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms")
 			b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpu-share")
-			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
 		})
 	}
 }
