@@ -274,9 +274,15 @@ func (w *worker) run(p Payload, once func(string) bool) {
 		if !f.sleep(wait) {
 			return
 		}
-		pct := (i + 1) * 100 / (beats + 1)
-		cp, _ := json.Marshal(map[string]int{"done": i + 1})
-		hb := api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now(), ProgressPct: &pct, Checkpoint: cp}
+		// Every other heartbeat reports progress and a checkpoint; the
+		// others are plain, which the store writes only when less than
+		// half the lease is left (the lease invariant follows that rule).
+		hb := api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now()}
+		if i%2 == 0 {
+			pct := (i + 1) * 100 / (beats + 1)
+			hb.ProgressPct = &pct
+			hb.Checkpoint, _ = json.Marshal(map[string]int{"done": i + 1})
+		}
 		if i == 0 && once(ModeSlowBody) {
 			w.slow = SlowBody
 		}
@@ -368,14 +374,18 @@ func (w *worker) send(kind string, body any) bool {
 	b, _ := json.Marshal(body)
 	url := w.env.CallbackBaseURL + "/v1/tasks/" + w.env.TaskID + "/" + kind
 	var outcome api.Outcome
-	if c, ok := body.(api.CompletedRequest); ok {
+	plain := false
+	switch c := body.(type) {
+	case api.CompletedRequest:
 		outcome = c.Outcome
+	case api.HeartbeatRequest:
+		plain = c.ProgressPct == nil && len(c.Checkpoint) == 0 && c.Message == ""
 	}
 	giveUp := time.Now().Add(w.f.GiveUp)
 	backoff := 100 * time.Millisecond
 	var first time.Time
 	for {
-		c := Call{TaskID: w.env.TaskID, Kind: kind, Attempt: w.env.Attempt, WorkerID: w.id, Outcome: outcome, Sent: time.Now()}
+		c := Call{TaskID: w.env.TaskID, Kind: kind, Attempt: w.env.Attempt, WorkerID: w.id, Outcome: outcome, Plain: plain, Sent: time.Now()}
 		first = cmp.Or(first, c.Sent)
 		c.FirstSent, c.BodyDone = first, c.Sent
 		var body io.Reader = bytes.NewReader(b)

@@ -34,6 +34,10 @@ type Call struct {
 	// unless this is a retry of a 503 or a transport error); BodyDone is
 	// when its body was sent in full (Sent, unless it trickled).
 	FirstSent, BodyDone time.Time
+	// Plain is a heartbeat that reports nothing new (no checkpoint,
+	// progress or message): the store need not write it while the lease
+	// has more than half of it left (docs/contract.md §5.3).
+	Plain bool
 	// Status is the HTTP status; 0 when the request failed in transport.
 	Status       int
 	TransportErr string
@@ -83,6 +87,9 @@ type History struct {
 	// grace period; 0: the lease and cancel-grace invariants are not
 	// checked.
 	Lease, CancelGrace time.Duration
+	// Interval is every task's heartbeat interval: a plain heartbeat is
+	// written only when less than max(Lease/2, 1.5 × Interval) is left.
+	Interval time.Duration
 	// Outages are the stack faults during which callbacks could not
 	// commit or the sweeper did not run (a frozen emulator, Servo down): a
 	// lease or grace that spans one is not held against Servo, which may
@@ -284,16 +291,24 @@ func (c *checker) task(th *TaskHistory) {
 // not honoured after it ran out (a callback accepted although the
 // previous accepted one was answered longer than the lease before this
 // one was first sent), and it does not run out early (no ZOMBIE, no
-// task_expired, before the lease after the previous accepted callback was
-// received in full; a cancelled task's task_expired may be its grace's).
-// A span that meets an outage is not checked.
+// task_expired, before the lease the contract gives: the lease after the
+// last accepted callback that renewed it was received in full; a plain
+// heartbeat renews it only when less than max(Lease/2, 1.5 × Interval) is
+// left, docs/contract.md §5.3; a cancelled task's task_expired may be its
+// grace's). The worker's clock reads each receipt no later than Servo's,
+// so the lease computed here never ends after Servo's. A span that meets
+// an outage is not checked.
 func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled time.Time) {
 	lease := c.h.Lease
 	if lease <= 0 {
 		return
 	}
 	id := th.TaskID
-	type last struct{ received, bodyDone time.Time }
+	type last struct {
+		received, bodyDone time.Time
+		exp                time.Time // the lease's end by the contract's rule
+		beat               bool      // a heartbeat of the attempt renewed it
+	}
 	prev := map[int]*last{}        // attempt → its last accepted callback
 	expiredEarly := map[int]bool{} // attempt → already reported
 	for _, call := range callbacksBySent(th) {
@@ -306,19 +321,27 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 		}
 		graceOver := !cancelled.IsZero() && cancelled.Before(call.Received)
 		if p != nil && call.Answer.Error == api.CodeTaskExpired && !graceOver && !expiredEarly[call.Attempt] {
-			if due := p.bodyDone.Add(lease); call.Received.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, call.Received) {
+			if due := p.exp; call.Received.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, call.Received) {
 				expiredEarly[call.Attempt] = true
-				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the previous accepted callback was received in full at %s)",
-					call.Kind, call.Attempt, ts(call.Received), ts(due), lease, ts(p.bodyDone))
+				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the last accepted callback that renewed it was received in full)",
+					call.Kind, call.Attempt, ts(call.Received), ts(due), lease)
 			}
 		}
 		if call.Status == 200 {
 			if p == nil {
-				p = &last{}
+				p = &last{exp: call.BodyDone.Add(lease)}
 				prev[call.Attempt] = p
 			}
 			p.received = call.Received
 			p.bodyDone = call.BodyDone
+			if call.Kind == "started" || call.Kind == "heartbeat" {
+				left := p.exp.Sub(call.BodyDone)
+				skipped := call.Kind == "heartbeat" && call.Plain && p.beat && left > lease/2 && left >= c.h.Interval+c.h.Interval/2
+				if !skipped {
+					p.exp = call.BodyDone.Add(lease)
+					p.beat = p.beat || call.Kind == "heartbeat"
+				}
+			}
 		}
 	}
 	for a, at := range zombie {
@@ -326,9 +349,9 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 		if p == nil || expiredEarly[a] {
 			continue
 		}
-		if due := p.bodyDone.Add(lease); at.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, at) {
-			c.fail(InvLease, id, "attempt %d was declared a zombie at %s, but its lease ran until %s (%v after a callback accepted was received in full at %s)",
-				a, ts(at), ts(due), lease, ts(p.bodyDone))
+		if due := p.exp; at.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, at) {
+			c.fail(InvLease, id, "attempt %d was declared a zombie at %s, but its lease ran until %s (%v after the last accepted callback that renewed it was received in full)",
+				a, ts(at), ts(due), lease)
 		}
 	}
 }

@@ -126,7 +126,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"lease honoured after it ran out", InvLease, "was accepted: the lease (3s) had run out", func(h *History) {
 			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 200, api.Continue, "", 9100))
 		}},
-		{"lease expired early by a callback", InvLease, "answered task_expired at 12:00:05.520, but the lease ran until 12:00:08.000", func(h *History) {
+		{"lease expired early by a callback", InvLease, "answered task_expired at 12:00:05.520, but the lease ran until 12:00:07.500", func(h *History) {
 			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 410, api.Cancel, api.CodeTaskExpired, 5500))
 		}},
 		{"zombie before the lease ran out, by receipt time", InvLease, "declared a zombie at 12:00:03.000, but its lease ran until 12:00:05.500", func(h *History) {
@@ -161,6 +161,44 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			rep := Report(h, vs)
 			if vs[0].TaskID != "" && !strings.Contains(rep, "--- history of task_1 ---") {
 				t.Errorf("the report does not print the task's history:\n%s", rep)
+			}
+		})
+	}
+}
+
+// TestLeaseFollowsTheSkipRule: a plain heartbeat with more than half the
+// lease left does not renew it (docs/contract.md §5.3), so a zombie
+// declared a lease after the heartbeat before it is on time; a heartbeat
+// that reports something, or an attempt's first, renews it.
+func TestLeaseFollowsTheSkipRule(t *testing.T) {
+	// Attempt 1 of retried() starts at 0.1 s and is declared a zombie at
+	// 3 s (lease 3 s); these heartbeats are added to it.
+	beat := func(ms int, plain bool) Call {
+		c := cb("heartbeat", 1, 200, api.Continue, "", ms)
+		c.Plain = plain
+		return c
+	}
+	for _, c := range []struct {
+		name  string
+		beats []Call
+		early bool // the zombie at 3 s is before the lease (to 4.3 s)
+	}{
+		{"a plain heartbeat with 2.5 s left is not written: lease to 3.8 s", []Call{beat(800, false), beat(1300, true)}, false},
+		{"the second heartbeat reports progress", []Call{beat(800, false), beat(1300, false)}, true},
+		{"an attempt's first heartbeat is written, plain or not", []Call{beat(1300, true)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := retried()
+			h.Interval = 300 * time.Millisecond
+			tk := h.Tasks["task_1"]
+			tk.Calls = append(append(tk.Calls[:2:2], c.beats...), tk.Calls[2:]...)
+			vs, _ := Check(h)
+			found := false
+			for _, v := range vs {
+				found = found || (v.Invariant == InvLease && strings.Contains(v.Message, "declared a zombie at 12:00:03.000, but its lease ran until 12:00:04.300"))
+			}
+			if found != c.early || (!c.early && len(vs) != 0) {
+				t.Fatalf("zombie at 3 s reported early: %v, want %v; violations:\n%s", found, c.early, Report(h, vs))
 			}
 		})
 	}

@@ -324,7 +324,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		hh.Log = r.servo.Logs()
 		hh.MaxLatency = StoreTimeout + 20*time.Second
 		hh.Start, hh.End = start, time.Now()
-		hh.Lease, hh.CancelGrace = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond
+		hh.Lease, hh.CancelGrace, hh.Interval = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond, heartbeatMs*time.Millisecond
 		r.mu.Lock()
 		hh.Outages = slices.Clone(r.outages)
 		r.mu.Unlock()
