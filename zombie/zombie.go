@@ -25,7 +25,8 @@ import (
 const (
 	DefaultPageSize    = 200
 	DefaultConcurrency = 8
-	// DefaultShardConcurrency bounds the due shards queried at once.
+	// DefaultShardConcurrency bounds the groups of due shards queried at
+	// once.
 	DefaultShardConcurrency = 4
 	DefaultMaxRedrives      = 5
 	DefaultEvery            = 15 * time.Second
@@ -41,9 +42,10 @@ const (
 // costs the same whatever the payloads): the sweeper acts on the task that
 // Apply's transaction reads and returns.
 type Store interface {
-	// DueShards is how many due shards DueTasks takes (in [0, DueShards())).
-	DueShards() int
-	DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
+	// DueGroups splits the due shards into the groups DueTasks takes for
+	// duty d (one query a group and page).
+	DueGroups(d store.Due) [][]int
+	DueTasks(ctx context.Context, d store.Due, shards []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
 	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)
 }
 
@@ -103,8 +105,8 @@ type Config struct {
 	PageSize int
 	// Concurrency bounds the transactions in flight (default 8).
 	Concurrency int
-	// ShardConcurrency bounds the due shards a duty queries at once
-	// (default 4); each shard is read page by page.
+	// ShardConcurrency bounds the groups of due shards (Store.DueGroups) a
+	// duty queries at once (default 4); each group is read page by page.
 	ShardConcurrency int
 	// MaxRedrives bounds the re-drives of one attempt before it fails with
 	// DISPATCH_TIMEOUT (default 5).
@@ -389,8 +391,8 @@ func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration, pass
 
 func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
 
-// duty reads the duty's due tasks, every shard page by page and
-// ShardConcurrency shards at a time, and applies its event to each, at most
+// duty reads the duty's due tasks, every group of due shards page by page
+// and ShardConcurrency groups at a time, and applies its event to each, at most
 // Concurrency transactions at a time in all.
 func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats, err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(spanattr.DutyKey.String(d.Name)))
@@ -404,11 +406,11 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 	now := s.cfg.Now().UTC()
 	tx := make(chan struct{}, s.cfg.Concurrency)
 	shards := make(chan struct{}, s.cfg.ShardConcurrency)
-	for shard := range s.cfg.Store.DueShards() {
+	for _, group := range s.cfg.Store.DueGroups(d.Due) {
 		shards <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-shards }()
-			sd, err := s.dutyShard(ctx, d, shard, now, stop, tx)
+			sd, err := s.dutyShard(ctx, d, group, now, stop, tx)
 			mu.Lock()
 			defer mu.Unlock()
 			ds.add(sd)
@@ -427,8 +429,8 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 	return ds, nil
 }
 
-// dutyShard is duty for one shard.
-func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, stop time.Time, tx chan struct{}) (DutyStats, error) {
+// dutyShard is duty for one group of due shards.
+func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard []int, now, stop time.Time, tx chan struct{}) (DutyStats, error) {
 	var (
 		ds       DutyStats
 		firstErr error
@@ -439,7 +441,7 @@ func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, stop ti
 		if err != nil {
 			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "shard", shard, "error", err)
 			ds.QueryErrors++
-			return ds, fmt.Errorf("zombie: %s query (shard %d): %w", d.Name, shard, err)
+			return ds, fmt.Errorf("zombie: %s query (shards %v): %w", d.Name, shard, err)
 		}
 		ds.Due += len(page)
 		ps, err := s.applyPage(ctx, d, page, stop, tx)

@@ -90,14 +90,14 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	now := time.Now()
 	qs := map[string]*pb.StructuredQuery{}
 	for d := range DueStates {
-		q, err := s.dueQuery(d, 3, now, 10, &DueCursor{At: now, ID: "task_x"})
+		q, err := s.dueQuery(d, []int{3}, now, 10, &DueCursor{At: now, ID: "task_x"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		qs["due "+string(d)] = q
 	}
-	qs["undelivered"] = s.undeliveredQuery(3, now, 10)
-	qs["undelivered count"] = s.undeliveredCountQuery(3)
+	qs["undelivered"] = s.undeliveredQuery([]int{3}, now, 10)
+	qs["undelivered count"] = s.undeliveredCountQuery([]int{3})
 	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
 	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
