@@ -101,20 +101,21 @@ type TransitionStamp struct {
 // RecentTransitions returns the transitions that occurred at or after
 // since, as far as the outbox still holds them (delivered entries are
 // kept for OutboxRetention), in no particular order. It reads at most
-// limit entries, spread over the shards and their delivered and
-// undelivered ranges of the re-drive's index (an entry's next try is never
+// limit entries, spread over the groups of shards (OutboxGroups) and
+// their delivered and undelivered ranges of the re-drive's index (an entry's next try is never
 // before it occurred), projected to two fields; truncated reports that a
 // range held more.
 func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit int) (out []TransitionStamp, truncated bool, err error) {
-	per := max(1, limit/(2*s.shards))
-	parts := make([][]TransitionStamp, 2*s.shards)
-	full := make([]bool, 2*s.shards)
+	groups := s.OutboxGroups()
+	per := max(1, limit/(2*len(groups)))
+	parts := make([][]TransitionStamp, 2*len(groups))
+	full := make([]bool, 2*len(groups))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
 	for i := range parts {
-		shard, delivered := i/2, i%2 == 1
+		shards, delivered := groups[i/2], i%2 == 1
 		g.Go(func() error {
-			q := s.recentQuery(shard, delivered, since, per)
+			q := s.recentQuery(shards, delivered, since, per)
 			n := 0
 			err := s.runQuery(gctx, s.docs, q, func(d *pb.Document) error {
 				n++
@@ -147,13 +148,13 @@ func (s *Store) undeliveredCountQuery(shards []int) *pb.StructuredQuery {
 	}
 }
 
-// recentQuery is RecentTransitions' query of one shard's delivered or
-// undelivered range, served by the re-drive's index.
-func (s *Store) recentQuery(shard int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
+// recentQuery is RecentTransitions' query of a group of shards' delivered
+// or undelivered ranges, served by the re-drive's index.
+func (s *Store) recentQuery(shards []int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
 	return &pb.StructuredQuery{
 		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
 		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+		Where: and(shardFilter(shards),
 			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
 			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},

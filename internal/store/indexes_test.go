@@ -98,8 +98,8 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	}
 	qs["undelivered"] = s.undeliveredQuery([]int{3}, now, 10)
 	qs["undelivered count"] = s.undeliveredCountQuery([]int{3})
-	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
-	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
+	qs["recent transitions delivered"] = s.recentQuery([]int{3}, true, now, 10)
+	qs["recent transitions undelivered"] = s.recentQuery([]int{3, 4}, false, now, 10)
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
 	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()
@@ -116,8 +116,12 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 		}
 	}
 	qs["count"] = full.countQuery()
-	qs["runs"] = RunFilter{After: "run_x"}.query(10)
-	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query(10)
+	qs["runs"] = RunFilter{After: "run_x"}.query([]int{3}, 10)
+	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query([]int{3}, 10)
+	qs["runs of a group"] = RunFilter{After: "run_x"}.query([]int{3, 4}, 10)
+	qs["runs of tenants"] = RunFilter{TenantIDs: []string{"a", "b"}, After: "run_x"}.query([]int{3, 4}, 10)
+	qs["due group"], _ = s.dueQuery(DueLease, []int{3, 4}, now, 10, &DueCursor{At: now, ID: "task_x"})
+	qs["undelivered group"] = s.undeliveredQuery([]int{3, 4}, now, 10)
 	return qs
 }
 

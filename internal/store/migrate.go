@@ -31,7 +31,12 @@ import (
 //	   Until a store knows the schema is 2 (CheckSchema, Migrate), it
 //	   reads both names, so the order of an upgrade is: deploy, then
 //	   `servo migrate` (docs/operations.md).
-const SchemaVersion = 2
+//	3  every run document is named runs/{runDocID} (a hash prefix) and has
+//	   its dueShard (ListRuns' sharded indexes); before,
+//	   runs/{runId}.{tenantKey} or runs/{runId}. No lookup reads a run by
+//	   name; until the step ran, ListRuns does not list those older runs
+//	   (migrate_runs.go).
+const SchemaVersion = 3
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"
@@ -125,6 +130,7 @@ var migrateSteps = []migrateStep{
 	// Legacy names (task_…) sort after every hash-prefixed one (hex
 	// digits): the scan starts at them and reads nothing else.
 	{name: "names", coll: TasksCollection, version: 2, from: task.TaskIDPrefix, each: moveTask},
+	runsStep,
 }
 
 // Migrate brings the database to SchemaVersion. It is idempotent (a
@@ -334,6 +340,7 @@ func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done m
 		done[key] = true
 		name := s.tenantRunName(r.TenantID, r.RunID)
 		names = append(names, name)
+		r.DueShard = DueShardOf(r.RunID, s.shards)
 		byName[name] = r
 	}
 	n := 0
