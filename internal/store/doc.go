@@ -37,7 +37,7 @@
 // shard, one query per shard (or group of shards) merged on read (List),
 // so that each index range takes 1/DueShards() of the new tasks; a task's
 // events are read by name (OutboxEntries), with no index on the outbox's
-// taskId. Runs get the same treatment (schema 3): a run's document is
+// taskId. Runs get the same treatment (schema 4): a run's document is
 // named with a hash prefix (runDocID), holds its run id's due shard, and
 // ListRuns reads a group of shards a query newest first by (dueShard,
 // [tenantId,] runId desc) and merges; runId and tenantId are exempt on

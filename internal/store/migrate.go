@@ -31,12 +31,13 @@ import (
 //	   Until a store knows the schema is 2 (CheckSchema, Migrate), it
 //	   reads both names, so the order of an upgrade is: deploy, then
 //	   `servo migrate` (docs/operations.md).
-//	3  every run document is named runs/{runDocID} (a hash prefix) and has
+//	3  (retention's expireAt, from the branch that adds retention)
+//	4  every run document is named runs/{runDocID} (a hash prefix) and has
 //	   its dueShard (ListRuns' sharded indexes); before,
 //	   runs/{runId}.{tenantKey} or runs/{runId}. No lookup reads a run by
 //	   name; until the step ran, ListRuns does not list those older runs
 //	   (migrate_runs.go).
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"

@@ -94,8 +94,12 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(rep.Steps); n != 2 || rep.Steps[0].Step != "names" || rep.Steps[0].Updated != live+1 || rep.Steps[1].Step != "runs" || rep.Steps[1].Updated != 0 {
-		t.Fatalf("migration %+v, want the names step, %d tasks moved, and the runs step (their runs are already schema 3's)", rep, live+1)
+	// The names step moves every task; the later steps (retention) find
+	// nothing of theirs to do on tasks that have not ended.
+	for i, st := range rep.Steps {
+		if (i == 0) != (st.Step == "names") || (st.Step == "names" && st.Updated != live+1) || (st.Step != "names" && st.Updated != 0) {
+			t.Fatalf("migration %+v, want the names step first with %d tasks moved, and no other update", rep, live+1)
+		}
 	}
 
 	all := append([]string{zombie.ID}, ids...)

@@ -11,13 +11,13 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// runsStep is schema 3's step: every run document moves from its
+// runsStep is schema 4's step: every run document moves from its
 // sequential name (runs/{runId}.{tenantKey}, or runs/{runId} before runs
 // were per tenant) to runDocID's hash-prefixed one, with its due shard,
 // which ListRuns' sharded queries need. Legacy names (run_…) sort after
 // every hash-prefixed one (hex digits): the scan starts at them and reads
 // nothing else.
-var runsStep = migrateStep{name: "runs", coll: RunsCollection, version: 3, from: task.RunIDPrefix, each: moveRun}
+var runsStep = migrateStep{name: "runs", coll: RunsCollection, version: 4, from: task.RunIDPrefix, each: moveRun}
 
 // moveRun moves one legacy run document, in one commit: the new document
 // created (exists=false) with the fields read and its due shard, the old

@@ -45,8 +45,8 @@ type Run struct {
 // reach either: every run query filters on the caller's tenants). The id
 // begins with 4 hex digits of the SHA-256 of the rest, as a task's
 // (TaskDocID), so that runs created in sequence are written all over the
-// key range. Schema 2 and earlier named it legacyRunDocID, and before
-// that runs/{runId}; schema 3's migration step moves both (moveRun).
+// key range. Schema 3 and earlier named it legacyRunDocID, and before
+// that runs/{runId}; schema 4's migration step moves both (moveRun).
 // recentRuns remembers run ids, not tenants: a second tenant submitting
 // into a run id this process wrote within RunDocumentEvery gets its
 // document with a later submit.
@@ -56,7 +56,7 @@ func runDocID(tenant, run string) string {
 	return hex.EncodeToString(sum[:2]) + "_" + id
 }
 
-// legacyRunDocID is the name schema 2 and earlier gave tenant's document
+// legacyRunDocID is the name schema 3 and earlier gave tenant's document
 // of run: runs/{runId}.{tenantKey}, sequential.
 func legacyRunDocID(tenant, run string) string {
 	h := sha256.Sum256([]byte(tenant))
@@ -96,7 +96,7 @@ type RunFilter struct {
 // shards, more with several tenants) for a page, newest first by the
 // composite index (dueShard, [tenantId,] runId desc), and merges them: it
 // reads at most a page and one per group, never a task. Runs written by
-// schema 2 and earlier (no dueShard) are listed once `servo migrate` moved
+// schema 3 and earlier (no dueShard) are listed once `servo migrate` moved
 // them (moveRun).
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
 	size := f.PageSize

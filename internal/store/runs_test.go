@@ -121,10 +121,10 @@ func TestListRunsShardedNewestFirst(t *testing.T) {
 	}
 }
 
-// TestMigrateRunsToHashedNames: runs stored under schema 2's sequential
+// TestMigrateRunsToHashedNames: runs stored under schema 3's sequential
 // names (runs/{runId}.{tenantKey}, without a due shard) and under the
 // older runs/{runId} are not listed by the sharded listing until schema
-// 3's step moved them; one whose new name a submit already wrote loses
+// 4's step moved them; one whose new name a submit already wrote loses
 // only its old document. Afterwards every run is listed once, no legacy
 // name is left, and a second run of Migrate does nothing.
 func TestMigrateRunsToHashedNames(t *testing.T) {
@@ -137,8 +137,8 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 	ids := createRuns(t, s, 5, "acme")["acme"]
 	legacy := func(id string) string { return s.docs + "/" + RunsCollection + "/" + legacyRunDocID("acme", id) }
 	oldest := func(id string) string { return s.docs + "/" + RunsCollection + "/" + id }
-	// ids[0], ids[1]: schema 2's name; ids[2]: runs/{runId}; ids[3]: both
-	// schema 2's name and the new one (a submit after the deploy).
+	// ids[0], ids[1]: schema 3's name; ids[2]: runs/{runId}; ids[3]: both
+	// schema 3's name and the new one (a submit after the deploy).
 	olds := map[string]string{ids[0]: legacy(ids[0]), ids[1]: legacy(ids[1]), ids[2]: oldest(ids[2]), ids[3]: legacy(ids[3])}
 	for id, to := range olds {
 		from := s.tenantRunName("acme", id)
@@ -156,7 +156,7 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), Schema{Version: 2}, false)}}); err != nil {
+	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), Schema{Version: SchemaVersion - 1}, false)}}); err != nil {
 		t.Fatal(err)
 	}
 	listed := func() []string {
@@ -172,7 +172,7 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 		return out
 	}
 	if got := listed(); !slices.Equal(got, []string{ids[3], ids[4]}) {
-		t.Fatalf("before the migration: listed %v, want only the runs of schema 3's names %v", got, ids[3:])
+		t.Fatalf("before the migration: listed %v, want only the runs of schema 4's names %v", got, ids[3:])
 	}
 	rep, err := s.Migrate(ctx, MigrateOptions{PageSize: 2})
 	if err != nil {
