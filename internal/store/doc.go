@@ -41,8 +41,10 @@
 // named with a hash prefix (runDocID), holds its run id's due shard, and
 // ListRuns reads a group of shards a query newest first by (dueShard,
 // [tenantId,] runId desc) and merges; runId and tenantId are exempt on
-// runs. A task's and an outbox entry's runId keep their single-field
-// index (CountByState and a run's events filter on it alone).
+// runs. A task's and an outbox entry's runId are exempt as well: a run's
+// counts take the listing's indexes behind the due shard (CountByState,
+// runCountQuery), its events are read by name through its tasks
+// (RunOutboxEntriesOf).
 //
 // The sweeper's due queries, the outbox re-drive and the backlog counts
 // take a group of due shards each (dueShard IN [...], DueGroups,

@@ -117,11 +117,13 @@ var FieldExemptions = []FieldExemption{
 	{RunsCollection, "lastSubmitAt"},
 	// Sequential ids (ULIDs) no query uses alone: listings order by
 	// taskId behind the due shard (the composite indexes above); a task's
-	// events are read by name (OutboxEntries). A task's and an outbox
-	// entry's run id stay indexed (counts and a run's events filter on it
-	// alone). Runs are listed behind their shard (the composite indexes
-	// above), never by runId or tenantId alone.
+	// events are read by name (OutboxEntries). Run ids likewise: a run's
+	// counts take the listing's indexes behind the due shard
+	// (runCountQuery), a run's events are read by name through its tasks
+	// (RunOutboxEntriesOf), and runs are listed behind their shard (the
+	// composite indexes above), never by runId or tenantId alone.
 	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},
+	{TasksCollection, "runId"}, {OutboxCollection, "runId"},
 	{RunsCollection, "runId"}, {RunsCollection, "tenantId"},
 	{IdempotencyCollection, "taskId"}, {IdempotencyCollection, "createdAt"},
 }

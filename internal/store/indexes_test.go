@@ -103,7 +103,6 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
 	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()
-	qs["outbox of a run"] = outboxQuery("runId", "run_x")
 	full := ListFilter{TenantID: "t", RunID: "r", State: api.Running, Worker: "w"}
 	for _, newest := range []bool{false, true} {
 		f := full
@@ -115,7 +114,9 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 			qs[fmt.Sprintf("list %+v", one)] = one.shardQuery(0, 10, "")
 		}
 	}
-	qs["count"] = full.countQuery()
+	qs["count of a run"] = full.runCountQuery([]int{3, 4})
+	qs["count of a tenant"] = ListFilter{TenantID: "t", State: api.Queued}.countQuery()
+	qs["count of tenants"] = ListFilter{TenantIDs: []string{"a", "b"}, Worker: "w", State: api.Queued}.countQuery()
 	qs["runs"] = RunFilter{After: "run_x"}.query([]int{3}, 10)
 	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query([]int{3}, 10)
 	qs["runs of a group"] = RunFilter{After: "run_x"}.query([]int{3, 4}, 10)

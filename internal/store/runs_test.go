@@ -205,3 +205,94 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 		t.Fatalf("rerun: %+v %v, want nothing to do", again, err)
 	}
 }
+
+// TestRunCountsAndEventsAcrossShards: a run's counts (CountByState) and
+// events (RunOutboxEntriesOf) no longer filter on a task's or an entry's
+// runId alone (both exempt from single-field indexing): the counts take
+// one aggregation per state and group of the 128 due shards, the events
+// are read by name through the run's tasks; both find every task of the
+// run, in whichever shard, and only the tenants asked for.
+func TestRunCountsAndEventsAcrossShards(t *testing.T) {
+	ctx := context.Background()
+	rc := NewRPCCounter()
+	s, err := New(ctx, emulatortest.ProjectID(t), WithRPCCounter(rc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now().UTC()
+	run, otherRun := task.NewRunID(now), task.NewRunID(now.Add(time.Millisecond))
+	var subs []task.Task
+	add := func(n int, runID, tenant string) {
+		for range n {
+			subs = append(subs, task.Task{ID: task.NewTaskID(now), RunID: runID, TenantID: tenant, WorkspaceID: "ws",
+				TaskKey: "k", Worker: "w", Payload: json.RawMessage(`{}`), Retry: api.RetryPolicy{MaxAttempts: 1}})
+		}
+	}
+	add(60, run, "acme")
+	add(10, run, "other")
+	add(20, otherRun, "acme")
+	shards := map[int]bool{}
+	queued := 0
+	for _, r := range s.CreateMany(ctx, subs, now, false) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if r.Task.RunID == run {
+			shards[r.Task.DueShard] = true
+		}
+		if r.Task.RunID == run && r.Task.TenantID == "acme" && queued < 15 {
+			queued++
+			if _, err := s.Apply(ctx, r.Task.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(shards) < 30 {
+		t.Fatalf("the run's tasks fell in %d shards only", len(shards))
+	}
+	tests := []struct {
+		name                string
+		f                   ListFilter
+		pending, queued     int
+		aggregations, total int // events: one per task created, one per enqueue
+	}{
+		{"one tenant", ListFilter{RunID: run, TenantID: "acme"}, 45, 15, 7 * 5, 75},
+		{"two tenants", ListFilter{RunID: run, TenantIDs: []string{"acme", "other"}}, 55, 15, 7 * 9, 85},
+		{"all tenants", ListFilter{RunID: run}, 55, 15, 7 * 5, 85},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc.Reset()
+			counts, err := s.CountByState(ctx, tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if counts[api.Pending] != tt.pending || counts[api.Queued] != tt.queued || counts[api.Running] != 0 {
+				t.Fatalf("counts %v, want %d PENDING and %d QUEUED", counts, tt.pending, tt.queued)
+			}
+			if n := rc.Counts()["RunAggregationQuery"]; n != tt.aggregations {
+				t.Fatalf("%d aggregations, want %d (a state and a group of shards each)", n, tt.aggregations)
+			}
+			tenants := tt.f.TenantIDs
+			if tt.f.TenantID != "" {
+				tenants = []string{tt.f.TenantID}
+			}
+			es, err := s.RunOutboxEntriesOf(ctx, run, tenants)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(es) != tt.total {
+				t.Fatalf("%d events of the run, want %d", len(es), tt.total)
+			}
+			for i, e := range es {
+				if e.RunID != run || (len(tenants) > 0 && !slices.Contains(tenants, e.TenantID)) {
+					t.Fatalf("event %s of run %s, tenant %s", e.EventID, e.RunID, e.TenantID)
+				}
+				if i > 0 && (es[i-1].TaskID > e.TaskID || es[i-1].TaskID == e.TaskID && es[i-1].Seq >= e.Seq) {
+					t.Fatalf("events out of order at %d", i)
+				}
+			}
+		})
+	}
+}

@@ -697,15 +697,6 @@ func attemptsQuery() *pb.StructuredQuery {
 	}
 }
 
-// outboxQuery selects the outbox entries whose field equals v (a run's,
-// served by runId's single-field index).
-func outboxQuery(field, v string) *pb.StructuredQuery {
-	return &pb.StructuredQuery{
-		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
-	}
-}
-
 func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
 	stream, err := s.client.RunQuery(ctx, &pb.RunQueryRequest{Parent: parent, QueryType: &pb.RunQueryRequest_StructuredQuery{StructuredQuery: q}})
 	if err != nil {

@@ -243,6 +243,27 @@ resource "google_firestore_field" "tasks_task_id" {
   index_config {}
 }
 
+# A task's and an outbox entry's run id: a run's counts take the listing
+# indexes behind the due shard, its events are read by name through its
+# tasks (store.CountByState, store.RunOutboxEntriesOf).
+resource "google_firestore_field" "tasks_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "runId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "runId"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "outbox_task_id" {
   project    = var.project_id
   database   = google_firestore_database.this.name
