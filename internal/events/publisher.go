@@ -32,7 +32,8 @@ const (
 	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
 	DefaultRedriveBatch = 200
 	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
-	// from each due shard; the next sweeper pass continues.
+	// from each group of due shards (store.Store.OutboxGroups: 5 for 128
+	// shards); the next sweeper pass continues.
 	DefaultRedriveMaxBatches = 10
 	// RedriveMinBackoff is how long Redrive leaves an entry alone after its
 	// first failed delivery (plus the grace period); each further failure
@@ -105,7 +106,7 @@ type Config struct {
 	// DefaultRedriveBatch.
 	RedriveBatch int
 	// RedriveMaxBatches bounds the batches one Redrive call reads from each
-	// due shard; default DefaultRedriveMaxBatches.
+	// group of due shards; default DefaultRedriveMaxBatches.
 	RedriveMaxBatches int
 	// MaxQueue bounds the transitions the hook queues for the sender;
 	// default DefaultMaxQueue.
