@@ -5,7 +5,9 @@
 // # Duties
 //
 // Each pass runs the [Duties] in order. Each is one indexed Firestore query
-// per due shard ([store.Store.DueTasks]; the indexes are store.Indexes)
+// per group of due shards ([store.Store.DueGroups], dueShard IN [...], at
+// most 30 disjunctions with the duty's states; [store.Store.DueTasks]; the
+// indexes are store.Indexes)
 // that returns only the tasks that are due, read in pages of
 // [Config.PageSize] (cursor on due time, then id), followed by one
 // transaction per task ([store.Store.Apply]), [Config.Concurrency] at a
@@ -141,13 +143,14 @@
 //
 // # Cost
 //
-// A pass costs one query per duty and due shard (4 ×
-// store.DefaultDueShards = 64 RunQuery) and one BatchGetDocuments and one
-// Commit per due task, whatever the number of tasks that are not due: 264
-// RPCs for 100 due tasks, with 1 000 or with 10 000 RUNNING tasks. A
-// pass that ends its window early adds one outbox query per due shard and
-// one write (the pulse's promise). BenchmarkSweeperSizing reports a pass's
-// CPU and memory, for the function's size. It
+// A pass costs one query per duty and group of due shards (the default 128
+// shards in 19 deadline, 5 cancel, 9 lease and 9 dispatch groups: 42
+// RunQuery) and one BatchGetDocuments and one Commit per due task,
+// whatever the number of tasks that are not due: 242 RPCs for 100 due
+// tasks, with 1 000 or with 10 000 RUNNING tasks. A pass that ends its
+// window early adds one outbox query per group of due shards and one write
+// (the pulse's promise). BenchmarkSweeperSizing reports a pass's CPU and
+// memory, for the function's size. It
 // reads what the queries return (at least one document read per query)
 // and two documents per transaction. TestSweepCostGrowsWithDueNotRunning
 // asserts it on every test run; BenchmarkSweepCost gives the figures.

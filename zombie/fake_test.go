@@ -59,10 +59,17 @@ func (m *memStore) get(id string) task.Task {
 	return m.tasks[id]
 }
 
-// DueShards is m.shards, at least 1.
-func (m *memStore) DueShards() int { return max(1, m.shards) }
+// DueGroups is one group per shard of m.shards (at least 1).
+func (m *memStore) DueGroups(store.Due) [][]int {
+	groups := make([][]int, max(1, m.shards))
+	for i := range groups {
+		groups[i] = []int{i}
+	}
+	return groups
+}
 
-func (m *memStore) DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
+func (m *memStore) DueTasks(ctx context.Context, d store.Due, shards []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
+	shard := shards[0]
 	if m.onQuery != nil {
 		m.onQuery(d)
 	}

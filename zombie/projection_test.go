@@ -22,7 +22,7 @@ type payloadSeen struct {
 	tasks int
 }
 
-func (p *payloadSeen) DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
+func (p *payloadSeen) DueTasks(ctx context.Context, d store.Due, shard []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
 	ts, err := p.Store.DueTasks(ctx, d, shard, now, limit, after)
 	p.mu.Lock()
 	defer p.mu.Unlock()

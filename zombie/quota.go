@@ -58,18 +58,18 @@ func (s *Sweeper) quotaDuties(ctx context.Context, st *Stats, stop time.Time) er
 }
 
 // admit reads the tasks waiting for a run slot (the first page of every
-// due shard) and hands them to quota.Admit, which offers each a slot
+// group of due shards, Store.DueGroups) and hands them to quota.Admit, which offers each a slot
 // (task.EventAdmit) in fair order, one transaction at a time.
 func (s *Sweeper) admit(ctx context.Context, stop time.Time) (DutyStats, error) {
 	var ds DutyStats
 	now := s.cfg.Now().UTC()
 	var waiting []task.Task
 	var errs []error
-	for shard := range s.cfg.Store.DueShards() {
-		page, err := s.cfg.Store.DueTasks(ctx, admitDuty.Due, shard, now, s.cfg.PageSize, nil)
+	for _, shards := range s.cfg.Store.DueGroups(admitDuty.Due) {
+		page, err := s.cfg.Store.DueTasks(ctx, admitDuty.Due, shards, now, s.cfg.PageSize, nil)
 		if err != nil {
 			ds.QueryErrors++
-			errs = append(errs, fmt.Errorf("zombie: admit query (shard %d): %w", shard, err))
+			errs = append(errs, fmt.Errorf("zombie: admit query (shards %v): %w", shards, err))
 			continue
 		}
 		waiting = append(waiting, page...)

@@ -122,7 +122,7 @@ type gatedStore struct {
 	once sync.Once
 }
 
-func (g *gatedStore) DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
+func (g *gatedStore) DueTasks(ctx context.Context, d store.Due, shard []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error) {
 	ts, err := g.Store.DueTasks(ctx, d, shard, now, limit, after)
 	if d == g.due {
 		g.once.Do(func() { close(g.open) })

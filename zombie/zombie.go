@@ -26,7 +26,8 @@ import (
 const (
 	DefaultPageSize    = 200
 	DefaultConcurrency = 8
-	// DefaultShardConcurrency bounds the due shards queried at once.
+	// DefaultShardConcurrency bounds the groups of due shards queried at
+	// once.
 	DefaultShardConcurrency = 4
 	DefaultMaxRedrives      = 5
 	DefaultEvery            = 15 * time.Second
@@ -42,9 +43,10 @@ const (
 // costs the same whatever the payloads): the sweeper acts on the task that
 // Apply's transaction reads and returns.
 type Store interface {
-	// DueShards is how many due shards DueTasks takes (in [0, DueShards())).
-	DueShards() int
-	DueTasks(ctx context.Context, d store.Due, shard int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
+	// DueGroups splits the due shards into the groups DueTasks takes for
+	// duty d (one query a group and page).
+	DueGroups(d store.Due) [][]int
+	DueTasks(ctx context.Context, d store.Due, shards []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
 	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)
 }
 
@@ -83,7 +85,9 @@ type Promiser interface {
 // (*store.Store is one): a window does not end early while one is due
 // before its end.
 type OutboxStore interface {
-	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	// OutboxGroups splits the due shards into the groups Undelivered takes.
+	OutboxGroups() [][]int
+	Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
 }
 
 // Redriver re-delivers transition events left undelivered in the outbox
@@ -118,8 +122,8 @@ type Config struct {
 	PageSize int
 	// Concurrency bounds the transactions in flight (default 8).
 	Concurrency int
-	// ShardConcurrency bounds the due shards a duty queries at once
-	// (default 4); each shard is read page by page.
+	// ShardConcurrency bounds the groups of due shards (Store.DueGroups) a
+	// duty queries at once (default 4); each group is read page by page.
 	ShardConcurrency int
 	// MaxRedrives bounds the re-drives of one attempt before it fails with
 	// DISPATCH_TIMEOUT (default 5).
@@ -417,8 +421,8 @@ func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration, pass
 
 func past(stop time.Time) bool { return !stop.IsZero() && !time.Now().Before(stop) }
 
-// duty reads the duty's due tasks, every shard page by page and
-// ShardConcurrency shards at a time, and applies its event to each, at most
+// duty reads the duty's due tasks, every group of due shards page by page
+// and ShardConcurrency groups at a time, and applies its event to each, at most
 // Concurrency transactions at a time in all.
 func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats, err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "servo.sweeper.duty "+d.Name, trace.WithAttributes(spanattr.DutyKey.String(d.Name)))
@@ -438,11 +442,11 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 	}
 	tx := make(chan struct{}, s.cfg.Concurrency)
 	shards := make(chan struct{}, s.cfg.ShardConcurrency)
-	for shard := range s.cfg.Store.DueShards() {
+	for _, group := range s.cfg.Store.DueGroups(d.Due) {
 		shards <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-shards }()
-			sd, err := s.dutyShard(ctx, d, shard, now, until, stop, tx)
+			sd, err := s.dutyShard(ctx, d, group, now, until, stop, tx)
 			mu.Lock()
 			defer mu.Unlock()
 			ds.add(sd)
@@ -461,10 +465,10 @@ func (s *Sweeper) duty(ctx context.Context, d Duty, stop time.Time) (_ DutyStats
 	return ds, nil
 }
 
-// dutyShard is duty for one shard: the tasks due by now are applied, and
-// those due after now but by until (read by the same query, due order)
-// are counted as Upcoming.
-func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, until, stop time.Time, tx chan struct{}) (DutyStats, error) {
+// dutyShard is duty for one group of due shards: the tasks due by now
+// are applied, and those due after now but by until (read by the same
+// query, due order) are counted as Upcoming.
+func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard []int, now, until, stop time.Time, tx chan struct{}) (DutyStats, error) {
 	var (
 		ds       DutyStats
 		firstErr error
@@ -475,7 +479,7 @@ func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard int, now, until, 
 		if err != nil {
 			s.log.ErrorContext(ctx, "due query failed", "duty", d.Name, "shard", shard, "error", err)
 			ds.QueryErrors++
-			return ds, fmt.Errorf("zombie: %s query (shard %d): %w", d.Name, shard, err)
+			return ds, fmt.Errorf("zombie: %s query (shards %v): %w", d.Name, shard, err)
 		}
 		due := page
 		for i := range page {
@@ -675,13 +679,13 @@ func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Ti
 	if !ok || s.cfg.Redriver == nil {
 		return true
 	}
-	// ShardConcurrency shards at a time: the window's billed time.
+	// ShardConcurrency groups of shards at a time: the window's billed time.
 	var (
 		busy atomic.Bool
 		wg   sync.WaitGroup
 	)
 	shards := make(chan struct{}, s.cfg.ShardConcurrency)
-	for shard := range s.cfg.Store.DueShards() {
+	for _, group := range ob.OutboxGroups() {
 		shards <- struct{}{}
 		if busy.Load() {
 			<-shards
@@ -689,7 +693,7 @@ func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Ti
 		}
 		wg.Go(func() {
 			defer func() { <-shards }()
-			if es, err := ob.Undelivered(ctx, shard, end, 1); err != nil || len(es) > 0 {
+			if es, err := ob.Undelivered(ctx, group, end, 1); err != nil || len(es) > 0 {
 				busy.Store(true)
 			}
 		})

@@ -29,8 +29,9 @@
 //     request-based billing the sender gets CPU while the instance serves
 //     requests; what an idle or recycled instance did not send reaches
 //     Pub/Sub through the re-drive.
-//  3. [Publisher.Redrive] (the sweeper, every pass) reads, due shard by due
-//     shard, the entries still undelivered whose nextTryAt (the creation
+//  3. [Publisher.Redrive] (the sweeper, every pass) reads, a group of up
+//     to 30 due shards a query (dueShard IN [...], store.OutboxGroups: 5
+//     queries for 128 shards), the entries still undelivered whose nextTryAt (the creation
 //     time until a delivery failed) is at least [Config.Grace] (10 s) old
 //     (index outbox(dueShard, delivered, nextTryAt)), publishes them sorted
 //     by task then seq, and marks them delivered. A crash between commit
@@ -47,7 +48,7 @@
 //     only the dead letter. A pass stops early when a whole batch fails (an
 //     outage: those entries are backed off, the next pass goes on), when a
 //     mark fails, or after [Config.RedriveMaxBatches] batches of
-//     [Config.RedriveBatch] entries in one shard.
+//     [Config.RedriveBatch] entries in one group of shards.
 //
 // An entry is marked delivered only when its event and (for a task that
 // failed) its dead letter were acked.

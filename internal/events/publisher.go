@@ -32,7 +32,8 @@ const (
 	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
 	DefaultRedriveBatch = 200
 	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
-	// from each due shard; the next sweeper pass continues.
+	// from each group of due shards (store.Store.OutboxGroups: 5 for 128
+	// shards); the next sweeper pass continues.
 	DefaultRedriveMaxBatches = 10
 	// RedriveMinBackoff is how long Redrive leaves an entry alone after its
 	// first failed delivery (plus the grace period); each further failure
@@ -65,9 +66,10 @@ var ErrUndelivered = errors.New("events: not delivered")
 type Outbox interface {
 	// Undelivered returns undelivered entries due for a try at or before
 	// dueBy, earliest first.
-	Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
-	// DueShards is the number of shards Undelivered takes.
-	DueShards() int
+	// Undelivered takes one group of due shards (OutboxGroups) a query.
+	Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
+	// OutboxGroups splits the due shards into the groups Undelivered takes.
+	OutboxGroups() [][]int
 	// MarkDelivered marks entries delivered, in one commit.
 	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
 	// MarkFailed records failed deliveries and their next try, in one commit.
@@ -104,7 +106,7 @@ type Config struct {
 	// DefaultRedriveBatch.
 	RedriveBatch int
 	// RedriveMaxBatches bounds the batches one Redrive call reads from each
-	// due shard; default DefaultRedriveMaxBatches.
+	// group of due shards; default DefaultRedriveMaxBatches.
 	RedriveMaxBatches int
 	// MaxQueue bounds the transitions the hook queues for the sender;
 	// default DefaultMaxQueue.
@@ -361,14 +363,18 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 		}
 	}()
 	var errs []error
-	// Every shard in turn (a task's events share its shard, so its order
-	// by seq holds); a batch that delivers nothing at all is an outage, and
-	// ends the pass rather than wait out the publish timeout per shard.
+	// Every group of shards in turn, one query a batch (a task's events
+	// share its shard, so its order by seq holds); a batch that delivers
+	// nothing at all is an outage, and ends the pass rather than wait out
+	// the publish timeout per group.
 	outage := false
 	var backlog outboxBacklog
 	defer func() { backlog.record(ctx, p.now()) }()
-	for shard := 0; shard < p.outbox.DueShards() && !outage && ctx.Err() == nil; shard++ {
-		t, f, o, err := p.redriveShard(ctx, shard, cutoff, &backlog)
+	for _, shards := range p.outbox.OutboxGroups() {
+		if outage || ctx.Err() != nil {
+			break
+		}
+		t, f, o, err := p.redriveShard(ctx, shards, cutoff, &backlog)
 		total, failedTotal, outage = total+t, failedTotal+f, o
 		if err != nil {
 			errs = append(errs, err)
@@ -377,10 +383,10 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// redriveShard is Redrive for one due shard: batches of undelivered
-// entries until none is left, a mark fails, a batch delivers nothing
-// (outage), or RedriveMaxBatches batches were read.
-func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
+// redriveShard is Redrive for one group of due shards: batches of
+// undelivered entries until none is left, a mark fails, a batch delivers
+// nothing (outage), or RedriveMaxBatches batches were read.
+func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
 	var errs []error
 	for range p.maxBatches {
 		// Every undelivered entry, due first: the ones not due yet (backed
@@ -390,7 +396,7 @@ func (p *Publisher) redriveShard(ctx context.Context, shard int, cutoff time.Tim
 		// ones alone: no RPC more, and no entry read when there is none.
 		all, err := p.outbox.Undelivered(ctx, shard, farFuture, p.batch)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shard %d): %w", shard, err))
+			errs = append(errs, fmt.Errorf("events: redrive: read outbox (shards %v): %w", shard, err))
 			break
 		}
 		due := len(all)

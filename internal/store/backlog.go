@@ -20,23 +20,24 @@ const shardParallelism = 16
 
 // DueBacklog counts, for each duty, the tasks due at now (what the next
 // sweeper pass has to handle), with one count aggregation per duty and
-// shard served by the duty's index: no task document is read. It costs
-// 4 × DueShards() aggregations.
+// group of shards (DueGroups) served by the duty's index: no task
+// document is read. It costs one aggregation per duty and group.
 func (s *Store) DueBacklog(ctx context.Context, now time.Time) (map[Due]int64, error) {
 	counts := make([][]int64, len(Duties))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
 	for i, d := range Duties {
-		counts[i] = make([]int64, s.shards)
-		for shard := range s.shards {
+		groups := s.DueGroups(d)
+		counts[i] = make([]int64, len(groups))
+		for j, shards := range groups {
 			g.Go(func() error {
-				q, err := s.dueQuery(d, shard, now, 1, nil)
+				q, err := s.dueQuery(d, shards, now, 1, nil)
 				if err != nil {
 					return err
 				}
 				q.Select, q.Limit, q.OrderBy = nil, nil, nil
 				n, err := s.count(gctx, q)
-				counts[i][shard] = n
+				counts[i][j] = n
 				return err
 			})
 		}
@@ -54,25 +55,27 @@ func (s *Store) DueBacklog(ctx context.Context, now time.Time) (map[Due]int64, e
 }
 
 // OutboxBacklog counts the outbox entries not yet delivered and returns
-// the creation time of the oldest among those due first in each shard
-// (nil when there is none): one count aggregation and one single-entry
-// query per shard, served by the re-drive's index.
+// the creation time of the oldest among those due first in each group of
+// shards (nil when there is none): one count aggregation and one
+// single-entry query per group (OutboxGroups), served by the re-drive's
+// index.
 func (s *Store) OutboxBacklog(ctx context.Context) (n int64, oldest *time.Time, err error) {
-	counts := make([]int64, s.shards)
-	firsts := make([]*time.Time, s.shards)
+	groups := s.OutboxGroups()
+	counts := make([]int64, len(groups))
+	firsts := make([]*time.Time, len(groups))
 	far := time.Now().Add(100 * 365 * 24 * time.Hour)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
-	for shard := range s.shards {
+	for i, shards := range groups {
 		g.Go(func() error {
-			c, err := s.count(gctx, s.undeliveredCountQuery(shard))
-			counts[shard] = c
+			c, err := s.count(gctx, s.undeliveredCountQuery(shards))
+			counts[i] = c
 			return err
 		})
 		g.Go(func() error {
-			es, err := s.queryOutbox(gctx, s.undeliveredQuery(shard, far, 1))
+			es, err := s.queryOutbox(gctx, s.undeliveredQuery(shards, far, 1))
 			if len(es) > 0 {
-				firsts[shard] = &es[0].CreatedAt
+				firsts[i] = &es[0].CreatedAt
 			}
 			return err
 		})
@@ -80,9 +83,9 @@ func (s *Store) OutboxBacklog(ctx context.Context) (n int64, oldest *time.Time, 
 	if err := g.Wait(); err != nil {
 		return 0, nil, wrap("outbox backlog", err)
 	}
-	for shard := range s.shards {
-		n += counts[shard]
-		if f := firsts[shard]; f != nil && (oldest == nil || f.Before(*oldest)) {
+	for i := range groups {
+		n += counts[i]
+		if f := firsts[i]; f != nil && (oldest == nil || f.Before(*oldest)) {
 			oldest = f
 		}
 	}
@@ -98,20 +101,21 @@ type TransitionStamp struct {
 // RecentTransitions returns the transitions that occurred at or after
 // since, as far as the outbox still holds them (delivered entries are
 // kept for OutboxRetention), in no particular order. It reads at most
-// limit entries, spread over the shards and their delivered and
-// undelivered ranges of the re-drive's index (an entry's next try is never
+// limit entries, spread over the groups of shards (OutboxGroups) and
+// their delivered and undelivered ranges of the re-drive's index (an entry's next try is never
 // before it occurred), projected to two fields; truncated reports that a
 // range held more.
 func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit int) (out []TransitionStamp, truncated bool, err error) {
-	per := max(1, limit/(2*s.shards))
-	parts := make([][]TransitionStamp, 2*s.shards)
-	full := make([]bool, 2*s.shards)
+	groups := s.OutboxGroups()
+	per := max(1, limit/(2*len(groups)))
+	parts := make([][]TransitionStamp, 2*len(groups))
+	full := make([]bool, 2*len(groups))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
 	for i := range parts {
-		shard, delivered := i/2, i%2 == 1
+		shards, delivered := groups[i/2], i%2 == 1
 		g.Go(func() error {
-			q := s.recentQuery(shard, delivered, since, per)
+			q := s.recentQuery(shards, delivered, since, per)
 			n := 0
 			err := s.runQuery(gctx, s.docs, q, func(d *pb.Document) error {
 				n++
@@ -134,23 +138,23 @@ func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit in
 	return slices.Concat(parts...), slices.Contains(full, true), nil
 }
 
-// undeliveredCountQuery selects one shard's undelivered outbox entries
+// undeliveredCountQuery selects a group of shards' undelivered outbox entries
 // (OutboxBacklog's count).
-func (s *Store) undeliveredCountQuery(shard int) *pb.StructuredQuery {
+func (s *Store) undeliveredCountQuery(shards []int) *pb.StructuredQuery {
 	return &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+		Where: and(shardFilter(shards),
 			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}})),
 	}
 }
 
-// recentQuery is RecentTransitions' query of one shard's delivered or
-// undelivered range, served by the re-drive's index.
-func (s *Store) recentQuery(shard int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
+// recentQuery is RecentTransitions' query of a group of shards' delivered
+// or undelivered ranges, served by the re-drive's index.
+func (s *Store) recentQuery(shards []int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
 	return &pb.StructuredQuery{
 		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
 		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+		Where: and(shardFilter(shards),
 			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
 			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sort"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -15,27 +17,53 @@ var States = []api.State{api.Pending, api.Queued, api.Running, api.Cancelling, a
 
 // CountByState counts the tasks matching f (State, PageSize and PageToken
 // are ignored) in each state, with one count aggregation per state run in
-// parallel: no task document is read.
+// parallel: no task document is read. A run's counts (f.RunID) take one
+// aggregation per state and group of due shards (runCountQuery): a task's
+// runId has no single-field index (when every task is a run of its own,
+// its values grow at the task rate).
 func (s *Store) CountByState(ctx context.Context, f ListFilter) (map[api.State]int, error) {
-	counts := make([]int64, len(States))
+	groups := [][]int{nil}
+	if f.RunID != "" {
+		groups = shardGroups(s.shards, maxDisjunctions/max(len(f.TenantIDs), 1), 1)
+	}
+	counts := make([]int64, len(States)*len(groups))
 	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardParallelism)
 	for i, st := range States {
-		g.Go(func() error {
-			ff := f
-			ff.State = st
-			n, err := s.count(gctx, ff.countQuery())
-			counts[i] = n
-			return err
-		})
+		for j, shards := range groups {
+			g.Go(func() error {
+				ff := f
+				ff.State = st
+				q := ff.countQuery()
+				if shards != nil {
+					q = ff.runCountQuery(shards)
+				}
+				n, err := s.count(gctx, q)
+				counts[i*len(groups)+j] = n
+				return err
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, wrap("count by state", err)
 	}
 	out := make(map[api.State]int, len(States))
 	for i, st := range States {
-		out[st] = int(counts[i])
+		for j := range groups {
+			out[st] += int(counts[i*len(groups)+j])
+		}
 	}
 	return out, nil
+}
+
+// runCountQuery is CountByState's query for one state of a run over a
+// group of due shards: the listing's query without its limit, ordered by
+// taskId so that Firestore merges the listing's indexes (dueShard, runId,
+// taskId), (dueShard, state, taskId) and the others of f's filters.
+func (f ListFilter) runCountQuery(shards []int) *pb.StructuredQuery {
+	q := f.groupQuery(shards, 1, "")
+	q.Limit = nil
+	return q
 }
 
 // countQuery is CountByState's query for one state: f's equality filters.
@@ -76,12 +104,56 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 // RunOutboxEntries returns every outbox entry of a run's tasks, delivered or
 // not, ordered by task id and then seq (each task's transitions in order).
 func (s *Store) RunOutboxEntries(ctx context.Context, runID string) ([]OutboxEntry, error) {
-	out, err := s.queryOutbox(ctx, outboxQuery("runId", runID))
+	return s.RunOutboxEntriesOf(ctx, runID, nil)
+}
+
+// RunOutboxEntriesOf is RunOutboxEntries restricted to the entries of
+// tenants' tasks (all tenants when tenants is empty). It lists the run's
+// tasks (List, the sharded listing) and reads their entries by name
+// (task.EventID of each seq up to the task's), so that the outbox's runId
+// needs no single-field index: a page of 500 tasks costs the listing's
+// queries and one BatchGetDocuments per 300 entries.
+func (s *Store) RunOutboxEntriesOf(ctx context.Context, runID string, tenants []string) ([]OutboxEntry, error) {
+	var out []OutboxEntry
+	f := ListFilter{RunID: runID, TenantIDs: tenants, PageSize: 500}
+	for {
+		tasks, next, err := s.List(ctx, f)
+		if err != nil {
+			return nil, wrap("run outbox entries", err)
+		}
+		var names []string
+		for _, t := range tasks {
+			for seq := int64(1); seq <= t.Seq; seq++ {
+				names = append(names, s.outboxName(task.EventID(t.ID, seq)))
+			}
+		}
+		for len(names) > 0 {
+			chunk := names[:min(len(names), outboxReadChunk)]
+			names = names[len(chunk):]
+			docs, _, err := s.batchGet(ctx, chunk, nil)
+			if err != nil {
+				return nil, wrap("run outbox entries", err)
+			}
+			for _, name := range chunk {
+				if d := docs[name]; d != nil {
+					e, err := decodeOutbox(d)
+					if err != nil {
+						return nil, fmt.Errorf("store: run outbox entries: %w", err)
+					}
+					out = append(out, e)
+				}
+			}
+		}
+		if next == "" {
+			break
+		}
+		f.PageToken = next
+	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].TaskID != out[j].TaskID {
 			return out[i].TaskID < out[j].TaskID
 		}
 		return out[i].Seq < out[j].Seq
 	})
-	return out, wrap("run outbox entries", err)
+	return out, nil
 }

@@ -54,8 +54,10 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("waitingSince")}},
 	// Publisher re-drive: undelivered events due for a (re)try.
 	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
-	// servo runs --tenant: a tenant's runs, newest first.
-	{Collection: RunsCollection, Fields: []IndexField{asc("tenantId"), {Path: "runId", Order: "DESCENDING"}}},
+	// servo runs: runs newest first, a group of due shards a query merged
+	// on read (ListRuns), all tenants' or some tenants'.
+	{Collection: RunsCollection, Fields: []IndexField{asc("dueShard"), desc("runId")}},
+	{Collection: RunsCollection, Fields: []IndexField{asc("dueShard"), asc("tenantId"), desc("runId")}},
 	// Task listings (List), one query per due shard merged on read,
 	// oldest and newest first; Firestore merges the indexes of a
 	// listing with several filters.
@@ -72,12 +74,14 @@ var Indexes = []Index{
 }
 
 // Every due index leads with dueShard, a number fixed per task in [0, S)
-// (store.WithDueShards, default 16): a steadily increasing due time is then
-// written into S separate ranges of each index instead of one, so no range
-// takes more than its share of the writes (100 000 running tasks with 30 s
-// heartbeats move ~3 300 lease times a second; 16 shards keep each range
-// near 210 a second, under the ~500 a second at which Firestore starts to
-// hot-spot a range of sequential values). docs/scale.md has the numbers.
+// (store.WithDueShards, default 128): a steadily increasing due time is
+// then written into S separate ranges of each index instead of one, so no
+// range takes more than its share of the writes (1 000 000 running tasks
+// with 30 s heartbeats move ~33 000 lease times a second; 128 shards keep
+// each range near 260 a second, under the ~500 a second at which
+// Firestore starts to hot-spot a range of sequential values). The runs'
+// listing indexes lead with the run id's shard the same way.
+// docs/scale.md has the numbers.
 
 // FieldExemption is a field exempted from Firestore's automatic
 // single-field indexes: no query filters or orders on it alone, and
@@ -113,10 +117,14 @@ var FieldExemptions = []FieldExemption{
 	{RunsCollection, "lastSubmitAt"},
 	// Sequential ids (ULIDs) no query uses alone: listings order by
 	// taskId behind the due shard (the composite indexes above); a task's
-	// events are read by name (OutboxEntries). A run id stays indexed
-	// (counts and a run's events filter on it alone): all of a run's
-	// tasks share the value, and their hashed names spread its range.
+	// events are read by name (OutboxEntries). Run ids likewise: a run's
+	// counts take the listing's indexes behind the due shard
+	// (runCountQuery), a run's events are read by name through its tasks
+	// (RunOutboxEntriesOf), and runs are listed behind their shard (the
+	// composite indexes above), never by runId or tenantId alone.
 	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},
+	{TasksCollection, "runId"}, {OutboxCollection, "runId"},
+	{RunsCollection, "runId"}, {RunsCollection, "tenantId"},
 	{IdempotencyCollection, "taskId"}, {IdempotencyCollection, "createdAt"},
 }
 

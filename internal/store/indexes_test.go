@@ -90,20 +90,19 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	now := time.Now()
 	qs := map[string]*pb.StructuredQuery{}
 	for d := range DueStates {
-		q, err := s.dueQuery(d, 3, now, 10, &DueCursor{At: now, ID: "task_x"})
+		q, err := s.dueQuery(d, []int{3}, now, 10, &DueCursor{At: now, ID: "task_x"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		qs["due "+string(d)] = q
 	}
-	qs["undelivered"] = s.undeliveredQuery(3, now, 10)
-	qs["undelivered count"] = s.undeliveredCountQuery(3)
-	qs["recent transitions delivered"] = s.recentQuery(3, true, now, 10)
-	qs["recent transitions undelivered"] = s.recentQuery(3, false, now, 10)
+	qs["undelivered"] = s.undeliveredQuery([]int{3}, now, 10)
+	qs["undelivered count"] = s.undeliveredCountQuery([]int{3})
+	qs["recent transitions delivered"] = s.recentQuery([]int{3}, true, now, 10)
+	qs["recent transitions undelivered"] = s.recentQuery([]int{3, 4}, false, now, 10)
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
 	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()
-	qs["outbox of a run"] = outboxQuery("runId", "run_x")
 	full := ListFilter{TenantID: "t", RunID: "r", State: api.Running, Worker: "w"}
 	for _, newest := range []bool{false, true} {
 		f := full
@@ -115,9 +114,15 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 			qs[fmt.Sprintf("list %+v", one)] = one.shardQuery(0, 10, "")
 		}
 	}
-	qs["count"] = full.countQuery()
-	qs["runs"] = RunFilter{After: "run_x"}.query(10)
-	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query(10)
+	qs["count of a run"] = full.runCountQuery([]int{3, 4})
+	qs["count of a tenant"] = ListFilter{TenantID: "t", State: api.Queued}.countQuery()
+	qs["count of tenants"] = ListFilter{TenantIDs: []string{"a", "b"}, Worker: "w", State: api.Queued}.countQuery()
+	qs["runs"] = RunFilter{After: "run_x"}.query([]int{3}, 10)
+	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query([]int{3}, 10)
+	qs["runs of a group"] = RunFilter{After: "run_x"}.query([]int{3, 4}, 10)
+	qs["runs of tenants"] = RunFilter{TenantIDs: []string{"a", "b"}, After: "run_x"}.query([]int{3, 4}, 10)
+	qs["due group"], _ = s.dueQuery(DueLease, []int{3, 4}, now, 10, &DueCursor{At: now, ID: "task_x"})
+	qs["undelivered group"] = s.undeliveredQuery([]int{3, 4}, now, 10)
 	return qs
 }
 

@@ -33,7 +33,12 @@ import (
 //	   `servo migrate` (docs/operations.md).
 //	3  every ended task and attempt record and every run document has
 //	   its expireAt (migrate_retention.go).
-const SchemaVersion = 3
+//	4  every run document is named runs/{runDocID} (a hash prefix) and has
+//	   its dueShard (ListRuns' sharded indexes); before,
+//	   runs/{runId}.{tenantKey} or runs/{runId}. No lookup reads a run by
+//	   name; until the step ran, ListRuns does not list those older runs
+//	   (migrate_runs.go).
+const SchemaVersion = 4
 
 // SchemaDocID is the document in MetaCollection that records the schema.
 const SchemaDocID = "schema"
@@ -130,6 +135,7 @@ var migrateSteps = []migrateStep{
 	// digits): the scan starts at them and reads nothing else.
 	{name: "names", coll: TasksCollection, version: 2, from: task.TaskIDPrefix, each: moveTask},
 	retentionSteps[0], retentionSteps[1], retentionSteps[2],
+	runsStep,
 }
 
 // Migrate brings the database to SchemaVersion. It is idempotent (a
@@ -339,6 +345,7 @@ func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done m
 		done[key] = true
 		name := s.tenantRunName(r.TenantID, r.RunID)
 		names = append(names, name)
+		r.DueShard = DueShardOf(r.RunID, s.shards)
 		byName[name] = r
 	}
 	n := 0

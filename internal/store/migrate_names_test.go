@@ -196,7 +196,7 @@ func TestDueTasksPagesOverSchema1Names(t *testing.T) {
 	var got []string
 	var cursor *DueCursor
 	for page := 0; page < 10; page++ {
-		ts, err := s.DueTasks(ctx, DueLease, 0, time.Now().UTC(), 1, cursor)
+		ts, err := s.DueTasks(ctx, DueLease, []int{0}, time.Now().UTC(), 1, cursor)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,11 +69,11 @@ func deleteDoc(t *testing.T, s *Store, name string) {
 	}
 }
 
-// dueEverywhere returns the ids of tasks due for d in any shard.
+// dueEverywhere returns the ids of tasks due for d in any group of shards.
 func dueEverywhere(t *testing.T, s *Store, d Due) []string {
 	t.Helper()
 	var ids []string
-	for sh := range s.DueShards() {
+	for _, sh := range s.DueGroups(d) {
 		ts, err := s.DueTasks(context.Background(), d, sh, time.Now().UTC(), 100, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func dueEverywhere(t *testing.T, s *Store, d Due) []string {
 func undeliveredEverywhere(t *testing.T, s *Store) []string {
 	t.Helper()
 	var ids []string
-	for sh := range s.DueShards() {
+	for _, sh := range s.OutboxGroups() {
 		es, err := s.Undelivered(context.Background(), sh, time.Now().UTC(), 100)
 		if err != nil {
 			t.Fatal(err)

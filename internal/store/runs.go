@@ -1,13 +1,16 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -18,7 +21,7 @@ import (
 const RunsCollection = "runs"
 
 // Run is a run's document, one per tenant of the run:
-// runs/{runId}.{tenantKey} (runDocID), written by a submit commit that stores
+// runs/{hhhh}_{runId}.{tenantKey} (runDocID), written by a submit commit that stores
 // tasks of the run, at most once per RunDocumentEvery per Store (one
 // process), so that a run's many submits do not all write the one
 // document they share (Firestore sustains about one write a second per
@@ -33,18 +36,33 @@ type Run struct {
 	// the tenant's retention after LastSubmitAt.
 	// Nil in a document written before retention (schema step 3 sets it).
 	ExpireAt *time.Time `firestore:"expireAt"`
+	// DueShard is the run id's shard (DueShardOf, as a task's): ListRuns
+	// reads a group of shards a query, newest first, and merges them, so
+	// that runs created in sequence (one a task at 10 000 tasks/s) write
+	// DueShards() separate ranges of the listing's indexes, not one.
+	DueShard int `firestore:"dueShard"`
 }
 
 // runDocID is the id of tenant's document of run: run ids are scoped per
 // tenant, so that a submit into another tenant's runId writes a document
 // of its own and never re-owns the other's (whose tasks the caller cannot
-// reach either: every run query filters on the caller's tenants). Before
-// this, the document was runs/{runId}; those are still listed (ListRuns
-// skips the second of two documents of one run and tenant in a page).
+// reach either: every run query filters on the caller's tenants). The id
+// begins with 4 hex digits of the SHA-256 of the rest, as a task's
+// (TaskDocID), so that runs created in sequence are written all over the
+// key range. Schema 3 and earlier named it legacyRunDocID, and before
+// that runs/{runId}; schema 4's migration step moves both (moveRun).
 // recentRuns remembers run ids, not tenants: a second tenant submitting
 // into a run id this process wrote within RunDocumentEvery gets its
 // document with a later submit.
 func runDocID(tenant, run string) string {
+	id := legacyRunDocID(tenant, run)
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:2]) + "_" + id
+}
+
+// legacyRunDocID is the name schema 3 and earlier gave tenant's document
+// of run: runs/{runId}.{tenantKey}, sequential.
+func legacyRunDocID(tenant, run string) string {
 	h := sha256.Sum256([]byte(tenant))
 	return run + "." + hex.EncodeToString(h[:8])
 }
@@ -56,8 +74,13 @@ func (s *Store) tenantRunName(tenant, id string) string {
 
 // runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
-	exp := t.CreatedAt.Add(s.retentionFor(t.TenantID))
-	return setWrite(s.tenantRunName(t.TenantID, t.RunID), Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt, ExpireAt: &exp}, false)
+	return setWrite(s.tenantRunName(t.TenantID, t.RunID), s.newRun(t.TenantID, t.RunID, t.CreatedAt), false)
+}
+
+// newRun is the document of tenant's run id last submitted at at.
+func (s *Store) newRun(tenant, run string, at time.Time) Run {
+	exp := at.Add(s.retentionFor(tenant))
+	return Run{RunID: run, TenantID: tenant, LastSubmitAt: at, ExpireAt: &exp, DueShard: DueShardOf(run, s.shards)}
 }
 
 // RunFilter selects runs for ListRuns.
@@ -73,10 +96,13 @@ type RunFilter struct {
 }
 
 // ListRuns returns runs newest first (run ids are ULIDs, so runId order is
-// creation order; Firestore cannot scan document names backwards, so the
-// query orders by the runId field) and the id to pass as After for the next page ("" on the
-// last page). It reads one document per run returned (plus one), never a
-// task.
+// creation order) and the id to pass as After for the next page ("" on the
+// last page). It queries each group of due shards (runGroups: 5 for 128
+// shards, more with several tenants) for a page, newest first by the
+// composite index (dueShard, [tenantId,] runId desc), and merges them: it
+// reads at most a page and one per group, never a task. Runs written by
+// schema 3 and earlier (no dueShard) are listed once `servo migrate` moved
+// them (moveRun).
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
 	size := f.PageSize
 	if size <= 0 {
@@ -86,22 +112,35 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 	if f.After != "" && !task.ValidID(f.After, task.RunIDPrefix) {
 		return nil, "", ErrInvalidPageToken
 	}
-	q := f.query(size + 1)
-	var out []Run
-	seen := map[[2]string]bool{}
-	err := s.runQuery(ctx, s.docs, q, func(d *pb.Document) error {
-		var r Run
-		if err := decodeFields(d.GetFields(), &r); err != nil {
-			return err
-		}
-		if k := [2]string{r.RunID, r.TenantID}; !seen[k] { // a legacy runs/{runId} and its new document
-			seen[k] = true
-			out = append(out, r)
-		}
-		return nil
-	})
-	if err != nil {
+	groups := s.runGroups(f)
+	parts := make([][]Run, len(groups))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardParallelism)
+	for i, shards := range groups {
+		g.Go(func() error {
+			return s.runQuery(gctx, s.docs, f.query(shards, size+1), func(d *pb.Document) error {
+				var r Run
+				if err := decodeFields(d.GetFields(), &r); err != nil {
+					return err
+				}
+				parts[i] = append(parts[i], r)
+				return nil
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return nil, "", wrap("list runs", err)
+	}
+	// Every group's first size+1 runs hold the page's: merged newest
+	// first (a run of several tenants in one tenant order).
+	all := slices.Concat(parts...)
+	slices.SortFunc(all, func(a, b Run) int { return cmp.Or(cmp.Compare(b.RunID, a.RunID), cmp.Compare(a.TenantID, b.TenantID)) })
+	var out []Run
+	for i, r := range all {
+		if i > 0 && all[i-1].RunID == r.RunID && all[i-1].TenantID == r.TenantID {
+			continue // a run moved while listed: both names at once
+		}
+		out = append(out, r)
 	}
 	next := ""
 	if len(out) > size {
@@ -111,18 +150,32 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 	return out, next, nil
 }
 
-// query is the runs query of f, limited to limit documents.
-func (f RunFilter) query(limit int) *pb.StructuredQuery {
+// runGroups splits the due shards into the groups ListRuns queries: as
+// many shards a query as Firestore's 30 disjunctions allow beside f's
+// tenants.
+func (s *Store) runGroups(f RunFilter) [][]int {
+	ins := 1
+	if f.TenantID == "" {
+		ins = max(len(f.TenantIDs), 1)
+	}
+	return shardGroups(s.shards, maxDisjunctions/ins, 1)
+}
+
+// query is the runs query of f over a group of due shards, limited to
+// limit documents, newest first.
+func (f RunFilter) query(shards []int, limit int) *pb.StructuredQuery {
 	q := &pb.StructuredQuery{
 		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: RunsCollection}},
 		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
 		Limit:   wrapInt(limit),
 	}
+	filters := []*pb.StructuredQuery_Filter{shardFilter(shards)}
 	if f.TenantID != "" {
-		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID))
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID)))
 	} else if len(f.TenantIDs) > 0 {
-		q.Where = fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs))
+		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs)))
 	}
+	q.Where = and(filters...)
 	if f.After != "" {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
 	}

@@ -123,11 +123,12 @@ func WithClientOptions(opts ...option.ClientOption) Option {
 }
 
 // DefaultDueShards is the number of due-index shards (WithDueShards).
-const DefaultDueShards = 16
+const DefaultDueShards = 128
 
 // WithDueShards sets how many shards the due indexes are split into
 // (default DefaultDueShards): each task is given a shard at creation, and
-// the sweeper and the outbox re-drive query every shard. The number may
+// the sweeper and the outbox re-drive query every shard, a group of
+// shards a query (DueGroups, OutboxGroups). The number may
 // grow between deployments, never shrink: a task's shard is fixed, and a
 // shard no longer queried would never be swept.
 func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
@@ -698,15 +699,6 @@ func attemptsQuery() *pb.StructuredQuery {
 	}
 }
 
-// outboxQuery selects the outbox entries whose field equals v (a run's,
-// served by runId's single-field index).
-func outboxQuery(field, v string) *pb.StructuredQuery {
-	return &pb.StructuredQuery{
-		From:  []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: fieldFilter(field, pb.StructuredQuery_FieldFilter_EQUAL, strVal(v)),
-	}
-}
-
 func (s *Store) runQuery(ctx context.Context, parent string, q *pb.StructuredQuery, each func(*pb.Document) error) error {
 	stream, err := s.client.RunQuery(ctx, &pb.RunQueryRequest{Parent: parent, QueryType: &pb.RunQueryRequest_StructuredQuery{StructuredQuery: q}})
 	if err != nil {
@@ -857,24 +849,52 @@ const maxDisjunctions = 30
 // another "in" filter of ins values (ListFilter.TenantIDs) leaves room for
 // fewer shards per query.
 func listGroups(n, ins int) [][]int {
-	per := maxDisjunctions / max(ins, 1)
-	groups := make([][]int, max(min(n, MaxListQueries), (n+per-1)/per))
+	return shardGroups(n, maxDisjunctions/max(ins, 1), min(n, MaxListQueries))
+}
+
+// shardGroups splits the due shards [0, n) into the fewest groups of at
+// most per shards each, and at least least groups: shard i goes to group
+// i mod the number of groups, so that the groups differ by one shard at
+// most.
+func shardGroups(n, per, least int) [][]int {
+	per = max(per, 1)
+	groups := make([][]int, max(least, (n+per-1)/per, 1))
 	for i := range n {
 		groups[i%len(groups)] = append(groups[i%len(groups)], i)
 	}
 	return groups
 }
 
+// DueGroups splits the due shards into the groups DueTasks takes for duty
+// d: as many shards a query as Firestore's 30 disjunctions allow beside
+// the duty's states (15 for a duty of two states), so that a pass over
+// 128 shards costs a few queries a duty, not 128.
+func (s *Store) DueGroups(d Due) [][]int {
+	return shardGroups(s.shards, maxDisjunctions/max(len(DueStates[d]), 1), 1)
+}
+
+// OutboxGroups splits the due shards into the groups Undelivered takes:
+// 30 shards a query.
+func (s *Store) OutboxGroups() [][]int { return shardGroups(s.shards, maxDisjunctions, 1) }
+
+// shardFilter selects the tasks (or outbox entries) of a group of due
+// shards: an equality for one shard, else an "in" filter, which Firestore
+// serves from the same indexes as one disjunction per shard, merged in
+// the query's order.
+func shardFilter(shards []int) *pb.StructuredQuery_Filter {
+	if len(shards) == 1 {
+		return fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shards[0]))
+	}
+	vals := make([]*pb.Value, len(shards))
+	for i, sh := range shards {
+		vals[i] = intVal(sh)
+	}
+	return fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_IN, &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: vals}}})
+}
+
 // groupQuery is shardQuery over a group of shards.
 func (f ListFilter) groupQuery(shards []int, limit int, after string) *pb.StructuredQuery {
-	shard := fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shards[0]))
-	if len(shards) > 1 {
-		vals := make([]*pb.Value, len(shards))
-		for i, sh := range shards {
-			vals[i] = intVal(sh)
-		}
-		shard = fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_IN, &pb.Value{ValueType: &pb.Value_ArrayValue{ArrayValue: &pb.ArrayValue{Values: vals}}})
-	}
+	shard := shardFilter(shards)
 	dir := pb.StructuredQuery_ASCENDING
 	if f.NewestFirst {
 		dir = pb.StructuredQuery_DESCENDING
@@ -1276,14 +1296,15 @@ type DueCursor struct {
 // its transaction reads; a due task has no payload, timing or other field.
 var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace", "worker", "redrives"}
 
-// DueTasks returns up to limit tasks of one due shard (in [0, DueShards()))
-// whose duty d is due at now, ordered by the due time, after cursor (nil
-// for the first page). The query reads only
+// DueTasks returns up to limit tasks of a group of due shards (one of
+// DueGroups(d)) whose duty d is due at now, ordered by the due time and
+// then the document name across the group, after cursor (nil for the
+// first page). The query reads only
 // due tasks: its cost grows with their number, not with the running ones.
 // It projects the tasks to their id, tenant, state, attempt and d's due
 // time: a page's size does not depend on the tasks' payloads.
-func (s *Store) DueTasks(ctx context.Context, d Due, shard int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
-	q, err := s.dueQuery(d, shard, now, limit, after)
+func (s *Store) DueTasks(ctx context.Context, d Due, shards []int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	q, err := s.dueQuery(d, shards, now, limit, after)
 	if err != nil {
 		return nil, err
 	}
@@ -1331,12 +1352,17 @@ func (l *legacyCursors) get(id string) (string, bool) {
 	return name, ok
 }
 
-// dueQuery is DueTasks' query: one shard, the duty's states, due by now,
-// in due order; served by the index (dueShard, state, due field).
-func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
+// dueQuery is DueTasks' query: a group of shards, the duty's states, due
+// by now, in due order; served by the index (dueShard, state, due field),
+// one range per shard and state, which Firestore merges in order (at most
+// maxDisjunctions of them).
+func (s *Store) dueQuery(d Due, shards []int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
 	states, ok := DueStates[d]
 	if !ok {
 		return nil, fmt.Errorf("store: unknown duty %q", d)
+	}
+	if len(shards) == 0 || len(shards)*len(states) > maxDisjunctions {
+		return nil, fmt.Errorf("store: %s query over %d due shards: want 1 to %d", d, len(shards), maxDisjunctions/len(states))
 	}
 	op := pb.StructuredQuery_FieldFilter_EQUAL
 	var sv *pb.Value = strVal(string(states[0]))
@@ -1350,7 +1376,7 @@ func (s *Store) dueQuery(d Due, shard int, now time.Time, limit int, after *DueC
 	q := &pb.StructuredQuery{
 		Select: sel,
 		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)), fieldFilter("state", op, sv),
+		Where: and(shardFilter(shards), fieldFilter("state", op, sv),
 			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{
 			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
@@ -1399,23 +1425,26 @@ type OutboxEntry struct {
 	EventPublished bool
 }
 
-// Undelivered returns up to limit outbox entries of one due shard (in [0,
-// DueShards())) not yet delivered whose
+// Undelivered returns up to limit outbox entries of a group of due shards
+// (one of OutboxGroups()) not yet delivered whose
 // next try is due at or before dueBy (an entry is due from its creation,
 // and after a failed delivery from the time MarkFailed set), earliest
 // first. Entries that keep failing are skipped until their next try, so
 // they never hide the others.
-func (s *Store) Undelivered(ctx context.Context, shard int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
-	out, err := s.queryOutbox(ctx, s.undeliveredQuery(shard, dueBy, limit))
+func (s *Store) Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
+	if len(shards) == 0 || len(shards) > maxDisjunctions {
+		return nil, fmt.Errorf("store: undelivered over %d due shards: want 1 to %d", len(shards), maxDisjunctions)
+	}
+	out, err := s.queryOutbox(ctx, s.undeliveredQuery(shards, dueBy, limit))
 	return out, wrap("undelivered", err)
 }
 
 // undeliveredQuery is Undelivered's query, served by the index (dueShard,
-// delivered, nextTryAt).
-func (s *Store) undeliveredQuery(shard int, dueBy time.Time, limit int) *pb.StructuredQuery {
+// delivered, nextTryAt), one range per shard merged in order.
+func (s *Store) undeliveredQuery(shards []int, dueBy time.Time, limit int) *pb.StructuredQuery {
 	return &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(fieldFilter("dueShard", pb.StructuredQuery_FieldFilter_EQUAL, intVal(shard)),
+		Where: and(shardFilter(shards),
 			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}}),
 			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(dueBy.UTC())))),
 		OrderBy: []*pb.StructuredQuery_Order{

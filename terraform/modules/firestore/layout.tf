@@ -1,6 +1,6 @@
 # Servo's storage layout at scale (issue 32; store/indexes.go, store/doc.go
-# "Names"): the composite indexes of task listings, one range per shard
-# (a listing queries every shard and merges the answers), and the
+# "Names"): the composite indexes of task and run listings, one range per
+# shard (a listing queries every shard and merges the answers), and the
 # exemptions of the sequential ids that no query uses alone (a task's
 # events are read by name). Part of store.Indexes and store.FieldExemptions,
 # checked by deploy/terraform_test.go.
@@ -197,12 +197,69 @@ resource "google_firestore_index" "tasks_due_shard_worker_task_id_desc" {
   }
 }
 
+# Run listings (store.ListRuns), newest first: a group of the run ids'
+# shards a query, merged on read; all tenants' runs, or some tenants'.
+resource "google_firestore_index" "runs_due_shard_run_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_due_shard_tenant_id_run_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
 # Sequential ids (ULIDs): exempt from single-field indexing.
 resource "google_firestore_field" "tasks_task_id" {
   project    = var.project_id
   database   = google_firestore_database.this.name
   collection = "tasks"
   field      = "taskId"
+
+  index_config {}
+}
+
+# A task's and an outbox entry's run id: a run's counts take the listing
+# indexes behind the due shard, its events are read by name through its
+# tasks (store.CountByState, store.RunOutboxEntriesOf).
+resource "google_firestore_field" "tasks_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "runId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "runId"
 
   index_config {}
 }
@@ -230,6 +287,27 @@ resource "google_firestore_field" "idempotency_created_at" {
   database   = google_firestore_database.this.name
   collection = "idempotency"
   field      = "createdAt"
+
+  index_config {}
+}
+
+# Runs are listed behind their shard only (the indexes above): neither the
+# sequential run id nor the tenant (a hot tenant's 3 000 runs/s) is
+# indexed alone.
+resource "google_firestore_field" "runs_run_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+  field      = "runId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "runs_tenant_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "runs"
+  field      = "tenantId"
 
   index_config {}
 }

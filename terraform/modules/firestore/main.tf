@@ -125,22 +125,6 @@ resource "google_firestore_index" "outbox_due_shard_delivered_next_try_at" {
   }
 }
 
-# servo runs --tenant: a tenant's runs, newest first.
-resource "google_firestore_index" "runs_tenant_id_run_id" {
-  project    = var.project_id
-  database   = google_firestore_database.this.name
-  collection = "runs"
-
-  fields {
-    field_path = "tenantId"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "runId"
-    order      = "DESCENDING"
-  }
-}
-
 # --- Single-field index exemptions (store.FieldExemptions) -------------------
 #
 # Firestore indexes every field on its own unless told otherwise. No query
