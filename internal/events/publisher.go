@@ -383,6 +383,29 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// heldBack returns the due entries that may go out now: a task's events
+// leave in seq order (their ordering key), so none goes while an earlier
+// one of the same task waits, backed off after more failed tries than it
+// (in waiting, the undelivered entries read but not due yet).
+func heldBack(due, waiting []store.OutboxEntry) []store.OutboxEntry {
+	first := map[string]int64{} // task → its earliest waiting seq
+	for _, e := range waiting {
+		if s, ok := first[e.TaskID]; !ok || e.Seq < s {
+			first[e.TaskID] = e.Seq
+		}
+	}
+	if len(first) == 0 {
+		return due
+	}
+	var out []store.OutboxEntry
+	for _, e := range due {
+		if s, ok := first[e.TaskID]; !ok || e.Seq < s {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // redriveShard is Redrive for one group of due shards: batches of
 // undelivered entries until none is left, a mark fails, a batch delivers
 // nothing (outage), or RedriveMaxBatches batches were read.
@@ -406,8 +429,8 @@ func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.T
 				break
 			}
 		}
-		entries := all[:due]
-		backlog.add(entries)
+		entries := heldBack(all[:due], all[due:])
+		backlog.add(all[:due])
 		for _, e := range all[due:] {
 			if !e.CreatedAt.After(cutoff) { // past the grace period, backed off
 				backlog.add([]store.OutboxEntry{e})
