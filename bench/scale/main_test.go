@@ -28,7 +28,7 @@ func TestScaleCommand(t *testing.T) {
 	table := out.String()
 	t.Log("\n" + table)
 	for _, want := range []string{"| document | tasks/{id} |", "| collection | tasks |", "| queue | queues/big-q{k} |",
-		"| document | quotas/{id} | quotas/", "| index | tasks(dueShard,state,leaseExpiresAt) |",
+		"| document | quotas/{id} | quotas/", "| index | tasks(dueShard,state,leaseExpiresAt)",
 		"| ordering key | servo-task-events {key} |", "| topic | servo-task-events |", "| limit | per second | source | read |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no row %q in the table", want)

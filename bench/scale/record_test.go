@@ -47,6 +47,7 @@ func TestFamilies(t *testing.T) {
 		{Kind: scale.Dispatch, Name: "queues/big"},
 		{Kind: scale.Dispatch, Name: "queues/big-q7"},
 		{Kind: scale.Dispatch, Name: "queues/worker-1"},
+		{Kind: scale.IndexEntry, Name: "tasks.quota.tenantShard ASCENDING", Value: "0000000017", Doc: "tasks/ab12_task_1"},
 	}
 	tg := scale.DefaultTarget
 	tg.Workers = 2 // worker-1 takes the other half: 5 000 tasks/s, 10 000 declared
@@ -59,19 +60,24 @@ func TestFamilies(t *testing.T) {
 		got = append(got, e.Name+" "+e.Range)
 	}
 	want := []string{`tasks(dueShard,state,leaseExpiresAt) dueShard={k},state="RUNNING"`, hot + "-{k} ", plain + "-2 ",
-		"queues/big-q{k} ", "queues/big-q{k} ", "queues/worker-1-q{k} "}
+		"queues/big-q{k} ", "queues/big-q{k} ", "queues/worker-1-q{k} ", "tasks.quota.tenantShard ASCENDING tasks.quota.tenantShard={k}"}
 	if !slices.Equal(got, want) {
 		t.Errorf("renamed:\n%q\nwant\n%q", got, want)
 	}
 	// The hot tenant declares 2 × 3 000 tasks/s: 18 000 shards at 3
 	// writes a task and 1 write/s a shard; each worker 2 × 5 000
 	// dispatches/s: 20 queues.
-	for k, n := range map[string]int{"dueShard": 128, hot + "-{k}": 18000, "queues/big-q{k}": 20, "queues/worker-1-q{k}": 20} {
+	// A quota shard number's index: spread over the fewest shards of a
+	// limited scope (the hot tenant's here).
+	if e := events[len(events)-1]; e.Value != "tasks/ab12_task_1" {
+		t.Errorf("hash-valued entry %+v: want its value replaced by its document", e)
+	}
+	for k, n := range map[string]int{"dueShard": 128, hot + "-{k}": 18000, "queues/big-q{k}": 20, "queues/worker-1-q{k}": 20, "tasks.quota.tenantShard": 18000} {
 		if spread[k] != n {
 			t.Errorf("spread[%q] = %d, want %d (all: %v)", k, spread[k], n, spread)
 		}
 	}
-	if len(spread) != 4 {
-		t.Errorf("spread has %d families, want 4: %v", len(spread), spread)
+	if len(spread) != 5 {
+		t.Errorf("spread has %d families, want 5: %v", len(spread), spread)
 	}
 }

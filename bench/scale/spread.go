@@ -21,6 +21,10 @@ var (
 	dueShardRE   = regexp.MustCompile(`\bdueShard=\d+`)
 	quotaShardRE = regexp.MustCompile(`^(quotas/([tw])_([A-Za-z0-9_-]*))-\d+$`)
 	extraQueueRE = regexp.MustCompile(`-q\d+$`)
+	// hashValuedRE are the single-field indexes whose values are a quota
+	// shard number, drawn by a hash of the task id (quota.Admission): a
+	// task's own shard, and each counter document's.
+	hashValuedRE = regexp.MustCompile(`^(tasks\.quota\.\w*Shard|quotas\.shard) (?:ASCENDING|DESCENDING)$`)
 )
 
 // Headroom is how far above its mean rate at the target a tenant or
@@ -63,9 +67,25 @@ func families(events []scale.Event, tg scale.Target, dueShards int, tenants, wor
 			spread[family[base]] = n
 		}
 	}
+	// A quota shard number's index takes its entries at random places:
+	// its busiest stretch carries no more than the scope with the fewest
+	// shards gives one shard.
+	fewest := 0
+	for _, r := range tenants {
+		if l := targetLimits(tg, r); l.Limited() {
+			if n := policy.ShardsFor(l); fewest == 0 || n < fewest {
+				fewest = n
+			}
+		}
+	}
 	for i, e := range events {
 		switch e.Kind {
 		case scale.IndexEntry:
+			if m := hashValuedRE.FindStringSubmatch(e.Name); m != nil && fewest > 0 {
+				e.Range, e.Value, e.Text = m[1]+"="+scale.ShardMark, e.Doc, ""
+				spread[m[1]] = fewest
+				break
+			}
 			e.Range = dueShardRE.ReplaceAllString(e.Range, "dueShard="+scale.ShardMark)
 		case scale.Document:
 			m := quotaShardRE.FindStringSubmatch(e.Name)

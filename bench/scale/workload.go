@@ -117,12 +117,16 @@ func newPlan(tasks, heartbeats int, tg scale.Target) plan {
 	return p
 }
 
-// tenantOf is task i's tenant: the first limitedTenants×limitedTasks go to
-// the limited tenants, then HotShare of all to the hot one, the rest round
-// robin.
+// tenantOf is task i's tenant: limitedTenants×limitedTasks tasks in the
+// middle of the run go to the limited tenants (played together, so that
+// all but one of each tenant wait; in the middle, so that their documents
+// and index entries are not all written before the others', which would
+// read as a sequential range: at the target every tenant writes all the
+// time), then HotShare of all to the hot one, the rest round robin.
 func (p plan) tenantOf(i int, hotShare float64) string {
-	if i < limitedTenants*limitedTasks {
-		return fmt.Sprintf("limited-%d", i/limitedTasks+1)
+	first := max(0, p.tasks/2-limitedTenants*limitedTasks/2)
+	if i >= first && i < first+limitedTenants*limitedTasks {
+		return fmt.Sprintf("limited-%d", (i-first)/limitedTasks+1)
 	}
 	// i×7 mod 10 spreads the hot tenant over every scenario and worker.
 	if float64(i*7%10) < hotShare*10 {
