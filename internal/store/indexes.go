@@ -124,6 +124,12 @@ var FieldExemptions = []FieldExemption{
 	// composite indexes above), never by runId or tenantId alone.
 	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},
 	{TasksCollection, "runId"}, {OutboxCollection, "runId"},
+	// Queried by none of the outbox's queries (due shard, delivered and
+	// next try, through the composite index; a task's events by name):
+	// indexing them only costs writes, and a value many entries share
+	// sorts them by name.
+	{OutboxCollection, "eventId"}, {OutboxCollection, "worker"}, {OutboxCollection, "workspaceId"}, {OutboxCollection, "tenantId"}, {OutboxCollection, "attempt"}, {OutboxCollection, "from"}, {OutboxCollection, "to"}, {OutboxCollection, "reason"},
+	{OutboxCollection, "outcome"}, {OutboxCollection, "nextAttempt"}, {OutboxCollection, "seq"}, {OutboxCollection, "deadLetter"}, {OutboxCollection, "trace"}, {OutboxCollection, "tries"}, {OutboxCollection, "eventPublished"},
 	{RunsCollection, "runId"}, {RunsCollection, "tenantId"},
 	{IdempotencyCollection, "taskId"}, {IdempotencyCollection, "createdAt"},
 }

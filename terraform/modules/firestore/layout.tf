@@ -311,3 +311,140 @@ resource "google_firestore_field" "runs_tenant_id" {
 
   index_config {}
 }
+
+# The outbox's fields no query reads alone (store.FieldExemptions).
+
+resource "google_firestore_field" "outbox_event_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "eventId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_worker" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "worker"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_workspace_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "workspaceId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_tenant_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "tenantId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_attempt" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "attempt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_from" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "from"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_to" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "to"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_reason" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "reason"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_outcome" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "outcome"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_next_attempt" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "nextAttempt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_seq" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "seq"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_dead_letter" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "deadLetter"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_trace" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "trace"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_tries" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "tries"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "outbox_event_published" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "eventPublished"
+
+  index_config {}
+}
