@@ -18,9 +18,9 @@ func newMigrateCmd() *cobra.Command {
 		Long: `Migrate brings data written by any earlier layout of Servo to this build's
 (schema version ` + fmt.Sprint(store.SchemaVersion) + `, recorded in meta/schema): it adds the fields
 and documents that later layouts read (due shards, the outbox's next try,
-runs' documents, the retention's expireAt) and moves tasks to their
-hash-prefixed names (schema 2; docs/operations.md says in which order to
-deploy and migrate). It is idempotent, resumable (an interrupted run goes
+runs' documents, the retention's expireAt) and moves tasks and runs to
+their hash-prefixed names (schemas 2 and 4; docs/operations.md says in
+which order to deploy and migrate). It is idempotent, resumable (an interrupted run goes
 on where it stopped) and safe while Servo runs: it only adds what is
 missing, each write conditional on the version of the document it read. It
 reads every task, attempt record, run document and outbox entry once. Run
