@@ -29,7 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tf := fs.String("terraform", "terraform", "the Terraform root module whose defaults are priced")
 	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
 	check := fs.Bool("check", false, "exit 1 when a target is missed")
-	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -run TestCostRecord ./internal/devstack/)")
+	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -bench BenchmarkCostRecord ./internal/devstack/)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -39,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		cmd := exec.Command("go", "test", "-run", "^TestCostRecord$", "-count=1", "-timeout=10m", "./internal/devstack/")
+		cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkCostRecord$", "-benchtime", "1x", "-count=1", "-timeout=10m", "./internal/devstack/")
 		cmd.Env = append(os.Environ(), "SERVO_COST_RECORD="+abs)
 		cmd.Stdout, cmd.Stderr = stderr, stderr
 		if err := cmd.Run(); err != nil {

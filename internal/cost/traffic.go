@@ -3,7 +3,7 @@
 // invocations, logs, spans), and what the deployment costs at zero
 // traffic, priced with the table in prices.go at the Terraform defaults
 // read from terraform/. It is pure: the traffic is recorded by the local
-// stack (TestCostRecord in internal/devstack, `go run ./bench/cost
+// stack (BenchmarkCostRecord in internal/devstack, `go run ./bench/cost
 // -record`) and read from testdata/traffic.json.
 package cost
 

@@ -125,7 +125,7 @@ type storedDoc struct {
 }
 
 // snapshot lists every document of the project's database.
-func snapshot(t *testing.T, fs *firestoreapi.Client, project string) map[string]storedDoc {
+func snapshot(t testing.TB, fs *firestoreapi.Client, project string) map[string]storedDoc {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]storedDoc{}
@@ -282,16 +282,17 @@ func (r *recorder) attempt(beats int, outcome api.Outcome) {
 	expect(r.t, "completed", st, res, 200, "", api.Committed)
 }
 
-// TestCostRecord records the traffic internal/cost prices: one lifecycle
+// BenchmarkCostRecord records the traffic internal/cost prices: one lifecycle
 // of each workload shape and one idle sweeper invocation, run the
-// production way. It runs only when SERVO_COST_RECORD names the file to
-// write (`go run ./bench/cost -record`): the idle invocation takes its
-// whole window (55 s).
-func TestCostRecord(t *testing.T) {
+// production way, and writes it to the file SERVO_COST_RECORD names
+// (`go run ./bench/cost -record`; without it, it reports the figures
+// only). A benchmark, not a test: the idle invocation takes its whole
+// window (55 s), so `go test ./...` does not run it.
+//
+//	go test -run '^$' -bench '^BenchmarkCostRecord$' -benchtime 1x ./internal/devstack/
+func BenchmarkCostRecord(b *testing.B) {
 	out := os.Getenv("SERVO_COST_RECORD")
-	if out == "" {
-		t.Skip("SERVO_COST_RECORD is not set (go run ./bench/cost -record)")
-	}
+	var t testing.TB = b
 	rec, _ := tracing(t)
 	rc, ct, logw := store.NewRPCCounter(), &createSizes{}, &lineCounter{}
 	e := start(t, func(o *devstack.Options) {
@@ -408,6 +409,15 @@ func TestCostRecord(t *testing.T) {
 		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 {
 			t.Errorf("%s: recorded nothing: %+v", tr.Shape, tr)
 		}
+	}
+	for _, tr := range shapes {
+		if tr.Shape == "1 attempt, 10 heartbeats" {
+			b.ReportMetric(float64(tr.FirestoreWrites), "writes/lifecycle")
+			b.ReportMetric(float64(tr.FirestoreReads), "reads/lifecycle")
+		}
+	}
+	if out == "" {
+		return
 	}
 	if err := cost.WriteRecording(out, cost.Recording{Recorded: time.Now().UTC().Format(time.DateOnly), Shapes: shapes, Idle: idle}); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type delivery struct {
 	headers http.Header
 }
 
-func newScripted(t *testing.T) *scripted {
+func newScripted(t testing.TB) *scripted {
 	s := &scripted{deliveries: make(chan delivery, 100)}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var env api.Envelope
@@ -66,7 +66,7 @@ func newScripted(t *testing.T) *scripted {
 	return s
 }
 
-func (s *scripted) next(t *testing.T) delivery {
+func (s *scripted) next(t testing.TB) delivery {
 	t.Helper()
 	select {
 	case d := <-s.deliveries:
@@ -79,12 +79,12 @@ func (s *scripted) next(t *testing.T) delivery {
 
 // env is one test's stack with a scripted worker named "scripted".
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	stack  *devstack.Stack
 	worker *scripted
 }
 
-func start(t *testing.T, opts ...func(*devstack.Options)) *env {
+func start(t testing.TB, opts ...func(*devstack.Options)) *env {
 	t.Helper()
 	w := newScripted(t)
 	ctx := context.Background()
@@ -198,7 +198,7 @@ func failed(en api.Envelope, worker string, c api.Category) api.CompletedRequest
 	return api.CompletedRequest{Attempt: en.Attempt, WorkerID: worker, Outcome: api.OutcomeFailed, Error: &api.ErrorInfo{Category: c, Message: "boom"}}
 }
 
-func expect(t *testing.T, what string, status int, r api.CallbackResponse, wantStatus int, wantCode string, wantDisp api.Disposition) {
+func expect(t testing.TB, what string, status int, r api.CallbackResponse, wantStatus int, wantCode string, wantDisp api.Disposition) {
 	t.Helper()
 	if status != wantStatus || r.Error != wantCode || r.Disposition != wantDisp {
 		t.Fatalf("%s: got %d %q %s, want %d %q %s", what, status, r.Error, r.Disposition, wantStatus, wantCode, wantDisp)
@@ -485,7 +485,7 @@ func TestEveryTaskEventsArriveInOrder(t *testing.T) {
 }
 
 // receive pulls from sub until done returns true for a message.
-func receive(t *testing.T, c *pubsub.Client, sub string, done func(*pubsub.Message) bool) {
+func receive(t testing.TB, c *pubsub.Client, sub string, done func(*pubsub.Message) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

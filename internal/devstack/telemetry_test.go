@@ -36,7 +36,7 @@ var (
 	tel     *telemetry.Telemetry
 )
 
-func tracing(t *testing.T) (*telemetry.Recorder, *telemetry.Telemetry) {
+func tracing(t testing.TB) (*telemetry.Recorder, *telemetry.Telemetry) {
 	t.Helper()
 	telOnce.Do(func() {
 		telRec = telemetry.NewRecorder(200000)
