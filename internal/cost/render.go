@@ -1,9 +1,17 @@
 package cost
 
 import (
+	_ "embed"
 	"fmt"
 	"strings"
 )
+
+// levers is the prose of docs/cost.md on the bill's levers whose rules are
+// the code's, not the program's figures: which heartbeats are written, and
+// how long ended tasks are kept.
+//
+//go:embed levers.md
+var levers string
 
 // Result is a target checked against the bill.
 type Result struct {
@@ -150,6 +158,7 @@ func (r Report) Markdown() string {
 		w("| %s | %s | %s | %s |\n", a.Name, a.PerMillion, a.How, a.Source)
 	}
 
+	w("\n%s", levers)
 	w("\n## Prices and assumptions\n\n| price | unit | source | read |\n|---|---|---|---|\n")
 	confirm := func(p Price) string {
 		if p.Unconfirmed {
