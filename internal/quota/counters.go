@@ -84,15 +84,6 @@ func (c *Counters) shardName(kind Kind, name string, k int) string {
 	return c.root + "/" + Collection + "/" + prefix + "_" + base64.RawURLEncoding.EncodeToString([]byte(name)) + "-" + strconv.Itoa(k)
 }
 
-// shardNames are the document names of every shard of sc.
-func (c *Counters) shardNames(sc *scope) []string {
-	names := make([]string, 0, sc.n)
-	for k := range sc.n {
-		names = append(names, c.shardName(sc.kind, sc.name, k))
-	}
-	return names
-}
-
 // Counts is what t adds to its scopes' counters: queued is 1 while the
 // task is PENDING or QUEUED, running is 1 while it holds a run slot and
 // has not ended. Both are 0 for a task without a quota hold. The store
