@@ -229,40 +229,24 @@ type Usage struct {
 	Shards int
 }
 
-// Usage sums the counter shards of a scope with one aggregation query
-// (count, sum of queued, sum of running), so that a scope of thousands of
-// shards costs a read per thousand of them, not one per shard; zero when
-// the scope has never been limited.
+// Usage sums the counter shards of a scope (one query; zero when the
+// scope has never been limited).
 func (c *Counters) Usage(ctx context.Context, db DB, kind Kind, name string) (Usage, error) {
 	q := &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: Collection}},
 		Where: and(fieldFilter("kind", pb.StructuredQuery_FieldFilter_EQUAL, strVal(string(kind))),
 			fieldFilter("name", pb.StructuredQuery_FieldFilter_EQUAL, strVal(name))),
 	}
-	sum := func(alias, field string) *pb.StructuredAggregationQuery_Aggregation {
-		return &pb.StructuredAggregationQuery_Aggregation{Alias: alias, Operator: &pb.StructuredAggregationQuery_Aggregation_Sum_{
-			Sum: &pb.StructuredAggregationQuery_Aggregation_Sum{Field: &pb.StructuredQuery_FieldReference{FieldPath: field}}}}
-	}
-	got, err := db.Aggregate(ctx, q, []*pb.StructuredAggregationQuery_Aggregation{
-		{Alias: "n", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}},
-		sum("q", "queued"), sum("r", "running")})
-	if err != nil {
-		return Usage{}, err
-	}
 	var u Usage
-	for _, f := range []struct {
-		alias string
-		n     *int
-	}{{"n", &u.Shards}, {"q", &u.Queued}, {"r", &u.Running}} {
-		switch v := got[f.alias].GetValueType().(type) {
-		case nil, *pb.Value_NullValue:
-		case *pb.Value_IntegerValue:
-			*f.n = int(v.IntegerValue)
-		case *pb.Value_DoubleValue: // a sum past int64
-			*f.n = int(v.DoubleValue)
-		default:
-			return Usage{}, fmt.Errorf("usage: %s: cannot decode %T into int", f.alias, v)
+	err := db.Query(ctx, q, func(d *pb.Document) error {
+		s, err := decodeCounter(d.GetFields())
+		if err != nil {
+			return err
 		}
-	}
-	return u, nil
+		u.Queued += s.queued
+		u.Running += s.running
+		u.Shards++
+		return nil
+	})
+	return u, err
 }

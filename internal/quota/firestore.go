@@ -17,7 +17,7 @@ type Tx interface {
 }
 
 // DB is what quota needs of the database outside transactions: the usage
-// aggregation, and the repair's query, recounts and rewrites.
+// query, and the repair's recounts and rewrites.
 type DB interface {
 	// Query runs q over the database's root collections and calls each
 	// for every document it returns.
@@ -25,9 +25,6 @@ type DB interface {
 	// CountTasks counts, with one aggregation query, the task documents
 	// where selects.
 	CountTasks(ctx context.Context, where *pb.StructuredQuery_Filter) (int64, error)
-	// Aggregate runs the aggregations over q (one aggregation query) and
-	// returns their values by alias.
-	Aggregate(ctx context.Context, q *pb.StructuredQuery, aggs []*pb.StructuredAggregationQuery_Aggregation) (map[string]*pb.Value, error)
 	// Commit commits writes in one commit outside any transaction.
 	Commit(ctx context.Context, writes []*pb.Write) error
 }

@@ -43,10 +43,6 @@ func (f *shardsDB) CountTasks(context.Context, *pb.StructuredQuery_Filter) (int6
 	return 0, nil
 }
 
-func (f *shardsDB) Aggregate(context.Context, *pb.StructuredQuery, []*pb.StructuredAggregationQuery_Aggregation) (map[string]*pb.Value, error) {
-	return nil, fmt.Errorf("not used")
-}
-
 func (f *shardsDB) Commit(_ context.Context, writes []*pb.Write) error {
 	for _, w := range writes {
 		name := w.GetUpdate().GetName()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -36,8 +35,8 @@ func (s *Store) Quotas() *quota.Policy { return s.counters.Policy() }
 // QuotasEnabled reports whether any scope is limited.
 func (s *Store) QuotasEnabled() bool { return s.counters.Enabled() }
 
-// QuotaUsage sums the counter shards of a scope (one aggregation query;
-// zero when the scope has never been limited).
+// QuotaUsage sums the counter shards of a scope (one query; zero when the
+// scope has never been limited).
 func (s *Store) QuotaUsage(ctx context.Context, kind quota.Kind, name string) (quota.Usage, error) {
 	u, err := s.counters.Usage(ctx, quotaDB{s}, kind, name)
 	return u, wrap("quota usage", err)
@@ -70,30 +69,6 @@ func (d quotaDB) Query(ctx context.Context, q *pb.StructuredQuery, each func(*pb
 
 func (d quotaDB) CountTasks(ctx context.Context, where *pb.StructuredQuery_Filter) (int64, error) {
 	return d.s.count(ctx, &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}}, Where: where})
-}
-
-func (d quotaDB) Aggregate(ctx context.Context, q *pb.StructuredQuery, aggs []*pb.StructuredAggregationQuery_Aggregation) (map[string]*pb.Value, error) {
-	stream, err := d.s.client.RunAggregationQuery(ctx, &pb.RunAggregationQueryRequest{
-		Parent: d.s.docs,
-		QueryType: &pb.RunAggregationQueryRequest_StructuredAggregationQuery{StructuredAggregationQuery: &pb.StructuredAggregationQuery{
-			QueryType: &pb.StructuredAggregationQuery_StructuredQuery{StructuredQuery: q}, Aggregations: aggs}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]*pb.Value
-	for {
-		res, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if r := res.GetResult(); r != nil {
-			out = r.GetAggregateFields()
-		}
-	}
 }
 
 func (d quotaDB) Commit(ctx context.Context, writes []*pb.Write) error {
