@@ -6,6 +6,7 @@
 //	go run ./bench/cost                       # the bill, as Markdown
 //	go run ./bench/cost -write docs/cost.md   # regenerate the doc
 //	go run ./bench/cost -check                # exit 1 when a target is missed
+//	go run ./bench/cost -rate 100             # price the functions at 100 lifecycles a second
 //	go run ./bench/cost -record               # re-record the traffic (local stack, ~2 min)
 package main
 
@@ -29,6 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tf := fs.String("terraform", "terraform", "the Terraform root module whose defaults are priced")
 	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
 	check := fs.Bool("check", false, "exit 1 when a target is missed")
+	rate := fs.Float64("rate", cost.DefaultAssumptions.LifecyclesPerSecond, "the steady rate, lifecycles a second, the functions' instance time is priced at")
 	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -bench BenchmarkCostRecord ./internal/devstack/)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,7 +59,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	r, err := cost.Compute(rec, cost.ListPrices, d, cost.DefaultAssumptions)
+	if *rate <= 0 {
+		fmt.Fprintln(stderr, "cost: -rate must be above 0")
+		return 2
+	}
+	a := cost.DefaultAssumptions
+	a.LifecyclesPerSecond = *rate
+	r, err := cost.Compute(rec, cost.ListPrices, d, a)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

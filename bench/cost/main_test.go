@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,6 +42,30 @@ func TestProgramPrintsTheBill(t *testing.T) {
 	code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-check"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if (missed > 0) != (code == 1) {
 		t.Errorf("-check exited %d with %d targets missed", code, missed)
+	}
+
+	// Priced busier, the bill of a target's shape is lower (instances
+	// shared by more requests); a rate of 0 is refused.
+	target := func(rate string) float64 {
+		var out bytes.Buffer
+		if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-rate", rate}, &out, &bytes.Buffer{}); code != 0 {
+			t.Fatalf("-rate %s: exit %d", rate, code)
+		}
+		m := regexp.MustCompile(`(?m)^\| 1 attempt, 10 heartbeats \| ≤ \$25\.00 per million lifecycles \| \$([0-9.]+) \|`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("-rate %s: no target row", rate)
+		}
+		usd, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return usd
+	}
+	if low, high := target("0.1"), target("1000"); high >= low {
+		t.Errorf("10 heartbeats: $%.2f at 1 000 a second, $%.2f at 0.1: busier is not cheaper", high, low)
+	}
+	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-rate", "0"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+		t.Errorf("-rate 0: exit %d, want 2", code)
 	}
 
 	// A cheap recording meets every target: -check exits 0.

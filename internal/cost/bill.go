@@ -79,7 +79,8 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		if err != nil {
 			return nil, err
 		}
-		secs := billedSeconds(t.RequestMs[name], a.BillingGranularityMs)
+		l := t.load(name, f, a)
+		secs := float64(n) * l.BilledSecondsPerRequest()
 		ls = append(ls,
 			line("Function requests: "+name, Per*float64(n), p.RunRequest),
 			line(fmt.Sprintf("Function CPU: %s (%g vCPU)", name, f.CPU), Per*secs*f.CPU, p.RunCPU),
@@ -133,6 +134,29 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			line(fmt.Sprintf("Minimum instances: %s memory", name), s*m, p.RunMemory))
 	}
 	return ls, nil
+}
+
+// load is function name's load when lifecycles of t arrive at
+// a.LifecyclesPerSecond: its mean recorded request time, and its mean
+// recorded CPU time (the request time when none was recorded).
+func (t Traffic) load(name string, f Function, a Assumptions) Load {
+	wall := mean(t.RequestMs[name]) / 1000
+	cpu := wall
+	if c := t.CPUUs[name]; len(c) > 0 {
+		cpu = mean(c) / 1e6
+	}
+	return NewLoad(a.LifecyclesPerSecond*float64(t.Invocations[name]), wall, cpu, f, a)
+}
+
+func mean(xs []int64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s int64
+	for _, x := range xs {
+		s += x
+	}
+	return float64(s) / float64(len(xs))
 }
 
 func chunks(size int64) int64 { return max(1, (size+chunk-1)/chunk) }

@@ -12,9 +12,9 @@ import (
 func testDefaults() Defaults {
 	return Defaults{
 		Functions: map[string]Function{
-			"api":       {Memory: "512Mi", CPU: 1},
-			"callbacks": {Memory: "256Mi", CPU: 1},
-			"sweeper":   {Memory: "512Mi", CPU: 1},
+			"api":       {Memory: "512Mi", CPU: 1, Concurrency: 80},
+			"callbacks": {Memory: "256Mi", CPU: 1, Concurrency: 80},
+			"sweeper":   {Memory: "512Mi", CPU: 1, Concurrency: 1},
 		},
 		SweepTicksPerHour: 60, TraceSampling: 0.5, TopicRetentionDays: 7, SchedulerJobs: 1, SigningKeyVersions: 1,
 	}
@@ -27,6 +27,10 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // price.
 func TestBillLineItems(t *testing.T) {
 	const gib = float64(1 << 30)
+	callbackLines := []string{"Function CPU: callbacks (1 vCPU)", "Function memory: callbacks (256Mi)", "Function requests: callbacks", "Cloud Logging (Servo's lines + Cloud Run request logs)"}
+	// A rate so low that no two requests share an instance's billed time.
+	alone := DefaultAssumptions
+	alone.LifecyclesPerSecond = 1e-12
 	for _, c := range []struct {
 		item    string
 		traffic Traffic
@@ -46,16 +50,17 @@ func TestBillLineItems(t *testing.T) {
 		{"Pub/Sub delivery to 1 subscription(s)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 * 40 / (1 << 40), []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
 		{"Pub/Sub topic retention (7 days)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 / gib * 7 / (730.0 / 24) * 0.27, []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
 		{"Function requests: api", Traffic{Invocations: map[string]int64{"api": 2}}, 2e6 * 0.40 / 1e6, []string{"Function CPU: api (1 vCPU)", "Function memory: api (512Mi)", "Cloud Logging (Servo's lines + Cloud Run request logs)"}},
-		// 5 ms and 150 ms are billed 100 and 200 ms.
-		{"Function CPU: callbacks (1 vCPU)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 0}}, 0.3e6 * 0.000024, []string{"Function CPU: callbacks (1 vCPU)", "Function memory: callbacks (256Mi)", "Function requests: callbacks"}},
-		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 0}}, 0.3e6 * 0.25 * 0.0000025, []string{"Function CPU: callbacks (1 vCPU)", "Function memory: callbacks (256Mi)", "Function requests: callbacks"}},
+		// At a rate low enough that requests never overlap, 5 ms and
+		// 150 ms (77.5 ms on average) are each billed 77.5 + 50 ms.
+		{"Function CPU: callbacks (1 vCPU)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.1275 * 0.000024, callbackLines},
+		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.1275 * 0.25 * 0.0000025, callbackLines},
 		// Servo's 1 000 bytes and no invocation: no request log.
 		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogBytes: 1000}, 1000e6 / gib * 0.50, nil},
 		{"Cloud Trace (sampling 0.5)", Traffic{Spans: 10}, 5e6 * 0.20 / 1e6, nil},
 		{"Secret Manager accesses", Traffic{SecretAccesses: 1}, 1e6 * 0.03 / 1e4, nil},
 	} {
 		t.Run(c.item, func(t *testing.T) {
-			ls, err := Bill(c.traffic, ListPrices, testDefaults(), DefaultAssumptions)
+			ls, err := Bill(c.traffic, ListPrices, testDefaults(), alone)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,6 +218,7 @@ variable "functions" {
       memory          = optional(string, "1Gi")
       cpu             = optional(string, "2")
       min_instances   = optional(number, 1)
+      concurrency     = optional(number, 40)
     }), {})
     callbacks = optional(object({
       memory          = optional(string, "128Mi")
@@ -246,7 +252,7 @@ variable "retention_days" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Functions["api"] != (Function{"1Gi", 2, 1}) || d.Functions["callbacks"] != (Function{"128Mi", 0.5, 0}) || d.Functions["sweeper"] != (Function{"256Mi", 0.5, 0}) {
+	if d.Functions["api"] != (Function{"1Gi", 2, 1, 40}) || d.Functions["callbacks"] != (Function{"128Mi", 0.5, 0, 0}) || d.Functions["sweeper"] != (Function{"256Mi", 0.5, 0, 0}) {
 		t.Errorf("functions %+v", d.Functions)
 	}
 	if d.SweepTicksPerHour != 30 || d.TraceSampling != 0.1 || d.RetentionDays != 30 || d.TopicRetentionDays != 1 || d.SchedulerJobs != 1 {
@@ -259,7 +265,7 @@ variable "retention_days" {
 	}
 	for _, name := range []string{"api", "callbacks", "sweeper"} {
 		f := repo.Functions[name]
-		if _, err := f.MemoryGiB(); err != nil || f.CPU <= 0 {
+		if _, err := f.MemoryGiB(); err != nil || f.CPU <= 0 || f.Concurrency < 1 {
 			t.Errorf("terraform/: function %s sized %+v: %v", name, f, err)
 		}
 	}

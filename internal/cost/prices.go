@@ -55,10 +55,18 @@ type Assumptions struct {
 	// IndexEntryBytes is the storage of one index entry (Firestore's
 	// storage size: the document name, the value, 32 bytes of overhead).
 	IndexEntryBytes int64
-	// BillingGranularityMs is Cloud Run's rounding of billed request time
-	// (each invocation is counted as if alone on its instance: an upper
-	// bound, concurrent requests share an instance's billed time).
+	// BillingGranularityMs is Cloud Run's rounding of an instance's
+	// billed busy time.
 	BillingGranularityMs int64
+	// LifecyclesPerSecond is the steady rate the functions' instance time
+	// is priced at (NewLoad): requests that overlap on an instance share
+	// its billed time, so the busier a deployment, the less compute a
+	// lifecycle costs. Everything else is priced per operation.
+	LifecyclesPerSecond float64
+	// CPUTarget is the utilisation of CPU and of concurrency Cloud Run's
+	// autoscaler keeps instances at
+	// (https://cloud.google.com/run/docs/configuring/scaling-controls).
+	CPUTarget float64
 	// NoTTLMonths is how many months of storage a lifecycle's documents
 	// are priced for when they have no TTL (they never expire).
 	NoTTLMonths float64
@@ -75,6 +83,8 @@ var DefaultAssumptions = Assumptions{
 	RequestLogBytes:      1000,
 	IndexEntryBytes:      100,
 	BillingGranularityMs: 100,
+	LifecyclesPerSecond:  10,
+	CPUTarget:            0.6,
 	NoTTLMonths:          12,
 	EventSubscriptions:   1,
 	SecretReadsPerHour:   12,

@@ -3,6 +3,7 @@ package cost
 import (
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -27,11 +28,21 @@ type Report struct {
 	Shapes    map[string][]Line
 	Fixed     []Line
 	Results   []Result
+	// Rates are the totals of the targets' shapes at other steady rates
+	// (RateTable), by shape.
+	Rates map[string][]float64
+	// Assumptions are the ones the bill was computed with.
+	Assumptions Assumptions
 }
+
+// RateTable are the steady rates (lifecycles a second) the doc shows the
+// targets' shapes at besides the priced one: from a million lifecycles a
+// month to the scale model's target.
+var RateTable = []float64{1e6 / (HoursPerMonth * 3600), 1, 10, 100, 1000, 10000}
 
 // Compute bills every shape and the fixed cost, and checks the targets.
 func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error) {
-	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}}
+	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}, Rates: map[string][]float64{}, Assumptions: a}
 	for _, t := range rec.Shapes {
 		ls, err := Bill(t, p, d, a)
 		if err != nil {
@@ -53,6 +64,20 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		}
 		usd := Total(ls)
 		r.Results = append(r.Results, Result{Target: t, USD: usd, Met: usd <= t.MaxUSD})
+	}
+	for _, tr := range rec.Shapes {
+		if !slices.ContainsFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape }) {
+			continue
+		}
+		for _, rate := range RateTable {
+			b := a
+			b.LifecyclesPerSecond = rate
+			ls, err := Bill(tr, p, d, b)
+			if err != nil {
+				return r, err
+			}
+			r.Rates[tr.Shape] = append(r.Rates[tr.Shape], Total(ls))
+		}
 	}
 	return r, nil
 }
@@ -93,6 +118,29 @@ func (r Report) Markdown() string {
 		w("| %s | ≤ $%.2f %s | $%.2f | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark)
 	}
 	w("\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
+	w("The functions' instance time depends on how busy they are (Cloud Run bills an\n")
+	w("instance while it serves at least one request, rounded up to %d ms): the bill is\n", r.Assumptions.BillingGranularityMs)
+	w("priced at a steady **%g lifecycles a second** (about %.0f million a month). At\n", r.Assumptions.LifecyclesPerSecond, r.Assumptions.LifecyclesPerSecond*HoursPerMonth*3600/1e6)
+	w("other rates, everything else the same (`-rate` prices another):\n\n")
+	w("| lifecycles a second |")
+	for _, rate := range RateTable {
+		w(" %s |", rateLabel(rate))
+	}
+	w("\n|---|")
+	for range RateTable {
+		w("---:|")
+	}
+	w("\n")
+	for _, tr := range r.Recording.Shapes {
+		if totals, ok := r.Rates[tr.Shape]; ok {
+			w("| %s |", tr.Shape)
+			for _, usd := range totals {
+				w(" $%.2f |", usd)
+			}
+			w("\n")
+		}
+	}
+	w("\n")
 
 	w("## Per million lifecycles\n\n")
 	w("| line item |")
@@ -178,7 +226,7 @@ func (r Report) Markdown() string {
 	} {
 		w("| %s | %s | %s | %s |\n", p.name, unitPrice(p.p), p.p.Source, confirm(p.p))
 	}
-	a := DefaultAssumptions
+	a := r.Assumptions
 	w("\nTerraform defaults read: ")
 	for _, name := range sortedKeys(r.Defaults.Functions) {
 		f := r.Defaults.Functions[name]
@@ -195,10 +243,12 @@ func (r Report) Markdown() string {
 	w("trace sampling %g; topic retention %g days; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
 		r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret, excluded)
 	w("Assumed, not measured: a Cloud Run request log entry is %d bytes; an index entry\n", a.RequestLogBytes)
-	w("stores %d bytes; each invocation is billed alone, rounded up to %d ms (at a million\n", a.IndexEntryBytes, a.BillingGranularityMs)
-	w("lifecycles a month callbacks rarely overlap; concurrent requests share an instance's\n")
-	w("billed time, so busier deployments pay less per lifecycle; request times are the local\n")
-	w("stack's, emulator round trips included); the events\n")
+	w("stores %d bytes; requests arrive at random (Poisson) at the priced rate, an instance\n", a.IndexEntryBytes)
+	w("is billed for its busy periods (at least one request in flight), each rounded up to\n")
+	w("%d ms (half of it over the period's length on average), and the autoscaler runs as\n", a.BillingGranularityMs)
+	w("many instances as keep CPU and concurrency at %.0f %% (`cost.NewLoad`); a request's time\n", a.CPUTarget*100)
+	w("and CPU time are the local stack's means (emulator round trips included; the CPU time\n")
+	w("is the whole test process's during the request, the client's included); the events\n")
 	w("topic has %d subscription; an instance re-reads the signing-key secret %g times an\n", a.EventSubscriptions, a.SecretReadsPerHour)
 	w("hour; Firestore deletes issued in a commit are counted as writes; a document without\n")
 	w("a TTL field is priced for %g months of storage (it is kept for good), one with a TTL\n", a.NoTTLMonths)
@@ -221,6 +271,14 @@ func qty(q float64) string {
 		return fmt.Sprintf("%d", int64(q))
 	}
 	return fmt.Sprintf("%.4g", q)
+}
+
+// rateLabel names a rate, and the month a rate below one makes.
+func rateLabel(rate float64) string {
+	if rate < 1 {
+		return fmt.Sprintf("%.2f (%.0f M a month)", rate, rate*HoursPerMonth*3600/1e6)
+	}
+	return fmt.Sprintf("%.0f", rate)
 }
 
 func unitPrice(p Price) string { return fmt.Sprintf("$%.4g / %s", p.USD, p.Unit) }

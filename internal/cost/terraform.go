@@ -14,6 +14,8 @@ type Function struct {
 	Memory       string  // e.g. "512Mi"
 	CPU          float64 // vCPUs
 	MinInstances int
+	// Concurrency is the most requests an instance serves at once.
+	Concurrency int
 }
 
 // MemoryGiB is the function's memory in GiB.
@@ -88,6 +90,8 @@ func ReadDefaults(dir string) (Defaults, error) {
 				}
 			case "min_instances":
 				f.MinInstances, _ = strconv.Atoi(a[2])
+			case "concurrency":
+				f.Concurrency, _ = strconv.Atoi(a[2])
 			}
 		}
 		d.Functions[m[1]] = f

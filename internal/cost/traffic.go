@@ -50,6 +50,11 @@ type Traffic struct {
 	// callbacks), and RequestMs the request time each took, by function.
 	Invocations map[string]int64   `json:"invocations"`
 	RequestMs   map[string][]int64 `json:"requestMs"`
+	// CPUUs is the CPU time (user + system, microseconds) the local
+	// stack's process spent during each invocation, by function: the
+	// handler's work and the test client's (an upper bound of the
+	// handler's).
+	CPUUs map[string][]int64 `json:"cpuUs"`
 	// LogLines and LogBytes are what Servo's slog handler emitted.
 	LogLines int64 `json:"logLines"`
 	LogBytes int64 `json:"logBytes"`
