@@ -102,15 +102,15 @@ func decodeTicks(b []byte) []time.Time {
 // it changes nothing the worker or the API can see but the lease, and the
 // stored lease has more than half of the heartbeat timeout left and at
 // least one and a half heartbeat intervals: the next heartbeat, even half
-// an interval late, lands inside it, and renews it then. The first
-// heartbeat of an attempt, one that carries a checkpoint or changes the
-// progress or the message, and any heartbeat while CANCELLING are always
-// written. A lease is therefore renewed at least every half timeout;
-// lastHeartbeatAt, heartbeats and the sampled instants record the written
-// heartbeats.
+// an interval late, lands inside it, and renews it then. That holds for
+// an attempt's first heartbeat too (started set the lease). One that
+// carries a checkpoint or changes the progress or the message, and any
+// heartbeat while CANCELLING, are always written. A lease is therefore
+// renewed at least every half timeout; lastHeartbeatAt, heartbeats and the
+// sampled instants record the written heartbeats.
 func (m *machine) heartbeatWrites(a *Attempt, hb *api.HeartbeatRequest) bool {
 	t := m.t()
-	if t.State != api.Running || a.LastHeartbeatAt == nil || t.LeaseExpiresAt == nil {
+	if t.State != api.Running || t.LeaseExpiresAt == nil {
 		return true
 	}
 	if hb != nil {

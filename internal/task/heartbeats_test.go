@@ -62,8 +62,9 @@ func TestHeartbeatTicksMalformed(t *testing.T) {
 
 // TestHeartbeatWritesOnlyWhenHalfLeft: an accepted heartbeat that changes
 // nothing but the lease is written only when less than half of the lease
-// (or less than one and a half intervals) is left; the first heartbeat, a
-// checkpoint, a new progress or message, and CANCELLING always write.
+// (or less than one and a half intervals) is left; a heartbeat that starts
+// the attempt, a checkpoint, a new progress or message, and CANCELLING
+// always write.
 func TestHeartbeatWritesOnlyWhenHalfLeft(t *testing.T) {
 	p50, p60 := 50, 60
 	for _, tc := range []struct {
@@ -158,5 +159,42 @@ func TestHeartbeatAtIntervalKeepsLease(t *testing.T) {
 				t.Logf("%d writes for 40 heartbeats", writes)
 			})
 		}
+	}
+}
+
+// TestFirstHeartbeatAfterStartedWritesOnlyWhenHalfLeft: started set the
+// lease, so an attempt's first plain heartbeat follows the same rule as
+// the others; one that starts the attempt (no started before it) is
+// always written.
+func TestFirstHeartbeatAfterStartedWritesOnlyWhenHalfLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		started   bool
+		after     time.Duration // since started (30 s interval, 90 s timeout)
+		wantWrite bool
+	}{
+		{"one interval after started", true, 30 * time.Second, false},
+		{"more than half the lease gone", true, 50 * time.Second, true},
+		{"no started before it", false, 30 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk, a := newTestTask()
+			tk.Timing = api.Timing{HeartbeatIntervalMs: 30000, HeartbeatTimeoutMs: 90000}.WithDefaults()
+			cur := &a
+			if tc.started {
+				r := Apply(tk, cur, Event{Kind: EventStarted, Attempt: 1, WorkerID: "w1", Now: t0})
+				if r.Rejection != nil || !r.Write {
+					t.Fatalf("started: write %v, rejection %v", r.Write, r.Rejection)
+				}
+				tk, cur = r.Task, r.Attempt
+			}
+			r := Apply(tk, cur, heartbeat(1, "w1", t0.Add(tc.after)))
+			if r.Rejection != nil {
+				t.Fatalf("refused: %v", r.Rejection)
+			}
+			if r.Write != tc.wantWrite {
+				t.Fatalf("write %v, want %v", r.Write, tc.wantWrite)
+			}
+		})
 	}
 }
