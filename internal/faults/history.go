@@ -293,8 +293,8 @@ func (c *checker) task(th *TaskHistory) {
 // one was first sent), and it does not run out early (no ZOMBIE, no
 // task_expired, before the lease the contract gives: the lease after the
 // last accepted callback that renewed it was received in full; a plain
-// heartbeat renews it only when less than max(Lease/2, 1.5 × Interval) is
-// left, docs/contract.md §5.3; a cancelled task's task_expired may be its
+// heartbeat, an attempt's first included, renews it only when less than
+// max(Lease/2, 1.5 × Interval) is left, docs/contract.md §5.3; a cancelled task's task_expired may be its
 // grace's). The worker's clock reads each receipt no later than Servo's,
 // so the lease computed here never ends after Servo's. A span that meets
 // an outage is not checked.
@@ -307,7 +307,6 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 	type last struct {
 		received, bodyDone time.Time
 		exp                time.Time // the lease's end by the contract's rule
-		beat               bool      // a heartbeat of the attempt renewed it
 	}
 	prev := map[int]*last{}        // attempt → its last accepted callback
 	expiredEarly := map[int]bool{} // attempt → already reported
@@ -336,10 +335,9 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 			p.bodyDone = call.BodyDone
 			if call.Kind == "started" || call.Kind == "heartbeat" {
 				left := p.exp.Sub(call.BodyDone)
-				skipped := call.Kind == "heartbeat" && call.Plain && p.beat && left > lease/2 && left >= c.h.Interval+c.h.Interval/2
+				skipped := call.Kind == "heartbeat" && call.Plain && left > lease/2 && left >= c.h.Interval+c.h.Interval/2
 				if !skipped {
 					p.exp = call.BodyDone.Add(lease)
-					p.beat = p.beat || call.Kind == "heartbeat"
 				}
 			}
 		}

@@ -168,8 +168,8 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 
 // TestLeaseFollowsTheSkipRule: a plain heartbeat with more than half the
 // lease left does not renew it (docs/contract.md §5.3), so a zombie
-// declared a lease after the heartbeat before it is on time; a heartbeat
-// that reports something, or an attempt's first, renews it.
+// declared a lease after the callback before it is on time; a heartbeat
+// that reports something renews it.
 func TestLeaseFollowsTheSkipRule(t *testing.T) {
 	// Attempt 1 of retried() starts at 0.1 s and is declared a zombie at
 	// 3 s (lease 3 s); these heartbeats are added to it.
@@ -185,7 +185,8 @@ func TestLeaseFollowsTheSkipRule(t *testing.T) {
 	}{
 		{"a plain heartbeat with 2.5 s left is not written: lease to 3.8 s", []Call{beat(800, false), beat(1300, true)}, false},
 		{"the second heartbeat reports progress", []Call{beat(800, false), beat(1300, false)}, true},
-		{"an attempt's first heartbeat is written, plain or not", []Call{beat(1300, true)}, true},
+		{"an attempt's first plain heartbeat follows the rule too: 1.8 s left, not written", []Call{beat(1300, true)}, false},
+		{"an attempt's first heartbeat reports progress", []Call{beat(1300, false)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := retried()
