@@ -168,6 +168,198 @@ resource "google_firestore_field" "tasks_live" {
   index_config {}
 }
 
+# Fields no query filters or orders on (tasks are queried by due shard,
+# state, tenant, run, worker and quota fields; attempt records by task, in
+# attempt order): their index entries would only cost storage.
+resource "google_firestore_field" "tasks_timing" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "timing"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_retry" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "retry"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_attempt" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "attempt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_seq" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "seq"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_reason" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "reason"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_cancel_reason" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "cancelReason"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_redrives" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "redrives"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_idempotency_key" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "idempotencyKey"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_task_key" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "taskKey"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_rerun_of" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "rerunOf"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_asset_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "assetId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_workspace_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "workspaceId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_trace" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "trace"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_outcome" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "outcome"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_worker_id" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "workerId"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_message" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "message"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_progress_pct" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "progressPct"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_heartbeats" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "heartbeats"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_cancelled_during_phase" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "cancelledDuringPhase"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_execution" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "execution"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "attempts_completion_digest" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "attempts"
+  field      = "completionDigest"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "attempts_output" {
   project    = var.project_id
   database   = google_firestore_database.this.name
