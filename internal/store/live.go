@@ -17,7 +17,8 @@ import (
 // checkpoint) and writes only the fields it changed, through an update
 // mask, in that one document: the current attempt's heartbeat state lives
 // on the task (task.Task.Live) and is folded into the attempt record at the
-// attempt's next transition. Its cost does not grow with the payload or
+// attempt's next transition that changes something Live does not hold (a
+// `started` writes only the task document: mirrored). Its cost does not grow with the payload or
 // with a checkpoint stored earlier.
 
 // liveField is the task document's field that holds task.Task.Live.
@@ -82,6 +83,30 @@ func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	if len(l.Checkpoint) > 0 {
 		a.Checkpoint = l.Checkpoint
 	}
+}
+
+// mirrored reports whether the task document's live state l already
+// carries every change of the attempt a over its stored record rec: a read
+// of rec overlaid with l (Get, Attempts, the next transition's read) sees
+// a, so the record need not be written. An ended attempt is never mirrored
+// (its live state is cleared), nor a change of a field Live does not hold
+// (an execution, an outcome, an expiry).
+func mirrored(rec *task.Attempt, l *task.LiveAttempt, a *task.Attempt) bool {
+	if rec == nil || l == nil || a == nil || a.Ended() || l.Attempt != a.Attempt || rec.Attempt != a.Attempt {
+		return false
+	}
+	seen := *rec
+	overlay(&seen, l)
+	want, got := encodeFields(a), encodeFields(&seen)
+	if len(want) != len(got) {
+		return false
+	}
+	for k, v := range want {
+		if !proto.Equal(v, got[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // setLive makes the task's live state follow the result: the current

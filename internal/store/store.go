@@ -1160,12 +1160,14 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 	}
 	ad := docs[attemptName(base, want)]
-	var cur *task.Attempt
+	var cur, rec *task.Attempt // rec: the record as stored, cur: overlaid
 	if ad != nil {
-		cur = new(task.Attempt)
-		if err := decodeFields(ad.GetFields(), cur); err != nil {
+		rec = new(task.Attempt)
+		if err := decodeFields(ad.GetFields(), rec); err != nil {
 			return task.Result{}, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
+		c := *rec
+		cur = &c
 		overlay(cur, t.Live)
 	}
 	if ev.Kind == task.EventAdmit && t.WaitingSince != nil && tx != nil {
@@ -1197,7 +1199,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	tw.CurrentDocument = precond(td)
 	writes := []*pb.Write{tw}
 	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
-	if r.Attempt != nil {
+	if r.Attempt != nil && !(r.Attempt.Attempt == want && mirrored(rec, r.Task.Live, r.Attempt)) {
 		aw := setWrite(attemptName(base, r.Attempt.Attempt), r.Attempt, false)
 		if r.Attempt.Attempt == want {
 			aw.CurrentDocument = precond(ad)
