@@ -49,7 +49,9 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 		{"enqueued", task.Event{Kind: task.EventEnqueued}, false,
 			func(a api.Attempt) bool { return a.WorkerID == "" && a.StartedAt == nil }},
 		{"started", task.Event{Kind: task.EventStarted, WorkerID: "w1"}, false,
-			func(a api.Attempt) bool { return a.WorkerID == "w1" && a.StartedAt != nil && a.StartedAt.Equal(now.Add(time.Second)) }},
+			func(a api.Attempt) bool {
+				return a.WorkerID == "w1" && a.StartedAt != nil && a.StartedAt.Equal(now.Add(time.Second))
+			}},
 		{"heartbeat", task.Event{Kind: task.EventHeartbeat, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", ProgressPct: &p40, Message: "m"}}, false,
 			func(a api.Attempt) bool {
 				return a.WorkerID == "w1" && a.ProgressPct != nil && *a.ProgressPct == 40 && a.Message == "m" && a.LastHeartbeatAt != nil
