@@ -13,31 +13,19 @@ import (
 )
 
 // TestAttemptRecordWrittenOnlyForWhatLiveLacks walks one attempt through
-// its lifecycle and checks, after each event, whether its record
-// (tasks/{doc}/attempts/1) was written: not when every change is one the
-// task document's live state mirrors (a `started`, a heartbeat), but when
-// something Live does not hold changed (a job execution, the outcome).
+// its lifecycle and checks, for each event, whether its commit wrote the
+// attempt record (tasks/{doc}/attempts/1): not when nothing changed in it
+// or every change is one the task document's live state mirrors (an
+// enqueue, a `started`, a heartbeat: the commit writes the task document
+// alone, besides the outbox), but when something Live does not hold
+// changed (a job execution, the outcome).
 // After each event, GET, Store.Attempts and the raw record show the
 // attempt as the machine left it.
 func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 	s, rc := newStore(t)
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, s.Project())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
 	now := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
 	tk := mustCreate(t, s, submitted(now, ""), now)
-	record := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Doc("1")
-	updated := func() time.Time {
-		t.Helper()
-		snap, err := record.Get(ctx)
-		if err != nil {
-			return time.Time{} // absent
-		}
-		return snap.UpdateTime
-	}
 	const exec = "projects/p/locations/l/jobs/j/executions/e1"
 	p40 := 40
 	steps := []struct {
@@ -65,7 +53,6 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 			}},
 	}
 	for i, st := range steps {
-		before := updated()
 		st.ev.Attempt, st.ev.Now = 1, now.Add(time.Duration(i)*time.Second)
 		rc.Reset()
 		r := mustApply(t, s, tk.ID, st.ev)
@@ -75,8 +62,11 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 		if got := rc.Counts(); got["BatchGetDocuments"] != 1 || got["Commit"] != 1 || rc.Total() != 2 {
 			t.Errorf("%s: RPCs %v, want a read and a commit", st.name, got)
 		}
-		if after := updated(); after.Equal(before) == st.written {
-			t.Errorf("%s: attempt record written = %v, want %v", st.name, !after.Equal(before), st.written)
+		if n := rc.DocsWrittenIn(store.AttemptsCollection); (n > 0) != st.written || n > 1 {
+			t.Errorf("%s: %d attempt records written, want written = %v", st.name, n, st.written)
+		}
+		if n := rc.DocsWrittenIn(store.TasksCollection); n != 1 {
+			t.Errorf("%s: %d task documents written, want 1", st.name, n)
 		}
 		got, err := s.Get(ctx, tk.ID)
 		if err != nil {
@@ -92,5 +82,91 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 				t.Errorf("%s: Store.Attempts %+v (%v)", st.name, as, err)
 			}
 		}
+	}
+}
+
+// TestFirstAttemptRecordGuard: a task's first attempt has no record until
+// something the task document does not hold must be stored; the attempt
+// guard answers stale, duplicate and forged callbacks exactly as it does
+// against a stored record, and GET shows the attempt with the task's
+// creation time.
+func TestFirstAttemptRecordGuard(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	fs, err := firestore.NewClient(ctx, s.Project())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	done := func(worker string, out api.Outcome) task.Event {
+		return task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: worker, Completed: &api.CompletedRequest{Attempt: 1, WorkerID: worker, Outcome: out}}
+	}
+	started := func(attempt int, worker string) task.Event {
+		return task.Event{Kind: task.EventStarted, Attempt: attempt, WorkerID: worker}
+	}
+	wrongAttempt := done("w1", api.OutcomeSucceeded)
+	wrongAttempt.Attempt, wrongAttempt.Completed.Attempt = 2, 2
+	cases := []struct {
+		name   string
+		before []task.Event // applied first, each accepted
+		ev     task.Event
+		code   string // the rejection, "" when accepted
+		replay bool
+		state  api.State
+		record bool // attempt 1's record exists afterwards
+	}{
+		{"started", nil, started(1, "w1"), "", false, api.Running, false},
+		{"started for attempt 2 while 1 is current", nil, started(2, "w1"), api.CodeAttemptMismatch, false, api.Queued, false},
+		{"duplicate started", []task.Event{started(1, "w1")}, started(1, "w1"), "", false, api.Running, false},
+		{"started by another worker", []task.Event{started(1, "w1")}, started(1, "w2"), api.CodeAttemptAlreadyStarted, false, api.Running, false},
+		{"completed for an attempt that never existed", []task.Event{started(1, "w1")}, wrongAttempt, api.CodeAttemptMismatch, false, api.Running, false},
+		{"completed by another worker", []task.Event{started(1, "w1")}, done("w2", api.OutcomeSucceeded), api.CodeAttemptAlreadyStarted, false, api.Running, false},
+		{"completed", []task.Event{started(1, "w1")}, done("w1", api.OutcomeSucceeded), "", false, api.Succeeded, true},
+		{"identical completed replays", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeSucceeded), "", true, api.Succeeded, true},
+		{"different completed conflicts", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeFailed), api.CodeCompletionConflict, false, api.Succeeded, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			tk := mustCreate(t, s, submitted(now, ""), now)
+			record := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Doc("1")
+			exists := func() bool {
+				_, err := record.Get(ctx)
+				return err == nil
+			}
+			if exists() {
+				t.Fatal("Create wrote the first attempt's record")
+			}
+			at := now
+			for _, ev := range append([]task.Event{{Kind: task.EventEnqueued, Attempt: 1}}, c.before...) {
+				at = at.Add(time.Second)
+				ev.Now = at
+				if r := mustApply(t, s, tk.ID, ev); r.Rejection != nil {
+					t.Fatalf("%s: %+v", ev.Kind, r.Rejection)
+				}
+			}
+			c.ev.Now = at.Add(time.Second)
+			r := mustApply(t, s, tk.ID, c.ev)
+			code := ""
+			if r.Rejection != nil {
+				code = r.Rejection.Code
+			}
+			if code != c.code || r.Replay != c.replay {
+				t.Errorf("rejection %q, replay %v; want %q, %v", code, r.Replay, c.code, c.replay)
+			}
+			if got := exists(); got != c.record {
+				t.Errorf("attempt record exists = %v, want %v", got, c.record)
+			}
+			got, err := s.Get(ctx, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != c.state || len(got.Attempts) != 1 || got.Attempts[0].Attempt != 1 || !got.Attempts[0].CreatedAt.Equal(now) {
+				t.Fatalf("task %s with attempts %+v, want %s with attempt 1 created at %v", got.State, got.Attempts, c.state, now)
+			}
+			if a := got.Attempts[0]; c.state != api.Queued && a.WorkerID != "w1" {
+				t.Errorf("attempt worker %q, want w1", a.WorkerID)
+			}
+		})
 	}
 }

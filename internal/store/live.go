@@ -85,14 +85,28 @@ func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	}
 }
 
-// mirrored reports whether the task document's live state l already
-// carries every change of the attempt a over its stored record rec: a read
+// firstAttempt is the record of t's first attempt while it has none: Create
+// does not write it, since all it would hold (the attempt number and the
+// task's creation time) is on the task document. The first transition that
+// changes something the task's live state does not mirror writes it
+// (fullOnce, mirrored). Nil for a later attempt, whose record the retry
+// that scheduled it wrote.
+func firstAttempt(t *task.Task) *task.Attempt {
+	if t.Attempt != 1 {
+		return nil
+	}
+	return &task.Attempt{Attempt: 1, CreatedAt: t.CreatedAt}
+}
+
+// mirrored reports whether the task document's live state l (nil: none)
+// already carries every change of the attempt a over its stored record rec
+// (nothing changed counts): a read
 // of rec overlaid with l (Get, Attempts, the next transition's read) sees
 // a, so the record need not be written. An ended attempt is never mirrored
 // (its live state is cleared), nor a change of a field Live does not hold
 // (an execution, an outcome, an expiry).
 func mirrored(rec *task.Attempt, l *task.LiveAttempt, a *task.Attempt) bool {
-	if rec == nil || l == nil || a == nil || a.Ended() || l.Attempt != a.Attempt || rec.Attempt != a.Attempt {
+	if rec == nil || a == nil || a.Ended() || rec.Attempt != a.Attempt {
 		return false
 	}
 	seen := *rec

@@ -33,6 +33,7 @@ func TestMirrored(t *testing.T) {
 		{"ended", &started, func(a task.Attempt) task.Attempt { a.Outcome, a.CompletedAt = api.OutcomeSucceeded, &t1; return a }, false},
 		{"expiry", &started, func(a task.Attempt) task.Attempt { a.ExpireAt = &t1; return a }, false},
 		{"message cleared (Live cannot say empty)", &withMessage, func(a task.Attempt) task.Attempt { a.Message = ""; return a }, false},
+		{"nothing changed, no live state", &stored, func(a task.Attempt) task.Attempt { return a }, true},
 		{"no record", nil, func(a task.Attempt) task.Attempt { a.WorkerID, a.StartedAt = "w1", &t1; return a }, false},
 	}
 	for _, c := range cases {

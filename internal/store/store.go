@@ -367,7 +367,8 @@ const (
 )
 
 // Create stores a submitted task (ID set, fields validated) as PENDING with
-// its first attempt record and creation event, in one commit. When the task
+// its creation event, in one commit (its first attempt's record is written
+// later, when it holds something the task does not: firstAttempt). When the task
 // has an idempotency key and a task already exists for (tenant, key), that
 // task is returned with existed = true and nothing is written.
 func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created task.Task, existed bool, err error) {
@@ -385,7 +386,7 @@ type CreateResult struct {
 }
 
 // CreateMany stores submitted tasks (IDs set, fields validated) with their
-// first attempt records, idempotency records and events, and the document
+// idempotency records and events, and the document
 // of each run they belong to (runs/{runId}, once per run per commit), in as few commits
 // as Firestore's limits allow (MaxCommitWrites, MaxCommitBytes): a single
 // task is one Commit RPC. With queued, each task is stored already QUEUED
@@ -514,10 +515,10 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	for i := range trs {
 		trs[i].Trace = nt.Trace
 	}
-	writes := []*pb.Write{
-		setWrite(s.taskName(nt.ID), nt, true),
-		setWrite(attemptName(s.taskName(nt.ID), 1), a, true),
-	}
+	// The first attempt's record is not written yet: until something the
+	// task document does not hold must be stored, it is the task's
+	// (firstAttempt).
+	writes := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}
 	for _, tr := range trs {
 		writes = append(writes, s.outboxWrite(tr))
 	}
@@ -661,13 +662,21 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 	if err == nil && len(t.Attempts) == 0 && s.legacyNames.Load() {
 		t.Attempts, err = s.attempts(ctx, s.legacyTaskName(id))
 	}
+	if err == nil && len(t.Attempts) == 0 {
+		if a := firstAttempt(&t); a != nil {
+			t.Attempts = []task.Attempt{*a}
+		}
+	}
 	for i := range t.Attempts {
 		overlay(&t.Attempts[i], t.Live)
 	}
 	return t, err
 }
 
-// Attempts reads a task's attempt records, oldest first.
+// Attempts reads a task's attempt records, oldest first, as stored: an
+// ended task's are complete (the dead letters read them); a running
+// attempt's live state and a first attempt that has no record yet are on
+// the task document, which Get lays over them.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
 	out, err := s.attempts(ctx, s.taskName(id))
 	if err == nil && len(out) == 0 && s.legacyNames.Load() {
@@ -1160,12 +1169,16 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 	}
 	ad := docs[attemptName(base, want)]
-	var cur, rec *task.Attempt // rec: the record as stored, cur: overlaid
+	var cur, rec *task.Attempt // rec: the record as stored (or firstAttempt), cur: overlaid
 	if ad != nil {
 		rec = new(task.Attempt)
 		if err := decodeFields(ad.GetFields(), rec); err != nil {
 			return task.Result{}, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
+	} else if want == t.Attempt {
+		rec = firstAttempt(&t)
+	}
+	if rec != nil {
 		c := *rec
 		cur = &c
 		overlay(cur, t.Live)
