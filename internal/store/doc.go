@@ -12,7 +12,9 @@
 //	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest;
-//	                                expireAt (TTL) once it has ended.
+//	                                expireAt (TTL) once it has ended. Written
+//	                                only when it holds something the task
+//	                                document does not (see "Attempt records").
 //	runs/{runId}.{tenantKey}        Run: runId, tenantId, lastSubmitAt and
 //	                                expireAt (TTL).
 //	outages/{id}                    from, to, expireAt: a span during which
@@ -101,13 +103,31 @@
 // through a field mask that leaves out everything large, and writes only the
 // fields it changed (an update mask): the running attempt's heartbeat state
 // lives on the task (task.Task.Live) and is folded into the attempt record
-// at the attempt's next transition (live.go). A heartbeat that makes a
+// at the attempt's next transition that writes it (live.go). A heartbeat that makes a
 // transition reads the whole task and attempt again first: 3 RPCs, on that
 // rare path. Create costs 1 (a Commit with exists=false preconditions), or
 // 3 for a repeated idempotency key; CreateMany puts as many tasks in one
 // commit as Firestore's limits allow. The figures are measured by
 // [RPCCounter] in store_test.go; a lost race retries with backoff and
 // counts again.
+//
+// # Attempt records
+//
+// An attempt's record is written only by a transition that changes
+// something of it the task document does not hold: its outcome (with its
+// error, output, metrics, completion digest and expiry), a job execution,
+// a retry's next attempt (its creation and scheduled times). Everything
+// else is on the task: the first attempt's number and creation time are
+// the task's (Create writes no record: firstAttempt), and a running
+// attempt's worker id, start, heartbeats, progress, message and checkpoint
+// are task.Task.Live (a `started` writes the task document alone:
+// mirrored). Every read of an attempt lays the task's state over the
+// record, or stands in for the first attempt's missing one (fullOnce, Get),
+// so that the attempt guard and GET see what a record would hold.
+// Attempts reads records alone: complete for an ended task. One lifecycle
+// (submit, started, heartbeats, completed) writes the record once, at
+// completion. Records written by earlier versions (at submit and at every
+// transition) read the same; no migration step.
 //
 // # Outages
 //

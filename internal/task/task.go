@@ -74,7 +74,8 @@ type Task struct {
 	// Live is the current attempt's heartbeat state, kept on the task
 	// document so that a heartbeat reads and writes one small document. The
 	// store folds it into the attempt record at the attempt's transitions
-	// and overlays it on reads (Attempts shows it); it is not part of the
+	// that change something else of it (an outcome, an execution) and
+	// overlays it on reads (Attempts shows it); it is not part of the
 	// API's JSON.
 	Live *LiveAttempt `json:"-" firestore:"live"`
 
