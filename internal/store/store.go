@@ -658,25 +658,34 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 	if err != nil {
 		return t, err
 	}
-	t.Attempts, err = s.attempts(ctx, s.taskName(id))
-	if err == nil && len(t.Attempts) == 0 && s.legacyNames.Load() {
-		t.Attempts, err = s.attempts(ctx, s.legacyTaskName(id))
+	t.Attempts, err = s.AttemptsOf(ctx, &t)
+	return t, err
+}
+
+// AttemptsOf reads the attempts of task t (as read, or as a transition
+// left it), oldest first, as Get shows them: the records with t's live
+// state laid over them, and the first attempt from t while it has no
+// record (firstAttempt).
+func (s *Store) AttemptsOf(ctx context.Context, t *task.Task) ([]task.Attempt, error) {
+	out, err := s.Attempts(ctx, t.ID)
+	if err != nil {
+		return nil, err
 	}
-	if err == nil && len(t.Attempts) == 0 {
-		if a := firstAttempt(&t); a != nil {
-			t.Attempts = []task.Attempt{*a}
+	if len(out) == 0 {
+		if a := firstAttempt(t); a != nil {
+			out = []task.Attempt{*a}
 		}
 	}
-	for i := range t.Attempts {
-		overlay(&t.Attempts[i], t.Live)
+	for i := range out {
+		overlay(&out[i], t.Live)
 	}
-	return t, err
+	return out, nil
 }
 
 // Attempts reads a task's attempt records, oldest first, as stored: an
 // ended task's are complete (the dead letters read them); a running
 // attempt's live state and a first attempt that has no record yet are on
-// the task document, which Get lays over them.
+// the task document, which Get and AttemptsOf lay over them.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
 	out, err := s.attempts(ctx, s.taskName(id))
 	if err == nil && len(out) == 0 && s.legacyNames.Load() {
