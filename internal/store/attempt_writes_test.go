@@ -170,3 +170,95 @@ func TestFirstAttemptRecordGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAttemptRecord: a retry writes the ended attempt's record and not
+// the next one's, whose creation and schedule the task document carries;
+// GET shows attempt 2 as its record would, the attempt guard answers a
+// stale, forged or replayed callback as against a stored record, and the
+// record written when attempt 2 ends keeps its creation and schedule.
+func TestRetryAttemptRecord(t *testing.T) {
+	s, rc := newStore(t)
+	ctx := context.Background()
+	failed := func(attempt int, digest string) task.Event {
+		return task.Event{Kind: task.EventCompleted, Attempt: attempt, WorkerID: "w1", Completed: &api.CompletedRequest{Attempt: attempt, WorkerID: "w1",
+			Outcome: api.OutcomeFailed, Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: digest}}}
+	}
+	cases := []struct {
+		name    string
+		ev      task.Event
+		code    string
+		replay  bool
+		written int // attempt records the event's commit wrote
+		state   api.State
+	}{
+		{"started for attempt 2", task.Event{Kind: task.EventStarted, Attempt: 2, WorkerID: "w1"}, "", false, 0, api.Running},
+		{"started for attempt 3", task.Event{Kind: task.EventStarted, Attempt: 3, WorkerID: "w1"}, api.CodeAttemptMismatch, false, 0, api.Queued},
+		{"started for attempt 1", task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"}, api.CodeAttemptMismatch, false, 0, api.Queued},
+		{"identical completed of attempt 1 replays", failed(1, "boom"), "", true, 0, api.Queued},
+		{"different completed of attempt 1", failed(1, "other"), api.CodeAttemptMismatch, false, 0, api.Queued},
+		{"completed for attempt 2", failed(2, "again"), "", false, 1, api.Queued},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			tk := mustCreate(t, s, submitted(now, ""), now)
+			mustApply(t, s, tk.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now})
+			mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: now.Add(time.Second)})
+			retryAt := now.Add(2 * time.Second)
+			ev := failed(1, "boom")
+			ev.Now = retryAt
+			rc.Reset()
+			if r := mustApply(t, s, tk.ID, ev); !r.RetryScheduled || r.Task.Attempt != 2 {
+				t.Fatalf("retry not scheduled: %+v", r.Task)
+			}
+			if n := rc.DocsWrittenIn(store.AttemptsCollection); n != 1 {
+				t.Errorf("the retry wrote %d attempt records, want 1 (the ended one)", n)
+			}
+			got, err := s.Get(ctx, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Attempts) != 2 || got.NotBefore == nil {
+				t.Fatalf("after the retry: attempts %+v, notBefore %v", got.Attempts, got.NotBefore)
+			}
+			second := got.Attempts[1]
+			if second.Attempt != 2 || !second.CreatedAt.Equal(retryAt) || second.ScheduledAt == nil || !second.ScheduledAt.Equal(*got.NotBefore) || second.Outcome != "" {
+				t.Fatalf("attempt 2 %+v, want created at %v, scheduled at %v", second, retryAt, got.NotBefore)
+			}
+			c.ev.Now = got.NotBefore.Add(time.Second)
+			rc.Reset()
+			r := mustApply(t, s, tk.ID, c.ev)
+			code := ""
+			if r.Rejection != nil {
+				code = r.Rejection.Code
+			}
+			if code != c.code || r.Replay != c.replay {
+				t.Errorf("rejection %q, replay %v; want %q, %v", code, r.Replay, c.code, c.replay)
+			}
+			if n := rc.DocsWrittenIn(store.AttemptsCollection); n != c.written {
+				t.Errorf("%d attempt records written, want %d", n, c.written)
+			}
+			after, err := s.Get(ctx, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.State != c.state || len(after.Attempts) < 2 {
+				t.Fatalf("task %s, attempts %+v; want %s", after.State, after.Attempts, c.state)
+			}
+			if a := after.Attempts[1]; !a.CreatedAt.Equal(second.CreatedAt) || !a.ScheduledAt.Equal(*second.ScheduledAt) {
+				t.Errorf("attempt 2 afterwards %+v, want created %v scheduled %v", a, second.CreatedAt, second.ScheduledAt)
+			}
+			if c.written > 0 {
+				// What the record holds, read without the task (attempt
+				// 3, the next retry, is on the task: GET shows it).
+				as, err := s.Attempts(ctx, tk.ID)
+				if len(after.Attempts) != 3 || after.Attempts[2].Attempt != 3 {
+					t.Errorf("GET attempts %+v, want 3", after.Attempts)
+				}
+				if err != nil || len(as) != 2 || !as[1].CreatedAt.Equal(second.CreatedAt) || as[1].ScheduledAt == nil || as[1].WorkerID != "w1" || as[1].Outcome != api.OutcomeFailed {
+					t.Errorf("records %+v (%v)", as, err)
+				}
+			}
+		})
+	}
+}

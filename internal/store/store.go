@@ -671,9 +671,9 @@ func (s *Store) AttemptsOf(ctx context.Context, t *task.Task) ([]task.Attempt, e
 	if err != nil {
 		return nil, err
 	}
-	if len(out) == 0 {
+	if len(out) == 0 || out[len(out)-1].Attempt < t.Attempt {
 		if a := firstAttempt(t); a != nil {
-			out = []task.Attempt{*a}
+			out = append(out, *a)
 		}
 	}
 	for i := range out {
@@ -1228,9 +1228,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		writes = append(writes, aw)
 	}
-	if r.Next != nil {
-		writes = append(writes, setWrite(attemptName(base, r.Next.Attempt), r.Next, true))
-	}
+	// r.Next, a retry's next attempt, is on the task (setLive, firstAttempt).
 	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
 	for i := range r.Transitions {
 		r.Transitions[i].Trace = tp
