@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,8 +89,8 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 // TestFirstAttemptRecordGuard: a task's first attempt has no record until
 // something the task document does not hold must be stored; the attempt
 // guard answers stale, duplicate and forged callbacks exactly as it does
-// against a stored record, and GET shows the attempt with the task's
-// creation time.
+// against a stored record (one an earlier version wrote at submit, the
+// "legacy" runs), and GET shows the attempt with the task's creation time.
 func TestFirstAttemptRecordGuard(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
@@ -106,15 +107,7 @@ func TestFirstAttemptRecordGuard(t *testing.T) {
 	}
 	wrongAttempt := done("w1", api.OutcomeSucceeded)
 	wrongAttempt.Attempt, wrongAttempt.Completed.Attempt = 2, 2
-	cases := []struct {
-		name   string
-		before []task.Event // applied first, each accepted
-		ev     task.Event
-		code   string // the rejection, "" when accepted
-		replay bool
-		state  api.State
-		record bool // attempt 1's record exists afterwards
-	}{
+	cases := []guardCase{
 		{"started", nil, started(1, "w1"), "", false, api.Running, false},
 		{"started for attempt 2 while 1 is current", nil, started(2, "w1"), api.CodeAttemptMismatch, false, api.Queued, false},
 		{"duplicate started", []task.Event{started(1, "w1")}, started(1, "w1"), "", false, api.Running, false},
@@ -125,49 +118,72 @@ func TestFirstAttemptRecordGuard(t *testing.T) {
 		{"identical completed replays", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeSucceeded), "", true, api.Succeeded, true},
 		{"different completed conflicts", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeFailed), api.CodeCompletionConflict, false, api.Succeeded, true},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			now := time.Now().UTC().Truncate(time.Millisecond)
-			tk := mustCreate(t, s, submitted(now, ""), now)
-			record := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Doc("1")
-			exists := func() bool {
-				_, err := record.Get(ctx)
-				return err == nil
-			}
-			if exists() {
-				t.Fatal("Create wrote the first attempt's record")
-			}
-			at := now
-			for _, ev := range append([]task.Event{{Kind: task.EventEnqueued, Attempt: 1}}, c.before...) {
-				at = at.Add(time.Second)
-				ev.Now = at
-				if r := mustApply(t, s, tk.ID, ev); r.Rejection != nil {
-					t.Fatalf("%s: %+v", ev.Kind, r.Rejection)
-				}
-			}
-			c.ev.Now = at.Add(time.Second)
-			r := mustApply(t, s, tk.ID, c.ev)
-			code := ""
-			if r.Rejection != nil {
-				code = r.Rejection.Code
-			}
-			if code != c.code || r.Replay != c.replay {
-				t.Errorf("rejection %q, replay %v; want %q, %v", code, r.Replay, c.code, c.replay)
-			}
-			if got := exists(); got != c.record {
-				t.Errorf("attempt record exists = %v, want %v", got, c.record)
-			}
-			got, err := s.Get(ctx, tk.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State != c.state || len(got.Attempts) != 1 || got.Attempts[0].Attempt != 1 || !got.Attempts[0].CreatedAt.Equal(now) {
-				t.Fatalf("task %s with attempts %+v, want %s with attempt 1 created at %v", got.State, got.Attempts, c.state, now)
-			}
-			if a := got.Attempts[0]; c.state != api.Queued && a.WorkerID != "w1" {
-				t.Errorf("attempt worker %q, want w1", a.WorkerID)
-			}
-		})
+	for _, legacy := range []bool{false, true} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/legacy=%v", c.name, legacy), func(t *testing.T) { c.run(t, s, fs, legacy) })
+		}
+	}
+}
+
+// guardCase is a case of TestFirstAttemptRecordGuard.
+type guardCase struct {
+	name   string
+	before []task.Event // applied first, each accepted
+	ev     task.Event
+	code   string // the rejection, "" when accepted
+	replay bool
+	state  api.State
+	record bool // attempt 1's record exists afterwards (always when legacy)
+}
+
+// run plays c on a new task; with legacy, attempt 1's record is first
+// written as an earlier version's Create wrote it.
+func (c guardCase) run(t *testing.T, s *store.Store, fs *firestore.Client, legacy bool) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	tk := mustCreate(t, s, submitted(now, ""), now)
+	record := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Doc("1")
+	exists := func() bool {
+		_, err := record.Get(ctx)
+		return err == nil
+	}
+	if exists() {
+		t.Fatal("Create wrote the first attempt's record")
+	}
+	if legacy {
+		if _, err := record.Create(ctx, map[string]any{"attempt": 1, "createdAt": now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := now
+	for _, ev := range append([]task.Event{{Kind: task.EventEnqueued, Attempt: 1}}, c.before...) {
+		at = at.Add(time.Second)
+		ev.Now = at
+		if r := mustApply(t, s, tk.ID, ev); r.Rejection != nil {
+			t.Fatalf("%s: %+v", ev.Kind, r.Rejection)
+		}
+	}
+	c.ev.Now = at.Add(time.Second)
+	r := mustApply(t, s, tk.ID, c.ev)
+	code := ""
+	if r.Rejection != nil {
+		code = r.Rejection.Code
+	}
+	if code != c.code || r.Replay != c.replay {
+		t.Errorf("rejection %q, replay %v; want %q, %v", code, r.Replay, c.code, c.replay)
+	}
+	if got := exists(); got != (c.record || legacy) {
+		t.Errorf("attempt record exists = %v, want %v", got, c.record || legacy)
+	}
+	got, err := s.Get(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != c.state || len(got.Attempts) != 1 || got.Attempts[0].Attempt != 1 || !got.Attempts[0].CreatedAt.Equal(now) {
+		t.Fatalf("task %s with attempts %+v, want %s with attempt 1 created at %v", got.State, got.Attempts, c.state, now)
+	}
+	if a := got.Attempts[0]; c.state != api.Queued && a.WorkerID != "w1" {
+		t.Errorf("attempt worker %q, want w1", a.WorkerID)
 	}
 }
 
