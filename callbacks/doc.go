@@ -167,9 +167,10 @@
 // fields it changes (lease, progress, message, checkpoint when sent), in
 // that one document: what it costs does not grow with the payload. The
 // running attempt's heartbeat state lives on the task document and is
-// folded into the attempt record at the attempt's next transition (see
-// internal/store/live.go); GET /v1/tasks/{id} shows it in attempts[] all the
-// same.
+// folded into the attempt record at the attempt's next transition that
+// changes something the task does not hold (an outcome, a job execution: a
+// `started` writes the task alone; see internal/store/live.go); GET
+// /v1/tasks/{id} shows it in attempts[] all the same.
 //
 // Contention (a commit whose precondition failed: another writer changed
 // the task after the read) reads and applies again, which costs 2 RPCs

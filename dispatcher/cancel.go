@@ -70,7 +70,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := res.Task
-	if as, err := h.cfg.Store.Attempts(r.Context(), id); err == nil {
+	if as, err := h.cfg.Store.AttemptsOf(r.Context(), &t); err == nil {
 		t.Attempts = as
 	} else {
 		// The cancel is committed: answer with what is known rather than

@@ -51,10 +51,12 @@
 //
 // A valid submit is one Firestore commit ([store.Store.CreateMany]) and one
 // enqueue ([enqueue.Enqueuer.Enqueue]). The commit writes the task already
-// QUEUED, its first attempt record, its idempotency record, both of its
-// events (→ PENDING, PENDING → QUEUED) to the outbox, and its run's
-// document (runs/{runId}, rewritten at most once a minute per process:
-// store.RunDocumentEvery). The enqueue then hands the attempt to its
+// QUEUED, its idempotency record, both of its events (→ PENDING,
+// PENDING → QUEUED) to the outbox, and its run's document (runs/{runId},
+// rewritten at most once a minute per process: store.RunDocumentEvery).
+// The first attempt's record is not written until it holds something the
+// task document does not (internal/store/live.go); GET shows the attempt
+// all the same. The enqueue then hands the attempt to its
 // transport: a Cloud Task on the worker's queue (docs/contract.md §2), or
 // a message on a pull pool's topic (§10).
 //

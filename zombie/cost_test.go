@@ -10,6 +10,8 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servo-dev/servo/api"
@@ -50,7 +52,8 @@ func seedRunning(t testing.TB, st *store.Store, project string, n, due int) {
 	seed(n-due, live, now)
 }
 
-// cloneTask writes n copies of task id's document and its attempt 1 under
+// cloneTask writes n copies of task id's document and its attempt 1 (if it
+// has a record) under
 // new task ids, straight through Firestore's API (test-only bulk seeding).
 func cloneTask(t testing.TB, project, id string, n int) {
 	t.Helper()
@@ -70,8 +73,9 @@ func cloneTask(t testing.TB, project, id string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A started attempt 1 has no record yet (it is on the task document).
 	att, err := client.GetDocument(ctx, &pb.GetDocumentRequest{Name: tasks + store.TaskDocID(id) + "/attempts/1"})
-	if err != nil {
+	if err != nil && status.Code(err) != codes.NotFound {
 		t.Fatal(err)
 	}
 	const perCommit = 500
@@ -91,9 +95,12 @@ func cloneTask(t testing.TB, project, id string, n int) {
 		td := proto.Clone(tmpl).(*pb.Document)
 		td.Name, td.CreateTime, td.UpdateTime = tasks+store.TaskDocID(nid), nil, nil
 		td.Fields["taskId"] = &pb.Value{ValueType: &pb.Value_StringValue{StringValue: nid}}
-		ad := proto.Clone(att).(*pb.Document)
-		ad.Name, ad.CreateTime, ad.UpdateTime = tasks+store.TaskDocID(nid)+"/attempts/1", nil, nil
-		writes = append(writes, &pb.Write{Operation: &pb.Write_Update{Update: td}}, &pb.Write{Operation: &pb.Write_Update{Update: ad}})
+		writes = append(writes, &pb.Write{Operation: &pb.Write_Update{Update: td}})
+		if att != nil {
+			ad := proto.Clone(att).(*pb.Document)
+			ad.Name, ad.CreateTime, ad.UpdateTime = tasks+store.TaskDocID(nid)+"/attempts/1", nil, nil
+			writes = append(writes, &pb.Write{Operation: &pb.Write_Update{Update: ad}})
+		}
 		if len(writes) >= perCommit {
 			flush()
 		}

@@ -12,7 +12,9 @@
 //	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
 //	                                error, output, metrics, completion digest;
-//	                                expireAt (TTL) once it has ended.
+//	                                expireAt (TTL) once it has ended. Written
+//	                                only when it holds something the task
+//	                                document does not (see "Attempt records").
 //	runs/{runId}.{tenantKey}        Run: runId, tenantId, lastSubmitAt and
 //	                                expireAt (TTL).
 //	outages/{id}                    from, to, expireAt: a span during which
@@ -101,13 +103,35 @@
 // through a field mask that leaves out everything large, and writes only the
 // fields it changed (an update mask): the running attempt's heartbeat state
 // lives on the task (task.Task.Live) and is folded into the attempt record
-// at the attempt's next transition (live.go). A heartbeat that makes a
-// transition reads the whole task and attempt again first: 3 RPCs, on that
-// rare path. Create costs 1 (a Commit with exists=false preconditions), or
+// at the attempt's next transition that writes it (live.go). A heartbeat
+// that makes a transition reads the whole task and attempt again first: 3
+// RPCs, on that rare path. Create costs 1 (a Commit with exists=false preconditions), or
 // 3 for a repeated idempotency key; CreateMany puts as many tasks in one
 // commit as Firestore's limits allow. The figures are measured by
 // [RPCCounter] in store_test.go; a lost race retries with backoff and
 // counts again.
+//
+// # Attempt records
+//
+// An attempt's record is written only by a transition that changes
+// something of it the task document does not hold: its outcome (with its
+// error, output, metrics, completion digest and expiry) or a job
+// execution. Everything else is on the task: the first attempt's number
+// and creation time are the task's (Create writes no record), a retry's
+// next attempt's creation and scheduled times are task.Task.Live (the
+// retry writes the ended attempt's record only), and so are a running
+// attempt's worker id, start, heartbeats, progress, message and checkpoint
+// (a `started` writes the task document alone: mirrored). Every read of an
+// attempt lays the task's live state over the record, or stands in for the
+// current attempt's missing one (firstAttempt: fullOnce, Get, AttemptsOf),
+// so that the attempt guard and GET see what a record would hold;
+// Attempts reads records alone, complete for an ended task (the dead
+// letters). One lifecycle (submit, started, heartbeats, completed) writes
+// the record once, at completion, and a retry one record, not two.
+// Records written by earlier versions (at submit, at every transition, at
+// the retry) read the same; no migration step. During a rolling update an
+// earlier version that handles a callback of an attempt with no record
+// stamps its creation time with the callback's.
 //
 // # Outages
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/protobuf/proto"
@@ -17,8 +18,9 @@ import (
 // checkpoint) and writes only the fields it changed, through an update
 // mask, in that one document: the current attempt's heartbeat state lives
 // on the task (task.Task.Live) and is folded into the attempt record at the
-// attempt's next transition. Its cost does not grow with the payload or
-// with a checkpoint stored earlier.
+// attempt's next transition that changes something Live does not hold (a
+// `started` writes only the task document: mirrored). Its cost does not
+// grow with the payload or with a checkpoint stored earlier.
 
 // liveField is the task document's field that holds task.Task.Live.
 const liveField = "live"
@@ -52,7 +54,12 @@ func HeartbeatReadMask() []string { return slices.Clone(heartbeatMask) }
 
 // liveOf is the heartbeat state of a running attempt's record.
 func liveOf(a *task.Attempt) *task.LiveAttempt {
-	return &task.LiveAttempt{Attempt: a.Attempt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
+	var created *time.Time
+	if !a.CreatedAt.IsZero() {
+		c := a.CreatedAt
+		created = &c
+	}
+	return &task.LiveAttempt{Attempt: a.Attempt, CreatedAt: created, ScheduledAt: a.ScheduledAt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
 		Heartbeats: a.Heartbeats, HeartbeatTicks: a.HeartbeatTicks, ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint}
 }
 
@@ -60,6 +67,12 @@ func liveOf(a *task.Attempt) *task.LiveAttempt {
 func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	if a == nil || l == nil || l.Attempt != a.Attempt {
 		return
+	}
+	if l.CreatedAt != nil {
+		a.CreatedAt = *l.CreatedAt
+	}
+	if l.ScheduledAt != nil {
+		a.ScheduledAt = l.ScheduledAt
 	}
 	if l.WorkerID != "" {
 		a.WorkerID = l.WorkerID
@@ -84,14 +97,60 @@ func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	}
 }
 
-// setLive makes the task's live state follow the result: the current
-// attempt's heartbeat state while it runs, nothing once it has ended or a
-// new attempt has begun.
+// firstAttempt is the record of t's current attempt while it has none:
+// Create does not write the first attempt's, since all it would hold (the
+// attempt number and the task's creation time) is on the task document, and
+// a retry does not write the next attempt's, whose creation and scheduled
+// times it puts in the task's live state (setLive). The first transition
+// that changes something the live state does not mirror writes it
+// (fullOnce, mirrored). Nil when t does not say (a later attempt whose
+// record an earlier version wrote at the retry).
+func firstAttempt(t *task.Task) *task.Attempt {
+	switch l := t.Live; {
+	case l != nil && l.Attempt == t.Attempt && l.CreatedAt != nil:
+		return &task.Attempt{Attempt: t.Attempt, CreatedAt: *l.CreatedAt, ScheduledAt: l.ScheduledAt}
+	case t.Attempt == 1:
+		return &task.Attempt{Attempt: 1, CreatedAt: t.CreatedAt}
+	}
+	return nil
+}
+
+// mirrored reports whether the task document's live state l (nil: none)
+// already carries every change of the attempt a over its stored record rec
+// (nothing changed counts): a read
+// of rec overlaid with l (Get, Attempts, the next transition's read) sees
+// a, so the record need not be written. An ended attempt is never mirrored
+// (its live state is cleared), nor a change of a field Live does not hold
+// (an execution, an outcome, an expiry).
+func mirrored(rec *task.Attempt, l *task.LiveAttempt, a *task.Attempt) bool {
+	if rec == nil || a == nil || a.Ended() || rec.Attempt != a.Attempt {
+		return false
+	}
+	seen := *rec
+	overlay(&seen, l)
+	want, got := encodeFields(a), encodeFields(&seen)
+	if len(want) != len(got) {
+		return false
+	}
+	for k, v := range want {
+		if !proto.Equal(v, got[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// setLive makes the task's live state follow the result: a retry's next
+// attempt from its creation, the current attempt's heartbeat state while
+// it runs (and a later attempt's creation until then), nothing once it has
+// ended.
 func setLive(r *task.Result) {
 	switch a := r.Attempt; {
+	case r.Next != nil && r.Next.Attempt == r.Task.Attempt:
+		r.Task.Live = liveOf(r.Next)
 	case a != nil && a.Attempt == r.Task.Attempt:
 		r.Task.Live = nil
-		if !a.Ended() && a.WorkerID != "" {
+		if !a.Ended() && (a.WorkerID != "" || a.Attempt > 1) {
 			r.Task.Live = liveOf(a)
 		}
 	case r.Task.Live != nil && r.Task.Live.Attempt != r.Task.Attempt:
@@ -120,7 +179,7 @@ func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event) (ta
 		return task.Result{}, err
 	}
 	var cur *task.Attempt
-	if l := before.Live; l != nil && l.Attempt == ev.Attempt {
+	if l := before.Live; l != nil && l.Attempt == ev.Attempt && l.WorkerID != "" {
 		// The attempt as far as the masked read shows it (no checkpoint).
 		cur = &task.Attempt{Attempt: l.Attempt}
 		overlay(cur, l)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"sync"
@@ -19,6 +20,7 @@ type RPCCounter struct {
 	mu       sync.Mutex
 	counts   map[string]int
 	received map[string]int64
+	written  map[string]int // writes by collection id
 	usage    Usage
 }
 
@@ -41,7 +43,7 @@ type Usage struct {
 
 // NewRPCCounter returns an empty counter.
 func NewRPCCounter() *RPCCounter {
-	return &RPCCounter{counts: map[string]int{}, received: map[string]int64{}}
+	return &RPCCounter{counts: map[string]int{}, received: map[string]int64{}, written: map[string]int{}}
 }
 
 func shortMethod(method string) string {
@@ -65,13 +67,18 @@ func (c *RPCCounter) sent(m any) {
 		return
 	}
 	n, writes, entries := proto.Size(msg), 0, 0
+	var colls []string
 	if r, ok := msg.(*pb.CommitRequest); ok {
 		writes = len(r.GetWrites())
 		for _, w := range r.GetWrites() {
 			entries += IndexEntries(w)
+			colls = append(colls, collectionOf(cmp.Or(w.GetUpdate().GetName(), w.GetDelete(), w.GetTransform().GetDocument())))
 		}
 	}
 	c.mu.Lock()
+	for _, coll := range colls {
+		c.written[coll]++
+	}
 	c.usage.BytesSent += n
 	c.usage.DocsWritten += writes
 	c.usage.IndexEntries += entries
@@ -176,6 +183,15 @@ func (c *RPCCounter) Usage() Usage {
 	return c.usage
 }
 
+// DocsWrittenIn is how many of the writes counted were to documents of
+// the collection (or subcollection) with the id coll, e.g.
+// AttemptsCollection.
+func (c *RPCCounter) DocsWrittenIn(coll string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.written[coll]
+}
+
 // Total is the number of RPCs counted.
 func (c *RPCCounter) Total() int {
 	c.mu.Lock()
@@ -188,6 +204,7 @@ func (c *RPCCounter) Reset() {
 	c.mu.Lock()
 	c.counts = map[string]int{}
 	c.received = map[string]int64{}
+	c.written = map[string]int{}
 	c.usage = Usage{}
 	c.mu.Unlock()
 }

@@ -367,7 +367,8 @@ const (
 )
 
 // Create stores a submitted task (ID set, fields validated) as PENDING with
-// its first attempt record and creation event, in one commit. When the task
+// its creation event, in one commit (its first attempt's record is written
+// later, when it holds something the task does not: firstAttempt). When the task
 // has an idempotency key and a task already exists for (tenant, key), that
 // task is returned with existed = true and nothing is written.
 func (s *Store) Create(ctx context.Context, t task.Task, now time.Time) (created task.Task, existed bool, err error) {
@@ -385,7 +386,7 @@ type CreateResult struct {
 }
 
 // CreateMany stores submitted tasks (IDs set, fields validated) with their
-// first attempt records, idempotency records and events, and the document
+// idempotency records and events, and the document
 // of each run they belong to (runs/{runId}, once per run per commit), in as few commits
 // as Firestore's limits allow (MaxCommitWrites, MaxCommitBytes): a single
 // task is one Commit RPC. With queued, each task is stored already QUEUED
@@ -514,10 +515,10 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	for i := range trs {
 		trs[i].Trace = nt.Trace
 	}
-	writes := []*pb.Write{
-		setWrite(s.taskName(nt.ID), nt, true),
-		setWrite(attemptName(s.taskName(nt.ID), 1), a, true),
-	}
+	// The first attempt's record is not written yet: until something the
+	// task document does not hold must be stored, it is the task's
+	// (firstAttempt).
+	writes := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}
 	for _, tr := range trs {
 		writes = append(writes, s.outboxWrite(tr))
 	}
@@ -657,17 +658,34 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 	if err != nil {
 		return t, err
 	}
-	t.Attempts, err = s.attempts(ctx, s.taskName(id))
-	if err == nil && len(t.Attempts) == 0 && s.legacyNames.Load() {
-		t.Attempts, err = s.attempts(ctx, s.legacyTaskName(id))
-	}
-	for i := range t.Attempts {
-		overlay(&t.Attempts[i], t.Live)
-	}
+	t.Attempts, err = s.AttemptsOf(ctx, &t)
 	return t, err
 }
 
-// Attempts reads a task's attempt records, oldest first.
+// AttemptsOf reads the attempts of task t (as read, or as a transition
+// left it), oldest first, as Get shows them: the records with t's live
+// state laid over them, and the first attempt from t while it has no
+// record (firstAttempt).
+func (s *Store) AttemptsOf(ctx context.Context, t *task.Task) ([]task.Attempt, error) {
+	out, err := s.Attempts(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 || out[len(out)-1].Attempt < t.Attempt {
+		if a := firstAttempt(t); a != nil {
+			out = append(out, *a)
+		}
+	}
+	for i := range out {
+		overlay(&out[i], t.Live)
+	}
+	return out, nil
+}
+
+// Attempts reads a task's attempt records, oldest first, as stored: an
+// ended task's are complete (the dead letters read them); a running
+// attempt's live state and a first attempt that has no record yet are on
+// the task document, which Get and AttemptsOf lay over them.
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
 	out, err := s.attempts(ctx, s.taskName(id))
 	if err == nil && len(out) == 0 && s.legacyNames.Load() {
@@ -1160,12 +1178,18 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 	}
 	ad := docs[attemptName(base, want)]
-	var cur *task.Attempt
+	var cur, rec *task.Attempt // rec: the record as stored (or firstAttempt), cur: overlaid
 	if ad != nil {
-		cur = new(task.Attempt)
-		if err := decodeFields(ad.GetFields(), cur); err != nil {
+		rec = new(task.Attempt)
+		if err := decodeFields(ad.GetFields(), rec); err != nil {
 			return task.Result{}, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
+	} else if want == t.Attempt {
+		rec = firstAttempt(&t)
+	}
+	if rec != nil {
+		c := *rec
+		cur = &c
 		overlay(cur, t.Live)
 	}
 	if ev.Kind == task.EventAdmit && t.WaitingSince != nil && tx != nil {
@@ -1197,16 +1221,14 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	tw.CurrentDocument = precond(td)
 	writes := []*pb.Write{tw}
 	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
-	if r.Attempt != nil {
+	if r.Attempt != nil && !(r.Attempt.Attempt == want && mirrored(rec, r.Task.Live, r.Attempt)) {
 		aw := setWrite(attemptName(base, r.Attempt.Attempt), r.Attempt, false)
 		if r.Attempt.Attempt == want {
 			aw.CurrentDocument = precond(ad)
 		}
 		writes = append(writes, aw)
 	}
-	if r.Next != nil {
-		writes = append(writes, setWrite(attemptName(base, r.Next.Attempt), r.Next, true))
-	}
+	// r.Next, a retry's next attempt, is on the task (setLive, firstAttempt).
 	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
 	for i := range r.Transitions {
 		r.Transitions[i].Trace = tp

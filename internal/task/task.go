@@ -71,10 +71,12 @@ type Task struct {
 	// sweeper's admit duty hands it one, oldest first, when a slot frees.
 	WaitingSince *time.Time `json:"waitingSince,omitempty" firestore:"waitingSince"`
 
-	// Live is the current attempt's heartbeat state, kept on the task
-	// document so that a heartbeat reads and writes one small document. The
+	// Live is the current attempt's heartbeat state (and a retry's
+	// creation and schedule), kept on the task document so that a
+	// heartbeat reads and writes one small document. The
 	// store folds it into the attempt record at the attempt's transitions
-	// and overlays it on reads (Attempts shows it); it is not part of the
+	// that change something else of it (an outcome, an execution) and
+	// overlays it on reads (Attempts shows it); it is not part of the
 	// API's JSON.
 	Live *LiveAttempt `json:"-" firestore:"live"`
 
@@ -127,9 +129,12 @@ type Attempt struct {
 }
 
 // LiveAttempt is what a heartbeat changes of the current attempt, stored
-// on the task document (Task.Live).
+// on the task document (Task.Live), and a later attempt's creation (its
+// record is written when it holds something more).
 type LiveAttempt struct {
 	Attempt         int             `firestore:"attempt"`
+	CreatedAt       *time.Time      `firestore:"createdAt"`
+	ScheduledAt     *time.Time      `firestore:"scheduledAt"`
 	WorkerID        string          `firestore:"workerId"`
 	StartedAt       *time.Time      `firestore:"startedAt"`
 	LastHeartbeatAt *time.Time      `firestore:"lastHeartbeatAt"`
