@@ -58,7 +58,7 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 const maxWritesPerCommit = 500
 
 // ErrUndelivered is wrapped by Publish and Redrive when some events were
-// not delivered (or not marked delivered); they stay in the outbox.
+// not delivered (or their entries not deleted); they stay in the outbox.
 var ErrUndelivered = errors.New("events: not delivered")
 
 // Outbox is the part of the store the publisher uses; *store.Store
@@ -70,8 +70,9 @@ type Outbox interface {
 	Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
 	// OutboxGroups splits the due shards into the groups Undelivered takes.
 	OutboxGroups() [][]int
-	// MarkDelivered marks entries delivered, in one commit.
-	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
+	// DeleteDelivered deletes the entries of delivered events, in one
+	// commit.
+	DeleteDelivered(ctx context.Context, eventIDs []string) error
 	// MarkFailed records failed deliveries and their next try, in one commit.
 	MarkFailed(ctx context.Context, failures []store.OutboxFailure) error
 	// Attempts returns a task's attempt records, oldest first.
@@ -322,8 +323,8 @@ func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
 // Publish delivers committed transitions now, on the caller's goroutine
 // (the hook's sender uses it; so may tools): it publishes them (in seq order
 // per task, ordering key = task id) and their dead letters, waits for
-// Pub/Sub's acks, and marks the delivered ones in one commit. It costs one
-// Firestore RPC (MarkDelivered), plus one read of the attempt history per
+// Pub/Sub's acks, and deletes the delivered ones' entries in one commit. It
+// costs one Firestore RPC (DeleteDelivered: one delete per event), plus one read of the attempt history per
 // dead letter. It runs even when ctx is cancelled (the transitions are
 // committed), bounded by the publish timeout. Failures are logged and
 // returned wrapping ErrUndelivered; the entries stay undelivered.
@@ -342,7 +343,7 @@ func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
 }
 
 // Redrive publishes the outbox entries still undelivered after the grace
-// period, in seq order per task, and marks them delivered: the events a
+// period, in seq order per task, and deletes them once delivered: the events a
 // crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
 // it every pass. Failures are isolated per entry: an entry whose event or
 // dead letter is not acked gets a next try after a backoff
@@ -350,7 +351,7 @@ func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
 // period), is skipped by the reads until then, and the pass goes on with
 // the other entries. It reads batches until the outbox has no entry due, a
 // batch delivers nothing (an outage: its entries are backed off and the
-// next pass goes on), a mark fails, or RedriveMaxBatches batches were
+// next pass goes on), a delete fails, or RedriveMaxBatches batches were
 // read. Concurrent calls on one Publisher run one at a time.
 func (p *Publisher) Redrive(ctx context.Context) error {
 	p.redriveMu.Lock()
@@ -407,7 +408,7 @@ func heldBack(due, waiting []store.OutboxEntry) []store.OutboxEntry {
 }
 
 // redriveShard is Redrive for one group of due shards: batches of
-// undelivered entries until none is left, a mark fails, a batch delivers
+// undelivered entries until none is left, a delete fails, a batch delivers
 // nothing (outage), or RedriveMaxBatches batches were read.
 func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
 	var errs []error
@@ -451,7 +452,7 @@ func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.T
 		total += n
 		failedTotal += len(failed)
 		if markErr != nil {
-			// Entries not marked would be read again by the next batch.
+			// Entries not deleted would be read again by the next batch.
 			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
 			break
 		}
@@ -500,18 +501,18 @@ type pending struct {
 	err error // set when a message could not even be built or sent
 }
 
-// mark records a batch's results: the delivered ids (one commit per
-// Firestore's write limit) and, for the re-drive, the failed entries with
-// their next try. Each is bounded by the publish timeout. It returns how
-// many were marked delivered.
+// mark records a batch's results: the delivered ids' entries deleted (one
+// commit per Firestore's write limit) and, for the re-drive, the failed
+// entries with their next try. Each is bounded by the publish timeout. It
+// returns how many delivered entries were deleted.
 func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item, op string) (int, error) {
 	mctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	n, err := p.markDelivered(mctx, delivered)
+	n, err := p.deleteDelivered(mctx, delivered)
 	if err != nil {
-		p.log.WarnContext(ctx, "events: published events not marked delivered; they will be re-published",
+		p.log.WarnContext(ctx, "events: published events' entries not deleted; they will be re-published",
 			"op", op, "events", len(delivered)-n, "error", err.Error())
-		return n, fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(delivered)-n, err)
+		return n, fmt.Errorf("%w: %d events published but their entries not deleted: %w", ErrUndelivered, len(delivered)-n, err)
 	}
 	if len(failed) == 0 {
 		return n, nil
@@ -618,11 +619,12 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 	return delivered, nil, nil
 }
 
-// markDelivered marks ids delivered, one commit per Firestore's write limit.
-func (p *Publisher) markDelivered(ctx context.Context, ids []string) (int, error) {
+// deleteDelivered deletes the entries of the delivered ids, one commit per
+// Firestore's write limit.
+func (p *Publisher) deleteDelivered(ctx context.Context, ids []string) (int, error) {
 	done := 0
 	for chunk := range slices.Chunk(ids, maxWritesPerCommit) {
-		if err := p.outbox.MarkDelivered(ctx, chunk, p.now()); err != nil {
+		if err := p.outbox.DeleteDelivered(ctx, chunk); err != nil {
 			return done, err
 		}
 		done += len(chunk)

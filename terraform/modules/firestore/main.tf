@@ -168,6 +168,17 @@ resource "google_firestore_field" "tasks_live" {
   index_config {}
 }
 
+# A task's recent transitions (the events endpoints read them with the
+# task; store.FieldExemptions).
+resource "google_firestore_field" "tasks_history" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "history"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "attempts_output" {
   project    = var.project_id
   database   = google_firestore_database.this.name
