@@ -1466,7 +1466,8 @@ type OutboxFailure struct {
 
 // MarkFailed records failed deliveries, in one commit (at most 500): each
 // entry stays undelivered and is skipped by Undelivered until its
-// NextTryAt.
+// NextTryAt. An entry deleted meanwhile (delivered by another instance)
+// is left alone.
 func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
 	if len(failures) == 0 {
 		return nil
@@ -1485,6 +1486,17 @@ func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error 
 		})
 	}
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	if status.Code(err) == codes.NotFound {
+		// An entry was delivered (deleted) by another instance meanwhile:
+		// record the others one by one; the deleted ones need nothing.
+		err = nil
+		for _, w := range writes {
+			_, e := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
+			if status.Code(e) != codes.NotFound {
+				err = cmp.Or(err, e)
+			}
+		}
+	}
 	return wrap("mark failed", err)
 }
 
