@@ -224,7 +224,7 @@ func TestCostModel(t *testing.T) {
 		cloudTasks map[string]int
 		events     int64
 	}{
-		// One commit; the two events' delivery mark is one more.
+		// One commit; deleting the two events' delivered entries is one more.
 		{"submit", map[string]int{"Commit": 2}, map[string]int{"CreateTask": 1}, 2},
 		{"started", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		{"heartbeat", map[string]int{"BatchGetDocuments": 1, "Commit": 1}, map[string]int{}, 0},

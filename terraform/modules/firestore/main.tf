@@ -420,6 +420,8 @@ resource "google_firestore_field" "runs_last_submit_at" {
 # indexing: no query filters on it, and an indexed, steadily increasing
 # timestamp would only add write cost and hotspots.
 
+# Outbox entries: a delivered entry is deleted at once; only the entries an
+# older version marked delivered carry expireAt.
 resource "google_firestore_field" "outbox_expire_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
