@@ -122,3 +122,58 @@ func stripHistory(t *testing.T, fs *firestore.Client, id string) {
 		t.Fatal(err)
 	}
 }
+
+// TestOutboxEntriesAfterDelivery: a failed delivery recorded for entries
+// one of which another instance delivered (deleted) meanwhile records the
+// others and leaves the deleted one gone; an entry an older version marked
+// delivered (delivered, expireAt: its TTL) is never returned for delivery
+// again, and OutboxEntries shows every transition delivered or not.
+func TestOutboxEntriesAfterDelivery(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	fs, err := firestore.NewClient(ctx, s.Project())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tk := mustCreate(t, s, submitted(now, ""), now)
+	mustApply(t, s, tk.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now})
+	mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w", Now: now})
+	ids := []string{task.EventID(tk.ID, 1), task.EventID(tk.ID, 2), task.EventID(tk.ID, 3)}
+	stored := func(id string) bool {
+		_, err := fs.Collection(store.OutboxCollection).Doc(id).Get(ctx)
+		return err == nil
+	}
+
+	// Entry 1 delivered by another instance; entry 2 by an older version.
+	if err := s.DeleteDelivered(ctx, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Collection(store.OutboxCollection).Doc(ids[1]).Update(ctx, []firestore.Update{
+		{Path: "delivered", Value: true}, {Path: "expireAt", Value: now.Add(7 * 24 * time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	next := now.Add(time.Minute)
+	fails := []store.OutboxFailure{{EventID: ids[0], Tries: 1, NextTryAt: next}, {EventID: ids[2], Tries: 1, NextTryAt: next}}
+	if err := s.MarkFailed(ctx, fails); err != nil {
+		t.Fatalf("MarkFailed with an entry deleted meanwhile: %v", err)
+	}
+	if stored(ids[0]) {
+		t.Errorf("MarkFailed recreated the deleted entry %s", ids[0])
+	}
+	shard := []int{store.DueShardOf(tk.ID, s.DueShards())}
+	und, err := s.Undelivered(ctx, shard, next.Add(time.Hour), 10)
+	if err != nil || len(und) != 1 || und[0].EventID != ids[2] || und[0].Tries != 1 || !und[0].NextTryAt.Equal(next) {
+		t.Fatalf("undelivered = %+v, %v; want only %s, tried once", und, err, ids[2])
+	}
+	es, err := s.OutboxEntries(ctx, tk.ID)
+	if err != nil || len(es) != 3 {
+		t.Fatalf("outbox entries %+v, %v", es, err)
+	}
+	for i, e := range es {
+		if e.EventID != ids[i] || e.Delivered != (i < 2) {
+			t.Errorf("entry %d: %s delivered %v, want %s delivered %v", i, e.EventID, e.Delivered, ids[i], i < 2)
+		}
+	}
+}
