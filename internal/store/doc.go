@@ -10,8 +10,9 @@
 //	                                once it has ended (retention.go); history:
 //	                                its recent transitions (task.Step, unindexed,
 //	                                the most recent task.HistoryLimit within
-//	                                task.HistoryBytes), appended by the commit of
-//	                                each transition.
+//	                                task.HistoryBytes and the room the payload
+//	                                leaves), appended by the commit of each
+//	                                transition.
 //	tasks/{hhhh}_{taskId}/attempts/{n}
 //	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
