@@ -26,7 +26,8 @@ const (
 	// writer that committed them.
 	DefaultGrace = 10 * time.Second
 	// DefaultPublishTimeout bounds one Publish or one Redrive batch waiting
-	// for Pub/Sub (and, separately, the commit that marks it delivered).
+	// for Pub/Sub (and, separately, the commit that deletes the delivered
+	// entries).
 	// The wait is the sender's, never the writer's: the hook only queues.
 	DefaultPublishTimeout = 5 * time.Second
 	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
@@ -148,8 +149,8 @@ const (
 	// DefaultMaxQueue bounds the transitions waiting for the sender; past
 	// it the hook leaves them to Redrive (they are in the outbox).
 	DefaultMaxQueue = 10000
-	// sendBatch is the most transitions one send publishes and marks
-	// delivered in one commit.
+	// sendBatch is the most transitions one send publishes and deletes
+	// in one commit once delivered.
 	sendBatch = 500
 )
 
@@ -223,7 +224,7 @@ func (p *Publisher) Close() {
 // Hook returns the function to register with store.OnCommit. It only
 // queues the committed transitions for the sender and returns at once, so
 // a callback answers as soon as its transaction commits: publishing and
-// marking delivered happen off the request's path, many transitions to a
+// deleting the delivered entries happen off the request's path, many transitions to a
 // commit. What the sender cannot deliver (Pub/Sub down, a full queue, a
 // crash) stays in the outbox for Redrive. A task's transitions are queued
 // in commit order (the store runs one transaction per task at a time and
@@ -259,7 +260,8 @@ func (p *Publisher) poke() {
 }
 
 // send is the sender: it takes up to sendBatch queued transitions at a
-// time, publishes them and marks them delivered in one commit, until Close.
+// time, publishes them and deletes their delivered entries in one commit,
+// until Close.
 func (p *Publisher) send() {
 	defer close(p.stopped)
 	for {
