@@ -159,7 +159,8 @@ type CountsResponse struct {
 // EventsResponse answers GET /v1/tasks/{id}/events and
 // GET /v1/runs/{runId}/events: the recorded transitions, each task's in seq
 // order (a run's grouped by task), exactly as the events topic carries
-// them. Entries are kept for store.OutboxRetention after delivery.
+// them. They are kept on the task's document (its most recent 200
+// transitions) for as long as the task.
 type EventsResponse struct {
 	Events []Event `json:"events"`
 }

@@ -49,8 +49,8 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	entries, err := h.cfg.Store.OutboxEntries(r.Context(), t.ID)
-	h.writeEvents(w, r, entries, err)
+	trs, err := h.cfg.Store.TaskEvents(r.Context(), t)
+	h.writeEvents(w, r, trs, err)
 }
 
 // runEvents serves GET /v1/runs/{runId}/events.
@@ -65,18 +65,18 @@ func (h *handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, e)
 		return
 	}
-	entries, err := h.cfg.Store.RunOutboxEntriesOf(r.Context(), id, tenants)
-	h.writeEvents(w, r, entries, err)
+	trs, err := h.cfg.Store.RunEvents(r.Context(), id, tenants)
+	h.writeEvents(w, r, trs, err)
 }
 
-func (h *handler) writeEvents(w http.ResponseWriter, r *http.Request, entries []store.OutboxEntry, err error) {
+func (h *handler) writeEvents(w http.ResponseWriter, r *http.Request, trs []task.Transition, err error) {
 	if err != nil {
 		h.storeError(w, r, err)
 		return
 	}
-	resp := api.EventsResponse{Events: make([]api.Event, 0, len(entries))}
-	for _, e := range entries {
-		resp.Events = append(resp.Events, events.EventOf(e.Transition))
+	resp := api.EventsResponse{Events: make([]api.Event, 0, len(trs))}
+	for _, tr := range trs {
+		resp.Events = append(resp.Events, events.EventOf(tr))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -15,7 +15,7 @@ func TestAttribute(t *testing.T) {
 		{Commit: 1, Doc: "quotas/t-0", Collection: "quotas"},
 		{Commit: 1, Doc: "tasks/a", Collection: "tasks", TaskID: "a", Entries: []store.RecordedEntry{{Index: "tasks.__name__", Value: "tasks/a"}}},
 		{Commit: 1, Doc: "runs/r", Collection: "runs"},
-		// A delivery mark: the outbox entry holds its task's id.
+		// A failed delivery's record: the outbox entry holds its task's id.
 		{Commit: 2, Doc: "outbox/e", Collection: "outbox", TaskID: "b"},
 		// The sweeper's record, and a delete.
 		{Commit: 3, Doc: "meta/sweeper", Collection: "meta"},

@@ -55,8 +55,10 @@
 // and OutboxEntries (task), LastSweep, DueBacklog (4 duties × due shards
 // count aggregations, no document read), OutboxBacklog (a count and one
 // entry per shard), the 10 latest FAILED tasks with their attempts, and
-// RecentTransitions (at most 2 000 outbox entries projected to two fields,
-// re-read at most every 30 s; the chart says when the bound cut it). Every
+// RecentTransitions (at most 2 000 tasks created from an hour before the
+// chart's hour, newest first, projected to their history, re-read at most
+// every 30 s; the chart says when the bound cut it, and does not count
+// transitions of tasks created earlier). Every
 // query is served by an index Servo already declares (store.Indexes) or by
 // single-field indexes.
 //

@@ -206,11 +206,11 @@ func costTable(t *testing.T) []opCost {
 func TestCostModel(t *testing.T) {
 	rows := costTable(t)
 	var b strings.Builder
-	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | docs deleted | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d (%s) | %d | %d | %d | %d | %d | %s | %d |\n", r.name, r.usage.RPCs, calls(r.firestore), r.usage.DocsRead, r.usage.DocsWritten,
-			r.usage.IndexEntries, r.usage.BytesSent, r.usage.BytesReceived, calls(r.cloudTasks), r.events)
+		fmt.Fprintf(&b, "| %s | %d (%s) | %d | %d | %d | %d | %d | %d | %s | %d |\n", r.name, r.usage.RPCs, calls(r.firestore), r.usage.DocsRead, r.usage.DocsWritten,
+			r.usage.DocsDeleted, r.usage.IndexEntries, r.usage.BytesSent, r.usage.BytesReceived, calls(r.cloudTasks), r.events)
 	}
 	t.Log("\n" + b.String())
 
@@ -224,7 +224,7 @@ func TestCostModel(t *testing.T) {
 		cloudTasks map[string]int
 		events     int64
 	}{
-		// One commit; the two events' delivery mark is one more.
+		// One commit; deleting the two events' delivered entries is one more.
 		{"submit", map[string]int{"Commit": 2}, map[string]int{"CreateTask": 1}, 2},
 		{"started", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		{"heartbeat", map[string]int{"BatchGetDocuments": 1, "Commit": 1}, map[string]int{}, 0},
@@ -239,6 +239,13 @@ func TestCostModel(t *testing.T) {
 		got := byName[c.op]
 		if !maps.Equal(got.firestore, c.firestore) || !maps.Equal(got.cloudTasks, c.cloudTasks) || got.events != c.events {
 			t.Errorf("%s: Firestore %v, Cloud Tasks %v, %d messages; want %v, %v, %d", c.op, got.firestore, got.cloudTasks, got.events, c.firestore, c.cloudTasks, c.events)
+		}
+	}
+	// Each event's outbox entry is deleted once delivered (no dead letter
+	// here: every message is an event), and nothing else is.
+	for _, r := range rows {
+		if r.usage.DocsDeleted != int(r.events) {
+			t.Errorf("%s: %d documents deleted, want %d (one per event delivered)", r.name, r.usage.DocsDeleted, r.events)
 		}
 	}
 	if hb := byName["heartbeat"]; hb.usage.DocsWritten != 1 || hb.usage.DocsRead != 1 {

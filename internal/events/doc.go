@@ -18,9 +18,10 @@
 //     Pub/Sub outage). One sender goroutine per Publisher takes up to 500
 //     queued transitions at a time, publishes them (ordering key = task id,
 //     in commit order per task), waits for Pub/Sub's acks (at most
-//     [Config.PublishTimeout]) and marks the delivered entries delivered:
-//     true, deliveredAt and expireAt (a TTL, store.OutboxRetention: 7 days)
-//     in one commit, plus one read of the attempt history per dead letter.
+//     [Config.PublishTimeout]) and deletes the delivered entries in one
+//     commit (store.DeleteDelivered: one delete per event, no mark and no
+//     TTL delete; the transition stays in the task document's history),
+//     plus one read of the attempt history per dead letter.
 //     Errors are logged (with taskId, attempt, tenantId, eventId) and the
 //     entry stays undelivered. The queue holds [Config.MaxQueue] (10 000)
 //     transitions; past that the hook leaves them to the re-drive
@@ -34,9 +35,10 @@
 //     queries for 128 shards), the entries still undelivered whose nextTryAt (the creation
 //     time until a delivery failed) is at least [Config.Grace] (10 s) old
 //     (index outbox(dueShard, delivered, nextTryAt)), publishes them sorted
-//     by task then seq, and marks them delivered. A crash between commit
-//     and publish, a publish timeout, a Pub/Sub outage or a failed mark all
-//     end here.
+//     by task then seq, and deletes them. A crash between commit and
+//     publish, a publish timeout, a Pub/Sub outage or a failed delete all
+//     end here. An entry an older version marked delivered: true is never
+//     read again; its TTL (expireAt) removes it.
 //  4. Failures are isolated per entry: an entry whose event or dead letter
 //     is not acked gets tries + 1 and nextTryAt = now + a backoff
 //     ([RedriveMinBackoff], 30 s, doubling per try up to
@@ -47,16 +49,16 @@
 //     dead letter failed, eventPublished is set and the retries publish
 //     only the dead letter. A pass stops early when a whole batch fails (an
 //     outage: those entries are backed off, the next pass goes on), when a
-//     mark fails, or after [Config.RedriveMaxBatches] batches of
+//     delete fails, or after [Config.RedriveMaxBatches] batches of
 //     [Config.RedriveBatch] entries in one group of shards.
 //
-// An entry is marked delivered only when its event and (for a task that
-// failed) its dead letter were acked.
+// An entry is deleted only when its event and (for a task that failed) its
+// dead letter were acked.
 //
 // # Delivery
 //
 // Delivery is at least once (docs/contract.md §8.5): an event may arrive
-// more than once (the hook published but the mark failed, the hook and
+// more than once (the hook published but the delete failed, the hook and
 // Redrive raced, Pub/Sub redelivered). Every copy has the same eventId
 // (deterministic from the task id and seq) and the same body;
 // consumers deduplicate on eventId (attribute or body).

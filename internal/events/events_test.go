@@ -385,7 +385,7 @@ func TestLifecycleEventsInOrder(t *testing.T) {
 	}
 }
 
-// flakyOutbox is the real store whose MarkDelivered fails while fails > 0:
+// flakyOutbox is the real store whose DeleteDelivered fails while fails > 0:
 // a crash (or Firestore failure) after Pub/Sub acked but before the outbox
 // recorded it.
 type flakyOutbox struct {
@@ -393,11 +393,11 @@ type flakyOutbox struct {
 	fails atomic.Int64
 }
 
-func (f *flakyOutbox) MarkDelivered(ctx context.Context, ids []string, now time.Time) error {
+func (f *flakyOutbox) DeleteDelivered(ctx context.Context, ids []string) error {
 	if f.fails.Add(-1) >= 0 {
 		return errors.New("injected: commit failed")
 	}
-	return f.Store.MarkDelivered(ctx, ids, now)
+	return f.Store.DeleteDelivered(ctx, ids)
 }
 
 // TestOutageThenRedrive: while publishing fails, transitions still commit
@@ -837,7 +837,7 @@ func TestHookOffTheWritersPath(t *testing.T) {
 	}
 
 	// 150 tasks created in one commit (450 writes): one batch for the
-	// sender, one MarkDelivered commit.
+	// sender, one DeleteDelivered commit.
 	var many []task.Task
 	for range 150 {
 		many = append(many, submitted(time.Now(), "run_2", api.RetryPolicy{}))
@@ -857,7 +857,7 @@ func TestHookOffTheWritersPath(t *testing.T) {
 	outboxIDs(t, e.st, true, many...)
 }
 
-// stalledOutbox blocks MarkDelivered until release is closed: a sender
+// stalledOutbox blocks DeleteDelivered until release is closed: a sender
 // stuck on a slow or dead dependency.
 type stalledOutbox struct {
 	*store.Store
@@ -865,14 +865,14 @@ type stalledOutbox struct {
 	calls   atomic.Int64
 }
 
-func (o *stalledOutbox) MarkDelivered(ctx context.Context, ids []string, now time.Time) error {
+func (o *stalledOutbox) DeleteDelivered(ctx context.Context, ids []string) error {
 	o.calls.Add(1)
 	<-o.release
-	return o.Store.MarkDelivered(ctx, ids, now)
+	return o.Store.DeleteDelivered(ctx, ids)
 }
 
 // TestHookDoesNotWaitForTheSender: while the sender is stuck (its
-// MarkDelivered blocks), a task still goes through its whole lifecycle:
+// DeleteDelivered blocks), a task still goes through its whole lifecycle:
 // no commit waits for event delivery. Once the sender is released every
 // event is delivered, in order.
 func TestHookDoesNotWaitForTheSender(t *testing.T) {

@@ -26,7 +26,8 @@ const (
 	// writer that committed them.
 	DefaultGrace = 10 * time.Second
 	// DefaultPublishTimeout bounds one Publish or one Redrive batch waiting
-	// for Pub/Sub (and, separately, the commit that marks it delivered).
+	// for Pub/Sub (and, separately, the commit that deletes the delivered
+	// entries).
 	// The wait is the sender's, never the writer's: the hook only queues.
 	DefaultPublishTimeout = 5 * time.Second
 	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
@@ -58,7 +59,7 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 const maxWritesPerCommit = 500
 
 // ErrUndelivered is wrapped by Publish and Redrive when some events were
-// not delivered (or not marked delivered); they stay in the outbox.
+// not delivered (or their entries not deleted); they stay in the outbox.
 var ErrUndelivered = errors.New("events: not delivered")
 
 // Outbox is the part of the store the publisher uses; *store.Store
@@ -70,8 +71,9 @@ type Outbox interface {
 	Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
 	// OutboxGroups splits the due shards into the groups Undelivered takes.
 	OutboxGroups() [][]int
-	// MarkDelivered marks entries delivered, in one commit.
-	MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error
+	// DeleteDelivered deletes the entries of delivered events, in one
+	// commit.
+	DeleteDelivered(ctx context.Context, eventIDs []string) error
 	// MarkFailed records failed deliveries and their next try, in one commit.
 	MarkFailed(ctx context.Context, failures []store.OutboxFailure) error
 	// Attempts returns a task's attempt records, oldest first.
@@ -147,8 +149,8 @@ const (
 	// DefaultMaxQueue bounds the transitions waiting for the sender; past
 	// it the hook leaves them to Redrive (they are in the outbox).
 	DefaultMaxQueue = 10000
-	// sendBatch is the most transitions one send publishes and marks
-	// delivered in one commit.
+	// sendBatch is the most transitions one send publishes and deletes
+	// in one commit once delivered.
 	sendBatch = 500
 )
 
@@ -222,7 +224,7 @@ func (p *Publisher) Close() {
 // Hook returns the function to register with store.OnCommit. It only
 // queues the committed transitions for the sender and returns at once, so
 // a callback answers as soon as its transaction commits: publishing and
-// marking delivered happen off the request's path, many transitions to a
+// deleting the delivered entries happen off the request's path, many transitions to a
 // commit. What the sender cannot deliver (Pub/Sub down, a full queue, a
 // crash) stays in the outbox for Redrive. A task's transitions are queued
 // in commit order (the store runs one transaction per task at a time and
@@ -258,7 +260,8 @@ func (p *Publisher) poke() {
 }
 
 // send is the sender: it takes up to sendBatch queued transitions at a
-// time, publishes them and marks them delivered in one commit, until Close.
+// time, publishes them and deletes their delivered entries in one commit,
+// until Close.
 func (p *Publisher) send() {
 	defer close(p.stopped)
 	for {
@@ -322,8 +325,8 @@ func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
 // Publish delivers committed transitions now, on the caller's goroutine
 // (the hook's sender uses it; so may tools): it publishes them (in seq order
 // per task, ordering key = task id) and their dead letters, waits for
-// Pub/Sub's acks, and marks the delivered ones in one commit. It costs one
-// Firestore RPC (MarkDelivered), plus one read of the attempt history per
+// Pub/Sub's acks, and deletes the delivered ones' entries in one commit. It
+// costs one Firestore RPC (DeleteDelivered: one delete per event), plus one read of the attempt history per
 // dead letter. It runs even when ctx is cancelled (the transitions are
 // committed), bounded by the publish timeout. Failures are logged and
 // returned wrapping ErrUndelivered; the entries stay undelivered.
@@ -342,7 +345,7 @@ func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
 }
 
 // Redrive publishes the outbox entries still undelivered after the grace
-// period, in seq order per task, and marks them delivered: the events a
+// period, in seq order per task, and deletes them once delivered: the events a
 // crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
 // it every pass. Failures are isolated per entry: an entry whose event or
 // dead letter is not acked gets a next try after a backoff
@@ -350,7 +353,7 @@ func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
 // period), is skipped by the reads until then, and the pass goes on with
 // the other entries. It reads batches until the outbox has no entry due, a
 // batch delivers nothing (an outage: its entries are backed off and the
-// next pass goes on), a mark fails, or RedriveMaxBatches batches were
+// next pass goes on), a delete fails, or RedriveMaxBatches batches were
 // read. Concurrent calls on one Publisher run one at a time.
 func (p *Publisher) Redrive(ctx context.Context) error {
 	p.redriveMu.Lock()
@@ -407,7 +410,7 @@ func heldBack(due, waiting []store.OutboxEntry) []store.OutboxEntry {
 }
 
 // redriveShard is Redrive for one group of due shards: batches of
-// undelivered entries until none is left, a mark fails, a batch delivers
+// undelivered entries until none is left, a delete fails, a batch delivers
 // nothing (outage), or RedriveMaxBatches batches were read.
 func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.Time, backlog *outboxBacklog) (total, failedTotal int, outage bool, _ error) {
 	var errs []error
@@ -451,7 +454,7 @@ func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.T
 		total += n
 		failedTotal += len(failed)
 		if markErr != nil {
-			// Entries not marked would be read again by the next batch.
+			// Entries not deleted would be read again by the next batch.
 			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
 			break
 		}
@@ -500,18 +503,18 @@ type pending struct {
 	err error // set when a message could not even be built or sent
 }
 
-// mark records a batch's results: the delivered ids (one commit per
-// Firestore's write limit) and, for the re-drive, the failed entries with
-// their next try. Each is bounded by the publish timeout. It returns how
-// many were marked delivered.
+// mark records a batch's results: the delivered ids' entries deleted (one
+// commit per Firestore's write limit) and, for the re-drive, the failed
+// entries with their next try. Each is bounded by the publish timeout. It
+// returns how many delivered entries were deleted.
 func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item, op string) (int, error) {
 	mctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	n, err := p.markDelivered(mctx, delivered)
+	n, err := p.deleteDelivered(mctx, delivered)
 	if err != nil {
-		p.log.WarnContext(ctx, "events: published events not marked delivered; they will be re-published",
+		p.log.WarnContext(ctx, "events: published events' entries not deleted; they will be re-published",
 			"op", op, "events", len(delivered)-n, "error", err.Error())
-		return n, fmt.Errorf("%w: %d events published but not marked delivered: %w", ErrUndelivered, len(delivered)-n, err)
+		return n, fmt.Errorf("%w: %d events published but their entries not deleted: %w", ErrUndelivered, len(delivered)-n, err)
 	}
 	if len(failed) == 0 {
 		return n, nil
@@ -618,11 +621,12 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 	return delivered, nil, nil
 }
 
-// markDelivered marks ids delivered, one commit per Firestore's write limit.
-func (p *Publisher) markDelivered(ctx context.Context, ids []string) (int, error) {
+// deleteDelivered deletes the entries of the delivered ids, one commit per
+// Firestore's write limit.
+func (p *Publisher) deleteDelivered(ctx context.Context, ids []string) (int, error) {
 	done := 0
 	for chunk := range slices.Chunk(ids, maxWritesPerCommit) {
-		if err := p.outbox.MarkDelivered(ctx, chunk, p.now()); err != nil {
+		if err := p.outbox.DeleteDelivered(ctx, chunk); err != nil {
 			return done, err
 		}
 		done += len(chunk)

@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
-	"reflect"
 	"slices"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"github.com/oklog/ulid/v2"
+
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -99,32 +101,35 @@ type TransitionStamp struct {
 }
 
 // RecentTransitions returns the transitions that occurred at or after
-// since, as far as the outbox still holds them (delivered entries are
-// kept for OutboxRetention), in no particular order. It reads at most
-// limit entries, spread over the groups of shards (OutboxGroups) and
-// their delivered and undelivered ranges of the re-drive's index (an entry's next try is never
-// before it occurred), projected to two fields; truncated reports that a
-// range held more.
+// since, as far as the histories of the tasks created from RecentLookback
+// before since keep them (task.Task.History), in no particular order. It
+// reads at most limit tasks, newest first, spread over the listing's
+// groups of shards (index dueShard, taskId descending: a task id is a
+// ULID, so the ids from a time on are the tasks created since), projected
+// to their history; truncated reports that a group held more.
+// Transitions of older tasks (a task running for hours) are not counted.
 func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit int) (out []TransitionStamp, truncated bool, err error) {
-	groups := s.OutboxGroups()
-	per := max(1, limit/(2*len(groups)))
-	parts := make([][]TransitionStamp, 2*len(groups))
-	full := make([]bool, 2*len(groups))
+	groups := listGroups(s.shards, 0)
+	per := max(1, limit/len(groups))
+	parts := make([][]TransitionStamp, len(groups))
+	full := make([]bool, len(groups))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
 	for i := range parts {
-		shards, delivered := groups[i/2], i%2 == 1
 		g.Go(func() error {
-			q := s.recentQuery(shards, delivered, since, per)
 			n := 0
-			err := s.runQuery(gctx, s.docs, q, func(d *pb.Document) error {
+			err := s.runQuery(gctx, s.docs, s.recentQuery(groups[i], since.Add(-RecentLookback), per), func(d *pb.Document) error {
 				n++
-				var ts TransitionStamp
-				if err := decodeFields(d.GetFields(), &ts); err != nil {
+				var h struct {
+					History []task.Step `firestore:"history"`
+				}
+				if err := decodeFields(d.GetFields(), &h); err != nil {
 					return err
 				}
-				if !ts.OccurredAt.Before(since) {
-					parts[i] = append(parts[i], ts)
+				for _, st := range h.History {
+					if !st.OccurredAt.Before(since) {
+						parts[i] = append(parts[i], TransitionStamp{To: st.To, OccurredAt: st.OccurredAt})
+					}
 				}
 				return nil
 			})
@@ -138,6 +143,27 @@ func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit in
 	return slices.Concat(parts...), slices.Contains(full, true), nil
 }
 
+// RecentLookback is how long before RecentTransitions' since a task may
+// have been created and still be counted.
+const RecentLookback = time.Hour
+
+// recentQuery is RecentTransitions' query of a group of shards' tasks
+// created at or after from, newest first, projected to their history.
+func (s *Store) recentQuery(shards []int, from time.Time, limit int) *pb.StructuredQuery {
+	var first ulid.ULID
+	if err := first.SetTime(ulid.Timestamp(from)); err != nil {
+		first = ulid.ULID{}
+	}
+	return &pb.StructuredQuery{
+		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("history")}},
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(shardFilter(shards),
+			fieldFilter("taskId", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, strVal(task.TaskIDPrefix+first.String()))),
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("taskId"), Direction: pb.StructuredQuery_DESCENDING}},
+		Limit:   wrapInt(limit),
+	}
+}
+
 // undeliveredCountQuery selects a group of shards' undelivered outbox entries
 // (OutboxBacklog's count).
 func (s *Store) undeliveredCountQuery(shards []int) *pb.StructuredQuery {
@@ -145,19 +171,5 @@ func (s *Store) undeliveredCountQuery(shards []int) *pb.StructuredQuery {
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
 		Where: and(shardFilter(shards),
 			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: false}})),
-	}
-}
-
-// recentQuery is RecentTransitions' query of a group of shards' delivered
-// or undelivered ranges, served by the re-drive's index.
-func (s *Store) recentQuery(shards []int, delivered bool, since time.Time, limit int) *pb.StructuredQuery {
-	return &pb.StructuredQuery{
-		Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("to"), fieldRef("occurredAt")}},
-		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: OutboxCollection}},
-		Where: and(shardFilter(shards),
-			fieldFilter("delivered", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: delivered}}),
-			fieldFilter("nextTryAt", pb.StructuredQuery_FieldFilter_GREATER_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(since.UTC())))),
-		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("nextTryAt"), Direction: pb.StructuredQuery_ASCENDING}},
-		Limit:   wrapInt(limit),
 	}
 }

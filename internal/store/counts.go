@@ -101,48 +101,30 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 	}
 }
 
-// RunOutboxEntries returns every outbox entry of a run's tasks, delivered or
-// not, ordered by task id and then seq (each task's transitions in order).
-func (s *Store) RunOutboxEntries(ctx context.Context, runID string) ([]OutboxEntry, error) {
-	return s.RunOutboxEntriesOf(ctx, runID, nil)
-}
-
-// RunOutboxEntriesOf is RunOutboxEntries restricted to the entries of
-// tenants' tasks (all tenants when tenants is empty). It lists the run's
-// tasks (List, the sharded listing) and reads their entries by name
-// (task.EventID of each seq up to the task's), so that the outbox's runId
-// needs no single-field index: a page of 500 tasks costs the listing's
-// queries and one BatchGetDocuments per 300 entries.
-func (s *Store) RunOutboxEntriesOf(ctx context.Context, runID string, tenants []string) ([]OutboxEntry, error) {
-	var out []OutboxEntry
+// RunEvents returns the transition events of a run's tasks of tenants
+// (all tenants when tenants is empty), ordered by task id and then seq. It
+// lists the run's tasks (List, the sharded listing) and takes each one's
+// events from its history (TaskEvents), so that a run's events cost the
+// listing's queries and no other read; a task written before histories
+// existed has its outbox entries read by name (task.EventID of each seq),
+// one BatchGetDocuments per 300, so that the outbox's runId needs no index.
+func (s *Store) RunEvents(ctx context.Context, runID string, tenants []string) ([]task.Transition, error) {
+	var out []task.Transition
 	f := ListFilter{RunID: runID, TenantIDs: tenants, PageSize: 500}
 	for {
 		tasks, next, err := s.List(ctx, f)
 		if err != nil {
-			return nil, wrap("run outbox entries", err)
+			return nil, wrap("run events", err)
 		}
-		var names []string
+		legacy, err := s.entriesOf(ctx, tasks, historyStart)
+		if err != nil {
+			return nil, fmt.Errorf("store: run events: %w", err)
+		}
+		for _, e := range legacy {
+			out = append(out, e.Transition)
+		}
 		for _, t := range tasks {
-			for seq := int64(1); seq <= t.Seq; seq++ {
-				names = append(names, s.outboxName(task.EventID(t.ID, seq)))
-			}
-		}
-		for len(names) > 0 {
-			chunk := names[:min(len(names), outboxReadChunk)]
-			names = names[len(chunk):]
-			docs, _, err := s.batchGet(ctx, chunk, nil)
-			if err != nil {
-				return nil, wrap("run outbox entries", err)
-			}
-			for _, name := range chunk {
-				if d := docs[name]; d != nil {
-					e, err := decodeOutbox(d)
-					if err != nil {
-						return nil, fmt.Errorf("store: run outbox entries: %w", err)
-					}
-					out = append(out, e)
-				}
-			}
+			out = append(out, t.Events()...)
 		}
 		if next == "" {
 			break

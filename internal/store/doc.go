@@ -7,7 +7,12 @@
 //	                                sweeper's due times (leaseExpiresAt,
 //	                                cancelDeadline, dispatchCheckAt), which are
 //	                                cleared when the task ends; expireAt (TTL)
-//	                                once it has ended (retention.go).
+//	                                once it has ended (retention.go); history:
+//	                                its recent transitions (task.Step, unindexed,
+//	                                the most recent task.HistoryLimit within
+//	                                task.HistoryBytes and the room the payload
+//	                                leaves), appended by the commit of each
+//	                                transition.
 //	tasks/{hhhh}_{taskId}/attempts/{n}
 //	                                task.Attempt: worker id, times, last
 //	                                heartbeat, progress, checkpoint, outcome,
@@ -19,9 +24,13 @@
 //	                                expireAt (TTL).
 //	outages/{id}                    from, to, expireAt: a span during which
 //	                                Servo could not record callbacks.
-//	outbox/{eventId}                task.Transition plus delivered, createdAt,
-//	                                deliveredAt and expireAt (TTL once delivered),
-//	                                nextTryAt, tries and eventPublished (re-drive).
+//	outbox/{eventId}                task.Transition plus delivered (false),
+//	                                createdAt, nextTryAt, tries and eventPublished
+//	                                (re-drive); deleted once delivered
+//	                                (DeleteDelivered). Entries an older version
+//	                                marked delivered (delivered, deliveredAt,
+//	                                expireAt) expire by TTL and are never re-read
+//	                                for delivery.
 //	idempotency/{sha256(tenant,key)} tenantId, key, taskId, createdAt, expireAt.
 //	runs/{hhhh}_{runId}.{tenantKey} Run: runId, tenantId, lastSubmitAt and
 //	                                the run id's dueShard (runs.go).
@@ -42,15 +51,16 @@
 // exempt from single-field indexing; listings order by it behind the due
 // shard, one query per shard (or group of shards) merged on read (List),
 // so that each index range takes 1/DueShards() of the new tasks; a task's
-// events are read by name (OutboxEntries), with no index on the outbox's
-// taskId. Runs get the same treatment (schema 4): a run's document is
+// events come from its document's history (TaskEvents), a task written
+// before histories existed has its entries read by name, with no index on
+// the outbox's taskId. Runs get the same treatment (schema 4): a run's document is
 // named with a hash prefix (runDocID), holds its run id's due shard, and
 // ListRuns reads a group of shards a query newest first by (dueShard,
 // [tenantId,] runId desc) and merges; runId and tenantId are exempt on
 // runs. A task's and an outbox entry's runId are exempt as well: a run's
 // counts take the listing's indexes behind the due shard (CountByState,
-// runCountQuery), its events are read by name through its tasks
-// (RunOutboxEntriesOf).
+// runCountQuery), its events come with its listed tasks' histories
+// (RunEvents).
 //
 // The sweeper's due queries, the outbox re-drive and the backlog counts
 // take a group of due shards each (dueShard IN [...], DueGroups,
@@ -69,8 +79,9 @@
 //
 // Every state change goes through [Store.Apply], an optimistic transaction:
 // it reads the task (and the attempt record the event names) outside any
-// Firestore transaction, applies [task.Apply], and commits the task, the
-// attempt records and the outbox entries for its transitions in one atomic
+// Firestore transaction, applies [task.Apply] (which appends the transitions
+// to the task's history), and commits the task, the attempt records and the
+// outbox entries for its transitions in one atomic
 // Commit whose writes carry preconditions on the versions read (the task's
 // and the attempt record's update_time; exists=false for a record that was
 // absent). When another writer changed either in between, the commit fails

@@ -18,7 +18,7 @@ import (
 // TTLFields, Indexes) as production has it.
 
 // IndexEntries returns the index entries w writes in production:
-//   - an update with a mask (a heartbeat, a delivery mark) counts the
+//   - an update with a mask (a heartbeat, a failed delivery) counts the
 //     entries of the masked fields, each a replacement of the old entry,
 //     plus one per composite index that names a masked field it sets;
 //   - a write without a mask (a new document, or a whole-document

@@ -103,7 +103,7 @@ const AttemptsCollection = "attempts"
 // Terraform declares exactly these (and TTLFields, also exempted).
 var FieldExemptions = []FieldExemption{
 	// Large or opaque.
-	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"},
+	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"}, {TasksCollection, "history"},
 	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
 	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"}, {AttemptsCollection, "heartbeatTicks"},
 	{OutboxCollection, "error"},
@@ -117,15 +117,15 @@ var FieldExemptions = []FieldExemption{
 	{RunsCollection, "lastSubmitAt"},
 	// Sequential ids (ULIDs) no query uses alone: listings order by
 	// taskId behind the due shard (the composite indexes above); a task's
-	// events are read by name (OutboxEntries). Run ids likewise: a run's
-	// counts take the listing's indexes behind the due shard
-	// (runCountQuery), a run's events are read by name through its tasks
-	// (RunOutboxEntriesOf), and runs are listed behind their shard (the
+	// events are read from its history (TaskEvents; an older task's
+	// entries by name). Run ids likewise: a run's counts take the
+	// listing's indexes behind the due shard (runCountQuery), a run's
+	// events come with its listed tasks (RunEvents), and runs are listed behind their shard (the
 	// composite indexes above), never by runId or tenantId alone.
 	{TasksCollection, "taskId"}, {OutboxCollection, "taskId"},
 	{TasksCollection, "runId"}, {OutboxCollection, "runId"},
 	// Queried by none of the outbox's queries (due shard, delivered and
-	// next try, through the composite index; a task's events by name):
+	// next try, through the composite index; a task's entries by name):
 	// indexing them only costs writes, and a value many entries share
 	// sorts them by name.
 	{OutboxCollection, "eventId"}, {OutboxCollection, "worker"}, {OutboxCollection, "workspaceId"}, {OutboxCollection, "tenantId"}, {OutboxCollection, "attempt"}, {OutboxCollection, "from"}, {OutboxCollection, "to"}, {OutboxCollection, "reason"},

@@ -98,8 +98,8 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	}
 	qs["undelivered"] = s.undeliveredQuery([]int{3}, now, 10)
 	qs["undelivered count"] = s.undeliveredCountQuery([]int{3})
-	qs["recent transitions delivered"] = s.recentQuery([]int{3}, true, now, 10)
-	qs["recent transitions undelivered"] = s.recentQuery([]int{3, 4}, false, now, 10)
+	qs["recent transitions"] = s.recentQuery([]int{3}, now, 10)
+	qs["recent transitions group"] = s.recentQuery([]int{3, 4}, now, 10)
 	qs["highest shard of the tasks"] = highestShardQuery(TasksCollection)
 	qs["highest shard of the outbox"] = highestShardQuery(OutboxCollection)
 	qs["attempts"] = attemptsQuery()

@@ -27,7 +27,7 @@ const liveField = "live"
 
 // heartbeatSkips are the task fields a heartbeat never reads: large, and
 // changed only by transitions.
-var heartbeatSkips = []string{"payload", "resources", "resumeFrom", liveField}
+var heartbeatSkips = []string{"payload", "resources", "resumeFrom", "history", liveField}
 
 // heartbeatMask lists the task fields a heartbeat reads: every top-level
 // field but heartbeatSkips, and the live attempt but its checkpoint.

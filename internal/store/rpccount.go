@@ -31,8 +31,11 @@ type Usage struct {
 	// DocsRead counts documents returned by BatchGetDocuments (found),
 	// RunQuery and GetDocument.
 	DocsRead int
-	// DocsWritten counts the writes of Commit requests.
+	// DocsWritten counts the writes of Commit requests, deletes apart.
 	DocsWritten int
+	// DocsDeleted counts the deletes of Commit requests (Firestore bills
+	// a delete apart from, and cheaper than, a write).
+	DocsDeleted int
 	// IndexEntries counts the index entries those writes make in
 	// production, as IndexEntries models them.
 	IndexEntries int
@@ -66,11 +69,15 @@ func (c *RPCCounter) sent(m any) {
 	if !ok {
 		return
 	}
-	n, writes, entries := proto.Size(msg), 0, 0
+	n, writes, deletes, entries := proto.Size(msg), 0, 0, 0
 	var colls []string
 	if r, ok := msg.(*pb.CommitRequest); ok {
-		writes = len(r.GetWrites())
 		for _, w := range r.GetWrites() {
+			if w.GetDelete() != "" {
+				deletes++
+				continue
+			}
+			writes++
 			entries += IndexEntries(w)
 			colls = append(colls, collectionOf(cmp.Or(w.GetUpdate().GetName(), w.GetDelete(), w.GetTransform().GetDocument())))
 		}
@@ -81,6 +88,7 @@ func (c *RPCCounter) sent(m any) {
 	}
 	c.usage.BytesSent += n
 	c.usage.DocsWritten += writes
+	c.usage.DocsDeleted += deletes
 	c.usage.IndexEntries += entries
 	c.mu.Unlock()
 }

@@ -207,7 +207,7 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 }
 
 // TestRunCountsAndEventsAcrossShards: a run's counts (CountByState) and
-// events (RunOutboxEntriesOf) no longer filter on a task's or an entry's
+// events (RunEvents) no longer filter on a task's or an entry's
 // runId alone (both exempt from single-field indexing): the counts take
 // one aggregation per state and group of the 128 due shards, the events
 // are read by name through the run's tasks; both find every task of the
@@ -278,7 +278,7 @@ func TestRunCountsAndEventsAcrossShards(t *testing.T) {
 			if tt.f.TenantID != "" {
 				tenants = []string{tt.f.TenantID}
 			}
-			es, err := s.RunOutboxEntriesOf(ctx, run, tenants)
+			es, err := s.RunEvents(ctx, run, tenants)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,9 +61,6 @@ const EmulatorHostEnv = "FIRESTORE_EMULATOR_HOST"
 // before Firestore's TTL policy may delete the mapping.
 const IdempotencyRetention = 30 * 24 * time.Hour
 
-// OutboxRetention is how long a delivered outbox entry is kept.
-const OutboxRetention = 7 * 24 * time.Hour
-
 // Store is Servo's Firestore state. It is safe for concurrent use.
 type Store struct {
 	client     *firestoreapi.Client
@@ -1491,7 +1488,8 @@ type OutboxFailure struct {
 
 // MarkFailed records failed deliveries, in one commit (at most 500): each
 // entry stays undelivered and is skipped by Undelivered until its
-// NextTryAt.
+// NextTryAt. An entry deleted meanwhile (delivered by another instance)
+// is left alone.
 func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
 	if len(failures) == 0 {
 		return nil
@@ -1510,15 +1508,29 @@ func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error 
 		})
 	}
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	if status.Code(err) == codes.NotFound {
+		// An entry was delivered (deleted) by another instance meanwhile:
+		// record the others one by one; the deleted ones need nothing.
+		err = nil
+		for _, w := range writes {
+			_, e := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
+			if status.Code(e) != codes.NotFound {
+				err = cmp.Or(err, e)
+			}
+		}
+	}
 	return wrap("mark failed", err)
 }
 
-// OutboxEntries returns every outbox entry of a task still kept, delivered
-// or not, in transition order. Entry names are derived from the task id
-// and the transition's seq (task.EventID): it reads the task for its
-// latest seq, then the entries by name (2 RPCs), so that no index on the
-// outbox's taskId is needed (a task id is a ULID: that index would take
-// every new entry at one end). No task, no entries.
+// OutboxEntries returns every transition of a task, delivered or not, in
+// seq order, with its outbox entry's delivery state: an entry still stored
+// as it is (undelivered, or delivered by an older version and kept until
+// its TTL), a transition whose entry is gone (deleted on delivery) from the
+// task's history, Delivered. It reads the task, then the entries by name
+// (task.EventID of each seq: no index on the outbox's taskId is needed, a
+// task id is a ULID and that index would take every new entry at one end).
+// The events endpoints read TaskEvents instead, which reads no entry for a
+// task whose history is complete. No task, no entries.
 func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry, error) {
 	t, err := s.GetTask(ctx, taskID)
 	if errors.Is(err, ErrNotFound) {
@@ -1527,56 +1539,101 @@ func (s *Store) OutboxEntries(ctx context.Context, taskID string) ([]OutboxEntry
 	if err != nil {
 		return nil, err
 	}
-	var out []OutboxEntry
-	for from := int64(1); from <= t.Seq; from += outboxReadChunk {
-		var names []string
-		for seq := from; seq <= min(t.Seq, from+outboxReadChunk-1); seq++ {
-			names = append(names, s.outboxName(task.EventID(taskID, seq)))
+	stored, err := s.entriesOf(ctx, []task.Task{t}, func(task.Task) int64 { return t.Seq })
+	if err != nil {
+		return nil, fmt.Errorf("store: outbox entries: %w", err)
+	}
+	bySeq := make(map[int64]OutboxEntry, len(stored))
+	for _, e := range stored {
+		bySeq[e.Seq] = e
+	}
+	for _, tr := range t.Events() {
+		if _, ok := bySeq[tr.Seq]; !ok {
+			bySeq[tr.Seq] = OutboxEntry{Transition: tr, Delivered: true, CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
 		}
-		docs, _, err := s.batchGet(ctx, names, nil)
-		if err != nil {
-			return nil, wrap("outbox entries", err)
-		}
-		for _, name := range names {
-			if d := docs[name]; d != nil {
-				e, err := decodeOutbox(d)
-				if err != nil {
-					return nil, fmt.Errorf("store: outbox entries: %w", err)
-				}
-				out = append(out, e)
-			}
-		}
+	}
+	out := make([]OutboxEntry, 0, len(bySeq))
+	for _, e := range bySeq {
+		out = append(out, e)
 	}
 	sortBySeq(out)
 	return out, nil
 }
 
-// outboxReadChunk is the most outbox entries OutboxEntries reads per RPC.
+// TaskEvents returns the transition events of t (as read) in seq order:
+// those its history keeps (task.Task.History, on the document already
+// read) and, for the seqs before the history's first (a task written
+// before histories existed, or one past their bound), the outbox entries
+// still kept, read by name. A task whose history starts at seq 1 costs no
+// read.
+func (s *Store) TaskEvents(ctx context.Context, t task.Task) ([]task.Transition, error) {
+	entries, err := s.entriesOf(ctx, []task.Task{t}, historyStart)
+	if err != nil {
+		return nil, fmt.Errorf("store: task events: %w", err)
+	}
+	out := make([]task.Transition, 0, len(entries)+len(t.History))
+	for _, e := range entries {
+		out = append(out, e.Transition)
+	}
+	return append(out, t.Events()...), nil
+}
+
+// historyStart is the last seq of t its history lacks: t.Seq for a task
+// without one.
+func historyStart(t task.Task) int64 {
+	if len(t.History) == 0 {
+		return t.Seq
+	}
+	return t.History[0].Seq - 1
+}
+
+// entriesOf reads by name the outbox entries of tasks' seqs 1 to upTo(t),
+// outboxReadChunk a BatchGetDocuments, and returns those still stored in
+// task, then seq order.
+func (s *Store) entriesOf(ctx context.Context, tasks []task.Task, upTo func(task.Task) int64) ([]OutboxEntry, error) {
+	var names []string
+	for _, t := range tasks {
+		for seq := int64(1); seq <= upTo(t); seq++ {
+			names = append(names, s.outboxName(task.EventID(t.ID, seq)))
+		}
+	}
+	var out []OutboxEntry
+	for chunk := range slices.Chunk(names, outboxReadChunk) {
+		docs, _, err := s.batchGet(ctx, chunk, nil)
+		if err != nil {
+			return nil, wrap("read outbox entries", err)
+		}
+		for _, name := range chunk {
+			if d := docs[name]; d != nil {
+				e, err := decodeOutbox(d)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, e)
+			}
+		}
+	}
+	return out, nil
+}
+
+// outboxReadChunk is the most outbox entries read per RPC.
 const outboxReadChunk = 300
 
-// MarkDelivered records that the events were published, in one commit; the
-// entries expire after OutboxRetention.
-func (s *Store) MarkDelivered(ctx context.Context, eventIDs []string, now time.Time) error {
+// DeleteDelivered deletes the entries of published events, in one commit
+// (at most 500): a delivered event leaves nothing in the outbox, its
+// transition stays in the task's history. Deleting an entry already gone
+// (delivered by another instance, or an older version's delivered entry
+// expired) is no error.
+func (s *Store) DeleteDelivered(ctx context.Context, eventIDs []string) error {
 	if len(eventIDs) == 0 {
 		return nil
 	}
-	now = now.UTC()
-	exp := now.Add(OutboxRetention)
-	fields := encodeFields(struct {
-		Delivered   bool      `firestore:"delivered"`
-		DeliveredAt time.Time `firestore:"deliveredAt"`
-		ExpireAt    time.Time `firestore:"expireAt"`
-	}{true, now, exp})
 	writes := make([]*pb.Write, 0, len(eventIDs))
 	for _, id := range eventIDs {
-		writes = append(writes, &pb.Write{
-			Operation:       &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(id), Fields: fields}},
-			UpdateMask:      &pb.DocumentMask{FieldPaths: []string{"delivered", "deliveredAt", "expireAt"}},
-			CurrentDocument: &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: true}},
-		})
+		writes = append(writes, &pb.Write{Operation: &pb.Write_Delete{Delete: s.outboxName(id)}})
 	}
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
-	return wrap("mark delivered", err)
+	return wrap("delete delivered", err)
 }
 
 // Project returns the project id of the store's database.

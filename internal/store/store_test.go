@@ -91,7 +91,7 @@ func TestCreateGetAndOutbox(t *testing.T) {
 	if err != nil || len(und) != 1 {
 		t.Fatalf("undelivered: %+v %v", und, err)
 	}
-	if err := s.MarkDelivered(ctx, []string{und[0].EventID}, now); err != nil {
+	if err := s.DeleteDelivered(ctx, []string{und[0].EventID}); err != nil {
 		t.Fatal(err)
 	}
 	if und, _ = s.Undelivered(ctx, []int{shard}, now.Add(time.Minute), 10); len(und) != 0 {

@@ -264,6 +264,7 @@ func Apply(t Task, cur *Attempt, ev Event) Result {
 	m := machine{r: &r, ev: ev, now: ev.Now.UTC()}
 	m.apply()
 	m.setExpiry()
+	r.Task.record(r.Transitions)
 	if r.Write {
 		r.Task.UpdatedAt = m.now
 	}
@@ -761,5 +762,7 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,
 		Seq: 1, OccurredAt: now,
 	}
+	t.History = nil
+	t.record([]Transition{tr})
 	return t, a, tr
 }

@@ -86,6 +86,12 @@ type Task struct {
 	// JSON.
 	Trace string `json:"-" firestore:"trace"`
 
+	// History is the task's recent transitions, oldest first, bounded
+	// (HistoryLimit, HistoryBytes) and exempt from indexing: the events
+	// endpoints read it. Every commit that transitions the task appends to
+	// it; tasks written before it existed have none. Not in the API's JSON.
+	History []Step `json:"-" firestore:"history"`
+
 	// Attempts is the per-attempt history; filled by reads that ask for it
 	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
 	Attempts []Attempt `json:"attempts,omitempty" firestore:"-"`

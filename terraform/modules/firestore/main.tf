@@ -360,6 +360,17 @@ resource "google_firestore_field" "attempts_completion_digest" {
   index_config {}
 }
 
+# A task's recent transitions (the events endpoints read them with the
+# task; store.FieldExemptions).
+resource "google_firestore_field" "tasks_history" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "history"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "attempts_output" {
   project    = var.project_id
   database   = google_firestore_database.this.name
@@ -601,6 +612,8 @@ resource "google_firestore_field" "runs_last_submit_at" {
 # indexing: no query filters on it, and an indexed, steadily increasing
 # timestamp would only add write cost and hotspots.
 
+# Outbox entries: a delivered entry is deleted at once; only the entries an
+# older version marked delivered carry expireAt.
 resource "google_firestore_field" "outbox_expire_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
