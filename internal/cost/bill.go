@@ -41,6 +41,7 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 	var ls []Line
 	ls = append(ls,
 		line("Firestore document reads", Per*float64(t.FirestoreReads), p.FirestoreRead),
+		line("Firestore lookups of missing documents (as reads)", Per*float64(t.FirestoreMissing), p.FirestoreRead),
 		line("Firestore document writes", Per*float64(t.FirestoreWrites), p.FirestoreWrite),
 		line("Firestore deletes (TTL included)", Per*float64(t.FirestoreDeletes), p.FirestoreDelete),
 	)

@@ -39,6 +39,7 @@ func TestBillLineItems(t *testing.T) {
 	}{
 		{"Firestore document reads", Traffic{FirestoreReads: 10}, 10e6 * 0.03 / 1e5, nil},
 		{"Firestore document writes", Traffic{FirestoreWrites: 10}, 10e6 * 0.09 / 1e5, nil},
+		{"Firestore lookups of missing documents (as reads)", Traffic{FirestoreMissing: 10}, 10e6 * 0.03 / 1e5, nil},
 		{"Firestore deletes (TTL included)", Traffic{FirestoreDeletes: 10}, 10e6 * 0.01 / 1e5, nil},
 		// No retention in the defaults: 12 months of storage.
 		{"Firestore storage: documents", Traffic{StoredDocBytes: 2048}, 1e6 * 2048 / gib * 12 * 0.15, nil},

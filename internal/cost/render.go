@@ -183,7 +183,11 @@ func (r Report) Markdown() string {
 		for _, n := range t.Invocations {
 			inv += n
 		}
-		w("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", t.Shape, t.FirestoreReads, t.FirestoreWrites,
+		reads := fmt.Sprint(t.FirestoreReads)
+		if t.FirestoreMissing > 0 {
+			reads += fmt.Sprintf(" (+%d missing)", t.FirestoreMissing)
+		}
+		w("| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", t.Shape, reads, t.FirestoreWrites,
 			t.FirestoreDeletes, t.IndexEntries, t.StoredDocBytes, len(t.CloudTasksCreates), len(t.PubSubMessages), inv, t.LogLines, t.LogBytes, t.Spans)
 	}
 

@@ -26,9 +26,13 @@ type Recording struct {
 type Traffic struct {
 	Shape string `json:"shape"`
 	// Firestore: documents read (an empty query counts one), written,
-	// deleted (TTL deletes included: every document created with a TTL
-	// field is deleted once), index entries written.
-	FirestoreReads   int64 `json:"firestoreReads"`
+	// deleted (the code's deletes, and TTL deletes: every document
+	// created with a TTL field is deleted once), index entries written.
+	FirestoreReads int64 `json:"firestoreReads"`
+	// FirestoreMissing are lookups of documents that do not exist (a
+	// BatchGetDocuments name not found): priced as reads, an upper bound
+	// (Firestore's pricing page does not say).
+	FirestoreMissing int64 `json:"firestoreMissing"`
 	FirestoreWrites  int64 `json:"firestoreWrites"`
 	FirestoreDeletes int64 `json:"firestoreDeletes"`
 	IndexEntries     int64 `json:"indexEntries"`

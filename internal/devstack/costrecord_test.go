@@ -250,7 +250,8 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 	op()
 	r.settle()
 	u := r.rpc.Usage()
-	tr := cost.Traffic{Shape: shape, FirestoreReads: int64(u.DocsRead), FirestoreWrites: int64(u.DocsWritten), IndexEntries: int64(u.IndexEntries),
+	tr := cost.Traffic{Shape: shape, FirestoreReads: int64(u.DocsRead), FirestoreMissing: int64(u.DocsMissing), FirestoreWrites: int64(u.DocsWritten),
+		FirestoreDeletes: int64(u.DocsDeleted), IndexEntries: int64(u.IndexEntries),
 		CloudTasksCreates: r.ct.take(), PubSubMessages: r.messages()}
 	tr.LogLines, tr.LogBytes = r.logs.take()
 	tr.Invocations, tr.RequestMs, tr.CPUUs = r.inv.take()

@@ -36,6 +36,10 @@ type Usage struct {
 	// DocsDeleted counts the deletes of Commit requests (Firestore bills
 	// a delete apart from, and cheaper than, a write).
 	DocsDeleted int
+	// DocsMissing counts the names BatchGetDocuments looked up and did not
+	// find (whether Firestore bills them as reads, its pricing page does
+	// not say).
+	DocsMissing int
 	// IndexEntries counts the index entries those writes make in
 	// production, as IndexEntries models them.
 	IndexEntries int
@@ -98,11 +102,14 @@ func (c *RPCCounter) recv(method string, m any) {
 	if !ok {
 		return
 	}
-	n, docs := proto.Size(msg), 0
+	n, docs, missing := proto.Size(msg), 0, 0
 	switch r := msg.(type) {
 	case *pb.BatchGetDocumentsResponse:
 		if r.GetFound() != nil {
 			docs = 1
+		}
+		if r.GetMissing() != "" {
+			missing = 1
 		}
 	case *pb.RunQueryResponse:
 		if r.GetDocument() != nil {
@@ -114,6 +121,7 @@ func (c *RPCCounter) recv(method string, m any) {
 	c.mu.Lock()
 	c.usage.BytesReceived += n
 	c.usage.DocsRead += docs
+	c.usage.DocsMissing += missing
 	c.received[shortMethod(method)] += int64(n)
 	c.mu.Unlock()
 }
