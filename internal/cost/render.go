@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"slices"
@@ -142,7 +143,25 @@ func (r Report) Markdown() string {
 	}
 	w("\n")
 
-	w("## Per million lifecycles\n\n")
+	w("The largest line items of the targets' shapes at that rate:\n\n")
+	for _, res := range r.Results {
+		ls, ok := r.Shapes[res.Shape]
+		if !ok || res.Met {
+			continue
+		}
+		top := slices.Clone(ls)
+		slices.SortStableFunc(top, func(a, b Line) int { return cmp.Compare(b.USD, a.USD) })
+		w("- %s ($%.2f):", res.Shape, res.USD)
+		for i, l := range top[:min(5, len(top))] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s %s $%.2f", sep, l.Item, l.USD)
+		}
+		w(".\n")
+	}
+	w("\n## Per million lifecycles\n\n")
 	w("| line item |")
 	for _, t := range r.Recording.Shapes {
 		w(" %s |", t.Shape)
