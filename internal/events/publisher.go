@@ -135,7 +135,7 @@ type Publisher struct {
 	qmu      sync.Mutex
 	queue    []item // a commit's items together (itemsOf)
 	inFlight int    // transitions taken by the sender, not yet done
-	closed   bool // Close was called: the hook queues nothing more
+	closed   bool   // Close was called: the hook queues nothing more
 	maxQueue int
 	wake     chan struct{} // a transition was queued
 	drained  *sync.Cond    // queue empty and nothing in flight
