@@ -368,18 +368,18 @@ func itemsOf(trs []task.Transition) []item {
 
 // Redrive publishes the outbox entries still undelivered after the grace
 // period, in seq order per task, and deletes each document once all its
-// events are delivered: the events a
-// crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
-// it every pass. Failures are isolated per entry: an entry whose event or
-// dead letter is not acked gets a next try after a backoff
-// (RedriveMinBackoff doubling to RedriveMaxBackoff, after the grace
-// period), is skipped by the reads until then, and the pass goes on with
-// the other entries. A document is one commit's events of a task: one
-// that failed keeps them all, and the next try publishes again those that
-// were acked (duplicates, contract §8.5), never losing one. It reads batches until the outbox has no entry due, a
-// batch delivers nothing (an outage: its entries are backed off and the
-// next pass goes on), a delete fails, or RedriveMaxBatches batches were
-// read. Concurrent calls on one Publisher run one at a time.
+// events are delivered: the events a crash, a timeout or a Pub/Sub outage
+// kept from Publish. The sweeper calls it every pass. Failures are
+// isolated per document (one commit's events of a task): a document with
+// an event or dead letter not acked keeps them all and gets a next try
+// after a backoff (RedriveMinBackoff doubling to RedriveMaxBackoff, after
+// the grace period), is skipped by the reads until then, and the pass goes
+// on with the other documents; the next try publishes again its events
+// that were acked (duplicates, contract §8.5), never losing one. It reads
+// batches until the outbox has no document due, a batch delivers nothing
+// (an outage: its documents are backed off and the next pass goes on), a
+// delete fails, or RedriveMaxBatches batches were read. Concurrent calls
+// on one Publisher run one at a time.
 func (p *Publisher) Redrive(ctx context.Context) error {
 	p.redriveMu.Lock()
 	defer p.redriveMu.Unlock()
