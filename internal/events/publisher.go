@@ -30,7 +30,7 @@ const (
 	// entries).
 	// The wait is the sender's, never the writer's: the hook only queues.
 	DefaultPublishTimeout = 5 * time.Second
-	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
+	// DefaultRedriveBatch is how many outbox documents Redrive reads at once.
 	DefaultRedriveBatch = 200
 	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
 	// from each group of due shards (store.Store.OutboxGroups: 5 for 128
@@ -105,8 +105,8 @@ type Config struct {
 	Grace time.Duration
 	// PublishTimeout bounds waiting for Pub/Sub; default DefaultPublishTimeout.
 	PublishTimeout time.Duration
-	// RedriveBatch is the number of entries Redrive reads at once; default
-	// DefaultRedriveBatch.
+	// RedriveBatch is the number of outbox documents Redrive reads at
+	// once; default DefaultRedriveBatch.
 	RedriveBatch int
 	// RedriveMaxBatches bounds the batches one Redrive call reads from each
 	// group of due shards; default DefaultRedriveMaxBatches.
