@@ -12,8 +12,8 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// A submit is one Firestore commit (the task, its first attempt, its
-// idempotency record and both of its events) and one CreateTask; a batch
+// A submit is one Firestore commit (the task, its idempotency record and
+// both of its events, in one outbox document) and one CreateTask; a batch
 // is as few commits as Firestore's limits allow.
 func TestSubmitRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -52,8 +52,10 @@ func TestSubmitRoundTrips(t *testing.T) {
 		}
 	}
 
-	// 250 tasks with idempotency keys are 5 writes each: 1 250 writes, so
-	// three commits of at most store.MaxCommitWrites.
+	// 250 tasks with idempotency keys are 3 writes each (the task, its two
+	// events' one outbox document, its idempotency record) and the run's
+	// document: 751 writes, so two commits of at most
+	// store.MaxCommitWrites.
 	var items []any
 	for i := range 250 {
 		b := validSubmit("acme")
@@ -66,7 +68,10 @@ func TestSubmitRoundTrips(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("batch: %d %s", r.status, r.body)
 	}
-	if got, want := rc.Counts(), map[string]int{"Commit": 3}; !maps.Equal(got, want) {
+	if n := rc.Usage().DocsWritten; n != 751 {
+		t.Errorf("batch of 250: %d documents written, want 751", n)
+	}
+	if got, want := rc.Counts(), map[string]int{"Commit": 2}; !maps.Equal(got, want) {
 		t.Errorf("batch of 250: Firestore RPCs %v, want %v", got, want)
 	}
 	if n := len(e.tenantTasks("acme")); n != 252 {
@@ -110,9 +115,10 @@ func TestRunDocumentWrittenOncePerWindow(t *testing.T) {
 		e.submit(body, http.StatusCreated)
 		written = append(written, rc.Usage().DocsWritten)
 	}
-	// task, two events (+ the run's document the first time); the first
-	// attempt's record is written later (store.firstAttempt).
-	if written[0] != 4 || written[1] != 3 || written[2] != 3 {
-		t.Fatalf("documents written per submit %v, want [4 3 3]", written)
+	// task, the two events' one outbox document (+ the run's document the
+	// first time); the first attempt's record is written later
+	// (store.firstAttempt).
+	if written[0] != 3 || written[1] != 2 || written[2] != 2 {
+		t.Fatalf("documents written per submit %v, want [3 2 2]", written)
 	}
 }

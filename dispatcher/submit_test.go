@@ -239,7 +239,8 @@ func TestSubmitCloudTasksDown(t *testing.T) {
 		t.Fatalf("after re-drive: %s, want QUEUED", v.State)
 	}
 	// →QUEUED twice in one attempt (the submit's, the re-drive's): each
-	// transition keeps its own outbox entry, so no event is lost.
+	// transition keeps its outbox entry (in its commit's document), so no
+	// event is lost.
 	entries, err := e.st.OutboxEntries(e.ctx, a.TaskID)
 	if err != nil {
 		t.Fatal(err)

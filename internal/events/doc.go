@@ -8,20 +8,24 @@
 //
 // A [Publisher] delivers the outbox in two ways:
 //
-//  1. store.Create and store.Apply write outbox/{eventId} (the transition,
-//     delivered: false, createdAt) in the same Firestore transaction as the
-//     state change.
+//  1. store.Create and store.Apply write the commit's transitions in the
+//     same Firestore transaction as the state change: one document per task
+//     (outbox/{eventId}, named by the last transition's event id, the
+//     earlier ones in its unindexed earlier field; delivered: false,
+//     createdAt). A submit's two transitions are one write, and one delete
+//     once delivered (store.OutboxDocIDs names a commit's documents).
 //  2. After the commit the store calls the hook (st.OnCommit(p.Hook())),
 //     which only queues the committed transitions and returns: a callback
 //     answers as soon as its transaction commits, and nothing about events
 //     is on its path (no Firestore RPC, no wait for Pub/Sub, even during a
-//     Pub/Sub outage). One sender goroutine per Publisher takes up to 500
-//     queued transitions at a time, publishes them (ordering key = task id,
-//     in commit order per task), waits for Pub/Sub's acks (at most
-//     [Config.PublishTimeout]) and deletes the delivered entries in one
-//     commit (store.DeleteDelivered: one delete per event, no mark and no
-//     TTL delete; the transition stays in the task document's history),
-//     plus one read of the attempt history per dead letter.
+//     Pub/Sub outage). One sender goroutine per Publisher takes about 500
+//     queued transitions at a time (never splitting a document's),
+//     publishes them (ordering key = task id, in commit order per task),
+//     waits for Pub/Sub's acks (at most [Config.PublishTimeout]) and
+//     deletes, in one commit, each document whose events were all acked
+//     (store.DeleteDelivered: one delete per document, no mark and no TTL
+//     delete; the transitions stay in the task document's history), plus
+//     one read of the attempt history per dead letter.
 //     Errors are logged (with taskId, attempt, tenantId, eventId) and the
 //     entry stays undelivered. The queue holds [Config.MaxQueue] (10 000)
 //     transitions; past that the hook leaves them to the re-drive
@@ -34,26 +38,31 @@
 //     to 30 due shards a query (dueShard IN [...], store.OutboxGroups: 5
 //     queries for 128 shards), the entries still undelivered whose nextTryAt (the creation
 //     time until a delivery failed) is at least [Config.Grace] (10 s) old
-//     (index outbox(dueShard, delivered, nextTryAt)), publishes them sorted
-//     by task then seq, and deletes them. A crash between commit and
+//     (index outbox(dueShard, delivered, nextTryAt)), an entry per
+//     transition of each document read, publishes them sorted by task then
+//     seq, and deletes each document whose events all went out. A crash between commit and
 //     publish, a publish timeout, a Pub/Sub outage or a failed delete all
 //     end here. An entry an older version marked delivered: true is never
 //     read again; its TTL (expireAt) removes it.
-//  4. Failures are isolated per entry: an entry whose event or dead letter
-//     is not acked gets tries + 1 and nextTryAt = now + a backoff
+//  4. Failures are isolated per document: a document with an event or a
+//     dead letter not acked is kept whole (its acked events are published
+//     again on the next try: duplicates, never a loss) and gets tries + 1
+//     and nextTryAt = now + a backoff
 //     ([RedriveMinBackoff], 30 s, doubling per try up to
 //     [RedriveMaxBackoff], 1 h; the grace period comes on top), in one
 //     commit per batch, and the pass goes on with the next batch. The reads
 //     skip it until then, so a few entries that keep failing never cut a
-//     pass short nor hide the others. When the event was acked and only the
-//     dead letter failed, eventPublished is set and the retries publish
-//     only the dead letter. A pass stops early when a whole batch fails (an
+//     pass short nor hide the others. When the document's own (last)
+//     event was acked and only its dead letter failed, eventPublished is
+//     set and the retries publish only the dead letter. A pass stops early when a whole batch fails (an
 //     outage: those entries are backed off, the next pass goes on), when a
 //     delete fails, or after [Config.RedriveMaxBatches] batches of
 //     [Config.RedriveBatch] entries in one group of shards.
 //
-// An entry is deleted only when its event and (for a task that failed) its
-// dead letter were acked.
+// A document is deleted only when every event in it and (for a task that
+// failed) its dead letter were acked. Documents an older version wrote
+// hold one transition each and are read, published and deleted the same
+// way.
 //
 // # Delivery
 //

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +129,10 @@ func TestDeadLetterOf(t *testing.T) {
 	}
 }
 
-func TestSortedCopy(t *testing.T) {
+// TestItemsOf: one commit's transitions are sorted by task then seq, each
+// with the outbox document the commit stored it in (its task's last
+// transition's), and the input is left as it was.
+func TestItemsOf(t *testing.T) {
 	in := []task.Transition{
 		transition("task_B", 2, api.Pending, api.Queued),
 		transition("task_A", 3, api.Queued, api.Running),
@@ -137,16 +141,67 @@ func TestSortedCopy(t *testing.T) {
 		transition("task_A", 2, api.Pending, api.Queued),
 	}
 	orig := append([]task.Transition(nil), in...)
-	got := sortedCopy(in)
 	var keys []string
-	for _, tr := range got {
-		keys = append(keys, tr.TaskID+"#"+string(rune('0'+tr.Seq)))
+	for _, it := range itemsOf(in) {
+		doc := "?"
+		for _, tr := range in {
+			if tr.EventID == it.docID() {
+				doc = tr.TaskID + "#" + string(rune('0'+tr.Seq))
+			}
+		}
+		keys = append(keys, it.tr.TaskID+"#"+string(rune('0'+it.tr.Seq))+"@"+doc)
 	}
-	if want := "task_A#1 task_A#2 task_A#3 task_B#1 task_B#2"; strings.Join(keys, " ") != want {
-		t.Errorf("order = %s, want %s", strings.Join(keys, " "), want)
+	if want := "task_A#1@task_A#3 task_A#2@task_A#3 task_A#3@task_A#3 task_B#1@task_B#2 task_B#2@task_B#2"; strings.Join(keys, " ") != want {
+		t.Errorf("items = %s, want %s", strings.Join(keys, " "), want)
 	}
 	if !reflect.DeepEqual(in, orig) {
-		t.Error("sortedCopy modified its input")
+		t.Error("itemsOf modified its input")
+	}
+}
+
+// TestByDoc: a document is deleted only when every event of it in the
+// batch went out and its own (last) transition is among them; a document
+// with a failure is backed off once, recorded with its own transition's
+// eventPublished.
+func TestByDoc(t *testing.T) {
+	a1, a2 := transition("task_A", 1, "", api.Pending), transition("task_A", 2, api.Pending, api.Queued)
+	b1 := transition("task_B", 1, "", api.Pending)
+	in := func(tr task.Transition, doc task.Transition, published bool) item {
+		return item{tr: tr, doc: doc.EventID, tries: 2, eventPublished: published}
+	}
+	legacy := item{tr: b1} // an older version's entry: its own document
+	for _, tt := range []struct {
+		name      string
+		ok, fail  []item
+		done      []string
+		bad       []string // doc ids
+		published []bool
+	}{
+		{"all delivered", []item{in(a1, a2, true), in(a2, a2, true), legacy}, nil, []string{a2.EventID, b1.EventID}, nil, nil},
+		{"the last event refused", []item{in(a1, a2, true)}, []item{in(a2, a2, false)}, nil, []string{a2.EventID}, []bool{false}},
+		{"the first event refused", []item{in(a2, a2, true)}, []item{in(a1, a2, false)}, nil, []string{a2.EventID}, []bool{true}},
+		{"only the dead letter refused", []item{in(a1, a2, true)}, []item{in(a2, a2, true)}, nil, []string{a2.EventID}, []bool{true}},
+		{"both refused: one failure", nil, []item{in(a1, a2, false), in(a2, a2, false)}, nil, []string{a2.EventID}, []bool{false}},
+		{"the document's own event not in the batch", []item{in(a1, a2, true)}, nil, nil, nil, nil},
+		{"one document fails, the other goes", []item{legacy}, []item{in(a1, a2, false), in(a2, a2, false)}, []string{b1.EventID}, []string{a2.EventID}, []bool{false}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			done, bad := byDoc(tt.ok, tt.fail)
+			if !slices.Equal(done, tt.done) {
+				t.Errorf("done = %v, want %v", done, tt.done)
+			}
+			var ids []string
+			var pub []bool
+			for _, b := range bad {
+				ids, pub = append(ids, b.docID()), append(pub, b.eventPublished)
+				if b.tries != 2 {
+					t.Errorf("failure of %s: tries %d, want the document's 2", b.docID(), b.tries)
+				}
+			}
+			if !slices.Equal(ids, tt.bad) || !slices.Equal(pub, tt.published) {
+				t.Errorf("bad = %v %v, want %v %v", ids, pub, tt.bad, tt.published)
+			}
+		})
 	}
 }
 

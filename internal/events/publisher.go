@@ -30,7 +30,7 @@ const (
 	// entries).
 	// The wait is the sender's, never the writer's: the hook only queues.
 	DefaultPublishTimeout = 5 * time.Second
-	// DefaultRedriveBatch is how many outbox entries Redrive reads at once.
+	// DefaultRedriveBatch is how many outbox documents Redrive reads at once.
 	DefaultRedriveBatch = 200
 	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
 	// from each group of due shards (store.Store.OutboxGroups: 5 for 128
@@ -71,7 +71,8 @@ type Outbox interface {
 	Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]store.OutboxEntry, error)
 	// OutboxGroups splits the due shards into the groups Undelivered takes.
 	OutboxGroups() [][]int
-	// DeleteDelivered deletes the entries of delivered events, in one
+	// DeleteDelivered deletes outbox documents (named by event id,
+	// store.OutboxEntry.Doc) whose events were all delivered, in one
 	// commit.
 	DeleteDelivered(ctx context.Context, eventIDs []string) error
 	// MarkFailed records failed deliveries and their next try, in one commit.
@@ -104,8 +105,8 @@ type Config struct {
 	Grace time.Duration
 	// PublishTimeout bounds waiting for Pub/Sub; default DefaultPublishTimeout.
 	PublishTimeout time.Duration
-	// RedriveBatch is the number of entries Redrive reads at once; default
-	// DefaultRedriveBatch.
+	// RedriveBatch is the number of outbox documents Redrive reads at
+	// once; default DefaultRedriveBatch.
 	RedriveBatch int
 	// RedriveMaxBatches bounds the batches one Redrive call reads from each
 	// group of due shards; default DefaultRedriveMaxBatches.
@@ -132,9 +133,9 @@ type Publisher struct {
 
 	// The hook's queue, drained by one sender goroutine (send).
 	qmu      sync.Mutex
-	queue    []task.Transition
-	inFlight int  // transitions taken by the sender, not yet done
-	closed   bool // Close was called: the hook queues nothing more
+	queue    []item // a commit's items together (itemsOf)
+	inFlight int    // transitions taken by the sender, not yet done
+	closed   bool   // Close was called: the hook queues nothing more
 	maxQueue int
 	wake     chan struct{} // a transition was queued
 	drained  *sync.Cond    // queue empty and nothing in flight
@@ -149,8 +150,9 @@ const (
 	// DefaultMaxQueue bounds the transitions waiting for the sender; past
 	// it the hook leaves them to Redrive (they are in the outbox).
 	DefaultMaxQueue = 10000
-	// sendBatch is the most transitions one send publishes and deletes
-	// in one commit once delivered.
+	// sendBatch is about the most transitions one send publishes and
+	// deletes in one commit once delivered (an outbox document's
+	// transitions are never split between two sends).
 	sendBatch = 500
 )
 
@@ -247,7 +249,7 @@ func (p *Publisher) enqueue(trs []task.Transition) {
 		}
 		return
 	}
-	p.queue = append(p.queue, trs...)
+	p.queue = append(p.queue, itemsOf(trs)...)
 	p.qmu.Unlock()
 	p.poke()
 }
@@ -267,13 +269,16 @@ func (p *Publisher) send() {
 	for {
 		p.qmu.Lock()
 		n := min(len(p.queue), sendBatch)
+		for n > 0 && n < len(p.queue) && p.queue[n].docID() == p.queue[n-1].docID() {
+			n++ // the rest of the document: it is deleted only once all its events are delivered
+		}
 		batch := slices.Clone(p.queue[:n])
 		p.queue = p.queue[n:]
 		p.inFlight = n
 		closed := p.closed
 		p.qmu.Unlock()
 		if n > 0 {
-			_ = p.Publish(context.Background(), batch)
+			_ = p.publish(context.Background(), sortItems(batch))
 		}
 		p.qmu.Lock()
 		p.inFlight = 0
@@ -322,39 +327,59 @@ func (p *Publisher) Published() (events, deadLetters int64) {
 // its queue was full or closed.
 func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
 
-// Publish delivers committed transitions now, on the caller's goroutine
-// (the hook's sender uses it; so may tools): it publishes them (in seq order
-// per task, ordering key = task id) and their dead letters, waits for
-// Pub/Sub's acks, and deletes the delivered ones' entries in one commit. It
-// costs one Firestore RPC (DeleteDelivered: one delete per event), plus one read of the attempt history per
-// dead letter. It runs even when ctx is cancelled (the transitions are
-// committed), bounded by the publish timeout. Failures are logged and
-// returned wrapping ErrUndelivered; the entries stay undelivered.
+// Publish delivers one commit's transitions (as store.OnCommit passes
+// them) now, on the caller's goroutine (tools may use it; the hook's
+// sender does the same): it publishes them (in seq order per task,
+// ordering key = task id) and their dead letters, waits for Pub/Sub's
+// acks, and deletes, in one commit, each outbox document (one per task,
+// store.OutboxDocIDs) whose events were all acked. It costs one Firestore
+// RPC (DeleteDelivered: one delete per document), plus one read of the
+// attempt history per dead letter. It runs even when ctx is cancelled
+// (the transitions are committed), bounded by the publish timeout.
+// Failures are logged and returned wrapping ErrUndelivered; the documents
+// stay undelivered.
 func (p *Publisher) Publish(ctx context.Context, trs []task.Transition) error {
-	if len(trs) == 0 {
+	return p.publish(ctx, itemsOf(trs))
+}
+
+// publish is Publish for items sorted by task then seq, every document's
+// items together.
+func (p *Publisher) publish(ctx context.Context, items []item) error {
+	if len(items) == 0 {
 		return nil
 	}
-	items := make([]item, len(trs))
-	for i, tr := range sortedCopy(trs) {
-		items[i] = item{tr: tr}
-	}
 	ctx = context.WithoutCancel(ctx)
-	delivered, _, err := p.publishAll(ctx, items, "publish")
-	_, markErr := p.mark(ctx, delivered, nil, "publish")
+	ok, failed, err := p.publishAll(ctx, items, "publish")
+	done, _ := byDoc(ok, failed)
+	_, markErr := p.mark(ctx, done, nil, "publish")
 	return errors.Join(err, markErr)
 }
 
+// itemsOf returns one commit's transitions as items, each with its outbox
+// document, sorted by task then seq.
+func itemsOf(trs []task.Transition) []item {
+	docs := store.OutboxDocIDs(trs)
+	items := make([]item, len(trs))
+	for i, tr := range trs {
+		items[i] = item{tr: tr, doc: docs[i]}
+	}
+	return sortItems(items)
+}
+
 // Redrive publishes the outbox entries still undelivered after the grace
-// period, in seq order per task, and deletes them once delivered: the events a
-// crash, a timeout or a Pub/Sub outage kept from Publish. The sweeper calls
-// it every pass. Failures are isolated per entry: an entry whose event or
-// dead letter is not acked gets a next try after a backoff
-// (RedriveMinBackoff doubling to RedriveMaxBackoff, after the grace
-// period), is skipped by the reads until then, and the pass goes on with
-// the other entries. It reads batches until the outbox has no entry due, a
-// batch delivers nothing (an outage: its entries are backed off and the
-// next pass goes on), a delete fails, or RedriveMaxBatches batches were
-// read. Concurrent calls on one Publisher run one at a time.
+// period, in seq order per task, and deletes each document once all its
+// events are delivered: the events a crash, a timeout or a Pub/Sub outage
+// kept from Publish. The sweeper calls it every pass. Failures are
+// isolated per document (one commit's events of a task): a document with
+// an event or dead letter not acked keeps them all and gets a next try
+// after a backoff (RedriveMinBackoff doubling to RedriveMaxBackoff, after
+// the grace period), is skipped by the reads until then, and the pass goes
+// on with the other documents; the next try publishes again its events
+// that were acked (duplicates, contract §8.5), never losing one. It reads
+// batches until the outbox has no document due, a batch delivers nothing
+// (an outage: its documents are backed off and the next pass goes on), a
+// delete fails, or RedriveMaxBatches batches were read. Concurrent calls
+// on one Publisher run one at a time.
 func (p *Publisher) Redrive(ctx context.Context) error {
 	p.redriveMu.Lock()
 	defer p.redriveMu.Unlock()
@@ -389,7 +414,8 @@ func (p *Publisher) Redrive(ctx context.Context) error {
 // heldBack returns the due entries that may go out now: a task's events
 // leave in seq order (their ordering key), so none goes while an earlier
 // one of the same task waits, backed off after more failed tries than it
-// (in waiting, the undelivered entries read but not due yet).
+// (in waiting, the undelivered entries read but not due yet). A
+// document's entries share their next try, so it never splits one.
 func heldBack(due, waiting []store.OutboxEntry) []store.OutboxEntry {
 	first := map[string]int64{} // task → its earliest waiting seq
 	for _, e := range waiting {
@@ -443,26 +469,29 @@ func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.T
 			break
 		}
 		items := make([]item, len(entries))
+		docs := map[string]bool{}
 		for i, e := range entries {
-			items[i] = item{tr: e.Transition, tries: e.Tries, eventPublished: e.EventPublished}
+			items[i] = item{tr: e.Transition, doc: e.Doc, tries: e.Tries, eventPublished: e.EventPublished}
+			docs[items[i].docID()] = true
 		}
-		delivered, failed, err := p.publishAll(ctx, sortItems(items), "redrive")
+		ok, failed, err := p.publishAll(ctx, sortItems(items), "redrive")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("events: redrive: %w", err))
 		}
-		n, markErr := p.mark(ctx, delivered, failed, "redrive")
-		total += n
+		done, bad := byDoc(ok, failed)
+		_, markErr := p.mark(ctx, done, bad, "redrive")
 		failedTotal += len(failed)
 		if markErr != nil {
-			// Entries not deleted would be read again by the next batch.
+			// Documents not deleted would be read again by the next batch.
 			errs = append(errs, fmt.Errorf("events: redrive: %w", markErr))
 			break
 		}
-		if len(delivered) == 0 {
+		total += len(ok)
+		if len(ok) == 0 {
 			outage = true
 			break
 		}
-		if len(entries) < p.batch {
+		if len(docs) < p.batch {
 			break
 		}
 	}
@@ -471,11 +500,51 @@ func (p *Publisher) redriveShard(ctx context.Context, shard []int, cutoff time.T
 
 // item is an outbox entry to publish.
 type item struct {
-	tr    task.Transition
+	tr task.Transition
+	// doc is the event id naming the outbox document the entry is in
+	// (store.OutboxEntry.Doc); empty: its own.
+	doc   string
 	tries int // failed deliveries so far
 	// eventPublished: the event was acked on an earlier try; only the dead
 	// letter is left.
 	eventPublished bool
+}
+
+// docID is the event id naming the item's outbox document.
+func (it item) docID() string { return cmp.Or(it.doc, it.tr.EventID) }
+
+// byDoc settles a batch per outbox document: done, the documents whose
+// events all went out (their own, last, transition among them), to
+// delete; bad, one item per document some of whose events failed, to
+// back off: its own transition's when in the batch (eventPublished then
+// says whether that event was acked), else the first failed one's.
+func byDoc(ok, failed []item) (done []string, bad []item) {
+	own := map[string]item{}
+	for _, it := range slices.Concat(ok, failed) {
+		if it.tr.EventID == it.docID() {
+			own[it.docID()] = it
+		}
+	}
+	kept := map[string]bool{}
+	for _, it := range failed {
+		d := it.docID()
+		if kept[d] {
+			continue
+		}
+		kept[d] = true
+		r, found := own[d]
+		if !found {
+			r = it
+			r.eventPublished = false
+		}
+		bad = append(bad, r)
+	}
+	for _, it := range ok {
+		if d := it.docID(); it.tr.EventID == d && !kept[d] {
+			done = append(done, d)
+		}
+	}
+	return done, bad
 }
 
 // sortItems orders items by task, then seq.
@@ -486,15 +555,6 @@ func sortItems(items []item) []item {
 	return items
 }
 
-// sortedCopy orders transitions by task, then seq.
-func sortedCopy(trs []task.Transition) []task.Transition {
-	out := slices.Clone(trs)
-	slices.SortStableFunc(out, func(a, b task.Transition) int {
-		return cmp.Or(cmp.Compare(a.TaskID, b.TaskID), cmp.Compare(a.Seq, b.Seq))
-	})
-	return out
-}
-
 // pending is one transition in flight.
 type pending struct {
 	item
@@ -503,18 +563,18 @@ type pending struct {
 	err error // set when a message could not even be built or sent
 }
 
-// mark records a batch's results: the delivered ids' entries deleted (one
+// mark records a batch's results: the delivered documents deleted (one
 // commit per Firestore's write limit) and, for the re-drive, the failed
-// entries with their next try. Each is bounded by the publish timeout. It
-// returns how many delivered entries were deleted.
+// documents (one item each, byDoc) with their next try. Each is bounded
+// by the publish timeout. It returns how many documents were deleted.
 func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item, op string) (int, error) {
 	mctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	n, err := p.deleteDelivered(mctx, delivered)
 	if err != nil {
-		p.log.WarnContext(ctx, "events: published events' entries not deleted; they will be re-published",
-			"op", op, "events", len(delivered)-n, "error", err.Error())
-		return n, fmt.Errorf("%w: %d events published but their entries not deleted: %w", ErrUndelivered, len(delivered)-n, err)
+		p.log.WarnContext(ctx, "events: published events' outbox documents not deleted; they will be re-published",
+			"op", op, "documents", len(delivered)-n, "error", err.Error())
+		return n, fmt.Errorf("%w: %d outbox documents published but not deleted: %w", ErrUndelivered, len(delivered)-n, err)
 	}
 	if len(failed) == 0 {
 		return n, nil
@@ -523,7 +583,7 @@ func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item,
 	fs := make([]store.OutboxFailure, len(failed))
 	for i, f := range failed {
 		tries := f.tries + 1
-		fs[i] = store.OutboxFailure{EventID: f.tr.EventID, Tries: tries, NextTryAt: now.Add(redriveBackoff(tries)), EventPublished: f.eventPublished}
+		fs[i] = store.OutboxFailure{EventID: f.docID(), Tries: tries, NextTryAt: now.Add(redriveBackoff(tries)), EventPublished: f.eventPublished}
 	}
 	fctx, fcancel := context.WithTimeout(ctx, p.timeout)
 	defer fcancel()
@@ -537,10 +597,10 @@ func (p *Publisher) mark(ctx context.Context, delivered []string, failed []item,
 }
 
 // publishAll publishes the items' events (those not yet acked) and dead
-// letters and waits for the acks; it returns the ids of the events fully
-// delivered and the items that failed (eventPublished set when their event
-// was acked this time).
-func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]string, []item, error) {
+// letters and waits for the acks; it returns the items fully delivered
+// and those that failed (eventPublished set when their event was acked
+// this time).
+func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]item, []item, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	ps := make([]pending, len(items))
@@ -576,7 +636,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 		ps[i].dl = p.dead.Publish(ctx, msg)
 	}
 	var (
-		delivered []string
+		delivered []item
 		failed    []item
 		firstErr  error
 		paused    = map[string]bool{}
@@ -610,7 +670,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 				"eventPublished", pe.eventPublished, "error", pe.err.Error())
 			continue
 		}
-		delivered = append(delivered, pe.tr.EventID)
+		delivered = append(delivered, pe.item)
 	}
 	for key := range paused {
 		p.events.ResumePublish(key)
@@ -621,7 +681,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 	return delivered, nil, nil
 }
 
-// deleteDelivered deletes the entries of the delivered ids, one commit per
+// deleteDelivered deletes the delivered documents, one commit per
 // Firestore's write limit.
 func (p *Publisher) deleteDelivered(ctx context.Context, ids []string) (int, error) {
 	done := 0

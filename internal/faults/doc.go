@@ -126,7 +126,7 @@
 //	attempt-guard-disabled      pause                                         stale-attempt, zombie
 //	duplicate-started-accepted  duplicate                                     one-worker
 //	outbox-write-skipped        ok/fail-once, crash-after-commit for 20 s     events (a seq lost for good)
-//	                            (an even seq's outbox entry is not written)
+//	                            (an even seq is left out of its outbox document)
 //	lease-check-skipped         pause, a sweep every 30 s                     lease
 //	cancel-grace-not-enforced   cancel-late, a sweep every 30 s               cancel-grace
 //

@@ -56,7 +56,8 @@ func (s *Store) DueBacklog(ctx context.Context, now time.Time) (map[Due]int64, e
 	return out, nil
 }
 
-// OutboxBacklog counts the outbox entries not yet delivered and returns
+// OutboxBacklog counts the outbox documents not yet delivered (one per
+// commit and task: a submit's two events are one) and returns
 // the creation time of the oldest among those due first in each group of
 // shards (nil when there is none): one count aggregation and one
 // single-entry query per group (OutboxGroups), served by the re-drive's

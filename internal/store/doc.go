@@ -24,13 +24,20 @@
 //	                                expireAt (TTL).
 //	outages/{id}                    from, to, expireAt: a span during which
 //	                                Servo could not record callbacks.
-//	outbox/{eventId}                task.Transition plus delivered (false),
-//	                                createdAt, nextTryAt, tries and eventPublished
-//	                                (re-drive); deleted once delivered
-//	                                (DeleteDelivered). Entries an older version
+//	outbox/{eventId}                one commit's transitions of one task, named
+//	                                by the last one's event id: that
+//	                                task.Transition, earlier (the ones before it,
+//	                                unindexed; absent when there are none) plus
+//	                                delivered (false), createdAt, nextTryAt,
+//	                                tries and eventPublished (re-drive, per
+//	                                document); one write in the commit however
+//	                                many transitions it makes, deleted once all
+//	                                its events are delivered (DeleteDelivered).
+//	                                An older version wrote one document per
+//	                                transition (read the same way); those it
 //	                                marked delivered (delivered, deliveredAt,
-//	                                expireAt) expire by TTL and are never re-read
-//	                                for delivery.
+//	                                expireAt) expire by TTL and are never
+//	                                re-read for delivery.
 //	idempotency/{sha256(tenant,key)} tenantId, key, taskId, createdAt, expireAt.
 //	runs/{hhhh}_{runId}.{tenantKey} Run: runId, tenantId, lastSubmitAt and
 //	                                the run id's dueShard (runs.go).

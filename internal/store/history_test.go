@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -174,6 +175,73 @@ func TestOutboxEntriesAfterDelivery(t *testing.T) {
 	for i, e := range es {
 		if e.EventID != ids[i] || e.Delivered != (i < 2) {
 			t.Errorf("entry %d: %s delivered %v, want %s delivered %v", i, e.EventID, e.Delivered, ids[i], i < 2)
+		}
+	}
+}
+
+// TestTaskEventsHistoryCutInsideACommit: a submit's two transitions share
+// one outbox document, named by the second; when the task's history no
+// longer holds the first (a long history drops its oldest steps), its
+// event still comes from that document, read by name with the next
+// seqs', in one RPC, and events after the history's start are not
+// repeated.
+func TestTaskEventsHistoryCutInsideACommit(t *testing.T) {
+	s, rc := newStore(t)
+	ctx := context.Background()
+	fs, err := firestore.NewClient(ctx, s.Project())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	now := time.Now().UTC()
+	tk := submitted(now, "")
+	tk.RunID = task.NewRunID(now)
+	if r := s.CreateMany(ctx, []task.Task{tk}, now, true)[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w", Now: now.Add(time.Millisecond)})
+	entries, err := s.OutboxEntries(ctx, tk.ID)
+	if err != nil || len(entries) != 3 || entries[0].Doc != entries[1].Doc || entries[0].Doc != task.EventID(tk.ID, 2) || entries[2].Doc != task.EventID(tk.ID, 3) {
+		t.Fatalf("outbox %+v, %v: want seqs 1 and 2 in the document of 2, seq 3 in its own", entries, err)
+	}
+
+	// Drop the history's first step (seq 1).
+	doc := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID))
+	snap, err := doc.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := snap.Data()["history"].([]any)
+	if len(h) != 3 {
+		t.Fatalf("history of %d steps, want 3", len(h))
+	}
+	if _, err := doc.Update(ctx, []firestore.Update{{Path: "history", Value: h[1:]}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(ctx, tk.ID)
+	if err != nil || len(got.History) != 2 {
+		t.Fatalf("task %+v, %v: want a history of 2", got.History, err)
+	}
+
+	rc.Reset()
+	trs, err := s.TaskEvents(ctx, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.Usage().RPCs; n != 1 {
+		t.Errorf("TaskEvents: %d RPCs, want 1", n)
+	}
+	run, err := s.RunEvents(ctx, tk.RunID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, evs := range map[string][]task.Transition{"task": trs, "run": run} {
+		var seqs []int64
+		for _, e := range evs {
+			seqs = append(seqs, e.Seq)
+		}
+		if !slices.Equal(seqs, []int64{1, 2, 3}) {
+			t.Errorf("%s events of seqs %v, want [1 2 3]", name, seqs)
 		}
 	}
 }

@@ -106,7 +106,7 @@ var FieldExemptions = []FieldExemption{
 	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"}, {TasksCollection, "history"},
 	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
 	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"}, {AttemptsCollection, "heartbeatTicks"},
-	{OutboxCollection, "error"},
+	{OutboxCollection, "error"}, {OutboxCollection, outboxEarlier},
 	// Steadily increasing timestamps.
 	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"},
 	{TasksCollection, "leaseExpiresAt"}, {TasksCollection, "cancelDeadline"}, {TasksCollection, "dispatchCheckAt"}, {TasksCollection, "deadline"},

@@ -324,14 +324,81 @@ type outboxDoc struct {
 	NextTryAt time.Time `firestore:"nextTryAt"`
 	// Tries counts the re-drive's failed deliveries.
 	Tries int `firestore:"tries"`
-	// EventPublished: the event itself was acked; only the dead letter
-	// is still to deliver.
+	// EventPublished: the event of the document's own transition (the
+	// last) was acked; only its dead letter is still to deliver.
 	EventPublished bool `firestore:"eventPublished"`
+	// Earlier holds the transitions the same commit made before the
+	// document's own, in seq order (unindexed; absent when there are
+	// none, and in the entries of older versions).
+	Earlier []task.Transition `firestore:"earlier"`
 }
 
-func (s *Store) outboxWrite(tr task.Transition) *pb.Write {
+// outboxEarlier is the field of outboxDoc.Earlier.
+const outboxEarlier = "earlier"
+
+// outboxWrites is the outbox's part of a commit of trs: one document per
+// task, named by the event id of its last transition in trs
+// (OutboxDocIDs), holding that transition and, in earlier, the ones
+// before it. One write however many transitions the commit makes.
+func (s *Store) outboxWrites(trs []task.Transition) []*pb.Write {
+	var writes []*pb.Write
+	for _, g := range outboxGroups(trs) {
+		writes = append(writes, s.outboxWrite(g))
+	}
+	return writes
+}
+
+// outboxWrite is the write of the outbox document of one commit's
+// transitions of one task (g, in seq order).
+func (s *Store) outboxWrite(g []task.Transition) *pb.Write {
+	tr := g[len(g)-1]
 	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
-	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: flatten(encodeFields(doc), "Transition")}}}
+	if len(g) > 1 {
+		doc.Earlier = g[:len(g)-1]
+	}
+	fields := flatten(encodeFields(doc), "Transition")
+	if doc.Earlier == nil {
+		delete(fields, outboxEarlier)
+	}
+	return &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: s.outboxName(tr.EventID), Fields: fields}}}
+}
+
+// outboxGroups splits one commit's transitions by task, in the order the
+// tasks first appear, each group sorted by seq.
+func outboxGroups(trs []task.Transition) [][]task.Transition {
+	var groups [][]task.Transition
+	at := map[string]int{}
+	for _, tr := range trs {
+		i, ok := at[tr.TaskID]
+		if !ok {
+			i = len(groups)
+			at[tr.TaskID] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], tr)
+	}
+	for _, g := range groups {
+		slices.SortStableFunc(g, func(a, b task.Transition) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
+	return groups
+}
+
+// OutboxDocIDs returns, for each of one commit's transitions trs (as
+// OnCommit passes them), the event id naming the outbox document the
+// commit stored it in: that of the task's last transition in trs. The
+// publisher deletes a document once every transition in it is delivered.
+func OutboxDocIDs(trs []task.Transition) []string {
+	last := map[string]task.Transition{}
+	for _, tr := range trs {
+		if l, ok := last[tr.TaskID]; !ok || tr.Seq > l.Seq {
+			last[tr.TaskID] = tr
+		}
+	}
+	out := make([]string, len(trs))
+	for i, tr := range trs {
+		out[i] = last[tr.TaskID].EventID
+	}
+	return out
 }
 
 // flatten inlines the fields of the embedded struct encoded under key (the
@@ -516,9 +583,7 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	// task document does not hold must be stored, it is the task's
 	// (firstAttempt).
 	writes := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}
-	for _, tr := range trs {
-		writes = append(writes, s.outboxWrite(tr))
-	}
+	writes = append(writes, s.outboxWrites(trs)...)
 	if nt.IdempotencyKey != "" {
 		exp := nt.CreatedAt.Add(IdempotencyRetention)
 		writes = append(writes, setWrite(s.idemName(nt.TenantID, nt.IdempotencyKey), idemDoc{
@@ -753,24 +818,34 @@ func (s *Store) queryTasks(ctx context.Context, q *pb.StructuredQuery) ([]task.T
 func (s *Store) queryOutbox(ctx context.Context, q *pb.StructuredQuery) ([]OutboxEntry, error) {
 	var out []OutboxEntry
 	err := s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
-		e, err := decodeOutbox(doc)
-		out = append(out, e)
+		es, err := decodeOutbox(doc)
+		out = append(out, es...)
 		return err
 	})
 	return out, err
 }
 
-// decodeOutbox decodes an outbox entry as stored.
-func decodeOutbox(doc *pb.Document) (OutboxEntry, error) {
+// decodeOutbox decodes an outbox document as stored: one entry per
+// transition it holds, in seq order, each with the document's delivery
+// state (EventPublished only on the document's own transition).
+func decodeOutbox(doc *pb.Document) ([]OutboxEntry, error) {
 	var o outboxDoc
 	if err := decodeFields(doc.GetFields(), &o.Transition); err != nil {
-		return OutboxEntry{}, err
+		return nil, err
 	}
 	if err := decodeFields(doc.GetFields(), &o); err != nil {
-		return OutboxEntry{}, err
+		return nil, err
 	}
-	return OutboxEntry{Transition: o.Transition, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
-		NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: o.EventPublished}, nil
+	id := doc.GetName()[strings.LastIndexByte(doc.GetName(), '/')+1:]
+	entry := func(tr task.Transition, published bool) OutboxEntry {
+		return OutboxEntry{Transition: tr, Doc: id, Delivered: o.Delivered, CreatedAt: o.CreatedAt,
+			NextTryAt: o.NextTryAt, Tries: o.Tries, EventPublished: published}
+	}
+	out := make([]OutboxEntry, 0, len(o.Earlier)+1)
+	for _, tr := range o.Earlier {
+		out = append(out, entry(tr, false))
+	}
+	return append(out, entry(o.Transition, o.EventPublished)), nil
 }
 
 func fieldRef(path string) *pb.StructuredQuery_FieldReference {
@@ -1229,8 +1304,8 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
 	for i := range r.Transitions {
 		r.Transitions[i].Trace = tp
-		writes = append(writes, s.outboxWrite(r.Transitions[i]))
 	}
+	writes = append(writes, s.outboxWrites(r.Transitions)...)
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
 		return task.Result{}, err
 	}
@@ -1433,6 +1508,12 @@ func DueTime(d Due, t *task.Task) *time.Time {
 // OutboxEntry is a transition event waiting for, or past, delivery.
 type OutboxEntry struct {
 	task.Transition
+	// Doc is the event id naming the outbox document the entry is stored
+	// in: that of the last transition of the same commit (its own for the
+	// last, and for every entry an older version wrote). The delivery
+	// state below is the document's. Empty for a transition whose
+	// document is gone (OutboxEntries).
+	Doc       string
 	Delivered bool
 	CreatedAt time.Time
 	// NextTryAt is when the re-drive may take the entry (CreatedAt until a
@@ -1444,12 +1525,13 @@ type OutboxEntry struct {
 	EventPublished bool
 }
 
-// Undelivered returns up to limit outbox entries of a group of due shards
-// (one of OutboxGroups()) not yet delivered whose
-// next try is due at or before dueBy (an entry is due from its creation,
-// and after a failed delivery from the time MarkFailed set), earliest
-// first. Entries that keep failing are skipped until their next try, so
-// they never hide the others.
+// Undelivered returns the entries of up to limit outbox documents of a
+// group of due shards (one of OutboxGroups()) not yet delivered whose
+// next try is due at or before dueBy (a document is due from its
+// creation, and after a failed delivery from the time MarkFailed set),
+// earliest first, a document's entries together in seq order. Entries
+// that keep failing are skipped until their next try, so they never hide
+// the others.
 func (s *Store) Undelivered(ctx context.Context, shards []int, dueBy time.Time, limit int) ([]OutboxEntry, error) {
 	if len(shards) == 0 || len(shards) > maxDisjunctions {
 		return nil, fmt.Errorf("store: undelivered over %d due shards: want 1 to %d", len(shards), maxDisjunctions)
@@ -1474,22 +1556,26 @@ func (s *Store) undeliveredQuery(shards []int, dueBy time.Time, limit int) *pb.S
 	}
 }
 
-// OutboxFailure records a failed delivery of one outbox entry.
+// OutboxFailure records a failed delivery of one outbox document (some
+// of its events or dead letters not acked).
 type OutboxFailure struct {
+	// EventID names the document (OutboxEntry.Doc).
 	EventID string
 	// Tries is the number of failed deliveries, this one included.
 	Tries int
-	// NextTryAt is when Undelivered may return the entry again.
+	// NextTryAt is when Undelivered may return the document again.
 	NextTryAt time.Time
-	// EventPublished: the event was acked (only the dead letter failed);
-	// the next try publishes only the dead letter.
+	// EventPublished: the event of the document's own (last) transition
+	// was acked, only its dead letter failed; the next try publishes only
+	// the dead letter. The earlier transitions' events are published
+	// again (duplicates are allowed, contract §8.5).
 	EventPublished bool
 }
 
 // MarkFailed records failed deliveries, in one commit (at most 500): each
-// entry stays undelivered and is skipped by Undelivered until its
-// NextTryAt. An entry deleted meanwhile (delivered by another instance)
-// is left alone.
+// document stays undelivered, with all its entries, and is skipped by
+// Undelivered until its NextTryAt. A document deleted meanwhile
+// (delivered by another instance) is left alone.
 func (s *Store) MarkFailed(ctx context.Context, failures []OutboxFailure) error {
 	if len(failures) == 0 {
 		return nil
@@ -1588,40 +1674,68 @@ func historyStart(t task.Task) int64 {
 }
 
 // entriesOf reads by name the outbox entries of tasks' seqs 1 to upTo(t),
-// outboxReadChunk a BatchGetDocuments, and returns those still stored in
-// task, then seq order.
+// outboxReadChunk names a BatchGetDocuments, and returns those still
+// stored in task, then seq order. A document is named by its commit's
+// last seq, so when upTo(t) is short of t.Seq the names of the next
+// commitSlack seqs are read too, for an entry of seq upTo(t) or before
+// stored with a later one.
 func (s *Store) entriesOf(ctx context.Context, tasks []task.Task, upTo func(task.Task) int64) ([]OutboxEntry, error) {
-	var names []string
+	type ref struct {
+		name string
+		upTo int64
+	}
+	var refs []ref
 	for _, t := range tasks {
-		for seq := int64(1); seq <= upTo(t); seq++ {
-			names = append(names, s.outboxName(task.EventID(t.ID, seq)))
+		up := upTo(t)
+		last := up
+		if up > 0 {
+			last = min(t.Seq, up+commitSlack)
+		}
+		for seq := int64(1); seq <= last; seq++ {
+			refs = append(refs, ref{s.outboxName(task.EventID(t.ID, seq)), up})
 		}
 	}
 	var out []OutboxEntry
-	for chunk := range slices.Chunk(names, outboxReadChunk) {
-		docs, _, err := s.batchGet(ctx, chunk, nil)
+	for chunk := range slices.Chunk(refs, outboxReadChunk) {
+		names := make([]string, len(chunk))
+		for i, r := range chunk {
+			names[i] = r.name
+		}
+		docs, _, err := s.batchGet(ctx, names, nil)
 		if err != nil {
 			return nil, wrap("read outbox entries", err)
 		}
-		for _, name := range chunk {
-			if d := docs[name]; d != nil {
-				e, err := decodeOutbox(d)
-				if err != nil {
-					return nil, err
+		for _, r := range chunk {
+			d := docs[r.name]
+			if d == nil {
+				continue
+			}
+			es, err := decodeOutbox(d)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range es {
+				if e.Seq <= r.upTo {
+					out = append(out, e)
 				}
-				out = append(out, e)
 			}
 		}
 	}
 	return out, nil
 }
 
+// commitSlack is more than the transitions one commit makes of a task
+// after the first (a submit's two today); an outbox document holds them
+// all.
+const commitSlack = 4
+
 // outboxReadChunk is the most outbox entries read per RPC.
 const outboxReadChunk = 300
 
-// DeleteDelivered deletes the entries of published events, in one commit
-// (at most 500): a delivered event leaves nothing in the outbox, its
-// transition stays in the task's history. Deleting an entry already gone
+// DeleteDelivered deletes the outbox documents (named by event id,
+// OutboxEntry.Doc) whose events are all published, in one commit (at most
+// 500): a delivered event leaves nothing in the outbox, its transition
+// stays in the task's history. Deleting a document already gone
 // (delivered by another instance, or an older version's delivered entry
 // expired) is no error.
 func (s *Store) DeleteDelivered(ctx context.Context, eventIDs []string) error {

@@ -96,7 +96,7 @@
 //
 // To link later hops, the submit's trace context is stored on the task
 // document (trace, a 55-byte traceparent; about 62 bytes a task with the
-// field name) and each transition's on its outbox entry (the same size),
+// field name) and each transition's in its commit's outbox document (the same size),
 // so an event re-driven from the outbox still carries the context of the
 // hop that committed it. No Firestore RPC is added: both ride on writes
 // that happen anyway, and the sweeper's due query projects the field.

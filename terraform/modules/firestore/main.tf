@@ -434,6 +434,16 @@ resource "google_firestore_field" "outbox_error" {
   index_config {}
 }
 
+# A commit's transitions before the last, on its one outbox document.
+resource "google_firestore_field" "outbox_earlier" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "earlier"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "tasks_created_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
