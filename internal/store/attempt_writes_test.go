@@ -93,12 +93,7 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 // "legacy" runs), and GET shows the attempt with the task's creation time.
 func TestFirstAttemptRecordGuard(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, s.Project())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := docClient(t, s)
 	done := func(worker string, out api.Outcome) task.Event {
 		return task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: worker, Completed: &api.CompletedRequest{Attempt: 1, WorkerID: worker, Outcome: out}}
 	}

@@ -40,11 +40,7 @@ func TestTaskEventsFromHistory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, rc := newStore(t)
 			ctx := context.Background()
-			fs, err := firestore.NewClient(ctx, s.Project())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { fs.Close() })
+			fs := docClient(t, s)
 			now := time.Now().UTC()
 			tk := submitted(now, "")
 			tk.RunID = task.NewRunID(now)
@@ -132,11 +128,7 @@ func stripHistory(t *testing.T, fs *firestore.Client, id string) {
 func TestOutboxEntriesAfterDelivery(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, s.Project())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := docClient(t, s)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	tk := mustCreate(t, s, submitted(now, ""), now)
 	mustApply(t, s, tk.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now})
@@ -188,11 +180,7 @@ func TestOutboxEntriesAfterDelivery(t *testing.T) {
 func TestTaskEventsHistoryCutInsideACommit(t *testing.T) {
 	s, rc := newStore(t)
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, s.Project())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := docClient(t, s)
 	now := time.Now().UTC()
 	tk := submitted(now, "")
 	tk.RunID = task.NewRunID(now)
@@ -244,4 +232,16 @@ func TestTaskEventsHistoryCutInsideACommit(t *testing.T) {
 			t.Errorf("%s events of seqs %v, want [1 2 3]", name, seqs)
 		}
 	}
+}
+
+// docClient is a Firestore client of s's project, to read and write
+// documents as they are stored (closed with the test).
+func docClient(t *testing.T, s *store.Store) *firestore.Client {
+	t.Helper()
+	fs, err := firestore.NewClient(context.Background(), s.Project())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return fs
 }
