@@ -388,15 +388,13 @@ func outboxGroups(trs []task.Transition) [][]task.Transition {
 // commit stored it in: that of the task's last transition in trs. The
 // publisher deletes a document once every transition in it is delivered.
 func OutboxDocIDs(trs []task.Transition) []string {
-	last := map[string]task.Transition{}
-	for _, tr := range trs {
-		if l, ok := last[tr.TaskID]; !ok || tr.Seq > l.Seq {
-			last[tr.TaskID] = tr
-		}
+	doc := map[string]string{} // task → its document, as outboxWrites names it
+	for _, g := range outboxGroups(trs) {
+		doc[g[0].TaskID] = g[len(g)-1].EventID
 	}
 	out := make([]string, len(trs))
 	for i, tr := range trs {
-		out[i] = last[tr.TaskID].EventID
+		out[i] = doc[tr.TaskID]
 	}
 	return out
 }
