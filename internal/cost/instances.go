@@ -7,9 +7,8 @@ import "math"
 // least one request, each such busy period rounded up to the billing
 // granularity, https://cloud.google.com/run/pricing).
 type Load struct {
-	// PerSecond is the request rate; WallSec and CPUSec each request's
-	// mean request time and CPU time.
-	PerSecond, WallSec, CPUSec float64
+	// PerSecond is the request rate.
+	PerSecond float64
 	// Instances is how many instances serve it: enough that none runs
 	// above the autoscaler's CPU and concurrency targets, at
 	// least one (the autoscaler's targets: 60 % of both,
@@ -37,7 +36,7 @@ func (l Load) BilledSecondsPerRequest() float64 {
 // request billed alone and rounded up; at a high rate instances are busy
 // all the time and the bill is the instances the CPU needs.
 func NewLoad(perSecond, wallSec, cpuSec float64, f Function, a Assumptions) Load {
-	l := Load{PerSecond: perSecond, WallSec: wallSec, CPUSec: cpuSec}
+	l := Load{PerSecond: perSecond}
 	if perSecond <= 0 {
 		return l
 	}
