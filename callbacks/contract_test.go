@@ -30,6 +30,12 @@ const (
 	readOnly
 	// readCommit: the transaction read and committed.
 	readCommit
+	// readRecord: the task, then the record of the earlier attempt the
+	// report names (its accepted report decides between a replay and a
+	// refusal), refused or replayed: a stale report's rare path. The
+	// current attempt's record is read only when it has one, and it has
+	// none until it is retried (store/live.go).
+	readRecord
 	// heartbeatTransition: a heartbeat that changes the task's state (the
 	// first heartbeat of an attempt that never said started, one that finds
 	// the lease or the cancel grace run out). A heartbeat reads a masked
@@ -45,6 +51,8 @@ func (c cost) want() map[string]int {
 		return map[string]int{"BatchGetDocuments": 1}
 	case readCommit:
 		return map[string]int{"BatchGetDocuments": 1, "Commit": 1}
+	case readRecord:
+		return map[string]int{"BatchGetDocuments": 2}
 	case heartbeatTransition:
 		return map[string]int{"BatchGetDocuments": 2, "Commit": 1}
 	}
@@ -225,7 +233,7 @@ func contractCases() []contractCase {
 			check: wantFinal(api.Succeeded, false, 0),
 		},
 		{
-			name: "completed identical repeat of a retried failure replays", status: 200, disp: api.Committed, cost: readOnly,
+			name: "completed identical repeat of a retried failure replays", status: 200, disp: api.Committed, cost: readRecord,
 			prep: func(e *env) request {
 				tk := e.retried("w1")
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, failedReq(1, "w1", api.CategoryInfrastructure))}
@@ -329,7 +337,7 @@ func contractCases() []contractCase {
 		},
 		{
 			// Terminal rows come before attempt_mismatch (docs/contract.md §4.5).
-			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
+			name: "late completed of a zombie attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRecord,
 			prep: func(e *env) request {
 				tk := e.zombieThenSucceeded()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -346,7 +354,7 @@ func contractCases() []contractCase {
 		},
 		{
 			// Only the attempt that ended the task can conflict.
-			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readOnly,
+			name: "different completed of an older attempt after attempt 2 succeeded", status: 409, code: api.CodeTaskAlreadyTerminal, disp: api.Cancel, cost: readRecord,
 			prep: func(e *env) request {
 				tk := e.retriedThenSucceeded()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}
@@ -363,7 +371,7 @@ func contractCases() []contractCase {
 			check: wantMismatch(2, 1),
 		},
 		{
-			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readOnly,
+			name: "completed of an older attempt with a different report while attempt 2 runs", status: 409, code: api.CodeAttemptMismatch, disp: api.Cancel, cost: readRecord,
 			prep: func(e *env) request {
 				tk := e.retriedRunning()
 				return request{kind: callbacks.KindCompleted, taskID: tk.ID, token: e.token(tk, 1), body: mustJSON(e.t, completedReq(1, "w1", api.OutcomeSucceeded))}

@@ -375,7 +375,7 @@ func (e *env) snapshot(id string) snapshot {
 	if s.Task, err = e.st.GetTask(e.ctx, id); err != nil && err != store.ErrNotFound {
 		e.t.Fatal(err)
 	}
-	if s.Attempts, err = e.st.Attempts(e.ctx, id); err != nil {
+	if s.Attempts, err = e.st.Attempts(e.ctx, id); err != nil && err != store.ErrNotFound {
 		e.t.Fatal(err)
 	}
 	if s.Outbox, err = e.st.OutboxEntries(e.ctx, id); err != nil {

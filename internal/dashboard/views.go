@@ -437,7 +437,7 @@ func (d *Dashboard) loadHealth(ctx context.Context) (any, error) {
 		for i := range failed {
 			inner.Go(func() {
 				v.DeadLetters[i].Task = failed[i]
-				v.DeadLetters[i].Attempts, ierrs[i] = d.cfg.Store.Attempts(ctx, failed[i].ID)
+				v.DeadLetters[i].Attempts, ierrs[i] = d.cfg.Store.AttemptsOf(ctx, &failed[i])
 			})
 		}
 		inner.Wait()

@@ -832,8 +832,8 @@ func TestHookOffTheWritersPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	outboxIDs(t, e.st, true, tk)
-	if got := sender.Counts(); got["RunQuery"] != 1 || got["Commit"] < 1 || got["Commit"] > 4 {
-		t.Errorf("the sender's Firestore RPCs %v, want one attempt-history query and one commit per batch (1 to 4)", got)
+	if got := sender.Counts(); got["BatchGetDocuments"] != 1 || got["RunQuery"] != 0 || got["Commit"] < 1 || got["Commit"] > 4 {
+		t.Errorf("the sender's Firestore RPCs %v, want one read of the task for the dead letter's attempts (its only attempt is on it) and one commit per batch (1 to 4)", got)
 	}
 
 	// 150 tasks created in one commit (450 writes): one batch for the

@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,14 +16,12 @@ import (
 )
 
 // TestAttemptRecordWrittenOnlyForWhatLiveLacks walks one attempt through
-// its lifecycle and checks, for each event, whether its commit wrote the
-// attempt record (tasks/{doc}/attempts/1): not when nothing changed in it
-// or every change is one the task document's live state mirrors (an
-// enqueue, a `started`, a heartbeat: the commit writes the task document
-// alone, besides the outbox), but when something Live does not hold
-// changed (a job execution, the outcome).
-// After each event, GET, Store.Attempts and the raw record show the
-// attempt as the machine left it.
+// its lifecycle and checks, for each event, that its commit wrote no
+// attempt record (tasks/{doc}/attempts/1) and read none: every change is
+// one the task document's live state mirrors (an enqueue, a `started`, a
+// heartbeat, a job execution), and the outcome of the task's last attempt
+// is kept on the task (task.Task.Ended). After each event, GET and
+// Store.Attempts show the attempt as the machine left it.
 func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 	s, rc := newStore(t)
 	ctx := context.Background()
@@ -45,9 +45,9 @@ func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
 			func(a api.Attempt) bool {
 				return a.WorkerID == "w1" && a.ProgressPct != nil && *a.ProgressPct == 40 && a.Message == "m" && a.LastHeartbeatAt != nil
 			}},
-		{"execution (not on Live)", task.Event{Kind: task.EventExecution, Execution: exec}, true,
+		{"execution", task.Event{Kind: task.EventExecution, Execution: exec}, false,
 			func(a api.Attempt) bool { return a.Execution == exec && a.WorkerID == "w1" && a.StartedAt != nil }},
-		{"completed", task.Event{Kind: task.EventCompleted, WorkerID: "w1", Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}}, true,
+		{"completed", task.Event{Kind: task.EventCompleted, WorkerID: "w1", Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}}, false,
 			func(a api.Attempt) bool {
 				return a.Outcome == api.OutcomeSucceeded && a.WorkerID == "w1" && a.StartedAt != nil && a.StartedAt.Equal(now.Add(time.Second)) &&
 					a.ProgressPct != nil && *a.ProgressPct == 40 && a.Execution == exec
@@ -109,9 +109,9 @@ func TestFirstAttemptRecordGuard(t *testing.T) {
 		{"started by another worker", []task.Event{started(1, "w1")}, started(1, "w2"), api.CodeAttemptAlreadyStarted, false, api.Running, false},
 		{"completed for an attempt that never existed", []task.Event{started(1, "w1")}, wrongAttempt, api.CodeAttemptMismatch, false, api.Running, false},
 		{"completed by another worker", []task.Event{started(1, "w1")}, done("w2", api.OutcomeSucceeded), api.CodeAttemptAlreadyStarted, false, api.Running, false},
-		{"completed", []task.Event{started(1, "w1")}, done("w1", api.OutcomeSucceeded), "", false, api.Succeeded, true},
-		{"identical completed replays", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeSucceeded), "", true, api.Succeeded, true},
-		{"different completed conflicts", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeFailed), api.CodeCompletionConflict, false, api.Succeeded, true},
+		{"completed", []task.Event{started(1, "w1")}, done("w1", api.OutcomeSucceeded), "", false, api.Succeeded, false},
+		{"identical completed replays", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeSucceeded), "", true, api.Succeeded, false},
+		{"different completed conflicts", []task.Event{started(1, "w1"), done("w1", api.OutcomeSucceeded)}, done("w1", api.OutcomeFailed), api.CodeCompletionConflict, false, api.Succeeded, false},
 	}
 	for _, legacy := range []bool{false, true} {
 		for _, c := range cases {
@@ -128,7 +128,7 @@ type guardCase struct {
 	code   string // the rejection, "" when accepted
 	replay bool
 	state  api.State
-	record bool // attempt 1's record exists afterwards (always when legacy)
+	record bool // attempt 1's record document exists afterwards (always when legacy; an ended last attempt is kept on the task)
 }
 
 // run plays c on a new task; with legacy, attempt 1's record is first
@@ -147,6 +147,11 @@ func (c guardCase) run(t *testing.T, s *store.Store, fs *firestore.Client, legac
 	}
 	if legacy {
 		if _, err := record.Create(ctx, map[string]any{"attempt": 1, "createdAt": now}); err != nil {
+			t.Fatal(err)
+		}
+		// An earlier version's task document does not say whether the
+		// attempt has a record.
+		if _, err := record.Parent.Parent.Update(ctx, []firestore.Update{{Path: "recorded", Value: firestore.Delete}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,15 +265,110 @@ func TestRetryAttemptRecord(t *testing.T) {
 				t.Errorf("attempt 2 afterwards %+v, want created %v scheduled %v", a, second.CreatedAt, second.ScheduledAt)
 			}
 			if c.written > 0 {
-				// What the record holds, read without the task (attempt
-				// 3, the next retry, is on the task: GET shows it).
-				as, err := s.Attempts(ctx, tk.ID)
+				// What the record holds (attempt 3, the next retry, is on
+				// the task: GET shows it).
 				if len(after.Attempts) != 3 || after.Attempts[2].Attempt != 3 {
 					t.Errorf("GET attempts %+v, want 3", after.Attempts)
 				}
-				if err != nil || len(as) != 2 || !as[1].CreatedAt.Equal(second.CreatedAt) || as[1].ScheduledAt == nil || as[1].WorkerID != "w1" || as[1].Outcome != api.OutcomeFailed {
-					t.Errorf("records %+v (%v)", as, err)
+				var rec task.Attempt
+				d, err := docClient(t, s).Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Doc("2").Get(ctx)
+				if err == nil {
+					err = d.DataTo(&rec)
 				}
+				if err != nil || !rec.CreatedAt.Equal(second.CreatedAt) || rec.ScheduledAt == nil || rec.WorkerID != "w1" || rec.Outcome != api.OutcomeFailed {
+					t.Errorf("record %+v (%v)", rec, err)
+				}
+			}
+		})
+	}
+}
+
+// TestEndedAttemptKeptOnTask: the attempt that ends a task is kept on the
+// task document when it fits, so a task that ran one attempt has no
+// attempt document: each callback reads one document (no lookup of a
+// record that is not there) and the ending commit writes the task and its
+// outbox entry; GET (one RPC: no attempts query), Store.Attempts and a
+// repeated `completed` see the ended attempt. An ended attempt too large to
+// share the task document gets its record document, as before.
+func TestEndedAttemptKeptOnTask(t *testing.T) {
+	s, rc := newStore(t)
+	ctx := context.Background()
+	// A migrated database: a task is looked up by its one name.
+	if _, err := s.Migrate(ctx, store.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CheckSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fs := docClient(t, s)
+	for _, c := range []struct {
+		name   string
+		output string
+		record bool // the ended attempt has a record document
+	}{
+		{"small output", `{"rows":10}`, false},
+		{"output past 64 KiB", `"` + strings.Repeat("x", 100<<10) + `"`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			tk := mustCreate(t, s, submitted(now, ""), now)
+			done := task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1",
+				Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded, Output: json.RawMessage(c.output)}}
+			for i, ev := range []task.Event{
+				{Kind: task.EventEnqueued, Attempt: 1},
+				{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"},
+				done,
+			} {
+				ev.Now = now.Add(time.Duration(i) * time.Second)
+				rc.Reset()
+				if r := mustApply(t, s, tk.ID, ev); r.Rejection != nil || !r.Write {
+					t.Fatalf("%s: %+v", ev.Kind, r.Rejection)
+				}
+				u := rc.Usage()
+				if u.RPCs != 2 || u.DocsRead != 1 || u.DocsMissing != 0 {
+					t.Errorf("%s: %d RPCs, %d documents read, %d looked up and missing; want 2, 1, 0", ev.Kind, u.RPCs, u.DocsRead, u.DocsMissing)
+				}
+				wantWritten := 0
+				if c.record && ev.Kind == task.EventCompleted {
+					wantWritten = 1
+				}
+				if n := rc.DocsWrittenIn(store.AttemptsCollection); n != wantWritten {
+					t.Errorf("%s: %d attempt records written, want %d", ev.Kind, n, wantWritten)
+				}
+			}
+			records, err := fs.Collection(store.TasksCollection).Doc(store.TaskDocID(tk.ID)).Collection(store.AttemptsCollection).Documents(ctx).GetAll()
+			if err != nil || (len(records) == 1) != c.record || len(records) > 1 {
+				t.Fatalf("%d attempt documents (%v), want record = %v", len(records), err, c.record)
+			}
+			rc.Reset()
+			got, err := s.Get(ctx, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantRPCs := map[bool]int{false: 1, true: 2}[c.record]; rc.Total() != wantRPCs {
+				t.Errorf("GET: %d RPCs, want %d", rc.Total(), wantRPCs)
+			}
+			viaAttempts, err := s.Attempts(ctx, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, as := range map[string][]task.Attempt{"GET": got.Attempts, "Store.Attempts": viaAttempts} {
+				if len(as) != 1 || as[0].Outcome != api.OutcomeSucceeded || as[0].WorkerID != "w1" || as[0].StartedAt == nil ||
+					!as[0].CreatedAt.Equal(now) || string(as[0].Output) != c.output {
+					t.Errorf("%s: attempts %d, first %+v", name, len(as), as[0].View().Outcome)
+				}
+			}
+			// A repeated report replays; a different one conflicts: the
+			// kept attempt guards as its record did.
+			again := done
+			again.Now = now.Add(time.Minute)
+			if r := mustApply(t, s, tk.ID, again); !r.Replay || r.Write {
+				t.Errorf("repeated completed: replay %v, write %v", r.Replay, r.Write)
+			}
+			other := again
+			other.Completed = &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeFailed, Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: "no"}}
+			if r := mustApply(t, s, tk.ID, other); r.Rejection == nil || r.Rejection.Code != api.CodeCompletionConflict {
+				t.Errorf("different completed: %+v", r.Rejection)
 			}
 		})
 	}

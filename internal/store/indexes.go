@@ -103,7 +103,7 @@ const AttemptsCollection = "attempts"
 // Terraform declares exactly these (and TTLFields, also exempted).
 var FieldExemptions = []FieldExemption{
 	// Large or opaque.
-	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"}, {TasksCollection, "history"},
+	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"}, {TasksCollection, "history"}, {TasksCollection, "endedAttempt"},
 	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
 	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"}, {AttemptsCollection, "heartbeatTicks"},
 	{OutboxCollection, "error"}, {OutboxCollection, outboxEarlier},
@@ -138,7 +138,7 @@ var FieldExemptions = []FieldExemption{
 	// attempt order): their entries only cost storage, about 40 of a
 	// task's 63 and 14 of an attempt's 18 (docs/cost.md).
 	{TasksCollection, "timing"}, {TasksCollection, "retry"}, {TasksCollection, "attempt"}, {TasksCollection, "seq"}, {TasksCollection, "reason"}, {TasksCollection, "cancelReason"}, {TasksCollection, "redrives"},
-	{TasksCollection, "idempotencyKey"}, {TasksCollection, "taskKey"}, {TasksCollection, "rerunOf"}, {TasksCollection, "assetId"}, {TasksCollection, "workspaceId"}, {TasksCollection, "trace"},
+	{TasksCollection, "idempotencyKey"}, {TasksCollection, "taskKey"}, {TasksCollection, "rerunOf"}, {TasksCollection, "assetId"}, {TasksCollection, "workspaceId"}, {TasksCollection, "trace"}, {TasksCollection, "recorded"},
 	{AttemptsCollection, "outcome"}, {AttemptsCollection, "workerId"}, {AttemptsCollection, "message"}, {AttemptsCollection, "progressPct"}, {AttemptsCollection, "heartbeats"}, {AttemptsCollection, "cancelledDuringPhase"}, {AttemptsCollection, "execution"}, {AttemptsCollection, "completionDigest"},
 }
 

@@ -22,12 +22,16 @@ import (
 // `started` writes only the task document: mirrored). Its cost does not
 // grow with the payload or with a checkpoint stored earlier.
 
-// liveField is the task document's field that holds task.Task.Live.
-const liveField = "live"
+// liveField is the task document's field that holds task.Task.Live;
+// endedField, task.Task.Ended.
+const (
+	liveField  = "live"
+	endedField = "endedAttempt"
+)
 
 // heartbeatSkips are the task fields a heartbeat never reads: large, and
 // changed only by transitions.
-var heartbeatSkips = []string{"payload", "resources", "resumeFrom", "history", liveField}
+var heartbeatSkips = []string{"payload", "resources", "resumeFrom", "history", liveField, endedField}
 
 // heartbeatMask lists the task fields a heartbeat reads: every top-level
 // field but heartbeatSkips, and the live attempt but its checkpoint.
@@ -60,7 +64,7 @@ func liveOf(a *task.Attempt) *task.LiveAttempt {
 		created = &c
 	}
 	return &task.LiveAttempt{Attempt: a.Attempt, CreatedAt: created, ScheduledAt: a.ScheduledAt, WorkerID: a.WorkerID, StartedAt: a.StartedAt, LastHeartbeatAt: a.LastHeartbeatAt,
-		Heartbeats: a.Heartbeats, HeartbeatTicks: a.HeartbeatTicks, ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint}
+		Heartbeats: a.Heartbeats, HeartbeatTicks: a.HeartbeatTicks, ProgressPct: a.ProgressPct, Message: a.Message, Checkpoint: a.Checkpoint, Execution: a.Execution}
 }
 
 // overlay lays the task's live heartbeat state over its attempt record.
@@ -95,6 +99,9 @@ func overlay(a *task.Attempt, l *task.LiveAttempt) {
 	if len(l.Checkpoint) > 0 {
 		a.Checkpoint = l.Checkpoint
 	}
+	if l.Execution != "" {
+		a.Execution = l.Execution
+	}
 }
 
 // firstAttempt is the record of t's current attempt while it has none:
@@ -121,7 +128,7 @@ func firstAttempt(t *task.Task) *task.Attempt {
 // of rec overlaid with l (Get, Attempts, the next transition's read) sees
 // a, so the record need not be written. An ended attempt is never mirrored
 // (its live state is cleared), nor a change of a field Live does not hold
-// (an execution, an outcome, an expiry).
+// (an outcome, an expiry).
 func mirrored(rec *task.Attempt, l *task.LiveAttempt, a *task.Attempt) bool {
 	if rec == nil || a == nil || a.Ended() || rec.Attempt != a.Attempt {
 		return false
@@ -150,7 +157,7 @@ func setLive(r *task.Result) {
 		r.Task.Live = liveOf(r.Next)
 	case a != nil && a.Attempt == r.Task.Attempt:
 		r.Task.Live = nil
-		if !a.Ended() && (a.WorkerID != "" || a.Attempt > 1) {
+		if !a.Ended() && (a.WorkerID != "" || a.Attempt > 1 || a.Execution != "") {
 			r.Task.Live = liveOf(a)
 		}
 	case r.Task.Live != nil && r.Task.Live.Attempt != r.Task.Attempt:
@@ -244,4 +251,41 @@ func updateWrite(name string, before, after *task.Task) (*pb.Write, bool) {
 		Operation:  &pb.Write_Update{Update: &pb.Document{Name: name, Fields: fields}},
 		UpdateMask: &pb.DocumentMask{FieldPaths: paths},
 	}, true
+}
+
+// An attempt that ends a task (no retry after it) is kept on the task
+// document (task.Task.Ended) rather than in a record document of its own,
+// when it has none and fits in the room the running attempt's checkpoint
+// had (historyRoom reserves it; the live state is cleared at the end): the
+// commit that ends the task writes one document, and a task that ran one
+// attempt has no attempt document at all. task.Task.Recorded says whether
+// the current attempt has a record document, so that a transition reads
+// one only when there is one.
+
+// endedInline bounds the stored size of an ended attempt kept on the task.
+const endedInline = 64 << 10
+
+// fitsInline reports whether a's stored size is within endedInline.
+func fitsInline(a *task.Attempt) bool {
+	n := 0
+	for k, v := range encodeFields(a) {
+		n += len(k) + 1 + proto.Size(v)
+	}
+	return n <= endedInline
+}
+
+// needsRecordRead reports whether a transition of attempt want of t must
+// look its record document up: not when t says the current attempt has
+// none, nor for an attempt t has not reached (a forged or confused
+// number), and not when t keeps the ended attempt itself.
+func needsRecordRead(t *task.Task, want int) bool {
+	switch {
+	case want > t.Attempt:
+		return false
+	case want < t.Attempt:
+		return true
+	case t.Ended != nil && t.Ended.Attempt == want:
+		return false
+	}
+	return t.Recorded == nil || *t.Recorded
 }

@@ -46,14 +46,16 @@ func TestMigrateRetention(t *testing.T) {
 	end := now.Add(time.Second)
 	apply(ended, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: end,
 		Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}})
-	// The running attempt's record as an earlier version wrote it (at
-	// submit and at `started`; today's first is written when it ends).
-	cur, err := s.Get(ctx, running)
-	if err != nil || len(cur.Attempts) != 1 {
-		t.Fatalf("running task: %+v, %v", cur.Attempts, err)
-	}
-	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(attemptName(s.taskName(running), 1), cur.Attempts[0], true)}}); err != nil {
-		t.Fatal(err)
+	// The attempts' records as an earlier version wrote them (at submit,
+	// at `started` and at the end; today's are on the task).
+	for _, id := range ids {
+		cur, err := s.Get(ctx, id)
+		if err != nil || len(cur.Attempts) != 1 {
+			t.Fatalf("task %s: %+v, %v", id, cur.Attempts, err)
+		}
+		if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(attemptName(s.taskName(id), 1), cur.Attempts[0], true)}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, id := range ids {
 		asEarlierLayout(t, s, s.taskName(id), "expireAt")

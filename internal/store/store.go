@@ -580,6 +580,8 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	// The first attempt's record is not written yet: until something the
 	// task document does not hold must be stored, it is the task's
 	// (firstAttempt).
+	recorded := false
+	nt.Recorded = &recorded
 	writes := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}
 	writes = append(writes, s.outboxWrites(trs)...)
 	if nt.IdempotencyKey != "" {
@@ -712,7 +714,8 @@ func (s *Store) GetTask(ctx context.Context, id string) (task.Task, error) {
 	return t, nil
 }
 
-// Get reads a task with its attempts, oldest first (2 RPCs).
+// Get reads a task with its attempts, oldest first (2 RPCs; 1 for a task
+// whose only attempt has no record document: AttemptsOf).
 func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 	t, err := s.GetTask(ctx, id)
 	if err != nil {
@@ -724,12 +727,20 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, error) {
 
 // AttemptsOf reads the attempts of task t (as read, or as a transition
 // left it), oldest first, as Get shows them: the records with t's live
-// state laid over them, and the first attempt from t while it has no
-// record (firstAttempt).
+// state laid over them, the ended last attempt t keeps (task.Task.Ended),
+// and the first attempt from t while it has no record (firstAttempt). A
+// task that says it has no record document (its first attempt, none
+// written) costs no read.
 func (s *Store) AttemptsOf(ctx context.Context, t *task.Task) ([]task.Attempt, error) {
-	out, err := s.Attempts(ctx, t.ID)
-	if err != nil {
-		return nil, err
+	var out []task.Attempt
+	if t.Attempt > 1 || t.Recorded == nil || *t.Recorded {
+		var err error
+		if out, err = s.records(ctx, t.ID); err != nil {
+			return nil, err
+		}
+	}
+	if e := t.Ended; e != nil && (len(out) == 0 || out[len(out)-1].Attempt < e.Attempt) {
+		out = append(out, *e)
 	}
 	if len(out) == 0 || out[len(out)-1].Attempt < t.Attempt {
 		if a := firstAttempt(t); a != nil {
@@ -742,11 +753,18 @@ func (s *Store) AttemptsOf(ctx context.Context, t *task.Task) ([]task.Attempt, e
 	return out, nil
 }
 
-// Attempts reads a task's attempt records, oldest first, as stored: an
-// ended task's are complete (the dead letters read them); a running
-// attempt's live state and a first attempt that has no record yet are on
-// the task document, which Get and AttemptsOf lay over them.
+// Attempts reads a task's attempts, oldest first: its document, then
+// AttemptsOf it. An ended task's are complete (the dead letters read them).
 func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error) {
+	t, err := s.GetTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.AttemptsOf(ctx, &t)
+}
+
+// records reads a task's attempt record documents, oldest first.
+func (s *Store) records(ctx context.Context, id string) ([]task.Attempt, error) {
 	out, err := s.attempts(ctx, s.taskName(id))
 	if err == nil && len(out) == 0 && s.legacyNames.Load() {
 		out, err = s.attempts(ctx, s.legacyTaskName(id))
@@ -1210,17 +1228,11 @@ func version(d *pb.Document) *pb.Precondition {
 // the commit carries a precondition on each written record's version; with
 // tx (an admit), both run in that transaction.
 func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byte) (task.Result, error) {
-	names := s.taskNames(id)
-	if ev.Attempt > 0 {
-		for _, base := range s.taskNames(id) {
-			names = append(names, attemptName(base, ev.Attempt))
-		}
-	}
 	var sel any
 	if tx != nil {
 		sel = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
 	}
-	docs, _, err := s.batchGet(ctx, names, sel)
+	docs, _, err := s.batchGet(ctx, s.taskNames(id), sel)
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -1235,26 +1247,31 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	if err := decodeFields(td.GetFields(), &t); err != nil {
 		return task.Result{}, fmt.Errorf("decode task %s: %w", id, err)
 	}
-	want := ev.Attempt
-	if want == 0 {
-		// The event concerns the current attempt, unknown before the read.
-		want = t.Attempt
+	// The event's attempt (an event without one concerns the current
+	// attempt): its record is read only when there is one to read
+	// (needsRecordRead); the task document's version guards the rest, since
+	// every write of a record writes the task too.
+	want := cmp.Or(ev.Attempt, t.Attempt)
+	var ad *pb.Document
+	read := needsRecordRead(&t, want)
+	if read {
 		more, _, err := s.batchGet(ctx, []string{attemptName(base, want)}, sel)
 		if err != nil {
 			return task.Result{}, err
 		}
-		for k, v := range more {
-			docs[k] = v
-		}
+		ad = more[attemptName(base, want)]
 	}
-	ad := docs[attemptName(base, want)]
-	var cur, rec *task.Attempt // rec: the record as stored (or firstAttempt), cur: overlaid
-	if ad != nil {
+	var cur, rec *task.Attempt // rec: the record as stored (or firstAttempt, or t.Ended), cur: overlaid
+	switch {
+	case ad != nil:
 		rec = new(task.Attempt)
 		if err := decodeFields(ad.GetFields(), rec); err != nil {
 			return task.Result{}, fmt.Errorf("decode attempt %d of %s: %w", want, id, err)
 		}
-	} else if want == t.Attempt {
+	case t.Ended != nil && t.Ended.Attempt == want:
+		e := *t.Ended
+		rec = &e
+	case want == t.Attempt:
 		rec = firstAttempt(&t)
 	}
 	if rec != nil {
@@ -1287,17 +1304,47 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		return version(d)
 	}
+	var writes []*pb.Write
+	// hasRecord: whether attempt want has a record document (as read, or
+	// as t says when none was read).
+	hasRecord := ad != nil
+	wrote := 0 // the attempt whose record this commit writes, if any
+	if a := r.Attempt; a != nil && !(a.Attempt == want && mirrored(rec, r.Task.Live, a)) {
+		switch {
+		case a.Attempt == want && !hasRecord && a.Ended() && a.Attempt == r.Task.Attempt && r.Next == nil && fitsInline(a):
+			// The task's last attempt ended: kept on the task.
+			e := *a
+			r.Task.Ended = &e
+		default:
+			aw := setWrite(attemptName(base, a.Attempt), a, false)
+			if a.Attempt == want {
+				aw.CurrentDocument = precond(ad)
+				if !read && tx == nil {
+					aw.CurrentDocument = version(nil) // known not to exist
+				}
+			}
+			writes = append(writes, aw)
+			wrote = a.Attempt
+			if r.Task.Ended != nil && r.Task.Ended.Attempt == a.Attempt {
+				r.Task.Ended = nil // its document now holds it
+			}
+		}
+	}
+	switch recorded := true; {
+	case wrote == r.Task.Attempt:
+		r.Task.Recorded = &recorded
+	case r.Task.Attempt == want:
+		recorded = hasRecord
+		r.Task.Recorded = &recorded
+	case r.Task.Attempt != t.Attempt:
+		recorded = false // a retry's next attempt: on the task (setLive)
+		r.Task.Recorded = &recorded
+	}
+	// Otherwise the current attempt is not the one read, and t said.
 	tw := setWrite(base, r.Task, false)
 	tw.CurrentDocument = precond(td)
-	writes := []*pb.Write{tw}
+	writes = append([]*pb.Write{tw}, writes...)
 	writes = append(writes, s.counters.Writes(&t, &r.Task)...)
-	if r.Attempt != nil && !(r.Attempt.Attempt == want && mirrored(rec, r.Task.Live, r.Attempt)) {
-		aw := setWrite(attemptName(base, r.Attempt.Attempt), r.Attempt, false)
-		if r.Attempt.Attempt == want {
-			aw.CurrentDocument = precond(ad)
-		}
-		writes = append(writes, aw)
-	}
 	// r.Next, a retry's next attempt, is on the task (setLive, firstAttempt).
 	tp := cmp.Or(telemetry.TraceParent(ctx), r.Task.Trace)
 	for i := range r.Transitions {

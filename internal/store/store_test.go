@@ -160,7 +160,7 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		{"started", task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"duplicate started", task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1"}, map[string]int{"BatchGetDocuments": 1}},
 		{"heartbeat", task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Heartbeat: &api.HeartbeatRequest{ProgressPct: &p}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
-		{"cancel", task.Event{Kind: task.EventCancel, Reason: "user_requested"}, map[string]int{"BatchGetDocuments": 2, "Commit": 1}},
+		{"cancel", task.Event{Kind: task.EventCancel, Reason: "user_requested"}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"completed", task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeCancelled}}, map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 	}
 	for _, st := range steps {

@@ -75,10 +75,21 @@ type Task struct {
 	// creation and schedule), kept on the task document so that a
 	// heartbeat reads and writes one small document. The
 	// store folds it into the attempt record at the attempt's transitions
-	// that change something else of it (an outcome, an execution) and
+	// that change something else of it (an outcome) and
 	// overlays it on reads (Attempts shows it); it is not part of the
 	// API's JSON.
 	Live *LiveAttempt `json:"-" firestore:"live"`
+
+	// Ended is the record of the current attempt once it has ended, when
+	// the store keeps it on the task document instead of a document of its
+	// own (a task whose last attempt ended without a retry, and whose
+	// record fits: store.Apply). Not in the API's JSON; reads show it among
+	// the attempts.
+	Ended *Attempt `json:"-" firestore:"endedAttempt"`
+	// Recorded says whether the current attempt has a record document, so
+	// that a transition reads one only when there is one; nil in documents
+	// written before it existed (the store then looks the record up).
+	Recorded *bool `json:"-" firestore:"recorded"`
 
 	// Trace is the W3C traceparent of the span that submitted the task
 	// (package telemetry), so that later hops (the sweeper) can link to the
@@ -149,6 +160,8 @@ type LiveAttempt struct {
 	ProgressPct     *int            `firestore:"progressPct"`
 	Message         string          `firestore:"message"`
 	Checkpoint      json.RawMessage `firestore:"checkpoint"`
+	// Execution is the attempt's Cloud Run Job execution (job workers).
+	Execution string `firestore:"execution"`
 }
 
 // View is the attempt's record as the control API, the dead letters and

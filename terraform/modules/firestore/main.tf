@@ -288,6 +288,24 @@ resource "google_firestore_field" "tasks_trace" {
   index_config {}
 }
 
+resource "google_firestore_field" "tasks_ended_attempt" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "endedAttempt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_recorded" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "recorded"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "attempts_outcome" {
   project    = var.project_id
   database   = google_firestore_database.this.name
