@@ -376,8 +376,11 @@ resource "google_logging_project_exclusion" "ok_callback_requests" {
 # ("task submitted") names the task, its state and its Cloud Task, so its
 # request log entry adds only an ingestion per submit. Every other api
 # request (reads, cancels, admin) and every failed submit keeps its entry.
-# The URL is matched whole (a regular expression, Logging query language),
-# so that no other path, nor a query string, can hide a request's entry.
+# The URL is matched whole (=~, an RE2 regular expression of the Logging
+# query language, which exclusion filters use:
+# https://cloud.google.com/logging/docs/view/logging-query-language and
+# https://cloud.google.com/logging/docs/exclusions, read 2026-11-27), so
+# that no other path, nor a query string, can hide a request's entry.
 resource "google_logging_project_exclusion" "ok_submit_requests" {
   count = var.exclude_ok_request_logs ? 1 : 0
 
