@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,33 +159,66 @@ echo service-123@gcp-sa-pubsub.iam.gserviceaccount.com
 	}
 }
 
+// submitURLs is the pattern of the api's submit URLs in the exclusion
+// ok_submit_requests (Cloud Logging's regular expressions are RE2, as Go's).
+const submitURLs = `^(https?://[^/?#]+)?/v1/tasks(:batch)?([?].*)?$`
+
 // TestTerraformRequestLogExclusion: the callbacks function's successful
-// request logs are excluded from Cloud Logging by default (one ~1 KB
-// ingestion per callback, docs/cost.md), failed ones kept, and the
-// exclusion is named per environment.
+// request logs and the api function's successful submits' are excluded
+// from Cloud Logging by default (one ~1 KB ingestion per callback or
+// submit, docs/cost.md), failed ones and the api's other requests' kept,
+// and the exclusions are named per environment.
 func TestTerraformRequestLogExclusion(t *testing.T) {
 	mods := loadTerraform(t)
-	ex := mods.resource("google_logging_project_exclusion", "ok_callback_requests")
-	if ex == nil {
-		t.Fatal("no google_logging_project_exclusion.ok_callback_requests")
-	}
-	attr := func(name string) string {
-		a, ok := ex.block.Body.Attributes[name]
-		if !ok {
-			t.Fatalf("%s: no %s", ex.where(), name)
+	common := []string{`run.googleapis.com%2Frequests`, `httpRequest.status<400`, `cloud_run_revision`}
+	for _, c := range []struct {
+		resource string
+		want     []string // in the filter, besides common
+	}{
+		{"ok_callback_requests", []string{`module.function["callbacks"].service_name`}},
+		{"ok_submit_requests", []string{`module.function["api"].service_name`, `httpRequest.requestMethod=\"POST\"`,
+			`httpRequest.requestUrl=~\"` + submitURLs + `\"`}},
+	} {
+		ex := mods.resource("google_logging_project_exclusion", c.resource)
+		if ex == nil {
+			t.Errorf("no google_logging_project_exclusion.%s", c.resource)
+			continue
 		}
-		return ex.text(a.Expr)
+		attr := func(name string) string {
+			a, ok := ex.block.Body.Attributes[name]
+			if !ok {
+				t.Fatalf("%s: no %s", ex.where(), name)
+			}
+			return ex.text(a.Expr)
+		}
+		if c := attr("count"); c != "var.exclude_ok_request_logs ? 1 : 0" {
+			t.Errorf("%s: count %s, want it gated by var.exclude_ok_request_logs", ex.where(), c)
+		}
+		if n := attr("name"); !strings.Contains(n, "var.name_prefix") {
+			t.Errorf("%s: name %s is not derived from name_prefix", ex.where(), n)
+		}
+		filter := attr("filter")
+		for _, want := range append(common, c.want...) {
+			if !strings.Contains(filter, want) {
+				t.Errorf("%s: filter %s lacks %s", ex.where(), filter, want)
+			}
+		}
 	}
-	if c := attr("count"); c != "var.exclude_ok_request_logs ? 1 : 0" {
-		t.Errorf("%s: count %s, want it gated by var.exclude_ok_request_logs", ex.where(), c)
-	}
-	if n := attr("name"); !strings.Contains(n, "var.name_prefix") {
-		t.Errorf("%s: name %s is not derived from name_prefix", ex.where(), n)
-	}
-	filter := attr("filter")
-	for _, want := range []string{`module.function["callbacks"].service_name`, `run.googleapis.com%2Frequests`, `httpRequest.status<400`, `cloud_run_revision`} {
-		if !strings.Contains(filter, want) {
-			t.Errorf("%s: filter %s lacks %s", ex.where(), filter, want)
+	// The submits' URL pattern: submits, and nothing else the api serves.
+	re := regexp.MustCompile(submitURLs)
+	for url, submit := range map[string]bool{
+		"https://servo-api-abc-ew.a.run.app/v1/tasks":       true,
+		"https://servo-api-abc-ew.a.run.app/v1/tasks:batch": true,
+		"https://servo-api-abc-ew.a.run.app/v1/tasks?x=1":   true,
+		"/v1/tasks": true,
+		"https://servo-api-abc-ew.a.run.app/v1/tasks/task_01/cancel":       false,
+		"https://servo-api-abc-ew.a.run.app/v1/runs/run_01/cancel":         false,
+		"https://servo-api-abc-ew.a.run.app/v1/tasks/x/cancel?r=/v1/tasks": false,
+		"https://servo-api-abc-ew.a.run.app/admin/v1/tasks":                false,
+		"https://servo-api-abc-ew.a.run.app/v1/tasksx":                     false,
+	} {
+		if re.MatchString(url) != submit {
+			t.Errorf("submit pattern on %s: %v, want %v", url, !submit, submit)
 		}
 	}
 	for _, v := range mods.blocks("terraform", "variable") {

@@ -50,7 +50,8 @@
 // fields), else 413 payload_too_large with field payload.
 //
 // A valid submit is one Firestore commit ([store.Store.CreateMany]) and one
-// enqueue ([enqueue.Enqueuer.Enqueue]). The commit writes the task already
+// enqueue ([enqueue.Enqueuer.EnqueueSubmitted]), and writes one INFO line,
+// "task submitted", which names the Cloud Task created (cloudTask). The commit writes the task already
 // QUEUED, its idempotency record, both of its events (→ PENDING,
 // PENDING → QUEUED) to the outbox, and its run's document (runs/{runId},
 // rewritten at most once a minute per process: store.RunDocumentEvery).

@@ -59,6 +59,7 @@ type env struct {
 	ctAddr  string
 	tasks   *cloudtasksapi.Client // always reaches the live emulator
 	queue   string
+	logs    io.Writer // envOptions.logs
 	keys    *auth.KeyRing
 	workers enqueue.Workers
 	enq     *enqueue.Enqueuer
@@ -85,6 +86,9 @@ type envOptions struct {
 	config func(*Config)
 	// store passes options to the store (a dead endpoint).
 	store []store.Option
+	// logs, when set, receives the JSON lines (INFO and above) of both the
+	// handler and the enqueuer.
+	logs io.Writer
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -96,7 +100,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), project: emulatortest.ProjectID(t), delivered: make(chan struct{}, 1)}
+	e := &env{t: t, ctx: context.Background(), project: emulatortest.ProjectID(t), delivered: make(chan struct{}, 1), logs: o.logs}
 	var err error
 	e.st, err = store.New(e.ctx, e.project, o.store...)
 	if err != nil {
@@ -155,7 +159,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		client = newTasksClient(t, stalledAddr(t))
 	}
 	e.enq = e.newEnqueuer(client)
-	cfg := Config{Store: e.st, Enqueuer: e.enq, Logger: testLogger(t), MinTimer: task.MinTimerLocal}
+	cfg := Config{Store: e.st, Enqueuer: e.enq, Logger: e.logger(), MinTimer: task.MinTimerLocal}
 	if o.config != nil {
 		o.config(&cfg)
 	}
@@ -165,10 +169,19 @@ func newEnv(t testing.TB, o envOptions) *env {
 	return e
 }
 
+// logger is the logger of the env's components: to envOptions.logs when
+// set, else testLogger's.
+func (e *env) logger() *slog.Logger {
+	if e.logs != nil {
+		return logs.New(e.logs, slog.LevelInfo)
+	}
+	return testLogger(e.t)
+}
+
 func (e *env) newEnqueuer(client *cloudtasksapi.Client) *enqueue.Enqueuer {
 	e.t.Helper()
 	enq, err := enqueue.New(enqueue.Config{Store: e.st, Tasks: client, Keys: e.keys, Workers: e.workers,
-		CallbackBaseURL: "http://127.0.0.1:1/callbacks", Logger: testLogger(e.t)})
+		CallbackBaseURL: "http://127.0.0.1:1/callbacks", Logger: e.logger()})
 	if err != nil {
 		e.t.Fatalf("enqueue.New: %v", err)
 	}

@@ -409,30 +409,36 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (api.Su
 	}
 	stored := c.Task
 	state := stored.State
+	var cloudTask string // the Cloud Task this submit created, named on its line
 	switch {
 	case stored.WaitingSince != nil:
 		// Waiting for a run slot (quotas): the sweeper's admit duty
 		// enqueues it when one frees.
 	case !c.Existed:
-		state = h.enqueue(ctx, stored)
+		state, cloudTask = h.enqueue(ctx, stored, true)
 	case state == api.Pending:
 		// A repeat of a task still PENDING re-drives its enqueue: safe, the
 		// Cloud Task name is deterministic.
-		state = h.enqueue(ctx, stored)
+		state, _ = h.enqueue(ctx, stored, false)
 	}
 	result := telemetry.SubmitCreated
 	if c.Existed {
 		result = telemetry.SubmitExisting
 	}
 	telemetry.RecordSubmit(ctx, result, 1)
-	h.log.InfoContext(ctx, "task submitted", append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker,
-		"state", state, "repeat", c.Existed)...)
+	attrs := append(taskAttrs(&stored), "runId", stored.RunID, "worker", stored.Worker, "state", state, "repeat", c.Existed)
+	if cloudTask != "" {
+		attrs = append(attrs, "cloudTask", cloudTask)
+	}
+	h.log.InfoContext(ctx, "task submitted", attrs...)
 	return api.SubmitResponse{TaskID: stored.ID, RunID: stored.RunID, Attempt: stored.Attempt, State: state}, !c.Existed, nil
 }
 
 // enqueue creates the Cloud Task of a stored task (QUEUED by the submit's
 // commit, or PENDING) and returns its state: QUEUED, or PENDING when Cloud
-// Tasks failed. A task stored QUEUED whose Cloud Task could not be created
+// Tasks failed. With first (the submit that stored it), the Cloud Task's
+// name is returned for the submit's line, and the enqueuer writes no line
+// of its own for it ([enqueue.Enqueuer.EnqueueSubmitted]). A task stored QUEUED whose Cloud Task could not be created
 // goes back to PENDING with its dispatch check due (one more transaction,
 // on this failure path only), so the sweeper's next pass re-drives it;
 // should that transaction fail too, the dispatch check of the QUEUED task
@@ -440,17 +446,23 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (api.Su
 // hangs up, bounded by CloudTasksTimeout; the record of its failure has a
 // budget of its own (RequestTimeout), since a stalled Cloud Tasks uses up
 // all of the enqueue's.
-func (h *handler) enqueue(ctx context.Context, t task.Task) api.State {
+func (h *handler) enqueue(ctx context.Context, t task.Task, first bool) (api.State, string) {
 	ctx = context.WithoutCancel(ctx)
 	ectx, cancel := context.WithTimeout(ctx, h.cfg.CloudTasksTimeout)
-	err := h.cfg.Enqueuer.Enqueue(ectx, t)
+	var cloudTask string
+	var err error
+	if first {
+		cloudTask, err = h.cfg.Enqueuer.EnqueueSubmitted(ectx, t)
+	} else {
+		err = h.cfg.Enqueuer.Enqueue(ectx, t)
+	}
 	cancel()
 	if err == nil {
-		return api.Queued
+		return api.Queued, cloudTask
 	}
 	h.log.WarnContext(ctx, "task stored but not enqueued; the sweeper will re-drive it", append(taskAttrs(&t), "error", err)...)
 	if t.State != api.Queued {
-		return api.Pending
+		return api.Pending, ""
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.RequestTimeout)
 	defer cancel()
@@ -458,9 +470,9 @@ func (h *handler) enqueue(ctx context.Context, t task.Task) api.State {
 	r, aerr := h.cfg.Store.Apply(rctx, t.ID, ev)
 	if aerr != nil {
 		h.log.WarnContext(ctx, "could not record the failed enqueue; the dispatch check re-drives it", append(taskAttrs(&t), "error", aerr)...)
-		return api.Queued
+		return api.Queued, ""
 	}
-	return r.Task.State
+	return r.Task.State, ""
 }
 
 func truncate(s string, n int) string {

@@ -371,6 +371,34 @@ resource "google_logging_project_exclusion" "ok_callback_requests" {
   depends_on = [google_project_service.apis]
 }
 
+# The api function's successful submits (POST /v1/tasks and
+# POST /v1/tasks:batch, answered below 400) likewise: a submit's own line
+# ("task submitted") names the task, its state and its Cloud Task, so its
+# request log entry adds only an ingestion per submit. Every other api
+# request (reads, cancels, admin) and every failed submit keeps its entry.
+# The URL is matched whole (=~, an RE2 regular expression of the Logging
+# query language, which exclusion filters use:
+# https://cloud.google.com/logging/docs/view/logging-query-language and
+# https://cloud.google.com/logging/docs/exclusions, read 2026-11-27), so
+# that no other path, nor a query string, can hide a request's entry.
+resource "google_logging_project_exclusion" "ok_submit_requests" {
+  count = var.exclude_ok_request_logs ? 1 : 0
+
+  project     = var.project_id
+  name        = "${var.name_prefix}-ok-submit-requests"
+  description = "Servo (${var.name_prefix}): request logs of the api function's successful submits, POST /v1/tasks and /v1/tasks:batch (exclude_ok_request_logs)"
+  filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=\"${module.function["api"].service_name}\"",
+    "logName=\"projects/${var.project_id}/logs/run.googleapis.com%2Frequests\"",
+    "httpRequest.status<400",
+    "httpRequest.requestMethod=\"POST\"",
+    "httpRequest.requestUrl=~\"^(https?://[^/?#]+)?/v1/tasks(:batch)?([?].*)?$\"",
+  ])
+
+  depends_on = [google_project_service.apis]
+}
+
 # --- Functions ---------------------------------------------------------------
 
 module "function" {

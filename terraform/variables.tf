@@ -186,7 +186,7 @@ variable "log_heartbeats" {
 }
 
 variable "exclude_ok_request_logs" {
-  description = "Exclude from Cloud Logging the request logs Cloud Run writes for the callbacks function's successful requests (HTTP status below 400): one ~1 KB entry per started, heartbeat and completed, billed at ingestion. Servo's own lines (every callback but an accepted heartbeat) and every failed request's log are kept; the metric servo.callbacks counts them all. false keeps them."
+  description = "Exclude from Cloud Logging the request logs Cloud Run writes for the callbacks function's successful requests and the api function's successful submits (POST /v1/tasks and /v1/tasks:batch; HTTP status below 400): one ~1 KB entry per started, heartbeat, completed and submit, billed at ingestion. Servo's own lines (every callback but an accepted heartbeat, every submit), every failed request's log and every other api request's log are kept; the metrics servo.callbacks and servo.submits count what the excluded entries would have shown. false keeps them."
   type        = bool
   default     = true
 }

@@ -69,7 +69,11 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 	var logged int64 // invocations whose request log is ingested
 	for _, name := range sortedKeys(t.Invocations) {
 		n := t.Invocations[name]
-		if !d.NoOKRequestLogs[name] {
+		switch {
+		case d.NoOKRequestLogs[name]:
+		case d.NoOKSubmitRequestLogs[name]:
+			logged += n - min(n, t.SubmitRequests)
+		default:
 			logged += n
 		}
 		f, ok := d.Functions[name]

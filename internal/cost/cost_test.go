@@ -1,10 +1,13 @@
 package cost
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -276,29 +279,119 @@ variable "retention_days" {
 	if !repo.NoOKRequestLogs["callbacks"] || len(repo.NoOKRequestLogs) != 1 {
 		t.Errorf("terraform/: request logs excluded for %v, want callbacks (exclude_ok_request_logs)", repo.NoOKRequestLogs)
 	}
+	if !repo.NoOKSubmitRequestLogs["api"] || len(repo.NoOKSubmitRequestLogs) != 1 {
+		t.Errorf("terraform/: submits' request logs excluded for %v, want api (exclude_ok_request_logs)", repo.NoOKSubmitRequestLogs)
+	}
 }
 
-// TestExcludedRequestLogs: a function whose successful request logs are
-// excluded adds none to the logging bill; the others still do.
-func TestExcludedRequestLogs(t *testing.T) {
-	d := testDefaults()
-	d.NoOKRequestLogs = map[string]bool{"callbacks": true}
-	ls, err := Bill(Traffic{Invocations: map[string]int64{"callbacks": 3, "api": 1}}, ListPrices, d, DefaultAssumptions)
+// TestReadRequestLogExclusions reads hand-made logging exclusions: one of
+// every successful request excludes a function's request logs, one
+// narrowed to the submits (POST, a URL pattern matching /v1/tasks and
+// /v1/tasks:batch) only the submits', and one narrowed any other way, or
+// off by default, none.
+func TestReadRequestLogExclusions(t *testing.T) {
+	vars, err := os.ReadFile("../../terraform/variables.tf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 1e6 * 1000 / float64(1<<30) * 0.50 // the api's one request log
-	found := false
-	for _, l := range ls {
-		if l.Item == "Cloud Logging (Servo's lines + Cloud Run request logs)" {
-			found = true
-			if !near(l.USD, want) {
-				t.Errorf("logging $%g, want $%g", l.USD, want)
-			}
+	vars = append(vars, []byte(`
+variable "off_by_default" {
+  type    = bool
+  default = false
+}
+`)...)
+	exclusion := func(name, gate, fn string, terms ...string) string {
+		f := []string{`"resource.type=\"cloud_run_revision\""`,
+			`"resource.labels.service_name=\"${module.function["` + fn + `"].service_name}\""`,
+			`"logName=\"projects/${var.project_id}/logs/run.googleapis.com%2Frequests\""`, `"httpRequest.status<400"`}
+		for _, term := range terms {
+			f = append(f, strconv.Quote(term))
 		}
+		return fmt.Sprintf("resource \"google_logging_project_exclusion\" %q {\n  count = var.%s ? 1 : 0\n  filter = join(\" AND \", [\n    %s,\n  ])\n}\n",
+			name, gate, strings.Join(f, ",\n    "))
 	}
-	if !found {
-		t.Error("no logging line")
+	const submits = `httpRequest.requestUrl=~"^(https?://[^/?#]+)?/v1/tasks(:batch)?([?].*)?$"`
+	for _, c := range []struct {
+		name              string
+		main              string
+		whole, submitOnly []string
+	}{
+		{"every successful request", exclusion("ok", "exclude_ok_request_logs", "callbacks"), []string{"callbacks"}, nil},
+		{"the submits", exclusion("ok", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="POST"`, submits), nil, []string{"api"}},
+		{"the submits, any method", exclusion("ok", "exclude_ok_request_logs", "api", submits), nil, []string{"api"}},
+		{"both", exclusion("a", "exclude_ok_request_logs", "callbacks") + exclusion("b", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="POST"`, submits),
+			[]string{"callbacks"}, []string{"api"}},
+		{"reads only", exclusion("ok", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="GET"`), nil, nil},
+		{"GET on the submit URLs", exclusion("ok", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="GET"`, submits), nil, nil},
+		{"another path", exclusion("ok", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="POST"`, `httpRequest.requestUrl=~"/v1/runs/[^/]+/cancel$"`), nil, nil},
+		{"batch only", exclusion("ok", "exclude_ok_request_logs", "api", `httpRequest.requestMethod="POST"`, `httpRequest.requestUrl=~"/v1/tasks:batch$"`), nil, nil},
+		{"off by default", exclusion("ok", "off_by_default", "api", `httpRequest.requestMethod="POST"`, submits), nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "variables.tf"), vars, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			main := `resource "google_cloud_scheduler_job" "sweep" {}` + "\n\n" + c.main
+			if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(main), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d, err := ReadDefaults(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sortedKeys(d.NoOKRequestLogs); !slices.Equal(got, c.whole) {
+				t.Errorf("request logs excluded for %v, want %v\n%s", got, c.whole, main)
+			}
+			if got := sortedKeys(d.NoOKSubmitRequestLogs); !slices.Equal(got, c.submitOnly) {
+				t.Errorf("submits' request logs excluded for %v, want %v\n%s", got, c.submitOnly, main)
+			}
+		})
+	}
+}
+
+// TestExcludedRequestLogs: a function whose successful request logs are
+// excluded adds none to the logging bill; one whose submits' are excluded
+// adds those of its other requests; the others still add all of theirs.
+func TestExcludedRequestLogs(t *testing.T) {
+	const perLog = 1e6 * 1000 / float64(1<<30) * 0.50 // one request log per lifecycle
+	// A lifecycle: a submit and a cancel to the api, 3 callbacks.
+	traffic := Traffic{Invocations: map[string]int64{"callbacks": 3, "api": 2}, SubmitRequests: 1}
+	for _, c := range []struct {
+		name            string
+		whole, submits  map[string]bool
+		traffic         Traffic
+		wantRequestLogs float64
+	}{
+		{"none excluded", nil, nil, traffic, 5},
+		{"callbacks", map[string]bool{"callbacks": true}, nil, traffic, 2},
+		{"the api's submits", nil, map[string]bool{"api": true}, traffic, 4},
+		{"callbacks and the api's submits", map[string]bool{"callbacks": true}, map[string]bool{"api": true}, traffic, 1},
+		{"only submits to the api", map[string]bool{"callbacks": true}, map[string]bool{"api": true},
+			Traffic{Invocations: map[string]int64{"callbacks": 3, "api": 1}, SubmitRequests: 1}, 0},
+		{"no submit recorded", map[string]bool{"callbacks": true}, map[string]bool{"api": true},
+			Traffic{Invocations: map[string]int64{"callbacks": 3, "api": 2}}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := testDefaults()
+			d.NoOKRequestLogs, d.NoOKSubmitRequestLogs = c.whole, c.submits
+			ls, err := Bill(c.traffic, ListPrices, d, DefaultAssumptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, l := range ls {
+				if l.Item == "Cloud Logging (Servo's lines + Cloud Run request logs)" {
+					found = true
+					if !near(l.USD, c.wantRequestLogs*perLog) {
+						t.Errorf("logging $%g, want $%g (%g request logs)", l.USD, c.wantRequestLogs*perLog, c.wantRequestLogs)
+					}
+				}
+			}
+			if !found {
+				t.Error("no logging line")
+			}
+		})
 	}
 }
 

@@ -259,9 +259,13 @@ func (r Report) Markdown() string {
 	if r.Defaults.RetentionDays > 0 {
 		ret = fmt.Sprintf("%g days", r.Defaults.RetentionDays)
 	}
+	excl := sortedKeys(r.Defaults.NoOKRequestLogs)
+	for _, name := range sortedKeys(r.Defaults.NoOKSubmitRequestLogs) {
+		excl = append(excl, name+"'s submits (POST /v1/tasks, :batch; its other requests keep theirs)")
+	}
 	excluded := "none"
-	if len(r.Defaults.NoOKRequestLogs) > 0 {
-		excluded = strings.Join(sortedKeys(r.Defaults.NoOKRequestLogs), ", ")
+	if len(excl) > 0 {
+		excluded = strings.Join(excl, ", ")
 	}
 	w("trace sampling %g; topic retention %g days; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
 		r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret, excluded)

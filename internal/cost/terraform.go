@@ -59,6 +59,11 @@ type Defaults struct {
 	// Run request logs a logging exclusion drops by default (main.tf,
 	// exclude_ok_request_logs): they are not ingested, not billed.
 	NoOKRequestLogs map[string]bool
+	// NoOKSubmitRequestLogs are the functions whose successful submits'
+	// request logs (POST /v1/tasks, /v1/tasks:batch) an exclusion drops by
+	// default, their other requests' kept: Traffic.SubmitRequests of their
+	// invocations are not billed a request log.
+	NoOKSubmitRequestLogs map[string]bool
 }
 
 var (
@@ -150,11 +155,18 @@ func ReadDefaults(dir string) (Defaults, error) {
 			if !strings.Contains(body, "httpRequest.status<400") || !strings.Contains(body, "run.googleapis.com%2Frequests") {
 				continue
 			}
-			for _, f := range excludedFunction.FindAllStringSubmatch(body, -1) {
-				if d.NoOKRequestLogs == nil {
-					d.NoOKRequestLogs = map[string]bool{}
+			excluded := &d.NoOKRequestLogs
+			if narrower.MatchString(body) {
+				if !excludesSubmits(body) {
+					continue // some successful requests, not the submits: all priced
 				}
-				d.NoOKRequestLogs[f[1]] = true
+				excluded = &d.NoOKSubmitRequestLogs
+			}
+			for _, f := range excludedFunction.FindAllStringSubmatch(body, -1) {
+				if *excluded == nil {
+					*excluded = map[string]bool{}
+				}
+				(*excluded)[f[1]] = true
 			}
 		}
 	}
@@ -162,6 +174,30 @@ func ReadDefaults(dir string) (Defaults, error) {
 		return d, fmt.Errorf("cost: %s declares no Cloud Scheduler job", dir)
 	}
 	return d, nil
+}
+
+// excludesSubmits reports whether an exclusion's filter, narrowed by
+// method or URL, keeps the submits in: POST (or any method), and a URL
+// pattern (a regular expression, as Cloud Logging's are RE2) that matches
+// both submit URLs.
+func excludesSubmits(body string) bool {
+	if m := filterMethod.FindStringSubmatch(body); m != nil && !strings.EqualFold(m[1], "POST") {
+		return false
+	}
+	m := filterURL.FindStringSubmatch(body)
+	if m == nil {
+		return false // narrowed some other way: not modelled
+	}
+	re, err := regexp.Compile(m[1])
+	if err != nil {
+		return false
+	}
+	for _, u := range []string{"https://servo-api-abc-ew.a.run.app/v1/tasks", "https://servo-api-abc-ew.a.run.app/v1/tasks:batch"} {
+		if !re.MatchString(u) {
+			return false
+		}
+	}
+	return true
 }
 
 // variableBody is the text of variable name's block.
@@ -183,6 +219,11 @@ var (
 	exclusionBlock   = regexp.MustCompile(`(?s)resource "google_logging_project_exclusion" "\w+" \{(.*?)\n\}`)
 	countGate        = regexp.MustCompile(`count\s*=\s*var\.(\w+)\s*\?\s*1\s*:\s*0`)
 	excludedFunction = regexp.MustCompile(`module\.function\["(\w+)"\]\.service_name`)
+	// narrower is a filter term on the request's method or URL; filterMethod
+	// and filterURL read them (the HCL string escapes the quotes).
+	narrower     = regexp.MustCompile(`httpRequest\.(requestMethod|requestUrl)`)
+	filterMethod = regexp.MustCompile(`httpRequest\.requestMethod\s*=\s*\\"(\w+)\\"`)
+	filterURL    = regexp.MustCompile(`httpRequest\.requestUrl\s*=~\s*\\"([^"\\]*)\\"`)
 )
 
 var defaultLine = regexp.MustCompile(`(?m)^  default\s*=\s*"?([^"\n]*)"?\s*$`)

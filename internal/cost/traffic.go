@@ -54,6 +54,10 @@ type Traffic struct {
 	// callbacks), and RequestMs the request time each took, by function.
 	Invocations map[string]int64   `json:"invocations"`
 	RequestMs   map[string][]int64 `json:"requestMs"`
+	// SubmitRequests are the api's invocations that were submits (POST
+	// /v1/tasks or /v1/tasks:batch), whose request logs an exclusion may
+	// drop (Defaults.NoOKSubmitRequestLogs) while the api's others stay.
+	SubmitRequests int64 `json:"submitRequests,omitempty"`
 	// CPUUs is the CPU time (user + system, microseconds) the local
 	// stack's process spent during each invocation, by function: the
 	// handler's work and the test client's (an upper bound of the

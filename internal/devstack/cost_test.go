@@ -47,13 +47,17 @@ type opCost struct {
 	firestore  map[string]int
 	cloudTasks map[string]int
 	events     int64 // messages published (events and dead letters)
+	// logLines and logBytes are the components' JSON log lines at INFO
+	// and above.
+	logLines, logBytes int64
 }
 
 // costEnv measures operations on a whole local stack, one at a time.
 type costEnv struct {
 	*env
-	rpc *store.RPCCounter
-	ct  *callCounter
+	rpc  *store.RPCCounter
+	ct   *callCounter
+	logs *lineCounter
 }
 
 // idlePassQueries is what an idle sweep pass queries over production's
@@ -64,8 +68,9 @@ type costEnv struct {
 const idlePassQueries = 47
 
 func newCostEnv(t *testing.T) *costEnv {
-	rc, ct := store.NewRPCCounter(), &callCounter{n: map[string]int{}}
+	rc, ct, lc := store.NewRPCCounter(), &callCounter{n: map[string]int{}}, &lineCounter{}
 	e := start(t, func(o *devstack.Options) {
+		o.Log = lc
 		o.SweepEvery = time.Hour             // one tick at start, none while measuring
 		o.DueShards = store.DefaultDueShards // production's, not the local default
 		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
@@ -79,7 +84,7 @@ func newCostEnv(t *testing.T) *costEnv {
 			t.Fatalf("no start-up sweep: %v", rc.Counts())
 		}
 	}
-	return &costEnv{env: e, rpc: rc, ct: ct}
+	return &costEnv{env: e, rpc: rc, ct: ct, logs: lc}
 }
 
 // settle waits until the stack is idle: the start-up sweep done, the
@@ -107,13 +112,16 @@ func (c *costEnv) measure(name string, op func()) opCost {
 	c.settle()
 	c.rpc.Reset()
 	c.ct.take()
+	c.logs.take()
 	ev0, dl0 := c.stack.Events.Published()
 	op()
 	if err := c.stack.Events.Flush(context.Background()); err != nil {
 		c.t.Fatal(err)
 	}
 	ev1, dl1 := c.stack.Events.Published()
-	return opCost{name: name, usage: c.rpc.Usage(), firestore: c.rpc.Counts(), cloudTasks: c.ct.take(), events: ev1 - ev0 + dl1 - dl0}
+	oc := opCost{name: name, usage: c.rpc.Usage(), firestore: c.rpc.Counts(), cloudTasks: c.ct.take(), events: ev1 - ev0 + dl1 - dl0}
+	oc.logLines, oc.logBytes = c.logs.take()
+	return oc
 }
 
 func (c *costEnv) heartbeat(d delivery, pct int) {
@@ -206,11 +214,11 @@ func costTable(t *testing.T) []opCost {
 func TestCostModel(t *testing.T) {
 	rows := costTable(t)
 	var b strings.Builder
-	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | docs deleted | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | docs deleted | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages | log lines (bytes) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d (%s) | %d | %d | %d | %d | %d | %d | %s | %d |\n", r.name, r.usage.RPCs, calls(r.firestore), r.usage.DocsRead, r.usage.DocsWritten,
-			r.usage.DocsDeleted, r.usage.IndexEntries, r.usage.BytesSent, r.usage.BytesReceived, calls(r.cloudTasks), r.events)
+		fmt.Fprintf(&b, "| %s | %d (%s) | %d | %d | %d | %d | %d | %d | %s | %d | %d (%d) |\n", r.name, r.usage.RPCs, calls(r.firestore), r.usage.DocsRead, r.usage.DocsWritten,
+			r.usage.DocsDeleted, r.usage.IndexEntries, r.usage.BytesSent, r.usage.BytesReceived, calls(r.cloudTasks), r.events, r.logLines, r.logBytes)
 	}
 	t.Log("\n" + b.String())
 
@@ -239,6 +247,20 @@ func TestCostModel(t *testing.T) {
 		got := byName[c.op]
 		if !maps.Equal(got.firestore, c.firestore) || !maps.Equal(got.cloudTasks, c.cloudTasks) || got.events != c.events {
 			t.Errorf("%s: Firestore %v, Cloud Tasks %v, %d messages; want %v, %v, %d", c.op, got.firestore, got.cloudTasks, got.events, c.firestore, c.cloudTasks, c.events)
+		}
+	}
+	// Log lines (INFO and above): a submit writes one, naming its Cloud
+	// Task; started and completed one each; an accepted heartbeat none; a
+	// retry's enqueue its own "attempt enqueued"; an idle pass none.
+	for op, want := range map[string]int64{
+		"submit": 1, "started": 1, "heartbeat": 0, skippedHeartbeat: 0,
+		"completed FAILED, retry scheduled": 2, "completed SUCCEEDED": 1, "sweep pass, nothing due": 0,
+		"lifecycle: 1 attempt, 10 heartbeats": 3,
+		// 1 submit, 3 started, 3 completed, 2 retries enqueued.
+		"lifecycle: 3 attempts (2 retried failures), 10 heartbeats each": 9,
+	} {
+		if got := byName[op].logLines; got != want {
+			t.Errorf("%s: %d log lines, want %d", op, got, want)
 		}
 	}
 	// Each commit's outbox document is deleted once its events are

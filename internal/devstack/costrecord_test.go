@@ -57,14 +57,16 @@ func (c *lineCounter) take() (int64, int64) {
 }
 
 // invocationCounter is the test client's transport: it counts the
-// requests that invoke Servo's functions, by function, and their time.
+// requests that invoke Servo's functions, by function, and their time,
+// and the api's submits.
 type invocationCounter struct {
-	mu  sync.Mutex
-	n   map[string]int64
-	ms  map[string][]int64
-	cpu map[string][]int64
-	rt  http.RoundTripper
-	url string
+	mu      sync.Mutex
+	n       map[string]int64
+	submits int64
+	ms      map[string][]int64
+	cpu     map[string][]int64
+	rt      http.RoundTripper
+	url     string
 }
 
 func (c *invocationCounter) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -83,6 +85,9 @@ func (c *invocationCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		cpu := processCPU() - cpu0
 		c.mu.Lock()
 		c.n[fn]++
+		if fn == "api" && r.Method == http.MethodPost && (r.URL.Path == "/v1/tasks" || r.URL.Path == "/v1/tasks:batch") {
+			c.submits++
+		}
 		c.ms[fn] = append(c.ms[fn], time.Since(start).Milliseconds())
 		c.cpu[fn] = append(c.cpu[fn], cpu.Microseconds())
 		c.mu.Unlock()
@@ -100,12 +105,12 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (c *invocationCounter) take() (n map[string]int64, ms, cpu map[string][]int64) {
+func (c *invocationCounter) take() (n map[string]int64, submits int64, ms, cpu map[string][]int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, ms, cpu = c.n, c.ms, c.cpu
-	c.n, c.ms, c.cpu = map[string]int64{}, map[string][]int64{}, map[string][]int64{}
-	return n, ms, cpu
+	n, submits, ms, cpu = c.n, c.submits, c.ms, c.cpu
+	c.n, c.submits, c.ms, c.cpu = map[string]int64{}, 0, map[string][]int64{}, map[string][]int64{}
+	return n, submits, ms, cpu
 }
 
 // createSizes records the size of each CreateTask request.
@@ -254,7 +259,7 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 		FirestoreDeletes: int64(u.DocsDeleted), IndexEntries: int64(u.IndexEntries),
 		CloudTasksCreates: r.ct.take(), PubSubMessages: r.messages()}
 	tr.LogLines, tr.LogBytes = r.logs.take()
-	tr.Invocations, tr.RequestMs, tr.CPUUs = r.inv.take()
+	tr.Invocations, tr.SubmitRequests, tr.RequestMs, tr.CPUUs = r.inv.take()
 	tr.Spans = int64(r.spans() - spans0)
 	for name, d := range snapshot(r.t, r.fs, r.stack.Project) {
 		if _, ok := before[name]; ok {
@@ -431,8 +436,8 @@ func BenchmarkCostRecord(b *testing.B) {
 	}
 
 	for _, tr := range shapes {
-		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 {
-			t.Errorf("%s: recorded nothing: %+v", tr.Shape, tr)
+		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 || tr.SubmitRequests != 1 {
+			t.Errorf("%s: recorded nothing, or not its one submit: %+v", tr.Shape, tr)
 		}
 	}
 	for _, tr := range shapes {

@@ -190,7 +190,24 @@ func DispatchDeadline(t *task.Task, w Worker, now time.Time) time.Duration {
 
 // Enqueue creates the Cloud Task for t's current attempt (a repeat is a
 // no-op) and, when t is PENDING, records that it is QUEUED.
-func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
+func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) error {
+	_, err := e.enqueue(ctx, t, true)
+	return err
+}
+
+// EnqueueSubmitted is Enqueue for the first attempt of a task a submit has
+// just stored: it returns the name of the Cloud Task it created instead of
+// writing the "attempt enqueued" line, so that the submit's own line
+// carries it (one INFO line per submit, not two). A repeat (ALREADY_EXISTS)
+// and a failure log as Enqueue does, and a pull pool's publish keeps its
+// line (cloudTask is then empty).
+func (e *Enqueuer) EnqueueSubmitted(ctx context.Context, t task.Task) (cloudTask string, err error) {
+	return e.enqueue(ctx, t, false)
+}
+
+// enqueue is Enqueue; logCreated writes the line of a Cloud Task created.
+// It returns the Cloud Task's name once it exists.
+func (e *Enqueuer) enqueue(ctx context.Context, t task.Task, logCreated bool) (cloudTask string, err error) {
 	ctx, span := telemetry.Tracer().Start(ctx, "send "+t.Worker, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(append(spanattr.TaskAttrs(t.ID, t.Attempt, t.TenantID, t.Worker),
 			attribute.String("messaging.system", "gcp_cloud_tasks"), attribute.String("messaging.operation.type", "send"),
@@ -198,19 +215,19 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	defer func() { spanattr.EndSpan(span, err) }()
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil {
-		return fmt.Errorf("enqueue %s: %w", t.ID, err)
+		return "", fmt.Errorf("enqueue %s: %w", t.ID, err)
 	}
 	if w.Pull {
 		// The envelope is built, with a fresh token, when a worker claims it.
 		if err := e.enqueuePull(ctx, t.Worker, t); err != nil {
-			return err
+			return "", err
 		}
-		return e.recordQueued(ctx, t)
+		return "", e.recordQueued(ctx, t)
 	}
 	now := e.cfg.Now().UTC()
 	_, body, err := e.Envelope(&t, now)
 	if err != nil {
-		return err
+		return "", err
 	}
 	target := w.URL
 	if w.Job != "" {
@@ -254,14 +271,16 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t task.Task) (err error) {
 	failpoint.Hit(failpoint.EnqueueAfterCreateTask)
 	switch status.Code(err) {
 	case codes.OK:
-		log.InfoContext(ctx, "attempt enqueued", "cloudTask", ct.Name)
+		if logCreated {
+			log.InfoContext(ctx, "attempt enqueued", "cloudTask", ct.Name)
+		}
 	case codes.AlreadyExists:
 		log.InfoContext(ctx, "attempt already enqueued", "cloudTask", ct.Name)
 	default:
 		log.WarnContext(ctx, "enqueue failed; the sweeper will re-drive", "error", err)
-		return fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+		return "", fmt.Errorf("%w: %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
 	}
-	return e.recordQueued(ctx, t)
+	return ct.Name, e.recordQueued(ctx, t)
 }
 
 // recordQueued records that a PENDING t is QUEUED once its attempt is
