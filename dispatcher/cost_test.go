@@ -122,3 +122,56 @@ func TestRunDocumentWrittenOncePerWindow(t *testing.T) {
 		t.Fatalf("documents written per submit %v, want [3 2 2]", written)
 	}
 }
+
+// TestOwnRunHasNoDocument: a submit without a runId gets a run of its own
+// (task.Task.OwnRun), for which no run document is written: the task and
+// its events' outbox document only. GET /v1/runs lists that run from the
+// task; a later submit into it writes the run's document, and the run is
+// still listed once. A batch without a runId shares one run, which has its
+// document.
+func TestOwnRunHasNoDocument(t *testing.T) {
+	t.Parallel()
+	rc := store.NewRPCCounter()
+	e := newEnv(t, envOptions{store: []store.Option{store.WithRPCCounter(rc)}})
+	listed := func(run string) int {
+		t.Helper()
+		r := e.do("GET", "/v1/runs?tenantId=acme&pageSize=100", nil, "")
+		var rr api.RunsResponse
+		r.decode(t, &rr)
+		n := 0
+		for _, x := range rr.Runs {
+			if x.RunID == run {
+				n++
+			}
+		}
+		return n
+	}
+	rc.Reset()
+	own := e.submit(validSubmit("acme"), http.StatusCreated)
+	if n := rc.DocsWrittenIn(store.RunsCollection); n != 0 || rc.Usage().DocsWritten != 2 {
+		t.Errorf("a submit without a runId wrote %d documents, %d of them runs; want 2 (the task, its outbox document), no run", rc.Usage().DocsWritten, n)
+	}
+	if n := listed(own.RunID); n != 1 {
+		t.Errorf("its run listed %d times, want once", n)
+	}
+	into := validSubmit("acme")
+	into["runId"] = own.RunID
+	rc.Reset()
+	e.submit(into, http.StatusCreated)
+	if n := rc.DocsWrittenIn(store.RunsCollection); n != 1 {
+		t.Errorf("a submit into that run wrote %d run documents, want 1", n)
+	}
+	if n := listed(own.RunID); n != 1 {
+		t.Errorf("after a submit into it, the run is listed %d times, want once", n)
+	}
+	rc.Reset()
+	r := e.do("POST", "/v1/tasks:batch", map[string]any{"tasks": []any{validSubmit("acme"), validSubmit("acme")}}, "")
+	var br api.BatchResponse
+	r.decode(t, &br)
+	if n := rc.DocsWrittenIn(store.RunsCollection); n != 1 || br.RunID == "" {
+		t.Errorf("a batch without a runId wrote %d run documents (run %q), want its shared run's 1", n, br.RunID)
+	}
+	if n := listed(br.RunID); n != 1 {
+		t.Errorf("the batch's run listed %d times, want once", n)
+	}
+}

@@ -236,14 +236,14 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 			return task.Task{}, pf(e)
 		}
 	}
-	runID := req.RunID
+	runID, ownRun := req.RunID, false
 	switch {
 	case runID != "" && !task.ValidID(runID, task.RunIDPrefix):
 		return task.Task{}, pf(invalid("runId", "must be a Servo run id (%s followed by a ULID)", task.RunIDPrefix))
 	case runID == "" && defaultRunID != "":
 		runID = defaultRunID
 	case runID == "":
-		runID = task.NewRunID(now)
+		runID, ownRun = task.NewRunID(now), true
 	}
 	if req.RerunOf != "" && !task.ValidID(req.RerunOf, task.TaskIDPrefix) {
 		return task.Task{}, pf(invalid("rerunOf", "must be a Servo task id (%s followed by a ULID)", task.TaskIDPrefix))
@@ -288,7 +288,7 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
 	t := task.Task{
-		ID: task.NewTaskID(now), RunID: runID, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
+		ID: task.NewTaskID(now), RunID: runID, OwnRun: ownRun, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
 		TaskKey: req.TaskKey, AssetID: req.AssetID, Worker: req.Worker, Payload: payload, Resources: resources,
 		IdempotencyKey: req.IdempotencyKey, RerunOf: req.RerunOf, Timing: timing, Retry: retry, Deadline: deadline,
 	}

@@ -64,7 +64,9 @@
 // named with a hash prefix (runDocID), holds its run id's due shard, and
 // ListRuns reads a group of shards a query newest first by (dueShard,
 // [tenantId,] runId desc) and merges; runId and tenantId are exempt on
-// runs. A task's and an outbox entry's runId are exempt as well: a run's
+// runs. A run of a single submit without a runId has no document: its
+// task (ownRun) is listed through (dueShard, ownRun, [tenantId,] runId
+// desc) on tasks, merged with the documents. A task's and an outbox entry's runId are exempt as well: a run's
 // counts take the listing's indexes behind the due shard (CountByState,
 // runCountQuery), its events come with its listed tasks' histories
 // (RunEvents).

@@ -58,6 +58,10 @@ var Indexes = []Index{
 	// on read (ListRuns), all tenants' or some tenants'.
 	{Collection: RunsCollection, Fields: []IndexField{asc("dueShard"), desc("runId")}},
 	{Collection: RunsCollection, Fields: []IndexField{asc("dueShard"), asc("tenantId"), desc("runId")}},
+	// ... and the runs that are a task's own (task.Task.OwnRun: no run
+	// document), read from their tasks.
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("ownRun"), desc("runId")}},
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("ownRun"), asc("tenantId"), desc("runId")}},
 	// Task listings (List), one query per due shard merged on read,
 	// oldest and newest first; Firestore merges the indexes of a
 	// listing with several filters.
@@ -138,7 +142,7 @@ var FieldExemptions = []FieldExemption{
 	// attempt order): their entries only cost storage, about 40 of a
 	// task's 63 and 14 of an attempt's 18 (docs/cost.md).
 	{TasksCollection, "timing"}, {TasksCollection, "retry"}, {TasksCollection, "attempt"}, {TasksCollection, "seq"}, {TasksCollection, "reason"}, {TasksCollection, "cancelReason"}, {TasksCollection, "redrives"},
-	{TasksCollection, "idempotencyKey"}, {TasksCollection, "taskKey"}, {TasksCollection, "rerunOf"}, {TasksCollection, "assetId"}, {TasksCollection, "workspaceId"}, {TasksCollection, "trace"}, {TasksCollection, "recorded"},
+	{TasksCollection, "idempotencyKey"}, {TasksCollection, "taskKey"}, {TasksCollection, "rerunOf"}, {TasksCollection, "assetId"}, {TasksCollection, "workspaceId"}, {TasksCollection, "trace"}, {TasksCollection, "recorded"}, {TasksCollection, "ownRun"},
 	{AttemptsCollection, "outcome"}, {AttemptsCollection, "workerId"}, {AttemptsCollection, "message"}, {AttemptsCollection, "progressPct"}, {AttemptsCollection, "heartbeats"}, {AttemptsCollection, "cancelledDuringPhase"}, {AttemptsCollection, "execution"}, {AttemptsCollection, "completionDigest"},
 }
 

@@ -121,6 +121,10 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.query([]int{3}, 10)
 	qs["runs of a group"] = RunFilter{After: "run_x"}.query([]int{3, 4}, 10)
 	qs["runs of tenants"] = RunFilter{TenantIDs: []string{"a", "b"}, After: "run_x"}.query([]int{3, 4}, 10)
+	qs["own runs"] = RunFilter{After: "run_x"}.ownRunQuery([]int{3}, 10)
+	qs["own runs of a tenant"] = RunFilter{TenantID: "t", After: "run_x"}.ownRunQuery([]int{3}, 10)
+	qs["own runs of a group"] = RunFilter{After: "run_x"}.ownRunQuery([]int{3, 4}, 10)
+	qs["own runs of tenants"] = RunFilter{TenantIDs: []string{"a", "b"}, After: "run_x"}.ownRunQuery([]int{3, 4}, 10)
 	qs["due group"], _ = s.dueQuery(DueLease, []int{3, 4}, now, 10, &DueCursor{At: now, ID: "task_x"})
 	qs["undelivered group"] = s.undeliveredQuery([]int{3, 4}, now, 10)
 	return qs

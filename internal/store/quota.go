@@ -193,7 +193,7 @@ func (s *Store) createAdmittedOnce(ctx context.Context, a *quota.Admission, t ta
 	}
 	nt, writes, trs := s.creationWritesWith(t, now, true, hold, slot)
 	writes = append(writes, s.counters.Writes(&task.Task{}, &nt)...)
-	run := s.recentRuns.due(nt.RunID, now)
+	run := s.runDue(&nt, now)
 	if run {
 		writes = append(writes, s.runWrite(&nt))
 	}

@@ -17,7 +17,8 @@ import (
 
 // RunsCollection holds one small document per run, written by the commit
 // that stores the run's tasks, so that runs can be listed without reading
-// tasks.
+// their tasks; a run that is a single task's own (task.Task.OwnRun) has
+// none: ListRuns reads that task instead.
 const RunsCollection = "runs"
 
 // Run is a run's document, one per tenant of the run:
@@ -73,6 +74,14 @@ func (s *Store) tenantRunName(tenant, id string) string {
 }
 
 // runWrite is the write of a run's document by a submit commit.
+// runDue reports whether the commit that stores t at now writes its run's
+// document: not for a task that is its run's only one (task.Task.OwnRun:
+// ListRuns reads the task), and not when this store wrote the run's
+// document within RunDocumentEvery.
+func (s *Store) runDue(t *task.Task, now time.Time) bool {
+	return !t.OwnRun && s.recentRuns.due(t.RunID, now)
+}
+
 func (s *Store) runWrite(t *task.Task) *pb.Write {
 	return setWrite(s.tenantRunName(t.TenantID, t.RunID), s.newRun(t.TenantID, t.RunID, t.CreatedAt), false)
 }
@@ -99,8 +108,10 @@ type RunFilter struct {
 // creation order) and the id to pass as After for the next page ("" on the
 // last page). It queries each group of due shards (runGroups: 5 for 128
 // shards, more with several tenants) for a page, newest first by the
-// composite index (dueShard, [tenantId,] runId desc), and merges them: it
-// reads at most a page and one per group, never a task. Runs written by
+// composite index (dueShard, [tenantId,] runId desc), and the same of the
+// tasks that are their runs' own (no run document: task.Task.OwnRun), and
+// merges them: it reads at most a page and one per query, and of tasks
+// only those. Runs written by
 // schema 3 and earlier (no dueShard) are listed once `servo migrate` moved
 // them (moveRun).
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
@@ -113,7 +124,9 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 		return nil, "", ErrInvalidPageToken
 	}
 	groups := s.runGroups(f)
-	parts := make([][]Run, len(groups))
+	// parts[2i] are group i's run documents, parts[2i+1] its tasks that
+	// are their runs' only ones (task.Task.OwnRun: no run document).
+	parts := make([][]Run, 2*len(groups))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardParallelism)
 	for i, shards := range groups {
@@ -123,7 +136,18 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 				if err := decodeFields(d.GetFields(), &r); err != nil {
 					return err
 				}
-				parts[i] = append(parts[i], r)
+				parts[2*i] = append(parts[2*i], r)
+				return nil
+			})
+		})
+		g.Go(func() error {
+			return s.runQuery(gctx, s.docs, f.ownRunQuery(shards, size+1), func(d *pb.Document) error {
+				var t task.Task
+				if err := decodeFields(d.GetFields(), &t); err != nil {
+					return err
+				}
+				parts[2*i+1] = append(parts[2*i+1], Run{RunID: t.RunID, TenantID: t.TenantID, LastSubmitAt: t.CreatedAt, ExpireAt: t.ExpireAt,
+					DueShard: DueShardOf(t.RunID, s.shards)})
 				return nil
 			})
 		})
@@ -132,9 +156,11 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 		return nil, "", wrap("list runs", err)
 	}
 	// Every group's first size+1 runs hold the page's: merged newest
-	// first (a run of several tenants in one tenant order).
+	// first (a run of several tenants in one tenant order). A run listed
+	// both ways (more tasks submitted into a task's own run later) is
+	// listed once, from its document, which the later submit wrote.
 	all := slices.Concat(parts...)
-	slices.SortFunc(all, func(a, b Run) int { return cmp.Or(cmp.Compare(b.RunID, a.RunID), cmp.Compare(a.TenantID, b.TenantID)) })
+	slices.SortStableFunc(all, func(a, b Run) int { return cmp.Or(cmp.Compare(b.RunID, a.RunID), cmp.Compare(a.TenantID, b.TenantID)) })
 	var out []Run
 	for i, r := range all {
 		if i > 0 && all[i-1].RunID == r.RunID && all[i-1].TenantID == r.TenantID {
@@ -169,16 +195,33 @@ func (f RunFilter) query(shards []int, limit int) *pb.StructuredQuery {
 		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
 		Limit:   wrapInt(limit),
 	}
+	q.Where = and(f.filters(shards)...)
+	if f.After != "" {
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
+	}
+	return q
+}
+
+// filters are the runs query's filters over a group of due shards.
+func (f RunFilter) filters(shards []int) []*pb.StructuredQuery_Filter {
 	filters := []*pb.StructuredQuery_Filter{shardFilter(shards)}
 	if f.TenantID != "" {
 		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_EQUAL, strVal(f.TenantID)))
 	} else if len(f.TenantIDs) > 0 {
 		filters = append(filters, fieldFilter("tenantId", pb.StructuredQuery_FieldFilter_IN, stringsVal(f.TenantIDs)))
 	}
-	q.Where = and(filters...)
-	if f.After != "" {
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
-	}
+	return filters
+}
+
+// ownRunQuery is query's counterpart over the tasks that are their runs'
+// only ones (task.Task.OwnRun), reading the fields a Run takes.
+func (f RunFilter) ownRunQuery(shards []int, limit int) *pb.StructuredQuery {
+	q := f.query(shards, limit)
+	q.From = []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}}
+	own := fieldFilter("ownRun", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: true}})
+	q.Where = and(slices.Insert(f.filters(shards), 1, own)...)
+	q.Select = &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{
+		fieldRef("runId"), fieldRef("tenantId"), fieldRef("createdAt"), fieldRef("expireAt")}}
 	return q
 }
 

@@ -42,6 +42,38 @@ func createRuns(t *testing.T, s *Store, n int, tenants ...string) map[string][]s
 	return runs
 }
 
+// createOwnRuns submits n tasks for each tenant in turn, each in a run of
+// its own that Servo named (task.Task.OwnRun), and returns each tenant's
+// run ids.
+func createOwnRuns(t *testing.T, s *Store, n int, tenants ...string) map[string][]string {
+	t.Helper()
+	start := time.Now().UTC().Add(-30 * time.Minute)
+	runs := map[string][]string{}
+	for i := range n {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		for _, tenant := range tenants {
+			tk, _, err := s.Create(context.Background(), task.Task{ID: task.NewTaskID(at), RunID: task.NewRunID(at), OwnRun: true, TenantID: tenant, WorkspaceID: "ws",
+				TaskKey: "k", Worker: "w", Payload: json.RawMessage(`{}`), Retry: api.RetryPolicy{MaxAttempts: 1}}, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs[tenant] = append(runs[tenant], tk.RunID)
+		}
+	}
+	return runs
+}
+
+// countDocs counts the documents of a top-level collection.
+func countDocs(t *testing.T, s *Store, coll string) int {
+	t.Helper()
+	n := 0
+	q := &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}}}
+	if err := s.runQuery(context.Background(), s.docs, q, func(*pb.Document) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // listAllRuns pages through ListRuns with pages of size and returns the
 // run ids in the order listed, and the queries each page cost.
 func listAllRuns(t *testing.T, s *Store, rc *RPCCounter, f RunFilter, size int) (ids []string, perPage []int) {
@@ -79,6 +111,16 @@ func TestListRunsShardedNewestFirst(t *testing.T) {
 	}
 	defer s.Close()
 	runs := createRuns(t, s, 40, "acme", "other")
+	// Runs that are a task's own (a submit without a runId): no run
+	// document; the listing reads them from their tasks, merged with the
+	// others.
+	own := createOwnRuns(t, s, 25, "acme", "other")
+	if n := countDocs(t, s, RunsCollection); n != 80 {
+		t.Fatalf("%d run documents, want 80: a task's own run has none", n)
+	}
+	for tenant, ids := range own {
+		runs[tenant] = append(runs[tenant], ids...)
+	}
 	newest := func(ids ...[]string) []string {
 		all := slices.Concat(ids...)
 		slices.Sort(all)
@@ -96,9 +138,9 @@ func TestListRunsShardedNewestFirst(t *testing.T) {
 		want    []string
 		queries int
 	}{
-		{"one tenant", RunFilter{TenantID: "acme"}, newest(runs["acme"]), 5},
-		{"two tenants", RunFilter{TenantIDs: []string{"acme", "other"}}, newest(runs["acme"], runs["other"]), 9},
-		{"all tenants", RunFilter{}, newest(runs["acme"], runs["other"]), 5},
+		{"one tenant", RunFilter{TenantID: "acme"}, newest(runs["acme"]), 10},
+		{"two tenants", RunFilter{TenantIDs: []string{"acme", "other"}}, newest(runs["acme"], runs["other"]), 18},
+		{"all tenants", RunFilter{}, newest(runs["acme"], runs["other"]), 10},
 	}
 	for _, tt := range tests {
 		for _, size := range []int{7, 100} {

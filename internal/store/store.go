@@ -534,14 +534,14 @@ func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time
 		}
 		// A commit also writes the document of each run it stores tasks of,
 		// unless this store wrote it within RunDocumentEvery.
-		want := runs[nt.RunID] || s.recentRuns.due(nt.RunID, now)
+		want := runs[nt.RunID] || s.runDue(&nt, now)
 		extra := 0
 		if want && !runs[nt.RunID] {
 			extra = 1
 		}
 		if len(chunk) > 0 && (nWrites+len(writes)+extra > MaxCommitWrites || nBytes+size > MaxCommitBytes-runDocBytes*(len(runs)+extra)) {
 			flush()
-			want, extra = s.recentRuns.due(nt.RunID, now), 0
+			want, extra = s.runDue(&nt, now), 0
 			if want {
 				extra = 1
 			}
@@ -595,7 +595,7 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 
 // createOne commits one task's writes and its run's document.
 func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
-	run := s.recentRuns.due(t.RunID, t.CreatedAt)
+	run := s.runDue(&t, t.CreatedAt)
 	if run {
 		writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
 	}

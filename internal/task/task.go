@@ -21,6 +21,11 @@ type Task struct {
 	Payload        json.RawMessage `json:"payload,omitempty" firestore:"payload"`
 	Resources      json.RawMessage `json:"resources,omitempty" firestore:"resources"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty" firestore:"idempotencyKey"`
+	// OwnRun: the task is its run's only task, in a run Servo named for it
+	// (a submit without a runId). No run document is written for it: the
+	// runs listing reads the task instead (store.ListRuns). Not in the
+	// API's JSON.
+	OwnRun bool `json:"-" firestore:"ownRun"`
 	// RerunOf is the id of the task this one reruns (servo rerun).
 	RerunOf string `json:"rerunOf,omitempty" firestore:"rerunOf"`
 

@@ -233,6 +233,50 @@ resource "google_firestore_index" "runs_due_shard_tenant_id_run_id_desc" {
   }
 }
 
+# Run listings, the runs that are a task's own (a submit without a runId:
+# no run document), read from their tasks.
+resource "google_firestore_index" "tasks_due_shard_own_run_run_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ownRun"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "tasks_due_shard_own_run_tenant_id_run_id_desc" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+
+  fields {
+    field_path = "dueShard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ownRun"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "tenantId"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "runId"
+    order      = "DESCENDING"
+  }
+}
+
 # Sequential ids (ULIDs): exempt from single-field indexing.
 resource "google_firestore_field" "tasks_task_id" {
   project    = var.project_id

@@ -306,6 +306,15 @@ resource "google_firestore_field" "tasks_recorded" {
   index_config {}
 }
 
+resource "google_firestore_field" "tasks_own_run" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "ownRun"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "attempts_outcome" {
   project    = var.project_id
   database   = google_firestore_database.this.name
