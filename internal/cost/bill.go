@@ -92,7 +92,7 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			line(fmt.Sprintf("Function memory: %s (%s)", name, f.Memory), Per*secs*mem, p.RunMemory),
 		)
 	}
-	logBytes := t.LogBytes + logged*a.RequestLogBytes
+	logBytes := t.LogBytes + t.LogLines*a.LogEntryBytes + logged*a.RequestLogBytes
 	ls = append(ls,
 		line("Cloud Logging (Servo's lines + Cloud Run request logs)", Per*float64(logBytes)/gib, p.Logging),
 		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), Per*float64(t.Spans)*d.TraceSampling, p.Trace),
@@ -117,7 +117,7 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		line(fmt.Sprintf("Sweeper Firestore reads (%d passes a tick, %d queries)", idle.Passes, idle.FirestoreQueries), ticks*float64(idle.FirestoreReads), p.FirestoreRead),
 		line("Sweeper Firestore writes (pass record, pulse)", ticks*float64(idle.FirestoreWrites), p.FirestoreWrite),
 		line("Sweep topic publish + push delivery", ticks*2*kb, p.PubSubThroughput),
-		line("Cloud Logging (sweeper lines + request logs)", ticks*float64(idle.LogBytes+a.RequestLogBytes)/gib, p.Logging),
+		line("Cloud Logging (sweeper lines + request logs)", ticks*float64(idle.LogBytes+idle.LogLines*a.LogEntryBytes+a.RequestLogBytes)/gib, p.Logging),
 		line(fmt.Sprintf("Cloud Trace (sampling %g)", d.TraceSampling), ticks*float64(idle.Spans)*d.TraceSampling, p.Trace),
 		line(fmt.Sprintf("Cloud Scheduler jobs (%d)", d.SchedulerJobs), float64(d.SchedulerJobs), p.Scheduler),
 		line("Secret Manager: signing-key versions (assumed 1 active)", float64(d.SigningKeyVersions), p.SecretVersion),

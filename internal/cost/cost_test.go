@@ -60,6 +60,8 @@ func TestBillLineItems(t *testing.T) {
 		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.1275 * 0.25 * 0.0000025, callbackLines},
 		// Servo's 1 000 bytes and no invocation: no request log.
 		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogBytes: 1000}, 1000e6 / gib * 0.50, nil},
+		// Each line is billed as an entry: the line and the entry's own fields.
+		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogLines: 2, LogBytes: 1000}, (1000 + 2*400) * 1e6 / gib * 0.50, nil},
 		{"Cloud Trace (sampling 0.5)", Traffic{Spans: 10}, 5e6 * 0.20 / 1e6, nil},
 		{"Secret Manager accesses", Traffic{SecretAccesses: 1}, 1e6 * 0.03 / 1e4, nil},
 	} {
@@ -135,7 +137,7 @@ func TestUnsizedFunction(t *testing.T) {
 // TestFixedLineItems prices a hand-made idle invocation line by line.
 func TestFixedLineItems(t *testing.T) {
 	const ticks = 60 * 730.0
-	idle := Idle{InvocationMs: 54950, Passes: 4, FirestoreReads: 100, FirestoreWrites: 10, FirestoreQueries: 96, LogBytes: 500, Spans: 8, StoredDocBytes: 1 << 30}
+	idle := Idle{InvocationMs: 54950, Passes: 4, FirestoreReads: 100, FirestoreWrites: 10, FirestoreQueries: 96, LogLines: 1, LogBytes: 500, Spans: 8, StoredDocBytes: 1 << 30}
 	d := testDefaults()
 	d.Functions["callbacks"] = Function{Memory: "256Mi", CPU: 1, MinInstances: 1}
 	ls, err := Fixed(idle, ListPrices, d, DefaultAssumptions)
@@ -149,7 +151,7 @@ func TestFixedLineItems(t *testing.T) {
 		"Sweeper Firestore reads (4 passes a tick, 96 queries)":   ticks * 100 * 0.03 / 1e5,
 		"Sweeper Firestore writes (pass record, pulse)":           ticks * 10 * 0.09 / 1e5,
 		"Sweep topic publish + push delivery":                     ticks * 2000 * 40 / (1 << 40),
-		"Cloud Logging (sweeper lines + request logs)":            ticks * 1500 / (1 << 30) * 0.50,
+		"Cloud Logging (sweeper lines + request logs)":            ticks * (500 + 400 + 1000) / (1 << 30) * 0.50,
 		"Cloud Trace (sampling 0.5)":                              ticks * 4 * 0.20 / 1e6,
 		"Cloud Scheduler jobs (1)":                                0.10,
 		"Secret Manager: signing-key versions (assumed 1 active)": 0.06,

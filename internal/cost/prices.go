@@ -52,6 +52,11 @@ type Assumptions struct {
 	// RequestLogBytes is the request log entry Cloud Run writes per
 	// invocation (httpRequest, resource labels, trace: about 1 KB).
 	RequestLogBytes int64
+	// LogEntryBytes is what Cloud Logging adds to each line Servo writes
+	// when it makes it a log entry (the log name, the resource and its
+	// labels, the instance id, timestamps, an insert id): an entry is
+	// billed at its size, not the line's.
+	LogEntryBytes int64
 	// IndexEntryBytes is the storage of one index entry (Firestore's
 	// storage size: the document name, the value, 32 bytes of overhead).
 	IndexEntryBytes int64
@@ -81,6 +86,7 @@ type Assumptions struct {
 // DefaultAssumptions are the model's.
 var DefaultAssumptions = Assumptions{
 	RequestLogBytes:      1000,
+	LogEntryBytes:        400,
 	IndexEntryBytes:      100,
 	BillingGranularityMs: 100,
 	LifecyclesPerSecond:  10,

@@ -269,7 +269,9 @@ func (r Report) Markdown() string {
 	}
 	w("trace sampling %g; topic retention %g days; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
 		r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret, excluded)
-	w("Assumed, not measured: a Cloud Run request log entry is %d bytes; an index entry\n", a.RequestLogBytes)
+	w("Assumed, not measured: a Cloud Run request log entry is %d bytes, and a line Servo\n", a.RequestLogBytes)
+	w("writes becomes an entry %d bytes larger than the line (its log name, resource labels,\n", a.LogEntryBytes)
+	w("instance id, timestamps); an index entry\n")
 	w("stores %d bytes; requests arrive at random (Poisson) at the priced rate, an instance\n", a.IndexEntryBytes)
 	w("is billed for its busy periods (at least one request in flight), each rounded up to\n")
 	w("%d ms (half of it over the period's length on average), and the autoscaler runs as\n", a.BillingGranularityMs)
