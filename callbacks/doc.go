@@ -30,8 +30,9 @@
 //  7. body: malformed JSON or a bad field is 400 invalid_request with
 //     "field";
 //  8. then exactly one Firestore transaction ([store.Store.Apply]) re-reads
-//     the task and the attempt record of the token's attempt (404
-//     task_not_found when there is no task) and applies the state machine's
+//     the task, and the record of the token's attempt when the task says
+//     there is one (a report of an earlier attempt; 404 task_not_found
+//     when there is no task), and applies the state machine's
 //     event ([task.Apply]) with the server's time, the token's scope and
 //     attempt, the worker id and the body.
 //
@@ -167,9 +168,9 @@
 // fields it changes (lease, progress, message, checkpoint when sent), in
 // that one document: what it costs does not grow with the payload. The
 // running attempt's heartbeat state lives on the task document and is
-// folded into the attempt record at the attempt's next transition that
-// changes something the task does not hold (an outcome, a job execution: a
-// `started` writes the task alone; see internal/store/live.go); GET
+// kept there through its end when no retry follows (a `started`, a job
+// execution and the outcome of the task's last attempt write the task
+// alone; see internal/store/live.go); GET
 // /v1/tasks/{id} shows it in attempts[] all the same.
 //
 // Contention (a commit whose precondition failed: another writer changed

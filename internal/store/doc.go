@@ -87,7 +87,8 @@
 // # Concurrency: no lock outlives an outage
 //
 // Every state change goes through [Store.Apply], an optimistic transaction:
-// it reads the task (and the attempt record the event names) outside any
+// it reads the task (and, when the task says it exists, the record of the
+// attempt the event names: live.go) outside any
 // Firestore transaction, applies [task.Apply] (which appends the transitions
 // to the task's history), and commits the task, the attempt records and the
 // outbox entries for its transitions in one atomic
@@ -123,7 +124,8 @@
 // through a field mask that leaves out everything large, and writes only the
 // fields it changed (an update mask): the running attempt's heartbeat state
 // lives on the task (task.Task.Live) and is folded into the attempt record
-// at the attempt's next transition that writes it (live.go). A heartbeat
+// at the attempt's next transition that writes it, or kept on the task
+// when the attempt ends it (live.go). A heartbeat
 // that makes a transition reads the whole task and attempt again first: 3
 // RPCs, on that rare path. Create costs 1 (a Commit with exists=false preconditions), or
 // 3 for a repeated idempotency key; CreateMany puts as many tasks in one
