@@ -94,7 +94,7 @@ func (c *CloudRun) Find(ctx context.Context, job string, labels map[string]strin
 		if !hasLabels(e, want) {
 			continue
 		}
-		if !found || e.GetCreateTime().AsTime().After(best.GetCreateTime().AsTime()) {
+		if !found || better(e, best) {
 			best, found = e, true
 		}
 	}
@@ -102,6 +102,16 @@ func (c *CloudRun) Find(ctx context.Context, job string, labels map[string]strin
 		return Execution{}, false, nil
 	}
 	return Execution{Name: best.GetName(), Done: best.GetCompletionTime() != nil}, true, nil
+}
+
+// better reports whether Find prefers e to best: one that still runs to
+// one that ended (a superseded execution, cancelled, may have been created
+// after the attempt's own), else the newer.
+func better(e, best *runpb.Execution) bool {
+	if running, bestRunning := e.GetCompletionTime() == nil, best.GetCompletionTime() == nil; running != bestRunning {
+		return running
+	}
+	return e.GetCreateTime().AsTime().After(best.GetCreateTime().AsTime())
 }
 
 func hasLabels(e *runpb.Execution, want string) bool {

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -39,7 +40,7 @@ func (f *fakeRun) RunJob(_ context.Context, req *runpb.RunJobRequest) (*longrunn
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.runs = append(f.runs, req)
-	ex := &runpb.Execution{Name: req.GetName() + "/executions/e1", CreateTime: timestamppb.Now(), Template: &runpb.TaskTemplate{Containers: []*runpb.Container{{}}}}
+	ex := &runpb.Execution{Name: fmt.Sprintf("%s/executions/e%d", req.GetName(), len(f.execs)+1), CreateTime: timestamppb.Now(), Template: &runpb.TaskTemplate{Containers: []*runpb.Container{{}}}}
 	for _, o := range req.GetOverrides().GetContainerOverrides() {
 		ex.Template.Containers[0].Env = append(ex.Template.Containers[0].Env, o.GetEnv()...)
 	}
@@ -144,6 +145,20 @@ func TestCloudRunRequests(t *testing.T) {
 	f.mu.Unlock()
 	if got, ok, _ := c.Find(ctx, job, labels); !ok || !got.Done {
 		t.Fatalf("Find of a completed execution: %+v", got)
+	}
+	// Of the attempt's executions, Find prefers one that runs to a newer
+	// one that ended (a concurrent delivery's, superseded and cancelled).
+	f.mu.Lock()
+	f.execs[0].CompletionTime = nil
+	f.mu.Unlock()
+	if _, err := c.Run(ctx, job, envelope, labels); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.execs[1].CompletionTime = timestamppb.Now()
+	f.mu.Unlock()
+	if got, ok, _ := c.Find(ctx, job, labels); !ok || got.Name != ex.Name || got.Done {
+		t.Fatalf("Find with a newer ended execution: %+v, want the running %s", got, ex.Name)
 	}
 
 	// Cancel; an execution already finished or gone is not an error.

@@ -35,7 +35,8 @@ type Runner interface {
 	// (api.EnvelopeEnv) and the labels (task.ExecutionLabelsEnv), both as
 	// overrides of that execution only.
 	Run(ctx context.Context, job string, envelope []byte, labels map[string]string) (Execution, error)
-	// Find returns the newest execution of job that carries labels; ok is
+	// Find returns the execution of job that carries labels and still
+	// runs (the newest, if several), else the newest that ended; ok is
 	// false when there is none.
 	Find(ctx context.Context, job string, labels map[string]string) (e Execution, ok bool, err error)
 	// Cancel stops an execution; one that has finished or is gone is not an
