@@ -373,3 +373,51 @@ func TestEndedAttemptKeptOnTask(t *testing.T) {
 		})
 	}
 }
+
+// TestEndedAttemptFitsBesideLargestPayload: the attempt kept on the task
+// takes the room the running attempt's checkpoint had, so a task with the
+// largest payload a submit accepts still commits its end in one commit:
+// its ended attempt on the task when that fits the inline bound, in a
+// document of its own when not.
+func TestEndedAttemptFitsBesideLargestPayload(t *testing.T) {
+	s, rc := newStore(t)
+	for _, c := range []struct {
+		name               string
+		checkpoint, output int
+		record             bool
+	}{
+		{"kept on the task", 30 << 10, 30 << 10, false},
+		{"past the inline bound", api.MaxCheckpointBytes - 2, 60 << 10, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			tk := submitted(now, "")
+			// The largest envelope a submit makes (dispatcher: Cloud Tasks'
+			// 1 MiB less two checkpoints and 8 KiB) is mostly payload.
+			tk.Payload = json.RawMessage(`"` + strings.Repeat("p", (1<<20)-2*api.MaxCheckpointBytes-(8<<10)-2) + `"`)
+			tk = mustCreate(t, s, tk, now)
+			mustApply(t, s, tk.ID, task.Event{Kind: task.EventEnqueued, Attempt: 1, Now: now})
+			mustApply(t, s, tk.ID, task.Event{Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: now})
+			cp := json.RawMessage(`"` + strings.Repeat("c", c.checkpoint) + `"`)
+			mustApply(t, s, tk.ID, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Now: now.Add(time.Second),
+				Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", Checkpoint: cp}})
+			out := json.RawMessage(`"` + strings.Repeat("o", c.output) + `"`)
+			rc.Reset()
+			r := mustApply(t, s, tk.ID, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: now.Add(2 * time.Second),
+				Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded, Output: out}})
+			if r.Rejection != nil || !r.Write {
+				t.Fatalf("completed: %+v", r.Rejection)
+			}
+			if n := rc.DocsWrittenIn(store.AttemptsCollection); (n == 1) != c.record || n > 1 {
+				t.Errorf("%d attempt records written, want record = %v", n, c.record)
+			}
+			got, err := s.Get(context.Background(), tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Attempts) != 1 || string(got.Attempts[0].Output) != string(out) || string(got.Attempts[0].Checkpoint) != string(cp) || got.State != api.Succeeded {
+				t.Fatalf("task %s, %d attempts", got.State, len(got.Attempts))
+			}
+		})
+	}
+}
