@@ -421,3 +421,22 @@ func TestDocIsGenerated(t *testing.T) {
 		t.Error("docs/cost.md is not what the cost program generates: run go run ./bench/cost -write docs/cost.md")
 	}
 }
+
+// TestMetAt: the targets table says from which of the rate table's rates
+// on a bill is within its target.
+func TestMetAt(t *testing.T) {
+	for _, c := range []struct {
+		totals []float64
+		want   string
+	}{
+		{[]float64{30, 20, 16, 12.7, 12.6, 12.6}, "missed at every rate"},
+		{[]float64{30, 20, 16, 11.9, 11.8, 11.8}, "met from 100 a second"},
+		{[]float64{11, 10, 9, 8, 8, 8}, "met at every rate"},
+		{[]float64{11, 13, 9, 8, 8, 8}, "met from 10 a second"},
+		{nil, ""},
+	} {
+		if got := metAt(c.totals, 12); got != c.want {
+			t.Errorf("metAt(%v, 12) = %q, want %q", c.totals, got, c.want)
+		}
+	}
+}

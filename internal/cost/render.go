@@ -110,13 +110,13 @@ func (r Report) Markdown() string {
 	w("constant ~1 KB whatever the payload, a sweep pass) are asserted by `TestCostModel`\n")
 	w("(`go test -run TestCostModel -v ./internal/devstack/`).\n\n")
 
-	w("## Targets (issue 35)\n\n| bill | target | computed | |\n|---|---|---|---|\n")
+	w("## Targets (issue 35)\n\n| bill | target | computed | | at the rates below |\n|---|---|---|---|---|\n")
 	for _, res := range r.Results {
 		mark := "met"
 		if !res.Met {
 			mark = "**missed**"
 		}
-		w("| %s | ≤ $%.2f %s | $%.2f | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark)
+		w("| %s | ≤ $%.2f %s | $%.2f | %s | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark, metAt(r.Rates[res.Shape], res.MaxUSD))
 	}
 	w("\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
 	w("The functions' instance time depends on how busy they are (Cloud Run bills an\n")
@@ -303,6 +303,26 @@ func qty(q float64) string {
 }
 
 // rateLabel names a rate, and the month a rate below one makes.
+// metAt says at which of RateTable's rates totals (a shape's, in
+// RateTable's order) are within max: from some rate on, at all, or at
+// none; "" for a bill not priced by rate.
+func metAt(totals []float64, max float64) string {
+	if len(totals) == 0 {
+		return ""
+	}
+	from := len(totals)
+	for from > 0 && totals[from-1] <= max {
+		from--
+	}
+	switch from {
+	case 0:
+		return "met at every rate"
+	case len(totals):
+		return "missed at every rate"
+	}
+	return fmt.Sprintf("met from %s a second", rateLabel(RateTable[from]))
+}
+
 func rateLabel(rate float64) string {
 	if rate < 1 {
 		return fmt.Sprintf("%.2f (%.0f M a month)", rate, rate*HoursPerMonth*3600/1e6)
