@@ -583,9 +583,18 @@ var scenarios = []scenario{
 	{name: "duplicate delivery", modes: []string{"push"}, fault: faultDuplicate, payload: map[string]any{"steps": 10, "stepMs": 50},
 		check: func(t *testing.T, e *env, _ string, id string) {
 			v := e.waitState(t, id, api.Succeeded)
-			e.proxy.mu.Lock()
-			answers := append([]string(nil), e.proxy.answers[id]...)
-			e.proxy.mu.Unlock()
+			// The worker answers each delivery once its `completed` is
+			// committed: the task can read SUCCEEDED before the answers
+			// are back through the proxy.
+			var answers []string
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				e.proxy.mu.Lock()
+				answers = append([]string(nil), e.proxy.answers[id]...)
+				e.proxy.mu.Unlock()
+				if len(answers) >= 2 || time.Now().After(deadline) {
+					break
+				}
+			}
 			if len(v.Attempts) != 1 || e.runs(id, 1) != 1 || len(answers) != 2 || answers[0] != "200 committed" || answers[1] != answers[0] {
 				t.Fatalf("attempts %s; %d handler runs of attempt 1 (want 1); answers %q (want two 200 committed)", attemptsOf(v), e.runs(id, 1), answers)
 			}
