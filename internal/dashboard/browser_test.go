@@ -320,8 +320,18 @@ func shot(t *testing.T, ctx context.Context, name string) {
 		}
 	})
 	var buf []byte
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100)); err != nil {
-		t.Fatalf("screenshot: %v", err)
+	// A page that is replacing itself (a live update, the page after a
+	// post) can measure 0 wide for an instant: Chromium refuses that
+	// screenshot, so try again briefly.
+	for try := 0; ; try++ {
+		err := chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100))
+		if err == nil {
+			break
+		}
+		if try >= 20 || !strings.Contains(err.Error(), "0 width") {
+			t.Fatalf("screenshot: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	p := filepath.Join(shotsDir, t.Name()+"-"+name+".png")
 	if err := os.WriteFile(p, buf, 0o644); err != nil {
