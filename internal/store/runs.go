@@ -73,7 +73,6 @@ func (s *Store) tenantRunName(tenant, id string) string {
 	return s.docs + "/" + RunsCollection + "/" + runDocID(tenant, id)
 }
 
-// runWrite is the write of a run's document by a submit commit.
 // runDue reports whether the commit that stores t at now writes its run's
 // document: not for a task that is its run's only one (task.Task.OwnRun:
 // ListRuns reads the task), and not when this store wrote the run's
@@ -82,6 +81,7 @@ func (s *Store) runDue(t *task.Task, now time.Time) bool {
 	return !t.OwnRun && s.recentRuns.due(t.RunID, now)
 }
 
+// runWrite is the write of a run's document by a submit commit.
 func (s *Store) runWrite(t *task.Task) *pb.Write {
 	return setWrite(s.tenantRunName(t.TenantID, t.RunID), s.newRun(t.TenantID, t.RunID, t.CreatedAt), false)
 }
@@ -190,12 +190,18 @@ func (s *Store) runGroups(f RunFilter) [][]int {
 // query is the runs query of f over a group of due shards, limited to
 // limit documents, newest first.
 func (f RunFilter) query(shards []int, limit int) *pb.StructuredQuery {
+	return f.newestFirst(RunsCollection, f.filters(shards), limit)
+}
+
+// newestFirst is a query of coll with filters, newest run id first from
+// f.After, limited to limit documents.
+func (f RunFilter) newestFirst(coll string, filters []*pb.StructuredQuery_Filter, limit int) *pb.StructuredQuery {
 	q := &pb.StructuredQuery{
-		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: RunsCollection}},
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}},
+		Where:   and(filters...),
 		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("runId"), Direction: pb.StructuredQuery_DESCENDING}},
 		Limit:   wrapInt(limit),
 	}
-	q.Where = and(f.filters(shards)...)
 	if f.After != "" {
 		q.StartAt = &pb.Cursor{Values: []*pb.Value{strVal(f.After)}, Before: false}
 	}
@@ -216,10 +222,8 @@ func (f RunFilter) filters(shards []int) []*pb.StructuredQuery_Filter {
 // ownRunQuery is query's counterpart over the tasks that are their runs'
 // only ones (task.Task.OwnRun), reading the fields a Run takes.
 func (f RunFilter) ownRunQuery(shards []int, limit int) *pb.StructuredQuery {
-	q := f.query(shards, limit)
-	q.From = []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}}
 	own := fieldFilter("ownRun", pb.StructuredQuery_FieldFilter_EQUAL, &pb.Value{ValueType: &pb.Value_BooleanValue{BooleanValue: true}})
-	q.Where = and(slices.Insert(f.filters(shards), 1, own)...)
+	q := f.newestFirst(TasksCollection, slices.Insert(f.filters(shards), 1, own), limit)
 	q.Select = &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{
 		fieldRef("runId"), fieldRef("tenantId"), fieldRef("createdAt"), fieldRef("expireAt")}}
 	return q

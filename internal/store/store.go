@@ -580,8 +580,7 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 	// The first attempt's record is not written yet: until something the
 	// task document does not hold must be stored, it is the task's
 	// (firstAttempt).
-	recorded := false
-	nt.Recorded = &recorded
+	nt.Recorded = new(false)
 	writes := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}
 	writes = append(writes, s.outboxWrites(trs)...)
 	if nt.IdempotencyKey != "" {
@@ -1253,8 +1252,7 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	// every write of a record writes the task too.
 	want := cmp.Or(ev.Attempt, t.Attempt)
 	var ad *pb.Document
-	read := needsRecordRead(&t, want)
-	if read {
+	if needsRecordRead(&t, want) {
 		more, _, err := s.batchGet(ctx, []string{attemptName(base, want)}, sel)
 		if err != nil {
 			return task.Result{}, err
@@ -1304,14 +1302,13 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 		}
 		return version(d)
 	}
+	// Attempt want has a record document exactly when ad is one: read,
+	// or, when not read, known not to exist (needsRecordRead).
 	var writes []*pb.Write
-	// hasRecord: whether attempt want has a record document (as read, or
-	// as t says when none was read).
-	hasRecord := ad != nil
 	wrote := 0 // the attempt whose record this commit writes, if any
 	if a := r.Attempt; a != nil && !(a.Attempt == want && mirrored(rec, r.Task.Live, a)) {
 		switch {
-		case a.Attempt == want && !hasRecord && a.Ended() && a.Attempt == r.Task.Attempt && r.Next == nil && fitsInline(a):
+		case a.Attempt == want && ad == nil && a.Ended() && a.Attempt == r.Task.Attempt && r.Next == nil && fitsInline(a):
 			// The task's last attempt ended: kept on the task.
 			e := *a
 			r.Task.Ended = &e
@@ -1319,9 +1316,6 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 			aw := setWrite(attemptName(base, a.Attempt), a, false)
 			if a.Attempt == want {
 				aw.CurrentDocument = precond(ad)
-				if !read && tx == nil {
-					aw.CurrentDocument = version(nil) // known not to exist
-				}
 			}
 			writes = append(writes, aw)
 			wrote = a.Attempt
@@ -1330,17 +1324,16 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 			}
 		}
 	}
-	switch recorded := true; {
+	// Whether the current attempt has a record document now; unchanged
+	// when it is not the one read.
+	switch {
 	case wrote == r.Task.Attempt:
-		r.Task.Recorded = &recorded
+		r.Task.Recorded = new(true)
 	case r.Task.Attempt == want:
-		recorded = hasRecord
-		r.Task.Recorded = &recorded
+		r.Task.Recorded = new(ad != nil)
 	case r.Task.Attempt != t.Attempt:
-		recorded = false // a retry's next attempt: on the task (setLive)
-		r.Task.Recorded = &recorded
+		r.Task.Recorded = new(false) // a retry's next attempt: on the task (setLive)
 	}
-	// Otherwise the current attempt is not the one read, and t said.
 	tw := setWrite(base, r.Task, false)
 	tw.CurrentDocument = precond(td)
 	writes = append([]*pb.Write{tw}, writes...)
