@@ -187,6 +187,7 @@
 // known, workerId, field, finalState, nextAttempt, at INFO (WARNING for a
 // 4xx, ERROR for a 5xx), except an accepted heartbeat answered CONTINUE,
 // which is logged at DEBUG unless Config.LogHeartbeats
-// (SERVO_LOG_HEARTBEATS) and counted in the metric servo.callbacks either
-// way. The token, the Authorization header and the body are never logged.
+// (SERVO_LOG_HEARTBEATS), and an accepted started answered CONTINUE,
+// logged at DEBUG unless Config.LogStarted (SERVO_LOG_STARTED); both are
+// counted in the metric servo.callbacks either way. The token, the Authorization header and the body are never logged.
 package callbacks

@@ -61,12 +61,16 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one line per callback; defaults to logs.Default().
 	// An accepted heartbeat answered CONTINUE, the bulk of the callbacks,
-	// is logged at DEBUG unless LogHeartbeats (it is counted in the metric
+	// is logged at DEBUG unless LogHeartbeats, and an accepted started
+	// answered CONTINUE unless LogStarted (both are counted in the metric
 	// servo.callbacks either way).
 	Logger *slog.Logger
 	// LogHeartbeats logs accepted heartbeats at INFO, as every other
 	// callback (SERVO_LOG_HEARTBEATS).
 	LogHeartbeats bool
+	// LogStarted logs accepted started callbacks at INFO
+	// (SERVO_LOG_STARTED).
+	LogStarted bool
 	// MaxBodyBytes caps request bodies; defaults to DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Project is the Google Cloud project, for trace fields in logs.
@@ -399,7 +403,8 @@ func (h *handler) log(ctx context.Context, x *exchange, latency time.Duration) {
 		level = slog.LevelError
 	case x.status >= 400:
 		level = slog.LevelWarn
-	case x.kind == KindHeartbeat && x.resp.Disposition == api.Continue && !h.cfg.LogHeartbeats:
+	case x.kind == KindHeartbeat && x.resp.Disposition == api.Continue && !h.cfg.LogHeartbeats,
+		x.kind == KindStarted && x.resp.Disposition == api.Continue && !h.cfg.LogStarted:
 		level = slog.LevelDebug
 	}
 	attrs := []slog.Attr{

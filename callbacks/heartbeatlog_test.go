@@ -13,19 +13,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 
-// heartbeatsCounted scrapes servo.callbacks for accepted heartbeats.
-func heartbeatsCounted(t *testing.T, h http.Handler) int {
+// acceptedCounted scrapes servo.callbacks for accepted callbacks of kind.
+func acceptedCounted(t *testing.T, h http.Handler, kind callbacks.Kind) int {
 	t.Helper()
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body, _ := io.ReadAll(w.Body)
-	m := regexp.MustCompile(`servo_callbacks_total\{http_response_status_code="200",[^}]*servo_callback="heartbeat",servo_disposition="CONTINUE"\} (\d+)`).FindSubmatch(body)
+	m := regexp.MustCompile(`servo_callbacks_total\{http_response_status_code="200",[^}]*servo_callback="` + string(kind) + `",servo_disposition="CONTINUE"\} (\d+)`).FindSubmatch(body)
 	if m == nil {
 		return 0
 	}
@@ -34,19 +35,22 @@ func heartbeatsCounted(t *testing.T, h http.Handler) int {
 }
 
 // TestHeartbeatLogLines: an accepted heartbeat writes no INFO line (it is
-// counted in servo.callbacks instead) unless LogHeartbeats; a refused one
-// and every other callback still log their line, with taskId, attempt and
-// tenantId.
+// counted in servo.callbacks instead) unless LogHeartbeats, nor an
+// accepted started unless LogStarted; a refused one and every completed
+// callback still log their line, with taskId, attempt and tenantId.
 func TestHeartbeatLogLines(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		logHeartbeats bool
+		logStarted    bool
 		worker        string // the heartbeat's workerId (w1 holds the lease)
 		wantStatus    int
 		wantLevel     string // the heartbeat's line, "" for none at INFO
+		wantStarted   string // the started line's level, "" for none at INFO
 	}{
 		{name: "accepted", worker: "w1", wantStatus: http.StatusOK},
 		{name: "accepted, SERVO_LOG_HEARTBEATS", logHeartbeats: true, worker: "w1", wantStatus: http.StatusOK, wantLevel: "INFO"},
+		{name: "accepted, SERVO_LOG_STARTED", logStarted: true, worker: "w1", wantStatus: http.StatusOK, wantStarted: "INFO"},
 		{name: "refused: another worker", worker: "w2", wantStatus: http.StatusConflict, wantLevel: "WARNING"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +66,7 @@ func TestHeartbeatLogLines(t *testing.T) {
 			info := &servotest.Buffer{}
 			e := newEnv(t, func(c *callbacks.Config) {
 				c.LogHeartbeats = tc.logHeartbeats
+				c.LogStarted = tc.logStarted
 				c.Logger = logs.New(info, slog.LevelInfo)
 			})
 			tk := e.queued()
@@ -75,7 +80,15 @@ func TestHeartbeatLogLines(t *testing.T) {
 					t.Fatalf("heartbeat: %d %s, want %d", rp.status, rp.raw, tc.wantStatus)
 				}
 			}
-			var started, heartbeats int
+			// A started from another worker is refused, and logged whatever
+			// LogStarted says.
+			if rp := e.do(request{kind: callbacks.KindStarted, taskID: tk.ID, token: tok, body: mustJSON(t, startedReq(1, "w3"))}); rp.status != http.StatusConflict {
+				t.Fatalf("started by another worker: %d %s, want 409", rp.status, rp.raw)
+			}
+			if rp := e.do(request{kind: callbacks.KindCompleted, taskID: tk.ID, token: tok, body: mustJSON(t, completedReq(1, "w1", api.OutcomeSucceeded))}); rp.status != http.StatusOK {
+				t.Fatalf("completed: %d %s", rp.status, rp.raw)
+			}
+			var started, refusedStarted, heartbeats, completed int
 			sc := bufio.NewScanner(strings.NewReader(info.String()))
 			for sc.Scan() {
 				var m map[string]any
@@ -87,7 +100,22 @@ func TestHeartbeatLogLines(t *testing.T) {
 				}
 				switch m["kind"] {
 				case string(callbacks.KindStarted):
+					if m["status"] != float64(http.StatusOK) {
+						refusedStarted++
+						if m["severity"] != "WARNING" {
+							t.Errorf("refused started line at %v, want WARNING: %v", m["severity"], m)
+						}
+						continue
+					}
 					started++
+					if m["severity"] != tc.wantStarted {
+						t.Errorf("started line at %v, want %s: %v", m["severity"], tc.wantStarted, m)
+					}
+				case string(callbacks.KindCompleted):
+					completed++
+					if m["severity"] != "INFO" {
+						t.Errorf("completed line at %v, want INFO: %v", m["severity"], m)
+					}
 				case string(callbacks.KindHeartbeat):
 					heartbeats++
 					if m["severity"] != tc.wantLevel {
@@ -99,15 +127,23 @@ func TestHeartbeatLogLines(t *testing.T) {
 			if tc.wantLevel != "" {
 				wantLines = beats
 			}
-			if started != 1 || heartbeats != wantLines {
-				t.Fatalf("%d started and %d heartbeat lines at INFO or above, want 1 and %d:\n%s", started, heartbeats, wantLines, info.String())
+			wantStarted := 0
+			if tc.wantStarted != "" {
+				wantStarted = 1
+			}
+			if started != wantStarted || refusedStarted != 1 || heartbeats != wantLines || completed != 1 {
+				t.Fatalf("%d accepted and %d refused started, %d heartbeat and %d completed lines at INFO or above, want %d, 1, %d and 1:\n%s",
+					started, refusedStarted, heartbeats, completed, wantStarted, wantLines, info.String())
 			}
 			wantCounted := 0
 			if tc.wantStatus == http.StatusOK {
 				wantCounted = beats
 			}
-			if got := heartbeatsCounted(t, tl.MetricsHandler()); got != wantCounted {
+			if got := acceptedCounted(t, tl.MetricsHandler(), callbacks.KindHeartbeat); got != wantCounted {
 				t.Fatalf("servo.callbacks counted %d accepted heartbeats, want %d", got, wantCounted)
+			}
+			if got := acceptedCounted(t, tl.MetricsHandler(), callbacks.KindStarted); got != 1 {
+				t.Fatalf("servo.callbacks counted %d accepted started, want 1", got)
 			}
 		})
 	}

@@ -65,6 +65,7 @@ locals {
     SERVO_TRACE_SAMPLE_RATIO = tostring(var.trace_sample_ratio)
     SERVO_TRACE_SLOW         = var.trace_slow
     SERVO_LOG_HEARTBEATS     = tostring(var.log_heartbeats)
+    SERVO_LOG_STARTED        = tostring(var.log_started)
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
     SERVO_RETENTION_DAYS     = tostring(var.retention_days)
@@ -183,8 +184,8 @@ resource "google_pubsub_topic" "topic" {
 
   project = var.project_id
   name    = each.value
-  # Events and dead letters are kept even before anyone subscribes; sweep
-  # ticks are worthless a minute later.
+  # Events and dead letters are kept (a day by default) even before anyone
+  # subscribes; sweep ticks are worthless a minute later.
   message_retention_duration = each.key == "sweep" ? null : var.topic_message_retention
 
   depends_on = [google_project_service.apis]

@@ -128,9 +128,9 @@ variable "sweep_topic" {
 }
 
 variable "topic_message_retention" {
-  description = "How long the events and dead-letter topics retain messages even without a subscription, so that a consumer created later can seek back (10 minutes to 31 days, in seconds with an \"s\" suffix)."
+  description = "How long the events and dead-letter topics retain messages even without a subscription, so that a consumer created later can seek back (10 minutes to 31 days, in seconds with an \"s\" suffix). Default a day: Pub/Sub bills the retained bytes ($0.27 per GiB-month), and a task's recent transitions stay readable from the API (GET /v1/tasks/{id}/events) as long as the task is kept."
   type        = string
-  default     = "604800s"
+  default     = "86400s"
 
   validation {
     condition     = can(regex("^[0-9]+s$", var.topic_message_retention)) && try(tonumber(trimsuffix(var.topic_message_retention, "s")) >= 600 && tonumber(trimsuffix(var.topic_message_retention, "s")) <= 2678400, false)
@@ -158,9 +158,9 @@ variable "sweep_early_end" {
 }
 
 variable "trace_sample_ratio" {
-  description = "Share of traces exported in full to Cloud Trace, chosen by trace id (SERVO_TRACE_SAMPLE_RATIO); every other trace is exported only when a span failed or its request took trace_slow or longer. 0.1: a tenth of the spans of healthy traffic (docs/operations.md, \"Trace sampling\")."
+  description = "Share of traces exported in full to Cloud Trace, chosen by trace id (SERVO_TRACE_SAMPLE_RATIO); every other trace is exported only when a span failed or its request took trace_slow or longer. 0.01: a hundredth of the spans of healthy traffic (docs/operations.md, \"Trace sampling\")."
   type        = number
-  default     = 0.1
+  default     = 0.01
 
   validation {
     condition     = var.trace_sample_ratio >= 0 && var.trace_sample_ratio <= 1
@@ -185,8 +185,14 @@ variable "log_heartbeats" {
   default     = false
 }
 
+variable "log_started" {
+  description = "Log every accepted started callback at INFO (SERVO_LOG_STARTED). false: accepted started callbacks are counted in the metric servo.callbacks and logged at DEBUG only (the task's history and events record the start); refused ones keep their line, and every completed callback and submit logs one."
+  type        = bool
+  default     = false
+}
+
 variable "exclude_ok_request_logs" {
-  description = "Exclude from Cloud Logging the request logs Cloud Run writes for the callbacks function's successful requests and the api function's successful submits (POST /v1/tasks and /v1/tasks:batch; HTTP status below 400): one ~1 KB entry per started, heartbeat, completed and submit, billed at ingestion. Servo's own lines (every callback but an accepted heartbeat, every submit), every failed request's log and every other api request's log are kept; the metrics servo.callbacks and servo.submits count what the excluded entries would have shown. false keeps them."
+  description = "Exclude from Cloud Logging the request logs Cloud Run writes for the callbacks function's successful requests and the api function's successful submits (POST /v1/tasks and /v1/tasks:batch; HTTP status below 400): one ~1 KB entry per started, heartbeat, completed and submit, billed at ingestion. Servo's own lines (every completed and refused callback, every submit), every failed request's log and every other api request's log are kept; the metrics servo.callbacks and servo.submits count what the excluded entries would have shown. false keeps them."
   type        = bool
   default     = true
 }

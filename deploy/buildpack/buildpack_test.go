@@ -512,9 +512,10 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"SERVO_IAP_AUDIENCE=", // Terraform's default: not behind IAP
 		"SERVO_RETENTION_DAYS=30",
 		"SERVO_SWEEP_EARLY_END=true",
-		"SERVO_TRACE_SAMPLE_RATIO=0.1",
+		"SERVO_TRACE_SAMPLE_RATIO=0.01",
 		"SERVO_TRACE_SLOW=1s",
 		"SERVO_LOG_HEARTBEATS=false",
+		"SERVO_LOG_STARTED=false",
 		cloudtasks.EnvVar+"="+tasksAddr,
 	)
 }

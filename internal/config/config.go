@@ -48,6 +48,7 @@ const (
 	EnvTraceSampleRatio   = "SERVO_TRACE_SAMPLE_RATIO"
 	EnvTraceSlow          = "SERVO_TRACE_SLOW"
 	EnvLogHeartbeats      = "SERVO_LOG_HEARTBEATS"
+	EnvLogStarted         = "SERVO_LOG_STARTED"
 	EnvMaxRedrives        = "SERVO_MAX_REDRIVES"
 	EnvStartTimeout       = "SERVO_START_TIMEOUT"
 	EnvStoreTimeout       = "SERVO_STORE_TIMEOUT"
@@ -76,7 +77,7 @@ var variables = []string{
 	EnvTokenKeys, EnvTokenKeysFile, EnvTokenKeysSecret,
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
-	EnvSweepEvery, EnvSweepWindow, EnvSweepEarlyEnd, EnvTraceSampleRatio, EnvTraceSlow, EnvLogHeartbeats, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
+	EnvSweepEvery, EnvSweepWindow, EnvSweepEarlyEnd, EnvTraceSampleRatio, EnvTraceSlow, EnvLogHeartbeats, EnvLogStarted, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
 	EnvMaxBodyBytes, EnvRetentionDays, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
@@ -131,6 +132,9 @@ type Config struct {
 	// LogHeartbeats logs every accepted heartbeat at INFO
 	// (SERVO_LOG_HEARTBEATS; default false: at DEBUG, counted in metrics).
 	LogHeartbeats bool
+	// LogStarted logs every accepted started callback at INFO
+	// (SERVO_LOG_STARTED; default false: at DEBUG, counted in metrics).
+	LogStarted bool
 	// MaxRedrives bounds the re-drives of one attempt before it fails with
 	// DISPATCH_TIMEOUT (SERVO_MAX_REDRIVES).
 	MaxRedrives int
@@ -333,6 +337,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	duration(&c.SweepWindow, EnvSweepWindow, true) // 0: one pass a tick
 	boolean(&c.SweepEarlyEnd, EnvSweepEarlyEnd)
 	boolean(&c.LogHeartbeats, EnvLogHeartbeats)
+	boolean(&c.LogStarted, EnvLogStarted)
 	if v := get(EnvTraceSampleRatio); v != "" {
 		if r, err := strconv.ParseFloat(v, 64); err != nil || r < 0 || r > 1 {
 			fail(EnvTraceSampleRatio, fmt.Errorf("%q: want a number from 0 to 1", v))

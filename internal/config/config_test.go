@@ -48,7 +48,7 @@ func TestFromEnvDefaults(t *testing.T) {
 		c.SweepEvery != 15*time.Second || c.SweepWindow != 55*time.Second || c.MaxRedrives != 5 || c.StartTimeout != 10*time.Minute ||
 		c.DueShards != 128 || c.MaxBodyBytes != 1<<20 || c.RetentionDays != 30 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
 		len(c.Workers) != 0 || c.JobsDispatchURL != nil ||
-		!c.SweepEarlyEnd || c.LogHeartbeats || c.TraceSampling.Ratio != 0.1 || c.TraceSampling.Slow != time.Second {
+		!c.SweepEarlyEnd || c.LogHeartbeats || c.LogStarted || c.TraceSampling.Ratio != 0.01 || c.TraceSampling.Slow != time.Second {
 		t.Errorf("defaults: got %+v, want %+v", c, want)
 	}
 	// The handlers' own defaults are the documented ones.
@@ -83,9 +83,10 @@ func TestFromEnvValues(t *testing.T) {
 		EnvSweepEvery:         "2s",
 		EnvSweepWindow:        "0",
 		EnvSweepEarlyEnd:      "false",
-		EnvTraceSampleRatio:   "0.01",
+		EnvTraceSampleRatio:   "0.05",
 		EnvTraceSlow:          "250ms",
 		EnvLogHeartbeats:      "true",
+		EnvLogStarted:         "true",
 		EnvMaxRedrives:        "7",
 		EnvStartTimeout:       "3m",
 		EnvStoreTimeout:       "4s",
@@ -113,8 +114,8 @@ func TestFromEnvValues(t *testing.T) {
 		{"jobs", c.JobsDispatchURL.String() == "https://jobs.example.com/dispatch" && c.JobsContainer == "worker"},
 		{"topics", c.EventsTopic == "ev" && c.DeadLetterTopic == "dl"},
 		{"sweeper", c.SweepEvery == 2*time.Second && c.SweepWindow == 0 && c.MaxRedrives == 7},
-		{"early end, heartbeat lines", !c.SweepEarlyEnd && c.LogHeartbeats},
-		{"trace sampling", c.TraceSampling.Ratio == 0.01 && c.TraceSampling.Slow == 250*time.Millisecond},
+		{"early end, heartbeat and started lines", !c.SweepEarlyEnd && c.LogHeartbeats && c.LogStarted},
+		{"trace sampling", c.TraceSampling.Ratio == 0.05 && c.TraceSampling.Slow == 250*time.Millisecond},
 		{"start timeout", c.StartTimeout == 3*time.Minute},
 		{"store timeout", c.StoreTimeout == 4*time.Second},
 		{"shards, body", c.DueShards == 32 && c.MaxBodyBytes == 2048},

@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
 		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
-		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout, LogHeartbeats: cfg.LogHeartbeats,
+		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout, LogHeartbeats: cfg.LogHeartbeats, LogStarted: cfg.LogStarted,
 	})
 
 	identity := o.ClaimIdentity

@@ -14,10 +14,11 @@ import (
 
 // Defaults of Sampling (SERVO_TRACE_SAMPLE_RATIO, SERVO_TRACE_SLOW).
 const (
-	// DefaultSampleRatio exports one trace in ten in full: enough for
-	// latency percentiles of healthy traffic, at a tenth of the spans
-	// (errors and slow requests are exported whatever the ratio).
-	DefaultSampleRatio = 0.1
+	// DefaultSampleRatio exports one trace in a hundred in full: enough
+	// for latency percentiles of healthy traffic (ten thousand full
+	// traces per million lifecycles), at a hundredth of the spans (errors
+	// and slow requests are exported whatever the ratio).
+	DefaultSampleRatio = 0.01
 	// DefaultSlow is the request time from which a request's trace is
 	// always exported: well above a callback's or a submit's (tens of
 	// milliseconds), below the store timeout.
