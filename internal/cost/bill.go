@@ -64,7 +64,7 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 	ls = append(ls,
 		line("Pub/Sub publish throughput (1 KB minimum)", Per*billed, p.PubSubThroughput),
 		line(fmt.Sprintf("Pub/Sub delivery to %d subscription(s)", a.EventSubscriptions), Per*billed*float64(a.EventSubscriptions), p.PubSubThroughput),
-		line(fmt.Sprintf("Pub/Sub topic retention (%.0f days)", d.TopicRetentionDays), Per*billed/gib*d.TopicRetentionDays/daysPerM, p.PubSubStorage),
+		line(fmt.Sprintf("Pub/Sub topic retention (%s)", days(d.TopicRetentionDays)), Per*billed/gib*d.TopicRetentionDays/daysPerM, p.PubSubStorage),
 	)
 	var logged int64 // invocations whose request log is ingested
 	for _, name := range sortedKeys(t.Invocations) {
@@ -182,4 +182,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// days spells a number of days: "1 day", "7 days", "0.5 days".
+func days(n float64) string {
+	if n == 1 {
+		return "1 day"
+	}
+	return fmt.Sprintf("%g days", n)
 }

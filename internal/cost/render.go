@@ -267,8 +267,8 @@ func (r Report) Markdown() string {
 	if len(excl) > 0 {
 		excluded = strings.Join(excl, ", ")
 	}
-	w("trace sampling %g; topic retention %g days; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
-		r.Defaults.TraceSampling, r.Defaults.TopicRetentionDays, ret, excluded)
+	w("trace sampling %g; topic retention %s; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
+		r.Defaults.TraceSampling, days(r.Defaults.TopicRetentionDays), ret, excluded)
 	w("Assumed, not measured: a Cloud Run request log entry is %d bytes, and a line Servo\n", a.RequestLogBytes)
 	w("writes becomes an entry %d bytes larger than the line (its log name, resource labels,\n", a.LogEntryBytes)
 	w("instance id, timestamps); an index entry\n")
