@@ -142,15 +142,22 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 }
 
 // load is function name's load when lifecycles of t arrive at
-// a.LifecyclesPerSecond: its mean recorded request time, and its mean
-// recorded CPU time (the request time when none was recorded).
+// a.LifecyclesPerSecond: its recorded request times, taken in turn (an
+// instant when none was recorded), and its mean recorded CPU time (the
+// request time when none was recorded).
 func (t Traffic) load(name string, f Function, a Assumptions) Load {
-	wall := mean(t.RequestMs[name]) / 1000
-	cpu := wall
+	walls := []float64{0}
+	if ms := t.RequestMs[name]; len(ms) > 0 {
+		walls = walls[:0]
+		for _, m := range ms {
+			walls = append(walls, float64(m)/1000)
+		}
+	}
+	cpu := mean(t.RequestMs[name]) / 1000
 	if c := t.CPUUs[name]; len(c) > 0 {
 		cpu = mean(c) / 1e6
 	}
-	return NewLoad(a.LifecyclesPerSecond*float64(t.Invocations[name]), wall, cpu, f, a)
+	return NewLoad(a.LifecyclesPerSecond*float64(t.Invocations[name]), walls, cpu, f, a)
 }
 
 func mean(xs []int64) float64 {

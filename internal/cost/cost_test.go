@@ -54,10 +54,10 @@ func TestBillLineItems(t *testing.T) {
 		{"Pub/Sub delivery to 1 subscription(s)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 * 40 / (1 << 40), []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
 		{"Pub/Sub topic retention (7 days)", Traffic{PubSubMessages: []int64{10, 2000}}, 3000e6 / gib * 7 / (730.0 / 24) * 0.27, []string{"Pub/Sub publish throughput (1 KB minimum)", "Pub/Sub delivery to 1 subscription(s)", "Pub/Sub topic retention (7 days)"}},
 		{"Function requests: api", Traffic{Invocations: map[string]int64{"api": 2}}, 2e6 * 0.40 / 1e6, []string{"Function CPU: api (1 vCPU)", "Function memory: api (512Mi)", "Cloud Logging (Servo's lines + Cloud Run request logs)"}},
-		// At a rate low enough that requests never overlap, 5 ms and
-		// 150 ms (77.5 ms on average) are each billed 77.5 + 50 ms.
-		{"Function CPU: callbacks (1 vCPU)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.1275 * 0.000024, callbackLines},
-		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.1275 * 0.25 * 0.0000025, callbackLines},
+		// At a rate low enough that requests never overlap, 5 ms is
+		// billed 100 ms and 150 ms 200 ms: 150 ms on average.
+		{"Function CPU: callbacks (1 vCPU)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.15 * 0.000024, callbackLines},
+		{"Function memory: callbacks (256Mi)", Traffic{RequestMs: map[string][]int64{"callbacks": {5, 150}}, Invocations: map[string]int64{"callbacks": 2}}, 2e6 * 0.15 * 0.25 * 0.0000025, callbackLines},
 		// Servo's 1 000 bytes and no invocation: no request log.
 		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogBytes: 1000}, 1000e6 / gib * 0.50, nil},
 		// Each line is billed as an entry: the line and the entry's own fields.
@@ -435,8 +435,64 @@ func TestMetAt(t *testing.T) {
 		{[]float64{11, 13, 9, 8, 8, 8}, "met from 10 a second"},
 		{nil, ""},
 	} {
-		if got := metAt(c.totals, 12); got != c.want {
+		if got := metAt(c.totals, 12, 0); got != c.want {
 			t.Errorf("metAt(%v, 12) = %q, want %q", c.totals, got, c.want)
 		}
+	}
+}
+
+// TestMetFrom: the rate the targets table names is one from which the bill
+// is within its target, and just below which it is not; it is rounded up
+// to two digits.
+func TestMetFrom(t *testing.T) {
+	for _, c := range []struct {
+		exact float64
+		want  string
+	}{
+		{51.3, "met from 52 a second"},
+		{10.02, "met from 11 a second"},
+		{100, "met from 100 a second"},
+		{0.5, "met from 0.50 (1 M a month) a second"},
+	} {
+		if got := metAt([]float64{30, 20, 16, 11.9, 11.8, 11.8}, 12, c.exact); got != c.want {
+			t.Errorf("metAt(…, %g) = %q, want %q", c.exact, got, c.want)
+		}
+	}
+	rec, err := ReadRecording("testdata/traffic.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ReadDefaults("../../terraform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Compute(rec, ListPrices, d, DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range rec.Shapes {
+		from, ok := r.MetFrom[tr.Shape]
+		if !ok {
+			continue
+		}
+		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
+		at := func(rate float64) float64 {
+			a := DefaultAssumptions
+			a.LifecyclesPerSecond = rate
+			ls, err := Bill(tr, ListPrices, d, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return Total(ls)
+		}
+		if got := at(from); got > Targets[i].MaxUSD {
+			t.Errorf("%s: $%.2f at %g a second, said to meet $%.2f", tr.Shape, got, from, Targets[i].MaxUSD)
+		}
+		if got := at(from / 1.02); got <= Targets[i].MaxUSD {
+			t.Errorf("%s: $%.2f at %g a second already meets $%.2f: the bisection stopped late", tr.Shape, got, from/1.02, Targets[i].MaxUSD)
+		}
+	}
+	if len(r.MetFrom) == 0 {
+		t.Log("no target met between two of the table's rates: nothing bisected")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	_ "embed"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -32,6 +33,10 @@ type Report struct {
 	// Rates are the totals of the targets' shapes at other steady rates
 	// (RateTable), by shape.
 	Rates map[string][]float64
+	// MetFrom is, by target shape, the lowest rate from which its bill is
+	// within the target, when that is between two of RateTable's rates
+	// (found by bisection, to 1 %).
+	MetFrom map[string]float64
 	// Assumptions are the ones the bill was computed with.
 	Assumptions Assumptions
 }
@@ -43,7 +48,7 @@ var RateTable = []float64{1e6 / (HoursPerMonth * 3600), 1, 10, 100, 1000, 10000}
 
 // Compute bills every shape and the fixed cost, and checks the targets.
 func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error) {
-	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}, Rates: map[string][]float64{}, Assumptions: a}
+	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}, Rates: map[string][]float64{}, MetFrom: map[string]float64{}, Assumptions: a}
 	for _, t := range rec.Shapes {
 		ls, err := Bill(t, p, d, a)
 		if err != nil {
@@ -79,6 +84,30 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 			}
 			r.Rates[tr.Shape] = append(r.Rates[tr.Shape], Total(ls))
 		}
+		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
+		from := fromRate(r.Rates[tr.Shape], Targets[i].MaxUSD)
+		if from <= 0 || from >= len(RateTable) {
+			continue
+		}
+		// A bill falls as the rate grows (busier instances share their
+		// billed time): bisect between the last rate missed and the
+		// first met.
+		lo, hi := RateTable[from-1], RateTable[from]
+		for hi/lo > 1.01 {
+			mid := math.Sqrt(lo * hi)
+			b := a
+			b.LifecyclesPerSecond = mid
+			ls, err := Bill(tr, p, d, b)
+			if err != nil {
+				return r, err
+			}
+			if Total(ls) <= Targets[i].MaxUSD {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		r.MetFrom[tr.Shape] = hi
 	}
 	return r, nil
 }
@@ -116,7 +145,7 @@ func (r Report) Markdown() string {
 		if !res.Met {
 			mark = "**missed**"
 		}
-		w("| %s | ≤ $%.2f %s | $%.2f | %s | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark, metAt(r.Rates[res.Shape], res.MaxUSD))
+		w("| %s | ≤ $%.2f %s | $%.2f | %s | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark, metAt(r.Rates[res.Shape], res.MaxUSD, r.MetFrom[res.Shape]))
 	}
 	w("\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
 	w("The functions' instance time depends on how busy they are (Cloud Run bills an\n")
@@ -274,7 +303,8 @@ func (r Report) Markdown() string {
 	w("instance id, timestamps); an index entry\n")
 	w("stores %d bytes; requests arrive at random (Poisson) at the priced rate, an instance\n", a.IndexEntryBytes)
 	w("is billed for its busy periods (at least one request in flight), each rounded up to\n")
-	w("%d ms (half of it over the period's length on average), and the autoscaler runs as\n", a.BillingGranularityMs)
+	w("%d ms from its start (an instant two rounded periods cover billed once; simulated,\n", a.BillingGranularityMs)
+	w("`cost.BilledFraction`), and the autoscaler runs as\n")
 	w("many instances as keep CPU and concurrency at %.0f %% (`cost.NewLoad`); a request's time\n", a.CPUTarget*100)
 	w("and CPU time are the local stack's means (emulator round trips included; the CPU time\n")
 	w("is the whole test process's during the request, the client's included; each request's\n")
@@ -303,26 +333,43 @@ func qty(q float64) string {
 	return fmt.Sprintf("%.4g", q)
 }
 
-// rateLabel names a rate, and the month a rate below one makes.
-// metAt says at which of RateTable's rates totals (a shape's, in
-// RateTable's order) are within max: from some rate on, at all, or at
-// none; "" for a bill not priced by rate.
-func metAt(totals []float64, max float64) string {
-	if len(totals) == 0 {
-		return ""
-	}
+// fromRate is the index in RateTable from which totals (a shape's, in
+// RateTable's order) are all within max: 0 at every rate, len(totals) at
+// none.
+func fromRate(totals []float64, max float64) int {
 	from := len(totals)
 	for from > 0 && totals[from-1] <= max {
 		from--
 	}
-	switch from {
-	case 0:
+	return from
+}
+
+// metAt says from which rate on totals are within max: from some rate
+// (exact, the bisection's, when known), at every rate of the table, or at
+// none; "" for a bill not priced by rate.
+func metAt(totals []float64, max, exact float64) string {
+	if len(totals) == 0 {
+		return ""
+	}
+	from := fromRate(totals, max)
+	switch {
+	case from == 0:
 		return "met at every rate"
-	case len(totals):
+	case from == len(totals):
 		return "missed at every rate"
+	case exact > 0:
+		return fmt.Sprintf("met from %s a second", rateLabel(roundUp2(exact)))
 	}
 	return fmt.Sprintf("met from %s a second", rateLabel(RateTable[from]))
 }
+
+// roundUp2 rounds x up to two significant digits.
+func roundUp2(x float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(x))-1)
+	return math.Ceil(x/p-1e-9) * p
+}
+
+// rateLabel names a rate, and the month a rate below one makes.
 
 func rateLabel(rate float64) string {
 	if rate < 1 {
