@@ -31,11 +31,11 @@ func (l Load) BilledSecondsPerRequest() float64 {
 
 // NewLoad models n requests a second, taking the request times walls in
 // turn (seconds) and the given mean CPU time, on instances of f.
-// Requests arrive at random (Poisson) and are
-// spread evenly over the instances; an instance is busy while at least
-// one request is in flight, each busy period is billed rounded up to the
-// granularity from its start, and time covered by two rounded periods is
-// billed once ([BilledFraction]). At a low rate that is each request
+// Requests arrive at random (Poisson) and are spread evenly over the
+// instances; an instance is busy while at least one request is in
+// flight, each busy period is billed rounded up to the granularity from
+// its start, and time covered by two rounded periods is billed once
+// ([BilledFraction]). At a low rate that is each request
 // billed alone and rounded up; at a high rate instances are busy all the
 // time and the bill is the instances the CPU needs.
 func NewLoad(perSecond float64, walls []float64, cpuSec float64, f Function, a Assumptions) Load {
@@ -60,10 +60,9 @@ const billedArrivals = 200_000
 
 // BilledFraction is the share of an instance's time Cloud Run bills when
 // requests arrive at random, perSecond on average, taking walls (seconds)
-// in turn:
-// each busy period (at least one request in flight) is billed from its
-// start rounded up to a whole number of granules, and an instant two
-// rounded periods cover is billed once. It is simulated, the same
+// in turn: each busy period (at least one request in flight) is billed
+// from its start rounded up to a whole number of granules, and an instant
+// two rounded periods cover is billed once. It is simulated, the same
 // arrivals every time (a fixed seed), so that the figures it gives are
 // reproducible, and is the time billed per request times the rate (the
 // arrivals' mean gap, not the sample's, so that requests billed alone
