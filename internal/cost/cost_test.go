@@ -397,10 +397,10 @@ func TestExcludedRequestLogs(t *testing.T) {
 	}
 }
 
-// TestDocIsGenerated fails when docs/cost.md differs from what the
-// program generates from the committed recording, prices and Terraform
-// defaults (regenerate: go run ./bench/cost -write docs/cost.md).
-func TestDocIsGenerated(t *testing.T) {
+// repoReport computes the report of the committed recording, prices and
+// Terraform defaults.
+func repoReport(t *testing.T) (Recording, Defaults, Report) {
+	t.Helper()
 	rec, err := ReadRecording("testdata/traffic.json")
 	if err != nil {
 		t.Fatal(err)
@@ -413,6 +413,14 @@ func TestDocIsGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rec, d, r
+}
+
+// TestDocIsGenerated fails when docs/cost.md differs from what the
+// program generates from the committed recording, prices and Terraform
+// defaults (regenerate: go run ./bench/cost -write docs/cost.md).
+func TestDocIsGenerated(t *testing.T) {
+	_, _, r := repoReport(t)
 	doc, err := os.ReadFile("../../docs/cost.md")
 	if err != nil {
 		t.Fatal(err)
@@ -458,18 +466,7 @@ func TestMetFrom(t *testing.T) {
 			t.Errorf("metAt(…, %g) = %q, want %q", c.exact, got, c.want)
 		}
 	}
-	rec, err := ReadRecording("testdata/traffic.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := ReadDefaults("../../terraform")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Compute(rec, ListPrices, d, DefaultAssumptions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, d, r := repoReport(t)
 	for _, tr := range rec.Shapes {
 		from, ok := r.MetFrom[tr.Shape]
 		if !ok {
