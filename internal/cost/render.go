@@ -89,27 +89,31 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		if from <= 0 || from >= len(RateTable) {
 			continue
 		}
-		// A bill falls as the rate grows (busier instances share their
-		// billed time): bisect between the last rate missed and the
-		// first met.
-		lo, hi := RateTable[from-1], RateTable[from]
-		for hi/lo > 1.01 {
-			mid := math.Sqrt(lo * hi)
-			b := a
-			b.LifecyclesPerSecond = mid
-			ls, err := Bill(tr, p, d, b)
-			if err != nil {
-				return r, err
-			}
-			if Total(ls) <= Targets[i].MaxUSD {
-				hi = mid
-			} else {
-				lo = mid
-			}
+		if r.MetFrom[tr.Shape], err = metFrom(tr, Targets[i].MaxUSD, RateTable[from-1], RateTable[from], p, d, a); err != nil {
+			return r, err
 		}
-		r.MetFrom[tr.Shape] = hi
 	}
 	return r, nil
+}
+
+// metFrom is the lowest rate, between lo (missed) and hi (met), from
+// which t's bill is within max, to 1 %. A bill falls as the rate grows
+// (busier instances share their billed time), so it bisects.
+func metFrom(t Traffic, max, lo, hi float64, p Prices, d Defaults, a Assumptions) (float64, error) {
+	for hi/lo > 1.01 {
+		mid := math.Sqrt(lo * hi)
+		a.LifecyclesPerSecond = mid
+		ls, err := Bill(t, p, d, a)
+		if err != nil {
+			return 0, err
+		}
+		if Total(ls) <= max {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
 }
 
 // Missed are the targets the bill misses.
