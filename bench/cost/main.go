@@ -7,6 +7,7 @@
 //	go run ./bench/cost -write docs/cost.md   # regenerate the doc
 //	go run ./bench/cost -check                # exit 1 when a target is missed
 //	go run ./bench/cost -rate 100             # price the functions at 100 lifecycles a second
+//	go run ./bench/cost -granularity 1        # Cloud Run rounding busy time to 1 ms instead of 100
 //	go run ./bench/cost -record               # re-record the traffic (local stack, ~2 min)
 package main
 
@@ -31,8 +32,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
 	check := fs.Bool("check", false, "exit 1 when a target is missed")
 	rate := fs.Float64("rate", cost.DefaultAssumptions.LifecyclesPerSecond, "the steady rate, lifecycles a second, the functions' instance time is priced at")
+	granularity := fs.Int64("granularity", cost.DefaultAssumptions.BillingGranularityMs, "milliseconds Cloud Run rounds an instance's billed busy periods up to (calibrate it against a real bill)")
 	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -bench BenchmarkCostRecord ./internal/devstack/)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *rate <= 0 {
+		fmt.Fprintln(stderr, "cost: -rate must be above 0")
+		return 2
+	}
+	if *granularity < 1 {
+		fmt.Fprintln(stderr, "cost: -granularity must be at least 1 (ms)")
 		return 2
 	}
 	if *record {
@@ -59,12 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if *rate <= 0 {
-		fmt.Fprintln(stderr, "cost: -rate must be above 0")
-		return 2
-	}
 	a := cost.DefaultAssumptions
 	a.LifecyclesPerSecond = *rate
+	a.BillingGranularityMs = *granularity
 	r, err := cost.Compute(rec, cost.ListPrices, d, a)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -46,14 +46,14 @@ func TestProgramPrintsTheBill(t *testing.T) {
 
 	// Priced busier, the bill of a target's shape is lower (instances
 	// shared by more requests); a rate of 0 is refused.
-	target := func(rate string) float64 {
+	target := func(flags ...string) float64 {
 		var out bytes.Buffer
-		if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-rate", rate}, &out, &bytes.Buffer{}); code != 0 {
-			t.Fatalf("-rate %s: exit %d", rate, code)
+		if code := run(append([]string{"-traffic", recorded, "-terraform", "../../terraform"}, flags...), &out, &bytes.Buffer{}); code != 0 {
+			t.Fatalf("%v: exit %d", flags, code)
 		}
 		m := regexp.MustCompile(`(?m)^\| 1 attempt, 10 heartbeats \| ≤ \$25\.00 per million lifecycles \| \$([0-9.]+) \|`).FindStringSubmatch(out.String())
 		if m == nil {
-			t.Fatalf("-rate %s: no target row", rate)
+			t.Fatalf("%v: no target row", flags)
 		}
 		usd, err := strconv.ParseFloat(m[1], 64)
 		if err != nil {
@@ -61,11 +61,18 @@ func TestProgramPrintsTheBill(t *testing.T) {
 		}
 		return usd
 	}
-	if low, high := target("0.1"), target("1000"); high >= low {
+	if low, high := target("-rate", "0.1"), target("-rate", "1000"); high >= low {
 		t.Errorf("10 heartbeats: $%.2f at 1 000 a second, $%.2f at 0.1: busier is not cheaper", high, low)
 	}
-	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-rate", "0"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
-		t.Errorf("-rate 0: exit %d, want 2", code)
+	// Rounded to 1 ms instead of 100, instances are billed less at the
+	// priced rate: -granularity reaches the model.
+	if fine, coarse := target("-granularity", "1"), target(); fine >= coarse {
+		t.Errorf("10 heartbeats: $%.2f with busy time rounded to 1 ms, $%.2f to 100 ms", fine, coarse)
+	}
+	for _, bad := range [][]string{{"-rate", "0"}, {"-granularity", "0"}, {"-granularity", "-5"}} {
+		if code := run(append([]string{"-traffic", recorded, "-terraform", "../../terraform"}, bad...), &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
 	}
 
 	// A cheap recording meets every target: -check exits 0.
