@@ -189,5 +189,6 @@
 // which is logged at DEBUG unless Config.LogHeartbeats
 // (SERVO_LOG_HEARTBEATS), and an accepted started answered CONTINUE,
 // logged at DEBUG unless Config.LogStarted (SERVO_LOG_STARTED); both are
-// counted in the metric servo.callbacks either way. The token, the Authorization header and the body are never logged.
+// counted in the metric servo.callbacks either way. The token, the
+// Authorization header and the body are never logged.
 package callbacks

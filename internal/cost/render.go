@@ -72,7 +72,8 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		r.Results = append(r.Results, Result{Target: t, USD: usd, Met: usd <= t.MaxUSD})
 	}
 	for _, tr := range rec.Shapes {
-		if !slices.ContainsFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape }) {
+		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
+		if i < 0 {
 			continue
 		}
 		for _, rate := range RateTable {
@@ -84,7 +85,6 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 			}
 			r.Rates[tr.Shape] = append(r.Rates[tr.Shape], Total(ls))
 		}
-		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
 		from := fromRate(r.Rates[tr.Shape], Targets[i].MaxUSD)
 		if from <= 0 || from >= len(RateTable) {
 			continue
@@ -377,7 +377,6 @@ func roundUp2(x float64) float64 {
 }
 
 // rateLabel names a rate, and the month a rate below one makes.
-
 func rateLabel(rate float64) string {
 	if rate < 1 {
 		return fmt.Sprintf("%.2f (%.0f M a month)", rate, rate*HoursPerMonth*3600/1e6)
