@@ -214,6 +214,21 @@ type HealthResponse struct {
 	ServerTime time.Time `json:"serverTime"`
 	// Sweeper is the latest sweeper pass; nil when none was ever recorded.
 	Sweeper *SweeperHealth `json:"sweeper"`
+	// Identity says how the API identifies its callers.
+	Identity IdentityHealth `json:"identity"`
+}
+
+// IdentityHealth says how the API identifies its callers, as GET
+// /v1/health shows it.
+type IdentityHealth struct {
+	// Accepts names the identities the API verifies: "google" (Google ID
+	// tokens for the API's audiences), "iap" (IAP's signed header), "dev"
+	// (servo dev's tokens). Empty: none (only the open policy lets
+	// callers in, as anonymous).
+	Accepts []string `json:"accepts"`
+	// Problems are configuration problems an operator must fix (servo
+	// doctor fails on them), such as an unset API audience.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // SweeperHealth is the latest sweeper pass as GET /v1/health shows it.

@@ -706,7 +706,7 @@ func TestTerraformFunctions(t *testing.T) {
 		"SERVO_PROJECT", "SERVO_FIRESTORE_DATABASE", "SERVO_NAME_PREFIX", "SERVO_CALLBACK_BASE_URL", "SERVO_WORKERS",
 		"SERVO_EVENTS_TOPIC", "SERVO_DEAD_LETTER_TOPIC", "SERVO_SWEEP_EVERY", "SERVO_START_TIMEOUT",
 		"SERVO_DUE_SHARDS", "SERVO_RETENTION_DAYS", "SERVO_CLAIM_AUDIENCE", "SERVO_TOKEN_KEYS_SECRET", "SERVO_JOBS_DISPATCH_URL", "SERVO_JOBS_CONTAINER", "SERVO_ACCESS", "SERVO_QUOTAS",
-		"SERVO_IAP_AUDIENCE", "SERVO_SWEEP_EARLY_END", "SERVO_TRACE_SAMPLE_RATIO", "SERVO_TRACE_SLOW", "SERVO_LOG_HEARTBEATS", "SERVO_LOG_STARTED",
+		"SERVO_IAP_AUDIENCE", "SERVO_API_AUDIENCE", "SERVO_SWEEP_EARLY_END", "SERVO_TRACE_SAMPLE_RATIO", "SERVO_TRACE_SLOW", "SERVO_LOG_HEARTBEATS", "SERVO_LOG_STARTED",
 	}
 	_, envExpr := mods.local(t, "terraform", "function_env")
 	env, err := objectItems(envExpr)
@@ -738,6 +738,11 @@ func TestTerraformFunctions(t *testing.T) {
 	mount, err := objectItems(secrets["SERVO_TOKEN_KEYS"])
 	if v, lerr := literal(mount["version"]); err != nil || lerr != nil || v.Type() != cty.String || v.AsString() != "latest" {
 		t.Errorf(`module "function": SERVO_TOKEN_KEYS must mount version "latest"`)
+	}
+	// The API checks its callers' ID tokens against its own URLs: without
+	// them it accepts no Google ID token (issue 48).
+	if got := call.text(env["SERVO_API_AUDIENCE"]); got != `join(",", local.api_audiences)` {
+		t.Errorf("local.function_env: SERVO_API_AUDIENCE must be the API's audiences, got %s", got)
 	}
 	if got := call.text(env["SERVO_TOKEN_KEYS_SECRET"]); got != `"projects/${var.project_id}/secrets/${module.signing_keys.secret_id}"` {
 		t.Errorf("local.function_env: SERVO_TOKEN_KEYS_SECRET must name the ring's secret as projects/P/secrets/S, got %s", got)

@@ -30,7 +30,7 @@ func accessEnv(t *testing.T) (*env, []byte) {
 	}
 	key := auth.NewDevKey()
 	e := newEnv(t, envOptions{config: func(c *Config) {
-		c.Access, c.Verifiers = p, []auth.IdentityVerifier{auth.DevVerifier{Key: key}}
+		c.Access, c.Identity = p, auth.Verifiers{Bearer: []auth.IdentityVerifier{auth.DevVerifier{Key: key}}}
 	}})
 	return e, key
 }
@@ -253,12 +253,71 @@ func TestIdentityTokens(t *testing.T) {
 // lets callers without a token in, but a token that is sent must be valid.
 func TestOpenPolicyStillChecksTokens(t *testing.T) {
 	key := auth.NewDevKey()
-	e := newEnv(t, envOptions{config: func(c *Config) { c.Verifiers = []auth.IdentityVerifier{auth.DevVerifier{Key: key}} }})
+	e := newEnv(t, envOptions{config: func(c *Config) {
+		c.Identity = auth.Verifiers{Bearer: []auth.IdentityVerifier{auth.DevVerifier{Key: key}}}
+	}})
 	if r := e.as("", "GET", "/v1/tasks", nil); r.status != 200 {
 		t.Fatalf("no token under the open policy: %d %s", r.status, r.body)
 	}
 	forged, _ := auth.SignDev(auth.NewDevKey(), "x@example.com", time.Now(), time.Hour)
 	if r := e.as(forged, "GET", "/v1/tasks", nil); r.status != 401 {
 		t.Fatalf("forged token under the open policy: %d %s", r.status, r.body)
+	}
+}
+
+// TestIAPHeaderIgnoredWithoutIAP: an API not behind IAP ignores IAP's
+// header, whoever adds it: a caller with its own token plus a header
+// carrying another principal's token acts as itself (before, the header
+// won and the caller read the other principal's tenant). Behind IAP, the
+// header is checked by IAP's verifier alone: a dev token there is no
+// identity.
+func TestIAPHeaderIgnoredWithoutIAP(t *testing.T) {
+	e, key := accessEnv(t)
+	viewerA := devToken(t, key, "viewer-a@example.com")
+	stranger := devToken(t, key, "stranger@example.com")
+	withIAP := func(authz, iap string) response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.api.URL+"/v1/tasks?tenantId=tenant-a", nil)
+		if authz != "" {
+			req.Header.Set("Authorization", "Bearer "+authz)
+		}
+		req.Header.Set(auth.IAPHeader, iap)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		data, _ := io.ReadAll(res.Body)
+		return response{status: res.StatusCode, header: res.Header, body: data}
+	}
+	if r := e.as(viewerA, "GET", "/v1/tasks?tenantId=tenant-a", nil); r.status != 200 {
+		t.Fatalf("viewer-a itself: %d %s", r.status, r.body)
+	}
+	if r := withIAP(stranger, viewerA); r.status != http.StatusForbidden {
+		t.Fatalf("a stranger's token plus viewer-a's in IAP's header: %d %s, want 403 (the header is not read without IAP)", r.status, r.body)
+	}
+	if r := withIAP("", viewerA); r.status != http.StatusUnauthorized {
+		t.Fatalf("viewer-a's token in IAP's header alone: %d %s, want 401", r.status, r.body)
+	}
+
+	// Behind IAP (an audience configured), the header is IAP's verifier's
+	// alone: a dev token in it is refused even though the bearer
+	// verifiers accept dev tokens.
+	p, _ := auth.ParsePolicy([]byte(testPolicy))
+	iap := newEnv(t, envOptions{config: func(c *Config) {
+		c.Access = p
+		c.Identity = auth.Verifiers{Bearer: []auth.IdentityVerifier{auth.DevVerifier{Key: key}},
+			IAP: &auth.IAPVerifier{Audience: "/projects/1/global/backendServices/2"}}
+	}})
+	req, _ := http.NewRequest("GET", iap.api.URL+"/v1/tasks?tenantId=tenant-a", nil)
+	req.Header.Set("Authorization", "Bearer "+stranger)
+	req.Header.Set(auth.IAPHeader, viewerA)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("behind IAP, a dev token in IAP's header: %d, want 401", res.StatusCode)
 	}
 }

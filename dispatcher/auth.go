@@ -17,10 +17,12 @@ const quotaRetryAfter = 10
 const maxListTenants = 30
 
 // authenticate finds the caller (auth.Policy.Authenticate) from IAP's
-// signed header or the Authorization header (auth.RequestCredential): 401
-// unauthenticated when it is refused.
+// signed header, read only when IAP is configured, or the Authorization
+// header (auth.Verifiers.Credential): 401 unauthenticated when it is
+// refused.
 func (h *handler) authenticate(r *http.Request) (string, *apiError) {
-	who, err := h.cfg.Access.Authenticate(r.Context(), auth.RequestCredential(r.Header), h.cfg.Verifiers)
+	cred, vs, _ := h.cfg.Identity.Credential(r.Header)
+	who, err := h.cfg.Access.Authenticate(r.Context(), cred, vs)
 	if err != nil {
 		return "", unauthenticated(err.Error())
 	}

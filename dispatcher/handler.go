@@ -75,11 +75,16 @@ type Config struct {
 	// Access is the access policy (package auth); nil is the open
 	// policy: every caller IAM lets through may do everything.
 	Access *auth.Policy
-	// Verifiers check the callers' identity tokens (auth.GoogleVerifier
-	// in production; auth.DevVerifier in servo dev). With none, the open
-	// policy ignores the Authorization header and any other policy
-	// refuses every request.
-	Verifiers []auth.IdentityVerifier
+	// Identity checks the callers' identity tokens (auth.GoogleVerifier
+	// in production; auth.DevVerifier in servo dev; IAP's signed header
+	// only when Identity.IAP is set). With no verifier, the open policy
+	// ignores the Authorization header and any other policy refuses every
+	// request.
+	Identity auth.Verifiers
+	// IdentityProblems are configuration problems of Identity that GET
+	// /v1/health reports (servo doctor fails on them): an unset API
+	// audience.
+	IdentityProblems []string
 	// Traces, when set, serves GET /v1/tasks/{id}/trace (servo dev's span
 	// recorder), behind the API's checks: an identity the policy accepts
 	// and the viewer role on the task's tenant.

@@ -20,7 +20,8 @@ const healthStoreTimeout = 5 * time.Second
 // healthStoreTimeout).
 func (h *handler) health(w http.ResponseWriter, r *http.Request) {
 	now := h.cfg.Now().UTC()
-	resp := api.HealthResponse{ServerTime: now}
+	resp := api.HealthResponse{ServerTime: now, Identity: api.IdentityHealth{
+		Accepts: append([]string{}, h.cfg.Identity.Kinds()...), Problems: h.cfg.IdentityProblems}}
 	ctx, cancel := context.WithTimeout(r.Context(), healthStoreTimeout)
 	defer cancel()
 	st, found, err := h.cfg.Store.LastSweep(ctx)

@@ -1,11 +1,14 @@
 package functions
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 )
 
@@ -42,6 +45,61 @@ func TestDashboardUnderAccessPolicy(t *testing.T) {
 			ServoAPI(rec, httptest.NewRequest(http.MethodGet, "/ui/static/app.css", nil))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("GET /ui/static/app.css: %d", rec.Code)
+			}
+		})
+	}
+}
+
+// TestHealthReportsIdentity: the production API reports how it identifies
+// callers on GET /v1/health. Without SERVO_API_AUDIENCE it accepts no
+// Google ID token and says so (servo doctor fails on it); under an access
+// policy a caller with a token is then refused. With the audience set it
+// accepts Google ID tokens and reports no problem; IAP's header is listed
+// only with SERVO_IAP_AUDIENCE.
+func TestHealthReportsIdentity(t *testing.T) {
+	for _, c := range []struct {
+		name, audience, iap, policy string
+		accepts                     []string
+		problem                     bool
+	}{
+		{"unset", "", "", "", nil, true},
+		{"set", "https://us-central1-p.cloudfunctions.net/servo-api, https://servo-api-1.us-central1.run.app", "", "", []string{"google"}, false},
+		{"behind IAP", "https://us-central1-p.cloudfunctions.net/servo-api", "/projects/1/global/backendServices/2", "", []string{"iap", "google"}, false},
+		{"unset, under a policy", "", "", `{"principals":{"alice@example.com":{"acme":"viewer"}}}`, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			instanceEnv(t)
+			t.Setenv("SERVO_API_AUDIENCE", c.audience)
+			t.Setenv("SERVO_IAP_AUDIENCE", c.iap)
+			t.Setenv("SERVO_ACCESS", c.policy)
+			_, ring, err := auth.GenerateKeyRing("k1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(auth.EnvKeys, string(ring))
+			freshInstance(nil)
+
+			req := httptest.NewRequest(http.MethodGet, "/v1/health", nil)
+			if c.policy != "" {
+				req.Header.Set("Authorization", "Bearer x.y.z")
+			}
+			rec := httptest.NewRecorder()
+			ServoAPI(rec, req)
+			if c.policy != "" {
+				if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "no identity verifier") {
+					t.Fatalf("a token under a policy without an audience: %d %s, want 401", rec.Code, rec.Body)
+				}
+				return
+			}
+			var h api.HealthResponse
+			if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &h) != nil {
+				t.Fatalf("GET /v1/health: %d %s", rec.Code, rec.Body)
+			}
+			if !slices.Equal(h.Identity.Accepts, c.accepts) || (len(h.Identity.Problems) > 0) != c.problem {
+				t.Fatalf("identity %+v, want accepts %v, a problem %v", h.Identity, c.accepts, c.problem)
+			}
+			if c.problem && !strings.Contains(h.Identity.Problems[0], "SERVO_API_AUDIENCE") {
+				t.Fatalf("the problem does not name the variable: %q", h.Identity.Problems)
 			}
 		})
 	}

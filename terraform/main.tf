@@ -17,6 +17,17 @@ locals {
   callbacks_name = "${var.name_prefix}-callbacks"
   callbacks_url  = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
 
+  # The API's ID-token audiences (SERVO_API_AUDIENCE): callers mint tokens
+  # for the URL they call, the function's (control_api_url) or its Cloud
+  # Run service's deterministic one. Without them the API accepts no Google
+  # ID token (a Google ID token minted for any other audience is signed by
+  # the same keys), and servo doctor fails its identity row.
+  api_name = "${var.name_prefix}-api"
+  api_audiences = [
+    "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.api_name}",
+    "https://${local.api_name}-${local.project_number}.${var.region}.run.app",
+  ]
+
   # Every name is derived from name_prefix unless set explicitly; with the
   # default prefix "servo" these are the names earlier versions used.
   topics = {
@@ -75,13 +86,14 @@ locals {
     SERVO_ACCESS             = local.servo_access
     SERVO_QUOTAS             = local.servo_quotas
     SERVO_IAP_AUDIENCE       = var.iap_audience
+    SERVO_API_AUDIENCE       = join(",", local.api_audiences)
   }
 
   # The entry points registered with functions-framework-go in package
   # github.com/servo-dev/servo/functions; all are built from the same zip.
   functions = {
     api = {
-      name        = "${var.name_prefix}-api"
+      name        = local.api_name
       entry_point = "ServoAPI"
       description = "Servo control API: submit, get, list and cancel tasks (IAM-protected)."
       sizing      = var.functions.api
@@ -434,7 +446,7 @@ module "function" {
   max_instances   = each.value.sizing.max_instances
   concurrency     = each.value.sizing.concurrency
   pubsub_trigger  = each.value.pubsub
-  expected_url    = lookup({ callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
+  expected_url    = lookup({ api = local.api_audiences[0], callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
   # builder's must exist before the first revision starts or builds; the

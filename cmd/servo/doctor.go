@@ -71,6 +71,9 @@ sees it, and print a pass/fail table:
              authorised, Firestore answering: the API bounds its read to 5s
              and a 503 is reported as "Firestore unavailable")
   sweeper    the last sweeper pass (GET /v1/health) is at most --sweeper-max-age old
+  identity   the API verifies its callers' identities as configured (GET
+             /v1/health names no identity problem, such as an unset
+             SERVO_API_AUDIENCE, which leaves it accepting no Google ID token)
   canary     a task submitted to --worker reaches SUCCEEDED within --timeout
   events     the API records the canary's transitions (/v1/tasks/{id}/events)
   topic      the canary's SUCCEEDED event arrives on the events topic (with
@@ -181,6 +184,16 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) (checks [
 			health.Sweeper.LastPassAt.Format(time.RFC3339), o.sweeperMaxAge)
 	default:
 		add("sweeper", checkPass, "last pass %s ago", (time.Duration(health.Sweeper.AgeMs) * time.Millisecond).Round(time.Millisecond))
+	}
+	switch {
+	case !apiUp:
+		add("identity", checkFail, "unknown: %s", why)
+	case len(health.Identity.Problems) > 0:
+		add("identity", checkFail, "%s", strings.Join(health.Identity.Problems, "; "))
+	case len(health.Identity.Accepts) == 0:
+		add("identity", checkPass, "no identity verifier (open policy, anonymous callers)")
+	default:
+		add("identity", checkPass, "accepts %s", strings.Join(health.Identity.Accepts, ", "))
 	}
 	if !apiUp {
 		for _, name := range []string{"canary", "events", "topic"} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/servo-dev/servo/client"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
+	"github.com/servo-dev/servo/functions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/worker"
@@ -58,7 +60,7 @@ func TestDoctor(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &checks); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			want := []string{"api", "sweeper", "canary", "events", "topic", "cleanup"}
+			want := []string{"api", "sweeper", "identity", "canary", "events", "topic", "cleanup"}
 			if len(checks) != len(want) {
 				t.Fatalf("checks %+v, want %v", checks, want)
 			}
@@ -72,7 +74,7 @@ func TestDoctor(t *testing.T) {
 				}
 			}
 			// The canary cleaned up after itself: its task is gone.
-			id := strings.Fields(checks[2].Detail)[0]
+			id := strings.Fields(checks[3].Detail)[0]
 			c, err := client.New(s.URL)
 			if err != nil {
 				t.Fatal(err)
@@ -84,8 +86,8 @@ func TestDoctor(t *testing.T) {
 			// The table form: one header and one line per check.
 			out, _, _ = runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--timeout", "90s")
 			t.Logf("servo doctor:\n%s", out)
-			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 7 {
-				t.Errorf("table has %d lines, want 7:\n%s", n, out)
+			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 8 {
+				t.Errorf("table has %d lines, want 8:\n%s", n, out)
 			}
 		})
 	}
@@ -93,7 +95,7 @@ func TestDoctor(t *testing.T) {
 		out, _, code := runCLI(t, "doctor", "--api", "http://"+freeAddr(t), "--no-pubsub", "--json")
 		var checks []doctorCheck
 		_ = json.Unmarshal([]byte(out), &checks)
-		if code != exitFailure || len(checks) != 6 || checks[0].Result != checkFail {
+		if code != exitFailure || len(checks) != 7 || checks[0].Result != checkFail {
 			t.Fatalf("exit %d, %+v", code, checks)
 		}
 	})
@@ -215,13 +217,13 @@ func TestDoctorNamesFirestore(t *testing.T) {
 		t.Fatalf("%v\n%s%s", err, out, errOut)
 	}
 	t.Logf("servo doctor: %+v", checks)
-	if code != exitFailure || len(checks) != 6 {
+	if code != exitFailure || len(checks) != 7 {
 		t.Fatalf("exit %d, %+v", code, checks)
 	}
 	if api := checks[0]; api.Result != checkFail || !strings.Contains(api.Detail, "Firestore unavailable") || strings.Contains(api.Detail, "deadline exceeded") {
 		t.Errorf("api row %+v, want a FAIL naming Firestore", api)
 	}
-	for _, ch := range checks[1:5] {
+	for _, ch := range checks[1:6] {
 		if ch.Result != checkFail || !strings.Contains(ch.Detail, "Firestore is unavailable") {
 			t.Errorf("row %+v, want a FAIL saying Firestore is unavailable", ch)
 		}
@@ -256,22 +258,55 @@ func TestDoctorUnderAccessPolicy(t *testing.T) {
 			t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 			out, errOut, code := runCLI(t, "--as", "oncall@example.com", "doctor", "--api", s.URL, "--project", project, "--no-pubsub", "--json", "--timeout", "90s")
 			var checks []doctorCheck
-			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 6 {
+			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 7 {
 				t.Fatalf("%v\n%s%s", err, out, errOut)
 			}
 			t.Logf("%+v", checks)
 			if tc.code == exitFailure {
-				if canary := checks[2]; code != exitFailure || !strings.Contains(canary.Detail, `submitter role on tenant "servo-doctor"`) {
+				if canary := checks[3]; code != exitFailure || !strings.Contains(canary.Detail, `submitter role on tenant "servo-doctor"`) {
 					t.Errorf("exit %d, canary row %+v: want a failure naming the role the caller lacks", code, canary)
 				}
 				return
 			}
 			// The sweeper row may not have a pass yet: the rest must pass.
-			for _, i := range []int{0, 2, 3, 5} {
+			for _, i := range []int{0, 2, 3, 4, 6} {
 				if checks[i].Result != checkPass {
 					t.Errorf("row %+v, want pass", checks[i])
 				}
 			}
 		})
+	}
+}
+
+// TestDoctorReportsUnsetAudience: doctor against the production API entry
+// point (functions.ServoAPI, built once per process from the environment)
+// fails its identity row while SERVO_API_AUDIENCE is unset (the API then
+// accepts no Google ID token), naming the variable. functions'
+// TestHealthReportsIdentity covers the audience set.
+func TestDoctorReportsUnsetAudience(t *testing.T) {
+	_, ring, err := auth.GenerateKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(auth.EnvKeys, string(ring))
+	t.Setenv("SERVO_PROJECT", emulatortest.ProjectID(t))
+	t.Setenv("SERVO_CALLBACK_BASE_URL", "https://callbacks.example.com")
+	t.Setenv("SERVO_WORKERS", "")
+	t.Setenv("SERVO_API_AUDIENCE", "")
+	t.Setenv("FIRESTORE_EMULATOR_HOST", emulatortest.FirestoreHost(t))
+	t.Setenv("PUBSUB_EMULATOR_HOST", emulatortest.PubSubHost(t))
+	t.Setenv("CLOUD_TASKS_EMULATOR_HOST", "127.0.0.1:1")
+	api := httptest.NewServer(http.HandlerFunc(functions.ServoAPI))
+	t.Cleanup(api.Close)
+	out, errOut, code := runCLI(t, "doctor", "--api", api.URL, "--no-pubsub", "--json", "--timeout", "1s")
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 7 {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	if id := checks[2]; code != exitFailure || id.Name != "identity" || id.Result != checkFail || !strings.Contains(id.Detail, "SERVO_API_AUDIENCE is unset") {
+		t.Fatalf("exit %d, identity row %+v, want a FAIL naming SERVO_API_AUDIENCE", code, id)
+	}
+	if checks[0].Result != checkPass {
+		t.Fatalf("api row %+v, want pass (the open policy lets doctor in)", checks[0])
 	}
 }

@@ -510,6 +510,7 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"SERVO_ACCESS=",       // Terraform's default: no policy (open, IAM only)
 		"SERVO_QUOTAS=",       // Terraform's default: no limits
 		"SERVO_IAP_AUDIENCE=", // Terraform's default: not behind IAP
+		"SERVO_API_AUDIENCE=https://servo-api.invalid",
 		"SERVO_RETENTION_DAYS=30",
 		"SERVO_SWEEP_EARLY_END=true",
 		"SERVO_TRACE_SAMPLE_RATIO=0.01",

@@ -10,12 +10,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/servo-dev/servo/internal/servotest"
 	"google.golang.org/api/idtoken"
 	"google.golang.org/api/option"
 )
@@ -76,7 +78,7 @@ func (k *iapKeys) sign(t *testing.T, forge bool, mutate func(jwt.MapClaims)) str
 
 // IAP's signed header is verified: its signature with IAP's keys, issuer,
 // audience, expiry and issue time; the e-mail loses IAP's
-// "accounts.google.com:" prefix. The header comes before Authorization.
+// "accounts.google.com:" prefix; only ES256 is accepted.
 func TestIAPVerifier(t *testing.T) {
 	keys := newIAPKeys(t)
 	val, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: keys}))
@@ -117,19 +119,72 @@ func TestIAPVerifier(t *testing.T) {
 		t.Fatal("IAP's keys were never fetched: no signature was checked")
 	}
 
-	// Through the policy, from a request's headers.
-	p, _ := ParsePolicy([]byte(`{"principals": {"alice@example.com": {"acme": "viewer"}}}`))
-	h := http.Header{}
-	h.Set("Authorization", "Bearer not-a-token")
-	h.Set("x-goog-iap-jwt-assertion", keys.sign(t, false, nil))
-	if who, err := p.Authenticate(context.Background(), RequestCredential(h), []IdentityVerifier{v}); err != nil || who != "alice@example.com" {
-		t.Errorf("IAP header before Authorization: %q %v", who, err)
+	// ES256 only: an RS256 token naming IAP as issuer is refused before
+	// any key is fetched (IAP signs ES256; Google's RS256 keys sign ID
+	// tokens for any audience).
+	google := servotest.NewGoogleIDTokens(t)
+	rs := google.Sign(t, v.Audience, "alice@example.com", false, func(c jwt.MapClaims) { c["iss"] = IAPIssuer })
+	if _, err := v.Verify(context.Background(), rs); !errors.Is(err, ErrInvalidIdentityToken) || !strings.Contains(err.Error(), "ES256") {
+		t.Errorf("an RS256 token as IAP's header: %v", err)
 	}
-	h.Set("x-goog-iap-jwt-assertion", keys.sign(t, true, nil))
-	if _, err := p.Authenticate(context.Background(), RequestCredential(h), []IdentityVerifier{v}); err == nil {
-		t.Error("a forged IAP header was accepted")
+}
+
+// IAP's signed header is read only when IAP is configured, and then only
+// IAP's verifier checks it: a header a client adds is ignored otherwise,
+// and a token the bearer verifiers accept is refused in it.
+func TestVerifiersCredential(t *testing.T) {
+	keys := newIAPKeys(t)
+	val, err := idtoken.NewValidator(context.Background(), option.WithHTTPClient(&http.Client{Transport: keys}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := RequestCredential(http.Header{"Authorization": {"Bearer x"}}); got != "Bearer x" {
-		t.Errorf("without IAP's header: %q", got)
+	iap := &IAPVerifier{Audience: "/projects/123/global/backendServices/456", Validator: val}
+	devKey := NewDevKey()
+	dev := []IdentityVerifier{DevVerifier{Key: devKey}}
+	alice, _ := SignDev(devKey, "alice@example.com", time.Now(), time.Hour)
+	bob, _ := SignDev(devKey, "bob@example.com", time.Now(), time.Hour)
+	p, _ := ParsePolicy([]byte(`{"principals": {"alice@example.com": {"a": "viewer"}, "bob@example.com": {"b": "viewer"}}}`))
+	for _, c := range []struct {
+		name      string
+		vs        Verifiers
+		authz     string
+		iapHeader string
+		who       string // "" when refused
+		iap       bool
+	}{
+		{"no IAP: the header is ignored", Verifiers{Bearer: dev}, "Bearer " + bob, alice, "bob@example.com", false},
+		{"no IAP: the header alone is no identity", Verifiers{Bearer: dev}, "", alice, "", false},
+		{"IAP: its header wins", Verifiers{Bearer: dev, IAP: iap}, "Bearer " + bob, keys.sign(t, false, nil), "alice@example.com", true},
+		{"IAP: a bearer token in its header is refused", Verifiers{Bearer: dev, IAP: iap}, "Bearer " + bob, alice, "", true},
+		{"IAP: a forged header is refused", Verifiers{Bearer: dev, IAP: iap}, "Bearer " + bob, keys.sign(t, true, nil), "", true},
+		{"IAP: without its header, Authorization", Verifiers{Bearer: dev, IAP: iap}, "Bearer " + bob, "", "bob@example.com", false},
+		{"IAP: its header in Authorization is refused", Verifiers{Bearer: dev, IAP: iap}, "Bearer " + keys.sign(t, false, nil), "", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := http.Header{}
+			if c.authz != "" {
+				h.Set("Authorization", c.authz)
+			}
+			if c.iapHeader != "" {
+				h.Set("x-goog-iap-jwt-assertion", c.iapHeader)
+			}
+			authz, vs, iap := c.vs.Credential(h)
+			if iap != c.iap {
+				t.Fatalf("iap %v, want %v", iap, c.iap)
+			}
+			who, err := p.Authenticate(context.Background(), authz, vs)
+			if c.who == "" {
+				if err == nil {
+					t.Fatalf("accepted as %q, want a refusal", who)
+				}
+				return
+			}
+			if err != nil || who != c.who {
+				t.Fatalf("%q %v, want %q", who, err, c.who)
+			}
+		})
+	}
+	if got := (Verifiers{Bearer: dev, IAP: iap}).Kinds(); !slices.Equal(got, []string{"iap", "dev"}) {
+		t.Errorf("Kinds %v", got)
 	}
 }

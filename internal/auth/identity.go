@@ -2,8 +2,11 @@ package auth
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,30 +20,51 @@ type IdentityVerifier interface {
 	Verify(ctx context.Context, raw string) (email string, err error)
 }
 
+// GoogleIssuers are the iss values of Google-signed ID tokens
+// (https://developers.google.com/identity/openid-connect/openid-connect#validatinganidtoken).
+var GoogleIssuers = []string{"https://accounts.google.com", "accounts.google.com"}
+
 // GoogleVerifier verifies Google-signed ID tokens with
-// google.golang.org/api/idtoken and requires a verified e-mail: the
-// control API's callers (tokens Cloud Functions' IAM already checked,
-// verified again for defence in depth) and pull pools' workers.
+// google.golang.org/api/idtoken: RS256 (Google's ID-token keys, never
+// IAP's), issued by Google (GoogleIssuers), for one of Audiences, with a
+// verified e-mail. It verifies the control API's callers (tokens Cloud
+// Run's IAM already checked, verified again for defence in depth) and pull
+// pools' workers. Without an audience it accepts nothing: a Google ID
+// token minted for any other service (a "Sign in with Google" app's)
+// carries the same signature.
 type GoogleVerifier struct {
-	// Audience, when set, must be the token's aud (the API's or the claim
-	// function's URL).
-	Audience string
+	// Audiences are the accepted aud values (the API's or the claim
+	// function's URLs); at least one is required.
+	Audiences []string
 	// Validator checks the token; nil means idtoken.Validate's shared one.
 	Validator *idtoken.Validator
 }
 
 // Verify implements IdentityVerifier.
 func (g GoogleVerifier) Verify(ctx context.Context, raw string) (string, error) {
+	if !slices.ContainsFunc(g.Audiences, func(a string) bool { return a != "" }) {
+		return "", fmt.Errorf("%w: no audience configured for Google ID tokens", ErrInvalidIdentityToken)
+	}
+	if err := requireAlg(raw, "RS256"); err != nil {
+		return "", err
+	}
 	validate := idtoken.Validate
 	if g.Validator != nil {
 		validate = g.Validator.Validate
 	}
-	p, err := validate(ctx, raw, g.Audience)
+	// The audience is checked below, against each accepted one.
+	p, err := validate(ctx, raw, "")
 	switch {
 	case err != nil && strings.Contains(err.Error(), "expired"):
 		return "", fmt.Errorf("%w: %w", ErrIdentityTokenExpired, err)
 	case err != nil:
 		return "", fmt.Errorf("%w: %w", ErrInvalidIdentityToken, err)
+	}
+	if !slices.Contains(GoogleIssuers, p.Issuer) {
+		return "", fmt.Errorf("%w: issuer %q is not Google's", ErrInvalidIdentityToken, p.Issuer)
+	}
+	if p.Audience == "" || !slices.Contains(g.Audiences, p.Audience) {
+		return "", fmt.Errorf("%w: audience %q is not this service's", ErrInvalidIdentityToken, p.Audience)
 	}
 	email, _ := p.Claims["email"].(string)
 	verified, _ := p.Claims["email_verified"].(bool)
@@ -48,6 +72,29 @@ func (g GoogleVerifier) Verify(ctx context.Context, raw string) (string, error) 
 		return "", fmt.Errorf("%w: no verified email claim", ErrInvalidIdentityToken)
 	}
 	return email, nil
+}
+
+// requireAlg refuses a JWT whose header's alg is not want, before any key
+// is fetched.
+func requireAlg(raw, want string) error {
+	head, _, ok := strings.Cut(raw, ".")
+	if !ok {
+		return fmt.Errorf("%w: not a JWT", ErrInvalidIdentityToken)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(head, "="))
+	if err != nil {
+		return fmt.Errorf("%w: JWT header: %w", ErrInvalidIdentityToken, err)
+	}
+	var h struct {
+		Alg string `json:"alg"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("%w: JWT header: %w", ErrInvalidIdentityToken, err)
+	}
+	if h.Alg != want {
+		return fmt.Errorf("%w: signed with %q, want %s", ErrInvalidIdentityToken, h.Alg, want)
+	}
+	return nil
 }
 
 // DevVerifier accepts the dev identity tokens of `servo --as` signed with
@@ -155,7 +202,7 @@ const IAPHeader = "X-Goog-Iap-Jwt-Assertion"
 const IAPIssuer = "https://cloud.google.com/iap"
 
 // IAPVerifier verifies IAP's signed header: signed with IAP's keys
-// (ES256), issued by IAPIssuer for Audience (/projects/NUMBER/global/
+// (ES256 only), issued by IAPIssuer for Audience (/projects/NUMBER/global/
 // backendServices/ID, or /projects/NUMBER/apps/PROJECT for App Engine),
 // not expired and not issued in the future, with an e-mail claim.
 type IAPVerifier struct {
@@ -171,6 +218,9 @@ type IAPVerifier struct {
 func (v IAPVerifier) Verify(ctx context.Context, raw string) (string, error) {
 	if v.Audience == "" {
 		return "", fmt.Errorf("%w: no IAP audience configured", ErrInvalidIdentityToken)
+	}
+	if err := requireAlg(raw, "ES256"); err != nil {
+		return "", err
 	}
 	validate := idtoken.Validate
 	if v.Validator != nil {
@@ -205,13 +255,54 @@ func (v IAPVerifier) Verify(ctx context.Context, raw string) (string, error) {
 	return email, nil
 }
 
-// RequestCredential is the identity a request presents, as an
-// Authorization header value for Policy.Authenticate: IAP's signed header
-// when it is there (IAP strips any a client sends), else the
-// Authorization header.
-func RequestCredential(h interface{ Get(string) string }) string {
-	if a := strings.TrimSpace(h.Get(IAPHeader)); a != "" {
-		return "Bearer " + a
+// Verifiers say where a request's identity comes from and who checks
+// it. IAP's signed header is read only when IAP is configured, and only
+// IAP's verifier checks it; the Authorization header's token is checked
+// by Bearer alone.
+type Verifiers struct {
+	// Bearer check the token of the Authorization header (and of the
+	// dashboard's sign-in cookie).
+	Bearer []IdentityVerifier
+	// IAP, when set, checks IAP's signed header (IAPHeader), which is
+	// then the request's identity whenever it is present. Nil: the API is
+	// not behind IAP and the header is ignored, whoever sent it.
+	IAP *IAPVerifier
+}
+
+// Credential is the identity a request presents, as an Authorization
+// value for Policy.Authenticate, and the verifiers that may accept it:
+// IAP's signed header and IAP's verifier when IAP is configured and the
+// header is there (IAP strips any a client sends; iap is then true), else
+// the Authorization header and the Bearer verifiers.
+func (v Verifiers) Credential(h interface{ Get(string) string }) (authorization string, vs []IdentityVerifier, iap bool) {
+	if v.IAP != nil {
+		if a := strings.TrimSpace(h.Get(IAPHeader)); a != "" {
+			return "Bearer " + a, []IdentityVerifier{*v.IAP}, true
+		}
 	}
-	return h.Get("Authorization")
+	return h.Get("Authorization"), v.Bearer, false
+}
+
+// Kinds names the identities v accepts, for GET /v1/health: "iap",
+// "google" (Google ID tokens), "dev" (servo dev's), "other".
+func (v Verifiers) Kinds() []string {
+	var kinds []string
+	if v.IAP != nil {
+		kinds = append(kinds, "iap")
+	}
+	for _, b := range v.Bearer {
+		k := "other"
+		switch b.(type) {
+		case GoogleVerifier, *GoogleVerifier:
+			k = "google"
+		case DevVerifier, *DevVerifier:
+			k = "dev"
+		case IAPVerifier, *IAPVerifier:
+			k = "iap"
+		}
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
 }

@@ -2,7 +2,11 @@ package auth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +109,7 @@ func TestGoogleVerifier(t *testing.T) {
 	const aud = "https://servo-api.example.com"
 	const sa = "ci@proj.iam.gserviceaccount.com"
 	sign := func(forge bool, mutate func(jwt.MapClaims)) string { return google.Sign(t, aud, sa, forge, mutate) }
-	g := GoogleVerifier{Audience: aud, Validator: v}
+	g := GoogleVerifier{Audiences: []string{"https://servo-api-1.run.app", aud}, Validator: v}
 	for _, c := range []struct {
 		name string
 		raw  string
@@ -115,6 +119,9 @@ func TestGoogleVerifier(t *testing.T) {
 		{"expired", sign(false, func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), ErrIdentityTokenExpired},
 		{"forged", sign(true, nil), ErrInvalidIdentityToken},
 		{"wrong audience", sign(false, func(c jwt.MapClaims) { c["aud"] = "https://elsewhere" }), ErrInvalidIdentityToken},
+		{"no audience", sign(false, func(c jwt.MapClaims) { delete(c, "aud") }), ErrInvalidIdentityToken},
+		{"another issuer", sign(false, func(c jwt.MapClaims) { c["iss"] = "https://evil.example.com" }), ErrInvalidIdentityToken},
+		{"IAP's issuer", sign(false, func(c jwt.MapClaims) { c["iss"] = IAPIssuer }), ErrInvalidIdentityToken},
 		{"no email", sign(false, func(c jwt.MapClaims) { delete(c, "email") }), ErrInvalidIdentityToken},
 		{"email unverified", sign(false, func(c jwt.MapClaims) { c["email_verified"] = false }), ErrInvalidIdentityToken},
 		{"garbage", "not.a.jwt", ErrInvalidIdentityToken},
@@ -137,5 +144,28 @@ func TestGoogleVerifier(t *testing.T) {
 	}
 	if google.Fetches.Load() == 0 {
 		t.Fatal("the validator never fetched the certificates: no signature was checked")
+	}
+	// The issuer without its scheme is Google's too.
+	if email, err := g.Verify(context.Background(), sign(false, func(c jwt.MapClaims) { c["iss"] = "accounts.google.com" })); err != nil || email != sa {
+		t.Errorf("iss accounts.google.com: %q %v", email, err)
+	}
+	// The second audience is accepted as well as the first.
+	if email, err := g.Verify(context.Background(), google.Sign(t, "https://servo-api-1.run.app", sa, false, nil)); err != nil || email != sa {
+		t.Errorf("the other audience: %q %v", email, err)
+	}
+	// No audience configured: nothing is accepted, not even a valid token
+	// (a Google ID token minted for any other service has the same
+	// signature).
+	for _, auds := range [][]string{nil, {""}} {
+		if _, err := (GoogleVerifier{Audiences: auds, Validator: v}).Verify(context.Background(), sign(false, nil)); !errors.Is(err, ErrInvalidIdentityToken) {
+			t.Errorf("audiences %q: %v", auds, err)
+		}
+	}
+	// RS256 only: an ES256 token is refused before any key is fetched.
+	es := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": "https://accounts.google.com", "aud": aud})
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	raw, _ := es.SignedString(key)
+	if _, err := g.Verify(context.Background(), raw); !errors.Is(err, ErrInvalidIdentityToken) || !strings.Contains(err.Error(), "RS256") {
+		t.Errorf("ES256 token: %v", err)
 	}
 }

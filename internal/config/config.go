@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/servo-dev/servo/api"
@@ -165,9 +166,12 @@ type Config struct {
 	// Access is the control API's access policy, nil open
 	// (SERVO_ACCESS, or the file SERVO_ACCESS_FILE).
 	Access *auth.Policy
-	// APIAudience is the audience the API's callers' ID tokens must have;
-	// empty: not checked (SERVO_API_AUDIENCE).
-	APIAudience string
+	// APIAudiences are the audiences the API's callers' Google ID tokens
+	// may have: the API's URLs (SERVO_API_AUDIENCE, comma-separated;
+	// Terraform sets the function's two). Empty: no Google ID token is
+	// accepted (an open policy serves callers as anonymous; servo doctor
+	// reports it).
+	APIAudiences []string
 	// IAPAudience, when set, is the audience of IAP's signed header
 	// (x-goog-iap-jwt-assertion): the API and the dashboard deployed
 	// behind IAP accept it as the caller's identity (SERVO_IAP_AUDIENCE).
@@ -362,7 +366,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 
 	str(&c.ClaimAudience, EnvClaimAudience)
-	str(&c.APIAudience, EnvAPIAudience)
+	for _, a := range strings.Split(get(EnvAPIAudience), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.APIAudiences = append(c.APIAudiences, a)
+		}
+	}
 	str(&c.IAPAudience, EnvIAPAudience)
 	var err error
 	if c.Access, err = auth.LoadPolicy(get, EnvAccess, EnvAccessFile); err != nil {

@@ -120,7 +120,7 @@ func TestFromEnvValues(t *testing.T) {
 		{"store timeout", c.StoreTimeout == 4*time.Second},
 		{"shards, body", c.DueShards == 32 && c.MaxBodyBytes == 2048},
 		{"retention", c.RetentionDays == 90},
-		{"audiences", c.ClaimAudience == "https://claim.example.com" && c.APIAudience == "https://api.example.com"},
+		{"audiences", c.ClaimAudience == "https://claim.example.com" && slices.Equal(c.APIAudiences, []string{"https://api.example.com"})},
 		{"access from its file", !c.Access.IsOpen()},
 		{"quotas", c.Quotas.Enabled()},
 		{"service", c.ServiceName == "servo-api"},

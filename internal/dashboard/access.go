@@ -25,8 +25,10 @@ type caller struct {
 	// identity).
 	who string
 	// credential is the Authorization value the caller was identified by,
-	// passed on to the control API for actions.
+	// passed on to the control API for actions; iap: it came from IAP's
+	// signed header, and goes on in that header.
 	credential string
+	iap        bool
 	// all: the caller views every tenant; else tenants lists those it
 	// views (sorted).
 	all     bool
@@ -48,28 +50,29 @@ func (c *caller) views(tenant string) bool {
 	return c.all || slices.Contains(c.tenants, tenant)
 }
 
-// credential is the request's identity, as an Authorization value: IAP's
-// signed header, the Authorization header, or the sign-in cookie.
-func credential(r *http.Request) string {
-	if v := auth.RequestCredential(r.Header); v != "" {
-		return v
+// credential is the request's identity, as an Authorization value, and
+// the verifiers that may accept it: IAP's signed header (only when IAP is
+// configured), the Authorization header, or the sign-in cookie.
+func (d *Dashboard) credential(r *http.Request) (string, []auth.IdentityVerifier, bool) {
+	if v, vs, iap := d.cfg.Identity.Credential(r.Header); v != "" {
+		return v, vs, iap
 	}
 	if c, err := r.Cookie(IdentityCookie); err == nil && c.Value != "" {
-		return "Bearer " + c.Value
+		return "Bearer " + c.Value, d.cfg.Identity.Bearer, false
 	}
-	return ""
+	return "", d.cfg.Identity.Bearer, false
 }
 
 // identify authenticates the request with the policy and verifiers (as
 // the control API does) and returns its caller; an anonymous caller under
 // a policy that is not open is refused.
 func (d *Dashboard) identify(r *http.Request) (*caller, error) {
-	cred := credential(r)
-	who, err := d.cfg.Access.Authenticate(r.Context(), cred, d.cfg.Verifiers)
+	cred, vs, iap := d.credential(r)
+	who, err := d.cfg.Access.Authenticate(r.Context(), cred, vs)
 	if err != nil {
 		return nil, err
 	}
-	c := &caller{who: who, credential: cred, policy: d.cfg.Access}
+	c := &caller{who: who, credential: cred, iap: iap, policy: d.cfg.Access}
 	c.all, c.tenants = d.cfg.Access.Tenants(who, auth.View)
 	return c, nil
 }
@@ -108,7 +111,7 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		d.signInPage(w, r, "Paste an identity token.")
 		return
 	}
-	who, err := auth.VerifyIdentity(r.Context(), tok, d.cfg.Verifiers)
+	who, err := auth.VerifyIdentity(r.Context(), tok, d.cfg.Identity.Bearer)
 	if err != nil || who == "" {
 		d.signInPage(w, r, "That token is not valid for this dashboard.")
 		return

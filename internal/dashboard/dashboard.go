@@ -79,10 +79,10 @@ type Config struct {
 	// and a caller without an identity gets the sign-in page (unless the
 	// policy is open). nil is the open policy.
 	Access *auth.Policy
-	// Verifiers check the caller's identity token, from IAP's signed
-	// header, the Authorization header or the sign-in cookie (the control
-	// API's verifiers).
-	Verifiers []auth.IdentityVerifier
+	// Identity checks the caller's identity token, from IAP's signed
+	// header (when IAP is configured), the Authorization header or the
+	// sign-in cookie (the control API's verifiers).
+	Identity auth.Verifiers
 }
 
 // Dashboard serves the pages under Prefix.
@@ -379,7 +379,9 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, apiPath, back
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// The API checks the caller's role (operator) itself.
-	if c := callerOf(r.Context()); c.credential != "" {
+	if c := callerOf(r.Context()); c.iap {
+		req.Header.Set(auth.IAPHeader, strings.TrimPrefix(c.credential, "Bearer "))
+	} else if c.credential != "" {
 		req.Header.Set("Authorization", c.credential)
 	}
 	rec := &recorder{header: http.Header{}}

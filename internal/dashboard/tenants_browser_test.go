@@ -246,3 +246,38 @@ func TestDashboardTenants(t *testing.T) {
 		t.Errorf("signed in as bob: globex task shown %v, acme task shown %v", strings.Contains(html, globex.TaskID), strings.Contains(html, acme.TaskID))
 	}
 }
+
+// TestIAPHeaderIgnoredWithoutIAP: servo dev is not behind IAP, so IAP's
+// header is no identity there, whoever adds it: Bob's token plus a header
+// carrying Alice's neither lists acme through the API nor shows acme's
+// task on the dashboard (the header used to win over Authorization).
+func TestIAPHeaderIgnoredWithoutIAP(t *testing.T) {
+	s := policyStack(t)
+	status, body := call(t, s, devTok(t, s, "admin@example.com"), "POST", "/v1/tasks",
+		map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "iap-header", "worker": "idle", "payload": map[string]any{}})
+	var sub api.SubmitResponse
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &sub) != nil {
+		t.Fatalf("submit: %d %s", status, body)
+	}
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest("GET", s.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+devTok(t, s, "bob@example.com"))
+		req.Header.Set(auth.IAPHeader, devTok(t, s, "alice@example.com"))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if status, body := get("/v1/tasks?tenantId=acme"); status != http.StatusForbidden {
+		t.Fatalf("API as Bob with Alice's token in IAP's header: %d %s, want 403", status, body)
+	}
+	if status, body := get("/ui/tasks/" + sub.TaskID); status != http.StatusNotFound || strings.Contains(body, "iap-header") {
+		t.Fatalf("dashboard task page as Bob with Alice's token in IAP's header: %d, want 404 without the task", status)
+	}
+	if status, body := get("/ui/"); status != http.StatusOK || strings.Contains(body, sub.TaskID) {
+		t.Fatalf("dashboard as Bob with Alice's token in IAP's header: %d, shows acme's task: %v", status, strings.Contains(body, sub.TaskID))
+	}
+}

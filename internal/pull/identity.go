@@ -25,7 +25,7 @@ var ErrUnverified = errors.New("pull: caller identity not verified")
 // its verified `email` claim. v may be nil (idtoken.Validate's shared
 // validator).
 func IDToken(audience string, v *idtoken.Validator) Identity {
-	g := auth.GoogleVerifier{Audience: audience, Validator: v}
+	g := auth.GoogleVerifier{Audiences: []string{audience}, Validator: v}
 	return func(r *http.Request) (string, error) {
 		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || raw == "" {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -57,8 +56,10 @@ type Options struct {
 	// Now is the handlers' clock; default time.Now.
 	Now func() time.Time
 
-	// Verifiers check the control API's callers; default Google ID
-	// tokens, of audience Config.APIAudience when set.
+	// Verifiers check the control API's callers' bearer tokens; default
+	// Google ID tokens for Config.APIAudiences (none when those are
+	// unset). IAP's signed header is read only when Config.IAPAudience is
+	// set, and only by auth.IAPVerifier.
 	Verifiers []auth.IdentityVerifier
 	// ClaimIdentity names who claims from a pull pool; default a Google
 	// ID token of audience Config.ClaimAudience, and no claim endpoint
@@ -196,27 +197,21 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 
-	verifiers := o.Verifiers
-	if verifiers == nil {
-		// Production verifies Google ID tokens only: a dev identity token
-		// is never accepted.
-		verifiers = []auth.IdentityVerifier{auth.GoogleVerifier{Audience: cfg.APIAudience}}
-	}
-	if cfg.IAPAudience != "" {
-		// Behind IAP: its signed header names the caller.
-		verifiers = append(slices.Clip(verifiers), auth.IAPVerifier{Audience: cfg.IAPAudience})
+	callers, problems := identityOf(cfg, o.Verifiers)
+	for _, p := range problems {
+		log.Error("identity misconfigured: " + p)
 	}
 	api := dispatcher.NewHandler(dispatcher.Config{
 		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
 		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
-		Access: cfg.Access, Verifiers: verifiers, Traces: o.Traces,
+		Access: cfg.Access, Identity: callers, IdentityProblems: problems, Traces: o.Traces,
 		Events: func(ctx context.Context, opts events.StreamOptions, ready func(), each func(apitypes.Event) error) error {
 			opts.Topic = cfg.EventsTopic
 			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
 		},
 	})
 	d := o.Dashboard
-	d.Store, d.Logger, d.Access, d.Verifiers = o.Store, log, cfg.Access, verifiers
+	d.Store, d.Logger, d.Access, d.Identity = o.Store, log, cfg.Access, callers
 	s.API = telemetry.APIMetrics(dashboard.Mount(api, d))
 
 	s.Callbacks = callbacks.NewHandler(callbacks.Config{
@@ -256,4 +251,30 @@ func (s *Server) Close() {
 	if s.Events != nil {
 		s.Events.Close()
 	}
+}
+
+// identityOf is how the API and the dashboard identify callers: the given
+// bearer verifiers, or in production Google ID tokens for
+// cfg.APIAudiences; IAP's signed header only when cfg.IAPAudience is set.
+// problems name what an operator must fix (GET /v1/health reports them).
+func identityOf(cfg config.Config, bearer []auth.IdentityVerifier) (auth.Verifiers, []string) {
+	var problems []string
+	if bearer == nil {
+		// Production verifies Google ID tokens only, and only for the
+		// API's own audiences: a dev identity token is never accepted,
+		// nor a Google ID token minted for another service.
+		if len(cfg.APIAudiences) > 0 {
+			bearer = []auth.IdentityVerifier{auth.GoogleVerifier{Audiences: cfg.APIAudiences}}
+		} else {
+			problems = append(problems, config.EnvAPIAudience+" is unset: the API accepts no Google ID token "+
+				"(under an access policy every caller gets 401; under the open policy callers are anonymous). "+
+				"Set it to the API's URLs (Terraform does)")
+		}
+	}
+	v := auth.Verifiers{Bearer: bearer}
+	if cfg.IAPAudience != "" {
+		// Behind IAP: its signed header names the caller.
+		v.IAP = &auth.IAPVerifier{Audience: cfg.IAPAudience}
+	}
+	return v, problems
 }
