@@ -1,0 +1,227 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
+)
+
+// DefaultDueShards is the number of due-index shards (WithDueShards).
+const DefaultDueShards = 128
+
+// WithDueShards sets how many shards the due indexes are split into
+// (default DefaultDueShards): each task is given a shard at creation, and
+// the sweeper and the outbox re-drive query every shard, a group of
+// shards a query (DueGroups, OutboxGroups). The number may
+// grow between deployments, never shrink: a task's shard is fixed, and a
+// shard no longer queried would never be swept.
+func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
+
+// DueShards is the number of due-index shards; DueTasks and Undelivered
+// take a shard in [0, DueShards()).
+func (s *Store) DueShards() int { return s.shards }
+
+// DueShardsInUse returns one more than the highest due shard of any task
+// or outbox entry in the database (0 when there is none): the least
+// WithDueShards that sweeps and re-drives every one of them. A store may
+// start with fewer shards on an empty database (servo dev), never with
+// fewer than this. Two queries of at most one document each, ordered by
+// dueShard alone (its automatic single-field index).
+func (s *Store) DueShardsInUse(ctx context.Context) (int, error) {
+	n := 0
+	for _, coll := range []string{TasksCollection, OutboxCollection} {
+		err := s.runQuery(ctx, s.docs, highestShardQuery(coll), func(d *pb.Document) error {
+			n = max(n, int(d.GetFields()["dueShard"].GetIntegerValue())+1)
+			return nil
+		})
+		if err != nil {
+			return 0, wrap("due shards in use", err)
+		}
+	}
+	return n, nil
+}
+
+// highestShardQuery reads the document of coll with the highest dueShard,
+// projected to it.
+func highestShardQuery(coll string) *pb.StructuredQuery {
+	return &pb.StructuredQuery{
+		Select:  &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("dueShard")}},
+		From:    []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}},
+		OrderBy: []*pb.StructuredQuery_Order{{Field: fieldRef("dueShard"), Direction: pb.StructuredQuery_DESCENDING}},
+		Limit:   wrapInt(1),
+	}
+}
+
+// DueShardOf is the due-index shard of a task id among n shards: a hash,
+// so that tasks created together spread over every shard.
+func DueShardOf(taskID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// DueGroups splits the due shards into the groups DueTasks takes for duty
+// d: as many shards a query as Firestore's 30 disjunctions allow beside
+// the duty's states (15 for a duty of two states), so that a pass over
+// 128 shards costs a few queries a duty, not 128.
+func (s *Store) DueGroups(d Due) [][]int {
+	return shardGroups(s.shards, maxDisjunctions/max(len(DueStates[d]), 1), 1)
+}
+
+// Due names a sweeper duty's query.
+type Due string
+
+// The sweeper's duties, each one indexed query (see Indexes).
+const (
+	DueLease    Due = "leaseExpiresAt"  // RUNNING, CANCELLING past the lease
+	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
+	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
+	DueDeadline Due = "deadline"        // any active state past the task deadline
+	DueAdmit    Due = "waitingSince"    // QUEUED waiting for a run slot (quotas)
+)
+
+// DueStates are the states each duty's query selects.
+var DueStates = map[Due][]api.State{
+	DueLease:    {api.Running, api.Cancelling},
+	DueCancel:   {api.Cancelling},
+	DueDispatch: {api.Pending, api.Queued},
+	DueDeadline: task.ActiveStates,
+	DueAdmit:    {api.Queued},
+}
+
+// DueCursor continues a due query after the last task of a page.
+type DueCursor struct {
+	At time.Time
+	ID string
+}
+
+// dueFields are the task fields a due query returns: what the sweeper
+// needs to apply the duty's event (id, attempt), log it (tenant, state)
+// and continue the query (the due time), and, for a stuck dispatch, where
+// its Cloud Task is (worker, redrives). The sweeper acts on the task that
+// its transaction reads; a due task has no payload, timing or other field.
+var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace", "worker", "redrives"}
+
+// DueTasks returns up to limit tasks of a group of due shards (one of
+// DueGroups(d)) whose duty d is due at now, ordered by the due time and
+// then the document name across the group, after cursor (nil for the
+// first page). The query reads only
+// due tasks: its cost grows with their number, not with the running ones.
+// It projects the tasks to their id, tenant, state, attempt and d's due
+// time: a page's size does not depend on the tasks' payloads.
+func (s *Store) DueTasks(ctx context.Context, d Due, shards []int, now time.Time, limit int, after *DueCursor) ([]task.Task, error) {
+	q, err := s.dueQuery(d, shards, now, limit, after)
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	var out []task.Task
+	last := ""
+	err = s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
+		var t task.Task
+		if err := decodeFields(doc.GetFields(), &t); err != nil {
+			return err
+		}
+		out, last = append(out, t), doc.GetName()
+		return nil
+	})
+	s.outages.observe(began, err)
+	if err == nil && len(out) > 0 && last != s.taskName(out[len(out)-1].ID) {
+		s.legacyCursors.put(out[len(out)-1].ID, last)
+	}
+	return out, wrap("due "+string(d), err)
+}
+
+// legacyCursors remembers the document name of a page's last task when it
+// is a schema 1 name, so that the next page's cursor (a DueCursor names
+// the task by id) continues after that document and not after the name
+// the task will have once moved: among tasks due at the same instant, a
+// wrong name would return a page again.
+type legacyCursors struct {
+	mu    sync.Mutex
+	names map[string]string
+}
+
+func (l *legacyCursors) put(id, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil || len(l.names) > 10000 {
+		l.names = map[string]string{} // bounded: forgetting costs a page again
+	}
+	l.names[id] = name
+}
+
+func (l *legacyCursors) get(id string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, ok := l.names[id]
+	return name, ok
+}
+
+// dueQuery is DueTasks' query: a group of shards, the duty's states, due
+// by now, in due order; served by the index (dueShard, state, due field),
+// one range per shard and state, which Firestore merges in order (at most
+// maxDisjunctions of them).
+func (s *Store) dueQuery(d Due, shards []int, now time.Time, limit int, after *DueCursor) (*pb.StructuredQuery, error) {
+	states, ok := DueStates[d]
+	if !ok {
+		return nil, fmt.Errorf("store: unknown duty %q", d)
+	}
+	if len(shards) == 0 || len(shards)*len(states) > maxDisjunctions {
+		return nil, fmt.Errorf("store: %s query over %d due shards: want 1 to %d", d, len(shards), maxDisjunctions/len(states))
+	}
+	op := pb.StructuredQuery_FieldFilter_EQUAL
+	var sv *pb.Value = strVal(string(states[0]))
+	if len(states) > 1 {
+		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
+	}
+	sel := &pb.StructuredQuery_Projection{}
+	for _, f := range append(slices.Clone(dueFields), string(d)) {
+		sel.Fields = append(sel.Fields, fieldRef(f))
+	}
+	q := &pb.StructuredQuery{
+		Select: sel,
+		From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}},
+		Where: and(shardFilter(shards), fieldFilter("state", op, sv),
+			fieldFilter(string(d), pb.StructuredQuery_FieldFilter_LESS_THAN_OR_EQUAL, encodeValue(reflect.ValueOf(now.UTC())))),
+		OrderBy: []*pb.StructuredQuery_Order{
+			{Field: fieldRef(string(d)), Direction: pb.StructuredQuery_ASCENDING},
+			{Field: fieldRef("__name__"), Direction: pb.StructuredQuery_ASCENDING},
+		},
+		Limit: wrapInt(limit),
+	}
+	if after != nil {
+		name := s.taskName(after.ID)
+		if legacy, ok := s.legacyCursors.get(after.ID); ok {
+			name = legacy
+		}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(name)}, Before: false}
+	}
+	return q, nil
+}
+
+// DueTime is the time the duty d looks at on t (nil if unset).
+func DueTime(d Due, t *task.Task) *time.Time {
+	switch d {
+	case DueLease:
+		return t.LeaseExpiresAt
+	case DueCancel:
+		return t.CancelDeadline
+	case DueDispatch:
+		return t.DispatchCheckAt
+	case DueDeadline:
+		return t.Deadline
+	case DueAdmit:
+		return t.WaitingSince
+	}
+	return nil
+}
