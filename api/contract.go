@@ -138,17 +138,17 @@ const (
 
 // ErrorInfo is a worker-reported failure (docs/contract.md §4.2).
 type ErrorInfo struct {
-	Category   Category `json:"category" firestore:"category"`
-	Message    string   `json:"message,omitempty" firestore:"message"`
-	StackTrace string   `json:"stackTrace,omitempty" firestore:"stackTrace"`
+	Category   Category `json:"category"`
+	Message    string   `json:"message,omitempty"`
+	StackTrace string   `json:"stackTrace,omitempty"`
 	// Retryable is the worker's advice; the control plane decides.
-	Retryable *bool `json:"retryable,omitempty" firestore:"retryable"`
+	Retryable *bool `json:"retryable,omitempty"`
 }
 
 // Metrics are a worker's resource figures for an attempt.
 type Metrics struct {
-	CPUTimeMs       int64 `json:"cpuTimeMs,omitempty" firestore:"cpuTimeMs"`
-	PeakMemoryBytes int64 `json:"peakMemoryBytes,omitempty" firestore:"peakMemoryBytes"`
-	IOReadBytes     int64 `json:"ioReadBytes,omitempty" firestore:"ioReadBytes"`
-	IOWriteBytes    int64 `json:"ioWriteBytes,omitempty" firestore:"ioWriteBytes"`
+	CPUTimeMs       int64 `json:"cpuTimeMs,omitempty"`
+	PeakMemoryBytes int64 `json:"peakMemoryBytes,omitempty"`
+	IOReadBytes     int64 `json:"ioReadBytes,omitempty"`
+	IOWriteBytes    int64 `json:"ioWriteBytes,omitempty"`
 }

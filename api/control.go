@@ -334,31 +334,31 @@ type Event struct {
 // dashboard read it to tell whether the sweeper is alive and keeping up.
 type SweepStatus struct {
 	// LastPassAt is when the latest pass ended.
-	LastPassAt time.Time `firestore:"lastPassAt" json:"lastPassAt"`
+	LastPassAt time.Time `json:"lastPassAt"`
 	// PassMs is how long that pass took.
-	PassMs int64 `firestore:"passMs" json:"passMs"`
+	PassMs int64 `json:"passMs"`
 	// Passes counts the passes recorded since the document was created
 	// (an increment, so that concurrent sweeper instances do not lose
 	// counts).
-	Passes int64 `firestore:"passes" json:"passes"`
+	Passes int64 `json:"passes"`
 	// Duties holds each duty's figures by duty name (deadline, cancel,
 	// lease, dispatch).
-	Duties map[string]SweepDuty `firestore:"duties" json:"duties"`
+	Duties map[string]SweepDuty `json:"duties"`
 	// RedriveErrors is 1 when the pass's outbox re-drive failed.
-	RedriveErrors int `firestore:"redriveErrors" json:"redriveErrors"`
+	RedriveErrors int `json:"redriveErrors"`
 }
 
 // SweepDuty is what one duty of a sweeper pass did.
 type SweepDuty struct {
 	// Due is the number of due tasks the duty's query returned.
-	Due int `firestore:"due" json:"due"`
+	Due int `json:"due"`
 	// Applied is the number of committed transitions or re-drives.
-	Applied int `firestore:"applied" json:"applied"`
+	Applied int `json:"applied"`
 	// Errors counts failed transactions and queries.
-	Errors int `firestore:"errors" json:"errors"`
+	Errors int `json:"errors"`
 	// MaxLagMs is the longest time between a handled task's due time and
 	// its transaction (0 when nothing was applied).
-	MaxLagMs int64 `firestore:"maxLagMs" json:"maxLagMs"`
+	MaxLagMs int64 `json:"maxLagMs"`
 }
 
 // Attempt is one attempt's record as the control API shows it.

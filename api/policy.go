@@ -16,6 +16,11 @@ const (
 const (
 	// MaxCheckpointBytes bounds a heartbeat checkpoint.
 	MaxCheckpointBytes = 64 << 10
+	// MaxJSONDepth bounds the nesting of the JSON a caller or worker
+	// gives (payload, resources, checkpoint, output, partialProgress):
+	// deeper values are refused (400 naming the field) before any SDK's
+	// parser meets them.
+	MaxJSONDepth = 64
 	// MaxOutputBytes bounds a completed output.
 	MaxOutputBytes = 256 << 10
 	// MaxPartialProgressBytes bounds a CANCELLED report's partialProgress.
@@ -28,11 +33,11 @@ const (
 
 // Timing holds a task's timers in milliseconds (docs/contract.md §5.2).
 type Timing struct {
-	HeartbeatIntervalMs int64 `json:"heartbeatIntervalMs" firestore:"heartbeatIntervalMs"`
-	HeartbeatTimeoutMs  int64 `json:"heartbeatTimeoutMs" firestore:"heartbeatTimeoutMs"`
-	CancelGracePeriodMs int64 `json:"cancelGracePeriodMs" firestore:"cancelGracePeriodMs"`
+	HeartbeatIntervalMs int64 `json:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64 `json:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64 `json:"cancelGracePeriodMs"`
 	// StartTimeoutMs is how long PENDING/QUEUED may last before a re-drive.
-	StartTimeoutMs int64 `json:"startTimeoutMs" firestore:"startTimeoutMs"`
+	StartTimeoutMs int64 `json:"startTimeoutMs"`
 }
 
 // WithDefaults fills zero fields with the defaults.
@@ -78,10 +83,10 @@ func (t Timing) StartTimeout() time.Duration {
 // RetryPolicy decides when a failed attempt is retried (docs/contract.md
 // §6.2).
 type RetryPolicy struct {
-	MaxAttempts        int     `json:"maxAttempts" firestore:"maxAttempts"`
-	InitialBackoffMs   int64   `json:"initialBackoffMs" firestore:"initialBackoffMs"`
-	BackoffCoefficient float64 `json:"backoffCoefficient" firestore:"backoffCoefficient"`
-	MaxBackoffMs       int64   `json:"maxBackoffMs" firestore:"maxBackoffMs"`
+	MaxAttempts        int     `json:"maxAttempts"`
+	InitialBackoffMs   int64   `json:"initialBackoffMs"`
+	BackoffCoefficient float64 `json:"backoffCoefficient"`
+	MaxBackoffMs       int64   `json:"maxBackoffMs"`
 }
 
 // Retry defaults.

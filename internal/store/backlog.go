@@ -122,7 +122,7 @@ func (s *Store) RecentTransitions(ctx context.Context, since time.Time, limit in
 			err := s.runQuery(gctx, s.docs, s.recentQuery(groups[i], since.Add(-RecentLookback), per), func(d *pb.Document) error {
 				n++
 				var h struct {
-					History []task.Step `firestore:"history"`
+					History []stepDoc `firestore:"history"`
 				}
 				if err := decodeFields(d.GetFields(), &h); err != nil {
 					return err

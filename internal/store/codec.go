@@ -10,6 +10,9 @@ import (
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // The codec maps Servo's structs to Firestore values by their `firestore`
@@ -23,6 +26,10 @@ var (
 	timeType  = reflect.TypeOf(time.Time{})
 	bytesType = reflect.TypeOf([]byte(nil))
 	rawType   = reflect.TypeOf(json.RawMessage(nil))
+	// apiPkg and taskPkg hold the domain types, which carry no firestore
+	// tags: the codec maps them only through their document types.
+	apiPkg  = reflect.TypeFor[api.Timing]().PkgPath()
+	taskPkg = reflect.TypeFor[task.Task]().PkgPath()
 )
 
 func fieldName(f reflect.StructField) (string, bool) {
@@ -55,6 +62,10 @@ func fieldsOf(t reflect.Type) []structField {
 	if fs, ok := fieldsCache.Load(t); ok {
 		return fs.([]structField)
 	}
+	if p := t.PkgPath(); p == apiPkg || p == taskPkg {
+		// Stored only through its document type (docs.go).
+		panic(fmt.Sprintf("store: %s has no stored form here: encode or decode its document type", t))
+	}
 	var fs []structField
 	for i := range t.NumField() {
 		if name, ok := fieldName(t.Field(i)); ok {
@@ -65,9 +76,11 @@ func fieldsOf(t reflect.Type) []structField {
 	return fs
 }
 
-// encodeFields encodes a struct (or pointer to one) as document fields.
+// encodeFields encodes a struct (or pointer to one) as document fields; a
+// domain value (task.Task, task.Attempt, ...) as its document type
+// (storedForm, docs.go).
 func encodeFields(v any) map[string]*pb.Value {
-	rv := reflect.Indirect(reflect.ValueOf(v))
+	rv := reflect.Indirect(reflect.ValueOf(storedForm(v)))
 	return encodeValue(rv).GetMapValue().GetFields()
 }
 
@@ -126,8 +139,12 @@ func encodeValue(v reflect.Value) *pb.Value {
 }
 
 // decodeFields decodes document fields into the struct out points to.
-// Fields the document lacks keep their zero value.
+// Fields the document lacks keep their zero value. A domain value is
+// decoded through its document type (decodeStored, docs.go).
 func decodeFields(fields map[string]*pb.Value, out any) error {
+	if ok, err := decodeStored(fields, out); ok {
+		return err
+	}
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("store: decode into %T: need a pointer to a struct", out)

@@ -37,13 +37,13 @@ var heartbeatSkips = []string{"payload", "resources", "resumeFrom", "history", l
 // field but heartbeatSkips, and the live attempt but its checkpoint.
 var heartbeatMask = func() []string {
 	var paths []string
-	rt := reflect.TypeOf(task.Task{})
+	rt := reflect.TypeOf(taskDoc{})
 	for i := range rt.NumField() {
 		if name, ok := fieldName(rt.Field(i)); ok && !slices.Contains(heartbeatSkips, name) {
 			paths = append(paths, name)
 		}
 	}
-	lt := reflect.TypeOf(task.LiveAttempt{})
+	lt := reflect.TypeOf(liveAttemptDoc{})
 	for i := range lt.NumField() {
 		if name, ok := fieldName(lt.Field(i)); ok && name != "checkpoint" {
 			paths = append(paths, liveField+"."+name)

@@ -51,7 +51,9 @@ const outageCacheFor = 2 * time.Second
 
 // outageDoc is an outage as stored.
 type outageDoc struct {
-	task.Outage
+	// Outage is the span, its fields at the top level of the document
+	// (flatten).
+	Outage   outageSpanDoc
 	ExpireAt time.Time `firestore:"expireAt"`
 }
 
@@ -141,7 +143,7 @@ func (s *Store) outageName(o task.Outage) string {
 // RecordOutage writes an outage (idempotent: its id is its span).
 func (s *Store) RecordOutage(ctx context.Context, o task.Outage) error {
 	o.From, o.To = o.From.UTC(), o.To.UTC()
-	w := setWrite(s.outageName(o), outageDoc{Outage: o, ExpireAt: o.To.Add(OutageRetention)}, false)
+	w := setWrite(s.outageName(o), outageDoc{Outage: outageSpanDoc(o), ExpireAt: o.To.Add(OutageRetention)}, false)
 	w.GetUpdate().Fields = flatten(w.GetUpdate().Fields, "Outage")
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
 	return wrap("record outage", err)

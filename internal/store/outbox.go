@@ -19,7 +19,9 @@ import (
 
 // outboxDoc is an outbox entry as stored.
 type outboxDoc struct {
-	task.Transition
+	// Transition is the document's own transition, its fields at the top
+	// level of the document (flatten).
+	Transition transitionDoc
 	// DueShard leads the re-drive's index, as on tasks.
 	DueShard    int        `firestore:"dueShard"`
 	Delivered   bool       `firestore:"delivered"`
@@ -37,7 +39,7 @@ type outboxDoc struct {
 	// Earlier holds the transitions the same commit made before the
 	// document's own, in seq order (unindexed; absent when there are
 	// none, and in the entries of older versions).
-	Earlier []task.Transition `firestore:"earlier"`
+	Earlier []transitionDoc `firestore:"earlier"`
 }
 
 // outboxEarlier is the field of outboxDoc.Earlier.
@@ -59,9 +61,9 @@ func (s *Store) outboxWrites(trs []task.Transition) []*pb.Write {
 // transitions of one task (g, in seq order).
 func (s *Store) outboxWrite(g []task.Transition) *pb.Write {
 	tr := g[len(g)-1]
-	doc := outboxDoc{Transition: tr, DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
+	doc := outboxDoc{Transition: transitionDocOf(&tr), DueShard: DueShardOf(tr.TaskID, s.shards), CreatedAt: tr.OccurredAt, NextTryAt: tr.OccurredAt}
 	if len(g) > 1 {
-		doc.Earlier = g[:len(g)-1]
+		doc.Earlier = transitionDocsOf(g[:len(g)-1])
 	}
 	fields := flatten(encodeFields(doc), "Transition")
 	if doc.Earlier == nil {
@@ -135,9 +137,9 @@ func decodeOutbox(doc *pb.Document) ([]OutboxEntry, error) {
 	}
 	out := make([]OutboxEntry, 0, len(o.Earlier)+1)
 	for _, tr := range o.Earlier {
-		out = append(out, entry(tr, false))
+		out = append(out, entry(tr.transition(), false))
 	}
-	return append(out, entry(o.Transition, o.EventPublished)), nil
+	return append(out, entry(o.Transition.transition(), o.EventPublished)), nil
 }
 
 // OutboxGroups splits the due shards into the groups Undelivered takes:

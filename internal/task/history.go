@@ -36,15 +36,15 @@ func (t *Task) historyRoom() int {
 // without the identity fields and event id, which the task holds or which
 // derive from it (Task.Events puts them back).
 type Step struct {
-	Attempt     int            `firestore:"attempt"`
-	From        api.State      `firestore:"from"`
-	To          api.State      `firestore:"to"`
-	Reason      string         `firestore:"reason"`
-	Outcome     api.Outcome    `firestore:"outcome"`
-	Error       *api.ErrorInfo `firestore:"error"`
-	NextAttempt int            `firestore:"nextAttempt"`
-	Seq         int64          `firestore:"seq"`
-	OccurredAt  time.Time      `firestore:"occurredAt"`
+	Attempt     int
+	From        api.State
+	To          api.State
+	Reason      string
+	Outcome     api.Outcome
+	Error       *api.ErrorInfo
+	NextAttempt int
+	Seq         int64
+	OccurredAt  time.Time
 }
 
 // size approximates the stored size of a step: field names and fixed-size

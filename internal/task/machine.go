@@ -158,8 +158,8 @@ type Event struct {
 
 // Outage is a span of time during which Servo could not record callbacks.
 type Outage struct {
-	From time.Time `firestore:"from"`
-	To   time.Time `firestore:"to"`
+	From time.Time
+	To   time.Time
 }
 
 // outageCredit is how much of [from, to] the outages cover (overlapping

@@ -12,24 +12,24 @@ import "github.com/servo-dev/servo/api"
 // are below.
 type QuotaHold struct {
 	// Tenant and Worker say which of the task's scopes are limited.
-	Tenant bool `json:"tenant" firestore:"tenant"`
-	Worker bool `json:"worker" firestore:"worker"`
+	Tenant bool `json:"tenant"`
+	Worker bool `json:"worker"`
 	// TenantShard and WorkerShard are the scopes' counter shards.
-	TenantShard int `json:"tenantShard" firestore:"tenantShard"`
-	WorkerShard int `json:"workerShard" firestore:"workerShard"`
+	TenantShard int `json:"tenantShard"`
+	WorkerShard int `json:"workerShard"`
 	// Slot: the task was given a run slot (it was enqueued); it holds it
 	// until it ends, retries included.
-	Slot bool `json:"slot" firestore:"slot"`
+	Slot bool `json:"slot"`
 	// TenantSlotShard and WorkerSlotShard are the shards whose run slots
 	// the task holds (with Slot).
-	TenantSlotShard int `json:"tenantSlotShard" firestore:"tenantSlotShard"`
-	WorkerSlotShard int `json:"workerSlotShard" firestore:"workerSlotShard"`
+	TenantSlotShard int `json:"tenantSlotShard"`
+	WorkerSlotShard int `json:"workerSlotShard"`
 	// Share says the tenant's share of the worker is limited (the
 	// worker's perTenant limits); ShareShard and ShareSlotShard are its
 	// counter shards.
-	Share          bool `json:"share,omitempty" firestore:"share,omitempty"`
-	ShareShard     int  `json:"shareShard,omitempty" firestore:"shareShard,omitempty"`
-	ShareSlotShard int  `json:"shareSlotShard,omitempty" firestore:"shareSlotShard,omitempty"`
+	Share          bool `json:"share,omitempty"`
+	ShareShard     int  `json:"shareShard,omitempty"`
+	ShareSlotShard int  `json:"shareSlotShard,omitempty"`
 }
 
 // ReasonQuotaWait is the reason of the PENDING → QUEUED transition of a
