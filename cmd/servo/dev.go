@@ -71,7 +71,7 @@ func (r rateFlags) Type() string { return "NAME=RATE" }
 
 func newDevCmd() *cobra.Command {
 	var addr, project, firestoreHost, pubsubHost, logFile string
-	var noDemo, open, noSweeper bool
+	var noDemo, open, noSweeper, strict bool
 	var sweepEvery, startTimeout, storeTimeout time.Duration
 	workers := workerFlags{}
 	rates := rateFlags{}
@@ -150,7 +150,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers, WorkerRates: rates,
-				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile, NoSweeper: noSweeper})
+				Access: devAccess.policy, Quotas: devAccess.quotas, DueShards: dueShards, Keys: keys, KeysFile: keysFile, NoSweeper: noSweeper, LaxStore: !strict})
 			if err != nil {
 				return err
 			}
@@ -204,6 +204,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.Var(jobWorkers, "job-worker", "job worker NAME=COMMAND: each attempt runs COMMAND as a subprocess with $SERVO_ENVELOPE, like a Cloud Run Job execution (repeatable)")
 	f.BoolVar(&open, "open", false, "open the dashboard in the default browser once ready")
 	f.BoolVar(&noSweeper, "no-sweeper", false, "run without the sweeper (its scheduler ticker), to rehearse a stopped sweeper")
+	f.BoolVar(&strict, "strict", true, "the store refuses, as production Firestore does, queries no declared index serves and writes over Firestore's limits (the emulator takes them); --strict=false sends them on")
 	devAccess.register(f)
 	return cmd
 }

@@ -78,8 +78,30 @@ func run(m *testing.M, kinds ...emulator.Kind) int {
 		fmt.Fprintf(os.Stderr, "emulatortest: %v\n", err)
 		return 1
 	}
-	return m.Run()
+	// The store's strict mode (on against the emulator) logs every query
+	// production would refuse for want of an index; the emulator served
+	// it, so only this log tells: the binary fails when it is not empty.
+	strict, err := os.CreateTemp("", "servo-strict-*.log")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "emulatortest: %v\n", err)
+		return 1
+	}
+	strict.Close()
+	defer os.Remove(strict.Name())
+	os.Setenv(StrictLogEnv, strict.Name())
+	code := m.Run()
+	if b, _ := os.ReadFile(strict.Name()); len(b) > 0 {
+		fmt.Fprintf(os.Stderr, "emulatortest: queries production Firestore would refuse (store strict mode; declare the index in store.Indexes):\n%s", b)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
+
+// StrictLogEnv names the file the store's strict mode appends refused
+// queries to (store.StrictLogEnv; a store test keeps the two equal).
+const StrictLogEnv = "SERVO_STORE_STRICT_LOG"
 
 // startAll starts the emulators concurrently and sets their variables.
 func startAll(kinds []emulator.Kind) error {

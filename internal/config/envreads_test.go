@@ -25,6 +25,10 @@ var notServer = map[string]string{
 	"SERVO_DEV_IDENTITY":    "examples/worker",
 	"SERVO_OIDC_AUDIENCE":   "examples/worker",
 	"SERVO_OIDC_SA":         "examples/worker",
+	// The store's strict mode against the emulator (servo dev, tests);
+	// production Firestore enforces its own rules.
+	"SERVO_STORE_STRICT":     "internal/store",
+	"SERVO_STORE_STRICT_LOG": "internal/store",
 }
 
 // TestOnlyConfigReadsServerVariables: outside package config (and the

@@ -186,6 +186,11 @@ type Options struct {
 	// NoSweeper starts no scheduler ticker: the sweeper never runs (a
 	// stopped sweeper, for servo doctor's tests).
 	NoSweeper bool
+	// LaxStore turns the store's strict mode off (servo dev
+	// --strict=false): queries no declared index serves and writes over
+	// Firestore's limits then reach the emulator, which takes them. By
+	// default the store refuses them as production does (store.WithStrict).
+	LaxStore bool
 }
 
 // Stack is a running local stack.
@@ -448,7 +453,7 @@ func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store
 		return st, nil
 	}
 	// Options.StoreOptions may set the shards too (tests).
-	opts := append(server.StoreOptions(*cfg), o.StoreOptions...)
+	opts := append(append(server.StoreOptions(*cfg), store.WithStrict(!o.LaxStore)), o.StoreOptions...)
 	st, err := open(opts...)
 	if err != nil {
 		return nil, err

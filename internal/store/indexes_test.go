@@ -2,8 +2,6 @@ package store
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,76 +10,6 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
 )
-
-// shape is what a query asks of Firestore's indexes: its collection, the
-// fields of its equality filters in order, then its inequality and order
-// fields (without __name__).
-type shape struct {
-	collection string
-	equality   []string
-	ordered    []string
-}
-
-func shapeOf(q *pb.StructuredQuery) shape {
-	sh := shape{collection: q.GetFrom()[0].GetCollectionId()}
-	var walk func(f *pb.StructuredQuery_Filter)
-	walk = func(f *pb.StructuredQuery_Filter) {
-		if c := f.GetCompositeFilter(); c != nil {
-			for _, sub := range c.GetFilters() {
-				walk(sub)
-			}
-			return
-		}
-		ff := f.GetFieldFilter()
-		switch ff.GetOp() {
-		case pb.StructuredQuery_FieldFilter_EQUAL, pb.StructuredQuery_FieldFilter_IN:
-			sh.equality = append(sh.equality, ff.GetField().GetFieldPath())
-		default:
-			sh.ordered = append(sh.ordered, ff.GetField().GetFieldPath())
-		}
-	}
-	if q.GetWhere() != nil {
-		walk(q.GetWhere())
-	}
-	for _, o := range q.GetOrderBy() {
-		if p := o.GetField().GetFieldPath(); p != "__name__" && !slices.Contains(sh.ordered, p) {
-			sh.ordered = append(sh.ordered, p)
-		}
-	}
-	for i, p := range sh.ordered {
-		for _, o := range q.GetOrderBy() {
-			if o.GetField().GetFieldPath() == p && o.GetDirection() == pb.StructuredQuery_DESCENDING {
-				sh.ordered[i] = p + " desc"
-			}
-		}
-	}
-	return sh
-}
-
-// merged are the indexes Firestore merges to serve sh when no one index
-// does (index merging): for equality filters led by dueShard, one index
-// (dueShard, filter, ordered…) per other filter.
-func (sh shape) merged() []string {
-	if len(sh.equality) < 3 || sh.equality[0] != "dueShard" {
-		return nil
-	}
-	var out []string
-	for _, e := range sh.equality[1:] {
-		out = append(out, shape{collection: sh.collection, equality: []string{"dueShard", e}, ordered: sh.ordered}.index())
-	}
-	return out
-}
-
-// needsComposite: Firestore serves equality filters alone (merging
-// single-field indexes, with __name__ order) and a single field's range or
-// order; anything else needs a composite index.
-func (sh shape) needsComposite() bool {
-	return len(sh.ordered) > 1 || (len(sh.ordered) == 1 && len(sh.equality) > 0)
-}
-
-func (sh shape) index() string {
-	return sh.collection + "(" + strings.Join(append(slices.Clone(sh.equality), sh.ordered...), ",") + ")"
-}
 
 // everyQuery builds every query the store runs, with representative
 // arguments.
@@ -131,64 +59,34 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 }
 
 // TestEveryQueryHasItsIndex: each query that needs a composite index finds
-// exactly it in Indexes, led by dueShard (but the runs listing's); the others use no field that
-// FieldExemptions takes out of single-field indexing; and every index in
-// Indexes serves some query.
+// exactly it in Indexes (strict mode's Rules.Serving, which also runs on
+// every query of every test against the emulator), led by dueShard (but
+// the runs listing's); the others use no field that FieldExemptions takes
+// out of single-field indexing; and every index in Indexes serves some
+// query.
 func TestEveryQueryHasItsIndex(t *testing.T) {
-	declared := map[string]bool{}
+	used := map[string]bool{}
 	for _, ix := range Indexes {
-		var fs []string
-		for _, f := range ix.Fields {
-			if f.Order == "DESCENDING" {
-				fs = append(fs, f.Path+" desc")
-			} else {
-				fs = append(fs, f.Path)
-			}
-		}
-		declared[ix.Collection+"("+strings.Join(fs, ",")+")"] = false
+		used[IndexName(ix)] = false
 	}
-	exempt := map[string]bool{}
-	for _, e := range FieldExemptions {
-		exempt[e.Collection+"."+e.Path] = true
-	}
+	rules := DeclaredRules()
 	for name, q := range everyQuery(t) {
-		sh := shapeOf(q)
-		// Equality filters alone on a field without its single-field
-		// index need a composite index too.
-		usesExempt := slices.ContainsFunc(sh.equality, func(f string) bool { return exempt[sh.collection+"."+f] })
-		if sh.needsComposite() || usesExempt {
-			if _, ok := declared[sh.index()]; !ok {
-				merged := sh.merged()
-				for _, ix := range merged {
-					if _, ok := declared[ix]; !ok {
-						merged = nil
-					}
-				}
-				if len(merged) == 0 {
-					t.Errorf("%s needs the index %s, which store.Indexes lacks", name, sh.index())
-					continue
-				}
-				for _, ix := range merged {
-					declared[ix] = true
-				}
-				continue
-			}
-			declared[sh.index()] = true
-			// Due times grow steadily and are rewritten all the time; a
-			// run's id is written once (runs are listed by it).
-			if sh.equality[0] != "dueShard" && sh.collection != RunsCollection {
-				t.Errorf("%s: index %s does not lead with dueShard", name, sh.index())
-			}
+		served, err := rules.Serving(q)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		for _, f := range append(sh.equality, sh.ordered...) {
-			if exempt[sh.collection+"."+f] {
-				t.Errorf("%s filters or orders on %s.%s alone, which FieldExemptions exempts from indexing", name, sh.collection, f)
-			}
+		for _, ix := range served {
+			used[ix] = true
+		}
+		// Due times grow steadily and are rewritten all the time; a
+		// run's id is written once (runs are listed by it).
+		if sh := ShapeOf(q); len(served) == 1 && sh.Equality[0] != "dueShard" && sh.Collection != RunsCollection {
+			t.Errorf("%s: index %s does not lead with dueShard", name, served[0])
 		}
 	}
-	for ix, used := range declared {
-		if !used {
+	for ix, ok := range used {
+		if !ok {
 			t.Errorf("index %s serves no query", ix)
 		}
 	}

@@ -55,12 +55,8 @@ type Store struct {
 	perScope   keyedMutex
 	onCommit   atomic.Pointer[func(context.Context, []task.Transition)]
 	outages    *outageLog
-	// legacyNames: the database may hold task documents under their
-	// schema 1 names (tasks/{taskId}); lookups read both names. Set until
-	// CheckSchema or Migrate finds schema 2 or later.
-	legacyNames   atomic.Bool
-	legacyCursors legacyCursors
-	retention     time.Duration // WithRetention
+	retention  time.Duration // WithRetention
+	strict     bool          // WithStrict: production's rules enforced here (strict.go)
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -84,6 +80,7 @@ type config struct {
 	maxRetries int
 	quotas     *quota.Policy
 	retention  time.Duration
+	strict     *bool
 }
 
 // Option configures New.
@@ -121,6 +118,17 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 			option.WithGRPCDialOption(grpc.WithPerRPCCredentials(emulatorCreds{})))
 	}
+	strict := strictDefault()
+	if cfg.strict != nil {
+		strict = *cfg.strict
+	}
+	if strict {
+		// Production's rules, enforced before a request leaves (strict.go).
+		rules := DeclaredRules()
+		copts = append(copts,
+			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(rules.unary)),
+			option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(rules.stream)))
+	}
 	if cfg.counter != nil {
 		copts = append(copts,
 			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(cfg.counter.unary)),
@@ -141,8 +149,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
-		outages: &outageLog{}, retention: cfg.retention}
-	s.legacyNames.Store(true)
+		outages: &outageLog{}, retention: cfg.retention, strict: strict}
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.
