@@ -1,15 +1,20 @@
 package functions
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // TestDashboardUnderAccessPolicy: ServoAPI serves the dashboard at /ui/
@@ -102,5 +107,43 @@ func TestHealthReportsIdentity(t *testing.T) {
 				t.Fatalf("the problem does not name the variable: %q", h.Identity.Problems)
 			}
 		})
+	}
+}
+
+// TestServoAPIRefusesAnOlderSchema: against a database holding data of an
+// older layout (here: tasks and no meta/schema, schema 0), the API does
+// not start (503, as while any dependency is missing) instead of reading
+// older names; after `servo migrate` (store.Migrate) it serves.
+func TestServoAPIRefusesAnOlderSchema(t *testing.T) {
+	instanceEnv(t)
+	_, ring, err := auth.GenerateKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(auth.EnvKeys, string(ring))
+	ctx := context.Background()
+	st, err := store.New(ctx, os.Getenv("SERVO_PROJECT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	old := task.Task{ID: task.NewTaskID(time.Now()), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w", Payload: json.RawMessage(`{}`)}
+	if _, _, err := st.Create(ctx, old, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	health := func() int {
+		freshInstance(nil)
+		rec := httptest.NewRecorder()
+		ServoAPI(rec, httptest.NewRequest(http.MethodGet, "/v1/health", nil))
+		return rec.Code
+	}
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("GET /v1/health against schema 0: %d, want 503 (the API refuses to start)", code)
+	}
+	if _, err := st.Migrate(ctx, store.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := health(); code != http.StatusOK {
+		t.Fatalf("GET /v1/health after the migration: %d, want 200", code)
 	}
 }

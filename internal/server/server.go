@@ -27,8 +27,8 @@ import (
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/jobs"
-	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/telemetry"
 	"github.com/servo-dev/servo/zombie"
@@ -125,34 +125,37 @@ const startCheckTimeout = 3 * time.Second
 // its hook on o.Store; Close stops it.
 
 func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
-	if o.Store == nil || o.PubSub == nil || o.Tasks == nil || o.Keys == nil {
-		return nil, errors.New("server: Store, PubSub, Tasks and Keys are required")
+	switch {
+	case o.Store == nil:
+		return nil, service.Missing("server", "Options.Store")
+	case o.PubSub == nil:
+		return nil, service.Missing("server", "Options.PubSub")
+	case o.Tasks == nil:
+		return nil, service.Missing("server", "Options.Tasks")
+	case o.Keys == nil:
+		return nil, service.Missing("server", "Options.Keys")
+	case cfg.CallbackBaseURL == nil:
+		return nil, service.Missing("server", "Config.CallbackBaseURL")
 	}
-	if cfg.CallbackBaseURL == nil {
-		return nil, errors.New("server: Config.CallbackBaseURL is required")
-	}
-	log := o.Logger
-	if log == nil {
-		log = logs.Default()
-	}
+	log := service.Logger(o.Logger)
 	poolPS := o.PoolPubSub
 	if poolPS == nil {
 		poolPS = o.PubSub
 	}
-	// A database migrated by a newer build has a layout this one does not
-	// know: refuse to start rather than misread it. (Unreadable: go on;
-	// every request will say so.)
+	// A database migrated by a newer build, or holding an older layout's
+	// data, is one this build would misread: refuse to start, naming what
+	// to do (servo migrate for an older one). (Unreadable: go on; every
+	// request will say so.)
 	// Both checks below are bounded: a store that does not answer at start
 	// must not keep the process from serving (every request says so).
 	sctx, cancelChecks := context.WithTimeout(ctx, startCheckTimeout)
 	defer cancelChecks()
 	switch sc, err := o.Store.CheckSchema(sctx); {
-	case errors.Is(err, store.ErrSchemaTooNew):
+	case errors.Is(err, store.ErrSchemaTooNew), errors.Is(err, store.ErrSchemaTooOld):
+		log.ErrorContext(ctx, "refusing to start: "+err.Error(), "schema", sc.Version, "want", store.SchemaVersion)
 		return nil, fmt.Errorf("server: %w", err)
 	case err != nil:
 		log.WarnContext(ctx, "could not read the database's schema version", "error", err)
-	case sc.Version < store.SchemaVersion:
-		log.WarnContext(ctx, "the database's schema is older than this build's; run servo migrate", "schema", sc.Version, "want", store.SchemaVersion)
 	}
 	// Was Servo down before this process started (the sweeper's passes
 	// stopped)? Then its first callbacks must not expire leases for that
@@ -201,7 +204,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	for _, p := range problems {
 		log.Error("identity misconfigured: " + p)
 	}
-	api := dispatcher.NewHandler(dispatcher.Config{
+	api, err := dispatcher.NewHandler(dispatcher.Config{
 		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
 		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
 		Access: cfg.Access, Identity: callers, IdentityProblems: problems, Traces: o.Traces,
@@ -210,24 +213,41 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
 		},
 	})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	d := o.Dashboard
 	d.Store, d.Logger, d.Access, d.Identity = o.Store, log, cfg.Access, callers
-	s.API = telemetry.APIMetrics(dashboard.Mount(api, d))
+	mounted, err := dashboard.Mount(api, d)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.API = telemetry.APIMetrics(mounted)
 
-	s.Callbacks = callbacks.NewHandler(callbacks.Config{
+	if s.Callbacks, err = callbacks.NewHandler(callbacks.Config{
 		Store: o.Store, Keys: o.Keys, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
 		MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: o.StoreTimeout, LogHeartbeats: cfg.LogHeartbeats, LogStarted: cfg.LogStarted,
-	})
+	}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 
 	identity := o.ClaimIdentity
 	if identity == nil && cfg.ClaimAudience != "" {
 		identity = pull.IDToken(cfg.ClaimAudience, nil)
 	}
 	if identity != nil {
-		mux := http.NewServeMux()
-		mux.Handle(pull.ClaimPath, pull.NewHandler(pull.Config{
+		claim, err := pull.NewHandler(pull.Config{
 			Store: o.Store, Enqueuer: s.Enqueuer, Transport: s.Pools, Identity: identity, Logger: log, Now: o.Now, Project: cfg.Project,
-		}))
+		})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(pull.ClaimPath, claim)
 		s.Claim = mux
 	}
 

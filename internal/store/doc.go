@@ -43,6 +43,9 @@
 //	                                the run id's dueShard (runs.go).
 //
 // Payload, output, checkpoint and other opaque JSON are stored as bytes.
+// The stored fields and their names are those of the document types in
+// docs.go (taskDoc, attemptDoc, ...), mapped to and from the domain types
+// of packages task and api, which carry no storage tags.
 //
 // # Names
 //
@@ -50,10 +53,10 @@
 // A task's document is named by [TaskDocID]: 4 hex digits of its id's
 // SHA-256 before the id, so tasks created in sequence are written all
 // over the key range, and a lookup by id is still one read. Schema 1 and
-// earlier named it tasks/{taskId}; until a store reads schema 2
-// (CheckSchema, Migrate), every lookup asks for both names in the same
-// BatchGetDocuments, and schema 2's migration step moves each old task
-// with its attempts (migrate.go). Outbox entries (evt_ + a hash) and
+// earlier named it tasks/{taskId}; schema 2's migration step moves each
+// old task with its attempts (migrate.go). A store reads one name only:
+// the server refuses to start on a database of an older schema
+// (CheckSchema, ErrSchemaTooOld, naming `servo migrate`). Outbox entries (evt_ + a hash) and
 // idempotency records (a SHA-256) were never sequential. The task id is
 // exempt from single-field indexing; listings order by it behind the due
 // shard, one query per shard (or group of shards) merged on read (List),

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"reflect"
 	"slices"
-	"sync"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
@@ -125,46 +124,16 @@ func (s *Store) DueTasks(ctx context.Context, d Due, shards []int, now time.Time
 	}
 	began := time.Now()
 	var out []task.Task
-	last := ""
 	err = s.runQuery(ctx, s.docs, q, func(doc *pb.Document) error {
 		var t task.Task
 		if err := decodeFields(doc.GetFields(), &t); err != nil {
 			return err
 		}
-		out, last = append(out, t), doc.GetName()
+		out = append(out, t)
 		return nil
 	})
 	s.outages.observe(began, err)
-	if err == nil && len(out) > 0 && last != s.taskName(out[len(out)-1].ID) {
-		s.legacyCursors.put(out[len(out)-1].ID, last)
-	}
 	return out, wrap("due "+string(d), err)
-}
-
-// legacyCursors remembers the document name of a page's last task when it
-// is a schema 1 name, so that the next page's cursor (a DueCursor names
-// the task by id) continues after that document and not after the name
-// the task will have once moved: among tasks due at the same instant, a
-// wrong name would return a page again.
-type legacyCursors struct {
-	mu    sync.Mutex
-	names map[string]string
-}
-
-func (l *legacyCursors) put(id, name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.names == nil || len(l.names) > 10000 {
-		l.names = map[string]string{} // bounded: forgetting costs a page again
-	}
-	l.names[id] = name
-}
-
-func (l *legacyCursors) get(id string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	name, ok := l.names[id]
-	return name, ok
 }
 
 // dueQuery is DueTasks' query: a group of shards, the duty's states, due
@@ -200,11 +169,7 @@ func (s *Store) dueQuery(d Due, shards []int, now time.Time, limit int, after *D
 		Limit: wrapInt(limit),
 	}
 	if after != nil {
-		name := s.taskName(after.ID)
-		if legacy, ok := s.legacyCursors.get(after.ID); ok {
-			name = legacy
-		}
-		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(name)}, Before: false}
+		q.StartAt = &pb.Cursor{Values: []*pb.Value{encodeValue(reflect.ValueOf(after.At)), refVal(s.taskName(after.ID))}, Before: false}
 	}
 	return q, nil
 }

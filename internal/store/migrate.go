@@ -68,19 +68,73 @@ func (s *Store) ReadSchema(ctx context.Context) (Schema, error) {
 	return sc, nil
 }
 
-// CheckSchema refuses (ErrSchemaTooNew) a database migrated by a newer
-// build: this one would not know its layout. An older schema is returned
-// as is; the caller says that `servo migrate` is due. 1 read.
+// ErrSchemaTooOld is returned by CheckSchema when the database holds data
+// of an older layout than this build's: `servo migrate` brings it
+// forward, and no lookup of this build reads an older layout's names.
+var ErrSchemaTooOld = errors.New("store: the database's schema is older than this build's")
+
+// CheckSchema refuses a database this build cannot read as it is: one
+// migrated by a newer build (ErrSchemaTooNew) or holding an older
+// layout's data (ErrSchemaTooOld, naming the command to run). A database
+// without meta/schema and without data (a new deployment, a test's
+// project) is recorded at SchemaVersion. 1 read; 4 more for a database
+// without meta/schema.
 func (s *Store) CheckSchema(ctx context.Context) (Schema, error) {
-	sc, err := s.ReadSchema(ctx)
+	var sc Schema
+	found, err := s.getDoc(ctx, s.schemaName(), &sc)
 	if err != nil {
-		return sc, err
+		return sc, wrap("read schema", err)
 	}
-	if sc.Version >= 2 && sc.Step == "" {
-		s.legacyNames.Store(false)
+	if !found {
+		empty, err := s.empty(ctx)
+		if err != nil {
+			return sc, err
+		}
+		if empty {
+			return s.recordFresh(ctx)
+		}
 	}
-	if sc.Version > SchemaVersion {
+	switch {
+	case sc.Version > SchemaVersion:
 		return sc, fmt.Errorf("%w: version %d, this build knows up to %d; deploy a build at least as new as the one that migrated it", ErrSchemaTooNew, sc.Version, SchemaVersion)
+	case sc.Version < SchemaVersion || sc.Step != "":
+		project, database := s.Project(), strings.TrimPrefix(s.db, "projects/"+s.Project()+"/databases/")
+		return sc, fmt.Errorf("%w: version %d, this build needs %d; run `servo migrate --project %s --database %s` (docs/operations.md, \"Upgrades\")",
+			ErrSchemaTooOld, sc.Version, SchemaVersion, project, database)
+	}
+	return sc, nil
+}
+
+// empty reports whether the database holds no task, outbox entry, run or
+// idempotency key: nothing an older layout could have written.
+func (s *Store) empty(ctx context.Context) (bool, error) {
+	for _, coll := range []string{TasksCollection, OutboxCollection, RunsCollection, IdempotencyCollection} {
+		q := &pb.StructuredQuery{
+			Select: &pb.StructuredQuery_Projection{Fields: []*pb.StructuredQuery_FieldReference{fieldRef("__name__")}},
+			From:   []*pb.StructuredQuery_CollectionSelector{{CollectionId: coll}},
+			Limit:  wrapInt(1),
+		}
+		any := false
+		if err := s.runQuery(ctx, s.docs, q, func(*pb.Document) error { any = true; return nil }); err != nil {
+			return false, wrap("read schema: is the database empty", err)
+		}
+		if any {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// recordFresh records SchemaVersion in a new database's meta/schema
+// (unless another instance did first: then its record is read).
+func (s *Store) recordFresh(ctx context.Context) (Schema, error) {
+	sc := Schema{Version: SchemaVersion, UpdatedAt: time.Now().UTC()}
+	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), sc, true)}})
+	if status.Code(err) == codes.AlreadyExists {
+		return s.ReadSchema(ctx)
+	}
+	if err != nil {
+		return sc, wrap("record the schema", err)
 	}
 	return sc, nil
 }
@@ -145,9 +199,12 @@ var migrateSteps = []migrateStep{
 // document it read (a document changed meanwhile is read again). It reads
 // every task and outbox entry once.
 func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, error) {
-	sc, err := s.CheckSchema(ctx)
+	sc, err := s.ReadSchema(ctx)
 	if err != nil {
 		return MigrateReport{}, err
+	}
+	if sc.Version > SchemaVersion {
+		return MigrateReport{}, fmt.Errorf("%w: version %d, this build knows up to %d; migrate with a build at least as new as the one that migrated it", ErrSchemaTooNew, sc.Version, SchemaVersion)
 	}
 	rep := MigrateReport{From: sc.Version, To: SchemaVersion}
 	if sc.Version == SchemaVersion && sc.Step == "" {
@@ -183,7 +240,6 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, e
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{setWrite(s.schemaName(), done, false)}}); err != nil {
 		return rep, wrap("migrate: record the schema", err)
 	}
-	s.legacyNames.Store(false)
 	return rep, nil
 }
 

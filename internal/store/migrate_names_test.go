@@ -3,9 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +17,12 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// Tasks stored as today's main stores them (schema 1: tasks/{taskId}) are
-// moved to their hash-prefixed names while another process, started
-// before the migration, heartbeats and completes them: every callback
-// lands (no heartbeat or completion lost to a move), every task is listed,
-// swept and completed at its new name, its events are there to deliver,
-// and a rerun does nothing.
-func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
+// Tasks stored as schema 1 stored them (tasks/{taskId}): this build
+// refuses the database, naming the command to run, and reads no legacy
+// name; `servo migrate` moves every task to its hash-prefixed name; then
+// every task takes its callbacks, is listed, swept and completed at its
+// new name, its events are there to deliver, and a rerun does nothing.
+func TestMigrateNames(t *testing.T) {
 	ctx := context.Background()
 	project := emulatortest.ProjectID(t)
 	mig, err := New(ctx, project)
@@ -30,16 +30,8 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mig.Close()
-	cb, err := New(ctx, project) // the functions: running before the migration
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
 	v1 := Schema{Version: 1, UpdatedAt: time.Now().UTC()}
 	if _, err := mig.client.Commit(ctx, &pb.CommitRequest{Database: mig.db, Writes: []*pb.Write{setWrite(mig.schemaName(), v1, false)}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cb.CheckSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -48,12 +40,12 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 		tk := task.Task{ID: task.NewTaskID(at), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
 			Payload: json.RawMessage(`{}`), Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: timeout.Milliseconds()},
 			Retry: api.RetryPolicy{MaxAttempts: 1}}
-		tk, _, err := cb.Create(ctx, tk, at)
+		tk, _, err := mig.Create(ctx, tk, at)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, ev := range []task.Event{{Kind: task.EventEnqueued, Attempt: 1, Now: at}, {Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: at}} {
-			if _, err := cb.Apply(ctx, tk.ID, ev); err != nil {
+			if _, err := mig.Apply(ctx, tk.ID, ev); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -66,31 +58,16 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 		ids = append(ids, started(time.Now().UTC(), time.Hour).ID)
 	}
 
-	// The callbacks race the migration.
-	errs := make(chan error, live*(beats+1))
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Go(func() {
-			for i := range beats {
-				_, err := cb.Apply(ctx, id, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(),
-					Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", Message: fmt.Sprint("beat ", i)}})
-				if err != nil {
-					errs <- fmt.Errorf("heartbeat %d of %s: %w", i, id, err)
-				}
-			}
-			r, err := cb.Apply(ctx, id, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(),
-				Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}})
-			if err != nil || r.Rejection != nil {
-				errs <- fmt.Errorf("complete %s: %v %v", id, r.Rejection, err)
-			}
-		})
+	// This build refuses the database and names the command; it reads
+	// no legacy name.
+	if _, err := mig.CheckSchema(ctx); !errors.Is(err, ErrSchemaTooOld) || !strings.Contains(err.Error(), "servo migrate --project "+project) {
+		t.Fatalf("CheckSchema of schema 1: %v, want ErrSchemaTooOld naming `servo migrate --project %s`", err, project)
 	}
+	if _, err := mig.Get(ctx, ids[0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a schema 1 task read before the migration: %v, want not found (no legacy read)", err)
+	}
+
 	rep, err := mig.Migrate(ctx, MigrateOptions{PageSize: 4})
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,16 +87,28 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 	if docs, _, err := mig.batchGet(ctx, legacy, nil); err != nil || len(docs) != 0 {
 		t.Fatalf("%d tasks left under their schema 1 names (%v)", len(docs), err)
 	}
-	// A process started after the migration reads only the new names.
+	// A process started after the migration accepts the database and
+	// finds every task at its new name.
 	after, err := New(ctx, project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer after.Close()
-	if _, err := after.CheckSchema(ctx); err != nil || after.legacyNames.Load() {
-		t.Fatalf("schema 2 read: %v, still reading legacy names: %v", err, after.legacyNames.Load())
+	if _, err := after.CheckSchema(ctx); err != nil {
+		t.Fatalf("CheckSchema after the migration: %v", err)
 	}
 	for _, id := range ids {
+		for i := range beats {
+			if _, err := after.Apply(ctx, id, task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(),
+				Heartbeat: &api.HeartbeatRequest{Attempt: 1, WorkerID: "w1", Message: fmt.Sprint("beat ", i)}}); err != nil {
+				t.Fatalf("heartbeat %d of %s: %v", i, id, err)
+			}
+		}
+		r, err := after.Apply(ctx, id, task.Event{Kind: task.EventCompleted, Attempt: 1, WorkerID: "w1", Now: time.Now().UTC(),
+			Completed: &api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeSucceeded}})
+		if err != nil || r.Rejection != nil {
+			t.Fatalf("complete %s: %v %v", id, r.Rejection, err)
+		}
 		tk, err := after.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -166,48 +155,35 @@ func TestMigrateNamesWhileCallbacksRace(t *testing.T) {
 	}
 }
 
-// The sweeper pages through tasks due at the same instant, still under
-// their schema 1 names, one at a time: each is returned once (a cursor
-// naming the task's new name would return the first page again).
-func TestDueTasksPagesOverSchema1Names(t *testing.T) {
+// A database without meta/schema and without data (a new deployment, a
+// test's project) is recorded at SchemaVersion by the first CheckSchema;
+// one with data but no meta/schema (a layout from before versions were
+// kept) is refused like any older schema.
+func TestCheckSchemaRecordsAFreshDatabase(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(ctx, emulatortest.ProjectID(t), WithDueShards(1))
+	s, err := New(ctx, emulatortest.ProjectID(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	at := time.Now().Add(-time.Hour).UTC()
-	var want []string
-	for range 3 {
-		tk, _, err := s.Create(ctx, task.Task{ID: task.NewTaskID(at), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w",
-			Payload: json.RawMessage(`{}`), Timing: api.Timing{HeartbeatIntervalMs: 1000, HeartbeatTimeoutMs: 3000},
-			Retry: api.RetryPolicy{MaxAttempts: 1}}, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range []task.Event{{Kind: task.EventEnqueued, Attempt: 1, Now: at}, {Kind: task.EventStarted, Attempt: 1, WorkerID: "w1", Now: at}} {
-			if _, err := s.Apply(ctx, tk.ID, ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-		asSchema1Name(t, s, tk.ID)
-		want = append(want, tk.ID)
+	sc, err := s.CheckSchema(ctx)
+	if err != nil || sc.Version != SchemaVersion {
+		t.Fatalf("fresh database: %+v %v, want version %d", sc, err, SchemaVersion)
 	}
-	var got []string
-	var cursor *DueCursor
-	for page := 0; page < 10; page++ {
-		ts, err := s.DueTasks(ctx, DueLease, []int{0}, time.Now().UTC(), 1, cursor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ts) == 0 {
-			break
-		}
-		got = append(got, ts[0].ID)
-		cursor = &DueCursor{At: *ts[0].LeaseExpiresAt, ID: ts[0].ID}
+	if read, err := s.ReadSchema(ctx); err != nil || read.Version != SchemaVersion {
+		t.Fatalf("meta/schema after: %+v %v", read, err)
 	}
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Fatalf("paged %v, want each of %v once", got, want)
+
+	old, err := New(ctx, emulatortest.ProjectID(t)+"-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	tk := task.Task{ID: task.NewTaskID(time.Now()), TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "w", Payload: json.RawMessage(`{}`)}
+	if _, _, err := old.Create(ctx, tk, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CheckSchema(ctx); !errors.Is(err, ErrSchemaTooOld) {
+		t.Fatalf("data without meta/schema: %v, want ErrSchemaTooOld", err)
 	}
 }

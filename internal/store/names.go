@@ -26,16 +26,10 @@ func (s *Store) taskName(id string) string {
 // tasks/{taskId}. Migrate moves such documents to taskName.
 func (s *Store) legacyTaskName(id string) string { return s.docs + "/" + TasksCollection + "/" + id }
 
-// taskNames are the names a task's document may have: its own and, while
-// the database may still hold documents of schema < 2 (legacyNames), its
-// legacy name. Both are read in the same BatchGetDocuments: a lookup
-// stays one RPC.
-func (s *Store) taskNames(id string) []string {
-	if s.legacyNames.Load() {
-		return []string{s.taskName(id), s.legacyTaskName(id)}
-	}
-	return []string{s.taskName(id)}
-}
+// taskNames are the names a lookup of a task reads: its own alone. A
+// database of an older schema (legacy names) is refused at start
+// (CheckSchema: `servo migrate` first), so no lookup reads two names.
+func (s *Store) taskNames(id string) []string { return []string{s.taskName(id)} }
 
 // foundTask picks the task's document among docs read with taskNames: its
 // name and the document, or taskName and nil when there is none.

@@ -133,11 +133,7 @@ func (s *Store) Attempts(ctx context.Context, id string) ([]task.Attempt, error)
 
 // records reads a task's attempt record documents, oldest first.
 func (s *Store) records(ctx context.Context, id string) ([]task.Attempt, error) {
-	out, err := s.attempts(ctx, s.taskName(id))
-	if err == nil && len(out) == 0 && s.legacyNames.Load() {
-		out, err = s.attempts(ctx, s.legacyTaskName(id))
-	}
-	return out, err
+	return s.attempts(ctx, s.taskName(id))
 }
 
 // attempts reads the attempt records under the task document base.
