@@ -17,6 +17,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
@@ -88,17 +89,16 @@ type Config struct {
 type handler struct{ cfg Config }
 
 // NewHandler returns the handler of POST /v1/tasks/{taskId}/started,
-// /heartbeat and /completed. It panics if cfg has no Store or Keys.
-func NewHandler(cfg Config) http.Handler {
-	if cfg.Store == nil || cfg.Keys == nil {
-		panic("callbacks: Config.Store and Config.Keys are required")
+// /heartbeat and /completed. If cfg has no Store or Keys, it returns an
+// error naming the field (a missing dependency, see internal/service).
+func NewHandler(cfg Config) (http.Handler, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("callbacks", "Config.Store")
+	case cfg.Keys == nil:
+		return nil, service.Missing("callbacks", "Config.Keys")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logs.Default()
-	}
+	service.Defaults(&cfg.Now, &cfg.Logger)
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -111,7 +111,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	return instrument(&handler{cfg: cfg})
+	return instrument(&handler{cfg: cfg}), nil
 }
 
 // SplitPath returns the task id and callback kind of a callback path

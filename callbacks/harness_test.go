@@ -75,8 +75,18 @@ func newEnv(t testing.TB, mutate func(*callbacks.Config)) *env {
 	if mutate != nil {
 		mutate(&e.cfg)
 	}
-	e.h = callbacks.NewHandler(e.cfg)
+	e.h = newHandler(t, e.cfg)
 	return e
+}
+
+// newHandler is callbacks.NewHandler; an error fails t.
+func newHandler(t testing.TB, cfg callbacks.Config) http.Handler {
+	t.Helper()
+	h, err := callbacks.NewHandler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // instance returns another handler on the same project and keys, as a
@@ -91,7 +101,7 @@ func (e *env) instance() http.Handler {
 	e.t.Cleanup(func() { st.Close() })
 	cfg := e.cfg
 	cfg.Store = st
-	return callbacks.NewHandler(cfg)
+	return newHandler(e.t, cfg)
 }
 
 // Test task timers: a 1 s interval, a 3 s lease, 1 s grace, retries after

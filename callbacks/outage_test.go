@@ -52,7 +52,7 @@ func TestWorkerKeepsAttemptThroughStoreOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &servotest.Buffer{}
-	srv := httptest.NewServer(callbacks.NewHandler(callbacks.Config{Store: st, Keys: keys, Logger: logs.New(log, nil),
+	srv := httptest.NewServer(newHandler(t, callbacks.Config{Store: st, Keys: keys, Logger: logs.New(log, nil),
 		StoreTimeout: 2 * time.Second, RetryAfter: time.Second}))
 	t.Cleanup(srv.Close)
 	sw, err := zombie.New(zombie.Config{Store: st, Enqueuer: noFollowUp{}, Every: 500 * time.Millisecond, Logger: logs.New(log, nil)})

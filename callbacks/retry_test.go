@@ -239,7 +239,7 @@ func newRetryPath(t *testing.T, e *env, worker string, opts cloudtasks.Options, 
 	}
 	cfg := e.cfg
 	cfg.Enqueuer, cfg.Now = rp.enq, now
-	cb := &httptest.Server{Listener: lis, Config: &http.Server{Handler: callbacks.NewHandler(cfg)}}
+	cb := &httptest.Server{Listener: lis, Config: &http.Server{Handler: newHandler(t, cfg)}}
 	cb.Start()
 	t.Cleanup(cb.Close)
 	return rp

@@ -84,6 +84,8 @@ type envOptions struct {
 	paused bool
 	// config edits the handler configuration.
 	config func(*Config)
+	// workers edits the workers (render, ingest) before they are checked.
+	workers func(enqueue.Workers)
 	// store passes options to the store (a dead endpoint).
 	store []store.Option
 	// logs, when set, receives the JSON lines (INFO and above) of both the
@@ -148,6 +150,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		"render": {URL: e.worker.URL + "/run", Queue: e.queue, ServiceAccount: workerSA},
 		"ingest": {URL: e.worker.URL + "/ingest", Queue: e.queue, ServiceAccount: workerSA},
 	}
+	if o.workers != nil {
+		o.workers(e.workers)
+	}
 	if err := e.workers.Validate(true); err != nil {
 		t.Fatalf("workers: %v", err)
 	}
@@ -163,7 +168,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.config != nil {
 		o.config(&cfg)
 	}
-	e.h = newHandler(cfg)
+	h, err := newHandler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = h
 	e.api = httptest.NewServer(e.h)
 	t.Cleanup(e.api.Close)
 	return e

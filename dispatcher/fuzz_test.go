@@ -30,7 +30,11 @@ func fuzzHandler(f *testing.F) *handler {
 	if err != nil {
 		f.Fatal(err)
 	}
-	return newHandler(Config{Store: &store.Store{}, Enqueuer: enq, MinTimer: task.MinTimerLocal})
+	h, err := newHandler(Config{Store: &store.Store{}, Enqueuer: enq, MinTimer: task.MinTimerLocal})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return h
 }
 
 // FuzzSubmitDecode feeds arbitrary bodies to the submit's decoding and

@@ -16,6 +16,7 @@ import (
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -107,11 +108,15 @@ type handler struct {
 	runPageSize int
 }
 
-// NewHandler returns the control API handler. It panics when cfg.Store or
-// cfg.Enqueuer is nil.
-func NewHandler(cfg Config) http.Handler {
-	h := newHandler(cfg)
-	return routed{instrument(h), h.patterns}
+// NewHandler returns the control API handler. When cfg.Store or
+// cfg.Enqueuer is nil, it returns an error naming the field (a missing
+// dependency, see internal/service).
+func NewHandler(cfg Config) (http.Handler, error) {
+	h, err := newHandler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return routed{instrument(h), h.patterns}, nil
 }
 
 // routed is a handler with the patterns it serves: Routes lists them, so
@@ -124,16 +129,14 @@ type routed struct {
 // Routes returns the registered patterns.
 func (r routed) Routes() []string { return slices.Clone(r.patterns) }
 
-func newHandler(cfg Config) *handler {
-	if cfg.Store == nil || cfg.Enqueuer == nil {
-		panic("dispatcher: Config.Store and Config.Enqueuer are required")
+func newHandler(cfg Config) (*handler, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("dispatcher", "Config.Store")
+	case cfg.Enqueuer == nil:
+		return nil, service.Missing("dispatcher", "Config.Enqueuer")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logs.Default()
-	}
+	service.Defaults(&cfg.Now, &cfg.Logger)
 	if cfg.MinTimer <= 0 {
 		cfg.MinTimer = task.MinTimerProduction
 	}
@@ -157,7 +160,7 @@ func newHandler(cfg Config) *handler {
 	}
 	h := &handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), runPageSize: 500}
 	h.routes()
-	return h
+	return h, nil
 }
 
 // routes registers the API. Each path also has a method-less pattern that

@@ -36,7 +36,11 @@ func TestRunScopedPerTenant(t *testing.T) {
 	defer st2.Close()
 	cfg2 := e.h.cfg
 	cfg2.Store = st2
-	api2 := httptest.NewServer(newHandler(cfg2))
+	h2, err := newHandler(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api2 := httptest.NewServer(h2)
 	defer api2.Close()
 	api1 := e.api
 	e.api = api2

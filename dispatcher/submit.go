@@ -252,9 +252,16 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		return task.Task{}, pf(invalid("worker", "is required: name a configured worker"))
 	}
 	workers := h.cfg.Enqueuer.Workers()
-	if _, err := workers.Lookup(req.Worker); err != nil {
+	w, err := workers.Lookup(req.Worker)
+	if err != nil {
 		return task.Task{}, pf(invalid("worker", "unknown worker %q: name one of the configured workers (%s); URLs are not accepted",
 			truncate(req.Worker, 64), strings.Join(workers.Names(), ", ")))
+	}
+	if !w.Serves(req.TenantID) {
+		// Bound to other tenants (a pull pool's members act only for
+		// those); the message names none of them.
+		return task.Task{}, pf(&apiError{status: http.StatusForbidden, body: api.Error{Code: api.CodePermissionDenied, Field: "worker",
+			Message: fmt.Sprintf("worker %q does not take tenant %q's tasks", truncate(req.Worker, 64), truncate(req.TenantID, 128))}})
 	}
 	payload, e := compactJSON("payload", req.Payload)
 	if e != nil {
@@ -335,51 +342,59 @@ func (h *handler) checkRerun(r *http.Request, t *task.Task, prefix string) *apiE
 }
 
 // timing builds the task's timers: explicit values as given (Validate
-// rejects zero and negative ones), defaults for the rest.
+// rejects zero and negative ones), the configured start timeout, and
+// api.Timing.WithDefaults for the rest.
 func (h *handler) timing(req *api.SubmitRequest) api.Timing {
 	t := api.Timing{
-		HeartbeatIntervalMs: api.DefaultHeartbeatInterval.Milliseconds(),
-		CancelGracePeriodMs: api.DefaultCancelGracePeriod.Milliseconds(),
-		StartTimeoutMs:      h.cfg.DefaultStartTimeout.Milliseconds(),
-	}
-	if req.HeartbeatIntervalMs != nil {
-		t.HeartbeatIntervalMs = *req.HeartbeatIntervalMs
-	}
-	t.HeartbeatTimeoutMs = max(api.DefaultHeartbeatTimeout.Milliseconds(), 3*t.HeartbeatIntervalMs)
-	if req.HeartbeatTimeoutMs != nil {
-		t.HeartbeatTimeoutMs = *req.HeartbeatTimeoutMs
-	}
-	if req.CancelGracePeriodMs != nil {
-		t.CancelGracePeriodMs = *req.CancelGracePeriodMs
-	}
+		HeartbeatIntervalMs: valueOf(req.HeartbeatIntervalMs),
+		HeartbeatTimeoutMs:  valueOf(req.HeartbeatTimeoutMs),
+		CancelGracePeriodMs: valueOf(req.CancelGracePeriodMs),
+	}.WithDefaults()
+	// WithDefaults takes a zero for unset: an explicit zero is kept, for
+	// Validate to reject. (The heartbeat timeout it derives from a zero
+	// interval's default, 3 × 30 s, is the one of any interval ≤ 30 s.)
+	given(&t.HeartbeatIntervalMs, req.HeartbeatIntervalMs)
+	given(&t.HeartbeatTimeoutMs, req.HeartbeatTimeoutMs)
+	given(&t.CancelGracePeriodMs, req.CancelGracePeriodMs)
+	t.StartTimeoutMs = h.cfg.DefaultStartTimeout.Milliseconds()
 	return t
 }
 
 // retryPolicy builds the task's retry policy: explicit values as given,
-// defaults for the rest.
+// api.RetryPolicy.WithDefaults for the rest.
 func retryPolicy(r *api.RetryRequest) api.RetryPolicy {
-	p := api.RetryPolicy{
-		MaxAttempts:        api.DefaultMaxAttempts,
-		InitialBackoffMs:   api.DefaultInitialBackoff.Milliseconds(),
-		BackoffCoefficient: api.DefaultBackoffCoefficient,
-	}
 	if r == nil {
 		r = &api.RetryRequest{}
 	}
-	if r.MaxAttempts != nil {
-		p.MaxAttempts = *r.MaxAttempts
-	}
-	if r.InitialBackoffMs != nil {
-		p.InitialBackoffMs = *r.InitialBackoffMs
-	}
-	if r.BackoffCoefficient != nil {
-		p.BackoffCoefficient = *r.BackoffCoefficient
-	}
-	p.MaxBackoffMs = max(api.DefaultMaxBackoff.Milliseconds(), p.InitialBackoffMs)
-	if r.MaxBackoffMs != nil {
-		p.MaxBackoffMs = *r.MaxBackoffMs
-	}
+	p := api.RetryPolicy{
+		MaxAttempts:        valueOf(r.MaxAttempts),
+		InitialBackoffMs:   valueOf(r.InitialBackoffMs),
+		BackoffCoefficient: valueOf(r.BackoffCoefficient),
+		MaxBackoffMs:       valueOf(r.MaxBackoffMs),
+	}.WithDefaults()
+	// As in timing: an explicit zero is kept. (The maximum backoff it
+	// derives from a zero initial backoff's default is the default.)
+	given(&p.MaxAttempts, r.MaxAttempts)
+	given(&p.InitialBackoffMs, r.InitialBackoffMs)
+	given(&p.BackoffCoefficient, r.BackoffCoefficient)
+	given(&p.MaxBackoffMs, r.MaxBackoffMs)
 	return p
+}
+
+// valueOf returns *p, or the zero value when p is nil.
+func valueOf[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
+}
+
+// given sets *v to *req when the request gave a value.
+func given[T any](v, req *T) {
+	if req != nil {
+		*v = *req
+	}
 }
 
 // compactJSON returns raw compacted, or nil for an absent or null value.
@@ -390,6 +405,9 @@ func compactJSON(field string, raw json.RawMessage) (json.RawMessage, *apiError)
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
 		return nil, invalid(field, "must be valid JSON")
+	}
+	if task.JSONDepth(buf.Bytes(), api.MaxJSONDepth) > api.MaxJSONDepth {
+		return nil, invalid(field, "nests more than %d levels of arrays and objects", api.MaxJSONDepth)
 	}
 	return buf.Bytes(), nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
@@ -52,7 +53,11 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(callbacks.NewHandler(callbacks.Config{Store: s, Keys: keys, Logger: slog.New(newLogRecorder(t))}))
+	cb, err := callbacks.NewHandler(callbacks.Config{Store: s, Keys: keys, Logger: slog.New(newLogRecorder(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(cb)
 	t.Cleanup(srv.Close)
 	return &stack{store: s, keys: keys, url: srv.URL}
 }
@@ -114,13 +119,7 @@ func itHandler(t *testing.T, fn worker.Func, opts ...worker.Option) (http.Handle
 // waitUntil polls cond (which reads the store) until it holds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	servotest.Until(t, what, cond)
 }
 
 // proxy sits between the worker and the callbacks and misbehaves on plan.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/zombie"
@@ -211,3 +212,22 @@ func (r *recorder) count() int {
 }
 
 var errBoom = errors.New("boom")
+
+// The rest of zombie.Store: a memStore keeps no pulse (no outage is ever
+// found), no outbox and no quotas.
+
+func (m *memStore) Pulse(context.Context, time.Time, time.Duration) (*task.Outage, error) {
+	return nil, nil
+}
+
+func (m *memStore) PromisePulse(context.Context, time.Time) error { return nil }
+
+func (m *memStore) OutboxGroups() [][]int { return nil }
+
+func (m *memStore) Undelivered(context.Context, []int, time.Time, int) ([]store.OutboxEntry, error) {
+	return nil, nil
+}
+
+func (m *memStore) QuotasEnabled() bool { return false }
+
+func (m *memStore) RepairQuotaCounters(context.Context) ([]quota.Repair, error) { return nil, nil }

@@ -15,9 +15,8 @@ import (
 // counters (Config.QuotaRepairEvery).
 const DefaultQuotaRepairEvery = time.Minute
 
-// QuotaStore is what the quota duties need beyond Store; *store.Store has
-// it. The duties run only when the store's Store implements it and has a
-// limited tenant or worker.
+// QuotaStore is what the quota duties need (part of Store). The duties run
+// only when the store has a limited tenant or worker.
 type QuotaStore interface {
 	QuotasEnabled() bool
 	RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
@@ -29,8 +28,8 @@ var admitDuty = Duty{Name: "admit", Due: store.DueAdmit, Event: task.EventAdmit}
 // quotaDuties runs the two quota duties of a pass (package quota decides
 // both): repair (every QuotaRepairEvery) and admit (every pass).
 func (s *Sweeper) quotaDuties(ctx context.Context, st *Stats, stop time.Time) error {
-	qs, ok := s.cfg.Store.(QuotaStore)
-	if !ok || !qs.QuotasEnabled() {
+	qs := s.cfg.Store
+	if !qs.QuotasEnabled() {
 		return nil
 	}
 	var errs []error

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -37,7 +37,11 @@ const (
 	DefaultWindow = 55 * time.Second
 )
 
-// Store is what the sweeper needs from the store; *store.Store has it.
+// Store is what the sweeper needs from the store, every method required
+// (*store.Store has them all): no duty depends on discovering a feature
+// at run time, so a store cannot silently give a sweeper without outage
+// credit, outbox checks or quota duties.
+//
 // DueTasks may return tasks with only their id, tenant, state, attempt and
 // due time set (the store projects its due queries to those, so that a page
 // costs the same whatever the payloads): the sweeper acts on the task that
@@ -48,7 +52,13 @@ type Store interface {
 	DueGroups(d store.Due) [][]int
 	DueTasks(ctx context.Context, d store.Due, shards []int, now time.Time, limit int, after *store.DueCursor) ([]task.Task, error)
 	Apply(ctx context.Context, id string, ev task.Event) (task.Result, error)
+	Pulser
+	Promiser
+	OutboxStore
+	QuotaStore
 }
+
+var _ Store = (*store.Store)(nil)
 
 // Enqueuer performs what a committed result asks for (enqueue a retry or
 // re-drive, dequeue a cancelled attempt); *enqueue.Enqueuer is one.
@@ -68,22 +78,21 @@ type Holder interface {
 }
 
 // Pulser records the start of every pass, and an outage when passes
-// stopped for longer than their cadence (*store.Store is one): Servo
-// itself was down, and leases are credited with the gap (store.Pulse).
+// stopped for longer than their cadence (part of Store): Servo itself was
+// down, and leases are credited with the gap (store.Pulse).
 type Pulser interface {
 	Pulse(ctx context.Context, now time.Time, every time.Duration) (*task.Outage, error)
 }
 
-// Promiser moves the pulse's promise of the next pass (*store.Store is
-// one): a window that ends early promises the next Scheduler tick, so
-// that the gap until then is not taken for an outage.
+// Promiser moves the pulse's promise of the next pass (part of Store): a
+// window that ends early promises the next Scheduler tick, so that the gap
+// until then is not taken for an outage.
 type Promiser interface {
 	PromisePulse(ctx context.Context, next time.Time) error
 }
 
-// OutboxStore tells whether outbox entries wait for the re-drive
-// (*store.Store is one): a window does not end early while one is due
-// before its end.
+// OutboxStore tells whether outbox entries wait for the re-drive (part of
+// Store): a window does not end early while one is due before its end.
 type OutboxStore interface {
 	// OutboxGroups splits the due shards into the groups Undelivered takes.
 	OutboxGroups() [][]int
@@ -276,19 +285,18 @@ type Sweeper struct {
 	lastRepair time.Time
 }
 
-// New returns a Sweeper; Store and Enqueuer are required.
+// New returns a Sweeper; Store and Enqueuer are required: without one, it
+// returns an error naming it (a missing dependency, see internal/service).
 func New(cfg Config) (*Sweeper, error) {
-	if cfg.Store == nil || cfg.Enqueuer == nil {
-		return nil, errors.New("zombie: Store and Enqueuer are required")
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("zombie", "Config.Store")
+	case cfg.Enqueuer == nil:
+		return nil, service.Missing("zombie", "Config.Enqueuer")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	service.Defaults(&cfg.Now, &cfg.Logger)
 	if cfg.Jitter == nil {
 		cfg.Jitter = rand.Float64
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logs.Default()
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
@@ -338,10 +346,10 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err erro
 	start := time.Now()
 	defer func() { s.record(ctx, st, time.Since(start), err) }()
 	var errs []error
-	if p, ok := s.cfg.Store.(Pulser); ok {
+	{
 		// Wall time, as the store's own outage records: a test's clock
 		// that jumps ahead is not an outage.
-		gap, err := p.Pulse(ctx, time.Now().UTC(), s.cadence())
+		gap, err := s.cfg.Store.Pulse(ctx, time.Now().UTC(), s.cadence())
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("zombie: pulse: %w", err))
@@ -675,8 +683,8 @@ func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Ti
 	if s.cfg.KeepWindow || passErr != nil || st.Skipped > 0 || st.RedriveErrors > 0 || tot.Due > 0 || tot.Upcoming > 0 {
 		return false
 	}
-	ob, ok := s.cfg.Store.(OutboxStore)
-	if !ok || s.cfg.Redriver == nil {
+	ob := s.cfg.Store
+	if s.cfg.Redriver == nil {
 		return true
 	}
 	// ShardConcurrency groups of shards at a time: the window's billed time.
@@ -702,15 +710,11 @@ func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Ti
 	return !busy.Load()
 }
 
-// promise records, when the store keeps the pulse, that the next pass
-// comes with the next Scheduler tick, before next (best effort: without
-// it the gap reads as an outage, which only credits leases).
+// promise records that the next pass comes with the next Scheduler tick,
+// before next (best effort: without it the gap reads as an outage, which
+// only credits leases).
 func (s *Sweeper) promise(ctx context.Context, next time.Time) {
-	p, ok := s.cfg.Store.(Promiser)
-	if !ok {
-		return
-	}
-	if err := p.PromisePulse(ctx, next); err != nil {
+	if err := s.cfg.Store.PromisePulse(ctx, next); err != nil {
 		s.log.WarnContext(ctx, "recording the next pass's promise failed", "error", err)
 	}
 }

@@ -87,7 +87,9 @@ func newE2E(t *testing.T) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb = callbacks.NewHandler(callbacks.Config{Store: s, Keys: keys, Enqueuer: enq, Logger: log})
+	if cb, err = callbacks.NewHandler(callbacks.Config{Store: s, Keys: keys, Enqueuer: enq, Logger: log}); err != nil {
+		t.Fatal(err)
+	}
 	return &e2e{store: s, enq: enq}
 }
 

@@ -35,6 +35,7 @@ package enqueue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/failpoint"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -111,18 +113,17 @@ type Enqueuer struct{ cfg Config }
 
 // New returns an Enqueuer.
 func New(cfg Config) (*Enqueuer, error) {
-	if cfg.Store == nil || cfg.Tasks == nil || cfg.Keys == nil {
-		return nil, errors.New("enqueue: Store, Tasks and Keys are required")
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("enqueue", "Config.Store")
+	case cfg.Tasks == nil:
+		return nil, service.Missing("enqueue", "Config.Tasks")
+	case cfg.Keys == nil:
+		return nil, service.Missing("enqueue", "Config.Keys")
+	case cfg.CallbackBaseURL == "":
+		return nil, service.Missing("enqueue", "Config.CallbackBaseURL")
 	}
-	if cfg.CallbackBaseURL == "" {
-		return nil, errors.New("enqueue: CallbackBaseURL is required")
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Now, cfg.Logger = service.Clock(cfg.Now), cmp.Or(cfg.Logger, slog.Default())
 	for _, n := range cfg.Workers.Names() {
 		if cfg.Workers[n].Job != "" && cfg.JobDispatchURL == "" {
 			return nil, fmt.Errorf("enqueue: worker %q runs a Cloud Run Job: JobDispatchURL is required", n)

@@ -15,6 +15,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/servo-dev/servo/internal/failpoint"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -162,11 +163,11 @@ const (
 //
 //	st.OnCommit(p.Hook())
 func New(ctx context.Context, cfg Config) (*Publisher, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("events: Config.Store is required")
-	}
-	if cfg.Client == nil {
-		return nil, errors.New("events: Config.Client is required")
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("events", "Config.Store")
+	case cfg.Client == nil:
+		return nil, service.Missing("events", "Config.Client")
 	}
 	p := &Publisher{
 		outbox: cfg.Store, log: cfg.Logger, now: cfg.Now, grace: cfg.Grace, timeout: cfg.PublishTimeout,
@@ -180,9 +181,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
-	if p.now == nil {
-		p.now = time.Now
-	}
+	p.now = service.Clock(p.now)
 	if p.grace <= 0 {
 		p.grace = DefaultGrace
 	}

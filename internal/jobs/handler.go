@@ -15,6 +15,7 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -59,17 +60,19 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// NewHandler returns the dispatch endpoint.
+// NewHandler returns the dispatch endpoint. Store, Keys and Runner are
+// required: without one, it returns an error naming it, which wraps
+// service.ErrMissingDependency.
 func NewHandler(cfg Config) (*Handler, error) {
-	if cfg.Store == nil || cfg.Keys == nil || cfg.Runner == nil {
-		return nil, errors.New("jobs: Store, Keys and Runner are required")
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("jobs", "Config.Store")
+	case cfg.Keys == nil:
+		return nil, service.Missing("jobs", "Config.Keys")
+	case cfg.Runner == nil:
+		return nil, service.Missing("jobs", "Config.Runner")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logs.Default()
-	}
+	service.Defaults(&cfg.Now, &cfg.Logger)
 	return &Handler{cfg: cfg, log: cfg.Logger.With("component", "jobs")}, nil
 }
 

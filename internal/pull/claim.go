@@ -2,6 +2,7 @@ package pull
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -59,19 +61,22 @@ type Config struct {
 // Handler serves POST /v1/pools/{pool}/claim.
 type Handler struct{ cfg Config }
 
-// NewHandler returns the claim handler; it panics when a required field of
-// cfg is missing.
-func NewHandler(cfg Config) *Handler {
-	if cfg.Store == nil || cfg.Enqueuer == nil || cfg.Transport == nil || cfg.Identity == nil {
-		panic("pull: Config.Store, Enqueuer, Transport and Identity are required")
+// NewHandler returns the claim handler; when a required field of cfg is
+// missing, it returns an error naming it, which wraps
+// service.ErrMissingDependency.
+func NewHandler(cfg Config) (*Handler, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, service.Missing("pull", "Config.Store")
+	case cfg.Enqueuer == nil:
+		return nil, service.Missing("pull", "Config.Enqueuer")
+	case cfg.Transport == nil:
+		return nil, service.Missing("pull", "Config.Transport")
+	case cfg.Identity == nil:
+		return nil, service.Missing("pull", "Config.Identity")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Handler{cfg: cfg}
+	cfg.Now, cfg.Logger = service.Clock(cfg.Now), cmp.Or(cfg.Logger, slog.Default())
+	return &Handler{cfg: cfg}, nil
 }
 
 // ServeHTTP answers a claim. The pool is the path value "pool" (the route
