@@ -66,9 +66,10 @@ var Mutants = []Mutant{
 		// outbox document; servo dev crashes between commits and their
 		// publish, so such events are lost for good (events).
 		Name: "outbox-write-skipped",
-		Edits: []Edit{{File: "internal/store/store.go",
+		Edits: []Edit{{File: "internal/store/apply.go",
 			Old: "\t\tr.Transitions[i].Trace = tp\n\t}\n\twrites = append(writes, s.outboxWrites(r.Transitions)...)\n",
-			New: "\t\tr.Transitions[i].Trace = tp\n\t}\n\twrites = append(writes, s.outboxWrites(slices.DeleteFunc(slices.Clone(r.Transitions), func(tr task.Transition) bool { return tr.Seq%2 == 0 }))...)\n"}},
+			New: "\t\tr.Transitions[i].Trace = tp\n\t}\n\twrites = append(writes, s.outboxWrites(slices.DeleteFunc(slices.Clone(r.Transitions), func(tr task.Transition) bool { return tr.Seq%2 == 0 }))...)\n"},
+			{File: "internal/store/apply.go", Old: "import (\n", New: "import (\n\t\"slices\"\n"}},
 		Modes: []string{ModeOK, ModeFailOnce}, Tasks: 40,
 		Schedule: []Step{{FaultCrashAfterCommit, 2 * time.Second, 20 * time.Second}},
 	},
@@ -123,25 +124,38 @@ func CopyModule(src, dst string) error {
 // Apply applies m's edits to the module copied at root. Each Old must be
 // found exactly once.
 func (m Mutant) Apply(root string) error {
+	files, err := m.Mutated(root)
+	for rel, b := range files {
+		if werr := os.WriteFile(filepath.Join(root, filepath.FromSlash(rel)), b, 0o644); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+// Mutated returns the files m edits, read from the module at root, with
+// m's edits applied (module-relative path → contents). Each Old must be
+// found exactly once, after the edits before it in the same file.
+func (m Mutant) Mutated(root string) (map[string][]byte, error) {
 	var errs []error
+	files := map[string][]byte{}
 	for _, e := range m.Edits {
-		path := filepath.Join(root, filepath.FromSlash(e.File))
-		b, err := os.ReadFile(path)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("mutant %s: %w", m.Name, err))
-			continue
+		b, ok := files[e.File]
+		if !ok {
+			var err error
+			if b, err = os.ReadFile(filepath.Join(root, filepath.FromSlash(e.File))); err != nil {
+				errs = append(errs, fmt.Errorf("mutant %s: %w", m.Name, err))
+				continue
+			}
 		}
 		if n := bytes.Count(b, []byte(e.Old)); n != 1 {
 			errs = append(errs, fmt.Errorf("mutant %s: %s holds the snippet %d times, want once (re-target the mutant in internal/faults/mutants.go):\n%s",
 				m.Name, e.File, n, indent(e.Old)))
 			continue
 		}
-		b = bytes.Replace(b, []byte(e.Old), []byte(e.New), 1)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			errs = append(errs, err)
-		}
+		files[e.File] = bytes.Replace(b, []byte(e.Old), []byte(e.New), 1)
 	}
-	return errors.Join(errs...)
+	return files, errors.Join(errs...)
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
