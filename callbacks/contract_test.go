@@ -476,6 +476,20 @@ func contractCases() []contractCase {
 		},
 		// 400 invalid_request (+field), REJECTED.
 		badBody("malformed JSON", callbacks.KindHeartbeat, `{"attempt":1,`, "body"),
+		// Control characters in worker text reach pages, streams and
+		// terminals: refused, naming the field (tab, newline, CRLF pass).
+		badBody("ESC in a heartbeat message", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","message":"\u001b]0;pwned\u0007"}`, "message"),
+		badBody("bare CR in a heartbeat message", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","message":"ok\rdata: forged"}`, "message"),
+		badBody("NUL in a heartbeat message", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","message":"a\u0000b"}`, "message"),
+		badBody("ESC in an error message", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"FAILED","error":{"category":"USER_CODE","message":"\u001b[2J"}}`, "error.message"),
+		badBody("bare CR in a stack trace", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"FAILED","error":{"category":"USER_CODE","message":"m","stackTrace":"at a\rat b"}}`, "error.stackTrace"),
+		badBody("newline in a worker id", callbacks.KindStarted, `{"attempt":1,"workerId":"w1\nINFO forged"}`, "workerId"),
+		badBody("C1 control in cancelledDuringPhase", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"CANCELLED","cancelledDuringPhase":"x\u009by"}`, "cancelledDuringPhase"),
+		// Nested deeper than api.MaxJSONDepth: an SDK's parser may not
+		// take it (Python's recursion limit), so it is refused here.
+		badBody("checkpoint nested 1 000 deep", callbacks.KindHeartbeat, `{"attempt":1,"workerId":"w1","checkpoint":`+deepJSON(1000)+`}`, "checkpoint"),
+		badBody("output nested 65 deep", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"SUCCEEDED","output":`+deepJSON(api.MaxJSONDepth+1)+`}`, "output"),
+		badBody("partialProgress nested 1 000 deep", callbacks.KindCompleted, `{"attempt":1,"workerId":"w1","outcome":"CANCELLED","cancelledDuringPhase":"RUNNING","partialProgress":`+deepJSON(1000)+`}`, "partialProgress"),
 		badBody("not an object", callbacks.KindStarted, `[1]`, "body"),
 		badBody("attempt missing", callbacks.KindStarted, `{"workerId":"w1"}`, "attempt"),
 		badBody("workerId missing", callbacks.KindStarted, `{"attempt":1}`, "workerId"),
@@ -756,7 +770,7 @@ func TestUnavailable(t *testing.T) {
 	defer st.Close()
 	cfg := e.cfg
 	cfg.Store, cfg.StoreTimeout, cfg.RetryAfter = st, 500*time.Millisecond, 3*time.Second
-	h := callbacks.NewHandler(cfg)
+	h := newHandler(t, cfg)
 	for _, kind := range []callbacks.Kind{callbacks.KindStarted, callbacks.KindHeartbeat, callbacks.KindCompleted} {
 		body := map[callbacks.Kind]any{
 			callbacks.KindStarted: startedReq(1, "w1"), callbacks.KindHeartbeat: heartbeatReq(1, "w1"),
@@ -781,3 +795,6 @@ func TestUnavailable(t *testing.T) {
 		t.Errorf("503 not logged with its cause:\n%s", logs)
 	}
 }
+
+// deepJSON is an array nested n levels deep: [[[…]]].
+func deepJSON(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }

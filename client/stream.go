@@ -14,11 +14,16 @@ import (
 	"github.com/servo-dev/servo/api"
 )
 
+// ErrStreamExpired: the API ended an event stream because the identity
+// token that opened it expired; open a new one (with a fresh token).
+var ErrStreamExpired = errors.New("client: the event stream's identity token expired")
+
 // StreamEvents reads the event stream GET /v1/events (q: tenantId, taskId,
 // runId): the transitions the caller's roles let it view, published from
 // the answer on. It calls ready once the stream is open, then each for
-// every event, until ctx ends (nil), the API ends the stream, or each
-// fails (its error).
+// every event, until ctx ends (nil), the API ends the stream (nil, or
+// ErrStreamExpired when the token that opened it expired), or each fails
+// (its error).
 func (c *Client) StreamEvents(ctx context.Context, q url.Values, ready func(), each func(api.Event) error) error {
 	path := "/v1/events"
 	if len(q) > 0 {
@@ -56,6 +61,9 @@ func (c *Client) StreamEvents(ctx context.Context, q url.Values, ready func(), e
 		line := sc.Text()
 		switch {
 		case line == "":
+			if kind == "expired" {
+				return ErrStreamExpired
+			}
 			if kind == "transition" && data.Len() > 0 {
 				var e api.Event
 				if err := json.Unmarshal([]byte(data.String()), &e); err != nil {

@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/enqueue"
 )
 
 const testPolicy = `{"principals": {
@@ -319,5 +321,80 @@ func TestIAPHeaderIgnoredWithoutIAP(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("behind IAP, a dev token in IAP's header: %d, want 401", res.StatusCode)
+	}
+}
+
+// TestDeepJSONRefused: a payload or resources nested deeper than
+// api.MaxJSONDepth is a 400 naming the field (in a batch, the task's) and
+// stores nothing; one nested exactly that deep is accepted. An SDK's
+// parser (Python's recursion limit) never meets the deeper ones.
+func TestDeepJSONRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	deep := func(n int) json.RawMessage {
+		return json.RawMessage(strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n))
+	}
+	for _, c := range []struct {
+		name, path string
+		body       func() any
+		field      string
+	}{
+		{"payload 1 000 deep", "/v1/tasks", func() any { m := validSubmit("t"); m["payload"] = deep(1000); return m }, "payload"},
+		{"payload 65 deep", "/v1/tasks", func() any { m := validSubmit("t"); m["payload"] = deep(api.MaxJSONDepth + 1); return m }, "payload"},
+		{"resources 65 deep", "/v1/tasks", func() any { m := validSubmit("t"); m["resources"] = deep(api.MaxJSONDepth + 1); return m }, "resources"},
+		{"a batch's second payload", "/v1/tasks:batch", func() any {
+			bad := validSubmit("t")
+			bad["taskKey"], bad["payload"] = "second", deep(1000)
+			return map[string]any{"tasks": []any{validSubmit("t"), bad}}
+		}, "tasks[1].payload"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do("POST", c.path, c.body(), "")
+			if er := r.err(t); r.status != http.StatusBadRequest || er.Code != api.CodeInvalidRequest || er.Field != c.field || !strings.Contains(er.Message, "nests more than") {
+				t.Fatalf("%d %s, want 400 invalid_request on %s", r.status, r.body, c.field)
+			}
+		})
+	}
+	if l := e.do("GET", "/v1/tasks?tenantId=t", nil, ""); l.status != 200 || strings.Contains(string(l.body), "taskId") {
+		t.Fatalf("a refused submit stored a task: %s", l.body)
+	}
+	m := validSubmit("t")
+	m["payload"] = deep(api.MaxJSONDepth)
+	e.submit(m, http.StatusCreated)
+}
+
+// TestWorkerBoundToTenants: a worker (a pull pool, typically) bound to
+// tenants takes only their tasks: another tenant's submit, single or in a
+// batch, is 403 on the field worker, naming none of the bound tenants, and
+// stores nothing; an unbound worker takes every tenant's.
+func TestWorkerBoundToTenants(t *testing.T) {
+	e := newEnv(t, envOptions{workers: func(ws enqueue.Workers) {
+		w := ws["render"]
+		w.Tenants = []string{"tenant-a", "secret-tenant"}
+		ws["render"] = w
+	}})
+	e.submit(validSubmit("tenant-a"), http.StatusCreated)
+	for _, c := range []struct {
+		path  string
+		body  any
+		field string
+	}{
+		{"/v1/tasks", validSubmit("tenant-b"), "worker"},
+		{"/v1/tasks:batch", map[string]any{"tasks": []any{validSubmit("tenant-a"), validSubmit("tenant-b")}}, "tasks[1].worker"},
+	} {
+		r := e.do("POST", c.path, c.body, "")
+		er := r.err(t)
+		if r.status != http.StatusForbidden || er.Code != api.CodePermissionDenied || er.Field != c.field || strings.Contains(er.Message, "secret-tenant") {
+			t.Fatalf("%s for tenant-b: %d %s, want 403 permission_denied on %s naming no bound tenant", c.path, r.status, r.body, c.field)
+		}
+	}
+	if l := e.do("GET", "/v1/tasks?tenantId=tenant-b", nil, ""); l.status != 200 || strings.Contains(string(l.body), "taskId") {
+		t.Fatalf("a refused submit stored a task: %s", l.body)
+	}
+	m := validSubmit("tenant-b")
+	m["worker"] = "ingest"
+	e.submit(m, http.StatusCreated)
+	// A binding names tenants: "*" or "" is refused when the workers load.
+	if err := (enqueue.Workers{"p": {Pull: true, Tenants: []string{"*"}}}).Validate(true); err == nil || !strings.Contains(err.Error(), "tenants") {
+		t.Fatalf("tenants [*]: %v", err)
 	}
 }

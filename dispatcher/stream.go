@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -119,9 +120,25 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
-	err := h.cfg.Events(r.Context(), opts, ready, each)
+	// The stream lasts no longer than the identity that opened it: when
+	// the token expires, a last "expired" event tells the client to open
+	// a new stream with a fresh token, and the stream ends.
+	ctx := r.Context()
+	cred, _, _ := h.cfg.Identity.Credential(r.Header)
+	exp, expires := auth.Expiry(cred)
+	if expires {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, exp)
+		defer cancel()
+	}
+	err := h.cfg.Events(ctx, opts, ready, each)
 	mu.Lock()
 	defer mu.Unlock()
+	if started && expires && ctx.Err() != nil && r.Context().Err() == nil {
+		fmt.Fprint(w, "event: expired\ndata: {\"error\":\"unauthenticated\",\"message\":\"the identity token has expired: open a new stream with a fresh token\"}\n\n")
+		_ = rc.Flush()
+		return
+	}
 	if err != nil && !started {
 		h.log.WarnContext(r.Context(), "event stream failed", "error", err)
 		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the events topic is unavailable; retry"})

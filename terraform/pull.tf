@@ -19,10 +19,14 @@ variable "pull_pools" {
     a crashed claim received stays hidden; max_delivery_attempts how often
     a message is delivered before it goes to the pool's dead-letter topic
     (Servo's sweeper re-drives the task anyway); message_retention how long
-    an unclaimed message is kept.
+    an unclaimed message is kept. tenants, when set, binds the pool to
+    those tenants: a task of another tenant submitted to it is refused
+    (403), so its members only ever claim those tenants' tasks; empty, the
+    pool takes every tenant's tasks and its members act for all of them.
   EOT
   type = map(object({
     service_accounts      = list(string)
+    tenants               = optional(list(string), [])
     ack_deadline_seconds  = optional(number, 60)
     max_delivery_attempts = optional(number, 20)
     message_retention     = optional(string, "604800s")
@@ -81,11 +85,13 @@ locals {
   # The claim function's URL: the audience of the pool workers' ID tokens.
   claim_url = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.claim_name}"
 
-  # SERVO_WORKERS entries of the pools (package enqueue: pull, serviceAccounts).
+  # SERVO_WORKERS entries of the pools (package enqueue: pull, serviceAccounts,
+  # tenants; an empty list binds the pool to no tenant in particular).
   servo_pull_pools = {
     for name, p in var.pull_pools : name => {
       pull            = true
       serviceAccounts = p.service_accounts
+      tenants         = p.tenants
     }
   }
 

@@ -262,6 +262,11 @@ func printTask(w io.Writer, t *api.Task) error {
 		fields = append(fields, struct{ k, v string }{"Rerun of:", t.RerunOf})
 	}
 	fields = append(fields, struct{ k, v string }{"Created:", t.CreatedAt.Format(time.RFC3339)})
+	for i, f := range fields {
+		if f.k != "State:" || !ti.color {
+			fields[i].v = oneLineOf(f.v)
+		}
+	}
 	for _, f := range fields {
 		if _, err := fmt.Fprintf(w, "%-18s%s\n", f.k, f.v); err != nil {
 			return err

@@ -106,7 +106,17 @@ local stack, export the PUBSUB_EMULATOR_HOST line servo dev prints.`,
 					q.Set("runId", run)
 				}
 				opts.Source = func(ctx context.Context, ready func(), each func(api.Event) error) error {
-					return apiErr(c.StreamEvents(ctx, q, ready, each))
+					for {
+						// A stream ends when its token expires: open the
+						// next with a fresh one (the client's token source
+						// renews it; a dev token that expired is refused).
+						err := c.StreamEvents(ctx, q, ready, each)
+						if errors.Is(err, client.ErrStreamExpired) && ctx.Err() == nil {
+							ready = nil
+							continue
+						}
+						return apiErr(err)
+					}
 				}
 			}
 			err := events.Tail(ctx, ps, project, cmd.OutOrStdout(), opts)

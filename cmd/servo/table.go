@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/servo-dev/servo/api"
@@ -150,7 +152,37 @@ func fit(s string, n int) string {
 // oneLineOf keeps the first line of s.
 func oneLineOf(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	return strings.TrimRight(s, "\r")
+	return inert(strings.TrimRight(s, "\r"))
+}
+
+// inert makes text from outside (a worker's message or error, a reason)
+// safe for a terminal: every control character but tab and newline (ESC
+// among them, which could retitle, clear or recolour the operator's
+// terminal; a bare CR, which could overwrite the line) and every
+// bidirectional override is shown escaped (\x1b, \u202e) instead of sent.
+func inert(s string) string {
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !unsafeRune(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	if r == '\t' || r == '\n' {
+		return false
+	}
+	return unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == utf8.RuneError
 }
 
 // ANSI colours by state.

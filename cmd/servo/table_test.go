@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/servo-dev/servo/api"
 )
 
 // Tables fit the width: the flexible columns are cut with "…", in the
@@ -73,5 +77,36 @@ func TestServoCommand(t *testing.T) {
 	}
 	if got := servoCommand(); got != "servo" {
 		t.Errorf("servo on PATH: %q", got)
+	}
+}
+
+// TestWorkerTextReachesTheTerminalInert: whatever a worker wrote into a
+// message, an error or a reason (an ESC sequence that retitles or clears
+// the terminal, a bare CR that overwrites the line, a bidi override), servo
+// get and servo watch print it escaped: no control byte but the newlines
+// they print themselves reaches the terminal.
+func TestWorkerTextReachesTheTerminalInert(t *testing.T) {
+	hostile := "\x1b]0;pwned\x07\x1b[2Jok\rforged\u202egnp.exe\x00\u009b"
+	started := time.Now()
+	tk := api.Task{TaskID: "task_x", RunID: "run_x", TenantID: "t\x1b[31m", TaskKey: "k", Worker: "w", State: api.Failed, Reason: "R\x1b[2J",
+		Attempt: 1, Retry: api.RetryPolicy{MaxAttempts: 1},
+		Attempts: []api.Attempt{{Attempt: 1, Outcome: api.OutcomeFailed, WorkerID: "w\x1b", StartedAt: &started, Message: hostile,
+			Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: hostile}}}}
+	var get bytes.Buffer
+	if err := printTask(&get, &tk); err != nil {
+		t.Fatal(err)
+	}
+	var watch bytes.Buffer
+	w := newWatcher(&watch, false, false)
+	w.renderLines([]api.Task{tk})
+	for name, out := range map[string]string{"servo get": get.String(), "servo watch": watch.String()} {
+		for i, r := range out {
+			if r != '\n' && unsafeRune(r) {
+				t.Fatalf("%s printed U+%04X at %d:\n%q", name, r, i, out)
+			}
+		}
+		if !strings.Contains(out, `\x1b`) {
+			t.Fatalf("%s does not show the escaped ESC:\n%s", name, out)
+		}
 	}
 }

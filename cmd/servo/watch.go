@@ -172,6 +172,7 @@ func progressOf(t *api.Task) (p int, known bool, msg string) {
 		if a.Error != nil && msg == "" {
 			msg = string(a.Error.Category) + ": " + a.Error.Message
 		}
+		msg = oneLineOf(msg)
 		break
 	}
 	if t.State == api.Succeeded {
@@ -278,7 +279,7 @@ func (w *watcher) renderLines(tasks []api.Task) {
 		p, known, msg := progressOf(t)
 		line := fmt.Sprintf("%s %-10s a%d %s %s", t.TaskID, t.State, t.Attempt, pctText(p, known), oneLineOf(msg))
 		if t.Reason != "" && (t.State.Terminal() || t.State == api.Cancelling) {
-			line += " (" + t.Reason + ")"
+			line += " (" + oneLineOf(t.Reason) + ")"
 		}
 		if w.last[t.TaskID] == line {
 			continue

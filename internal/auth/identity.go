@@ -306,3 +306,30 @@ func (v Verifiers) Kinds() []string {
 	}
 	return kinds
 }
+
+// Expiry reads the exp claim of an identity token the verifiers accepted
+// (raw, or an Authorization value "Bearer raw"), unverified: a stream
+// opened with the token ends when it expires, as a request with it would
+// then be refused. ok is false when the token names no expiry.
+func Expiry(raw string) (exp time.Time, ok bool) {
+	raw = strings.TrimSpace(strings.TrimPrefix(raw, "Bearer "))
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var c struct {
+		Exp json.Number `json:"exp"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return time.Time{}, false
+	}
+	n, err := c.Exp.Float64()
+	if err != nil || n <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(n), 0), true
+}

@@ -3,9 +3,12 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/servo-dev/servo/internal/auth"
 )
@@ -95,20 +98,36 @@ func callerOf(ctx context.Context) *caller {
 // signInPage answers a caller without a (valid) identity: 401 and the
 // sign-in form, never data.
 func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request, msg string) {
+	d.signInPageStatus(w, r, http.StatusUnauthorized, msg)
+}
+
+func (d *Dashboard) signInPageStatus(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	w.Header().Set("WWW-Authenticate", "Bearer")
 	if strings.HasPrefix(r.URL.Path, Prefix+"live") {
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return
 	}
-	d.render(w, http.StatusUnauthorized, "signin", layoutData{Title: "Sign in", CSRF: d.csrfToken(w, r), View: struct{ Message string }{msg}})
+	d.render(w, status, "signin", layoutData{Title: "Sign in", CSRF: d.csrfToken(w, r), View: struct{ Message string }{msg}})
 }
 
+// maxSignInToken bounds the token the sign-in form takes.
+const maxSignInToken = 8 << 10
+
+// maxCookieAge bounds the sign-in cookie's life when the token names no
+// expiry (its exp decides otherwise).
+const maxCookieAge = 12 * time.Hour
+
 // signIn serves POST /ui/signin: it verifies the token and keeps it in an
-// HttpOnly cookie for the dashboard's later requests.
+// HttpOnly cookie for the dashboard's later requests, for as long as the
+// token is valid (its exp; at most maxCookieAge).
 func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	if tok == "" || len(tok) > 8<<10 {
+	switch {
+	case tok == "":
 		d.signInPage(w, r, "Paste an identity token.")
+		return
+	case len(tok) > maxSignInToken:
+		d.signInPageStatus(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("That token is too long: paste an identity token of at most %d KiB.", maxSignInToken>>10))
 		return
 	}
 	who, err := auth.VerifyIdentity(r.Context(), tok, d.cfg.Identity.Bearer)
@@ -116,7 +135,59 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		d.signInPage(w, r, "That token is not valid for this dashboard.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: IdentityCookie, Value: tok, Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"})
+	age := maxCookieAge
+	if exp, ok := auth.Expiry(tok); ok {
+		age = min(age, time.Until(exp))
+	}
+	http.SetCookie(w, &http.Cookie{Name: IdentityCookie, Value: tok, Path: Prefix, MaxAge: max(1, int(age/time.Second)), HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// signOut serves POST /ui/signout: the sign-in cookie is dropped and the
+// browser sent to the sign-in page. (Behind IAP, IAP's own session stays:
+// its sign-out is IAP's.)
+func (d *Dashboard) signOut(w http.ResponseWriter, r *http.Request) {
+	dropCookie(w, r)
+	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+}
+
+// dropStaleCookie drops the sign-in cookie of a request it could not
+// identify (an expired or revoked token), so the browser stops sending it.
+func (d *Dashboard) dropStaleCookie(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "" {
+		return // the cookie was not what failed
+	}
+	if c, err := r.Cookie(IdentityCookie); err == nil && c.Value != "" {
+		dropCookie(w, r)
+	}
+}
+
+func dropCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: IdentityCookie, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+}
+
+func secure(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// bucket is whom the caller's live views are counted against: its
+// verified e-mail, or for an anonymous caller (the open policy) the
+// client's address.
+func (c *caller) bucket(r *http.Request) string {
+	if c.who != "" {
+		return "who:" + c.who
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
+// signedInByCookie: the request's identity is the sign-in cookie's.
+func signedInByCookie(r *http.Request) bool {
+	c, err := r.Cookie(IdentityCookie)
+	return err == nil && c.Value != "" && r.Header.Get("Authorization") == "" && r.Header.Get(auth.IAPHeader) == ""
 }

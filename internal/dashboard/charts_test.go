@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,7 +170,7 @@ func TestChartOf(t *testing.T) {
 // past MaxViews distinct views a subscription is refused; a view with no
 // subscriber left stops being read.
 func TestHubSharesReads(t *testing.T) {
-	h := newHub(2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := newHub(2, 100, 100, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var reads atomic.Int64
 	v := func(key string) view {
 		return view{key: key, every: 20 * time.Millisecond, load: func(context.Context) (any, error) { return reads.Add(1), nil }}
@@ -176,17 +178,17 @@ func TestHubSharesReads(t *testing.T) {
 	render := func(data any) (string, error) { return "n", nil }
 	var unsubs []func()
 	for range 50 {
-		ch, unsub, err := h.subscribe(v("a"), render)
+		ch, unsub, err := h.subscribe(v("a"), "me", render)
 		if err != nil {
 			t.Fatal(err)
 		}
 		unsubs = append(unsubs, unsub)
 		_ = ch
 	}
-	if _, _, err := h.subscribe(v("b"), render); err != nil {
+	if _, _, err := h.subscribe(v("b"), "me", render); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := h.subscribe(v("c"), render); err != errTooManyViews {
+	if _, _, err := h.subscribe(v("c"), "me", render); err != errTooManyViews {
 		t.Fatalf("a third view: %v, want errTooManyViews", err)
 	}
 	time.Sleep(200 * time.Millisecond) // ~10 periods
@@ -216,5 +218,33 @@ func TestHubSharesReads(t *testing.T) {
 			t.Fatal("view a is still refreshed with no subscriber")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSSEEventFraming: whatever the data holds (a worker's message with a
+// bare CR, CRLF or LF), every line of the event, split as a browser splits
+// the stream, is the event's name or a data line: a CR cannot end a data
+// line early and start a field (an event name, an id, a retry) of its own.
+func TestSSEEventFraming(t *testing.T) {
+	for _, data := range []string{
+		"plain",
+		"a\nb",
+		"msg\revent: forged\rdata: <script>",
+		"msg\r\nid: 7\r\nretry: 1",
+		"\r\r\n\n",
+	} {
+		ev := sseEvent("view", data)
+		if !strings.HasSuffix(ev, "\n\n") {
+			t.Fatalf("%q: the event does not end with a blank line: %q", data, ev)
+		}
+		lines := regexp.MustCompile("\r\n|\r|\n").Split(strings.TrimSuffix(ev, "\n\n"), -1)
+		if lines[0] != "event: view" {
+			t.Fatalf("%q: first line %q", data, lines[0])
+		}
+		for _, l := range lines[1:] {
+			if !strings.HasPrefix(l, "data: ") {
+				t.Fatalf("%q: line %q is not a data line (event %q)", data, l, ev)
+			}
+		}
 	}
 }

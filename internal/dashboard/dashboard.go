@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/internal/auth"
-	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -67,6 +67,13 @@ type Config struct {
 	// reads; a live request past the bound is answered 503 and the tab
 	// retries later.
 	MaxViews int
+	// MaxViewsPerCaller bounds the distinct live views one caller (its
+	// verified e-mail; an anonymous caller's address) holds open; default
+	// MaxViews/4. MaxStreamsPerCaller bounds its open live streams
+	// (tabs); default 4 × MaxViewsPerCaller. Past either, 429 with
+	// Retry-After: one caller cannot take every view from the others.
+	MaxViewsPerCaller   int
+	MaxStreamsPerCaller int
 	// Traces, when set, gives the task page the task's recorded spans,
 	// drawn as a trace timeline (servo dev: its *telemetry.Recorder).
 	Traces Traces
@@ -97,17 +104,29 @@ type Dashboard struct {
 	health   *healthCache
 }
 
-// New returns the dashboard. It panics when cfg.Store or cfg.API is nil.
-func New(cfg Config) *Dashboard {
-	if cfg.Store == nil || cfg.API == nil {
-		panic("dashboard: Config.Store and Config.API are required")
+// New returns the dashboard. When cfg.Store or cfg.API is nil, it returns
+// an error naming it, which wraps service.ErrMissingDependency.
+func New(cfg Config) (*Dashboard, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	return build(cfg), nil
+}
+
+// check returns the error of a missing dependency.
+func (cfg *Config) check() error {
+	switch {
+	case cfg.Store == nil:
+		return service.Missing("dashboard", "Config.Store")
+	case cfg.API == nil:
+		return service.Missing("dashboard", "Config.API")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = logs.Default()
-	}
+	return nil
+}
+
+// build builds the dashboard of a checked cfg.
+func build(cfg Config) *Dashboard {
+	service.Defaults(&cfg.Now, &cfg.Logger)
 	cfg.Refresh = max(cfg.Refresh, time.Second)
 	if cfg.HealthRefresh <= 0 {
 		cfg.HealthRefresh = 5 * time.Second
@@ -116,8 +135,14 @@ func New(cfg Config) *Dashboard {
 	if cfg.MaxViews <= 0 {
 		cfg.MaxViews = 64
 	}
+	if cfg.MaxViewsPerCaller <= 0 {
+		cfg.MaxViewsPerCaller = max(1, cfg.MaxViews/4)
+	}
+	if cfg.MaxStreamsPerCaller <= 0 {
+		cfg.MaxStreamsPerCaller = 4 * cfg.MaxViewsPerCaller
+	}
 	d := &Dashboard{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), pages: parsePages(), health: &healthCache{}}
-	d.hub = newHub(cfg.MaxViews, d.log)
+	d.hub = newHub(cfg.MaxViews, cfg.MaxViewsPerCaller, cfg.MaxStreamsPerCaller, d.log)
 	d.routes()
 	return d
 }
@@ -132,9 +157,15 @@ func New(cfg Config) *Dashboard {
 // The handler's Routes method lists the dashboard's patterns and the
 // API's (when api has a Routes method): the access test of every route
 // reads it.
-func Mount(api http.Handler, cfg Config) http.Handler {
+//
+// Mount returns New's error of a missing dependency (api or cfg.Store) at
+// once.
+func Mount(api http.Handler, cfg Config) (http.Handler, error) {
 	cfg.API = api
-	d := sync.OnceValue(func() *Dashboard { return New(cfg) })
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	d := sync.OnceValue(func() *Dashboard { return build(cfg) })
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d().ServeHTTP(w, r) }))
 	mux.Handle("/", api)
@@ -144,7 +175,7 @@ func Mount(api http.Handler, cfg Config) http.Handler {
 			out = append(out, rs.Routes()...)
 		}
 		return out
-	}}
+	}}, nil
 }
 
 // mounted is Mount's handler.
@@ -191,6 +222,7 @@ func (d *Dashboard) routes() {
 		d.signInPage(w, r, "Sign in to see the tasks your roles allow.")
 	})
 	m.HandleFunc("POST /ui/signin", d.signIn)
+	m.HandleFunc("POST /ui/signout", d.signOut)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
@@ -227,16 +259,25 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			d.errorPage(w, r, http.StatusForbidden, "Cross-site request refused.")
 			return
 		}
-		if !d.validCSRF(r) {
+		switch d.validCSRF(r) {
+		case formTooLarge:
+			if r.URL.Path == Prefix+"signin" {
+				d.signInPageStatus(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("That token is too long: paste an identity token of at most %d KiB.", maxSignInToken>>10))
+				return
+			}
+			d.errorPage(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("The form is larger than %d KiB.", maxFormBytes>>10))
+			return
+		case formForged:
 			d.errorPage(w, r, http.StatusForbidden, "The form's anti-forgery token is missing or does not match; reload the page and try again.")
 			return
 		}
 	}
-	// The static files and the sign-in page need no identity; everything
-	// else acts as the caller.
-	if !strings.HasPrefix(r.URL.Path, Prefix+"static/") && r.URL.Path != Prefix+"signin" {
+	// The static files, the sign-in page and sign-out need no identity;
+	// everything else acts as the caller.
+	if !strings.HasPrefix(r.URL.Path, Prefix+"static/") && r.URL.Path != Prefix+"signin" && r.URL.Path != Prefix+"signout" {
 		c, err := d.identify(r)
 		if err != nil {
+			d.dropStaleCookie(w, r)
 			d.signInPage(w, r, "Sign in: "+err.Error()+".")
 			return
 		}
@@ -259,15 +300,35 @@ func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	return v
 }
 
-// validCSRF checks a POST's form field "csrf" against its cookie.
-func (d *Dashboard) validCSRF(r *http.Request) bool {
+// maxFormBytes bounds a dashboard form post.
+const maxFormBytes = 64 << 10
+
+// Outcomes of validCSRF.
+const (
+	formValid = iota
+	formForged
+	formTooLarge
+)
+
+// validCSRF checks a POST's form field "csrf" against its cookie: a form
+// over maxFormBytes is formTooLarge (said as such, not as a missing
+// token), a missing or different token formForged.
+func (d *Dashboard) validCSRF(r *http.Request) int {
+	r.Body = http.MaxBytesReader(nil, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		if _, big := errors.AsType[*http.MaxBytesError](err); big {
+			return formTooLarge
+		}
+		return formForged
+	}
 	c, err := r.Cookie(CSRFCookie)
 	if err != nil || len(c.Value) < 32 {
-		return false
+		return formForged
 	}
-	r.Body = http.MaxBytesReader(nil, r.Body, 64<<10)
-	v := r.PostFormValue("csrf")
-	return subtle.ConstantTimeCompare([]byte(v), []byte(c.Value)) == 1
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
+		return formForged
+	}
+	return formValid
 }
 
 // layoutData is what every page gets besides its own view.
@@ -280,6 +341,9 @@ type layoutData struct {
 	// Flash is a message after an action.
 	Flash string
 	View  any
+	// SignOut: the caller signed in with the sign-in cookie; the header
+	// offers to sign out.
+	SignOut bool
 }
 
 // page serves a page: its view, read now, in the layout.
@@ -295,7 +359,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ld := layoutData{Title: v.title, Live: Prefix + "live?" + url.Values{"view": {v.path}}.Encode(), CSRF: d.csrfToken(w, r), Nav: v.page,
-		Flash: r.URL.Query().Get("flash"), View: data}
+		Flash: r.URL.Query().Get("flash"), View: data, SignOut: signedInByCookie(r)}
 	d.render(w, http.StatusOK, v.page, ld)
 }
 

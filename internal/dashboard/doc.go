@@ -68,7 +68,9 @@
 // reading at most every [Config].Refresh (1 s; the health view every
 // HealthRefresh, 5 s) and sending only when the fragment changed; at most
 // [Config].MaxViews (64) distinct views at once (more is answered 503 and
-// the browser retries). The store's cost grows with the distinct views
+// the browser retries), and per caller at most [Config].MaxViewsPerCaller
+// (16) distinct views and [Config].MaxStreamsPerCaller (64) streams (more
+// is answered 429 with Retry-After). The store's cost grows with the distinct views
 // open, not with tabs. The browser reconnects after 2 s.
 //
 // Cancel and Cancel run are forms that POST to the dashboard, which calls

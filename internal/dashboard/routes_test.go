@@ -105,6 +105,8 @@ func TestEveryRouteAccess(t *testing.T) {
 		{pattern: "GET /ui/signin", method: "GET", path: fixed("/ui/signin"), want: [4]int{unauth, unauth, unauth, unauth}},
 		// The form's token is the caller's: none for the anonymous one.
 		{pattern: "POST /ui/signin", method: "POST", path: fixed("/ui/signin"), form: url.Values{}, want: [4]int{unauth, seeOther, seeOther, seeOther}},
+		// Sign-out drops the sign-in cookie: no identity needed.
+		{pattern: "POST /ui/signout", method: "POST", path: fixed("/ui/signout"), form: url.Values{}, want: [4]int{seeOther, seeOther, seeOther, seeOther}},
 		{pattern: "/ui/", method: "GET", path: fixed("/ui/nothing"), want: [4]int{unauth, notFound, notFound, notFound}},
 	}
 

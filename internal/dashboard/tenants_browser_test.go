@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -279,5 +280,184 @@ func TestIAPHeaderIgnoredWithoutIAP(t *testing.T) {
 	}
 	if status, body := get("/ui/"); status != http.StatusOK || strings.Contains(body, sub.TaskID) {
 		t.Fatalf("dashboard as Bob with Alice's token in IAP's header: %d, shows acme's task: %v", status, strings.Contains(body, sub.TaskID))
+	}
+}
+
+// TestLiveViewsPerCaller: one caller cannot take every live view. Bob
+// holds MaxViewsPerCaller (MaxViews/4: 16) distinct views open; his next
+// distinct view is 429 with Retry-After, a second tab of a view he holds
+// is not refused, and Alice still opens hers (before, one caller could
+// hold all 64 and everyone else got 503).
+func TestLiveViewsPerCaller(t *testing.T) {
+	s := policyStack(t)
+	open := func(tok, view string) (int, http.Header) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/ui/live?view="+url.QueryEscape(view), nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		if res.StatusCode != http.StatusOK {
+			_, _ = io.Copy(io.Discard, res.Body)
+		}
+		return res.StatusCode, res.Header
+	}
+	bob, alice := devTok(t, s, "bob@example.com"), devTok(t, s, "alice@example.com")
+	const perCaller = 64 / 4
+	for i := range perCaller {
+		if code, _ := open(bob, fmt.Sprintf("/ui/?worker=w%d", i)); code != http.StatusOK {
+			t.Fatalf("Bob's view %d: %d, want 200", i, code)
+		}
+	}
+	code, h := open(bob, "/ui/?worker=one-too-many")
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("Bob's view %d: %d (Retry-After %q), want 429 with Retry-After", perCaller+1, code, h.Get("Retry-After"))
+	}
+	if code, _ := open(bob, "/ui/?worker=w0"); code != http.StatusOK {
+		t.Fatalf("a second tab of a view Bob holds: %d, want 200", code)
+	}
+	if code, _ := open(alice, "/ui/?worker=w0"); code != http.StatusOK {
+		t.Fatalf("Alice's view while Bob holds his share: %d, want 200", code)
+	}
+}
+
+// TestSignInCookieLifecycle: the sign-in cookie lives as long as its token
+// (Max-Age from exp), POST /ui/signout drops it, a cookie whose token
+// expired gets the sign-in page and is dropped too, and a token over the
+// form's bound is said to be too long (not "anti-forgery token missing").
+func TestSignInCookieLifecycle(t *testing.T) {
+	s := policyStack(t)
+	// The anti-forgery token, as a browser gets it from the sign-in page.
+	res, err := http.Get(s.URL + "/ui/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var csrf *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == dashboard.CSRFCookie {
+			csrf = c
+		}
+	}
+	if csrf == nil {
+		t.Fatal("no anti-forgery cookie from the sign-in page")
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path string, form url.Values, cookies ...*http.Cookie) (*http.Response, string) {
+		t.Helper()
+		form.Set("csrf", csrf.Value)
+		req, _ := http.NewRequest("POST", s.URL+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", s.URL)
+		req.AddCookie(csrf)
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	identity := func(res *http.Response) *http.Cookie {
+		for _, c := range res.Cookies() {
+			if c.Name == dashboard.IdentityCookie {
+				return c
+			}
+		}
+		return nil
+	}
+	get := func(path string, c *http.Cookie) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.URL+path, nil)
+		req.AddCookie(c)
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+
+	tok := devTok(t, s, "alice@example.com") // valid for an hour
+	res, body := post("/ui/signin", url.Values{"token": {tok}})
+	signedIn := identity(res)
+	if res.StatusCode != http.StatusSeeOther || signedIn == nil || signedIn.MaxAge <= 3500 || signedIn.MaxAge > 3600 || !signedIn.HttpOnly {
+		t.Fatalf("sign-in: %d, cookie %+v: want 303 and an HttpOnly cookie living as long as the token (about 3600 s)\n%.300s", res.StatusCode, signedIn, body)
+	}
+	if res, body := get("/ui/", signedIn); res.StatusCode != http.StatusOK || !strings.Contains(body, "signout-form") {
+		t.Fatalf("signed in: %d, sign-out offered %v", res.StatusCode, strings.Contains(body, "signout-form"))
+	}
+	res, _ = post("/ui/signout", url.Values{}, signedIn)
+	if dropped := identity(res); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/signin" || dropped == nil || dropped.MaxAge >= 0 {
+		t.Fatalf("sign-out: %d to %q, cookie %+v: want 303 to /ui/signin dropping the cookie", res.StatusCode, res.Header.Get("Location"), dropped)
+	}
+
+	expired, err := auth.SignDev(s.IdentityKey, "alice@example.com", time.Now().Add(-2*time.Hour), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body = get("/ui/", &http.Cookie{Name: dashboard.IdentityCookie, Value: expired})
+	if dropped := identity(res); res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "signin-form") || dropped == nil || dropped.MaxAge >= 0 {
+		t.Fatalf("an expired token's cookie: %d, cookie %+v: want the sign-in page dropping the cookie", res.StatusCode, dropped)
+	}
+
+	res, body = post("/ui/signin", url.Values{"token": {strings.Repeat("x", 70<<10)}})
+	if res.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too long") || strings.Contains(body, "anti-forgery") {
+		t.Fatalf("a 70 KiB token: %d, want 413 saying it is too long:\n%.400s", res.StatusCode, body)
+	}
+	res, body = post("/ui/signin", url.Values{"token": {strings.Repeat("x", 9<<10)}})
+	if res.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too long") {
+		t.Fatalf("a 9 KiB token: %d, want 413 saying it is too long:\n%.400s", res.StatusCode, body)
+	}
+}
+
+// TestStreamsEndWithTheirToken: an event stream (GET /v1/events) and a
+// live view (GET /ui/live) opened with a token that expires in 3 s end
+// with an "expired" event soon after it does (before, a stream outlived
+// its token: an 8 s token still received events 12 s later), while a
+// request with the same token is refused from then on.
+func TestStreamsEndWithTheirToken(t *testing.T) {
+	s := policyStack(t)
+	for _, path := range []string{"/v1/events?tenantId=acme", "/ui/live?view=" + url.QueryEscape("/ui/?tenant=acme")} {
+		t.Run(path, func(t *testing.T) {
+			tok, err := auth.SignDev(s.IdentityKey, "alice@example.com", time.Now(), 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+path, nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			opened := time.Now()
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("open: %d", res.StatusCode)
+			}
+			b, err := io.ReadAll(res.Body) // until the server ends the stream
+			if err != nil {
+				t.Fatalf("the stream did not end by itself within 30 s of its 3 s token: %v", err)
+			}
+			if !strings.Contains(string(b), "event: expired") {
+				t.Fatalf("the stream ended without an expired event:\n%s", b)
+			}
+			if took := time.Since(opened); took < 2*time.Second {
+				t.Fatalf("the stream ended after %v, before its token expired", took)
+			}
+			if status, _ := call(t, s, tok, "GET", "/v1/tasks?tenantId=acme", nil); status != http.StatusUnauthorized {
+				t.Fatalf("a request with the expired token: %d, want 401", status)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 )
 
@@ -40,6 +41,12 @@ type Worker struct {
 	// ServiceAccounts are the identities allowed to claim from a pull pool
 	// (required in production; locally, empty allows any caller).
 	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Tenants, when set, binds the worker (a pull pool, typically) to
+	// these tenants: a task of any other tenant is refused at submit (403
+	// on the field worker), so the pool's members only ever claim those
+	// tenants' tasks. Unset, the worker serves every tenant that submits
+	// to it, and its members act for all of them.
+	Tenants []string `json:"tenants,omitempty"`
 	// Job names the Cloud Run Job that runs the worker's attempts
 	// (projects/P/locations/L/jobs/J). A job worker has no URL: its Cloud
 	// Tasks call Servo's jobs dispatch endpoint, which runs the job (see
@@ -116,6 +123,11 @@ func (ws Workers) Validate(allowLoopbackHTTP bool) error {
 		w := ws[name]
 		if !nameRE.MatchString(name) {
 			return fmt.Errorf("worker %q: name must match %s", name, namePattern)
+		}
+		for _, t := range w.Tenants {
+			if t == "" || len(t) > 128 || t == "*" {
+				return fmt.Errorf("worker %q: tenants: %q is not a tenant id (1-128 bytes; list the tenants, or leave tenants out for every tenant)", name, t)
+			}
 		}
 		if w.Pull || len(w.ServiceAccounts) > 0 {
 			if err := w.validatePull(allowLoopbackHTTP); err != nil {
@@ -196,4 +208,10 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Serves reports whether the worker takes tenant's tasks: every tenant's
+// unless it is bound to some (Tenants).
+func (w Worker) Serves(tenant string) bool {
+	return len(w.Tenants) == 0 || slices.Contains(w.Tenants, tenant)
 }

@@ -56,3 +56,49 @@ func TestClaim(t *testing.T) {
 		})
 	}
 }
+
+func TestJSONDepth(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want int
+	}{
+		{`1`, 0}, {`"[{"`, 0}, {`[]`, 1}, {`{"a":[1,{"b":[]}]}`, 4}, {`["]]]", "\"[[["]`, 1},
+		{`{"a\\":{"b":1}}`, 2}, {`["a\"[[[", "\\"]`, 1}, {`[[[[[[[[[[]]]]]]]]]]`, 3}, // counted up to limit+1 (limit 2)
+	} {
+		limit := 100
+		if c.want == 3 {
+			limit = 2
+		}
+		if got := JSONDepth([]byte(c.raw), limit); got != c.want {
+			t.Errorf("JSONDepth(%s) = %d, want %d", c.raw, got, c.want)
+		}
+	}
+}
+
+func TestValidText(t *testing.T) {
+	for _, c := range []struct {
+		s         string
+		multiline bool
+		ok        bool
+	}{
+		{"plain text, ünïcode ✓", false, true},
+		{"tab\tok", false, true},
+		{"two\nlines", true, true},
+		{"windows\r\nlines", true, true},
+		{"two\nlines", false, false},
+		{"bare\rcr", true, false},
+		{"esc\x1b[2J", true, false},
+		{"nul\x00", true, false},
+		{"del\x7f", true, false},
+		{"c1\u009b", true, false},
+		{"ends in cr\r", true, false},
+	} {
+		err := validText("f", c.s, c.multiline)
+		if (err == nil) != c.ok {
+			t.Errorf("validText(%q, multiline %v) = %v, want ok %v", c.s, c.multiline, err, c.ok)
+		}
+		if err != nil && err.Field != "f" {
+			t.Errorf("field %q", err.Field)
+		}
+	}
+}

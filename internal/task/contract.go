@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/servo-dev/servo/api"
@@ -21,6 +22,23 @@ func validWorker(attempt int, workerID string) *FieldError {
 	if len(workerID) > 256 || !utf8.ValidString(workerID) {
 		return fieldErr("workerId", "must be valid UTF-8 of at most 256 bytes")
 	}
+	return validText("workerId", workerID, false)
+}
+
+// validText refuses control characters in text a worker gives, which
+// reaches people (pages, streams, terminals): every C0 and C1 control and
+// DEL but tab, and, where multiline is allowed, newline and CRLF. A bare
+// CR, an ESC or a NUL is refused, naming the field.
+func validText(field, s string, multiline bool) *FieldError {
+	for i, r := range s {
+		switch {
+		case r == '\t', multiline && r == '\n':
+		case multiline && r == '\r' && i+1 < len(s) && s[i+1] == '\n':
+		case unicode.IsControl(r):
+			return fieldErr(field, "must not hold control characters (found U+%04X at byte %d): tab%s only", r, i,
+				map[bool]string{true: ", newline and CRLF", false: ""}[multiline])
+		}
+	}
 	return nil
 }
 
@@ -34,7 +52,40 @@ func validJSON(field string, raw json.RawMessage, limit int) *FieldError {
 	if !json.Valid(raw) {
 		return fieldErr(field, "must be valid JSON")
 	}
+	if d := JSONDepth(raw, api.MaxJSONDepth); d > api.MaxJSONDepth {
+		return fieldErr(field, "nests more than %d levels of arrays and objects", api.MaxJSONDepth)
+	}
 	return nil
+}
+
+// JSONDepth is how deeply raw (valid JSON) nests arrays and objects (0 for
+// a scalar), counted up to limit+1: a deeper value reads limit+1.
+func JSONDepth(raw []byte, limit int) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > deepest {
+				if deepest = depth; deepest > limit {
+					return deepest
+				}
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // ValidateStarted checks a started request.
@@ -50,6 +101,9 @@ func ValidateHeartbeat(r *api.HeartbeatRequest) *FieldError {
 	}
 	if len(r.Message) > api.MaxMessageBytes || !utf8.ValidString(r.Message) {
 		return fieldErr("message", "must be valid UTF-8 of at most %d bytes", api.MaxMessageBytes)
+	}
+	if err := validText("message", r.Message, true); err != nil {
+		return err
 	}
 	return validJSON("checkpoint", r.Checkpoint, api.MaxCheckpointBytes)
 }
@@ -72,6 +126,12 @@ func ValidateCompleted(r *api.CompletedRequest) *FieldError {
 		if !utf8.ValidString(r.Error.Message) || !utf8.ValidString(r.Error.StackTrace) {
 			return fieldErr("error.message", "must be valid UTF-8")
 		}
+		if err := validText("error.message", r.Error.Message, true); err != nil {
+			return err
+		}
+		if err := validText("error.stackTrace", r.Error.StackTrace, true); err != nil {
+			return err
+		}
 	}
 	if err := validJSON("output", r.Output, api.MaxOutputBytes); err != nil {
 		return err
@@ -82,7 +142,7 @@ func ValidateCompleted(r *api.CompletedRequest) *FieldError {
 	if len(r.CancelledDuringPhase) > 256 {
 		return fieldErr("cancelledDuringPhase", "must be at most 256 bytes")
 	}
-	return nil
+	return validText("cancelledDuringPhase", r.CancelledDuringPhase, false)
 }
 
 // NormalizeCompleted truncates free text to the stored limits.

@@ -42,7 +42,18 @@ def parse_envelope(body: bytes) -> dict[str, Any]:
     """Decodes and checks a delivery like the Go SDK's parseEnvelope. The
     returned dict has callbackBaseUrl without a trailing slash and
     ``_tokenExpiresAt`` (a datetime: the envelope's tokenExpiresAt, or the
-    token's exp claim)."""
+    token's exp claim). Any malformed envelope, whatever fails in its
+    decoding (a RecursionError on deep nesting included), is an
+    EnvelopeError."""
+    try:
+        return _parse_envelope(body)
+    except EnvelopeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure is the envelope's
+        raise EnvelopeError(f"malformed envelope: {type(e).__name__}: {e}") from None
+
+
+def _parse_envelope(body: bytes) -> dict[str, Any]:
     try:
         env = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:

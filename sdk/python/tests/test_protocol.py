@@ -591,6 +591,15 @@ class TestDeliveries(Base):
         self.assertEqual(f.ops(), [])
         self.assertNotIn(TOKEN, self.logs.text())
 
+    def test_any_malformed_envelope_is_an_envelope_error(self) -> None:
+        # Nested past Python's recursion limit, and fields of the wrong
+        # type: each an EnvelopeError, never another exception.
+        deep = b'{"taskId": "t", "payload": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+        for body in (deep, b'{"taskId": "t", "attempt": 1, "taskToken": "a.b.c", "heartbeatIntervalMs": 1, "callbackBaseUrl": 7}',
+                     b'{"taskId": "t", "attempt": 1, "taskToken": "x", "heartbeatIntervalMs": 1, "callbackBaseUrl": "http://x", "tokenExpiresAt": 5}'):
+            with self.assertRaises(sw.EnvelopeError):
+                sw.parse_envelope(body)
+
     def test_token_expiry_from_the_jwt(self) -> None:
         import base64
         claims = base64.urlsafe_b64encode(json.dumps({"exp": 4102444800}).encode()).rstrip(b"=").decode()
