@@ -169,4 +169,25 @@
 // [Indexes] lists every composite index the queries need; terraform/
 // declares exactly these (terraform/modules/firestore/layout.tf holds the
 // listings').
+//
+// # Production's rules, here
+//
+// The emulator serves any query and takes writes production refuses.
+// Strict mode (strict.go, [WithStrict]; on by default against the
+// emulator, so in every test and in servo dev) checks each request before
+// it leaves, in the client's interceptors: a query must be served by
+// [Indexes] or by single-field indexes of fields not in
+// [FieldExemptions] (FAILED_PRECONDITION otherwise, and the test binary
+// fails: emulatortest reads [StrictLogEnv]), and documents, index entries,
+// requests and disjunctions keep Firestore's documented limits
+// (INVALID_ARGUMENT, as production answers).
+//
+// # The store as a contract
+//
+// The conformance suite (package storetest) is what any store
+// implementation must pass: transitions and their preconditions, races
+// of two clients, outbox order and delivery, due queries and their
+// cursors, the schema and quotas. conformance_test.go runs it against
+// this store in strict mode. The storage schema is this package's own
+// (docs.go): package api and package task carry no storage tags.
 package store
