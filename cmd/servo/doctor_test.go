@@ -21,6 +21,8 @@ import (
 	"github.com/servo-dev/servo/functions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -39,15 +41,11 @@ func TestDoctor(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			project := emulatortest.ProjectID(t)
-			s, err := devstack.Start(context.Background(), devstack.Options{
-				Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true,
+			s := stacktest.Start(t, devstack.Options{
+				Project:     project,
 				WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				SweepEvery:  200 * time.Millisecond, NoSweeper: tc.noSweeper,
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
 			if !tc.noSweeper {
 				// The first pass is recorded within a tick or two.
 				waitSweep(t, s.URL)
@@ -104,21 +102,14 @@ func TestDoctor(t *testing.T) {
 // waitSweep waits until GET /v1/health shows a sweeper pass.
 func waitSweep(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	servotest.Until(t, "a sweeper pass recorded", func() bool {
 		var h api.HealthResponse
 		if resp, err := http.Get(base + "/v1/health"); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&h)
 			resp.Body.Close()
 		}
-		if h.Sweeper != nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no sweeper pass recorded within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return h.Sweeper != nil
+	})
 }
 
 // freezer is a TCP proxy to an emulator that can stop forwarding: the
@@ -201,14 +192,10 @@ func TestDoctorNamesFirestore(t *testing.T) {
 	t.Setenv("FIRESTORE_EMULATOR_HOST", emulatortest.FirestoreHost(t))
 	t.Setenv("PUBSUB_EMULATOR_HOST", emulatortest.PubSubHost(t))
 	fz := newFreezer(t, emulatortest.FirestoreHost(t))
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: project, FirestoreHost: fz.l.Addr().String(), PubSubHost: emulatortest.PubSubHost(t),
+	s := stacktest.Start(t, devstack.Options{
+		Project: project, FirestoreHost: fz.l.Addr().String(), PubSubHost: emulatortest.PubSubHost(t),
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, NoSweeper: true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	t.Cleanup(func() { fz.frozen.Store(false) }) // runs first: the stack can stop
 	fz.frozen.Store(true)
 	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--json")
@@ -247,14 +234,10 @@ func TestDoctorUnderAccessPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			project := emulatortest.ProjectID(t)
-			s, err := devstack.Start(context.Background(), devstack.Options{
-				Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true, SweepEvery: 200 * time.Millisecond,
+			s := stacktest.Start(t, devstack.Options{
+				Project: project, SweepEvery: 200 * time.Millisecond,
 				WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, Access: p,
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
 			t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 			out, errOut, code := runCLI(t, "--as", "oncall@example.com", "doctor", "--api", s.URL, "--project", project, "--no-pubsub", "--json", "--timeout", "90s")
 			var checks []doctorCheck

@@ -18,10 +18,10 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -145,15 +145,10 @@ func TestKeysRotateRunningStack(t *testing.T) {
 		sdk.ServeHTTP(w, r)
 	}))
 	t.Cleanup(held.CloseClientConnections)
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+	s := stacktest.Start(t, devstack.Options{
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 		SweepEvery:  200 * time.Millisecond, Workers: map[string]string{"held": held.URL}, KeysFile: ring,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	c, err := client.New(s.URL)
 	if err != nil {
 		t.Fatal(err)

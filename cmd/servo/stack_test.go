@@ -28,6 +28,7 @@ import (
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
@@ -55,18 +56,13 @@ func startStack(t *testing.T) *stack {
 	// Not held.Close: it would wait for a held attempt whose callbacks
 	// retry against the stopped stack until its token expires.
 	t.Cleanup(held.CloseClientConnections)
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+	st.s = stacktest.Start(t, devstack.Options{
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 		SweepEvery:  100 * time.Millisecond, Workers: map[string]string{"held": held.URL},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	t.Cleanup(st.unhold)
-	st.s = s
-	if st.c, err = client.New(s.URL); err != nil {
+	var err error
+	if st.c, err = client.New(st.s.URL); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -100,23 +96,17 @@ func (st *stack) submit(workerName, payload string, extra map[string]any) api.Su
 	return res
 }
 
-// wait polls the task until ok says so.
+// wait polls the task, through the client, until ok says so.
 func (st *stack) wait(id string, what string, ok func(api.Task) bool) api.Task {
 	st.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	get := func() api.Task {
 		v, _, err := st.c.Get(context.Background(), id)
 		if err != nil {
 			st.t.Fatal(err)
 		}
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			st.t.Fatalf("task %s is %s (%s), want %s", id, v.State, v.Reason, what)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return v
 	}
+	return servotest.WaitFor(st.t, "task "+id+" to reach "+what, get, ok, stacktest.DescribeTask)
 }
 
 func (st *stack) waitState(id string, s api.State) api.Task {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/internal/servotest"
 )
 
 // otlpReceiver is an OTLP/HTTP (protobuf) collector: it keeps the spans'
@@ -257,16 +258,11 @@ func TestServoDevTelemetry(t *testing.T) {
 
 func get(t *testing.T, u string) string {
 	t.Helper()
-	res, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
+	r := servotest.Do(t, http.MethodGet, u, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", u, r.Status, r.Body)
 	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", u, res.StatusCode, b)
-	}
-	return string(b)
+	return string(r.Body)
 }
 
 func grepServo(text string) string {

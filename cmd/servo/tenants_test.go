@@ -10,12 +10,12 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -26,15 +26,11 @@ func TestAsAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true, SweepEvery: 100 * time.Millisecond,
+	s := stacktest.Start(t, devstack.Options{
+		SweepEvery:  100 * time.Millisecond,
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 		Access:      p, Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"acme": {MaxRunning: 3, MaxQueued: 50}}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 	cli := func(args ...string) (string, string, int) {
 		t.Helper()
@@ -70,14 +66,10 @@ func TestEventsTailAs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true, SweepEvery: 100 * time.Millisecond,
+	s := stacktest.Start(t, devstack.Options{
+		SweepEvery:  100 * time.Millisecond,
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}, Access: p,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 
 	if _, errOut, code := runCLI(t, "events", "tail", "--api", s.URL); code == 0 || !strings.Contains(errOut, "401") {

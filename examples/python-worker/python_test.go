@@ -8,10 +8,6 @@ package pythonworker_test
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +22,7 @@ import (
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -116,79 +113,19 @@ func (w *pyWorker) stop(sig syscall.Signal) {
 	}
 }
 
-type env struct {
-	t     *testing.T
-	stack *devstack.Stack
-}
+// env is a test's client of the stack's API.
+type env struct{ stacktest.API }
 
-func (e *env) do(method, path string, body any) (int, []byte) {
-	e.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, e.stack.URL+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, out
-}
+func newEnv(t *testing.T, s *devstack.Stack) *env { return &env{stacktest.NewAPI(t, s)} }
 
 // submit posts a task for the Python worker with fast timers.
 func (e *env) submit(key string, payload map[string]any) string {
-	e.t.Helper()
-	status, out := e.do("POST", "/v1/tasks", map[string]any{
+	e.T.Helper()
+	return e.Submit(map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": "py", "payload": payload,
 		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 2500, "cancelGracePeriodMs": 3000,
 		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
-	})
-	if status != http.StatusCreated {
-		e.t.Fatalf("submit: %d %s", status, out)
-	}
-	var r api.SubmitResponse
-	if err := json.Unmarshal(out, &r); err != nil {
-		e.t.Fatal(err)
-	}
-	return r.TaskID
-}
-
-func (e *env) get(id string) api.Task {
-	e.t.Helper()
-	status, out := e.do("GET", "/v1/tasks/"+id, nil)
-	if status != http.StatusOK {
-		e.t.Fatalf("get: %d %s", status, out)
-	}
-	var v api.Task
-	if err := json.Unmarshal(out, &v); err != nil {
-		e.t.Fatal(err)
-	}
-	return v
-}
-
-// waitFor polls the task until ok says so.
-func (e *env) waitFor(id, what string, ok func(api.Task) bool) api.Task {
-	e.t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		v := e.get(id)
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("task %s never reached %s: state %s (%s), attempts %s", id, what, v.State, v.Reason, attemptsOf(v))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (e *env) waitState(id string, s api.State) api.Task {
-	e.t.Helper()
-	return e.waitFor(id, string(s), func(v api.Task) bool { return v.State == s })
+	}).TaskID
 }
 
 // checkpointed: the running attempt has stored a checkpoint.
@@ -197,14 +134,6 @@ func checkpointed(v api.Task) bool {
 		return false
 	}
 	return len(v.Attempts[len(v.Attempts)-1].Checkpoint) > 0
-}
-
-func attemptsOf(v api.Task) string {
-	var b strings.Builder
-	for _, a := range v.Attempts {
-		fmt.Fprintf(&b, "[%d %s %s err=%v out=%s] ", a.Attempt, a.Outcome, a.WorkerID, a.Error, a.Output)
-	}
-	return b.String()
 }
 
 type output struct {
@@ -217,11 +146,7 @@ type output struct {
 
 func outputOf(t *testing.T, a api.Attempt) output {
 	t.Helper()
-	var o output
-	if err := json.Unmarshal(a.Output, &o); err != nil {
-		t.Fatalf("attempt %d output %s: %v", a.Attempt, a.Output, err)
-	}
-	return o
+	return stacktest.AttemptOutput[output](t, a)
 }
 
 // TestPythonWorkerEndToEnd runs the Python example worker against the real
@@ -237,24 +162,19 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 			t.Logf("worker.py logs:\n%s", logs)
 		}
 	})
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+	s := stacktest.Start(t, devstack.Options{
 		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"py": "http://127.0.0.1:" + w.port + "/"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	e := &env{t: t, stack: s}
+	e := newEnv(t, s)
 
 	t.Run("group", func(t *testing.T) {
 		t.Run("succeeds", func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, stack: s}
+			e := newEnv(t, s)
 			id := e.submit("ok", map[string]any{"partitions": 4, "partitionMs": 20})
-			v := e.waitState(id, api.Succeeded)
+			v := e.WaitState(id, api.Succeeded)
 			if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded {
-				t.Fatalf("attempts %s", attemptsOf(v))
+				t.Fatalf("attempts %s", stacktest.Attempts(v))
 			}
 			o := outputOf(t, v.Attempts[0])
 			if o != (output{Partitions: 4, Processed: 4, ResumedFrom: 0, Attempt: 1, Digest: o.Digest}) || len(o.Digest) != 16 {
@@ -263,45 +183,45 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 		})
 		t.Run("fails once and resumes from its checkpoint", func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, stack: s}
+			e := newEnv(t, s)
 			id := e.submit("retry", map[string]any{"partitions": 6, "partitionMs": 20, "failAttempts": 1})
-			v := e.waitState(id, api.Succeeded)
+			v := e.WaitState(id, api.Succeeded)
 			if len(v.Attempts) != 2 {
-				t.Fatalf("want 2 attempts, got %s", attemptsOf(v))
+				t.Fatalf("want 2 attempts, got %s", stacktest.Attempts(v))
 			}
 			a1, a2 := v.Attempts[0], v.Attempts[1]
 			if a1.Outcome != api.OutcomeFailed || a1.Error == nil || a1.Error.Category != api.CategoryInfrastructure {
-				t.Fatalf("attempt 1: %s", attemptsOf(v))
+				t.Fatalf("attempt 1: %s", stacktest.Attempts(v))
 			}
 			if string(a1.Checkpoint) != `{"nextPartition":3}` {
 				t.Fatalf("attempt 1 checkpoint %s, want {\"nextPartition\":3} (stored before completed)", a1.Checkpoint)
 			}
 			// Attempt 2 got resumeFrom and started at partition 3.
 			if o := outputOf(t, a2); a2.Outcome != api.OutcomeSucceeded || o.Attempt != 2 || o.ResumedFrom != 3 || o.Processed != 3 {
-				t.Fatalf("attempt 2: %s output %+v", attemptsOf(v), o)
+				t.Fatalf("attempt 2: %s output %+v", stacktest.Attempts(v), o)
 			}
 		})
 		t.Run("cancelled while running", func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, stack: s}
+			e := newEnv(t, s)
 			id := e.submit("cancel", map[string]any{"partitions": 200, "partitionMs": 100})
-			e.waitFor(id, "a stored checkpoint", checkpointed)
-			if status, out := e.do("POST", "/v1/tasks/"+id+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
+			e.WaitFor(id, "a stored checkpoint", checkpointed)
+			if status, out := e.Do("POST", "/v1/tasks/"+id+"/cancel", map[string]any{"reason": "user_requested"}); status != http.StatusOK {
 				t.Fatalf("cancel: %d %s", status, out)
 			}
-			v := e.waitState(id, api.Cancelled)
+			v := e.WaitState(id, api.Cancelled)
 			a := v.Attempts[len(v.Attempts)-1]
 			if len(v.Attempts) != 1 || a.Outcome != api.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("nextPartition")) {
-				t.Fatalf("attempts %s phase %q partial %s", attemptsOf(v), a.CancelledDuringPhase, a.PartialProgress)
+				t.Fatalf("attempts %s phase %q partial %s", stacktest.Attempts(v), a.CancelledDuringPhase, a.PartialProgress)
 			}
 		})
 		t.Run("DATA_QUALITY is not retried", func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, stack: s}
+			e := newEnv(t, s)
 			id := e.submit("invalid", map[string]any{"partitions": 3, "invalid": true})
-			v := e.waitState(id, api.Failed)
+			v := e.WaitState(id, api.Failed)
 			if v.Reason != "NON_RETRYABLE" || len(v.Attempts) != 1 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryDataQuality {
-				t.Fatalf("reason %s, attempts %s", v.Reason, attemptsOf(v))
+				t.Fatalf("reason %s, attempts %s", v.Reason, stacktest.Attempts(v))
 			}
 		})
 	})
@@ -311,17 +231,17 @@ func TestPythonWorkerEndToEnd(t *testing.T) {
 
 	t.Run("worker killed mid-task is retried", func(t *testing.T) {
 		id := e.submit("killed", map[string]any{"partitions": 30, "partitionMs": 100})
-		e.waitFor(id, "a stored checkpoint", checkpointed)
+		e.WaitFor(id, "a stored checkpoint", checkpointed)
 		w.stop(syscall.SIGKILL)
 		// A new process on the same address: Servo's sweeper finds the
 		// attempt's lease expired and the retry reaches it.
 		startWorker(t, py, w.port, logs)
-		v := e.waitState(id, api.Succeeded)
+		v := e.WaitState(id, api.Succeeded)
 		if len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie || v.Attempts[1].Outcome != api.OutcomeSucceeded {
-			t.Fatalf("attempts %s", attemptsOf(v))
+			t.Fatalf("attempts %s", stacktest.Attempts(v))
 		}
 		if v.Attempts[0].WorkerID == v.Attempts[1].WorkerID {
-			t.Fatalf("attempt 2 ran in the killed process? %s", attemptsOf(v))
+			t.Fatalf("attempt 2 ran in the killed process? %s", stacktest.Attempts(v))
 		}
 		if o := outputOf(t, v.Attempts[1]); o.Attempt != 2 || o.ResumedFrom == 0 || o.ResumedFrom+o.Processed != 30 {
 			t.Fatalf("attempt 2 did not resume from the killed attempt's checkpoint: %+v", o)

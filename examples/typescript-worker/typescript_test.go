@@ -6,9 +6,6 @@ package typescriptworker_test
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +20,7 @@ import (
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/sdkbuild"
 	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -85,70 +83,28 @@ func TestTypeScriptWorkerEndToEnd(t *testing.T) {
 			t.Logf("worker.mjs logs:\n%s", logs)
 		}
 	})
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+	s := stacktest.Start(t, devstack.Options{
 		SweepEvery: 100 * time.Millisecond, Workers: map[string]string{"ts": url},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	do := func(t *testing.T, method, path string, body any) (int, []byte) {
-		var r io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			r = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequest(method, s.URL+path, r)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		out, _ := io.ReadAll(res.Body)
-		return res.StatusCode, out
+		return stacktest.NewAPI(t, s).Do(method, path, body)
 	}
 	submit := func(t *testing.T, key string, payload map[string]any) string {
-		status, out := do(t, "POST", "/v1/tasks", map[string]any{
+		return stacktest.NewAPI(t, s).Submit(map[string]any{
 			"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": "ts", "payload": payload,
 			"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 2500, "cancelGracePeriodMs": 3000,
 			"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
-		})
-		if status != http.StatusCreated {
-			t.Fatalf("submit: %d %s", status, out)
-		}
-		var r api.SubmitResponse
-		_ = json.Unmarshal(out, &r)
-		return r.TaskID
+		}).TaskID
 	}
 	waitFor := func(t *testing.T, id string, ok func(api.Task) bool) api.Task {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			_, out := do(t, "GET", "/v1/tasks/"+id, nil)
-			var v api.Task
-			_ = json.Unmarshal(out, &v)
-			if ok(v) {
-				return v
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("task %s: state %s, attempts %+v", id, v.State, v.Attempts)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		return stacktest.NewAPI(t, s).WaitFor(id, "the subtest's condition", ok)
 	}
 	state := func(s api.State) func(api.Task) bool { return func(v api.Task) bool { return v.State == s } }
 	type output struct {
 		Partitions, Processed, ResumedFrom, Attempt int
 		Digest                                      string
 	}
-	outputOf := func(t *testing.T, a api.Attempt) output {
-		var o output
-		if err := json.Unmarshal(a.Output, &o); err != nil {
-			t.Fatalf("output %s: %v", a.Output, err)
-		}
-		return o
-	}
+	outputOf := func(t *testing.T, a api.Attempt) output { return stacktest.AttemptOutput[output](t, a) }
 
 	t.Run("succeeds", func(t *testing.T) {
 		t.Parallel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/zombie"
 )
@@ -78,23 +79,18 @@ func newCostEnv(t *testing.T) *costEnv {
 	})
 	// Wait for the start-up tick's sweep pass: one query per duty and
 	// group of shards, and one per group for the outbox.
-	pass := idlePassQueries
-	for deadline := time.Now().Add(time.Minute); rc.Counts()["RunQuery"] < pass; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up sweep: %v", rc.Counts())
-		}
-	}
+	servotest.WaitFor(t, "the start-up sweep", rc.Counts, func(n map[string]int) bool { return n["RunQuery"] >= idlePassQueries }, nil)
 	return &costEnv{env: e, rpc: rc, ct: ct, logs: lc}
 }
 
 // settle waits until the stack is idle: the start-up sweep done, the
 // events sent.
 func (c *costEnv) settle() {
-	c.t.Helper()
+	c.T.Helper()
 	last := -1
 	for range 100 {
 		if err := c.stack.Events.Flush(context.Background()); err != nil {
-			c.t.Fatal(err)
+			c.T.Fatal(err)
 		}
 		if n := c.rpc.Total(); n == last {
 			return
@@ -103,12 +99,12 @@ func (c *costEnv) settle() {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	c.t.Fatal("the stack never went idle")
+	c.T.Fatal("the stack never went idle")
 }
 
 // measure runs op alone and returns what it cost, its events included.
 func (c *costEnv) measure(name string, op func()) opCost {
-	c.t.Helper()
+	c.T.Helper()
 	c.settle()
 	c.rpc.Reset()
 	c.ct.take()
@@ -116,7 +112,7 @@ func (c *costEnv) measure(name string, op func()) opCost {
 	ev0, dl0 := c.stack.Events.Published()
 	op()
 	if err := c.stack.Events.Flush(context.Background()); err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	ev1, dl1 := c.stack.Events.Published()
 	oc := opCost{name: name, usage: c.rpc.Usage(), firestore: c.rpc.Counts(), cloudTasks: c.ct.take(), events: ev1 - ev0 + dl1 - dl0}
@@ -125,18 +121,18 @@ func (c *costEnv) measure(name string, op func()) opCost {
 }
 
 func (c *costEnv) heartbeat(d delivery, pct int) {
-	c.t.Helper()
+	c.T.Helper()
 	st, res := c.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w", ProgressPct: &pct, Message: "working"})
-	expect(c.t, "heartbeat", st, res, 200, "", api.Continue)
+	expect(c.T, "heartbeat", st, res, 200, "", api.Continue)
 }
 
 // attempt plays one attempt: started, beats heartbeats, completed with
 // outcome (FAILED is a retryable INFRASTRUCTURE error).
 func (c *costEnv) attempt(beats int, outcome api.Outcome) {
-	c.t.Helper()
-	d := c.worker.next(c.t)
+	c.T.Helper()
+	d := c.worker.next(c.T)
 	st, res := c.callback(d.env, "started", api.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
-	expect(c.t, "started", st, res, 200, "", api.Continue)
+	expect(c.T, "started", st, res, 200, "", api.Continue)
 	for i := range beats {
 		c.heartbeat(d, (i+1)*100/(beats+1))
 	}
@@ -145,7 +141,7 @@ func (c *costEnv) attempt(beats int, outcome api.Outcome) {
 		body.Error = &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}
 	}
 	st, res = c.callback(d.env, "completed", body)
-	expect(c.t, "completed", st, res, 200, "", api.Committed)
+	expect(c.T, "completed", st, res, 200, "", api.Committed)
 }
 
 // costTable runs every operation of docs/cost.md and returns its rows.
@@ -200,7 +196,7 @@ func costTable(t *testing.T) []opCost {
 		c.attempt(10, api.OutcomeFailed)
 		c.attempt(10, api.OutcomeSucceeded)
 	}))
-	if v := c.waitState(r3, api.Succeeded); len(v.Attempts) != 3 {
+	if v := c.WaitState(r3, api.Succeeded); len(v.Attempts) != 3 {
 		t.Fatalf("%d attempts", len(v.Attempts))
 	}
 	return rows

@@ -33,6 +33,7 @@ import (
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/zombie"
 )
@@ -206,11 +207,11 @@ type recorder struct {
 }
 
 func (r *recorder) settle() {
-	r.t.Helper()
+	r.T.Helper()
 	last := -1
 	for range 100 {
 		if err := r.stack.Events.Flush(context.Background()); err != nil {
-			r.t.Fatal(err)
+			r.T.Fatal(err)
 		}
 		if n := r.rpc.Total(); n == last {
 			return
@@ -219,7 +220,7 @@ func (r *recorder) settle() {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	r.t.Fatal("the stack never went idle")
+	r.T.Fatal("the stack never went idle")
 }
 
 // messages drains the events subscription and returns the sizes.
@@ -239,17 +240,17 @@ func (r *recorder) messages() []int64 {
 		mu.Unlock()
 	})
 	if err != nil && ctx.Err() == nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	return sizes
 }
 
 // lifecycle records what op causes.
 func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
-	r.t.Helper()
+	r.T.Helper()
 	r.settle()
 	r.messages()
-	before := snapshot(r.t, r.fs, r.stack.Project)
+	before := snapshot(r.T, r.fs, r.stack.Project)
 	r.rpc.Reset()
 	r.ct.take()
 	r.logs.take()
@@ -264,7 +265,7 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 	tr.LogLines, tr.LogBytes = r.logs.take()
 	tr.Invocations, tr.SubmitRequests, tr.RequestMs, tr.CPUUs = r.inv.take()
 	tr.Spans = int64(r.spans() - spans0)
-	for name, d := range snapshot(r.t, r.fs, r.stack.Project) {
+	for name, d := range snapshot(r.T, r.fs, r.stack.Project) {
 		if _, ok := before[name]; ok {
 			continue
 		}
@@ -290,7 +291,7 @@ const timingRuns = 3
 // whole test process's during a request, so a sweep pass or a garbage
 // collection meanwhile only adds to it: one run's is noisy.
 func (r *recorder) timedLifecycle(shape string, op func(run int)) cost.Traffic {
-	r.t.Helper()
+	r.T.Helper()
 	first := r.lifecycle(shape, func() { op(0) })
 	runs := []cost.Traffic{first}
 	for i := 1; i < timingRuns; i++ {
@@ -334,10 +335,10 @@ func medians(runs []cost.Traffic, of func(cost.Traffic) []int64) []int64 {
 }
 
 func (r *recorder) attempt(beats int, outcome api.Outcome) {
-	r.t.Helper()
-	d := r.worker.next(r.t)
+	r.T.Helper()
+	d := r.worker.next(r.T)
 	st, res := r.callback(d.env, "started", api.StartedRequest{Attempt: d.env.Attempt, WorkerID: "w"})
-	expect(r.t, "started", st, res, 200, "", api.Continue)
+	expect(r.T, "started", st, res, 200, "", api.Continue)
 	for i := range beats {
 		// Liveness heartbeats at the task's interval (beatEvery), as a
 		// worker sends them: whether the store writes one depends on how
@@ -348,14 +349,14 @@ func (r *recorder) attempt(beats int, outcome api.Outcome) {
 			time.Sleep(r.beatEvery)
 		}
 		st, res := r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: d.env.Attempt, WorkerID: "w"})
-		expect(r.t, "heartbeat", st, res, 200, "", api.Continue)
+		expect(r.T, "heartbeat", st, res, 200, "", api.Continue)
 	}
 	body := api.CompletedRequest{Attempt: d.env.Attempt, WorkerID: "w", Outcome: outcome}
 	if outcome == api.OutcomeFailed {
 		body.Error = &api.ErrorInfo{Category: api.CategoryInfrastructure, Message: "flaky"}
 	}
 	st, res = r.callback(d.env, "completed", body)
-	expect(r.t, "completed", st, res, 200, "", api.Committed)
+	expect(r.T, "completed", st, res, 200, "", api.Committed)
 }
 
 // BenchmarkCostRecord records the traffic internal/cost prices: one lifecycle
@@ -405,12 +406,7 @@ func BenchmarkCostRecord(b *testing.B) {
 	}
 	r := &recorder{env: e, rpc: rc, ct: ct, logs: logw, inv: inv, fs: fs, spans: func() int { return len(rec.Spans()) }, sub: "cost-events"}
 	// The start-up sweep pass, before anything is measured.
-	pass := idlePassQueries // cost_test.go
-	for deadline := time.Now().Add(time.Minute); rc.Counts()["RunQuery"] < pass; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up sweep: %v", rc.Counts())
-		}
-	}
+	servotest.WaitFor(t, "the start-up sweep", rc.Counts, func(n map[string]int) bool { return n["RunQuery"] >= idlePassQueries }, nil) // cost_test.go
 	// and its pass record, written when the pass ends (not a lifecycle's).
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		d, err := fs.GetDocument(ctx, &pb.GetDocumentRequest{Name: "projects/" + e.stack.Project + "/databases/(default)/documents/meta/sweeper"})
@@ -450,7 +446,7 @@ func BenchmarkCostRecord(b *testing.B) {
 		d := r.worker.next(t)
 		st, res := r.callback(d.env, "started", api.StartedRequest{Attempt: 1, WorkerID: "w"})
 		expect(t, "started", st, res, 200, "", api.Continue)
-		if status, body := r.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != 200 {
+		if status, body := r.Do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != 200 {
 			t.Fatalf("cancel: %d %s", status, body)
 		}
 		st, res = r.callback(d.env, "heartbeat", api.HeartbeatRequest{Attempt: 1, WorkerID: "w"})

@@ -9,6 +9,7 @@ import (
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/worker"
 )
@@ -18,15 +19,12 @@ import (
 // the shards in use, so that every task is still swept; DueShards asks for
 // more.
 func TestDueShards(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	project := emulatortest.ProjectID(t)
 	open := func(shards int) *devstack.Stack {
-		s, err := devstack.Start(ctx, devstack.Options{Addr: "127.0.0.1:0", Project: project, ReuseEmulators: true, DueShards: shards, SweepEvery: time.Hour,
+		return stacktest.Start(t, devstack.Options{Project: project, DueShards: shards, SweepEvery: time.Hour,
 			WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
 	}
 	s := open(0)
 	if n := s.Store.DueShards(); n != devstack.DefaultDueShards {
@@ -41,8 +39,7 @@ func TestDueShards(t *testing.T) {
 	}
 	highest := 0
 	for i := 0; highest == 0; i++ {
-		e := &env{t: t, stack: s}
-		st, out := e.do("POST", "/v1/tasks", map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": fmt.Sprint("k", i), "worker": devstack.ExampleWorker,
+		st, out := stacktest.NewAPI(t, s).Do("POST", "/v1/tasks", map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": fmt.Sprint("k", i), "worker": devstack.ExampleWorker,
 			"payload": map[string]any{"partitions": 1}})
 		if st != 201 {
 			t.Fatalf("submit: %d %s", st, out)

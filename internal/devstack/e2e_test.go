@@ -1,11 +1,9 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/events"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -77,9 +76,10 @@ func (s *scripted) next(t testing.TB) delivery {
 	}
 }
 
-// env is one test's stack with a scripted worker named "scripted".
+// env is one test's stack with a scripted worker named "scripted", and
+// the test's client of its API.
 type env struct {
-	t      testing.TB
+	stacktest.API
 	stack  *devstack.Stack
 	worker *scripted
 }
@@ -87,44 +87,20 @@ type env struct {
 func start(t testing.TB, opts ...func(*devstack.Options)) *env {
 	t.Helper()
 	w := newScripted(t)
-	ctx := context.Background()
 	o := devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 		SweepEvery:  100 * time.Millisecond, Workers: map[string]string{"scripted": w.srv.URL},
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s, err := devstack.Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return &env{t: t, stack: s, worker: w}
-}
-
-func (e *env) do(method, path string, body any) (int, []byte) {
-	e.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, e.stack.URL+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, out
+	s := stacktest.Start(t, o)
+	return &env{API: stacktest.NewAPI(t, s), stack: s, worker: w}
 }
 
 // submit posts a task to the scripted worker with fast timers.
 func (e *env) submit(extra map[string]any) api.SubmitResponse {
-	e.t.Helper()
+	e.T.Helper()
 	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": "scripted", "payload": map[string]any{"n": 1},
 		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 1500, "cancelGracePeriodMs": 300,
@@ -133,57 +109,19 @@ func (e *env) submit(extra map[string]any) api.SubmitResponse {
 	for k, v := range extra {
 		body[k] = v
 	}
-	status, out := e.do("POST", "/v1/tasks", body)
+	status, out := e.Do("POST", "/v1/tasks", body)
 	if status != http.StatusCreated && status != http.StatusOK {
-		e.t.Fatalf("submit: %d %s", status, out)
+		e.T.Fatalf("submit: %d %s", status, out)
 	}
 	var r api.SubmitResponse
 	json.Unmarshal(out, &r)
 	return r
 }
 
-func (e *env) get(id string) api.Task {
-	e.t.Helper()
-	status, out := e.do("GET", "/v1/tasks/"+id, nil)
-	if status != http.StatusOK {
-		e.t.Fatalf("get: %d %s", status, out)
-	}
-	var v api.Task
-	json.Unmarshal(out, &v)
-	return v
-}
-
-// waitState polls until the task is in state s.
-func (e *env) waitState(id string, s api.State) api.Task {
-	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v := e.get(id)
-		if v.State == s {
-			return v
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("task %s is %s (%s), want %s", id, v.State, v.Reason, s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // callback posts a worker callback with the envelope's token.
 func (e *env) callback(en api.Envelope, kind string, body any) (int, api.CallbackResponse) {
-	e.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", en.CallbackBaseURL+"/v1/tasks/"+en.TaskID+"/"+kind, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+en.TaskToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var r api.CallbackResponse
-	json.NewDecoder(res.Body).Decode(&r)
-	return res.StatusCode, r
+	e.T.Helper()
+	return stacktest.Callback(e.T, en, kind, body)
 }
 
 func started(en api.Envelope, worker string) api.StartedRequest {
@@ -206,15 +144,17 @@ func expect(t testing.TB, what string, status int, r api.CallbackResponse, wantS
 }
 
 func TestHappyPathWithTheExampleWorker(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(map[string]any{"worker": devstack.ExampleWorker, "payload": map[string]any{"partitions": 4, "partitionMs": 50}})
-	v := e.waitState(r.TaskID, api.Succeeded)
+	v := e.WaitState(r.TaskID, api.Succeeded)
 	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded || v.Attempts[0].WorkerID == "" || len(v.Attempts[0].Output) == 0 {
 		t.Fatalf("attempts: %+v", v.Attempts)
 	}
 }
 
 func TestHappyPathScripted(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(nil)
 	d := e.worker.next(t)
@@ -231,10 +171,11 @@ func TestHappyPathScripted(t *testing.T) {
 	if res.FinalState != api.Succeeded {
 		t.Fatalf("finalState %s", res.FinalState)
 	}
-	e.waitState(r.TaskID, api.Succeeded)
+	e.WaitState(r.TaskID, api.Succeeded)
 }
 
 func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(nil)
 	d1 := e.worker.next(t)
@@ -249,7 +190,7 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 	expect(t, "attempt 2 started", st, res, 200, "", api.Continue)
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w2"))
 	expect(t, "attempt 2 completed", st, res, 200, "", api.Committed)
-	v := e.waitState(r.TaskID, api.Succeeded)
+	v := e.WaitState(r.TaskID, api.Succeeded)
 	if v.Attempts[0].Outcome != api.OutcomeZombie {
 		t.Fatalf("attempt 1 outcome %s", v.Attempts[0].Outcome)
 	}
@@ -263,6 +204,7 @@ func TestKilledWorkerBecomesZombieAndAttempt2Succeeds(t *testing.T) {
 }
 
 func TestCancelWhileRunning(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	// A grace period and a lease no loaded machine outlasts: the callbacks
 	// below come within them (past the grace they are 410, see
@@ -270,7 +212,7 @@ func TestCancelWhileRunning(t *testing.T) {
 	r := e.submit(map[string]any{"cancelGracePeriodMs": 60000, "heartbeatTimeoutMs": 60000})
 	d := e.worker.next(t)
 	e.callback(d.env, "started", started(d.env, "w1"))
-	status, out := e.do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{"reason": "user_requested"})
+	status, out := e.Do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{"reason": "user_requested"})
 	if status != 200 || !strings.Contains(string(out), `"CANCELLING"`) {
 		t.Fatalf("cancel: %d %s", status, out)
 	}
@@ -280,22 +222,23 @@ func TestCancelWhileRunning(t *testing.T) {
 	}
 	st, res = e.callback(d.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w1", Outcome: api.OutcomeCancelled, CancelledDuringPhase: "processing"})
 	expect(t, "completed CANCELLED", st, res, 200, "", api.Committed)
-	v := e.waitState(r.TaskID, api.Cancelled)
+	v := e.WaitState(r.TaskID, api.Cancelled)
 	if v.Reason != "user_requested" {
 		t.Fatalf("reason %q", v.Reason)
 	}
 }
 
 func TestCancelTimeout(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(map[string]any{"heartbeatTimeoutMs": 5000})
 	d := e.worker.next(t)
 	e.callback(d.env, "started", started(d.env, "w1"))
-	if status, out := e.do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{}); status != 200 {
+	if status, out := e.Do("POST", "/v1/tasks/"+r.TaskID+"/cancel", map[string]string{}); status != 200 {
 		t.Fatalf("cancel: %d %s", status, out)
 	}
 	// The worker never reports: the grace period runs out before the lease.
-	v := e.waitState(r.TaskID, api.Failed)
+	v := e.WaitState(r.TaskID, api.Failed)
 	if v.Reason != api.ReasonCancelTimeout || v.Attempts[0].Outcome != api.OutcomeCancelTimeout {
 		t.Fatalf("got %s / %s", v.Reason, v.Attempts[0].Outcome)
 	}
@@ -305,6 +248,7 @@ func TestCancelTimeout(t *testing.T) {
 }
 
 func TestDuplicateCloudTasksDelivery(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	// The first delivery starts as w1 and then fails at the HTTP level, so
 	// Cloud Tasks delivers the same envelope again, to "another instance".
@@ -333,6 +277,7 @@ func TestDuplicateCloudTasksDelivery(t *testing.T) {
 // again with a fresh token, and the task runs to SUCCEEDED instead of
 // ending DISPATCH_TIMEOUT.
 func TestSwallowedDeliveryIsRedelivered(t *testing.T) {
+	t.Parallel()
 	e := start(t, func(o *devstack.Options) { o.StartTimeout, o.MaxRedrives = 500*time.Millisecond, 3 })
 	r := e.submit(nil)
 	d1 := e.worker.next(t) // swallowed: 200, no callback
@@ -342,7 +287,7 @@ func TestSwallowedDeliveryIsRedelivered(t *testing.T) {
 		case d2 = <-e.worker.deliveries:
 			got = true
 		case <-time.After(100 * time.Millisecond):
-			if v := e.get(r.TaskID); v.State.Terminal() {
+			if v := e.Task(r.TaskID); v.State.Terminal() {
 				t.Fatalf("the swallowed delivery was never re-delivered: task %s %s", v.State, v.Reason)
 			}
 		}
@@ -357,13 +302,14 @@ func TestSwallowedDeliveryIsRedelivered(t *testing.T) {
 	expect(t, "started", st, res, 200, "", api.Continue)
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w1"))
 	expect(t, "completed", st, res, 200, "", api.Committed)
-	v := e.waitState(r.TaskID, api.Succeeded)
+	v := e.WaitState(r.TaskID, api.Succeeded)
 	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded {
 		t.Fatalf("attempts %+v", v.Attempts)
 	}
 }
 
 func TestInfrastructureFailureRetriesWithCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(nil)
 	d1 := e.worker.next(t)
@@ -381,16 +327,17 @@ func TestInfrastructureFailureRetriesWithCheckpoint(t *testing.T) {
 	if d2.env.TaskToken == d1.env.TaskToken {
 		t.Fatal("a new attempt must carry a new token")
 	}
-	v := e.get(r.TaskID)
+	v := e.Task(r.TaskID)
 	if v.Attempts[0].Outcome != api.OutcomeFailed || v.Attempts[1].ScheduledAt == nil || v.Attempts[1].ScheduledAt.Before(*v.Attempts[0].CompletedAt) {
 		t.Fatalf("attempt history %+v", v.Attempts)
 	}
 	st, res = e.callback(d2.env, "completed", succeeded(d2.env, "w2"))
 	expect(t, "attempt 2 completed", st, res, 200, "", api.Committed)
-	e.waitState(r.TaskID, api.Succeeded)
+	e.WaitState(r.TaskID, api.Succeeded)
 }
 
 func TestDataQualityFailureDeadLetters(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.submit(nil)
 	d := e.worker.next(t)
@@ -399,7 +346,7 @@ func TestDataQualityFailureDeadLetters(t *testing.T) {
 	if res.RetryScheduled || res.FinalState != api.Failed {
 		t.Fatalf("DATA_QUALITY must not retry: %+v", res)
 	}
-	v := e.waitState(r.TaskID, api.Failed)
+	v := e.WaitState(r.TaskID, api.Failed)
 	if v.Reason != api.ReasonNonRetryable || len(v.Attempts) != 1 {
 		t.Fatalf("got %s with %d attempts", v.Reason, len(v.Attempts))
 	}
@@ -418,10 +365,11 @@ func TestDataQualityFailureDeadLetters(t *testing.T) {
 }
 
 func TestIdempotentSubmit(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	body := map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": "scripted", "idempotencyKey": "order-42"}
-	s1, out1 := e.do("POST", "/v1/tasks", body)
-	s2, out2 := e.do("POST", "/v1/tasks", body)
+	s1, out1 := e.Do("POST", "/v1/tasks", body)
+	s2, out2 := e.Do("POST", "/v1/tasks", body)
 	var r1, r2 api.SubmitResponse
 	json.Unmarshal(out1, &r1)
 	json.Unmarshal(out2, &r2)
@@ -437,6 +385,7 @@ func TestIdempotentSubmit(t *testing.T) {
 }
 
 func TestEveryTaskEventsArriveInOrder(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	ctx := context.Background()
 	if err := events.EnsureSubscriptions(ctx, e.stack.PubSub, events.Subscription{Name: "e2e-events", Topic: events.DefaultEventsTopic, Ordered: true}); err != nil {

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -69,15 +69,11 @@ func runLifecycle(tb testing.TB, lc lifecycle) lifecycleResult {
 	}))
 	defer sim.Close()
 	rc := store.NewRPCCounter()
-	stack, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(tb), ReuseEmulators: true,
+	stack := stacktest.Start(tb, devstack.Options{
 		SweepEvery: 250 * time.Millisecond, Workers: map[string]string{"sim": sim.URL},
 		StoreOptions: []store.Option{store.WithRPCCounter(rc)},
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer stack.Close()
+	defer stack.Close() // before sim closes, and each of a benchmark's runs
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * lc.workers}, Timeout: time.Minute}
 	post := func(url, bearer string, body any) (int, []byte, error) {
 		b, _ := json.Marshal(body)

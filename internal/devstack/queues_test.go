@@ -25,6 +25,7 @@ import (
 // rate is raised to five queues, an attempt that the placement now puts
 // elsewhere is still found (Held) and removed (Dequeue) where it waits.
 func TestWorkerOverSeveralQueues(t *testing.T) {
+	t.Parallel()
 	const tasks = 30
 	e := start(t, func(o *devstack.Options) {
 		o.WorkerRates = map[string]float64{"scripted": 1500}
@@ -73,7 +74,7 @@ func TestWorkerOverSeveralQueues(t *testing.T) {
 	byID := map[string]task.Task{}
 	for i := range tasks {
 		id := e.submit(map[string]any{"taskKey": fmt.Sprintf("k%d", i)}).TaskID
-		e.waitState(id, api.Queued)
+		e.WaitState(id, api.Queued)
 		tk, err := e.stack.Store.GetTask(ctx, id)
 		if err != nil {
 			t.Fatal(err)

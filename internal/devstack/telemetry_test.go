@@ -132,7 +132,7 @@ func TestTraceAcrossEveryHop(t *testing.T) {
 		t.Fatalf("submit: %d %s", res.StatusCode, out)
 	}
 	id := regexp.MustCompile(`"taskId":"([^"]+)"`).FindStringSubmatch(string(out))[1]
-	v := e.waitState(id, api.Succeeded)
+	v := e.WaitState(id, api.Succeeded)
 	if v.Attempt != 2 || len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie {
 		t.Fatalf("want attempt 1 ZOMBIE then attempt 2 SUCCEEDED, got %+v", v.Attempts)
 	}

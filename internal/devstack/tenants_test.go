@@ -52,15 +52,15 @@ func newGauge(t *testing.T, hold time.Duration) *gauge {
 
 // batch submits n tasks of tenant to the gauge worker in one request.
 func (e *env) batch(tenant string, n int) []string {
-	e.t.Helper()
+	e.T.Helper()
 	var items []any
 	for i := range n {
 		items = append(items, map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": fmt.Sprintf("%s-%d", tenant, i),
 			"worker": "gauge", "heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 5000})
 	}
-	status, out := e.do("POST", "/v1/tasks:batch", map[string]any{"tasks": items})
+	status, out := e.Do("POST", "/v1/tasks:batch", map[string]any{"tasks": items})
 	if status != http.StatusCreated {
-		e.t.Fatalf("batch: %d %s", status, out)
+		e.T.Fatalf("batch: %d %s", status, out)
 	}
 	var br api.BatchResponse
 	json.Unmarshal(out, &br)
@@ -73,22 +73,16 @@ func (e *env) batch(tenant string, n int) []string {
 
 // waitAll waits until every task succeeded.
 func (e *env) waitAll(ids []string) {
-	e.t.Helper()
+	e.T.Helper()
 	for _, id := range ids {
-		deadline := time.Now().Add(2 * time.Minute)
-		for e.get(id).State != api.Succeeded {
-			if time.Now().After(deadline) {
-				v := e.get(id)
-				e.t.Fatalf("task %s is %s (%s), want SUCCEEDED", id, v.State, v.Reason)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		e.WaitState(id, api.Succeeded)
 	}
 }
 
 // With maxRunning 2 for a tenant and 10 tasks submitted at once, never
 // more than 2 run at once and all 10 finish.
 func TestTenantMaxRunning(t *testing.T) {
+	t.Parallel()
 	g := newGauge(t, 300*time.Millisecond)
 	e := start(t, func(o *devstack.Options) {
 		o.Workers["gauge"] = g.srv.URL
@@ -101,7 +95,7 @@ func TestTenantMaxRunning(t *testing.T) {
 	if g.max > 2 || g.max < 1 || len(g.started) != 10 {
 		t.Fatalf("at most %d ran at once (want ≤ 2), %d started (want 10)", g.max, len(g.started))
 	}
-	status, out := e.do("GET", "/v1/tenants/acme/usage", nil)
+	status, out := e.Do("GET", "/v1/tenants/acme/usage", nil)
 	var u api.UsageResponse
 	json.Unmarshal(out, &u)
 	if status != 200 || u.Running != 0 || u.Queued != 0 || u.Limits.MaxRunning != 2 {
@@ -113,6 +107,7 @@ func TestTenantMaxRunning(t *testing.T) {
 // second tenant submitting after the first: both progress (the admit duty
 // takes the tenants in turn), and all 40 finish.
 func TestTenantsSharingAWorkerBothProgress(t *testing.T) {
+	t.Parallel()
 	g := newGauge(t, 100*time.Millisecond)
 	e := start(t, func(o *devstack.Options) {
 		o.Workers["gauge"] = g.srv.URL
@@ -148,6 +143,7 @@ func TestTenantsSharingAWorkerBothProgress(t *testing.T) {
 // servo dev's API accepts the dev identity of `servo --as` under a real
 // policy, and refuses a forged one.
 func TestDevIdentityUnderAPolicy(t *testing.T) {
+	t.Parallel()
 	p, err := auth.ParsePolicy([]byte(`{"principals": {"dev@example.com": {"acme": "operator"}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +169,7 @@ func TestDevIdentityUnderAPolicy(t *testing.T) {
 	if got := call(auth.NewDevKey(), "dev@example.com"); got != 401 {
 		t.Fatalf("forged identity: %d, want 401", got)
 	}
-	if status, _ := e.do("GET", "/v1/tasks", nil); status != 401 {
+	if status, _ := e.Do("GET", "/v1/tasks", nil); status != 401 {
 		t.Fatalf("no identity: %d, want 401", status)
 	}
 }

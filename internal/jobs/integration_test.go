@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/jobs"
+	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/worker"
 )
@@ -45,6 +46,7 @@ func TestJobWorker(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", workerBin, "github.com/servo-dev/servo/examples/worker").CombinedOutput(); err != nil {
 		t.Fatalf("build the example worker: %v\n%s", err, out)
 	}
+	// Each subtest has its own stack and project, and runs in parallel.
 	t.Run("KilledAttemptResumes", testKilledAttemptResumes)
 	t.Run("CancelHonoured", testCancelHonoured)
 	t.Run("CancelIgnoredIsKilled", testCancelIgnoredIsKilled)
@@ -53,9 +55,9 @@ func TestJobWorker(t *testing.T) {
 	t.Run("BadDeliveries", testBadDeliveries)
 }
 
-// stack is one test's local stack.
+// stack is one test's local stack, and the test's client of its API.
 type stack struct {
-	t   *testing.T
+	stacktest.API
 	s   *devstack.Stack
 	log string
 }
@@ -67,17 +69,8 @@ func startStack(t *testing.T, jobWorkers map[string]string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := devstack.Start(context.Background(), devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
-		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
-		SweepEvery:  100 * time.Millisecond, Log: lf, JobWorkers: jobWorkers,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &stack{t: t, s: s, log: logPath}
+	// Registered first, run last: once the stack has closed.
 	t.Cleanup(func() {
-		s.Close()
 		lf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -93,78 +86,38 @@ func startStack(t *testing.T, jobWorkers map[string]string) *stack {
 			t.Logf("stack log (tail, without the sweeper's idle lines):\n%s", strings.Join(keep, "\n"))
 		}
 	})
-	return st
-}
-
-func (s *stack) do(method, path string, body any) (int, []byte) {
-	s.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.s.URL+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, out
+	s := stacktest.Start(t, devstack.Options{
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  100 * time.Millisecond, Log: lf, JobWorkers: jobWorkers,
+	})
+	return &stack{API: stacktest.NewAPI(t, s), s: s, log: logPath}
 }
 
 // submit submits a task to worker with payload and the given timers (ms)
 // and retry policy; it returns the task id.
 func (s *stack) submit(worker, payload string, intervalMs, timeoutMs, graceMs int64, maxAttempts int) string {
-	s.t.Helper()
+	s.T.Helper()
 	backoff := int64(100)
-	status, body := s.do("POST", "/v1/tasks", api.SubmitRequest{
+	return s.Submit(api.SubmitRequest{
 		TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: worker, Payload: json.RawMessage(payload),
 		HeartbeatIntervalMs: &intervalMs, HeartbeatTimeoutMs: &timeoutMs, CancelGracePeriodMs: &graceMs,
 		Retry: &api.RetryRequest{MaxAttempts: &maxAttempts, InitialBackoffMs: &backoff, MaxBackoffMs: &backoff},
-	})
-	if status != http.StatusCreated {
-		s.t.Fatalf("submit: %d %s", status, body)
-	}
-	var r api.SubmitResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		s.t.Fatal(err)
-	}
-	return r.TaskID
+	}).TaskID
 }
 
+// get is the task as the API shows it, with the fields of a task.Task.
 func (s *stack) get(id string) task.Task {
-	s.t.Helper()
-	status, body := s.do("GET", "/v1/tasks/"+id, nil)
-	if status != http.StatusOK {
-		s.t.Fatalf("get %s: %d %s", id, status, body)
-	}
-	var tk task.Task
-	if err := json.Unmarshal(body, &tk); err != nil {
-		s.t.Fatal(err)
-	}
-	return tk
+	s.T.Helper()
+	return servotest.GetJSON[task.Task](s.T, s.URL+"/v1/tasks/"+id)
 }
 
 // waitFor polls the task until cond holds (generous deadline; never a
 // fixed sleep).
 func (s *stack) waitFor(id, what string, cond func(task.Task) bool) task.Task {
-	s.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		tk := s.get(id)
-		if cond(tk) {
-			return tk
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("task %s: gave up waiting for %s; it is %s attempt %d, attempts %s", id, what, tk.State, tk.Attempt, attemptsOf(tk))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s.T.Helper()
+	return servotest.WaitFor(s.T, "task "+id+" to reach "+what, func() task.Task { return s.get(id) }, cond, func(tk task.Task) string {
+		return fmt.Sprintf("it is %s attempt %d, attempts %s", tk.State, tk.Attempt, attemptsOf(tk))
+	})
 }
 
 func attemptsOf(tk task.Task) string {
@@ -202,12 +155,12 @@ func checkpointOf(t *testing.T, a task.Attempt) int {
 }
 
 func (s *stack) waitExit(execution string) int {
-	s.t.Helper()
+	s.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	code, err := s.s.Jobs.Wait(ctx, execution)
 	if err != nil {
-		s.t.Fatalf("execution %s did not end: %v", execution, err)
+		s.T.Fatalf("execution %s did not end: %v", execution, err)
 	}
 	return code
 }
@@ -218,6 +171,7 @@ func (s *stack) waitExit(execution string) int {
 // through what is left (failAttempts: 2); attempt 3 resumes from attempt
 // 2's checkpoint and succeeds.
 func testKilledAttemptResumes(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	const n = 40
 	id := s.submit("render", fmt.Sprintf(`{"partitions":%d,"partitionMs":500,"failAttempts":2}`, n), 500, 10000, 1000, 3)
@@ -273,13 +227,14 @@ func testKilledAttemptResumes(t *testing.T) {
 // testCancelHonoured: a cancel reaches the job through its heartbeats; the
 // job stops, reports CANCELLED and exits 0.
 func testCancelHonoured(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	id := s.submit("render", `{"partitions":600,"partitionMs":200}`, 500, 10000, 60000, 1)
 	tk := s.waitFor(id, "RUNNING with a checkpoint", func(tk task.Task) bool {
 		return tk.State == api.Running && checkpointOf(t, current(tk)) >= 1
 	})
 	exec1 := current(tk).Execution
-	if status, body := s.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
+	if status, body := s.Do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	tk = s.waitFor(id, "terminal", func(tk task.Task) bool { return tk.State.Terminal() })
@@ -298,11 +253,12 @@ func testCancelHonoured(t *testing.T) {
 // when the grace period ends the task fails CANCEL_TIMEOUT and Servo
 // cancels the execution, which would otherwise run for ten minutes.
 func testCancelIgnoredIsKilled(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	id := s.submit("render", `{"partitions":600,"partitionMs":1000,"ignoreCancel":true}`, 500, 10000, 1000, 3)
 	tk := s.waitFor(id, "RUNNING", func(tk task.Task) bool { return tk.State == api.Running && current(tk).Execution != "" })
 	exec1 := current(tk).Execution
-	if status, body := s.do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
+	if status, body := s.Do("POST", "/v1/tasks/"+id+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	tk = s.waitFor(id, "terminal", func(tk task.Task) bool { return tk.State.Terminal() })
@@ -334,11 +290,11 @@ func pauseQueue(t *testing.T, s *stack, worker string) {
 
 // dispatch POSTs an envelope to the dispatch endpoint as Cloud Tasks does.
 func (s *stack) dispatch(env api.Envelope) (int, jobs.Answer) {
-	s.t.Helper()
-	status, body := s.do("POST", jobs.DispatchPath, env)
+	s.T.Helper()
+	status, body := s.Do("POST", jobs.DispatchPath, env)
 	var a jobs.Answer
 	if err := json.Unmarshal(body, &a); err != nil {
-		s.t.Fatalf("dispatch answer %d %s: %v", status, body, err)
+		s.T.Fatalf("dispatch answer %d %s: %v", status, body, err)
 	}
 	return status, a
 }
@@ -346,14 +302,14 @@ func (s *stack) dispatch(env api.Envelope) (int, jobs.Answer) {
 // envelope builds the envelope of the task's current attempt, as the
 // enqueuer does for its Cloud Task.
 func (s *stack) envelope(id string) api.Envelope {
-	s.t.Helper()
+	s.T.Helper()
 	tk, err := s.s.Store.GetTask(context.Background(), id)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	env, _, err := s.s.Enqueuer.Envelope(&tk, time.Now())
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	return env
 }
@@ -362,6 +318,7 @@ func (s *stack) envelope(id string) api.Envelope {
 // lives 10 s; the job runs about 16 s and succeeds, on tokens refreshed by
 // its heartbeats.
 func testOutlivesItsFirstToken(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"render": workerBin + " -job"})
 	pauseQueue(t, s, "render")
 	id := s.submit("render", `{"partitions":40,"partitionMs":400}`, 500, 10000, 1000, 1)
@@ -395,6 +352,7 @@ func testOutlivesItsFirstToken(t *testing.T) {
 // execution running. Once that execution has ended without starting the
 // attempt, a re-drive starts a new one.
 func testDispatchedTwiceStartsOne(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"sleeper": "sleep 600"})
 	pauseQueue(t, s, "sleeper")
 	id := s.submit("sleeper", `{}`, 500, 10000, 1000, 1)
@@ -458,6 +416,7 @@ func testDispatchedTwiceStartsOne(t *testing.T) {
 // testBadDeliveries: what the dispatch endpoint refuses, with its status
 // and code, and that none of it starts an execution.
 func testBadDeliveries(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"sleeper": "sleep 600"})
 	pauseQueue(t, s, "sleeper")
 	pauseQueue(t, s, devstack.ExampleWorker)
@@ -467,7 +426,7 @@ func testBadDeliveries(t *testing.T) {
 	pushEnv := s.envelope(pushID)
 	endedID := s.submit("sleeper", `{}`, 500, 10000, 1000, 1)
 	endedEnv := s.envelope(endedID)
-	if status, body := s.do("POST", "/v1/tasks/"+endedID+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
+	if status, body := s.Do("POST", "/v1/tasks/"+endedID+"/cancel", map[string]string{"reason": "user_requested"}); status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	otherAttempt := env

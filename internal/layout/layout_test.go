@@ -240,15 +240,18 @@ func TestSDKDependencies(t *testing.T) {
 var layers = [][]string{
 	// Nothing of Servo's: the wire types, the identity rules, the log
 	// shape, the emulators, test helpers and test-only packages.
-	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/servotest", "internal/layout", "internal/failpoint",
+	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/layout", "internal/failpoint",
 		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
 		"examples/typescript-worker", "internal/scale", "internal/cost"},
-	// The state machine; the SDK and the client; key storage.
-	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/sdkbuild"},
-	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker",
+	// The state machine; the SDK and the client; key storage; the
+	// services' shared construction (clock, logger, missing dependency).
+	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/servotest",
+		"internal/service"},
+	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker", "internal/sdkbuild",
 		"internal/sdkcontract/workers/goworker"},
 	{"internal/store"},
+	{"internal/store/storetest"}, // the store's conformance suite (its tests call it)
 	{"internal/enqueue", "internal/events"},
 	// The control plane's handlers: the design card's folders and their
 	// siblings.
@@ -260,6 +263,8 @@ var layers = [][]string{
 	// Production's entry points and the local stack only call it.
 	{"functions", "internal/devstack"},
 	{"", "cmd/servo", "bench/scale", "bench/cost"},
+	// A local stack for tests, and its API's client (tests import it).
+	{"internal/servotest/stacktest"},
 }
 
 func TestLayering(t *testing.T) {

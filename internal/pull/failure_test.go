@@ -21,6 +21,7 @@ import (
 // lease; the sweeper retries the task into the pool as attempt 2 with the
 // checkpoint as resumeFrom, and another worker claims it.
 func TestSilentWorkerRetriedIntoPool(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const pool = "zombie"
 	sub := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 8000})
@@ -36,7 +37,7 @@ func TestSilentWorkerRetriedIntoPool(t *testing.T) {
 	if second.TaskID != sub.TaskID || second.Attempt != 2 || string(second.ResumeFrom) != `{"next":7}` || second.TaskToken == first.TaskToken {
 		t.Fatalf("second claim: attempt %d resumeFrom %s", second.Attempt, second.ResumeFrom)
 	}
-	v := e.get(sub.TaskID)
+	v := e.Task(sub.TaskID)
 	if v.State != api.Running || len(v.Attempts) != 2 || v.Attempts[0].Outcome != api.OutcomeZombie || v.Attempts[1].WorkerID != "rescuer" {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
@@ -53,6 +54,7 @@ func TestSilentWorkerRetriedIntoPool(t *testing.T) {
 // unknown pool, a push worker's name, a caller not allowed for the pool
 // (pool A's account claiming from pool B), no identity, a bad body.
 func TestClaimErrors(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const a, b = "a@servo-test.iam.gserviceaccount.com", "b@servo-test.iam.gserviceaccount.com"
 	sub := e.submit("pool-b", nil)
@@ -100,7 +102,7 @@ func TestClaimErrors(t *testing.T) {
 			}
 		})
 	}
-	if v := e.get(sub.TaskID); v.State != api.Queued {
+	if v := e.Task(sub.TaskID); v.State != api.Queued {
 		t.Fatalf("a refused claim changed the task: %s", v.State)
 	}
 	// Pool B's own account claims it.
@@ -113,6 +115,7 @@ func TestClaimErrors(t *testing.T) {
 // a task submitted meanwhile is not lost: it stays PENDING, and once
 // Pub/Sub is back the sweeper re-drives it into the pool and it is claimed.
 func TestPubSubUnavailable(t *testing.T) {
+	t.Parallel()
 	proxy := newSwitchable(t, os.Getenv("PUBSUB_EMULATOR_HOST"))
 	e := start(t, map[string][]string{"gpu": nil}, func(o *devstack.Options) {
 		o.PoolPubSubOptions = []option.ClientOption{option.WithEndpoint(proxy.addr())}
@@ -135,7 +138,7 @@ func TestPubSubUnavailable(t *testing.T) {
 	if en.TaskID != sub.TaskID || en.Attempt != 1 {
 		t.Fatalf("claimed %+v", en)
 	}
-	if v := e.get(sub.TaskID); v.State != api.Running || v.Attempts[0].WorkerID != "w" {
+	if v := e.Task(sub.TaskID); v.State != api.Running || v.Attempts[0].WorkerID != "w" {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
 }
@@ -143,6 +146,7 @@ func TestPubSubUnavailable(t *testing.T) {
 // worker.Pull runs at most Concurrency attempts at once, claiming only with
 // a free slot, and every task succeeds.
 func TestPullConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const pool, n, limit = "sdk", 6, 2
 	var running, peak atomic.Int32
@@ -180,7 +184,7 @@ func TestPullConcurrencyLimit(t *testing.T) {
 	}
 	queued := 0
 	for _, id := range ids {
-		if e.get(id).State == api.Queued {
+		if e.Task(id).State == api.Queued {
 			queued++
 		}
 	}
@@ -189,7 +193,7 @@ func TestPullConcurrencyLimit(t *testing.T) {
 	}
 	close(release)
 	for _, id := range ids {
-		e.waitState(id, api.Succeeded)
+		e.WaitState(id, api.Succeeded)
 	}
 	if peak.Load() != limit {
 		t.Fatalf("peak concurrency %d, want %d", peak.Load(), limit)
@@ -205,6 +209,7 @@ func TestPullConcurrencyLimit(t *testing.T) {
 // and reported FAILED/INFRASTRUCTURE, so Servo retries it; Pull returns
 // once the report is in.
 func TestPullGracefulStop(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const pool = "grace"
 	started := make(chan string, 2)
@@ -236,10 +241,10 @@ func TestPullGracefulStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if v := e.get(quick.TaskID); v.State != api.Succeeded {
+	if v := e.Task(quick.TaskID); v.State != api.Succeeded {
 		t.Fatalf("quick task %s", v.State)
 	}
-	v := e.get(slow.TaskID)
+	v := e.Task(slow.TaskID)
 	if v.State != api.Queued || v.Attempt != 2 || v.Attempts[0].Outcome != api.OutcomeFailed || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryInfrastructure {
 		t.Fatalf("slow task %s attempt %d %+v", v.State, v.Attempt, v.Attempts)
 	}
@@ -251,6 +256,7 @@ var quickID atomic.Value
 // pool (403, as a pool the caller may not claim from), and pool B
 // claimed as pool A's account (403).
 func TestPullStopsOnRefusedClaim(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	cases := []struct {
 		pool, identity string

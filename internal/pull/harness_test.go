@@ -1,7 +1,6 @@
 package pull_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -17,6 +16,8 @@ import (
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/pull"
+	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -50,12 +51,13 @@ func sharedEnv(t testing.TB) *env {
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
-	return &env{t: t, stack: shared.stack}
+	return &env{API: stacktest.NewAPI(t, shared.stack), stack: shared.stack}
 }
 
-// env is one test's local stack with pull pools.
+// env is one test's local stack with pull pools, and the test's client of
+// its API.
 type env struct {
-	t     testing.TB
+	stacktest.API
 	stack *devstack.Stack
 }
 
@@ -63,48 +65,26 @@ type env struct {
 func start(t *testing.T, pools map[string][]string, opts ...func(*devstack.Options)) *env {
 	t.Helper()
 	o := devstack.Options{
-		Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
 		SweepEvery: 100 * time.Millisecond, PullPools: pools,
 		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s, err := devstack.Start(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return &env{t: t, stack: s}
+	s := stacktest.Start(t, o)
+	return &env{API: stacktest.NewAPI(t, s), stack: s}
 }
 
+// do is servotest.Do on the stack's path, with the answer's header.
 func (e *env) do(method, path string, body any, header ...string) (int, http.Header, []byte) {
-	e.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, ok := body.([]byte)
-		if !ok {
-			b, _ = json.Marshal(body)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, e.stack.URL+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, out
+	e.T.Helper()
+	r := servotest.Do(e.T, method, e.URL+path, body, header...)
+	return r.Status, r.Header, r.Body
 }
 
 // submit submits a task to pool with fast timers.
 func (e *env) submit(pool string, extra map[string]any) api.SubmitResponse {
-	e.t.Helper()
+	e.T.Helper()
 	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": pool, "payload": map[string]any{"partitions": 2, "partitionMs": 20},
 		"heartbeatIntervalMs": 500, "heartbeatTimeoutMs": 5000, "cancelGracePeriodMs": 300,
@@ -113,50 +93,12 @@ func (e *env) submit(pool string, extra map[string]any) api.SubmitResponse {
 	for k, v := range extra {
 		body[k] = v
 	}
-	status, _, out := e.do("POST", "/v1/tasks", body)
-	if status != http.StatusCreated {
-		e.t.Fatalf("submit: %d %s", status, out)
-	}
-	var r api.SubmitResponse
-	json.Unmarshal(out, &r)
-	return r
-}
-
-func (e *env) get(id string) api.Task {
-	e.t.Helper()
-	status, _, out := e.do("GET", "/v1/tasks/"+id, nil)
-	if status != http.StatusOK {
-		e.t.Fatalf("get: %d %s", status, out)
-	}
-	var v api.Task
-	json.Unmarshal(out, &v)
-	return v
-}
-
-// waitFor polls the task until ok says so.
-func (e *env) waitFor(id, what string, ok func(api.Task) bool) api.Task {
-	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		v := e.get(id)
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("task %s is %s (%s, attempt %d), want %s", id, v.State, v.Reason, v.Attempt, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (e *env) waitState(id string, s api.State) api.Task {
-	e.t.Helper()
-	return e.waitFor(id, string(s), func(v api.Task) bool { return v.State == s })
+	return e.Submit(body)
 }
 
 // claim posts one claim as identity (none when "").
 func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, api.ClaimResponse) {
-	e.t.Helper()
+	e.T.Helper()
 	var h []string
 	if identity != "" {
 		h = []string{pull.DevIdentityHeader, identity}
@@ -164,14 +106,14 @@ func (e *env) claim(pool, identity, workerID string, maxWaitMs int) (int, api.Cl
 	status, _, out := e.do("POST", "/v1/pools/"+pool+"/claim", map[string]any{"workerId": workerID, "maxWaitMs": maxWaitMs}, h...)
 	var r api.ClaimResponse
 	if err := json.Unmarshal(out, &r); err != nil {
-		e.t.Fatalf("claim answer %d is not JSON: %s", status, out)
+		e.T.Fatalf("claim answer %d is not JSON: %s", status, out)
 	}
 	return status, r
 }
 
 // claimUntil claims until an attempt is claimed, or fails the test.
 func (e *env) claimUntil(pool, identity, workerID string) api.Envelope {
-	e.t.Helper()
+	e.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		status, r := e.claim(pool, identity, workerID, 2000)
@@ -180,31 +122,20 @@ func (e *env) claimUntil(pool, identity, workerID string) api.Envelope {
 			continue
 		}
 		if status != http.StatusOK {
-			e.t.Fatalf("claim: %d %+v", status, r)
+			e.T.Fatalf("claim: %d %+v", status, r)
 		}
 		if r.Claimed {
 			return *r.Envelope
 		}
 	}
-	e.t.Fatalf("nothing claimed from %s", pool)
+	e.T.Fatalf("nothing claimed from %s", pool)
 	return api.Envelope{}
 }
 
 // callback posts a worker callback with the envelope's token.
 func (e *env) callback(en api.Envelope, kind string, body any) (int, api.CallbackResponse) {
-	e.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", en.CallbackBaseURL+"/v1/tasks/"+en.TaskID+"/"+kind, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+en.TaskToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var r api.CallbackResponse
-	json.NewDecoder(res.Body).Decode(&r)
-	return res.StatusCode, r
+	e.T.Helper()
+	return stacktest.Callback(e.T, en, kind, body)
 }
 
 // switchable is a TCP proxy in front of an emulator that can be taken down

@@ -23,6 +23,7 @@ import (
 // SUCCEEDED; its attempt belongs to the claiming worker, and the SDK counts
 // the run in its metrics as a push worker does.
 func TestPulledTaskSucceeds(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const gpu = "succeed"
 	reader := sdkmetric.NewManualReader()
@@ -34,7 +35,7 @@ func TestPulledTaskSucceeds(t *testing.T) {
 			Options: []worker.Option{worker.WithWorkerID("puller-1"), worker.WithMeterProvider(mp)}}, partitions.Process)
 	}()
 	sub := e.submit(gpu, nil)
-	v := e.waitState(sub.TaskID, api.Succeeded)
+	v := e.WaitState(sub.TaskID, api.Succeeded)
 	if len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "puller-1" || v.Attempts[0].Outcome != api.OutcomeSucceeded {
 		t.Fatalf("attempts %+v", v.Attempts)
 	}
@@ -65,6 +66,7 @@ func TestPulledTaskSucceeds(t *testing.T) {
 
 // An empty pool answers claimed:false once maxWaitMs has passed.
 func TestEmptyPoolAnswersAfterMaxWait(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const gpu = "empty"
 	for _, wait := range []int{0, 1000} {
@@ -84,6 +86,7 @@ func TestEmptyPoolAnswersAfterMaxWait(t *testing.T) {
 // Four workers claiming concurrently from a pool of 50 tasks claim each
 // task exactly once, each claim starting the attempt for its worker.
 func TestConcurrentClaimsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const gpu = "concurrent"
 	const n, workers = 50, 4
@@ -133,7 +136,7 @@ func TestConcurrentClaimsExactlyOnce(t *testing.T) {
 		if !ids[id] || len(by) != 1 {
 			t.Fatalf("task %s claimed by %v", id, by)
 		}
-		v := e.get(id)
+		v := e.Task(id)
 		if v.State != api.Running || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != by[0] {
 			t.Fatalf("task %s: %s %+v, claimed by %s", id, v.State, v.Attempts, by[0])
 		}
@@ -143,6 +146,7 @@ func TestConcurrentClaimsExactlyOnce(t *testing.T) {
 // A transport message delivered twice (the same attempt published again)
 // yields one claim, even to the same worker id; the duplicate is dropped.
 func TestDuplicateMessageOneClaim(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const gpu = "duplicate"
 	sub := e.submit(gpu, nil)
@@ -190,6 +194,7 @@ func TestDuplicateMessageOneClaim(t *testing.T) {
 
 // A task cancelled while queued is never claimed.
 func TestCancelledWhileQueuedNeverClaimed(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const gpu = "cancel"
 	sub := e.submit(gpu, nil)
@@ -201,7 +206,7 @@ func TestCancelledWhileQueuedNeverClaimed(t *testing.T) {
 			t.Fatalf("claim: %d %+v", status, r)
 		}
 	}
-	v := e.get(sub.TaskID)
+	v := e.Task(sub.TaskID)
 	if v.State != api.Cancelled || len(v.Attempts) != 1 || v.Attempts[0].WorkerID != "" || v.Attempts[0].StartedAt != nil {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}

@@ -3,7 +3,6 @@ package sdkcontract_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/sdkbuild"
 	"github.com/servo-dev/servo/internal/servotest"
+	"github.com/servo-dev/servo/internal/servotest/stacktest"
 )
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
@@ -368,22 +368,13 @@ type env struct {
 	out   *servotest.Buffer
 }
 
+// api is t's client of the stack's API: the scenarios share e and run in
+// parallel.
+func (e *env) api(t *testing.T) stacktest.API { return stacktest.NewAPI(t, e.stack) }
+
 func (e *env) do(t *testing.T, method, path string, body any) (int, []byte) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, e.stack.URL+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, out
+	return e.api(t).Do(method, path, body)
 }
 
 // submit posts a task for worker with fast timers; fault is injected into
@@ -393,52 +384,26 @@ func (e *env) submit(t *testing.T, worker, key, fault string, payload map[string
 	e.proxy.mu.Lock()
 	e.proxy.faults[key] = fault
 	e.proxy.mu.Unlock()
-	status, out := e.do(t, "POST", "/v1/tasks", map[string]any{
+	return e.api(t).Submit(map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": worker, "payload": payload,
 		"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 3000, "cancelGracePeriodMs": 5000,
 		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
-	})
-	if status != http.StatusCreated {
-		t.Fatalf("submit: %d %s", status, out)
-	}
-	var r api.SubmitResponse
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.TaskID
+	}).TaskID
 }
 
 func (e *env) get(t *testing.T, id string) api.Task {
 	t.Helper()
-	status, out := e.do(t, "GET", "/v1/tasks/"+id, nil)
-	if status != http.StatusOK {
-		t.Fatalf("get: %d %s", status, out)
-	}
-	var v api.Task
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return e.api(t).Task(id)
 }
 
 func (e *env) waitFor(t *testing.T, id, what string, ok func(api.Task) bool) api.Task {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		v := e.get(t, id)
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s never reached %s: state %s (%s), attempts %s", id, what, v.State, v.Reason, attemptsOf(v))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return e.api(t).WaitFor(id, what, ok)
 }
 
 func (e *env) waitState(t *testing.T, id string, s api.State) api.Task {
 	t.Helper()
-	return e.waitFor(t, id, string(s), func(v api.Task) bool { return v.State == s })
+	return e.api(t).WaitState(id, s)
 }
 
 // runs counts the contract workers' "RUN id attempt" lines: handler calls.
@@ -477,14 +442,6 @@ func (e *env) checkTraces(t *testing.T, id string, attempts int, must bool) {
 	}
 }
 
-func attemptsOf(v api.Task) string {
-	var b strings.Builder
-	for _, a := range v.Attempts {
-		fmt.Fprintf(&b, "[%d %s err=%v out=%s cp=%s] ", a.Attempt, a.Outcome, a.Error, a.Output, a.Checkpoint)
-	}
-	return b.String()
-}
-
 type output struct {
 	Attempt     int `json:"attempt"`
 	ResumedFrom int `json:"resumedFrom"`
@@ -493,11 +450,7 @@ type output struct {
 
 func outputOf(t *testing.T, a api.Attempt) output {
 	t.Helper()
-	var o output
-	if err := json.Unmarshal(a.Output, &o); err != nil {
-		t.Fatalf("attempt %d output %s: %v", a.Attempt, a.Output, err)
-	}
-	return o
+	return stacktest.AttemptOutput[output](t, a)
 }
 
 func checkpointed(v api.Task) bool {
@@ -519,7 +472,7 @@ type scenario struct {
 func succeededAfterLostFirst(t *testing.T, e *env, _ string, id string) {
 	v := e.waitState(t, id, api.Succeeded)
 	if len(v.Attempts) != 2 || v.Attempts[1].Outcome != api.OutcomeSucceeded {
-		t.Fatalf("want attempt 1 expired and attempt 2 succeeded: %s", attemptsOf(v))
+		t.Fatalf("want attempt 1 expired and attempt 2 succeeded: %s", stacktest.Attempts(v))
 	}
 	if n := len(e.proxy.count(id, 1, "completed")); n != 0 {
 		t.Fatalf("attempt 1 reported `completed` %d times after losing its lease", n)
@@ -531,14 +484,14 @@ var scenarios = []scenario{
 		check: func(t *testing.T, e *env, _ string, id string) {
 			v := e.waitState(t, id, api.Succeeded)
 			if len(v.Attempts) != 1 || outputOf(t, v.Attempts[0]) != (output{Attempt: 1, Processed: 4}) {
-				t.Fatalf("attempts %s", attemptsOf(v))
+				t.Fatalf("attempts %s", stacktest.Attempts(v))
 			}
 		}},
 	{name: "retry with checkpoint", modes: []string{"push", "pull", "job"}, payload: map[string]any{"steps": 6, "stepMs": 20, "failAttempts": 1},
 		check: func(t *testing.T, e *env, _ string, id string) {
 			v := e.waitState(t, id, api.Succeeded)
 			if len(v.Attempts) != 2 || v.Attempts[0].Error == nil || v.Attempts[0].Error.Category != api.CategoryInfrastructure {
-				t.Fatalf("attempts %s", attemptsOf(v))
+				t.Fatalf("attempts %s", stacktest.Attempts(v))
 			}
 			if string(v.Attempts[0].Checkpoint) != `{"next":3}` {
 				t.Fatalf("attempt 1 checkpoint %s, want {\"next\":3} (flushed before completed)", v.Attempts[0].Checkpoint)
@@ -556,7 +509,7 @@ var scenarios = []scenario{
 			v := e.waitState(t, id, api.Cancelled)
 			a := v.Attempts[len(v.Attempts)-1]
 			if len(v.Attempts) != 1 || a.Outcome != api.OutcomeCancelled || a.CancelledDuringPhase != "processing" || !bytes.Contains(a.PartialProgress, []byte("next")) {
-				t.Fatalf("attempts %s phase %q partial %s", attemptsOf(v), a.CancelledDuringPhase, a.PartialProgress)
+				t.Fatalf("attempts %s phase %q partial %s", stacktest.Attempts(v), a.CancelledDuringPhase, a.PartialProgress)
 			}
 		}},
 	{name: "lease lost by 410", modes: []string{"push", "pull"}, fault: faultGone, payload: map[string]any{"steps": 40, "stepMs": 100},
@@ -568,7 +521,7 @@ var scenarios = []scenario{
 			v := e.waitState(t, id, api.Succeeded)
 			calls := e.proxy.count(id, 1, "completed")
 			if len(v.Attempts) != 1 || len(calls) != 2 || !bytes.Equal(calls[0], calls[1]) {
-				t.Fatalf("attempts %s; %d completed calls (want 2 with the same body): %q", attemptsOf(v), len(calls), calls)
+				t.Fatalf("attempts %s; %d completed calls (want 2 with the same body): %q", stacktest.Attempts(v), len(calls), calls)
 			}
 		}},
 	{name: "REJECTED final", modes: []string{"push", "pull"}, fault: faultRejected, payload: map[string]any{"steps": 2, "stepMs": 20},
@@ -577,7 +530,7 @@ var scenarios = []scenario{
 			// again; the lease runs out and attempt 2 succeeds.
 			v := e.waitState(t, id, api.Succeeded)
 			if n := len(e.proxy.count(id, 1, "completed")); len(v.Attempts) != 2 || n != 1 {
-				t.Fatalf("attempts %s; attempt 1 sent `completed` %d times (want 1: REJECTED is final)", attemptsOf(v), n)
+				t.Fatalf("attempts %s; attempt 1 sent `completed` %d times (want 1: REJECTED is final)", stacktest.Attempts(v), n)
 			}
 		}},
 	{name: "duplicate delivery", modes: []string{"push"}, fault: faultDuplicate, payload: map[string]any{"steps": 10, "stepMs": 50},
@@ -596,14 +549,14 @@ var scenarios = []scenario{
 				}
 			}
 			if len(v.Attempts) != 1 || e.runs(id, 1) != 1 || len(answers) != 2 || answers[0] != "200 committed" || answers[1] != answers[0] {
-				t.Fatalf("attempts %s; %d handler runs of attempt 1 (want 1); answers %q (want two 200 committed)", attemptsOf(v), e.runs(id, 1), answers)
+				t.Fatalf("attempts %s; %d handler runs of attempt 1 (want 1); answers %q (want two 200 committed)", stacktest.Attempts(v), e.runs(id, 1), answers)
 			}
 		}},
 	{name: "job crash", modes: []string{"job"}, payload: map[string]any{"steps": 8, "stepMs": 50, "crashAttempts": 1},
 		check: func(t *testing.T, e *env, _ string, id string) {
 			v := e.waitState(t, id, api.Succeeded)
 			if len(v.Attempts) != 2 || v.Attempts[0].Outcome == api.OutcomeSucceeded {
-				t.Fatalf("attempts %s", attemptsOf(v))
+				t.Fatalf("attempts %s", stacktest.Attempts(v))
 			}
 			if o := outputOf(t, v.Attempts[1]); o.Attempt != 2 || o.ResumedFrom == 0 || o.ResumedFrom+o.Processed != 8 {
 				t.Fatalf("attempt 2 did not resume from the crashed attempt's checkpoint: %+v", o)
@@ -616,6 +569,7 @@ var scenarios = []scenario{
 func TestSDKContract(t *testing.T) {
 	for _, s := range sdks {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel() // each SDK has its own stack, project and workers
 			argv := s.argv(t)
 			out := &servotest.Buffer{}
 			t.Cleanup(func() {
@@ -625,16 +579,11 @@ func TestSDKContract(t *testing.T) {
 			})
 			px := newProxy(t)
 			_, px.worker = start(t, argv, out, true, "push", "0")
-			s2, err := devstack.Start(context.Background(), devstack.Options{
-				Addr: "127.0.0.1:0", Project: emulatortest.ProjectID(t), ReuseEmulators: true,
+			s2 := stacktest.Start(t, devstack.Options{
 				SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"push": px.srv.URL + deliverPath},
 				PullPools:  map[string][]string{"pool": nil},
 				JobWorkers: map[string]string{"job": strings.Join(argv, " ") + " job"},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s2.Close() })
 			px.stack = s2.URL
 			e := &env{t: t, stack: s2, proxy: px, out: out}
 			// Two pull workers on the same pool: every pull scenario is also
@@ -664,7 +613,7 @@ func TestSDKContract(t *testing.T) {
 					for _, id := range ids {
 						v := e.waitState(t, id, api.Succeeded)
 						if len(v.Attempts) != 1 || e.runs(id, 1) != 1 {
-							t.Fatalf("task %s: attempts %s, %d handler runs (want 1 each)", id, attemptsOf(v), e.runs(id, 1))
+							t.Fatalf("task %s: attempts %s, %d handler runs (want 1 each)", id, stacktest.Attempts(v), e.runs(id, 1))
 						}
 					}
 				})

@@ -1,6 +1,9 @@
 // Package servotest holds small helpers that Servo's tests share: a clock
-// tests set by hand, and a buffer that concurrent writers (loggers, child
-// processes) can share with the test reading it.
+// tests set by hand, a buffer that concurrent writers (loggers, child
+// processes) can share with the test reading it, HTTP requests with their
+// answers read whole (Do, GetJSON), and waits with one generous deadline
+// (WaitFor, Until). Package stacktest starts a local stack for a test and
+// drives its API.
 package servotest
 
 import (
