@@ -95,7 +95,18 @@ type Config struct {
 	// event that passes opts, until ctx ends (events.Stream on the events
 	// topic).
 	Events func(ctx context.Context, opts events.StreamOptions, ready func(), each func(api.Event) error) error
+	// MaxStreams bounds the event streams (each a Pub/Sub subscription)
+	// one instance holds open, MaxStreamsPerCaller those of one caller;
+	// defaults DefaultMaxStreams and DefaultMaxStreamsPerCaller. Past
+	// either, GET /v1/events is 429 with Retry-After.
+	MaxStreams, MaxStreamsPerCaller int
 }
+
+// Defaults of Config.MaxStreams and Config.MaxStreamsPerCaller.
+const (
+	DefaultMaxStreams          = 200
+	DefaultMaxStreamsPerCaller = 8
+)
 
 // handler serves the control API.
 type handler struct {
@@ -106,6 +117,8 @@ type handler struct {
 	patterns []string
 	// runPageSize is the page size of a run cancel's listing.
 	runPageSize int
+	// streams counts the open event streams: all and by caller.
+	streams streamCount
 }
 
 // NewHandler returns the control API handler. When cfg.Store or
@@ -158,7 +171,13 @@ func newHandler(cfg Config) (*handler, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	h := &handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), runPageSize: 500}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxStreamsPerCaller <= 0 {
+		cfg.MaxStreamsPerCaller = DefaultMaxStreamsPerCaller
+	}
+	h := &handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), runPageSize: 500, streams: streamCount{by: map[string]int{}}}
 	h.routes()
 	return h, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -72,6 +73,17 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		opts.Tenants = tenants
 	}
+
+	// Each stream holds a Pub/Sub subscription and a connection: bounded
+	// per caller and per instance.
+	release, ok := h.streams.take(streamCaller(r), h.cfg.MaxStreamsPerCaller, h.cfg.MaxStreams)
+	if !ok {
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeQuotaExceeded,
+			Message: fmt.Sprintf("too many event streams open (at most %d per caller and %d per instance); close one or retry later", h.cfg.MaxStreamsPerCaller, h.cfg.MaxStreams)})
+		return
+	}
+	defer release()
 
 	rc := http.NewResponseController(w)
 	var (
@@ -143,4 +155,44 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		h.log.WarnContext(r.Context(), "event stream failed", "error", err)
 		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the events topic is unavailable; retry"})
 	}
+}
+
+// streamCount counts open event streams, in all and by caller.
+type streamCount struct {
+	mu  sync.Mutex
+	all int
+	by  map[string]int
+}
+
+// take counts a stream of caller unless caller holds perCaller or the
+// instance holds max already; release uncounts it.
+func (c *streamCount) take(caller string, perCaller, max int) (release func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.all >= max || c.by[caller] >= perCaller {
+		return nil, false
+	}
+	c.all++
+	c.by[caller]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.all--
+		if c.by[caller]--; c.by[caller] <= 0 {
+			delete(c.by, caller)
+		}
+	}, true
+}
+
+// streamCaller is whom a stream counts against: the verified e-mail, or
+// an anonymous caller's address.
+func streamCaller(r *http.Request) string {
+	if p := auth.Principal(r.Context()); p != "" {
+		return "who:" + p
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
 }

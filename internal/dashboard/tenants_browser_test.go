@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
@@ -459,5 +460,38 @@ func TestStreamsEndWithTheirToken(t *testing.T) {
 				t.Fatalf("a request with the expired token: %d, want 401", status)
 			}
 		})
+	}
+}
+
+// TestEventStreamsPerCaller: one caller holds at most
+// DefaultMaxStreamsPerCaller event streams (each a Pub/Sub subscription);
+// the next is 429 quota_exceeded with Retry-After, while another caller
+// still opens one (before, one viewer opened 200 in 1.7 s).
+func TestEventStreamsPerCaller(t *testing.T) {
+	s := policyStack(t)
+	open := func(tok string) (int, http.Header) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/events?tenantId=acme", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res.StatusCode, res.Header
+	}
+	carol, alice := devTok(t, s, "carol@example.com"), devTok(t, s, "alice@example.com")
+	for i := range dispatcher.DefaultMaxStreamsPerCaller {
+		if code, _ := open(carol); code != http.StatusOK {
+			t.Fatalf("Carol's stream %d: %d, want 200", i+1, code)
+		}
+	}
+	if code, h := open(carol); code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("Carol's stream %d: %d (Retry-After %q), want 429 with Retry-After", dispatcher.DefaultMaxStreamsPerCaller+1, code, h.Get("Retry-After"))
+	}
+	if code, _ := open(alice); code != http.StatusOK {
+		t.Fatalf("Alice's stream while Carol holds her share: %d, want 200", code)
 	}
 }
