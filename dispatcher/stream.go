@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -76,7 +75,7 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 
 	// Each stream holds a Pub/Sub subscription and a connection: bounded
 	// per caller and per instance.
-	release, ok := h.streams.take(streamCaller(r), h.cfg.MaxStreamsPerCaller, h.cfg.MaxStreams)
+	release, ok := h.streams.take(auth.LimitKey(auth.Principal(r.Context()), r.RemoteAddr), h.cfg.MaxStreamsPerCaller, h.cfg.MaxStreams)
 	if !ok {
 		w.Header().Set("Retry-After", "10")
 		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeQuotaExceeded,
@@ -182,17 +181,4 @@ func (c *streamCount) take(caller string, perCaller, max int) (release func(), o
 			delete(c.by, caller)
 		}
 	}, true
-}
-
-// streamCaller is whom a stream counts against: the verified e-mail, or
-// an anonymous caller's address.
-func streamCaller(r *http.Request) string {
-	if p := auth.Principal(r.Context()); p != "" {
-		return "who:" + p
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
 }

@@ -24,8 +24,8 @@ which order to deploy and migrate). It is idempotent, resumable (an interrupted 
 on where it stopped) and safe while Servo runs: it only adds what is
 missing, each write conditional on the version of the document it read. It
 reads every task, attempt record, run document and outbox entry once. Run
-it after every deploy; the functions
-refuse to start against a schema newer than they know.
+it before every deploy, with the new build; the functions refuse to start
+against a schema older or newer than they know.
 
 Against the emulator when FIRESTORE_EMULATOR_HOST is set, else Google's
 Firestore with Application Default Credentials (roles/datastore.user).`,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -172,19 +171,9 @@ func secure(r *http.Request) bool {
 	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
 }
 
-// bucket is whom the caller's live views are counted against: its
-// verified e-mail, or for an anonymous caller (the open policy) the
-// client's address.
-func (c *caller) bucket(r *http.Request) string {
-	if c.who != "" {
-		return "who:" + c.who
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
-}
+// bucket is whom the caller's live views are counted against
+// (auth.LimitKey).
+func (c *caller) bucket(r *http.Request) string { return auth.LimitKey(c.who, r.RemoteAddr) }
 
 // signedInByCookie: the request's identity is the sign-in cookie's.
 func signedInByCookie(r *http.Request) bool {

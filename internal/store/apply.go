@@ -125,14 +125,12 @@ func (s *Store) fullOnce(ctx context.Context, id string, ev task.Event, tx []byt
 	if tx != nil {
 		sel = &pb.BatchGetDocumentsRequest_Transaction{Transaction: tx}
 	}
-	docs, _, err := s.batchGet(ctx, s.taskNames(id), sel)
+	base := s.taskName(id)
+	docs, _, err := s.batchGet(ctx, []string{base}, sel)
 	if err != nil {
 		return task.Result{}, err
 	}
-	// base is where the task is: its own name, or its legacy one until
-	// Migrate moves it (a move makes this commit's preconditions fail,
-	// and the retry reads the moved document).
-	base, td := s.foundTask(id, docs)
+	td := docs[base]
 	if td == nil {
 		return task.Result{}, ErrNotFound
 	}

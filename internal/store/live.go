@@ -173,11 +173,12 @@ func setLive(r *task.Result) {
 // reads the full task and attempt again and takes the ordinary path: one
 // more read, on a rare path.
 func (s *Store) heartbeatOnce(ctx context.Context, id string, ev task.Event) (task.Result, error) {
-	docs, _, err := s.batchGetMasked(ctx, s.taskNames(id), heartbeatMask, nil)
+	name := s.taskName(id)
+	docs, _, err := s.batchGetMasked(ctx, []string{name}, heartbeatMask, nil)
 	if err != nil {
 		return task.Result{}, err
 	}
-	name, td := s.foundTask(id, docs)
+	td := docs[name]
 	if td == nil {
 		return task.Result{}, ErrNotFound
 	}

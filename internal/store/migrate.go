@@ -434,9 +434,8 @@ func writeMissingRuns(ctx context.Context, s *Store, runs map[string]Run, done m
 // new document created (exists=false), each old one deleted on the
 // condition that it is still the version read. A callback or the sweeper
 // that wrote the task meanwhile makes the commit fail; the task is read
-// again and moved as it is now. Their own commits, on the legacy name,
-// fail once it moved, and they read it again at the new name
-// (Store.taskNames).
+// again and moved as it is now. (This build's servers do not run on a
+// schema 1 database: CheckSchema refuses it until the migration ends.)
 func moveTask(ctx context.Context, s *Store, d *pb.Document, dry bool) (int, error) {
 	id := d.GetFields()["taskId"].GetStringValue()
 	if !task.ValidID(id, task.TaskIDPrefix) || d.GetName() != s.legacyTaskName(id) {

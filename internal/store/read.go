@@ -67,11 +67,12 @@ func (s *Store) batchGetMasked(ctx context.Context, names, mask []string, sel an
 
 // GetTask reads a task document without its attempts (1 RPC).
 func (s *Store) GetTask(ctx context.Context, id string) (task.Task, error) {
-	docs, _, err := s.batchGet(ctx, s.taskNames(id), nil)
+	name := s.taskName(id)
+	docs, _, err := s.batchGet(ctx, []string{name}, nil)
 	if err != nil {
 		return task.Task{}, wrap("get task", err)
 	}
-	_, d := s.foundTask(id, docs)
+	d := docs[name]
 	if d == nil {
 		return task.Task{}, ErrNotFound
 	}
