@@ -18,7 +18,7 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore) }
+func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
 // TestEntryPointsRecoverFromAFailedStart: the first request finds the key
 // ring broken and is answered 503 unavailable with a Retry-After; once the

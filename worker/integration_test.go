@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/callbacks"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"

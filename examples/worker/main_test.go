@@ -14,12 +14,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/callbacks"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/callbacks"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"

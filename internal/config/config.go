@@ -26,7 +26,7 @@ import (
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // The environment variables FromEnv reads (docs/configuration.md).

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/emulator/cloudtasks"
+	"github.com/servo-dev/servo/internal/callbacks"
+	"github.com/servo-dev/servo/internal/dispatcher"
 )
 
 const ring = `{"active":"k1","keys":{"k1":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}}`

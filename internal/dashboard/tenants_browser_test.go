@@ -18,10 +18,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/dispatcher"
 	"github.com/servo-dev/servo/internal/telemetry"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // callCounter counts gRPC calls by method (the Cloud Tasks client's).

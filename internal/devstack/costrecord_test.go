@@ -35,7 +35,7 @@ import (
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // lineCounter counts the lines and bytes of the stack's JSON logs.

@@ -52,8 +52,8 @@ import (
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/telemetry"
+	"github.com/servo-dev/servo/internal/zombie"
 	"github.com/servo-dev/servo/worker"
-	"github.com/servo-dev/servo/zombie"
 )
 
 // Defaults.

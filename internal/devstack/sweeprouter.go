@@ -12,7 +12,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // The sweeper is served by functions-framework-go, as on Cloud Functions,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -241,7 +242,7 @@ var layers = [][]string{
 	// Nothing of Servo's: the wire types, the identity rules, the log
 	// shape, the emulators, test helpers and test-only packages.
 	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/layout", "internal/failpoint",
-		"emulator", "emulator/cloudtasks", "callbacks/internal/functionstest",
+		"emulator", "emulator/cloudtasks", "internal/callbacks/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
 		"examples/typescript-worker", "internal/scale", "internal/cost"},
 	// The state machine; the SDK and the client; key storage; the
@@ -253,15 +254,17 @@ var layers = [][]string{
 	{"internal/store"},
 	{"internal/store/storetest"}, // the store's conformance suite (its tests call it)
 	{"internal/enqueue", "internal/events"},
-	// The control plane's handlers: the design card's folders and their
-	// siblings.
-	{"dispatcher", "callbacks", "zombie", "internal/jobs", "internal/pull", "internal/dashboard"},
+	// The control plane's handlers: the design card's dispatcher,
+	// callbacks and zombie, and their siblings.
+	{"internal/dispatcher", "internal/callbacks", "internal/zombie", "internal/jobs", "internal/pull", "internal/dashboard"},
 	// The configuration (its defaults are the handlers'), then the one
 	// constructor that wires the handlers from it.
 	{"internal/config", "internal/faults", "examples/worker"},
 	{"internal/server"},
-	// Production's entry points and the local stack only call it.
-	{"functions", "internal/devstack"},
+	// Production's entry points, the design card's public dispatcher,
+	// callbacks and zombie (each built from the environment) and the
+	// local stack only call it.
+	{"functions", "dispatcher", "callbacks", "zombie", "internal/devstack"},
 	{"", "cmd/servo", "bench/scale", "bench/cost"},
 	// A local stack for tests, and its API's client (tests import it).
 	{"internal/servotest/stacktest"},
@@ -304,4 +307,151 @@ func TestLayering(t *testing.T) {
 			t.Errorf("layers names %q, which is not a package", p)
 		}
 	}
+}
+
+// No exported identifier of a public package names a type of an internal
+// package (in a signature, an exported field, an interface method, a
+// declared type or value): a user cannot import it, so such an API could
+// not be used, only depended on by accident.
+func TestNoInternalTypeInPublicSignatures(t *testing.T) {
+	checked := 0
+	for _, p := range list(t, false, "./...") {
+		if !slices.Contains(publicPackages, rel(p.ImportPath)) {
+			continue
+		}
+		for _, v := range internalInSignatures(t, p) {
+			t.Errorf("%s: %s", p.ImportPath, v)
+		}
+		checked++
+	}
+	if checked != len(publicPackages) {
+		t.Errorf("checked %d of the %d public packages", checked, len(publicPackages))
+	}
+}
+
+// internalInSignatures lists, in p's non-test files, every use of an
+// internal package's identifier in what p exports.
+func internalInSignatures(t *testing.T, p pkg) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	var out []string
+	for _, name := range p.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		internals := map[string]string{} // local name → import path
+		var inspect func(where string, n ast.Node)
+		for _, im := range f.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			if !strings.HasPrefix(path, module+"/") || !internal(path) {
+				continue
+			}
+			local := path[strings.LastIndex(path, "/")+1:]
+			if im.Name != nil {
+				local = im.Name.Name
+			}
+			internals[local] = path
+		}
+		check := func(where string, ns ...ast.Node) {
+			for _, n := range ns {
+				if n == nil || reflect.ValueOf(n).IsNil() || len(internals) == 0 {
+					continue
+				}
+				inspect(where, n)
+			}
+		}
+		inspect = func(where string, n ast.Node) {
+			ast.Inspect(n, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.FuncLit:
+					return false // a body, not a signature
+				case *ast.SelectorExpr:
+					if x, ok := n.X.(*ast.Ident); ok {
+						if path, ok := internals[x.Name]; ok {
+							out = append(out, fmt.Sprintf("%s (%s) uses %s.%s of %s", where, fset.Position(n.Pos()), x.Name, n.Sel.Name, rel(path)))
+						}
+					}
+				}
+				return true
+			})
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv != nil {
+					recv := d.Recv.List[0].Type
+					if s, ok := recv.(*ast.StarExpr); ok {
+						recv = s.X
+					}
+					if id, ok := recv.(*ast.Ident); !ok || !id.IsExported() {
+						continue
+					}
+				}
+				check(d.Name.Name, d.Type)
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							check(s.Name.Name, exportedPart(s.Type)...)
+						}
+					case *ast.ValueSpec:
+						for _, nm := range s.Names {
+							if nm.IsExported() {
+								check(nm.Name, s.Type)
+								for _, v := range s.Values {
+									check(nm.Name, v)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// exportedPart is a type expression without its unexported struct fields
+// and interface methods (which users never see).
+func exportedPart(e ast.Expr) []ast.Node {
+	switch e := e.(type) {
+	case *ast.StructType:
+		var keep []ast.Node
+		for _, f := range e.Fields.List {
+			exp := len(f.Names) == 0 // embedded: exported if its type is
+			for _, n := range f.Names {
+				exp = exp || n.IsExported()
+			}
+			if len(f.Names) == 0 {
+				typ := f.Type
+				if s, ok := typ.(*ast.StarExpr); ok {
+					typ = s.X
+				}
+				switch x := typ.(type) {
+				case *ast.Ident:
+					exp = x.IsExported()
+				case *ast.SelectorExpr:
+					exp = x.Sel.IsExported()
+				}
+			}
+			if exp {
+				keep = append(keep, f.Type)
+			}
+		}
+		return keep
+	case *ast.InterfaceType:
+		var keep []ast.Node
+		for _, f := range e.Methods.List {
+			if len(f.Names) == 0 || f.Names[0].IsExported() {
+				keep = append(keep, f.Type)
+			}
+		}
+		return keep
+	}
+	return []ast.Node{e}
 }

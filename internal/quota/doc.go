@@ -2,9 +2,13 @@
 // (docs/tenants.md), all of them: the policy read from configuration
 // (policy.go), the counter shards that enforce it in Firestore
 // (counters.go), the admission of a task at submit and of a waiting task
-// when a run slot frees (admission.go), the sweeper's admit order and
-// counter repair (sweep.go, repair.go), and what quota needs of the store
-// (firestore.go: Tx, DB).
+// when a run slot frees (admission.go), the sweeper's one quota duty
+// (duty.go: the counter repair, repair.go, then the admission of waiting
+// tasks in fair order, sweep.go), and what quota needs of the store
+// (firestore.go: Tx, DB; DutyStore). Two hooks stay where the contract
+// puts them: the state machine's quota steps (internal/task's quota.go:
+// every transition goes through the one machine) and the store's commit
+// of them (internal/store's quota.go: every write goes through Apply).
 //
 // # Counter shards
 //

@@ -19,11 +19,11 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	apitypes "github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/callbacks"
 	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/dispatcher"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/jobs"
@@ -31,7 +31,7 @@ import (
 	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/telemetry"
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // Options are what New does not make from the configuration: the clients,
@@ -103,6 +103,9 @@ type Server struct {
 	// Jobs is the jobs dispatch endpoint, which job workers' Cloud Tasks
 	// call (served at jobs.DispatchPath locally).
 	Jobs http.Handler
+
+	// closers close what Open opened (Close runs them).
+	closers []func() error
 }
 
 // StoreOptions are the store options of cfg: its database, due shards,
@@ -266,11 +269,13 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the events publisher, delivering what it holds first.
+// Close stops the events publisher, delivering what it holds first, then
+// closes the clients Open opened (none for New's).
 func (s *Server) Close() {
 	if s.Events != nil {
 		s.Events.Close()
 	}
+	_ = s.closeOpened()
 }
 
 // identityOf is how the API and the dashboard identify callers: the given

@@ -12,11 +12,11 @@ import (
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/servo-dev/servo/callbacks"
-	"github.com/servo-dev/servo/dispatcher"
 	"github.com/servo-dev/servo/internal/auth"
+	"github.com/servo-dev/servo/internal/callbacks"
 	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/dashboard"
+	"github.com/servo-dev/servo/internal/dispatcher"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/jobs"
@@ -24,7 +24,7 @@ import (
 	"github.com/servo-dev/servo/internal/server"
 	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
-	"github.com/servo-dev/servo/zombie"
+	"github.com/servo-dev/servo/internal/zombie"
 )
 
 // Every service constructor answers a missing dependency with an error

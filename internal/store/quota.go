@@ -49,6 +49,28 @@ func (s *Store) RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
 	return reps, wrap("quota repair", err)
 }
 
+// WaitingForSlot returns the tasks QUEUED waiting for a run slot (the due
+// query DueAdmit), the oldest limit of every group of due shards, and the
+// number of groups whose query failed (their errors joined): what the
+// sweeper's quota duty admits (quota.Duty).
+func (s *Store) WaitingForSlot(ctx context.Context, now time.Time, limit int) ([]task.Task, int, error) {
+	var (
+		out    []task.Task
+		errs   []error
+		failed int
+	)
+	for _, shards := range s.DueGroups(DueAdmit) {
+		page, err := s.DueTasks(ctx, DueAdmit, shards, now, limit, nil)
+		if err != nil {
+			failed++
+			errs = append(errs, fmt.Errorf("shards %v: %w", shards, err))
+			continue
+		}
+		out = append(out, page...)
+	}
+	return out, failed, errors.Join(errs...)
+}
+
 // inTx is the transaction tx as quota reads it (quota.Tx).
 type inTx struct {
 	s  *Store

@@ -90,6 +90,12 @@ func testQuotas(t *testing.T, o Opener) {
 	if got := admits(); !slices.Equal(got, waiting) {
 		t.Fatalf("waiting for a slot %v, want %v", got, waiting)
 	}
+	// The quota duty reads the same tasks through WaitingForSlot.
+	if got, failed, err := s.WaitingForSlot(ctx, time.Now().UTC().Add(time.Minute), 10); err != nil || failed != 0 {
+		t.Fatalf("WaitingForSlot: %d groups failed: %v", failed, err)
+	} else if ids := idsOf(got); !sameSet(ids, waiting) {
+		t.Fatalf("WaitingForSlot %v, want %v", ids, waiting)
+	}
 	// No slot is free: an admit gives nothing.
 	if r := mustAccept(t, s, waiting[0], task.Event{Kind: task.EventAdmit, Now: time.Now().UTC()}); r.Write || r.Enqueue {
 		t.Fatalf("admit with every slot taken: write %v enqueue %v", r.Write, r.Enqueue)
@@ -136,4 +142,12 @@ func testQuotas(t *testing.T, o Opener) {
 			t.Fatalf("repair found drifted counters: %+v", reps)
 		}
 	}
+}
+
+// sameSet reports whether a and b hold the same ids, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
