@@ -380,6 +380,8 @@ var wantRoles = map[string][]string{
 		"roles/telemetry.metricsWriter on project",
 		"roles/pubsub.publisher on pool-topics",
 		"custom:servoJobCanceller on jobs",
+		"roles/pubsub.viewer on topic:events",
+		"custom:servoStreamCleaner on project",
 	},
 	"claim": {
 		"roles/datastore.user on database",
@@ -529,6 +531,7 @@ func TestTerraformJobRoles(t *testing.T) {
 		"servoJobDispatcher": {"run.jobs.run", "run.jobs.runWithOverrides", "run.executions.get", "run.executions.list", "run.executions.cancel"},
 		"servoJobCanceller":  {"run.executions.cancel"},
 		"servoEventStreamer": {"pubsub.subscriptions.create", "pubsub.subscriptions.get", "pubsub.subscriptions.consume", "pubsub.subscriptions.delete"},
+		"servoStreamCleaner": {"pubsub.subscriptions.delete"},
 	}
 	got := jobCustomRoles(t, loadTerraform(t))
 	if len(got) != len(want) {

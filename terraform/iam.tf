@@ -73,6 +73,10 @@ locals {
     { sa = "sweeper", role = "roles/pubsub.publisher", on = "topic:events" },
     { sa = "sweeper", role = "roles/pubsub.publisher", on = "topic:dead_letter" },
     { sa = "sweeper", role = "roles/pubsub.publisher", on = "pool-topics" },
+    # Leftover event-stream subscriptions: listed on the events topic,
+    # deleted (events.DeleteLeftoverStreams).
+    { sa = "sweeper", role = "roles/pubsub.viewer", on = "topic:events" },
+    { sa = "sweeper", role = "custom:servoStreamCleaner", on = "project" },
 
     # Claim function (pull pools): receives and acknowledges the pools'
     # messages, applies claims, signs tokens, publishes transition events.

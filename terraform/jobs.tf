@@ -127,6 +127,14 @@ resource "google_project_iam_custom_role" "job" {
       description = "Creates, reads and deletes the temporary subscriptions of the Servo control API's event stream."
       permissions = ["pubsub.subscriptions.create", "pubsub.subscriptions.get", "pubsub.subscriptions.consume", "pubsub.subscriptions.delete"]
     }
+    # The sweeper deletes the subscriptions of streams whose instance died
+    # mid-stream (it lists them on the events topic: roles/pubsub.viewer
+    # there).
+    servoStreamCleaner = {
+      title       = "Servo stream cleaner"
+      description = "Deletes the leftover temporary subscriptions of the Servo control API's event stream."
+      permissions = ["pubsub.subscriptions.delete"]
+    }
   }
 
   project     = var.project_id

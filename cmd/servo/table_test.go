@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/servo-dev/servo/api"
@@ -107,6 +110,57 @@ func TestWorkerTextReachesTheTerminalInert(t *testing.T) {
 		}
 		if !strings.Contains(out, `\x1b`) {
 			t.Fatalf("%s does not show the escaped ESC:\n%s", name, out)
+		}
+	}
+}
+
+// TestWorkerTextInertProperty is the property behind
+// TestWorkerTextReachesTheTerminalInert: random texts of what means
+// something to a terminal (escape sequences, CR, NUL, C1 controls, bidi
+// overrides) mixed with ordinary text, in every field a worker fills,
+// never reach the terminal raw from servo get or servo watch, and the
+// printable text around them is kept.
+func TestWorkerTextInertProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SERVO_TEST_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	pieces := []string{"\x1b[2J", "\x1b]0;pwned\x07", "\x00", "\r", "\x7f", "\u009b31m", "\x08", "\x0c", "\u202e", "\u2066",
+		"\t", "\n", "ok", "é", "😀", "<b>", "%s", `\x1b`, "\xff"}
+	draw := func() string {
+		var b strings.Builder
+		for range 1 + rng.IntN(5) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return b.String()
+	}
+	for i := range 200 {
+		started := time.Now()
+		msg, errMsg, wid, reason := draw(), draw(), draw(), draw()
+		tk := api.Task{TaskID: "task_x", RunID: "run_x", TenantID: "acme", TaskKey: draw(), Worker: "w", State: api.Failed, Reason: reason,
+			Attempt: 1, Retry: api.RetryPolicy{MaxAttempts: 1},
+			Attempts: []api.Attempt{{Attempt: 1, Outcome: api.OutcomeFailed, WorkerID: wid, StartedAt: &started, Message: msg,
+				Error: &api.ErrorInfo{Category: api.CategoryUserCode, Message: errMsg}}}}
+		var get bytes.Buffer
+		if err := printTask(&get, &tk); err != nil {
+			t.Fatal(err)
+		}
+		var watch bytes.Buffer
+		newWatcher(&watch, false, false).renderLines([]api.Task{tk})
+		for name, out := range map[string]string{"servo get": get.String(), "servo watch": watch.String()} {
+			// Checked on its own terms, not with the printer's unsafeRune.
+			for j, r := range out {
+				if (unicode.IsControl(r) && r != '\n' && r != '\t') || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == utf8.RuneError {
+					t.Fatalf("case %d: %s printed U+%04X at %d for message %q:\n%q", i, name, r, j, msg, out)
+				}
+			}
+		}
+		// The attempt's row shows its error (a failed attempt's message;
+		// its first line).
+		if strings.Contains(errMsg, "ok") && !strings.Contains(errMsg, "\n") && !strings.Contains(get.String(), "ok") {
+			t.Fatalf("case %d: servo get lost the printable text of %q:\n%s", i, errMsg, get.String())
 		}
 	}
 }

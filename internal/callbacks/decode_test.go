@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/servo-dev/servo/api"
@@ -139,6 +140,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		{2, `{"attempt":"1","outcome":7}`},
 		{1, `{"attempt":1,"progressPct":1e400}`},
 		{0, `{"attempt":1,"workerId":"\ud800"}`},
+		{1, `{"attempt":1,"workerId":"w","message":"a\rb\u001b[2J\r\n\u0000"}`},
+		{2, `{"attempt":1,"workerId":"w","outcome":"FAILED","error":{"category":"USER_CODE","message":"\u009b31m"}}`},
 		{0, `[]`},
 		{0, ``},
 	} {
@@ -162,6 +165,25 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if r.Attempt < 1 || r.WorkerID == "" {
 			t.Fatalf("valid request without attempt or worker: %+v", r)
+		}
+		// Text that reaches people holds no control character but tab,
+		// newline and CRLF (a bare CR, ESC or NUL is refused).
+		texts := map[string]string{"workerId": r.WorkerID}
+		if h := r.Heartbeat; h != nil {
+			texts["message"] = h.Message
+		}
+		if c := r.Completed; c != nil {
+			texts["cancelledDuringPhase"] = c.CancelledDuringPhase
+			if c.Error != nil {
+				texts["error.message"], texts["error.stackTrace"] = c.Error.Message, c.Error.StackTrace
+			}
+		}
+		for field, s := range texts {
+			for i, c := range s {
+				if unicode.IsControl(c) && c != '\t' && c != '\n' && (c != '\r' || !strings.HasPrefix(s[i:], "\r\n")) {
+					t.Fatalf("accepted %s holding U+%04X at %d: %q", field, c, i, s)
+				}
+			}
 		}
 		var typed any
 		switch kind {

@@ -100,6 +100,10 @@ type Config struct {
 	// defaults DefaultMaxStreams and DefaultMaxStreamsPerCaller. Past
 	// either, GET /v1/events is 429 with Retry-After.
 	MaxStreams, MaxStreamsPerCaller int
+	// MaxStreamDuration bounds one event stream (default and most:
+	// events.MaxStreamDuration, an hour); it then ends with an "expired"
+	// event, as when its token expires.
+	MaxStreamDuration time.Duration
 }
 
 // Defaults of Config.MaxStreams and Config.MaxStreamsPerCaller.
@@ -170,6 +174,9 @@ func newHandler(cfg Config) (*handler, error) {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.MaxStreamDuration <= 0 || cfg.MaxStreamDuration > events.MaxStreamDuration {
+		cfg.MaxStreamDuration = events.MaxStreamDuration
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams

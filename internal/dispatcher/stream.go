@@ -131,22 +131,28 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
-	// The stream lasts no longer than the identity that opened it: when
-	// the token expires, a last "expired" event tells the client to open
-	// a new stream with a fresh token, and the stream ends.
+	// The stream lasts no longer than the identity that opened it, nor
+	// than events.MaxStreamDuration: then a last "expired" event tells the
+	// client to open a new stream (with a fresh token), and the stream
+	// ends.
 	ctx := r.Context()
 	cred, _, _ := h.cfg.Identity.Credential(r.Header)
-	exp, expires := auth.Expiry(cred)
-	if expires {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, exp)
-		defer cancel()
+	end, tokenEnds := auth.Expiry(cred)
+	if longest := time.Now().Add(h.cfg.MaxStreamDuration); !tokenEnds || longest.Before(end) {
+		end, tokenEnds = longest, false
 	}
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	err := h.cfg.Events(ctx, opts, ready, each)
 	mu.Lock()
 	defer mu.Unlock()
-	if started && expires && ctx.Err() != nil && r.Context().Err() == nil {
-		fmt.Fprint(w, "event: expired\ndata: {\"error\":\"unauthenticated\",\"message\":\"the identity token has expired: open a new stream with a fresh token\"}\n\n")
+	if started && ctx.Err() != nil && r.Context().Err() == nil {
+		code, msg := api.CodeUnauthenticated, "the identity token has expired: open a new stream with a fresh token"
+		if !tokenEnds {
+			code, msg = api.CodeUnavailable, fmt.Sprintf("the stream reached its longest duration (%s): open a new stream", h.cfg.MaxStreamDuration)
+		}
+		data, _ := json.Marshal(api.Error{Code: code, Message: msg})
+		fmt.Fprintf(w, "event: expired\ndata: %s\n\n", data)
 		_ = rc.Flush()
 		return
 	}

@@ -122,6 +122,8 @@ type Config struct {
 // It is safe for concurrent use.
 type Publisher struct {
 	outbox     Outbox
+	client     *pubsub.Client
+	topic      string // the events topic's full name
 	events     *pubsub.Publisher
 	dead       *pubsub.Publisher
 	log        *slog.Logger
@@ -195,7 +197,8 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.maxBatches = DefaultRedriveMaxBatches
 	}
 	project := cfg.Client.Project()
-	p.events = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.EventsTopic, DefaultEventsTopic)))
+	p.client, p.topic = cfg.Client, TopicName(project, cmp.Or(cfg.EventsTopic, DefaultEventsTopic))
+	p.events = cfg.Client.Publisher(p.topic)
 	p.events.EnableMessageOrdering = true
 	p.dead = cfg.Client.Publisher(TopicName(project, cmp.Or(cfg.DeadLetterTopic, DefaultDeadLetterTopic)))
 	for _, t := range []*pubsub.Publisher{p.events, p.dead} {

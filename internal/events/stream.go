@@ -3,13 +3,10 @@ package events
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -26,32 +23,33 @@ type StreamOptions struct {
 	// TaskID, RunID and TenantID, when set, keep only that task's, run's
 	// or tenant's events (in the subscription's filter).
 	TaskID, RunID, TenantID string
-	// Tenants, when not nil, keeps only the events of these tenants
-	// (checked on each event: a Pub/Sub filter is at most 256 bytes).
+	// Tenants, when not nil, keeps only the events of these tenants: in
+	// the subscription's filter when they fit in its MaxFilterBytes, and
+	// checked on each event in any case.
 	Tenants []string
 }
 
 // Stream delivers the transition events published on the events topic
 // of project, as the control API's GET /v1/events streams them to people:
 // it creates a temporary subscription (ordered, filtered on the task, run
-// and tenant attributes), calls ready once it exists (every event
+// and tenant attributes, the Tenants among them when they fit in Pub/Sub's
+// filter: streamFilter), calls ready once it exists (every event
 // published after that is delivered), then each for every event that
-// passes opts, each eventId once, until ctx ends or each fails; it
-// deletes the subscription on return. It returns nil when ctx ends.
+// passes opts, each eventId once, until ctx ends (at most
+// MaxStreamDuration) or each fails; it deletes the subscription on return
+// (the sweeper deletes it if this process dies first:
+// DeleteLeftoverStreams). It returns nil when ctx ends.
 func Stream(ctx context.Context, client *pubsub.Client, project string, opts StreamOptions, ready func(), each func(api.Event) error) error {
 	project = cmp.Or(project, client.Project())
 	topic := TopicName(project, cmp.Or(opts.Topic, DefaultEventsTopic))
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	name := SubscriptionName(project, "servo-stream-"+hex.EncodeToString(suffix[:]))
-	filter := tailFilter(TailOptions{TaskID: opts.TaskID, RunID: opts.RunID})
-	if opts.TenantID != "" {
-		f := "attributes." + AttrTenantID + " = " + strconv.Quote(opts.TenantID)
-		if filter != "" {
-			f = filter + " AND " + f
-		}
-		filter = f
+	until := time.Now().Add(MaxStreamDuration)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
 	}
+	ctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	name := SubscriptionName(project, streamSubscriptionID(until))
+	filter, _ := streamFilter(opts)
 	if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 		Name: name, Topic: topic, EnableMessageOrdering: true, Filter: filter, AckDeadlineSeconds: 10,
 		MessageRetentionDuration: durationpb.New(10 * time.Minute),

@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	o.Store.OnCommit(s.Events.Hook())
 
 	if s.Sweeper, err = zombie.New(zombie.Config{
-		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Logger: log, Now: o.Now,
+		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Cleaner: s.Events, Logger: log, Now: o.Now,
 		Every: cfg.SweepEvery, Window: cfg.SweepWindow, KeepWindow: !cfg.SweepEarlyEnd, MaxRedrives: cfg.MaxRedrives,
 	}); err != nil {
 		s.Close()

@@ -66,7 +66,11 @@
 // conditionally), then it admits the tasks waiting for a run slot
 // (store.DueAdmit: QUEUED tasks, event ADMIT; the oldest waiting tasks
 // round robin over tenants, each tenant's in submit order, then enqueued;
-// its figures are the "admit" duty's); see docs/tenants.md. Then, once per pass,
+// its figures are the "admit" duty's); see docs/tenants.md. Then, at most
+// every [Config.CleanEvery] (10 min), [Config.Cleaner] deletes the Pub/Sub
+// subscriptions of event streams (GET /v1/events) whose instance died
+// mid-stream (events.DeleteLeftoverStreams: one list call, bounded to
+// 10 s). Then, once per pass,
 // [Config.Redriver] re-delivers the undelivered outbox events (package
 // internal/events), and [Config.Recorder] writes the pass's figures to the
 // document meta/sweeper (store.RecordSweep: one write per pass, best

@@ -426,3 +426,49 @@ func TestHandleEventWindowFromTickTime(t *testing.T) {
 		t.Fatalf("cancelled invocation: %v", err)
 	}
 }
+
+// cleaner is a Cleaner that counts its calls and deletes n each time.
+type cleaner struct {
+	calls, n int
+	err      error
+	deadline time.Time // of the last call's context
+}
+
+func (c *cleaner) DeleteLeftoverStreams(ctx context.Context, _ time.Time) (int, error) {
+	c.calls++
+	c.deadline, _ = ctx.Deadline()
+	return c.n, c.err
+}
+
+// The leftover stream subscriptions are deleted on a Sweeper's first pass
+// and then at most every CleanEvery; a failure is the pass's error, and
+// the duties still run.
+func TestCleanerCadence(t *testing.T) {
+	c := &cleaner{n: 3}
+	sw, err := zombie.New(zombie.Config{Store: newMemStore(), Enqueuer: &recorder{}, Cleaner: c, CleanEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sw.Sweep(t.Context())
+	if err != nil || c.calls != 1 || st.StreamsDeleted != 3 {
+		t.Fatalf("first pass: %d calls, %+v, %v", c.calls, st, err)
+	}
+	// Bounded: a Pub/Sub that does not answer cannot hold the pass.
+	if c.deadline.IsZero() || time.Until(c.deadline) > 10*time.Second {
+		t.Fatalf("the cleaner's context ends at %v", c.deadline)
+	}
+	if st, err := sw.Sweep(t.Context()); err != nil || c.calls != 1 || st.StreamsDeleted != 0 {
+		t.Fatalf("second pass within CleanEvery: %d calls, %+v, %v", c.calls, st, err)
+	}
+	c2 := &cleaner{err: errors.New("permission denied")}
+	sw2, err := zombie.New(zombie.Config{Store: newMemStore(), Enqueuer: &recorder{}, Cleaner: c2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw2.Config().CleanEvery != zombie.DefaultCleanEvery {
+		t.Fatalf("CleanEvery %v, want the default", sw2.Config().CleanEvery)
+	}
+	if st, err := sw2.Sweep(t.Context()); err == nil || !strings.Contains(err.Error(), "permission denied") || st.Passes != 1 {
+		t.Fatalf("failing cleaner: %+v, %v", st, err)
+	}
+}

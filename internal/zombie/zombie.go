@@ -106,6 +106,19 @@ type Redriver interface {
 	Redrive(ctx context.Context) error
 }
 
+// Cleaner deletes the subscriptions of event streams whose process died
+// mid-stream (*events.Publisher is one: events.DeleteLeftoverStreams).
+type Cleaner interface {
+	DeleteLeftoverStreams(ctx context.Context, now time.Time) (int, error)
+}
+
+// DefaultCleanEvery is how often a Sweeper looks for leftover stream
+// subscriptions (Config.CleanEvery); cleanTimeout bounds one look.
+const (
+	DefaultCleanEvery = 10 * time.Minute
+	cleanTimeout      = 10 * time.Second
+)
+
 // Config configures a Sweeper.
 type Config struct {
 	// Store is required.
@@ -153,6 +166,10 @@ type Config struct {
 	// QuotaRepairEvery is how often the quota counters are recounted
 	// (default DefaultQuotaRepairEvery); see quota.go.
 	QuotaRepairEvery time.Duration
+	// Cleaner, when set, deletes leftover event-stream subscriptions, at
+	// most every CleanEvery (default DefaultCleanEvery) per Sweeper.
+	Cleaner    Cleaner
+	CleanEvery time.Duration
 }
 
 // Duty is one of the sweeper's checks: a due query and the event it applies.
@@ -232,6 +249,9 @@ type Stats struct {
 	// EndedEarly counts windows ended before their end because nothing
 	// was due before it.
 	EndedEarly int `json:"endedEarly,omitempty"`
+	// StreamsDeleted counts leftover event-stream subscriptions deleted
+	// (Config.Cleaner).
+	StreamsDeleted int `json:"streamsDeleted,omitempty"`
 }
 
 // Duty returns the counters of the duty whose query is d (nil if unknown).
@@ -270,6 +290,7 @@ func (s *Stats) Add(o Stats) {
 	s.Admit.add(o.Admit)
 	s.QuotaRepairs += o.QuotaRepairs
 	s.EndedEarly += o.EndedEarly
+	s.StreamsDeleted += o.StreamsDeleted
 }
 
 // Sweeper runs the duties. It holds no state between passes, so any number
@@ -283,6 +304,8 @@ type Sweeper struct {
 	passing sync.Mutex
 	// quota is the quota duty (package quota).
 	quota *quota.Duty
+	// lastClean is when the Cleaner last ran (guarded by passing).
+	lastClean time.Time
 }
 
 // New returns a Sweeper; Store and Enqueuer are required: without one, it
@@ -318,6 +341,9 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.QuotaRepairEvery <= 0 {
 		cfg.QuotaRepairEvery = DefaultQuotaRepairEvery
+	}
+	if cfg.CleanEvery <= 0 {
+		cfg.CleanEvery = DefaultCleanEvery
 	}
 	log := cfg.Logger.With("component", "sweeper")
 	return &Sweeper{cfg: cfg, log: log, quota: quota.NewDuty(cfg.Store, cfg.QuotaRepairEvery, log.With("duty", "quota"))}, nil
@@ -372,6 +398,23 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err erro
 	if ctx.Err() == nil && !past(stop) {
 		if err := s.quotaDuty(ctx, &st, stop); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if s.cfg.Cleaner != nil && ctx.Err() == nil && !past(stop) {
+		if now := time.Now(); s.lastClean.IsZero() || now.Sub(s.lastClean) >= s.cfg.CleanEvery {
+			s.lastClean = now
+			// Bounded: a Pub/Sub that does not answer must not hold the
+			// pass (the next attempt is CleanEvery later).
+			cctx, cancel := context.WithTimeout(ctx, cleanTimeout)
+			n, err := s.cfg.Cleaner.DeleteLeftoverStreams(cctx, now)
+			cancel()
+			st.StreamsDeleted = n
+			if n > 0 {
+				s.log.InfoContext(ctx, "deleted the subscriptions of event streams whose process ended mid-stream", "deleted", n)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("zombie: leftover stream subscriptions: %w", err))
+			}
 		}
 	}
 	if s.cfg.Redriver != nil && ctx.Err() == nil {
