@@ -25,10 +25,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 
-	"github.com/servo-dev/servo/internal/config"
-	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/server"
 )
 
@@ -41,11 +38,7 @@ type Handler struct {
 // Google's clients (each emulator's when its *_EMULATOR_HOST is set).
 // Close releases them.
 func New(ctx context.Context) (*Handler, error) {
-	cfg, err := config.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("callbacks: %w", err)
-	}
-	s, err := server.Open(ctx, cfg, dashboard.Config{})
+	s, err := server.OpenEnv(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("callbacks: %w", err)
 	}

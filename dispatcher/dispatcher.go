@@ -22,10 +22,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 
-	"github.com/servo-dev/servo/internal/config"
-	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/server"
 )
 
@@ -38,11 +35,7 @@ type Handler struct {
 // Google's clients (each emulator's when its *_EMULATOR_HOST is set).
 // Close releases them.
 func New(ctx context.Context) (*Handler, error) {
-	cfg, err := config.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	s, err := server.Open(ctx, cfg, dashboard.Config{})
+	s, err := server.OpenEnv(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

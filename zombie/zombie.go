@@ -24,12 +24,9 @@ package zombie
 import (
 	"context"
 	"fmt"
-	"os"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
-	"github.com/servo-dev/servo/internal/config"
-	"github.com/servo-dev/servo/internal/dashboard"
 	"github.com/servo-dev/servo/internal/server"
 )
 
@@ -42,11 +39,7 @@ type Sweeper struct {
 // clients (each emulator's when its *_EMULATOR_HOST is set). Close
 // releases them.
 func New(ctx context.Context) (*Sweeper, error) {
-	cfg, err := config.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("zombie: %w", err)
-	}
-	s, err := server.Open(ctx, cfg, dashboard.Config{})
+	s, err := server.OpenEnv(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zombie: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -75,6 +76,17 @@ func Open(ctx context.Context, cfg config.Config, dash dashboard.Config) (_ *Ser
 	// "Sizing and cold starts").
 	log.InfoContext(ctx, "dependencies built", "ms", float64(time.Since(began).Microseconds())/1000)
 	return s, nil
+}
+
+// OpenEnv is Open with the configuration of the environment
+// (config.FromEnv): what the public dispatcher, callbacks and zombie
+// packages build.
+func OpenEnv(ctx context.Context) (*Server, error) {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return Open(ctx, cfg, dashboard.Config{})
 }
 
 // closeOpened closes, last opened first, what Open opened.
