@@ -25,7 +25,9 @@ on where it stopped) and safe while Servo runs: it only adds what is
 missing, each write conditional on the version of the document it read. It
 reads every task, attempt record, run document and outbox entry once. Run
 it before every deploy, with the new build; the functions refuse to start
-against a schema older or newer than they know.
+against a schema older or newer than they know. A database that holds
+data but no schema and none of Servo's collections is refused, nothing
+written: the wrong project or database, most likely.
 
 Against the emulator when FIRESTORE_EMULATOR_HOST is set, else Google's
 Firestore with Application Default Credentials (roles/datastore.user).`,
@@ -34,7 +36,7 @@ Firestore with Application Default Credentials (roles/datastore.user).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if project == "" {
-				return usageErr("--project is required")
+				return usageErr("--project is required (or $SERVO_PROJECT)")
 			}
 			st, err := store.New(cmd.Context(), project, store.WithDatabase(database))
 			if err != nil {
@@ -68,8 +70,8 @@ Firestore with Application Default Credentials (roles/datastore.user).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&project, "project", os.Getenv("GOOGLE_CLOUD_PROJECT"), "Google Cloud project (default $GOOGLE_CLOUD_PROJECT)")
-	f.StringVar(&database, "database", "(default)", "Firestore database id")
+	f.StringVar(&project, "project", firstNonEmpty(os.Getenv("SERVO_PROJECT"), os.Getenv("GOOGLE_CLOUD_PROJECT")), "Google Cloud project (default $SERVO_PROJECT, then $GOOGLE_CLOUD_PROJECT)")
+	f.StringVar(&database, "database", firstNonEmpty(os.Getenv("SERVO_FIRESTORE_DATABASE"), "(default)"), "Firestore database id (default $SERVO_FIRESTORE_DATABASE, then (default))")
 	f.BoolVar(&dryRun, "dry-run", false, "count what would change; write nothing")
 	return cmd
 }

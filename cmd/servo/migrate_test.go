@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+
 	"strings"
 	"testing"
+
+	"cloud.google.com/go/firestore"
 
 	"github.com/servo-dev/servo/emulator/emulatortest"
 	"github.com/servo-dev/servo/internal/store"
@@ -28,5 +31,40 @@ func TestMigrateCommand(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "migrate", "--project", ""); code != exitUsage || !strings.Contains(errOut, "--project") {
 		t.Fatalf("no project: exit %d %s", code, errOut)
+	}
+}
+
+// servo migrate takes the project from $SERVO_PROJECT, and refuses a
+// database that holds data of another application (no schema, none of
+// Servo's collections), writing nothing.
+func TestMigrateRefusesAForeignDatabase(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	st, err := store.New(t.Context(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fs, err := firestore.NewClient(t.Context(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if _, err := fs.Collection("orders").Doc("o1").Set(t.Context(), map[string]any{"total": 12}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SERVO_PROJECT", project)
+	out, errOut, code := runCLI(t, "migrate")
+	if code == 0 || !strings.Contains(errOut, "holds no Servo data") || !strings.Contains(errOut, "orders") || !strings.Contains(errOut, "nothing was written") {
+		t.Fatalf("servo migrate on a foreign database: exit %d\n%s%s", code, out, errOut)
+	}
+	if sc, err := st.ReadSchema(t.Context()); err != nil || sc.Version != 0 {
+		t.Fatalf("schema after the refusal: %+v, %v", sc, err)
+	}
+	// Once Servo's data is there (a task), the same command migrates.
+	if _, err := fs.Collection(store.TasksCollection).Doc("x").Set(t.Context(), map[string]any{"state": "QUEUED"}); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, "migrate", "--dry-run"); code != 0 || !strings.Contains(out, "dry run") {
+		t.Fatalf("servo migrate with Servo's data: exit %d\n%s%s", code, out, errOut)
 	}
 }

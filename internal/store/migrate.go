@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -46,6 +49,42 @@ const SchemaDocID = "schema"
 // ErrSchemaTooNew is returned by CheckSchema when the database was
 // migrated by a newer build than this one.
 var ErrSchemaTooNew = errors.New("store: the database's schema is newer than this build knows")
+
+// ErrNotServo: Migrate found a database that holds data but none of
+// Servo's (no schema, no collection of Servo's): most likely the wrong
+// project or database. Nothing was written.
+var ErrNotServo = errors.New("store: the database holds no Servo data")
+
+// servoCollections are the root collections Servo writes.
+var servoCollections = []string{TasksCollection, RunsCollection, OutboxCollection, IdempotencyCollection, MetaCollection,
+	OutagesCollection, quota.Collection}
+
+// checkServoData refuses (ErrNotServo) a database with root collections
+// of which none is Servo's; an empty database is Servo's to take.
+func (s *Store) checkServoData(ctx context.Context) error {
+	it := s.client.ListCollectionIds(ctx, &pb.ListCollectionIdsRequest{Parent: s.docs})
+	var others []string
+	for {
+		id, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			return wrap("migrate: list collections", err)
+		}
+		if slices.Contains(servoCollections, id) {
+			return nil
+		}
+		if len(others) < 5 {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has no schema document and collections %v but none of Servo's (%v); check the project and the database: nothing was written",
+		ErrNotServo, strings.TrimPrefix(s.db, "projects/"), others, servoCollections)
+}
 
 // Schema is the document meta/schema.
 type Schema struct {
@@ -209,6 +248,12 @@ func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, e
 	rep := MigrateReport{From: sc.Version, To: SchemaVersion}
 	if sc.Version == SchemaVersion && sc.Step == "" {
 		return rep, nil
+	}
+	if sc.Version == 0 && sc.Step == "" {
+		// Never migrated nor started: is it Servo's at all?
+		if err := s.checkServoData(ctx); err != nil {
+			return MigrateReport{}, err
+		}
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = 300
