@@ -128,11 +128,25 @@ func newSecret(random io.Reader) (string, error) {
 	return base64.StdEncoding.EncodeToString(b), nil
 }
 
+// ValidKeyID refuses a kid that Terraform's signing_keys variable would
+// refuse: 1 to 32 letters, digits, '_' or '-' (the kid travels in every
+// token's header and names the key in the secret).
+func ValidKeyID(kid string) error {
+	ok := len(kid) >= 1 && len(kid) <= 32
+	for _, r := range kid {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}
+	if !ok {
+		return fmt.Errorf("token: key ring: kid %q must be 1 to 32 letters, digits, '_' or '-'", kid)
+	}
+	return nil
+}
+
 // GenerateRing returns a ring with one new random key, kid, active from now.
 // random is the source of the secret (crypto/rand when nil).
 func GenerateRing(kid string, now time.Time, random io.Reader) (Ring, error) {
-	if kid == "" {
-		return Ring{}, errors.New("token: key ring: empty kid")
+	if err := ValidKeyID(kid); err != nil {
+		return Ring{}, err
 	}
 	secret, err := newSecret(random)
 	if err != nil {
@@ -148,8 +162,8 @@ func GenerateRing(kid string, now time.Time, random io.Reader) (Ring, error) {
 // AddKey returns r with a new random key, kid, that verifies but does not
 // sign yet. Add it, let every instance pick the ring up, then Activate it.
 func AddKey(r Ring, kid string, now time.Time, random io.Reader) (Ring, error) {
-	if kid == "" {
-		return Ring{}, errors.New("token: key ring: empty kid")
+	if err := ValidKeyID(kid); err != nil {
+		return Ring{}, err
 	}
 	if _, ok := r.Keys[kid]; ok {
 		return Ring{}, fmt.Errorf("%w: %q", ErrKeyExists, kid)

@@ -274,3 +274,26 @@ func TestOpenKeyRing(t *testing.T) {
 		})
 	}
 }
+
+// The CLI refuses the kids Terraform's signing_keys variable refuses
+// (terraform/variables.tf: ^[A-Za-z0-9_-]{1,32}$), at generate and at add.
+func TestValidKeyID(t *testing.T) {
+	tf, err := os.ReadFile("../../terraform/variables.tf")
+	if err != nil || !strings.Contains(string(tf), `regex("^[A-Za-z0-9_-]{1,32}$", id)`) {
+		t.Fatalf("terraform/variables.tf no longer holds the kid rule ValidKeyID copies (%v)", err)
+	}
+	for kid, ok := range map[string]bool{
+		"k1": true, "K_2-x": true, strings.Repeat("a", 32): true,
+		"": false, "bad kid!": false, strings.Repeat("a", 33): false, "k/1": false, "é": false, "k.1": false,
+	} {
+		if err := ValidKeyID(kid); (err == nil) != ok {
+			t.Errorf("ValidKeyID(%q) = %v", kid, err)
+		}
+		_, gerr := GenerateRing(kid, time.Now(), nil)
+		r, _ := GenerateRing("k0", time.Now(), nil)
+		_, aerr := AddKey(r, kid, time.Now(), nil)
+		if (gerr == nil) != ok || (aerr == nil) != ok {
+			t.Errorf("%q: generate %v, add %v", kid, gerr, aerr)
+		}
+	}
+}
