@@ -99,6 +99,7 @@ func newSubmitCmd() *cobra.Command {
 	var file, tenant, workspace, run, key, asset, worker, payload, deadline, idem string
 	var hbInterval, hbTimeout, grace time.Duration
 	var maxAttempts int
+	var backoff, maxBackoff time.Duration
 	cmd := &cobra.Command{
 		Use:   "submit [-f task.json] [flags]",
 		Short: "Submit a task",
@@ -153,12 +154,15 @@ state (or the existing task for a repeated --idempotency-key).`,
 					body[k] = d.Milliseconds()
 				}
 			}
-			if maxAttempts > 0 {
+			for k, v := range map[string]int64{"maxAttempts": int64(maxAttempts), "initialBackoffMs": backoff.Milliseconds(), "maxBackoffMs": maxBackoff.Milliseconds()} {
+				if v <= 0 {
+					continue
+				}
 				r, _ := body["retry"].(map[string]any)
 				if r == nil {
 					r = map[string]any{}
 				}
-				r["maxAttempts"] = maxAttempts
+				r[k] = v
 				body["retry"] = r
 			}
 			c, err := cf.client(ctx)
@@ -193,6 +197,8 @@ state (or the existing task for a repeated --idempotency-key).`,
 	f.DurationVar(&hbTimeout, "heartbeat-timeout", 0, "heartbeatTimeoutMs as a duration (default max(90s, 3 × interval))")
 	f.DurationVar(&grace, "cancel-grace", 0, "cancelGracePeriodMs as a duration (default 30s)")
 	f.IntVar(&maxAttempts, "max-attempts", 0, "retry.maxAttempts (default 3)")
+	f.DurationVar(&backoff, "retry-backoff", 0, "retry.initialBackoffMs as a duration: the first retry's delay before jitter (default 30s)")
+	f.DurationVar(&maxBackoff, "retry-max-backoff", 0, "retry.maxBackoffMs as a duration (default 10m)")
 	return cmd
 }
 

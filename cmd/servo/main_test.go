@@ -104,7 +104,7 @@ func TestServoDevBinary(t *testing.T) {
 		return string(out), code
 	}
 	out, code := run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "k1", "--worker", "example",
-		"--payload", `{"partitions": 3, "partitionMs": 50}`)
+		"--payload", `{"partitions": 3, "partitionMs": 50}`, "--max-attempts", "2", "--retry-backoff", "1s", "--retry-max-backoff", "5s")
 	var sub api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &sub) != nil || sub.TaskID == "" {
 		t.Fatalf("submit: exit %d, %s", code, out)
@@ -117,6 +117,9 @@ func TestServoDevBinary(t *testing.T) {
 			t.Fatalf("get: exit %d, %s", code, out)
 		}
 		if v.State == api.Succeeded {
+			if r := v.Retry; r.MaxAttempts != 2 || r.InitialBackoffMs != 1000 || r.MaxBackoffMs != 5000 {
+				t.Fatalf("the retry flags were not sent: %+v", r)
+			}
 			break
 		}
 		if v.State.Terminal() || time.Now().After(deadline) {

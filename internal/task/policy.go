@@ -41,28 +41,27 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // refresh could cover a longer one) and the invariant timeout ≥ 2 ×
 // interval (docs/contract.md §5.2).
 func ValidateTiming(t api.Timing, min time.Duration) *FieldError {
-	check := func(field string, ms int64) *FieldError {
-		d := time.Duration(ms) * time.Millisecond
-		if d < min || d > MaxTimer {
-			return fieldErr(field, "must be between %d and %d ms", min.Milliseconds(), MaxTimer.Milliseconds())
-		}
-		return nil
+	// Each timer's range, said whole in its message: the interval's upper
+	// bound is half the maximum token lifetime (no refresh could cover a
+	// longer one), the others' MaxTimer.
+	intervalMax := MaxTokenTTL / 2
+	if MaxTimer < intervalMax {
+		intervalMax = MaxTimer
 	}
 	for _, f := range []struct {
 		name string
 		ms   int64
+		max  time.Duration
+		why  string
 	}{
-		{"heartbeatIntervalMs", t.HeartbeatIntervalMs},
-		{"heartbeatTimeoutMs", t.HeartbeatTimeoutMs},
-		{"cancelGracePeriodMs", t.CancelGracePeriodMs},
-		{"startTimeoutMs", t.StartTimeoutMs},
+		{"heartbeatIntervalMs", t.HeartbeatIntervalMs, intervalMax, " (at most half the maximum task token lifetime, so that a heartbeat can always refresh the token in time)"},
+		{"heartbeatTimeoutMs", t.HeartbeatTimeoutMs, MaxTimer, ""},
+		{"cancelGracePeriodMs", t.CancelGracePeriodMs, MaxTimer, ""},
+		{"startTimeoutMs", t.StartTimeoutMs, MaxTimer, ""},
 	} {
-		if err := check(f.name, f.ms); err != nil {
-			return err
+		if d := time.Duration(f.ms) * time.Millisecond; d < min || d > f.max {
+			return fieldErr(f.name, "must be between %d and %d ms%s", min.Milliseconds(), f.max.Milliseconds(), f.why)
 		}
-	}
-	if limit := MaxTokenTTL / 2; t.HeartbeatInterval() > limit {
-		return fieldErr("heartbeatIntervalMs", "must be at most %d ms (half the maximum task token lifetime, so that a heartbeat can always refresh the token in time)", limit.Milliseconds())
 	}
 	if t.HeartbeatTimeoutMs < 2*t.HeartbeatIntervalMs {
 		return fieldErr("heartbeatTimeoutMs", "must be at least 2 × heartbeatIntervalMs (%d)", 2*t.HeartbeatIntervalMs)
