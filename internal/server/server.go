@@ -121,7 +121,12 @@ func StoreOptions(cfg config.Config) []store.Option {
 	return opts
 }
 
-// startCheckTimeout bounds New's reads of the store (schema, pulse).
+// ErrDueShardsShrunk: the deployment queries fewer due shards than the
+// database's tasks use; New refuses to start.
+var ErrDueShardsShrunk = errors.New("due shards lowered")
+
+// startCheckTimeout bounds New's reads of the store (schema, due shards,
+// pulse).
 const startCheckTimeout = 3 * time.Second
 
 // New builds the handlers. It starts the events publisher and registers
@@ -159,6 +164,16 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	case err != nil:
 		log.WarnContext(ctx, "could not read the database's schema version", "error", err)
+	}
+	// Due shards may grow between deployments, never shrink: a task in a
+	// shard no longer queried would never be swept, re-driven or listed.
+	// (2 reads: the highest shard of the tasks and of the outbox.)
+	if inUse, err := o.Store.DueShardsInUse(sctx); err == nil && inUse > o.Store.DueShards() {
+		err := fmt.Errorf("%w: the database holds tasks or outbox entries in due shard %d, but this deployment queries %d (%s, Terraform's due_shards): "+
+			"they would never be swept, re-driven or listed; set it back to at least %d (shards may grow, never shrink)",
+			ErrDueShardsShrunk, inUse-1, o.Store.DueShards(), config.EnvDueShards, inUse)
+		log.ErrorContext(ctx, "refusing to start: "+err.Error())
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	// Was Servo down before this process started (the sweeper's passes
 	// stopped)? Then its first callbacks must not expire leases for that
