@@ -27,7 +27,12 @@ type SubmitRequest struct {
 	// Resources is a JSON object passed through to the envelope.
 	Resources json.RawMessage `json:"resources,omitempty"`
 	// Deadline is an RFC 3339 time in the future.
-	Deadline            string        `json:"deadline,omitempty"`
+	Deadline string `json:"deadline,omitempty"`
+	// StartAt (RFC 3339) or StartDelayMs, not both, delays the task's
+	// start up to a year: no worker receives it before (docs/contract.md
+	// §9.2). A time already past starts it now.
+	StartAt             string        `json:"startAt,omitempty"`
+	StartDelayMs        *int64        `json:"startDelayMs,omitempty"`
 	HeartbeatIntervalMs *int64        `json:"heartbeatIntervalMs,omitempty"`
 	HeartbeatTimeoutMs  *int64        `json:"heartbeatTimeoutMs,omitempty"`
 	CancelGracePeriodMs *int64        `json:"cancelGracePeriodMs,omitempty"`

@@ -99,7 +99,8 @@ func newSubmitCmd() *cobra.Command {
 	var file, tenant, workspace, run, key, asset, worker, payload, deadline, idem string
 	var hbInterval, hbTimeout, grace time.Duration
 	var maxAttempts int
-	var backoff, maxBackoff time.Duration
+	var backoff, maxBackoff, startIn time.Duration
+	var startAt string
 	cmd := &cobra.Command{
 		Use:   "submit [-f task.json] [flags]",
 		Short: "Submit a task",
@@ -110,7 +111,9 @@ state (or the existing task for a repeated --idempotency-key).`,
 		Example: `  servo submit --tenant acme --workspace ws --key k1 --worker example \
       --payload '{"partitions": 20, "partitionMs": 500}'
   servo submit -f task.json --json
-  cat task.json | servo submit -f - --max-attempts 5`,
+  cat task.json | servo submit -f - --max-attempts 5
+  servo submit --tenant acme --workspace ws --key nightly --worker example --start-at 2030-01-15T02:00:00Z
+  servo submit --tenant acme --workspace ws --key later --worker example --start-in 2h`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -148,6 +151,14 @@ state (or the existing task for a repeated --idempotency-key).`,
 					return usageErr("--payload must be JSON")
 				}
 				body["payload"] = json.RawMessage(payload)
+			}
+			switch {
+			case startAt != "" && startIn != 0:
+				return usageErr("give --start-at or --start-in, not both")
+			case startAt != "":
+				body["startAt"] = startAt
+			case startIn != 0:
+				body["startDelayMs"] = startIn.Milliseconds()
 			}
 			for k, d := range map[string]time.Duration{"heartbeatIntervalMs": hbInterval, "heartbeatTimeoutMs": hbTimeout, "cancelGracePeriodMs": grace} {
 				if d > 0 {
@@ -192,6 +203,8 @@ state (or the existing task for a repeated --idempotency-key).`,
 	f.StringVar(&worker, "worker", "", "worker name (one the API is configured with)")
 	f.StringVar(&payload, "payload", "", "payload JSON handed to the worker")
 	f.StringVar(&deadline, "deadline", "", "deadline (RFC 3339)")
+	f.StringVar(&startAt, "start-at", "", "startAt (RFC 3339): no worker receives the task before (up to a year ahead)")
+	f.DurationVar(&startIn, "start-in", 0, "startDelayMs as a duration: start the task this long from now")
 	f.StringVar(&idem, "idempotency-key", "", "idempotencyKey: a repeated submit returns the first task")
 	f.DurationVar(&hbInterval, "heartbeat-interval", 0, "heartbeatIntervalMs as a duration (default 30s)")
 	f.DurationVar(&hbTimeout, "heartbeat-timeout", 0, "heartbeatTimeoutMs as a duration (default max(90s, 3 × interval))")

@@ -127,6 +127,25 @@ func TestServoDevBinary(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// A delayed start: QUEUED with its scheduledAt, cancelled before it.
+	before := time.Now()
+	out, code = run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "later", "--worker", "example", "--start-in", "1h")
+	var later api.SubmitResponse
+	if code != 0 || json.Unmarshal([]byte(out), &later) != nil || later.State != api.Queued {
+		t.Fatalf("submit --start-in 1h: exit %d, %s", code, out)
+	}
+	out, code = run("get", later.TaskID, "--json")
+	var lv api.Task
+	if code != 0 || json.Unmarshal([]byte(out), &lv) != nil || lv.State != api.Queued || lv.ScheduledAt == nil ||
+		lv.ScheduledAt.Before(before.Add(time.Hour-time.Second)) || lv.ScheduledAt.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("get of the delayed task: exit %d, %s", code, out)
+	}
+	if out, code := run("cancel", later.TaskID); code != 0 {
+		t.Fatalf("cancel before the start: exit %d, %s", code, out)
+	}
+	if _, code := run("submit", "--tenant", "acme", "--workspace", "ws", "--key", "k", "--worker", "example", "--start-in", "1h", "--start-at", "2030-01-01T00:00:00Z"); code != exitUsage {
+		t.Fatalf("both --start-in and --start-at: exit %d", code)
+	}
 	if _, code := run("get", "task_01HGW5N7XHJM4GX29KZRXQP6N9"); code != exitNotFound {
 		t.Fatalf("get of an unknown task: exit %d, want %d", code, exitNotFound)
 	}

@@ -51,6 +51,9 @@ func FuzzSubmitDecode(f *testing.F) {
 		  "deadline":"2099-01-01T00:00:00Z","heartbeatIntervalMs":1000,"heartbeatTimeoutMs":3000,"cancelGracePeriodMs":500,
 		  "retry":{"maxAttempts":5,"initialBackoffMs":100,"backoffCoefficient":1.5,"maxBackoffMs":1000},"idempotencyKey":"i"}`,
 		`{"tenantId":"acme","workspaceId":"ws","taskKey":"k","worker":"https://attacker.example"}`,
+		`{"tenantId":"acme","workspaceId":"ws","taskKey":"k","worker":"render","startAt":"2031-01-01T00:00:00Z","deadline":"2031-01-02T00:00:00Z"}`,
+		`{"tenantId":"acme","workspaceId":"ws","taskKey":"k","worker":"render","startDelayMs":60000}`,
+		`{"tenantId":"acme","workspaceId":"ws","taskKey":"k","worker":"render","startDelayMs":-5,"startAt":"x"}`,
 		`{"tenantId":5}`, `[]`, `null`, `{"retry":{"maxAttempts":"x"}}`, `{"unknown":1}`, `{"retry":{"nope":1}}`,
 	} {
 		f.Add([]byte(s))
@@ -82,6 +85,10 @@ func FuzzSubmitDecode(f *testing.F) {
 		}
 		if tk.TenantID == "" || tk.WorkspaceID == "" || tk.TaskKey == "" || tk.Worker != "render" || !task.ValidID(tk.ID, task.TaskIDPrefix) {
 			t.Fatalf("accepted %q as an incomplete task %+v", body, tk)
+		}
+		if tk.NotBefore != nil && (!tk.NotBefore.After(now) || tk.NotBefore.Sub(now) > task.MaxStartDelay ||
+			(tk.Deadline != nil && !tk.Deadline.After(*tk.NotBefore))) {
+			t.Fatalf("accepted %q with a start %v (deadline %v) out of bounds", body, tk.NotBefore, tk.Deadline)
 		}
 		if len(tk.Payload) > 0 && !json.Valid(tk.Payload) {
 			t.Fatalf("accepted %q with a payload that is not JSON", body)

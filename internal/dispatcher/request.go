@@ -114,6 +114,10 @@ func checkFields(raw []byte, typ reflect.Type, prefix string) *apiError {
 	for _, k := range keys {
 		ft, ok := fields[k]
 		if !ok {
+			if k == "" {
+				// A field has a name: the object itself is at fault.
+				return invalid(orBody(strings.TrimSuffix(prefix, ".")), "has a member with an empty name, which is not a known field")
+			}
 			return invalid(prefix+k, "is not a known field")
 		}
 		for ft.Kind() == reflect.Pointer {

@@ -16,6 +16,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -286,6 +287,10 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		d = d.UTC()
 		deadline = &d
 	}
+	notBefore, enqueueAt, e := h.start(req, w, deadline, now)
+	if e != nil {
+		return task.Task{}, pf(e)
+	}
 	timing := h.timing(req)
 	if fe := task.ValidateTiming(timing, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
@@ -298,6 +303,7 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		ID: task.NewTaskID(now), RunID: runID, OwnRun: ownRun, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
 		TaskKey: req.TaskKey, AssetID: req.AssetID, Worker: req.Worker, Payload: payload, Resources: resources,
 		IdempotencyKey: req.IdempotencyKey, RerunOf: req.RerunOf, Timing: timing, Retry: retry, Deadline: deadline,
+		NotBefore: notBefore, EnqueueAt: enqueueAt,
 	}
 	// The envelope must fit in a Cloud Task, now and on a retry that adds
 	// a checkpoint: check it before storing.
@@ -314,6 +320,55 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		return task.Task{}, &apiError{status: http.StatusInternalServerError, body: api.Error{Code: api.CodeInternal, Message: "could not build the task envelope"}}
 	}
 	return t, nil
+}
+
+// start reads a submit's delayed start: the time its first attempt is
+// due (nil: now) and, when that is further ahead than the worker's
+// transport holds a delivery (a Cloud Task's 30 days, a pull message's
+// 10 minutes), when the sweeper is to hand it over (EnqueueAt).
+func (h *handler) start(req *api.SubmitRequest, w enqueue.Worker, deadline *time.Time, now time.Time) (notBefore, enqueueAt *time.Time, _ *apiError) {
+	var at time.Time
+	switch {
+	case req.StartAt != "" && req.StartDelayMs != nil:
+		return nil, nil, invalid("startDelayMs", "give startAt or startDelayMs, not both")
+	case req.StartAt != "":
+		t, err := time.Parse(time.RFC3339, req.StartAt)
+		if err != nil {
+			return nil, nil, invalid("startAt", "must be an RFC 3339 time such as 2030-01-15T12:00:00Z")
+		}
+		at = t.UTC()
+	case req.StartDelayMs != nil:
+		if d := *req.StartDelayMs; d < 0 || d > task.MaxStartDelay.Milliseconds() {
+			return nil, nil, invalid("startDelayMs", "must be between 0 and %d ms (a year)", task.MaxStartDelay.Milliseconds())
+		}
+		at = now.Add(time.Duration(*req.StartDelayMs) * time.Millisecond)
+	default:
+		return nil, nil, nil
+	}
+	field := map[bool]string{true: "startAt", false: "startDelayMs"}[req.StartAt != ""]
+	if at.Sub(now) > task.MaxStartDelay {
+		return nil, nil, invalid(field, "must be at most a year ahead (server time %s)", now.Format(time.RFC3339))
+	}
+	if !at.After(now) {
+		return nil, nil, nil // already due: start now
+	}
+	if deadline != nil && !deadline.After(at) {
+		return nil, nil, invalid("deadline", "must be after the start (%s)", at.Format(time.RFC3339))
+	}
+	q := h.cfg.Store.Quotas()
+	wl := q.For(quota.KindWorker, req.Worker)
+	if q.For(quota.KindTenant, req.TenantID).Limited() || wl.Limited() || (wl.PerTenant != nil && wl.PerTenant.Limited()) {
+		return nil, nil, invalid(field, "a delayed start is not available yet for a tenant or a worker with quotas (docs/tenants.md)")
+	}
+	horizon := task.EnqueueHorizon
+	if w.Pull {
+		horizon = task.PullHorizon
+	}
+	if at.Sub(now) > horizon {
+		e := at.Add(-horizon)
+		return &at, &e, nil
+	}
+	return &at, nil, nil
 }
 
 // checkRerun checks that the task t reruns, if any, exists, is of a
@@ -432,6 +487,9 @@ func (h *handler) afterCreate(ctx context.Context, c store.CreateResult) (api.Su
 	case stored.WaitingSince != nil:
 		// Waiting for a run slot (quotas): the sweeper's admit duty
 		// enqueues it when one frees.
+	case stored.EnqueueAt != nil:
+		// A start beyond its transport's horizon: the sweeper's dispatch
+		// duty enqueues it at EnqueueAt.
 	case !c.Existed:
 		state, cloudTask = h.enqueue(ctx, stored, true)
 	case state == api.Pending:

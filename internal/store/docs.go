@@ -55,6 +55,7 @@ type taskDoc struct {
 	EndedAt         *time.Time      `firestore:"endedAt"`
 	ExpireAt        *time.Time      `firestore:"expireAt"`
 	NotBefore       *time.Time      `firestore:"notBefore"`
+	EnqueueAt       *time.Time      `firestore:"enqueueAt"`
 	LeaseExpiresAt  *time.Time      `firestore:"leaseExpiresAt"`
 	CancelDeadline  *time.Time      `firestore:"cancelDeadline"`
 	DispatchCheckAt *time.Time      `firestore:"dispatchCheckAt"`
@@ -289,7 +290,7 @@ func taskDocOf(t *task.Task) taskDoc {
 		State: t.State, Reason: t.Reason, CancelReason: t.CancelReason, Attempt: t.Attempt, Seq: t.Seq,
 		Timing: timingDoc(t.Timing), Retry: retryPolicyDoc(t.Retry), Deadline: t.Deadline,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt, ExpireAt: t.ExpireAt,
-		NotBefore: t.NotBefore, LeaseExpiresAt: t.LeaseExpiresAt, CancelDeadline: t.CancelDeadline,
+		NotBefore: t.NotBefore, EnqueueAt: t.EnqueueAt, LeaseExpiresAt: t.LeaseExpiresAt, CancelDeadline: t.CancelDeadline,
 		DispatchCheckAt: t.DispatchCheckAt, DueShard: t.DueShard, Redrives: t.Redrives, ResumeFrom: t.ResumeFrom,
 		Quota: (*quotaHoldDoc)(t.Quota), WaitingSince: t.WaitingSince, Live: (*liveAttemptDoc)(t.Live),
 		Recorded: t.Recorded, Trace: t.Trace, History: stepDocsOf(t.History),
@@ -309,7 +310,7 @@ func (d *taskDoc) fill(t *task.Task) {
 	t.State, t.Reason, t.CancelReason, t.Attempt, t.Seq = d.State, d.Reason, d.CancelReason, d.Attempt, d.Seq
 	t.Timing, t.Retry, t.Deadline = api.Timing(d.Timing), api.RetryPolicy(d.Retry), d.Deadline
 	t.CreatedAt, t.UpdatedAt, t.EndedAt, t.ExpireAt = d.CreatedAt, d.UpdatedAt, d.EndedAt, d.ExpireAt
-	t.NotBefore, t.LeaseExpiresAt, t.CancelDeadline = d.NotBefore, d.LeaseExpiresAt, d.CancelDeadline
+	t.NotBefore, t.EnqueueAt, t.LeaseExpiresAt, t.CancelDeadline = d.NotBefore, d.EnqueueAt, d.LeaseExpiresAt, d.CancelDeadline
 	t.DispatchCheckAt, t.DueShard, t.Redrives, t.ResumeFrom = d.DispatchCheckAt, d.DueShard, d.Redrives, d.ResumeFrom
 	t.Quota, t.WaitingSince, t.Live = (*task.QuotaHold)(d.Quota), d.WaitingSince, (*task.LiveAttempt)(d.Live)
 	t.Ended = nil

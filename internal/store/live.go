@@ -117,7 +117,8 @@ func firstAttempt(t *task.Task) *task.Attempt {
 	case l != nil && l.Attempt == t.Attempt && l.CreatedAt != nil:
 		return &task.Attempt{Attempt: t.Attempt, CreatedAt: *l.CreatedAt, ScheduledAt: l.ScheduledAt}
 	case t.Attempt == 1:
-		return &task.Attempt{Attempt: 1, CreatedAt: t.CreatedAt}
+		// Attempt 1's schedule is the task's delayed start, if any.
+		return &task.Attempt{Attempt: 1, CreatedAt: t.CreatedAt, ScheduledAt: t.NotBefore}
 	}
 	return nil
 }

@@ -314,10 +314,24 @@ func (m *machine) apply() {
 		if m.ev.Attempt == t.Attempt && t.State == api.Pending {
 			m.transition(api.Queued, api.ReasonEnqueued, "")
 			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
+			if t.EnqueueAt != nil {
+				// A start beyond the transport's horizon: queued in
+				// Firestore; the dispatch duty enqueues it at EnqueueAt.
+				check = *t.EnqueueAt
+			}
 			t.DispatchCheckAt = &check
 		}
 	case EventRedrive:
 		if m.ev.Attempt != t.Attempt || (t.State != api.Pending && t.State != api.Queued) || !due(t.DispatchCheckAt, m.now) {
+			return
+		}
+		if t.EnqueueAt != nil {
+			// A delayed start now within its transport's horizon: its
+			// first enqueue, not a re-drive.
+			t.EnqueueAt = nil
+			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
+			t.DispatchCheckAt = &check
+			m.r.Write, m.r.Enqueue = true, true
 			return
 		}
 		if m.ev.Held && t.State == api.Queued {
@@ -754,9 +768,15 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	t.Timing = t.Timing.WithDefaults()
 	t.Retry = t.Retry.WithDefaults()
 	t.CreatedAt, t.UpdatedAt = now, now
-	check := now.Add(t.Timing.StartTimeout())
+	if t.NotBefore != nil && !t.NotBefore.After(now) {
+		t.NotBefore = nil // a start already past: now
+	}
+	if t.NotBefore == nil || t.EnqueueAt == nil || !t.EnqueueAt.After(now) {
+		t.EnqueueAt = nil
+	}
+	check := laterOf(now, t.NotBefore).Add(t.Timing.StartTimeout())
 	t.DispatchCheckAt = &check
-	a := Attempt{Attempt: 1, CreatedAt: now}
+	a := Attempt{Attempt: 1, CreatedAt: now, ScheduledAt: t.NotBefore}
 	tr := Transition{
 		EventID: EventID(t.ID, 1), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,

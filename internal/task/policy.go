@@ -18,6 +18,20 @@ const (
 	MaxTimer = 24 * time.Hour
 )
 
+// Delayed starts (startAt, startDelayMs; docs/contract.md §9.2).
+const (
+	// MaxStartDelay is how far ahead a task may be asked to start.
+	MaxStartDelay = 366 * 24 * time.Hour
+	// EnqueueHorizon is how far ahead a Cloud Task is created for a
+	// delayed start (Cloud Tasks takes a scheduleTime up to 30 days
+	// ahead; a day of margin): a later start waits in Firestore alone
+	// until then (Task.EnqueueAt).
+	EnqueueHorizon = 29 * 24 * time.Hour
+	// PullHorizon is the same for a pull pool, whose message a claim can
+	// hide for at most 10 minutes at a time (pull.MaxDefer).
+	PullHorizon = 10 * time.Minute
+)
+
 // Token lifetimes (docs/contract.md §3.2).
 const (
 	DefaultTokenTTL = 3600 * time.Second

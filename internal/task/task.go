@@ -51,8 +51,14 @@ type Task struct {
 	// its end plus its tenant's retention; nil while it runs.
 	ExpireAt *time.Time `json:"-"`
 
-	// NotBefore is the schedule time of the current attempt (retries).
+	// NotBefore is the schedule time of the current attempt: a retry's,
+	// or the first attempt's delayed start (startAt).
 	NotBefore *time.Time `json:"notBefore,omitempty"`
+	// EnqueueAt, set on a delayed start further ahead than its worker's
+	// transport can hold (EnqueueHorizon, PullHorizon), is when the task
+	// is handed to it: until then it waits QUEUED in Firestore alone, and
+	// the sweeper's dispatch duty enqueues it then (DispatchCheckAt).
+	EnqueueAt *time.Time `json:"enqueueAt,omitempty"`
 	// LeaseExpiresAt is when a RUNNING/CANCELLING attempt becomes a zombie.
 	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
 	// CancelDeadline is when a CANCELLING task times out.

@@ -507,6 +507,15 @@ resource "google_firestore_field" "tasks_not_before" {
   index_config {}
 }
 
+resource "google_firestore_field" "tasks_enqueue_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "enqueueAt"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "tasks_lease_expires_at" {
   project    = var.project_id
   database   = google_firestore_database.this.name
