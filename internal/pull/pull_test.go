@@ -211,3 +211,35 @@ func TestCancelledWhileQueuedNeverClaimed(t *testing.T) {
 		t.Fatalf("task %s %+v", v.State, v.Attempts)
 	}
 }
+
+// A delayed start in a pull pool: a claim before the start gets nothing
+// (the message is hidden until then), a claim after it gets the task.
+func TestDelayedStartNotClaimedEarly(t *testing.T) {
+	t.Parallel()
+	e := sharedEnv(t)
+	const gpu = "delayed"
+	start := time.Now().Add(3 * time.Second)
+	sub := e.submit(gpu, map[string]any{"startAt": start.UTC().Format(time.RFC3339Nano)})
+	if sub.State != api.Queued {
+		t.Fatalf("submit: %+v", sub)
+	}
+	if status, r := e.claim(gpu, "", "w-early", 1000); status != http.StatusOK || r.Claimed {
+		t.Fatalf("claim before the start: %d %+v", status, r)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, r := e.claim(gpu, "", "w-1", 2000)
+		if status == http.StatusOK && r.Claimed {
+			if r.Envelope.TaskID != sub.TaskID {
+				t.Fatalf("claimed %s, want %s", r.Envelope.TaskID, sub.TaskID)
+			}
+			if now := time.Now(); now.Before(start) {
+				t.Fatalf("claimed at %v, before the start %v", now, start)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not claimed after the start: %d %+v", status, r)
+		}
+	}
+}
