@@ -29,8 +29,8 @@ type Local struct {
 	mu    sync.Mutex
 	cmds  map[string][]string // job name → argv
 	execs map[string]*localExec
-	order []string // execution names, oldest first
-	n     int
+	order []string       // execution names, oldest first
+	n     map[string]int // executions started, by job: each job numbers its own
 	out   io.Writer
 	log   *slog.Logger
 	env   []string
@@ -56,7 +56,7 @@ func NewLocal(commands map[string]string, out io.Writer, log *slog.Logger, env .
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Local{cmds: map[string][]string{}, execs: map[string]*localExec{}, out: out, log: log, env: env}
+	l := &Local{cmds: map[string][]string{}, execs: map[string]*localExec{}, n: map[string]int{}, out: out, log: log, env: env}
 	for job, c := range commands {
 		l.cmds[job] = strings.Fields(c)
 	}
@@ -71,8 +71,8 @@ func (l *Local) Run(_ context.Context, job string, envelope []byte, labels map[s
 	if !ok || len(argv) == 0 {
 		return Execution{}, fmt.Errorf("jobs: %w %s (no --job-worker command for it)", ErrUnknownJob, job)
 	}
-	l.n++
-	short := fmt.Sprintf("%s-%05d", path.Base(job), l.n)
+	l.n[job]++
+	short := fmt.Sprintf("%s-%05d", path.Base(job), l.n[job])
 	name := job + "/executions/" + short
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), l.env...)
