@@ -53,6 +53,30 @@ func TestJobWorker(t *testing.T) {
 	t.Run("OutlivesItsFirstToken", testOutlivesItsFirstToken)
 	t.Run("DispatchedTwiceStartsOne", testDispatchedTwiceStartsOne)
 	t.Run("BadDeliveries", testBadDeliveries)
+	t.Run("DelayedStart", testDelayedStart)
+}
+
+// A job worker's delayed start: no execution runs before the start (the
+// Cloud Task of the dispatch endpoint is scheduled at it); the attempt
+// starts after it and succeeds.
+func testDelayedStart(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"render": workerBin + " -job"})
+	start := time.Now().Add(3 * time.Second)
+	interval, timeout, grace, attempts := int64(500), int64(10000), int64(1000), 1
+	id := s.Submit(api.SubmitRequest{
+		TenantID: "acme", WorkspaceID: "ws", TaskKey: "k", Worker: "render", Payload: json.RawMessage(`{"partitions":2,"partitionMs":50}`),
+		HeartbeatIntervalMs: &interval, HeartbeatTimeoutMs: &timeout, CancelGracePeriodMs: &grace,
+		Retry: &api.RetryRequest{MaxAttempts: &attempts}, StartAt: start.UTC().Format(time.RFC3339Nano),
+	}).TaskID
+	if tk := s.get(id); tk.State != api.Queued || current(tk).Execution != "" {
+		t.Fatalf("before the start: %s, attempts %s", tk.State, attemptsOf(tk))
+	}
+	tk := s.waitFor(id, "SUCCEEDED", func(tk task.Task) bool { return tk.State.Terminal() })
+	a := current(tk)
+	if tk.State != api.Succeeded || a.StartedAt == nil || a.StartedAt.Before(start) {
+		t.Fatalf("task %s, attempt started at %v, the start %v: %s", tk.State, a.StartedAt, start, attemptsOf(tk))
+	}
 }
 
 // stack is one test's local stack, and the test's client of its API.
