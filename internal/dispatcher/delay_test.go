@@ -9,17 +9,15 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/quota"
-	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
 
 // A delayed start that cannot be is 400 invalid_request naming its field,
 // and stores nothing: both fields, an unreadable time, a delay out of
-// range, more than a year ahead, a deadline not after the start, and a
-// tenant with quotas (not yet supported).
+// range, more than a year ahead, a deadline not after the start.
 func TestDelayedStartValidation(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{paused: true, store: []store.Option{store.WithQuotas(&quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 2}}})}})
+	e := newEnv(t, envOptions{paused: true})
 	now := time.Now().UTC()
 	in := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339) }
 	for _, c := range []struct {
@@ -34,7 +32,6 @@ func TestDelayedStartValidation(t *testing.T) {
 		{"start past a year", map[string]any{"startAt": in(task.MaxStartDelay + time.Hour)}, "startAt"},
 		{"deadline before the start", map[string]any{"startAt": in(2 * time.Hour), "deadline": in(time.Hour)}, "deadline"},
 		{"deadline at the start", map[string]any{"startAt": in(2 * time.Hour), "deadline": in(2 * time.Hour)}, "deadline"},
-		{"tenant with quotas", map[string]any{"startDelayMs": 60000, "tenantId": "limited"}, "startDelayMs"},
 	} {
 		body := validSubmit("acme")
 		for k, v := range c.edit {
@@ -188,5 +185,63 @@ func TestDelayedStartPullHorizon(t *testing.T) {
 	}
 	if !strings.Contains(task.PullHorizon.String(), "10m") {
 		t.Fatalf("PullHorizon %v", task.PullHorizon)
+	}
+}
+
+// A delayed start of a tenant with a run limit holds no run slot before
+// its start: it counts as queued (maxQueued applies) and waits for a slot
+// from its start on, so the admit duty hands it one only then, while an
+// undelayed task of the tenant takes the free slot at once.
+func TestDelayedStartWithQuotas(t *testing.T) {
+	t.Parallel()
+	e := quotaEnv(t, quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 1, MaxQueued: 5}}})
+	start := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	body := validSubmit("limited")
+	body["startAt"] = start.Format(time.RFC3339Nano)
+	r := e.submit(body, http.StatusCreated)
+	st := e.storedTask(r.TaskID)
+	if st.State != api.Queued || st.Quota == nil || st.Quota.Slot || st.WaitingSince == nil || !st.WaitingSince.Equal(start) || st.EnqueueAt != nil {
+		t.Fatalf("stored %s, hold %+v, waiting since %v (start %v), enqueueAt %v", st.State, st.Quota, st.WaitingSince, start, st.EnqueueAt)
+	}
+	if v := e.getTask(r.TaskID); v.Reason == task.ReasonQuotaWait || v.ScheduledAt == nil {
+		t.Fatalf("before the start: reason %s, scheduledAt %v", v.Reason, v.ScheduledAt)
+	}
+	if u := e.usage("limited"); u.Running != 0 || u.Queued != 1 {
+		t.Fatalf("usage before the start: %+v", u)
+	}
+	// The free slot goes to a task that can run now.
+	now := validSubmit("limited")
+	now["taskKey"] = "now"
+	nr := e.submit(now, http.StatusCreated)
+	if ns := e.storedTask(nr.TaskID); ns.Quota == nil || !ns.Quota.Slot {
+		t.Fatalf("the undelayed task has no slot: %+v", ns.Quota)
+	}
+	e.complete(e.start(nr.TaskID, 1).ID, 1, api.OutcomeSucceeded)
+	// Before the start the admit duty admits nothing.
+	sw := e.sweeper()
+	if _, err := sw.Sweep(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.storedTask(r.TaskID); st.Quota.Slot || st.WaitingSince == nil {
+		t.Fatalf("admitted before the start: %+v", st.Quota)
+	}
+	// After it, the admit duty gives it the slot and it is delivered.
+	deadline := time.Now().Add(waitFor)
+	for {
+		time.Sleep(time.Until(start) + 100*time.Millisecond)
+		if _, err := sw.Sweep(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.storedTask(r.TaskID); st.Quota.Slot {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not admitted after the start")
+		}
+	}
+	for _, d := range e.waitDeliveries(2) {
+		if strings.Contains(string(d.body), r.TaskID) && d.at.Before(start) {
+			t.Fatalf("delivered at %v, before the start %v", d.at, start)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
@@ -30,8 +31,9 @@ func viewOf(t *task.Task) api.Task {
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore
 	}
-	if t.State == api.Queued && t.WaitingSince != nil {
+	if t.State == api.Queued && t.WaitingSince != nil && !t.WaitingSince.After(time.Now()) {
 		// Waiting for a run slot: the reason of its transition to QUEUED.
+		// (A delayed start of a limited scope waits from its start on.)
 		v.Reason, v.WaitingSince = task.ReasonQuotaWait, t.WaitingSince
 	}
 	return v

@@ -16,7 +16,6 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/enqueue"
-	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
@@ -354,11 +353,6 @@ func (h *handler) start(req *api.SubmitRequest, w enqueue.Worker, deadline *time
 	}
 	if deadline != nil && !deadline.After(at) {
 		return nil, nil, invalid("deadline", "must be after the start (%s)", at.Format(time.RFC3339))
-	}
-	q := h.cfg.Store.Quotas()
-	wl := q.For(quota.KindWorker, req.Worker)
-	if q.For(quota.KindTenant, req.TenantID).Limited() || wl.Limited() || (wl.PerTenant != nil && wl.PerTenant.Limited()) {
-		return nil, nil, invalid(field, "a delayed start is not available yet for a tenant or a worker with quotas (docs/tenants.md)")
 	}
 	horizon := task.EnqueueHorizon
 	if w.Pull {

@@ -42,9 +42,20 @@ const ReasonQuotaWait = "QUOTA_WAIT"
 func (m *machine) hold() {
 	t := m.t()
 	h := *m.ev.Hold
-	h.Slot = m.ev.SlotFree
+	// A delayed start takes no run slot before it: it waits for one from
+	// its start (the admit duty's query takes waitingSince ≤ now), so a
+	// slot is never held by a task that cannot run yet.
+	delayed := t.NotBefore != nil && t.NotBefore.After(m.now)
+	h.Slot = m.ev.SlotFree && !delayed
 	t.Quota = &h
-	if m.ev.SlotFree {
+	t.EnqueueAt = nil // the admit duty hands it over
+	if h.Slot {
+		return
+	}
+	if delayed {
+		m.transition(api.Queued, api.ReasonEnqueued, "")
+		at := *t.NotBefore
+		t.WaitingSince, t.DispatchCheckAt = &at, nil
 		return
 	}
 	m.transition(api.Queued, ReasonQuotaWait, "")
