@@ -64,6 +64,8 @@
 //	worker slow-body            one heartbeat's body trickles in over SlowBody (3 s); the next heartbeat is sent
 //	                            2 s before the lease counted from the receipt of the slow one runs out (the long
 //	                            mode and TestFaultsSlowBody, not TestFaults: see Modes)
+//	worker delayed              not a fault: the task is submitted with startDelayMs DelayedStart (1.5 s), and
+//	                            its worker behaves
 //
 // # Invariants
 //
@@ -92,6 +94,8 @@
 //	cancel-grace    once a cancel is accepted, no callback first sent after the grace ran out is accepted
 //	one-worker      an attempt's accepted callbacks come from one worker id (a second delivery gets
 //	                attempt_already_started)
+//	early-start     a delayed start (attempt 1's scheduledAt) is never early: no delivery of attempt 1
+//	                before it, no callback of it sent before it accepted
 //
 // A violation is printed with the task's whole history (deliveries, every
 // request and answer, every event, the final state), in time order.
@@ -129,9 +133,11 @@
 //	                            (an even seq is left out of its outbox document)
 //	lease-check-skipped         pause, a sweep every 30 s                     lease
 //	cancel-grace-not-enforced   cancel-late, a sweep every 30 s               cancel-grace
+//	start-delay-ignored         delayed (the first attempt's Cloud Task      early-start
+//	                            loses its scheduleTime)
 //
-// `go test ./...` runs the mutants marked CI (attempt-guard-disabled and
-// duplicate-started-accepted); -faults.long runs them all, each after its
+// `go test ./...` runs the mutants marked CI (attempt-guard-disabled,
+// duplicate-started-accepted and start-delay-ignored, about 30 s each); -faults.long runs them all, each after its
 // focused run against the unmutated servo dev, which must report none.
 //
 // The figures depend on the machine: the emulators share its cores with

@@ -33,11 +33,15 @@ const (
 	ModeDuplicate        = "duplicate"          // attempt 1 is delivered twice: two workers run it
 	ModeCancelLate       = "cancel-late"        // the task is cancelled and attempt 1 stops past the cancel grace, then resumes
 	ModeSlowBody         = "slow-body"          // a heartbeat's body trickles in over SlowBody; the next is on time by its receipt
+	ModeDelayed          = "delayed"            // submitted with a delayed start (startDelayMs DelayedStart); the worker behaves
 )
+
+// DelayedStart is the start delay of a ModeDelayed task.
+const DelayedStart = 1500 * time.Millisecond
 
 // Modes lists the worker behaviours of the short mode (TestFaults).
 var Modes = []string{ModeOK, ModeFailOnce, ModeCrashMid, ModeCrashBeforeStart, ModeCrashAfterCommit, ModeSkew,
-	ModePause, ModeDuplicate, ModeCancelLate}
+	ModePause, ModeDuplicate, ModeCancelLate, ModeDelayed}
 
 // AllModes lists every worker behaviour: the long mode's. ModeSlowBody is
 // in it (and in TestFaultsSlowBody), not in Modes: it holds only once the
@@ -222,7 +226,8 @@ func (f *Fleet) work(env api.Envelope) {
 		f.count(mode)
 		return true
 	}
-	once(ModeSkew) // counted once; every attempt of the task is skewed
+	once(ModeSkew)    // counted once; every attempt of the task is skewed
+	once(ModeDelayed) // counted once; the worker behaves (the delay is the submit's)
 	if once(ModeCrashBeforeStart) {
 		return
 	}

@@ -144,6 +144,7 @@ const (
 	InvLease         = "lease"          // a lease neither lapses early nor is honoured after it ran out
 	InvCancelGrace   = "cancel-grace"   // nothing accepted of a cancelled attempt once its grace ran out
 	InvOneWorker     = "one-worker"     // one worker id's callbacks accepted per attempt
+	InvEarlyStart    = "early-start"    // no delivery, no accepted callback, before a delayed start
 )
 
 // Violation is one broken invariant.
@@ -164,7 +165,9 @@ func (v Violation) String() string {
 type Stats struct {
 	Tasks, Callbacks, Answers503, TransportErrors int
 	Events, DuplicateEvents                       int
-	Final                                         map[api.State]int
+	// Delayed counts the tasks with a delayed start checked.
+	Delayed int
+	Final   map[api.State]int
 }
 
 // Check checks h against the invariants and returns every violation (none
@@ -265,6 +268,7 @@ func (c *checker) task(th *TaskHistory) {
 	for _, d := range th.Deliveries {
 		maxSeen = max(maxSeen, d.Attempt)
 	}
+	c.earlyStart(th)
 	cancelled := cancelledAt(th)
 	c.lease(th, zombie, cancelled)
 	c.cancelGrace(th, cancelled)
@@ -283,6 +287,30 @@ func (c *checker) task(th *TaskHistory) {
 			if a <= len(f.Attempts) && f.Attempts[a-1].Outcome != api.OutcomeZombie {
 				c.fail(InvZombie, id, "attempt %d was declared a zombie but its record says %q", a, f.Attempts[a-1].Outcome)
 			}
+		}
+	}
+}
+
+// earlyStart checks a delayed start (attempt 1's scheduledAt, as the
+// final task shows it): no delivery of attempt 1 before it, and no
+// callback of it accepted that was sent before it.
+func (c *checker) earlyStart(th *TaskHistory) {
+	f := th.Final
+	if f == nil || len(f.Attempts) == 0 || f.Attempts[0].Attempt != 1 || f.Attempts[0].ScheduledAt == nil {
+		return
+	}
+	start := *f.Attempts[0].ScheduledAt
+	c.st.Delayed++
+	for _, d := range th.Deliveries {
+		if d.Attempt == 1 && d.At.Before(start) {
+			c.fail(InvEarlyStart, th.TaskID, "attempt 1 was delivered at %s, before its start %s", ts(d.At), ts(start))
+			return
+		}
+	}
+	for _, call := range th.Calls {
+		if isCallback(call.Kind) && call.Attempt == 1 && call.Status == 200 && call.Sent.Before(start) {
+			c.fail(InvEarlyStart, th.TaskID, "%s of attempt 1 sent at %s accepted, before its start %s", call.Kind, ts(call.Sent), ts(start))
+			return
 		}
 	}
 }

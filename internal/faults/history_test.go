@@ -138,6 +138,10 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"a second worker accepted", InvOneWorker, "attempt 2: heartbeat of worker w2 accepted after worker w1's", func(h *History) {
 			th(h).Calls[3].WorkerID = "w2"
 		}},
+		{"delivered before its start", InvEarlyStart, "attempt 1 was delivered at", func(h *History) {
+			start := th(h).Deliveries[0].At.Add(time.Second)
+			th(h).Final.Attempts[0].ScheduledAt = &start
+		}},
 		{"token in the log", InvTokenInLog, "log line 2 holds a task token", func(h *History) {
 			h.Log = append(h.Log, []byte(`{"msg":"oops","auth":"Bearer `+h.Tokens[0]+`"}`+"\n")...)
 		}},

@@ -91,6 +91,15 @@ var Mutants = []Mutant{
 			New: "\t\tcase false && t.State == api.Cancelling && m.graceOver():\n\t\t\tm.cancelTimeout()"}},
 		Modes: []string{ModeCancelLate}, Tasks: 4, SweepEvery: slowSweep,
 	},
+	{
+		// The first attempt's Cloud Task is created without the delayed
+		// start as its scheduleTime: it is delivered at once (early-start).
+		Name: "start-delay-ignored",
+		Edits: []Edit{{File: "internal/enqueue/enqueue.go",
+			Old: "\tif t.NotBefore != nil && t.NotBefore.After(now) {\n\t\tct.ScheduleTime",
+			New: "\tif t.Attempt > 1 && t.NotBefore != nil && t.NotBefore.After(now) {\n\t\tct.ScheduleTime"}},
+		Modes: []string{ModeDelayed}, Tasks: 4, CI: true,
+	},
 }
 
 // CopyModule copies the module at src (its Go sources, go.mod, go.sum and

@@ -373,11 +373,15 @@ func (r *run) submitLoad(ctx context.Context, rng *rand.Rand, t0 time.Time) {
 // key, as a conforming client does.
 func (r *run) submit(ctx context.Context, key string, p Payload) {
 	payload, _ := json.Marshal(p)
-	body, _ := json.Marshal(map[string]any{
+	fields := map[string]any{
 		"tenantId": "faults", "workspaceId": "ws", "taskKey": key, "worker": "sim", "payload": json.RawMessage(payload),
 		"idempotencyKey": key, "heartbeatIntervalMs": heartbeatMs, "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": cancelGraceMs,
 		"retry": map[string]any{"maxAttempts": maxAttempts, "initialBackoffMs": initialBackoff, "maxBackoffMs": 2000},
-	})
+	}
+	if p.Mode == ModeDelayed {
+		fields["startDelayMs"] = DelayedStart.Milliseconds()
+	}
+	body, _ := json.Marshal(fields)
 	backoff := 200 * time.Millisecond
 	giveUp := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(giveUp) {
@@ -726,8 +730,8 @@ func (res *Result) Report() string {
 			fmt.Fprintf(&b, " %s %d", s, n)
 		}
 	}
-	fmt.Fprintf(&b, " ), callbacks %d, 503 answers %d, transport errors %d, events %d (duplicates %d)\n",
-		st.Callbacks, st.Answers503, st.TransportErrors, st.Events, st.DuplicateEvents)
+	fmt.Fprintf(&b, " ), callbacks %d, 503 answers %d, transport errors %d, events %d (duplicates %d), delayed starts %d\n",
+		st.Callbacks, st.Answers503, st.TransportErrors, st.Events, st.DuplicateEvents, st.Delayed)
 	kinds := map[string][]time.Duration{}
 	counts := map[string]int{}
 	for _, f := range res.Faults {
