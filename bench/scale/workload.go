@@ -26,7 +26,8 @@ import (
 // once and is retried, every 10th (+1) is cancelled while running, every
 // 10th (+2) is a zombie (started, then silent: the sweeper retries it);
 // every 10th (+5) has its first event publish refused (the outbox
-// re-drive sends it); half the tasks (both workers') carry an idempotency
+// re-drive sends it); every 10th (+7) starts 300 ms after its submit
+// (startDelayMs: a Cloud Task with a scheduleTime); half the tasks (both workers') carry an idempotency
 // key, every 4th is submitted twice with it.
 const (
 	hotTenant       = "hot"
@@ -196,6 +197,9 @@ func (d *driver) task(p plan, i int, hotShare float64) error {
 	body := map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": userKey("k", i), "worker": worker,
 		"payload": map[string]any{"n": i}, "heartbeatIntervalMs": 500, "heartbeatTimeoutMs": heartbeatTimeout.Milliseconds(),
 		"cancelGracePeriodMs": 30000, "retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
+	if i%10 == 7 { // a delayed start (its Cloud Task scheduled at it)
+		body["startDelayMs"] = 300
+	}
 	if i/2%2 == 0 {
 		body["idempotencyKey"] = userKey("idem", i)
 	}
