@@ -48,6 +48,10 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 func TestHelpGolden(t *testing.T) {
 	t.Setenv(client.APIEnv, "http://from-env:1") // must not leak into help
 	t.Setenv("TMPDIR", "/elsewhere")
+	// Flags that default from the environment: the goldens show none.
+	for _, v := range []string{"SERVO_PROJECT", "GOOGLE_CLOUD_PROJECT", "SERVO_FIRESTORE_DATABASE"} {
+		t.Setenv(v, "")
+	}
 	paths := commandPaths()
 	if len(paths) < 15 {
 		t.Fatalf("only %d commands found", len(paths))

@@ -61,6 +61,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newKeysCmd(),
 		newMigrateCmd(),
 		newDoctorCmd(),
+		newQueuesCmd(),
 	)
 	addAsFlag(root)
 	return root
