@@ -336,17 +336,16 @@ func (h *handler) start(req *api.SubmitRequest, w enqueue.Worker, deadline *time
 			return nil, nil, invalid("startAt", "must be an RFC 3339 time such as 2030-01-15T12:00:00Z")
 		}
 		at = t.UTC()
-	case req.StartDelayMs != nil:
+		if at.Sub(now) > task.MaxStartDelay {
+			return nil, nil, invalid("startAt", "must be at most a year ahead (server time %s)", now.Format(time.RFC3339))
+		}
+	case req.StartDelayMs != nil: // bounded to a year here
 		if d := *req.StartDelayMs; d < 0 || d > task.MaxStartDelay.Milliseconds() {
 			return nil, nil, invalid("startDelayMs", "must be between 0 and %d ms (a year)", task.MaxStartDelay.Milliseconds())
 		}
 		at = now.Add(time.Duration(*req.StartDelayMs) * time.Millisecond)
 	default:
 		return nil, nil, nil
-	}
-	field := map[bool]string{true: "startAt", false: "startDelayMs"}[req.StartAt != ""]
-	if at.Sub(now) > task.MaxStartDelay {
-		return nil, nil, invalid(field, "must be at most a year ahead (server time %s)", now.Format(time.RFC3339))
 	}
 	if !at.After(now) {
 		return nil, nil, nil // already due: start now

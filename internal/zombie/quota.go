@@ -5,14 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
-
-// DefaultQuotaRepairEvery is how often a Sweeper recounts the quota
-// counters (Config.QuotaRepairEvery).
-const DefaultQuotaRepairEvery = quota.DefaultRepairEvery
 
 // admitDuty is the query and event of the quota duty's admission, applied
 // as every duty's (apply).

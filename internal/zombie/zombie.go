@@ -164,7 +164,7 @@ type Config struct {
 	// end, as before it existed (SERVO_SWEEP_EARLY_END=false).
 	KeepWindow bool
 	// QuotaRepairEvery is how often the quota counters are recounted
-	// (default DefaultQuotaRepairEvery); see quota.go.
+	// (0: quota.DefaultRepairEvery, applied by quota.NewDuty); see quota.go.
 	QuotaRepairEvery time.Duration
 	// Cleaner, when set, deletes leftover event-stream subscriptions, at
 	// most every CleanEvery (default DefaultCleanEvery) per Sweeper.
@@ -338,9 +338,6 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Window < 0 {
 		cfg.Window = 0
-	}
-	if cfg.QuotaRepairEvery <= 0 {
-		cfg.QuotaRepairEvery = DefaultQuotaRepairEvery
 	}
 	if cfg.CleanEvery <= 0 {
 		cfg.CleanEvery = DefaultCleanEvery
