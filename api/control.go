@@ -123,6 +123,10 @@ type Task struct {
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
 	// RerunOf is the task this one reruns.
 	RerunOf string `json:"rerunOf,omitempty"`
+	// ScheduleID and ScheduledFireAt are set on a schedule's fire
+	// (docs/contract.md §16).
+	ScheduleID      string     `json:"scheduleId,omitempty"`
+	ScheduledFireAt *time.Time `json:"scheduledFireAt,omitempty"`
 
 	HeartbeatIntervalMs int64       `json:"heartbeatIntervalMs"`
 	HeartbeatTimeoutMs  int64       `json:"heartbeatTimeoutMs"`
@@ -331,6 +335,9 @@ type Event struct {
 	NextAttempt int `json:"nextAttempt,omitempty"`
 	// Seq numbers the task's transitions from 1, without gaps.
 	Seq int64 `json:"seq"`
+	// ScheduleID and ScheduledFireAt are set on a schedule's fire.
+	ScheduleID      string     `json:"scheduleId,omitempty"`
+	ScheduledFireAt *time.Time `json:"scheduledFireAt,omitempty"`
 }
 
 // SweepStatus is the document meta/sweeper: the latest sweeper pass, written

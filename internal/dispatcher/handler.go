@@ -100,6 +100,9 @@ type Config struct {
 	// defaults DefaultMaxStreams and DefaultMaxStreamsPerCaller. Past
 	// either, GET /v1/events is 429 with Retry-After.
 	MaxStreams, MaxStreamsPerCaller int
+	// SweepEvery is the sweeper's cadence: a schedule's finest everyMs
+	// (default 15 s, zombie.DefaultEvery).
+	SweepEvery time.Duration
 	// MaxStreamDuration bounds one event stream (default and most:
 	// events.MaxStreamDuration, an hour); it then ends with an "expired"
 	// event, as when its token expires.
@@ -223,6 +226,7 @@ func (h *handler) routes() {
 	handle("/v1/runs/{runId}/events", methodNotAllowed("GET, HEAD"))
 	handle("POST /v1/runs/{runId}/cancel", h.cancelRun)
 	handle("/v1/runs/{runId}/cancel", methodNotAllowed("POST"))
+	h.scheduleRoutes(handle)
 	handle("GET /v1/health", h.health)
 	handle("/v1/health", methodNotAllowed("GET, HEAD"))
 	handle("GET /v1/tenants/{tenant}/usage", h.usage)

@@ -58,7 +58,7 @@ func EventOf(tr task.Transition) api.Event {
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID,
 		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, Attempt: tr.Attempt, From: tr.From, To: tr.To,
 		Reason: tr.Reason, OccurredAt: stamp(tr.OccurredAt), Outcome: tr.Outcome, Error: tr.Error,
-		NextAttempt: tr.NextAttempt, Seq: tr.Seq,
+		NextAttempt: tr.NextAttempt, Seq: tr.Seq, ScheduleID: tr.ScheduleID, ScheduledFireAt: tr.ScheduledFireAt,
 	}
 }
 

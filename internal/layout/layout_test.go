@@ -247,7 +247,7 @@ var layers = [][]string{
 		"examples/typescript-worker", "internal/scale", "internal/cost"},
 	// The state machine; the SDK and the client; key storage; the
 	// services' shared construction (clock, logger, missing dependency).
-	{"internal/task", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/servotest",
+	{"internal/task", "internal/schedule", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/servotest",
 		"internal/service"},
 	{"internal/telemetry", "internal/quota", "worker/googleauth", "examples/worker/partitions", "internal/benchworker", "internal/sdkbuild",
 		"internal/sdkcontract/workers/goworker"},

@@ -210,27 +210,33 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	}
 	o.Store.OnCommit(s.Events.Hook())
 
+	callers, problems := identityOf(cfg, o.Verifiers)
+	for _, p := range problems {
+		log.Error("identity misconfigured: " + p)
+	}
+	dcfg := dispatcher.Config{
+		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
+		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, SweepEvery: cadence, RequestTimeout: o.StoreTimeout,
+		Access: cfg.Access, Identity: callers, IdentityProblems: problems, Traces: o.Traces,
+		Events: func(ctx context.Context, opts events.StreamOptions, ready func(), each func(apitypes.Event) error) error {
+			opts.Topic = cfg.EventsTopic
+			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
+		},
+	}
+	schedules, err := dispatcher.NewScheduler(dcfg)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.Sweeper, err = zombie.New(zombie.Config{
-		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Cleaner: s.Events, Logger: log, Now: o.Now,
+		Store: o.Store, Enqueuer: s.Enqueuer, Holder: s.Enqueuer, Redriver: s.Events, Recorder: o.Store, Cleaner: s.Events, Schedules: schedules, Logger: log, Now: o.Now,
 		Every: cfg.SweepEvery, Window: cfg.SweepWindow, KeepWindow: !cfg.SweepEarlyEnd, MaxRedrives: cfg.MaxRedrives,
 	}); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
 
-	callers, problems := identityOf(cfg, o.Verifiers)
-	for _, p := range problems {
-		log.Error("identity misconfigured: " + p)
-	}
-	api, err := dispatcher.NewHandler(dispatcher.Config{
-		Store: o.Store, Enqueuer: s.Enqueuer, Logger: log, Now: o.Now, Project: cfg.Project,
-		MinTimer: o.MinTimer, DefaultStartTimeout: cfg.StartTimeout, MaxBodyBytes: cfg.MaxBodyBytes, RequestTimeout: o.StoreTimeout,
-		Access: cfg.Access, Identity: callers, IdentityProblems: problems, Traces: o.Traces,
-		Events: func(ctx context.Context, opts events.StreamOptions, ready func(), each func(apitypes.Event) error) error {
-			opts.Topic = cfg.EventsTopic
-			return events.Stream(ctx, o.PubSub, cfg.Project, opts, ready, each)
-		},
-	})
+	api, err := dispatcher.NewHandler(dcfg)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("server: %w", err)

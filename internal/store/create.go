@@ -229,6 +229,18 @@ func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, 
 // existing answers a create refused because a document already existed: the
 // task t's idempotency key names.
 func (s *Store) existing(ctx context.Context, t task.Task, err error) CreateResult {
+	if c := status.Code(err); t.IdempotencyKey == "" && t.ScheduleID != "" && (c == codes.AlreadyExists || c == codes.FailedPrecondition) {
+		// A schedule's fire has an id derived from its schedule and fire
+		// time: the task exists because the fire was made before.
+		got, gerr := s.GetTask(ctx, t.ID)
+		if gerr != nil {
+			return CreateResult{Err: gerr}
+		}
+		if got.TenantID != t.TenantID || got.ScheduleID != t.ScheduleID {
+			return CreateResult{Err: wrap("create", err)}
+		}
+		return CreateResult{Task: got, Existed: true}
+	}
 	if t.IdempotencyKey == "" {
 		return CreateResult{Err: wrap("create", err)}
 	}

@@ -42,6 +42,8 @@ type taskDoc struct {
 	IdempotencyKey  string          `firestore:"idempotencyKey"`
 	OwnRun          bool            `firestore:"ownRun"`
 	RerunOf         string          `firestore:"rerunOf"`
+	ScheduleID      string          `firestore:"scheduleId"`
+	ScheduledFireAt *time.Time      `firestore:"scheduledFireAt"`
 	State           api.State       `firestore:"state"`
 	Reason          string          `firestore:"reason"`
 	CancelReason    string          `firestore:"cancelReason"`
@@ -147,7 +149,10 @@ type transitionDoc struct {
 	Seq         int64         `firestore:"seq"`
 	OccurredAt  time.Time     `firestore:"occurredAt"`
 	DeadLetter  bool          `firestore:"deadLetter"`
-	Trace       string        `firestore:"trace"`
+	// ScheduleID and ScheduledFireAt: a schedule's fire.
+	ScheduleID      string     `firestore:"scheduleId"`
+	ScheduledFireAt *time.Time `firestore:"scheduledFireAt"`
+	Trace           string     `firestore:"trace"`
 }
 
 // quotaHoldDoc is a task.QuotaHold as stored (the task's quota); a
@@ -287,6 +292,7 @@ func taskDocOf(t *task.Task) taskDoc {
 		ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
 		AssetID: t.AssetID, Worker: t.Worker, Payload: t.Payload, Resources: t.Resources,
 		IdempotencyKey: t.IdempotencyKey, OwnRun: t.OwnRun, RerunOf: t.RerunOf,
+		ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 		State: t.State, Reason: t.Reason, CancelReason: t.CancelReason, Attempt: t.Attempt, Seq: t.Seq,
 		Timing: timingDoc(t.Timing), Retry: retryPolicyDoc(t.Retry), Deadline: t.Deadline,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt, ExpireAt: t.ExpireAt,
@@ -307,6 +313,7 @@ func (d *taskDoc) fill(t *task.Task) {
 	t.ID, t.RunID, t.TenantID, t.WorkspaceID, t.TaskKey = d.ID, d.RunID, d.TenantID, d.WorkspaceID, d.TaskKey
 	t.AssetID, t.Worker, t.Payload, t.Resources = d.AssetID, d.Worker, d.Payload, d.Resources
 	t.IdempotencyKey, t.OwnRun, t.RerunOf = d.IdempotencyKey, d.OwnRun, d.RerunOf
+	t.ScheduleID, t.ScheduledFireAt = d.ScheduleID, d.ScheduledFireAt
 	t.State, t.Reason, t.CancelReason, t.Attempt, t.Seq = d.State, d.Reason, d.CancelReason, d.Attempt, d.Seq
 	t.Timing, t.Retry, t.Deadline = api.Timing(d.Timing), api.RetryPolicy(d.Retry), d.Deadline
 	t.CreatedAt, t.UpdatedAt, t.EndedAt, t.ExpireAt = d.CreatedAt, d.UpdatedAt, d.EndedAt, d.ExpireAt
@@ -378,7 +385,7 @@ func transitionDocOf(tr *task.Transition) transitionDoc {
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID, WorkspaceID: tr.WorkspaceID,
 		Worker: tr.Worker, Attempt: tr.Attempt, From: tr.From, To: tr.To, Reason: tr.Reason, Outcome: tr.Outcome,
 		Error: (*errorInfoDoc)(tr.Error), NextAttempt: tr.NextAttempt, Seq: tr.Seq, OccurredAt: tr.OccurredAt,
-		DeadLetter: tr.DeadLetter, Trace: tr.Trace,
+		DeadLetter: tr.DeadLetter, Trace: tr.Trace, ScheduleID: tr.ScheduleID, ScheduledFireAt: tr.ScheduledFireAt,
 	}
 }
 
@@ -393,7 +400,7 @@ func (d *transitionDoc) transition() task.Transition {
 		EventID: d.EventID, TaskID: d.TaskID, RunID: d.RunID, TenantID: d.TenantID, WorkspaceID: d.WorkspaceID,
 		Worker: d.Worker, Attempt: d.Attempt, From: d.From, To: d.To, Reason: d.Reason, Outcome: d.Outcome,
 		Error: (*api.ErrorInfo)(d.Error), NextAttempt: d.NextAttempt, Seq: d.Seq, OccurredAt: d.OccurredAt,
-		DeadLetter: d.DeadLetter, Trace: d.Trace,
+		DeadLetter: d.DeadLetter, Trace: d.Trace, ScheduleID: d.ScheduleID, ScheduledFireAt: d.ScheduledFireAt,
 	}
 }
 

@@ -29,15 +29,15 @@ func WithDueShards(n int) Option { return func(c *config) { c.shards = n } }
 // take a shard in [0, DueShards()).
 func (s *Store) DueShards() int { return s.shards }
 
-// DueShardsInUse returns one more than the highest due shard of any task
-// or outbox entry in the database (0 when there is none): the least
+// DueShardsInUse returns one more than the highest due shard of any task,
+// outbox entry or schedule in the database (0 when there is none): the least
 // WithDueShards that sweeps and re-drives every one of them. A store may
 // start with fewer shards on an empty database (servo dev), never with
-// fewer than this. Two queries of at most one document each, ordered by
+// fewer than this. Three queries of at most one document each, ordered by
 // dueShard alone (its automatic single-field index).
 func (s *Store) DueShardsInUse(ctx context.Context) (int, error) {
 	n := 0
-	for _, coll := range []string{TasksCollection, OutboxCollection} {
+	for _, coll := range []string{TasksCollection, OutboxCollection, SchedulesCollection} {
 		err := s.runQuery(ctx, s.docs, highestShardQuery(coll), func(d *pb.Document) error {
 			n = max(n, int(d.GetFields()["dueShard"].GetIntegerValue())+1)
 			return nil

@@ -75,6 +75,10 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), desc("taskId")}},
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), asc("taskId")}},
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("worker"), desc("taskId")}},
+	// Sweeper: schedules due to fire (a paused one has no dueAt).
+	{Collection: SchedulesCollection, Fields: []IndexField{asc("dueShard"), asc("dueAt")}},
+	// Schedule listings of some tenants, by schedule id.
+	{Collection: SchedulesCollection, Fields: []IndexField{asc("tenantId"), asc("scheduleId")}},
 }
 
 // Every due index leads with dueShard, a number fixed per task in [0, S)
@@ -136,6 +140,15 @@ var FieldExemptions = []FieldExemption{
 	{OutboxCollection, "outcome"}, {OutboxCollection, "nextAttempt"}, {OutboxCollection, "seq"}, {OutboxCollection, "deadLetter"}, {OutboxCollection, "trace"}, {OutboxCollection, "tries"}, {OutboxCollection, "eventPublished"},
 	{RunsCollection, "runId"}, {RunsCollection, "tenantId"},
 	{IdempotencyCollection, "taskId"}, {IdempotencyCollection, "createdAt"},
+	// A schedule's large or repeated values, and its steadily increasing
+	// due and next-fire times (the due query reads dueAt through the
+	// composite index above): indexing them only costs writes, or
+	// hot-spots when many schedules fire on the same minute.
+	{SchedulesCollection, "task"}, {SchedulesCollection, "recent"}, {SchedulesCollection, "pending"}, {SchedulesCollection, "active"},
+	{SchedulesCollection, "buffered"}, {SchedulesCollection, "cancel"}, {SchedulesCollection, "note"},
+	{SchedulesCollection, "nextFireAt"}, {SchedulesCollection, "dueAt"},
+	// A fire's schedule, on its task and events: shown, never queried.
+	{TasksCollection, "scheduleId"}, {TasksCollection, "scheduledFireAt"}, {OutboxCollection, "scheduleId"}, {OutboxCollection, "scheduledFireAt"},
 	// A task's and an attempt record's fields that no query filters or
 	// orders on (tasks are queried by due shard, state, tenant, run,
 	// worker and quota fields; attempt records are read by task, in

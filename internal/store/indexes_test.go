@@ -55,6 +55,11 @@ func everyQuery(t *testing.T) map[string]*pb.StructuredQuery {
 	qs["own runs of tenants"] = RunFilter{TenantIDs: []string{"a", "b"}, After: "run_x"}.ownRunQuery([]int{3, 4}, 10)
 	qs["due group"], _ = s.dueQuery(DueLease, []int{3, 4}, now, 10, &DueCursor{At: now, ID: "task_x"})
 	qs["undelivered group"] = s.undeliveredQuery([]int{3, 4}, now, 10)
+	qs["due schedules"] = s.dueScheduleQuery([]int{3, 4}, now, 10, &DueCursor{At: now, ID: "x"})
+	qs["highest shard of the schedules"] = highestShardQuery(SchedulesCollection)
+	qs["schedules"] = ScheduleFilter{}.query(10)
+	qs["schedules of a tenant"] = ScheduleFilter{TenantID: "t"}.query(10)
+	qs["schedules of tenants"] = ScheduleFilter{TenantIDs: []string{"a", "b"}}.query(10)
 	return qs
 }
 
@@ -80,8 +85,9 @@ func TestEveryQueryHasItsIndex(t *testing.T) {
 			used[ix] = true
 		}
 		// Due times grow steadily and are rewritten all the time; a
-		// run's id is written once (runs are listed by it).
-		if sh := ShapeOf(q); len(served) == 1 && sh.Equality[0] != "dueShard" && sh.Collection != RunsCollection {
+		// run's id is written once (runs are listed by it), a schedule's
+		// tenant and id at its creation.
+		if sh := ShapeOf(q); len(served) == 1 && sh.Equality[0] != "dueShard" && sh.Collection != RunsCollection && sh.Collection != SchedulesCollection {
 			t.Errorf("%s: index %s does not lead with dueShard", name, served[0])
 		}
 	}
@@ -101,6 +107,7 @@ func TestFieldExemptionsAreStoredFields(t *testing.T) {
 		OutboxCollection:      flatten(encodeFields(outboxDoc{}), "Transition"),
 		RunsCollection:        encodeFields(Run{}),
 		IdempotencyCollection: encodeFields(idemDoc{}),
+		SchedulesCollection:   encodeFields(Schedule{}),
 	}
 	for _, e := range FieldExemptions {
 		if _, ok := stored[e.Collection][e.Path]; !ok {

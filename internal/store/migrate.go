@@ -57,7 +57,7 @@ var ErrNotServo = errors.New("store: the database holds no Servo data")
 
 // servoCollections are the root collections Servo writes.
 var servoCollections = []string{TasksCollection, RunsCollection, OutboxCollection, IdempotencyCollection, MetaCollection,
-	OutagesCollection, quota.Collection}
+	OutagesCollection, quota.Collection, SchedulesCollection}
 
 // checkServoData refuses (ErrNotServo) a database with root collections
 // of which none is Servo's; an empty database is Servo's to take.

@@ -122,6 +122,7 @@ func (t Task) Events() []Transition {
 			WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: s.Attempt, From: s.From, To: s.To,
 			Reason: s.Reason, Outcome: s.Outcome, Error: s.Error, NextAttempt: s.NextAttempt, Seq: s.Seq,
 			OccurredAt: s.OccurredAt, DeadLetter: s.To == api.Failed,
+			ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 		})
 	}
 	return out

@@ -75,3 +75,19 @@ func RedriveName(taskID string, attempt, redrive int) string {
 	}
 	return DispatchName(taskID, attempt) + fmt.Sprintf("-r%d", redrive)
 }
+
+// DerivedTaskID is the task id derived from key at time at: a ULID whose
+// time is at and whose random part is a hash of key, so that the same
+// (key, at) always names the same task (a schedule's fire: the store
+// refuses a second task of that id) and ids sort by at.
+func DerivedTaskID(at time.Time, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var u ulid.ULID
+	if err := u.SetTime(ulid.Timestamp(at)); err != nil {
+		panic(fmt.Sprintf("task: derived id at %s: %v", at, err))
+	}
+	if err := u.SetEntropy(sum[:10]); err != nil {
+		panic(fmt.Sprintf("task: derived id: %v", err))
+	}
+	return TaskIDPrefix + u.String()
+}

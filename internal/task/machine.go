@@ -703,6 +703,7 @@ func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 		EventID: EventID(t.ID, t.Seq), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, From: from, To: to,
 		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == api.Failed,
+		ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 	}
 	if outcome != "" && m.r.Attempt != nil {
 		tr.Error = m.r.Attempt.Error
@@ -780,7 +781,7 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	tr := Transition{
 		EventID: EventID(t.ID, 1), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
 		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,
-		Seq: 1, OccurredAt: now,
+		Seq: 1, OccurredAt: now, ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 	}
 	t.History = nil
 	t.record([]Transition{tr})

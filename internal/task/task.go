@@ -29,6 +29,10 @@ type Task struct {
 	OwnRun bool `json:"-"`
 	// RerunOf is the id of the task this one reruns (servo rerun).
 	RerunOf string `json:"rerunOf,omitempty"`
+	// ScheduleID and ScheduledFireAt are set on a schedule's fire: the
+	// schedule (of the task's tenant) and the fire time it was made for.
+	ScheduleID      string     `json:"scheduleId,omitempty"`
+	ScheduledFireAt *time.Time `json:"scheduledFireAt,omitempty"`
 
 	State api.State `json:"state"`
 	// Reason says why the task ended (or is cancelling).
@@ -214,6 +218,9 @@ type Transition struct {
 	OccurredAt  time.Time      `json:"occurredAt"`
 	// DeadLetter marks a task that ended FAILED with no retry left.
 	DeadLetter bool `json:"deadLetter,omitempty"`
+	// ScheduleID and ScheduledFireAt are the task's (a schedule's fire).
+	ScheduleID      string     `json:"scheduleId,omitempty"`
+	ScheduledFireAt *time.Time `json:"scheduledFireAt,omitempty"`
 	// Trace is the W3C traceparent of the span that committed the
 	// transition; the events publisher puts it in the message's
 	// attributes, not in the event's JSON.

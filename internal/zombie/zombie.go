@@ -16,6 +16,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
+	"github.com/servo-dev/servo/internal/schedule"
 	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
@@ -112,6 +113,12 @@ type Cleaner interface {
 	DeleteLeftoverStreams(ctx context.Context, now time.Time) (int, error)
 }
 
+// Schedules makes the fires of schedules due by now, and counts those
+// due later but before until (*dispatcher.Scheduler is one).
+type Schedules interface {
+	FireDue(ctx context.Context, now, until time.Time, pageSize int, stop func() bool) (schedule.PassStats, error)
+}
+
 // DefaultCleanEvery is how often a Sweeper looks for leftover stream
 // subscriptions (Config.CleanEvery); cleanTimeout bounds one look.
 const (
@@ -170,6 +177,9 @@ type Config struct {
 	// most every CleanEvery (default DefaultCleanEvery) per Sweeper.
 	Cleaner    Cleaner
 	CleanEvery time.Duration
+	// Schedules, when set, fires the schedules due at each pass (the
+	// server always sets it; docs/contract.md §16).
+	Schedules Schedules
 }
 
 // Duty is one of the sweeper's checks: a due query and the event it applies.
@@ -252,6 +262,8 @@ type Stats struct {
 	// StreamsDeleted counts leftover event-stream subscriptions deleted
 	// (Config.Cleaner).
 	StreamsDeleted int `json:"streamsDeleted,omitempty"`
+	// Schedules counts the schedule duty (Config.Schedules).
+	Schedules schedule.PassStats `json:"schedules"`
 }
 
 // Duty returns the counters of the duty whose query is d (nil if unknown).
@@ -291,6 +303,7 @@ func (s *Stats) Add(o Stats) {
 	s.QuotaRepairs += o.QuotaRepairs
 	s.EndedEarly += o.EndedEarly
 	s.StreamsDeleted += o.StreamsDeleted
+	s.Schedules.Add(o.Schedules)
 }
 
 // Sweeper runs the duties. It holds no state between passes, so any number
@@ -397,6 +410,18 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err erro
 			errs = append(errs, err)
 		}
 	}
+	if s.cfg.Schedules != nil && ctx.Err() == nil && !past(stop) {
+		now := s.cfg.Now().UTC()
+		until := now
+		if !stop.IsZero() {
+			until = now.Add(time.Until(stop))
+		}
+		ss, err := s.cfg.Schedules.FireDue(ctx, now, until, s.cfg.PageSize, func() bool { return ctx.Err() != nil || past(stop) })
+		st.Schedules = ss
+		if err != nil {
+			errs = append(errs, fmt.Errorf("zombie: schedules: %w", err))
+		}
+	}
 	if s.cfg.Cleaner != nil && ctx.Err() == nil && !past(stop) {
 		if now := time.Now(); s.lastClean.IsZero() || now.Sub(s.lastClean) >= s.cfg.CleanEvery {
 			s.lastClean = now
@@ -462,6 +487,10 @@ func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration, pass
 	for _, d := range Duties {
 		ds := st.Duty(d.Due)
 		rec.Duties[d.Name] = api.SweepDuty{Due: ds.Due, Applied: ds.Applied, Errors: ds.Errors + ds.QueryErrors, MaxLagMs: ds.MaxLagMs}
+	}
+	if s.cfg.Schedules != nil {
+		sch := st.Schedules
+		rec.Duties["schedules"] = api.SweepDuty{Due: sch.Due, Applied: sch.Started, Errors: sch.Errors + sch.QueryErrors}
 	}
 	if err := s.cfg.Recorder.RecordSweep(ctx, rec); err != nil {
 		s.log.WarnContext(ctx, "recording the sweep pass failed", "error", err)
@@ -721,7 +750,9 @@ func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
 // swept by the next Scheduler tick.
 func (s *Sweeper) idle(ctx context.Context, st Stats, passErr error, end time.Time) bool {
 	tot := st.Total()
-	if s.cfg.KeepWindow || passErr != nil || st.Skipped > 0 || st.RedriveErrors > 0 || tot.Due > 0 || tot.Upcoming > 0 {
+	sch := st.Schedules
+	if s.cfg.KeepWindow || passErr != nil || st.Skipped > 0 || st.RedriveErrors > 0 || tot.Due > 0 || tot.Upcoming > 0 ||
+		sch.Due > 0 || sch.Upcoming > 0 {
 		return false
 	}
 	ob := s.cfg.Store
