@@ -303,7 +303,7 @@ func (h *handler) getSchedule(w http.ResponseWriter, r *http.Request) {
 func (h *handler) scheduleView(ctx context.Context, sc *store.Schedule, detail bool) api.Schedule {
 	v := api.Schedule{
 		ScheduleID: sc.ScheduleID, TenantID: sc.TenantID, WorkspaceID: sc.WorkspaceID,
-		Spec: api.ScheduleSpec{Cron: sc.Cron, EveryMs: sc.EveryMs, TimeZone: sc.TimeZone, JitterMs: sc.JitterMs},
+		Spec:    api.ScheduleSpec{Cron: sc.Cron, EveryMs: sc.EveryMs, TimeZone: sc.TimeZone, JitterMs: sc.JitterMs},
 		Overlap: sc.Overlap, CatchupWindowMs: sc.CatchupWindowMs, Paused: sc.Paused, Note: sc.Note,
 		NextFireAt: sc.NextFireAt, RecentFires: []api.ScheduleFire{},
 		Fires: sc.Counts.Fires, Skipped: sc.Counts.Skipped, Missed: sc.Counts.Missed,
