@@ -96,6 +96,10 @@
 //	                attempt_already_started)
 //	early-start     a delayed start (attempt 1's scheduledAt) is never early: no delivery of attempt 1
 //	                before it, no callback of it sent before it accepted
+//	schedule-once   each fire time of the run's schedules (docs/contract.md §16) is made exactly once: a
+//	                schedule firing every 2 s for 12 s under the faults (ALLOW_ALL, an hour's catch-up
+//	                window), and a past minute backfilled twice (a client's retry)
+//	schedule-early  no schedule fire's task is created before its fire time
 //
 // A violation is printed with the task's whole history (deliveries, every
 // request and answer, every event, the final state), in time order.
@@ -135,9 +139,12 @@
 //	cancel-grace-not-enforced   cancel-late, a sweep every 30 s               cancel-grace
 //	start-delay-ignored         delayed (the first attempt's Cloud Task      early-start
 //	                            loses its scheduleTime)
+//	fire-id-not-derived         ok (a schedule fire's task id is random,     schedule-once
+//	                            not derived: the repeated backfill doubles)
 //
 // `go test ./...` runs the mutants marked CI (attempt-guard-disabled,
-// duplicate-started-accepted and start-delay-ignored, about 30 s each); -faults.long runs them all, each after its
+// duplicate-started-accepted, start-delay-ignored and fire-id-not-derived,
+// about 30 s each); -faults.long runs them all, each after its
 // focused run against the unmutated servo dev, which must report none.
 //
 // The figures depend on the machine: the emulators share its cores with

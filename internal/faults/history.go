@@ -95,6 +95,8 @@ type History struct {
 	// lease or grace that spans one is not held against Servo, which may
 	// credit the outage.
 	Outages []Window
+	// Schedules are the run's schedules and their fires' tasks.
+	Schedules []ScheduleRecord
 }
 
 // Window is a span of time.
@@ -145,6 +147,8 @@ const (
 	InvCancelGrace   = "cancel-grace"   // nothing accepted of a cancelled attempt once its grace ran out
 	InvOneWorker     = "one-worker"     // one worker id's callbacks accepted per attempt
 	InvEarlyStart    = "early-start"    // no delivery, no accepted callback, before a delayed start
+	InvScheduleOnce  = "schedule-once"  // each fire time of a schedule made exactly once
+	InvScheduleEarly = "schedule-early" // no schedule fire made before its time
 )
 
 // Violation is one broken invariant.
@@ -184,6 +188,7 @@ func Check(h *History) ([]Violation, Stats) {
 	}
 	c.submits()
 	c.tokens()
+	c.schedules()
 	return c.vs, c.st
 }
 

@@ -100,6 +100,17 @@ var Mutants = []Mutant{
 			New: "\tif t.Attempt > 1 && t.NotBefore != nil && t.NotBefore.After(now) {\n\t\tct.ScheduleTime"}},
 		Modes: []string{ModeDelayed}, Tasks: 4, CI: true,
 	},
+	{
+		// A schedule's fire gets a random task id instead of one derived
+		// from (schedule, kind, fire time): the run's backfill, repeated
+		// as a client retries, makes its fires twice (schedule-once).
+		Name: "fire-id-not-derived",
+		Edits: []Edit{{File: "internal/dispatcher/schedules_fire.go",
+			Old: "\treturn task.DerivedTaskID(at, ",
+			New: "\treturn task.NewTaskID(at) + strings.TrimPrefix(\"\", "},
+			{File: "internal/dispatcher/schedules_fire.go", Old: "import (\n", New: "import (\n\t\"strings\"\n"}},
+		Modes: []string{ModeOK}, Tasks: 4, CI: true,
+	},
 }
 
 // CopyModule copies the module at src (its Go sources, go.mod, go.sum and

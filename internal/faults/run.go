@@ -285,6 +285,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	fmt.Fprintf(r.prog, "faults: seed %d, %d faults scheduled, servo at %s\n", cfg.Seed, len(schedule), r.servo.URL())
 
+	sched, err := r.startSchedules(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// Submits and faults run side by side.
 	t0 := time.Now()
 	pctx, stopProgress := context.WithCancel(ctx)
@@ -303,6 +307,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	wg.Wait()
+	recs, err := r.endSchedules(ctx, sched)
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(r.prog, "faults: %d tasks submitted; waiting for them to end\n", len(r.ids))
 	if err := r.drain(ctx); err != nil {
 		return nil, err
@@ -327,6 +335,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		hh.Lease, hh.CancelGrace, hh.Interval = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond, heartbeatMs*time.Millisecond
 		r.mu.Lock()
 		hh.Outages = slices.Clone(r.outages)
+		hh.Schedules = recs
 		r.mu.Unlock()
 		h = hh
 	})
