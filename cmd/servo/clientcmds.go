@@ -280,6 +280,9 @@ func printTask(w io.Writer, t *api.Task) error {
 	if t.RerunOf != "" {
 		fields = append(fields, struct{ k, v string }{"Rerun of:", t.RerunOf})
 	}
+	if t.ScheduleID != "" && t.ScheduledFireAt != nil {
+		fields = append(fields, struct{ k, v string }{"Schedule:", t.ScheduleID + " (fire at " + t.ScheduledFireAt.Format(time.RFC3339) + ")"})
+	}
 	fields = append(fields, struct{ k, v string }{"Created:", t.CreatedAt.Format(time.RFC3339)})
 	for i, f := range fields {
 		if f.k != "State:" || !ti.color {

@@ -62,6 +62,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 		newMigrateCmd(),
 		newDoctorCmd(),
 		newQueuesCmd(),
+		newSchedulesCmd(),
 	)
 	addAsFlag(root)
 	return root

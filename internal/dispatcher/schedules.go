@@ -169,7 +169,7 @@ func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.InfoContext(r.Context(), "schedule created", "scheduleId", sc.ScheduleID, "tenantId", sc.TenantID, "nextFireAt", sc.NextFireAt)
-	writeJSON(w, http.StatusCreated, h.scheduleView(r.Context(), &sc, false))
+	writeJSON(w, http.StatusCreated, h.scheduleView(r.Context(), &sc, true))
 }
 
 // newSchedule checks a create request and returns the schedule to store.
@@ -216,9 +216,11 @@ func (h *handler) newSchedule(r *http.Request, req *api.ScheduleRequest, now tim
 		Active: []string{}, CreatedAt: now, UpdatedAt: now,
 	}
 	setSpec(&sc, sp)
-	if next, ok := c.Next(now); ok {
-		sc.NextFireAt = &next
+	next, ok := c.Next(now)
+	if !ok {
+		return store.Schedule{}, invalid("spec.endAt", "the schedule would never fire: no fire time after now (server time %s)", now.Format(time.RFC3339))
 	}
+	sc.NextFireAt = &next
 	sc.SetDue(now)
 	return sc, nil
 }

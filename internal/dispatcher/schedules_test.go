@@ -128,6 +128,7 @@ func TestScheduleValidation(t *testing.T) {
 		{"idempotency key", scheduleBody("a", map[string]any{"cron": "@daily"}, map[string]any{"task": map[string]any{"taskKey": "k", "worker": "render", "idempotencyKey": "x"}}), "task.idempotencyKey", ""},
 		{"start in the task", scheduleBody("a", map[string]any{"cron": "@daily"}, map[string]any{"task": map[string]any{"taskKey": "k", "worker": "render", "startDelayMs": 5}}), "task.startDelayMs", ""},
 		{"tenant in the task", scheduleBody("a", map[string]any{"cron": "@daily"}, map[string]any{"task": map[string]any{"taskKey": "k", "worker": "render", "tenantId": "other"}}), "task.tenantId", ""},
+		{"ended", scheduleBody("a", map[string]any{"cron": "@daily", "endAt": "2001-01-01T00:00:00Z"}, nil), "spec.endAt", "never fire"},
 		{"unknown field", scheduleBody("a", map[string]any{"cron": "@daily"}, map[string]any{"colour": "red"}), "colour", ""},
 	} {
 		r := e.do("POST", "/v1/schedules", c.body, "")
