@@ -188,7 +188,7 @@ type mounted struct {
 func (m mounted) Routes() []string { return m.routes() }
 
 // pageNames are the pages; each is templates/layout.html with its own file.
-var pageNames = []string{"tasks", "run", "task", "health", "error", "signin"}
+var pageNames = []string{"tasks", "run", "task", "health", "schedules", "schedule", "error", "signin"}
 
 var funcs = template.FuncMap{
 	"lower": func(v any) string { return strings.ToLower(fmt.Sprint(v)) },
@@ -197,6 +197,7 @@ var funcs = template.FuncMap{
 	"time":  fmtTime,
 	"pct":   func(p *int) int { return *p },
 	"query": func(k, v string) template.URL { return template.URL(url.Values{k: {v}}.Encode()) },
+	"inc":   func(i int) int { return i + 1 },
 }
 
 func parsePages() map[string]*template.Template {
@@ -215,9 +216,13 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /ui/runs/{id}", d.page)
 	m.HandleFunc("GET /ui/tasks/{id}", d.page)
 	m.HandleFunc("GET /ui/health", d.page)
+	m.HandleFunc("GET /ui/schedules", d.page)
+	m.HandleFunc("GET /ui/schedules/{tenant}/{id}", d.schedulePage)
 	m.HandleFunc("GET /ui/live", d.live)
 	m.HandleFunc("POST /ui/tasks/{id}/cancel", d.cancelTask)
 	m.HandleFunc("POST /ui/runs/{id}/cancel", d.cancelRun)
+	m.HandleFunc("POST /ui/schedules/{tenant}/{id}/pause", d.pauseSchedule)
+	m.HandleFunc("POST /ui/schedules/{tenant}/{id}/unpause", d.unpauseSchedule)
 	m.HandleFunc("GET /ui/signin", func(w http.ResponseWriter, r *http.Request) {
 		d.signInPage(w, r, "Sign in to see the tasks your roles allow.")
 	})
@@ -347,8 +352,11 @@ type layoutData struct {
 }
 
 // page serves a page: its view, read now, in the layout.
-func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
-	v, err := d.resolve(r.URL.Path, r.URL.Query(), callerOf(r.Context()))
+func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) { d.pageAt(w, r, r.URL.Path) }
+
+// pageAt serves the page of a dashboard path (with the request's query).
+func (d *Dashboard) pageAt(w http.ResponseWriter, r *http.Request, path string) {
+	v, err := d.resolve(path, r.URL.Query(), callerOf(r.Context()))
 	if err != nil {
 		d.loadError(w, r, err)
 		return

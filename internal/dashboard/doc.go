@@ -1,8 +1,9 @@
 // Package dashboard is Servo's web dashboard: server-rendered pages of
-// tasks, runs, one task (with its attempt timeline and its trace) and the
-// control plane's health, kept live by server-sent events, with Cancel and
-// Cancel run. It is served under [Prefix] (/ui/) next to the control API
-// ([Mount]): by `servo dev` on its address (`servo dev --open` opens it),
+// tasks, runs, one task (with its attempt timeline and its trace),
+// schedules and the control plane's health, kept live by server-sent
+// events, with Cancel, Cancel run, and Pause and Unpause of a schedule.
+// It is served under [Prefix] (/ui/) next to the control API ([Mount]):
+// by `servo dev` on its address (`servo dev --open` opens it),
 // and in production by the IAM-protected ServoAPI function.
 //
 // # Pages
@@ -17,6 +18,11 @@
 //	                                                 attempt's worker id, progress, message, heartbeat count,
 //	                                                 checkpoint, error (stack trace collapsed), metrics, output; the
 //	                                                 task's transitions; its trace; the payload; Cancel with a reason
+//	schedules /ui/schedules?tenant=                  the schedules (id, tenant, spec, overlap, paused and note, next fire in
+//	                                                 the schedule's zone and UTC, fires/skipped/missed), 50 a page
+//	schedule /ui/schedules/{tenant}/{id}             the spec, the task template (worker, key, payload), the next 10 fire
+//	                                                 times, the last 10 fires (kind, outcome, task and its state now,
+//	                                                 message); Pause and Unpause with a note
 //	health  /ui/health                               the last sweeper pass (meta/sweeper) and its age; each duty's due
 //	                                                 backlog now and its last pass's figures; the outbox backlog and
 //	                                                 the age of its oldest due entry; the latest failed tasks with
@@ -73,6 +79,14 @@
 // is answered 429 with Retry-After). The store's cost grows with the distinct views
 // open, not with tabs. The browser reconnects after 2 s.
 //
+// Pause and Unpause (POST /ui/schedules/{tenant}/{id}/pause, …/unpause,
+// with the field note: at most 1024 bytes, no control character; absent,
+// the note is kept) write the schedule in the store for an operator of its
+// tenant (403 for a viewer, 404 for a caller who does not view it), with
+// the control API's optimistic write (store.ErrScheduleChanged: re-read,
+// up to 5 times) and its due time reset (Schedule.SetDue), then redirect
+// back.
+//
 // Cancel and Cancel run are forms that POST to the dashboard, which calls
 // the control API handler ([Config].API) in process (POST
 // /v1/tasks/{id}/cancel, POST /v1/runs/{runId}/cancel), so they have the
@@ -100,8 +114,9 @@
 //     sign-in cookie ([IdentityCookie], set by POST /ui/signin after
 //     verifying the token); a caller without one gets the sign-in page
 //     (401), never data. Reads are filtered to the tenants the caller
-//     views (the tasks page in the query; another tenant's task or run is
-//     404; the health page needs a viewer of every tenant), a live view's
+//     views (the tasks and schedules pages in the query; another tenant's
+//     task, run or schedule is 404; the health page needs a viewer of
+//     every tenant), a live view's
 //     key includes the caller's scope, and Cancel goes to the control API
 //     with the caller's identity, which needs operator.
 package dashboard

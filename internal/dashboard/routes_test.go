@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,33 @@ func TestEveryRouteAccess(t *testing.T) {
 		return r
 	}
 	fixed := func(p string) func(api.SubmitResponse) string { return func(api.SubmitResponse) string { return p } }
+	// A schedule of acme, made by the admin (its id new to the emulator's
+	// data), and one per task for the routes that delete it.
+	newSchedule := func(id string) string {
+		return `{"scheduleId":"` + id + `","tenantId":"acme","workspaceId":"ws","spec":{"cron":"0 2 * * *","timezone":"Europe/Berlin"},` +
+			`"task":{"taskKey":"k","worker":"idle"}}`
+	}
+	createSchedule := func(id string) string {
+		status, body := call(t, s, admin, "POST", "/v1/schedules", json.RawMessage(newSchedule(id)))
+		if status != http.StatusCreated {
+			t.Fatalf("create schedule %s: %d %s", id, status, body)
+		}
+		return id
+	}
+	sched := createSchedule("nightly-" + strconv.FormatInt(time.Now().UnixNano(), 36))
+	perTask := map[string]string{}
+	schedOf := func(r api.SubmitResponse) string {
+		if perTask[r.TaskID] == "" {
+			perTask[r.TaskID] = createSchedule("del-" + r.TaskID)
+		}
+		return perTask[r.TaskID]
+	}
+	schedAPI := func(suffix string) func(api.SubmitResponse) string {
+		return fixed("/v1/schedules/" + sched + suffix + "?tenantId=acme")
+	}
+	schedUI := func(suffix string) func(api.SubmitResponse) string {
+		return fixed("/ui/schedules/acme/" + sched + suffix)
+	}
 	const (
 		ok, created, seeOther, unauth, forbidden, notFound, notAllowed = 200, 201, 303, 401, 403, 404, 405
 	)
@@ -85,6 +113,17 @@ func TestEveryRouteAccess(t *testing.T) {
 		{pattern: "/v1/health", method: "POST", path: fixed("/v1/health"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
 		{pattern: "GET /v1/tenants/{tenant}/usage", method: "GET", path: fixed("/v1/tenants/acme/usage"), want: [4]int{unauth, forbidden, ok, ok}},
 		{pattern: "/v1/tenants/{tenant}/usage", method: "POST", path: fixed("/v1/tenants/acme/usage"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
+		// Schedules: creating and triggering need submitter, changing and
+		// deleting operator; another tenant's schedule is not found.
+		{pattern: "POST /v1/schedules", method: "POST", path: fixed("/v1/schedules"), body: newSchedule(sched + "-new"), want: [4]int{unauth, forbidden, forbidden, created}},
+		{pattern: "GET /v1/schedules", method: "GET", path: fixed("/v1/schedules?tenantId=acme"), want: [4]int{unauth, forbidden, ok, ok}},
+		{pattern: "/v1/schedules", method: "DELETE", path: fixed("/v1/schedules"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
+		{pattern: "GET /v1/schedules/{id}", method: "GET", path: schedAPI(""), want: [4]int{unauth, notFound, ok, ok}},
+		{pattern: "PATCH /v1/schedules/{id}", method: "PATCH", path: schedAPI(""), body: `{"note":"from the route test"}`, want: [4]int{unauth, notFound, forbidden, ok}},
+		{pattern: "DELETE /v1/schedules/{id}", method: "DELETE", path: func(r api.SubmitResponse) string { return "/v1/schedules/" + schedOf(r) + "?tenantId=acme" },
+			want: [4]int{unauth, notFound, forbidden, http.StatusNoContent}},
+		{pattern: "POST /v1/schedules/{id}", method: "POST", path: schedAPI(":trigger"), want: [4]int{unauth, notFound, forbidden, ok}},
+		{pattern: "/v1/schedules/{id}", method: "PUT", path: schedAPI(""), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
 		{pattern: "/", method: "GET", path: fixed("/v2/nothing"), want: [4]int{unauth, notFound, notFound, notFound}},
 
 		// The dashboard: the sign-in answer (401) without an identity;
@@ -98,6 +137,19 @@ func TestEveryRouteAccess(t *testing.T) {
 		{pattern: "GET /ui/live", method: "GET", path: func(r api.SubmitResponse) string {
 			return "/ui/live?" + url.Values{"view": {"/ui/tasks/" + r.TaskID}}.Encode()
 		}, want: [4]int{unauth, notFound, ok, ok}},
+		{pattern: "GET /ui/live", method: "GET", path: fixed("/ui/live?" + url.Values{"view": {"/ui/schedules/acme/" + sched}}.Encode()), want: [4]int{unauth, notFound, ok, ok}},
+		// Schedules: a viewer's, as tasks; without a tenant filter, the
+		// caller's tenants' only (the leak check: nothing of acme's for
+		// the viewer of globex).
+		{pattern: "GET /ui/schedules", method: "GET", path: fixed("/ui/schedules?tenant=acme"), want: [4]int{unauth, forbidden, ok, ok}},
+		{pattern: "GET /ui/schedules", method: "GET", path: fixed("/ui/schedules"), want: [4]int{unauth, ok, ok, ok}},
+		{pattern: "GET /ui/schedules/{tenant}/{id}", method: "GET", path: schedUI(""), want: [4]int{unauth, notFound, ok, ok}},
+		// Pause and unpause: an operator's; another tenant's schedule is
+		// not found.
+		{pattern: "POST /ui/schedules/{tenant}/{id}/pause", method: "POST", path: schedUI("/pause"), form: url.Values{"note": {"route test"}},
+			want: [4]int{unauth, notFound, forbidden, seeOther}},
+		{pattern: "POST /ui/schedules/{tenant}/{id}/unpause", method: "POST", path: schedUI("/unpause"), form: url.Values{"note": {""}},
+			want: [4]int{unauth, notFound, forbidden, seeOther}},
 		{pattern: "POST /ui/tasks/{id}/cancel", method: "POST", path: func(r api.SubmitResponse) string { return "/ui/tasks/" + r.TaskID + "/cancel" },
 			form: url.Values{}, want: [4]int{unauth, forbidden, forbidden, seeOther}},
 		{pattern: "POST /ui/runs/{id}/cancel", method: "POST", path: func(r api.SubmitResponse) string { return "/ui/runs/" + r.RunID + "/cancel" },
@@ -135,7 +187,7 @@ func TestEveryRouteAccess(t *testing.T) {
 			got[i] = do(t, client, s, tok, r, task)
 			// What the anonymous caller and another tenant's viewer are
 			// answered with success names nothing of acme's task or run.
-			if (i == 0 || i == 1) && got[i]/100 == 2 && (strings.Contains(lastBody, task.TaskID) || strings.Contains(lastBody, task.RunID)) {
+			if (i == 0 || i == 1) && got[i]/100 == 2 && (strings.Contains(lastBody, task.TaskID) || strings.Contains(lastBody, task.RunID) || strings.Contains(lastBody, sched)) {
 				leaks = append(leaks, names[i])
 			}
 		}
@@ -143,7 +195,7 @@ func TestEveryRouteAccess(t *testing.T) {
 			t.Errorf("%s (%s %s): got %v, want %v (%s)", r.pattern, r.method, r.path(task), got, r.want, strings.Join(names[:], ", "))
 		}
 		if len(leaks) > 0 {
-			t.Errorf("%s: the answer to %v names acme's task or run", r.pattern, leaks)
+			t.Errorf("%s: the answer to %v names acme's task, run or schedule", r.pattern, leaks)
 		}
 	}
 }
@@ -161,6 +213,9 @@ func do(t *testing.T, client *http.Client, s *devstack.Stack, tok string, r rout
 	const csrf = "0123456789abcdef0123456789abcdef-route-test"
 	if r.form != nil {
 		f := url.Values{"csrf": {csrf}}
+		for k, v := range r.form {
+			f[k] = v
+		}
 		if r.pattern == "POST /ui/signin" && tok != "" {
 			f.Set("token", tok)
 		}

@@ -79,6 +79,9 @@ func (d *Dashboard) resolvePath(path string, q url.Values, c *caller) (view, err
 	if !ok {
 		return view{}, noView("no such page")
 	}
+	if v, ok, err := d.resolveSchedules(rest, q, c); ok {
+		return v, err
+	}
 	switch {
 	case rest == "":
 		f := store.ListFilter{TenantID: q.Get("tenant"), RunID: q.Get("run"), State: api.State(q.Get("state")), Worker: q.Get("worker"),
