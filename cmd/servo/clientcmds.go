@@ -119,15 +119,9 @@ state (or the existing task for a repeated --idempotency-key).`,
 			ctx := cmd.Context()
 			body := map[string]any{}
 			if file != "" {
-				var raw []byte
-				var err error
-				if file == "-" {
-					raw, err = io.ReadAll(cmd.InOrStdin())
-				} else {
-					raw, err = os.ReadFile(file)
-				}
+				raw, err := readFileArg(cmd, file)
 				if err != nil {
-					return usageErr("read %s: %v", file, err)
+					return err
 				}
 				if err := json.Unmarshal(raw, &body); err != nil {
 					return usageErr("%s is not a JSON object: %v", file, err)
@@ -646,4 +640,20 @@ func rerunBody(orig *api.Task, now time.Time) []byte {
 	}
 	b, _ := json.Marshal(req)
 	return b
+}
+
+// readFileArg reads a -f/--file argument: the file, or standard input for
+// "-" (a usage error when it cannot be read).
+func readFileArg(cmd *cobra.Command, file string) ([]byte, error) {
+	var raw []byte
+	var err error
+	if file == "-" {
+		raw, err = io.ReadAll(cmd.InOrStdin())
+	} else {
+		raw, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, usageErr("read %s: %v", file, err)
+	}
+	return raw, nil
 }

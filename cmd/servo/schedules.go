@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 	_ "time/tzdata" // the schedules' time zones wherever servo runs
@@ -96,15 +95,9 @@ was down or the schedule paused are made when no older than
 			ctx := cmd.Context()
 			var req api.ScheduleRequest
 			if file != "" {
-				var raw []byte
-				var err error
-				if file == "-" {
-					raw, err = io.ReadAll(cmd.InOrStdin())
-				} else {
-					raw, err = os.ReadFile(file)
-				}
+				raw, err := readFileArg(cmd, file)
 				if err != nil {
-					return usageErr("read %s: %v", file, err)
+					return err
 				}
 				dec := json.NewDecoder(bytes.NewReader(raw))
 				dec.DisallowUnknownFields()

@@ -64,12 +64,7 @@ type fireReq struct {
 	overlap string
 }
 
-// decision is what step 1 changed: the fires decided, by outcome.
-type decision struct {
-	fires []store.ScheduleFire
-}
-
-// active returns the fire tasks of sc that have not finished (one read of
+// activeFires returns the fire tasks of sc that have not finished (one read of
 // their states; a task the store no longer has is finished).
 func (h *handler) activeFires(ctx context.Context, sc *store.Schedule) ([]string, error) {
 	if len(sc.Active) == 0 {
@@ -188,18 +183,13 @@ func dueFires(sc *store.Schedule, spec *schedule.Schedule, now time.Time) (reqs 
 	for _, f := range fires {
 		reqs = append(reqs, fireReq{at: f, kind: api.FireBySchedule, overlap: sc.Overlap})
 	}
-	from := next
-	if len(fires) > 0 {
-		from = fires[len(fires)-1]
-		n, ok := spec.Next(from)
-		if !ok {
-			sc.NextFireAt = nil
-			return reqs, missed
-		}
-		sc.NextFireAt = &n
-		return reqs, missed
-	}
 	sc.NextFireAt = &next
+	if len(fires) > 0 {
+		sc.NextFireAt = nil
+		if n, ok := spec.Next(fires[len(fires)-1]); ok {
+			sc.NextFireAt = &n
+		}
+	}
 	return reqs, missed
 }
 
