@@ -20,6 +20,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/scale"
 	"github.com/servo-dev/servo/internal/store"
@@ -45,17 +46,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&tg.Workers, "workers", tg.Workers, "target: workers")
 	fs.Float64Var(&tg.BigWorkerShare, "big-worker-share", tg.BigWorkerShare, "target: the biggest worker's share of tasks")
 	fs.DurationVar(&tg.SweepEvery, "sweep-every", tg.SweepEvery, "target: the sweeper's cadence (SERVO_SWEEP_EVERY)")
+	fs.IntVar(&tg.Schedules, "schedules", tg.Schedules, "target: schedules")
+	fs.Float64Var(&tg.SameMinute, "same-minute", tg.SameMinute, "target: the share of schedules firing on the same minute")
+	fs.DurationVar(&tg.ScheduleEvery, "schedule-every", tg.ScheduleEvery, "target: each schedule's period")
+	fs.DurationVar(&tg.FireWithin, "fire-within", tg.FireWithin, "target: how soon the same minute's fires are all made")
 	tasks := fs.Int("tasks", 60, "recorded workload: tasks")
 	heartbeats := fs.Int("heartbeats", -1, "recorded workload: heartbeats a task (-1: the target's, lifetime / interval)")
 	parallel := fs.Int("parallel", 8, "recorded workload: tasks played at once")
+	schedules := fs.Int("recorded-schedules", 40, "recorded workload: schedules, each firing twice (0: no schedules workload)")
 	project := fs.String("project", fmt.Sprintf("servo-scale-%d", time.Now().UnixNano()), "emulator project id")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if tg.SameMinute < 0 || tg.SameMinute > 1 || tg.FireWithin <= 0 || tg.ScheduleEvery <= time.Minute {
+		fmt.Fprintln(stderr, "scale: -same-minute must be in [0, 1], -fire-within above 0 and -schedule-every above 1m")
 		return 2
 	}
 	if *heartbeats < 0 {
 		*heartbeats = tg.HeartbeatsPerTask()
 	}
-	tr, err := record(ctx, *project, newPlan(*tasks, *heartbeats, tg), *parallel, tg)
+	// Emulators already running (tests, a `servo dev` shell) are reused;
+	// else both recordings share one of each.
+	hosts, stop, err := emulators(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "scale:", err)
+		return 2
+	}
+	defer stop()
+	tr, err := record(ctx, *project, hosts, newPlan(*tasks, *heartbeats, tg), *parallel, tg)
 	if err != nil {
 		fmt.Fprintln(stderr, "scale:", err)
 		return 2
@@ -65,13 +83,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		len(tr.Tasks), *heartbeats, tr.Duration.Round(time.Second), len(tr.Events), tg.Submits, tg.Completions, tg.Tenants, tg.HotShare*100, tg.Limited,
 		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery)
 	scale.Print(stdout, rows)
+	over := scale.Over(rows)
+	if *schedules > 0 {
+		str, err := recordSchedules(ctx, *project+"-s", hosts, newPlan(*tasks, *heartbeats, tg), *schedules, tg)
+		if err != nil {
+			fmt.Fprintln(stderr, "scale: schedules:", err)
+			return 2
+		}
+		srows := scale.Combine(scale.New(str).Extrapolate(tg.Fires()), rows)
+		fmt.Fprintf(stdout, "\n## Schedules at the top of the minute\n\nRecorded: %d schedules, %d fires each, in %s, %d events. Target: %d schedules firing once every %s, %.0f %% on the same minute: %.0f fires made within %s (%.0f fires/s), on top of the load above (its rate in brackets); the others %.1f fires/s over the other minutes. A schedule's own record is priced at a fire every sweep (%s), the shortest period there is.\n\n",
+			len(str.Fires), schedFires, str.Duration.Round(time.Second), len(str.Events), tg.Schedules, tg.ScheduleEvery, tg.SameMinute*100,
+			float64(tg.Schedules)*tg.SameMinute, tg.FireWithin, tg.FireBurst(), tg.SteadyFires(), tg.SweepEvery)
+		scale.Print(stdout, srows)
+		over = append(over, scale.Over(srows)...)
+	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "| limit | per second | source | read |")
 	fmt.Fprintln(stdout, "|---|---|---|---|")
 	for _, l := range scale.Limits {
 		fmt.Fprintf(stdout, "| %s | %.0f | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
 	}
-	over := scale.Over(rows)
 	fmt.Fprintf(stdout, "\n%d rows over their limits.\n", len(over))
 	if len(over) > 0 {
 		return 1
@@ -80,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // record plays p on a fresh local stack and returns what it recorded.
-func record(ctx context.Context, project string, p plan, parallel int, tg scale.Target) (scale.Traffic, error) {
+func record(ctx context.Context, project string, hosts emulatorHosts, p plan, parallel int, tg scale.Target) (scale.Traffic, error) {
 	hotShare := tg.HotShare
 	rec := newRecorder()
 	box := newMailbox()
@@ -102,8 +133,7 @@ func record(ctx context.Context, project string, p plan, parallel int, tg scale.
 		TasksClientOptions:  rec.tasksOptions(),
 		PubSubClientOptions: rec.pubsubOptions(),
 	}
-	// Emulators already running (tests, a `servo dev` shell) are reused.
-	o.FirestoreHost, o.PubSubHost = os.Getenv("FIRESTORE_EMULATOR_HOST"), os.Getenv("PUBSUB_EMULATOR_HOST")
+	o.FirestoreHost, o.PubSubHost = hosts.firestore, hosts.pubsub
 	stack, err := devstack.Start(ctx, o)
 	if err != nil {
 		return scale.Traffic{}, err
@@ -121,4 +151,40 @@ func record(ctx context.Context, project string, p plan, parallel int, tg scale.
 	spread := families(events, tg, store.DefaultDueShards, p.tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
 		Duration: time.Since(start), SweepEvery: sweepEvery, Spread: spread}, nil
+}
+
+// emulatorHosts are the emulators the recordings run on (HOST:PORT).
+type emulatorHosts struct{ firestore, pubsub string }
+
+// emulators returns the emulators named by FIRESTORE_EMULATOR_HOST and
+// PUBSUB_EMULATOR_HOST, starting those not named; stop stops what it
+// started.
+func emulators(ctx context.Context) (emulatorHosts, func(), error) {
+	var started []*emulator.Process
+	stop := func() {
+		for _, p := range started {
+			_ = p.Stop()
+		}
+	}
+	host := func(k emulator.Kind) (string, error) {
+		if h := os.Getenv(k.EnvVar()); h != "" {
+			return h, nil
+		}
+		p, err := emulator.Start(ctx, k)
+		if err != nil {
+			return "", err
+		}
+		started = append(started, p)
+		return p.Host, nil
+	}
+	var h emulatorHosts
+	var err error
+	if h.firestore, err = host(emulator.Firestore); err == nil {
+		h.pubsub, err = host(emulator.PubSub)
+	}
+	if err != nil {
+		stop()
+		return h, nil, err
+	}
+	return h, stop, nil
 }

@@ -19,7 +19,8 @@ func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.
 // its limit, and the command exits 0. The rows the issue named as over on
 // the earlier layout (sequential task names and index values, 4 quota
 // shards for the hot tenant, one queue for the worker with half the
-// tasks) are present and under their limits.
+// tasks) are present and under their limits; so are the schedules' rows
+// at the top of the minute, the steady load added where it shares a row.
 func TestScaleCommand(t *testing.T) {
 	var out, errs bytes.Buffer
 	code := run(context.Background(), []string{"-tasks", "60", "-project", emulatortest.ProjectID(t)}, &out, &errs)
@@ -30,7 +31,9 @@ func TestScaleCommand(t *testing.T) {
 	t.Log("\n" + table)
 	for _, want := range []string{"| document | tasks/{id} |", "| collection | tasks |", "| queue | queues/big-q{k} |",
 		"| document | quotas/{id} | quotas/", "| index | tasks(dueShard,state,leaseExpiresAt)",
-		"| ordering key | servo-task-events {key} |", "| topic | servo-task-events |", "| limit | per second | source | read |"} {
+		"| ordering key | servo-task-events {key} |", "| topic | servo-task-events |", "| limit | per second | source | read |",
+		"## Schedules at the top of the minute", "| document | schedules/{id} | schedules/", "| collection | schedules |",
+		"| index | schedules(dueShard,dueAt) |", "steady) | 500 entries/s"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no row %q in the table", want)
 		}

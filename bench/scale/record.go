@@ -144,14 +144,18 @@ func (r *recorder) events() []scale.Event {
 
 // attribute turns Firestore writes into the model's events: each write is
 // for the task whose id the document holds, else for the first task whose
-// document its commit writes (a quota shard, a run, an idempotency key);
-// a write in a commit of no task is the sweeper's own record. Deletes
-// write no index entry and are left out.
+// document its commit writes (a quota shard, a run, an idempotency key),
+// else for the first schedule whose document its commit writes (a fire
+// decided or settled); a write in a commit of neither is the sweeper's
+// own record. Deletes write no index entry and are left out.
 func attribute(writes []store.RecordedWrite) []scale.Event {
-	commitTask := map[int]string{}
+	commitTask, commitSchedule := map[int]string{}, map[int]string{}
 	for _, w := range writes {
 		if _, ok := commitTask[w.Commit]; !ok && w.TaskID != "" {
 			commitTask[w.Commit] = w.TaskID
+		}
+		if _, ok := commitSchedule[w.Commit]; !ok && w.Collection == store.SchedulesCollection && !w.Delete {
+			commitSchedule[w.Commit] = w.Doc
 		}
 	}
 	var out []scale.Event
@@ -160,9 +164,13 @@ func attribute(writes []store.RecordedWrite) []scale.Event {
 			continue
 		}
 		task := cmp.Or(w.TaskID, commitTask[w.Commit])
-		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task})
+		var sched string
+		if task == "" {
+			sched = commitSchedule[w.Commit]
+		}
+		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task, Schedule: sched})
 		for _, e := range w.Entries {
-			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task})
+			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched})
 		}
 	}
 	return out

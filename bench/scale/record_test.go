@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/base64"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/servo-dev/servo/internal/scale"
@@ -20,13 +21,16 @@ func TestAttribute(t *testing.T) {
 		// The sweeper's record, and a delete.
 		{Commit: 3, Doc: "meta/sweeper", Collection: "meta"},
 		{Commit: 4, Doc: "tasks/a", Collection: "tasks", Delete: true},
+		// A fire decided: the schedule, and what else its commit writes.
+		{Commit: 5, Doc: "schedules/s", Collection: "schedules"},
+		{Commit: 5, Doc: "meta/fires", Collection: "meta"},
 	}
 	var got []string
 	for _, e := range attribute(writes) {
-		got = append(got, string(e.Kind)+" "+e.Name+" "+e.Task)
+		got = append(got, strings.TrimSpace(string(e.Kind)+" "+e.Name+" "+e.Task+" "+e.Schedule))
 	}
 	want := []string{"document quotas/t-0 a", "document tasks/a a", "index tasks.__name__ a", "document runs/r a",
-		"document outbox/e b", "document meta/sweeper "}
+		"document outbox/e b", "document meta/sweeper", "document schedules/s  schedules/s", "document meta/fires  schedules/s"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}

@@ -47,6 +47,8 @@ type mailbox struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	ch  map[string]chan api.Envelope
+	// each, when set, takes every delivery instead (on its own goroutine).
+	each func(api.Envelope)
 }
 
 func newMailbox() *mailbox {
@@ -55,6 +57,11 @@ func newMailbox() *mailbox {
 		var env api.Envelope
 		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if m.each != nil {
+			go m.each(env)
+			w.WriteHeader(http.StatusOK)
 			return
 		}
 		select {

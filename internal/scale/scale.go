@@ -46,6 +46,9 @@ type Event struct {
 	Key        string // Publish
 	Bytes      int    // Publish
 	Task       string
+	// Schedule is the schedule document a write of no task is for (a
+	// schedule's own record: its fires decided and settled).
+	Schedule string
 }
 
 // TaskInfo is what the model knows of a recorded task.
@@ -87,6 +90,9 @@ type Traffic struct {
 	// small recording spreads too few events over n members for its
 	// busiest one to be the target's.
 	Spread map[string]int
+	// Fires are the fires recorded of each schedule, by its document (a
+	// recording of schedules: each fire made one of Tasks).
+	Fires map[string]int
 }
 
 // ShardMark stands for a member's number in a Spread family's name.
@@ -127,6 +133,14 @@ type Target struct {
 	BigWorkerShare float64
 	// SweepEvery is production's sweeper cadence (SERVO_SWEEP_EVERY).
 	SweepEvery time.Duration
+	// Schedules is the number of schedules, each firing once every
+	// ScheduleEvery; SameMinute is the share of them that fire on the
+	// same minute (the top of the hour), and FireWithin how soon after
+	// it the sweeper has made all of that minute's fires.
+	Schedules     int
+	SameMinute    float64
+	ScheduleEvery time.Duration
+	FireWithin    time.Duration
 }
 
 // DefaultTarget is issue 32's target.
@@ -134,6 +148,37 @@ var DefaultTarget = Target{
 	Submits: 10000, Completions: 10000, Tenants: 1000, HotShare: 0.30, Limited: 20,
 	Running: 1_000_000, HeartbeatEvery: 30 * time.Second, Workers: 20, BigWorkerShare: 0.5,
 	SweepEvery: 15 * time.Second,
+	Schedules:  100_000, SameMinute: 0.10, ScheduleEvery: time.Hour, FireWithin: time.Minute,
+}
+
+// FireBurst is the fires a second of the same minute's schedules, made
+// within FireWithin.
+func (t Target) FireBurst() float64 {
+	if t.FireWithin <= 0 {
+		return 0
+	}
+	return float64(t.Schedules) * t.SameMinute / t.FireWithin.Seconds()
+}
+
+// SteadyFires is the fires a second of the other schedules, spread over
+// their period's other minutes.
+func (t Target) SteadyFires() float64 {
+	rest := t.ScheduleEvery - time.Minute
+	if rest <= 0 {
+		return 0
+	}
+	return float64(t.Schedules) * (1 - t.SameMinute) / rest.Seconds()
+}
+
+// Fires is the target of a recording of schedules (Traffic.Fires) at the
+// top of the minute: the same-minute burst's fires are its submits, each
+// fire's task lives the target's lifetime, and the tenants' and workers'
+// shares are t's.
+func (t Target) Fires() Target {
+	f := t
+	f.Submits, f.Completions = t.FireBurst(), t.FireBurst()
+	f.Running = t.FireBurst() * t.Lifetime()
+	return f
 }
 
 // Lifetime is a task's mean lifetime at the target (Little's law: running
@@ -182,6 +227,9 @@ const (
 	PerTenant Scope = "tenant"
 	PerWorker Scope = "worker"
 	Global    Scope = "global"
+	// PerSchedule is one schedule's own record (no task), written with
+	// its fires.
+	PerSchedule Scope = "schedule"
 	// Periodic is for no task: the sweeper's own records, which recur
 	// with its cadence.
 	Periodic Scope = "periodic"
@@ -205,6 +253,9 @@ type Row struct {
 	Unit     string
 	// Limit is the published limit that applies (nil: none).
 	Limit *Limit
+	// Steady is the part of Rate another recording's row of the same
+	// name adds (Combine): the steady load under a burst.
+	Steady float64
 }
 
 // Over reports whether the row is over its limit.
@@ -228,13 +279,14 @@ type subject struct {
 	name, example string
 	count, bytes  int
 	tasks         map[string]bool // up to two: one is a per-task subject
+	schedules     map[string]bool // up to two, for writes of no task
 	tenants       map[string]bool
 	workers       map[string]bool
 	keys          []string
 }
 
 func newSubject(name string) *subject {
-	return &subject{name: name, tasks: map[string]bool{}, tenants: map[string]bool{}, workers: map[string]bool{}}
+	return &subject{name: name, tasks: map[string]bool{}, schedules: map[string]bool{}, tenants: map[string]bool{}, workers: map[string]bool{}}
 }
 
 func (s *subject) add(e Event, ti TaskInfo, key string) {
@@ -246,6 +298,8 @@ func (s *subject) add(e Event, ti TaskInfo, key string) {
 		}
 		s.tenants[ti.Tenant] = true
 		s.workers[ti.Worker] = true
+	} else if e.Schedule != "" && len(s.schedules) < 2 {
+		s.schedules[e.Schedule] = true
 	}
 	if key != "" {
 		s.keys = append(s.keys, key)
@@ -272,6 +326,20 @@ func New(tr Traffic) *Model {
 // its rate at t for n events (or bytes) recorded.
 func (m *Model) rate(s *subject, n int, t Target) (Scope, float64) {
 	total := float64(max(1, len(m.tr.Tasks)))
+	if len(s.tasks) == 0 && len(s.schedules) == 1 {
+		// One schedule's record, written with its fires: at the
+		// shortest period there is, a fire every sweep.
+		for sc := range s.schedules {
+			if f := m.tr.Fires[sc]; f > 0 && t.SweepEvery > 0 {
+				return PerSchedule, float64(n) / float64(f) / t.SweepEvery.Seconds()
+			}
+		}
+	}
+	if len(s.tasks) == 0 && len(s.schedules) > 1 {
+		// Several schedules' records: with the fires, of which there
+		// are as many as tasks.
+		return Global, float64(n) / total * t.Submits
+	}
 	if len(s.tasks) == 0 {
 		if m.tr.Duration <= 0 || t.SweepEvery <= 0 {
 			return Periodic, 0
@@ -468,6 +536,37 @@ func DocClass(name string, sc Scope) string {
 	return strings.Join(parts, "/")
 }
 
+// Combine adds to each row of burst (a recording of load that comes on
+// top of another's, such as the same minute's schedule fires) the rate of
+// steady's row of the same section and name, kept in Row.Steady: the two
+// loads at once. A range or queue whose instances differ in the two is
+// held to the sum of both peaks, an upper bound; a row either recording
+// finds sequential is held to the sequential limit. Rows of the sweeper's
+// own records (Periodic) are left out: they recur with the sweeper, not
+// with the load, and steady has them.
+func Combine(burst, steady []Row) []Row {
+	type key struct{ section, name string }
+	base := map[key]Row{}
+	for _, r := range steady {
+		base[key{r.Section, r.Name}] = r
+	}
+	var out []Row
+	for _, r := range burst {
+		if r.Scope == Periodic {
+			continue
+		}
+		if b, ok := base[key{r.Section, r.Name}]; ok && b.Scope != Periodic {
+			r.Steady = b.Rate
+			r.Rate += b.Rate
+			if b.Monotonic && !r.Monotonic {
+				r.Monotonic, r.Limit = true, b.Limit
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // Over returns the rows over their limits.
 func Over(rows []Row) []Row {
 	var out []Row
@@ -537,7 +636,11 @@ func Print(w io.Writer, rows []Row) {
 		if len(ex) > 48 {
 			ex = ex[:45] + "…"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s |\n", r.Section, md(name), md(printable(ex)), r.Scope, r.Recorded, human(r.Rate, r.Unit), limit, verdict)
+		rate := human(r.Rate, r.Unit)
+		if r.Steady > 0 {
+			rate += " (" + human(r.Steady, "steady") + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s |\n", r.Section, md(name), md(printable(ex)), r.Scope, r.Recorded, rate, limit, verdict)
 	}
 }
 

@@ -228,3 +228,103 @@ func TestSpread(t *testing.T) {
 		t.Errorf("quota shard: %.3f writes/s, want %.3f", got, want)
 	}
 }
+
+// fires builds hand-made traffic of a schedules recording: n schedules,
+// each firing twice; a fire makes a task and writes its schedule twice
+// (decided, settled), plus what extra(fire, schedule doc) adds.
+func fires(n int, extra func(i int, sched string) []scale.Event) scale.Traffic {
+	tr := workload(2*n, func(i int, id string) []scale.Event {
+		sched := "schedules/" + hash(fmt.Sprint("s", i/2))
+		ev := []scale.Event{doc("tasks/"+hash(id), "tasks", id),
+			{Kind: scale.Document, Name: sched, Collection: "schedules", Schedule: sched},
+			{Kind: scale.Document, Name: sched, Collection: "schedules", Schedule: sched}}
+		if extra != nil {
+			ev = append(ev, extra(i, sched)...)
+		}
+		return ev
+	})
+	tr.Fires = map[string]int{}
+	for i := range n {
+		tr.Fires["schedules/"+hash(fmt.Sprint("s", i))] = 2
+	}
+	return tr
+}
+
+func TestSchedules(t *testing.T) {
+	tg := scale.DefaultTarget
+	if got, want := tg.FireBurst(), 10000.0/60; math.Abs(got-want) > 0.01 {
+		t.Errorf("burst %.2f fires/s, want %.2f", got, want)
+	}
+	if got, want := tg.SteadyFires(), 90000.0/3540; math.Abs(got-want) > 0.01 {
+		t.Errorf("steady %.2f fires/s, want %.2f", got, want)
+	}
+	if f := tg.Fires(); f.Submits != tg.FireBurst() || math.Abs(f.Lifetime()-tg.Lifetime()) > 1e-9 {
+		t.Errorf("fires target: %.1f submits/s, a task lives %.0f s; want %.1f and %.0f", f.Submits, f.Lifetime(), tg.FireBurst(), tg.Lifetime())
+	}
+	rows := scale.New(fires(100, nil)).Extrapolate(tg.Fires())
+	want := map[string]struct {
+		scope scale.Scope
+		rate  float64
+	}{
+		// 4 writes in 2 fires, a fire every 15 s sweep.
+		"document schedules/{id}": {scale.PerSchedule, 2.0 / 15},
+		// 2 writes a fire, at the burst's rate.
+		"collection schedules": {scale.Global, 2 * tg.FireBurst()},
+		"collection tasks":     {scale.Global, tg.FireBurst()},
+	}
+	seen := 0
+	for _, r := range rows {
+		if w, ok := want[r.Section+" "+r.Name]; ok {
+			seen++
+			if r.Scope != w.scope || math.Abs(r.Rate-w.rate) > w.rate*0.001 {
+				t.Errorf("%s %s: %s %.4f, want %s %.4f", r.Section, r.Name, r.Scope, r.Rate, w.scope, w.rate)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of %d rows found", seen, len(want))
+	}
+	if over := scale.Over(rows); len(over) > 0 {
+		t.Errorf("over: %+v", over)
+	}
+	// Planted: every fire also counts itself in one document.
+	rows = scale.New(fires(100, func(i int, sched string) []scale.Event {
+		return []scale.Event{{Kind: scale.Document, Name: "meta/fires", Collection: "meta", Schedule: sched}}
+	})).Extrapolate(tg.Fires())
+	if over := scale.Over(rows); len(over) != 1 || over[0].Name != "meta/fires" || over[0].Scope != scale.Global {
+		t.Errorf("a document every fire writes: over %+v, want meta/fires alone", over)
+	}
+}
+
+func TestCombine(t *testing.T) {
+	limit := scale.SequentialIndex
+	burst := []scale.Row{
+		{Section: "index", Name: "a(dueShard,t)", Scope: scale.Global, Rate: 100},
+		{Section: "index", Name: "b(dueShard,t)", Scope: scale.Global, Rate: 100, Monotonic: true, Limit: &limit},
+		{Section: "document", Name: "schedules/{id}", Scope: scale.PerSchedule, Rate: 0.1},
+		{Section: "document", Name: "meta/sweeper", Scope: scale.Periodic, Rate: 0.1},
+	}
+	steady := []scale.Row{
+		{Section: "index", Name: "a(dueShard,t)", Scope: scale.Global, Rate: 450, Monotonic: true, Limit: &limit},
+		{Section: "index", Name: "b(dueShard,t)", Scope: scale.Global, Rate: 300, Monotonic: true, Limit: &limit},
+		{Section: "document", Name: "meta/sweeper", Scope: scale.Periodic, Rate: 0.1},
+	}
+	got := map[string]scale.Row{}
+	for _, r := range scale.Combine(burst, steady) {
+		got[r.Name] = r
+	}
+	if _, ok := got["meta/sweeper"]; ok || len(got) != 3 {
+		t.Errorf("rows %v: want a, b and schedules/{id}, the sweeper's record left to the steady table", got)
+	}
+	// a: spread in the burst, sequential in the steady load: held to the
+	// sequential limit at the sum, and over it.
+	if a := got["a(dueShard,t)"]; a.Rate != 550 || a.Steady != 450 || !a.Over() {
+		t.Errorf("a: %+v, want 550 (450 steady), over", a)
+	}
+	if b := got["b(dueShard,t)"]; b.Rate != 400 || b.Over() {
+		t.Errorf("b: %+v, want 400, under", b)
+	}
+	if s := got["schedules/{id}"]; s.Rate != 0.1 || s.Steady != 0 {
+		t.Errorf("schedules/{id}: %+v, want 0.1 alone", s)
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/scale"
+	"github.com/servo-dev/servo/internal/store"
+)
+
+// The recorded schedules (docs/scale.md, "Schedules"): every schedule
+// fires twice, schedEvery apart; one in ten (by number) fires with the
+// others of its kind on the same instant, the top of the recording's
+// "minute", the rest at their own times spread over the period. The
+// tenants and workers are the task workload's, in its shares (the
+// limited tenants, whose fires would wait for a slot, left out).
+const (
+	schedEvery = 2 * time.Second
+	schedFires = 2
+	schedLead  = 3 * time.Second // from the last create to the top of the minute
+)
+
+// recordSchedules creates n schedules on a fresh stack, waits until each
+// has made its fires, and returns what the fires wrote, dispatched and
+// published (the creates left out: a schedule is created once, and fires
+// for ever).
+func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p plan, n int, tg scale.Target) (scale.Traffic, error) {
+	rec := newRecorder()
+	box := newMailbox()
+	defer box.srv.Close()
+	workers, rates := map[string]string{}, map[string]float64{}
+	for name, role := range p.workers {
+		workers[name], rates[name] = box.srv.URL, workerRate(tg, role)
+	}
+	const sweepEvery = time.Second
+	o := devstack.Options{
+		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: sweepEvery, Quotas: p.quotas,
+		DueShards: store.DefaultDueShards, WorkerRates: rates,
+		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
+		TasksClientOptions:  rec.tasksOptions(),
+		PubSubClientOptions: rec.pubsubOptions(),
+	}
+	o.FirestoreHost, o.PubSubHost = hosts.firestore, hosts.pubsub
+	stack, err := devstack.Start(ctx, o)
+	if err != nil {
+		return scale.Traffic{}, err
+	}
+	defer stack.Close()
+	d := &driver{base: stack.URL, box: box, rec: rec}
+	// Each fire's task runs at once: started, then SUCCEEDED, so that the
+	// next fire is not skipped (overlap SKIP, the default).
+	box.each = func(env api.Envelope) {
+		if _, err := d.callback(env, "started", api.StartedRequest{Attempt: env.Attempt, WorkerID: "w"}); err == nil {
+			_, _ = d.callback(env, "completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: "w", Outcome: api.OutcomeSucceeded})
+		}
+	}
+
+	// The top of the minute: after every create, on a whole period.
+	top := time.Now().Add(schedLead + time.Duration(n)*20*time.Millisecond).Truncate(schedEvery).Add(schedEvery)
+	type made struct{ tenant, id string }
+	var scheds []made
+	tenants := map[string]scale.Role{}
+	for i := range n {
+		tenant := p.tenantOf(i, tg.HotShare)
+		if p.tenants[tenant] == scale.Limited {
+			tenant = fmt.Sprintf("tenant-%d", i%ordinaryTenants+1)
+		}
+		tenants[tenant] = p.tenants[tenant]
+		start := top
+		if i%10 != 0 { // spread over the period
+			start = top.Add(schedEvery * time.Duration(i) / time.Duration(n))
+		}
+		id := fmt.Sprintf("sched-%03d", i)
+		req := api.ScheduleRequest{ScheduleID: id, TenantID: tenant, WorkspaceID: "ws",
+			Spec: api.ScheduleSpec{EveryMs: schedEvery.Milliseconds(), StartAt: start.UTC().Format(time.RFC3339Nano),
+				EndAt: start.Add(schedEvery*(schedFires-1) + schedEvery/2).UTC().Format(time.RFC3339Nano)},
+			Task: api.SubmitRequest{Worker: p.workerOf(i), TaskKey: userKey("sched", i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+				HeartbeatIntervalMs: ptr(int64(500)), HeartbeatTimeoutMs: ptr(heartbeatTimeout.Milliseconds())}}
+		st, out, err := d.do("POST", "/v1/schedules", req, "")
+		if err != nil || st != http.StatusCreated {
+			return scale.Traffic{}, fmt.Errorf("create schedule %s: %d %s %v", id, st, out, err)
+		}
+		scheds = append(scheds, made{tenant, id})
+	}
+	if time.Now().After(top) {
+		return scale.Traffic{}, fmt.Errorf("the %d creates took past the top of the minute", n)
+	}
+	// What the creates wrote is left out.
+	if err := stack.Events.Flush(ctx); err != nil {
+		return scale.Traffic{}, err
+	}
+	writes0, calls0 := len(rec.writes.Writes()), len(rec.calls)
+	start := time.Now()
+
+	tasks, fires := map[string]scale.TaskInfo{}, map[string]int{}
+	deadline := top.Add(schedEvery*schedFires + 60*time.Second)
+	for i, s := range scheds {
+		for {
+			st, out, err := d.do("GET", "/v1/schedules/"+s.id+"?tenantId="+url.QueryEscape(s.tenant), nil, "")
+			var v api.Schedule
+			if err == nil && st == http.StatusOK {
+				err = json.Unmarshal(out, &v)
+			} else if err == nil {
+				err = fmt.Errorf("%d %s", st, out)
+			}
+			if err != nil {
+				return scale.Traffic{}, fmt.Errorf("schedule %s: %w", s.id, err)
+			}
+			if ids := madeFires(v); len(ids) == schedFires {
+				for _, id := range ids {
+					tasks[id] = scale.TaskInfo{Tenant: s.tenant, Worker: p.workerOf(i)}
+				}
+				fires["schedules/"+store.ScheduleDocID(s.tenant, s.id)] = schedFires
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return scale.Traffic{}, fmt.Errorf("schedule %s made %d of its %d fires: %s", s.id, len(madeFires(v)), schedFires, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if err := stack.Events.Flush(ctx); err != nil {
+		return scale.Traffic{}, err
+	}
+	events := attribute(rec.writes.Writes()[writes0:])
+	rec.mu.Lock()
+	events = append(events, rec.calls[calls0:]...)
+	rec.mu.Unlock()
+	queues := map[string]string{}
+	for name := range p.workers {
+		queues[name] = "queues/" + name
+	}
+	spread := families(events, tg, store.DefaultDueShards, tenants, p.workers, queues)
+	return scale.Traffic{Events: events, Tasks: tasks, Tenants: tenants, Workers: p.workers,
+		Duration: time.Since(start), SweepEvery: sweepEvery, Spread: spread, Fires: fires}, nil
+}
+
+// madeFires are the task ids of v's fires made so far (STARTED, their
+// task there).
+func madeFires(v api.Schedule) []string {
+	var ids []string
+	for _, f := range v.RecentFires {
+		if f.Outcome == api.FireStarted && f.TaskID != "" && f.State != "" {
+			ids = append(ids, f.TaskID)
+		}
+	}
+	return ids
+}
+
+func ptr[T any](v T) *T { return &v }
