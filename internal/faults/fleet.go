@@ -100,11 +100,12 @@ func (r *Recorder) Call(c Call) {
 	}
 }
 
-func (r *Recorder) delivery(d Delivery, tok string) {
+func (r *Recorder) delivery(d Delivery, tok string, interval time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	th := r.h.Task(d.TaskID)
 	th.Deliveries = append(th.Deliveries, d)
+	th.Interval = interval
 	r.h.Tokens = append(r.h.Tokens, tok)
 }
 
@@ -187,7 +188,7 @@ func (f *Fleet) deliver(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	f.rec.delivery(Delivery{TaskID: env.TaskID, Attempt: env.Attempt, At: time.Now()}, env.TaskToken)
+	f.rec.delivery(Delivery{TaskID: env.TaskID, Attempt: env.Attempt, At: time.Now()}, env.TaskToken, time.Duration(env.HeartbeatIntervalMs)*time.Millisecond)
 	w.WriteHeader(http.StatusOK)
 	f.wg.Add(1)
 	go func() {

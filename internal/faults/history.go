@@ -66,6 +66,9 @@ type TaskHistory struct {
 	// Final is the task as the API returned it after the run; nil if it
 	// could not be read.
 	Final *api.Task
+	// Interval is the task's heartbeat interval, as its envelopes say (0:
+	// History.Interval).
+	Interval time.Duration
 }
 
 // History is what a run saw, for Check.
@@ -91,25 +94,102 @@ type History struct {
 	// written only when less than max(Lease/2, 1.5 × Interval) is left.
 	Interval time.Duration
 	// Outages are the stack faults during which callbacks could not
-	// commit or the sweeper did not run (a frozen emulator, Servo down): a
-	// lease or grace that spans one is not held against Servo, which may
-	// credit the outage.
+	// commit or the sweeper did not run (a frozen Firestore, Servo down or
+	// crashing): Servo credits a lease or cancel grace with the time they
+	// cover (docs/contract.md §5.3), give or take CreditSlack at each.
 	Outages []Window
+	// MayCredit are spans in which callbacks could commit but the sweeper
+	// may not have run (a frozen Pub/Sub stops its ticks): Servo may
+	// credit them, and need not.
+	MayCredit []Window
 	// Schedules are the run's schedules and their fires' tasks.
 	Schedules []ScheduleRecord
 }
 
 // Window is a span of time.
-type Window struct{ From, To time.Time }
+type Window struct {
+	From, To time.Time
+	// Slack is how much of an outage's start Servo may not credit (0:
+	// CreditSlack).
+	Slack time.Duration
+}
 
-// overlaps reports whether [from, to] meets one of the outages.
-func (h *History) overlaps(from, to time.Time) bool {
-	for _, o := range h.Outages {
-		if !o.To.Before(from) && !o.From.After(to) {
-			return true
+// CreditSlack is how far Servo's record of an outage may fall short of
+// the harness's at its start, or run past it at either end: Servo records
+// a gap in its sweeper's passes (Servo down) from the pass it expected,
+// once that is max(cadence/2, 2 s) late. StoreSlack is the shortfall of a
+// store outage, which Servo records from the start of the first call that
+// failed (a callback or a sweeper's query, several a second here) to the
+// end of the next that succeeded.
+const (
+	CreditSlack = 3 * time.Second
+	StoreSlack  = time.Second
+)
+
+// credit is how much of [from, to] the outages cover (overlapping ones
+// once): at least (most false: each outage less its Slack at its start)
+// or at most (most: each outage and each MayCredit span CreditSlack longer
+// at both ends). Each outage's shortfall is its Slack.
+func (h *History) credit(from, to time.Time, most bool) time.Duration {
+	var spans []Window
+	add := func(ws []Window, grow time.Duration, shrink bool) {
+		for _, w := range ws {
+			a, b := w.From.Add(-grow), w.To.Add(grow)
+			if shrink {
+				a = w.From.Add(cmp.Or(w.Slack, CreditSlack))
+			}
+			a, b = later(a, from), earlier(b, to)
+			if b.After(a) {
+				spans = append(spans, Window{From: a, To: b})
+			}
 		}
 	}
-	return false
+	if most {
+		add(h.Outages, CreditSlack, false)
+		add(h.MayCredit, CreditSlack, false)
+	} else {
+		add(h.Outages, 0, true)
+	}
+	slices.SortFunc(spans, func(x, y Window) int { return x.From.Compare(y.From) })
+	var total time.Duration
+	var end time.Time
+	for _, w := range spans {
+		a := later(w.From, end)
+		if w.To.After(a) {
+			total += w.To.Sub(a)
+			end = w.To
+		}
+	}
+	return total
+}
+
+// creditedEnd is when a timer of length d that started at from runs out by
+// the contract's rule: once it has lasted d outside the outages, counted
+// at least (most false) or at most (most) as credit does.
+func (h *History) creditedEnd(from time.Time, d time.Duration, most bool) time.Time {
+	end := from.Add(d)
+	for range 1000 {
+		next := from.Add(d + h.credit(from, end, most))
+		if !next.After(end) {
+			break
+		}
+		end = next
+	}
+	return end
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // leaseSlack is the margin of the lease and cancel-grace invariants: the
@@ -321,56 +401,66 @@ func (c *checker) earlyStart(th *TaskHistory) {
 }
 
 // lease checks each attempt's lease against what its worker saw: it is
-// not honoured after it ran out (a callback accepted although the
-// previous accepted one was answered longer than the lease before this
-// one was first sent), and it does not run out early (no ZOMBIE, no
-// task_expired, before the lease the contract gives: the lease after the
-// last accepted callback that renewed it was received in full; a plain
-// heartbeat, an attempt's first included, renews it only when less than
-// max(Lease/2, 1.5 × Interval) is left, docs/contract.md §5.3; a cancelled task's task_expired may be its
-// grace's). The worker's clock reads each receipt no later than Servo's,
-// so the lease computed here never ends after Servo's. A span that meets
-// an outage is not checked.
+// not honoured after it ran out (a callback accepted although it was first
+// sent a lease after the previous accepted one was answered, the outages
+// in between credited at most), and it does not run out early (no
+// ZOMBIE, no task_expired, before the lease the contract gives, the
+// outages credited at least: the lease after the last accepted callback
+// that renewed it was received in full; a plain heartbeat, an attempt's
+// first included, renews it only when less than max(Lease/2,
+// 1.5 × the task's interval) is left, docs/contract.md §5.3; a cancelled
+// task's task_expired may be its grace's). The worker's clock reads each
+// receipt no later than Servo's, so the lease computed here never ends
+// after Servo's; a plain heartbeat Servo may have skipped by its own
+// receipt time is taken as skipped.
 func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled time.Time) {
 	lease := c.h.Lease
 	if lease <= 0 {
 		return
 	}
 	id := th.TaskID
+	interval := cmp.Or(th.Interval, c.h.Interval)
 	type last struct {
-		received, bodyDone time.Time
-		exp                time.Time // the lease's end by the contract's rule
+		received time.Time
+		// exp and expHi bound the lease's end as Servo stores it, by the
+		// contract's rule: at the earliest and at the latest.
+		exp, expHi time.Time
 	}
+	skips := func(left time.Duration) bool { return left > lease/2 && left >= interval+interval/2 }
 	prev := map[int]*last{}        // attempt → its last accepted callback
 	expiredEarly := map[int]bool{} // attempt → already reported
 	for _, call := range callbacksBySent(th) {
 		p := prev[call.Attempt]
 		if p != nil && call.Status == 200 {
-			if gap := call.FirstSent.Sub(p.received); gap > lease+leaseSlack && !c.h.overlaps(p.received, call.FirstSent) {
-				c.fail(InvLease, id, "%s of attempt %d first sent %v after the previous accepted callback was answered was accepted: the lease (%v) had run out",
-					call.Kind, call.Attempt, gap.Round(time.Millisecond), lease)
+			if end := c.h.creditedEnd(p.received, lease, true); call.FirstSent.After(end.Add(leaseSlack)) {
+				c.fail(InvLease, id, "%s of attempt %d first sent at %s was accepted: the lease (%v after the previous accepted callback was answered at %s, outages credited) had run out at %s",
+					call.Kind, call.Attempt, ts(call.FirstSent), lease, ts(p.received), ts(end))
 			}
 		}
 		graceOver := !cancelled.IsZero() && cancelled.Before(call.Received)
 		if p != nil && call.Answer.Error == api.CodeTaskExpired && !graceOver && !expiredEarly[call.Attempt] {
-			if due := p.exp; call.Received.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, call.Received) {
+			if due := c.h.creditedEnd(p.exp.Add(-lease), lease, false); call.Received.Before(due.Add(-leaseSlack)) {
 				expiredEarly[call.Attempt] = true
-				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the last accepted callback that renewed it was received in full)",
+				c.fail(InvLease, id, "%s of attempt %d answered task_expired at %s, but the lease ran until %s (%v after the last accepted callback that renewed it was received in full, outages credited)",
 					call.Kind, call.Attempt, ts(call.Received), ts(due), lease)
 			}
 		}
 		if call.Status == 200 {
 			if p == nil {
-				p = &last{exp: call.BodyDone.Add(lease)}
+				p = &last{exp: call.BodyDone.Add(lease), expHi: call.Received.Add(lease)}
 				prev[call.Attempt] = p
 			}
 			p.received = call.Received
-			p.bodyDone = call.BodyDone
 			if call.Kind == "started" || call.Kind == "heartbeat" {
-				left := p.exp.Sub(call.BodyDone)
-				skipped := call.Kind == "heartbeat" && call.Plain && left > lease/2 && left >= c.h.Interval+c.h.Interval/2
-				if !skipped {
+				plain := call.Kind == "heartbeat" && call.Plain
+				cancelling := !cancelled.IsZero() && cancelled.Before(call.Received)
+				// Servo's view of what is left lies between these.
+				leftLo, leftHi := p.exp.Sub(call.Received), p.expHi.Sub(call.BodyDone)
+				if !plain || !skips(leftHi) {
 					p.exp = call.BodyDone.Add(lease)
+				}
+				if !plain || cancelling || !skips(leftLo) {
+					p.expHi = call.Received.Add(lease)
 				}
 			}
 		}
@@ -380,8 +470,8 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 		if p == nil || expiredEarly[a] {
 			continue
 		}
-		if due := p.exp; at.Before(due.Add(-leaseSlack)) && !c.h.overlaps(p.bodyDone, at) {
-			c.fail(InvLease, id, "attempt %d was declared a zombie at %s, but its lease ran until %s (%v after the last accepted callback that renewed it was received in full)",
+		if due := c.h.creditedEnd(p.exp.Add(-lease), lease, false); at.Before(due.Add(-leaseSlack)) {
+			c.fail(InvLease, id, "attempt %d was declared a zombie at %s, but its lease ran until %s (%v after the last accepted callback that renewed it was received in full, outages credited)",
 				a, ts(at), ts(due), lease)
 		}
 	}
@@ -400,14 +490,15 @@ func cancelledAt(th *TaskHistory) time.Time {
 }
 
 // cancelGrace checks that once a cancel was accepted, no callback first
-// sent after the grace period ran out is accepted.
+// sent after the grace period ran out (outages credited at most) is
+// accepted.
 func (c *checker) cancelGrace(th *TaskHistory, cancelled time.Time) {
 	if c.h.CancelGrace <= 0 || cancelled.IsZero() {
 		return
 	}
-	end := cancelled.Add(c.h.CancelGrace)
+	end := c.h.creditedEnd(cancelled, c.h.CancelGrace, true)
 	for _, call := range callbacksBySent(th) {
-		if call.Status == 200 && call.FirstSent.After(end.Add(leaseSlack)) && !c.h.overlaps(cancelled, call.FirstSent) {
+		if call.Status == 200 && call.FirstSent.After(end.Add(leaseSlack)) {
 			c.fail(InvCancelGrace, th.TaskID, "%s of attempt %d first sent at %s accepted (%s), but the task's cancel was accepted by %s and its grace (%v) ran out by %s",
 				call.Kind, call.Attempt, ts(call.FirstSent), call.Answer.Disposition, ts(cancelled), c.h.CancelGrace, ts(end))
 			return

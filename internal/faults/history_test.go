@@ -123,7 +123,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		}},
 		{"worker clock trusted", InvServerTime, "lastHeartbeatAt is 13:00:04.500", func(h *History) { th(h).Final.Attempts[1].LastHeartbeatAt = ptr(at(4500).Add(time.Hour)) }},
 		{"doubled by a retried submit", InvDuplicateTask, `key "k1" made 2 tasks`, func(h *History) { h.Submits[2].TaskID = "task_2" }},
-		{"lease honoured after it ran out", InvLease, "was accepted: the lease (3s) had run out", func(h *History) {
+		{"lease honoured after it ran out", InvLease, "was accepted: the lease (3s after the previous accepted callback was answered at 12:00:05.020, outages credited) had run out at 12:00:08.020", func(h *History) {
 			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 200, api.Continue, "", 9100))
 		}},
 		{"lease expired early by a callback", InvLease, "answered task_expired at 12:00:05.520, but the lease ran until 12:00:07.500", func(h *History) {
@@ -210,16 +210,74 @@ func TestLeaseFollowsTheSkipRule(t *testing.T) {
 }
 
 // TestCheckCreditsOutages: a lease or cancel grace that spans an outage
-// (Servo down, Firestore frozen) is not held against Servo, which may
-// extend it by the outage.
+// (Servo down, Firestore frozen) is held to the credited rule
+// (docs/contract.md §5.3): it runs out once it has lasted its length
+// outside the outages, counted at least (each less CreditSlack) when it
+// ends, at most (each and every may-credit span CreditSlack longer at
+// both ends) when it is honoured.
 func TestCheckCreditsOutages(t *testing.T) {
-	h := retried()
-	th := h.Tasks["task_1"]
-	th.Calls = append(th.Calls, cb("heartbeat", 2, 200, api.Continue, "", 9100),
-		Call{TaskID: "task_1", Kind: KindCancel, Status: 202, Sent: at(2500), Received: at(2520)})
-	h.Outages = []Window{{From: at(3000), To: at(7000)}}
-	if vs, _ := Check(h); len(vs) != 0 {
-		t.Fatalf("violations although an outage spans the lease and the grace:\n%s", Report(h, vs))
+	// Attempt 1 of retried() starts at 0.1 s (lease 3 s) and is declared a
+	// zombie at 3 s; attempt 2's last callback is answered at 5.02 s.
+	late := cb("heartbeat", 2, 200, api.Continue, "", 9100)
+	cancel := Call{TaskID: "task_1", Kind: KindCancel, Status: 202, Sent: at(2500), Received: at(2520)}
+	for _, c := range []struct {
+		name               string
+		outages, mayCredit []Window
+		calls              []Call
+		want               string // a violation's text; "" none
+	}{
+		{"an outage spans the lease and the grace: honoured later", []Window{{From: at(3000), To: at(7000)}}, nil, []Call{late, cancel}, ""},
+		{"an outage credited at most: 3–7 s, the heartbeat at 9.1 s is within 5.02 + 3 + 7 s", []Window{{From: at(6000), To: at(7000)}}, nil, []Call{late}, ""},
+		{"too short an outage to cover the heartbeat at 15.1 s", []Window{{From: at(6000), To: at(7000)}}, nil,
+			[]Call{cb("heartbeat", 2, 200, api.Continue, "", 15100)}, "first sent at 12:00:15.100 was accepted"},
+		{"a Pub/Sub freeze may be credited", nil, []Window{{From: at(6000), To: at(7000)}}, []Call{late}, ""},
+		// Attempt 1's lease (0.1 + 3 s) spans a store outage from 1 s to
+		// 5 s, credited at least from 2 s: to 6.1 s. The zombie at 3 s is
+		// early.
+		{"the zombie at 3 s, inside a store outage: early by the credited rule", []Window{{From: at(1000), To: at(5000), Slack: StoreSlack}}, nil, nil,
+			"declared a zombie at 12:00:03.000, but its lease ran until 12:00:06.100"},
+		// Servo down from -1 s to 9.5 s: credited at least from 2 s, 7.5 s
+		// in all: the lease runs to 10.6 s.
+		{"Servo down, credited less CreditSlack", []Window{{From: at(-1000), To: at(9500)}}, nil, nil, "but its lease ran until 12:00:10.600"},
+		// A Pub/Sub freeze need not be credited: the zombie at 3 s is not early.
+		{"a Pub/Sub freeze need not be credited", nil, []Window{{From: at(1000), To: at(5000)}}, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := retried()
+			th := h.Tasks["task_1"]
+			th.Calls[0].BodyDone = at(100) // attempt 1's started, received in full
+			th.Calls = append(th.Calls, c.calls...)
+			h.Outages, h.MayCredit = c.outages, c.mayCredit
+			vs, _ := Check(h)
+			if c.want == "" {
+				if len(vs) != 0 {
+					t.Fatalf("violations:\n%s", Report(h, vs))
+				}
+				return
+			}
+			if len(vs) == 0 || vs[0].Invariant != InvLease || !strings.Contains(vs[0].Message, c.want) {
+				t.Fatalf("want a lease violation saying %q; got:\n%s", c.want, Report(h, vs))
+			}
+		})
+	}
+}
+
+func TestCreditedEnd(t *testing.T) {
+	h := &History{Outages: []Window{{From: at(2000), To: at(10000)}, {From: at(5000), To: at(12000)}}, MayCredit: []Window{{From: at(20000), To: at(21000)}}}
+	for _, c := range []struct {
+		from, d int
+		most    bool
+		want    int
+	}{
+		{0, 3000, false, 3000},  // before the outages (credited from 5 s)
+		{0, 6000, false, 13000}, // 5–12 s credited (the first less 3 s)
+		{0, 6000, true, 28000},  // 0–15 s credited (both 3 s longer at each end), then 17–24 s
+		{13000, 2000, false, 15000},
+		{16000, 2000, true, 25000}, // the may-credit span, 3 s longer at each end: 17–24 s
+	} {
+		if got := h.creditedEnd(at(c.from), time.Duration(c.d)*time.Millisecond, c.most); !got.Equal(at(c.want)) {
+			t.Errorf("from %d ms for %d ms (most %v): %s, want %s", c.from, c.d, c.most, ts(got), ts(at(c.want)))
+		}
 	}
 }
 

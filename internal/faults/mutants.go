@@ -83,6 +83,17 @@ var Mutants = []Mutant{
 		Modes: []string{ModePause}, Tasks: 4, SweepEvery: slowSweep,
 	},
 	{
+		// Servo credits no outage: the workers heartbeating through a
+		// Firestore freeze longer than the lease lose their attempts when
+		// it thaws (lease, by the credited rule).
+		Name: "outage-credit-off",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\tcredit := outageCredit(m.ev.Outages, end.Add(-d), m.now)\n",
+			New: "\tcredit := 0 * outageCredit(m.ev.Outages, end.Add(-d), m.now)\n"}},
+		Modes: []string{ModeOK}, Tasks: 24, CI: true,
+		Schedule: []Step{{FaultFirestoreFreeze, 4 * time.Second, 10 * time.Second}},
+	},
+	{
 		// A cancelled attempt resumes past its grace, before the (slow)
 		// sweeper applied it: its callbacks are accepted (cancel-grace).
 		Name: "cancel-grace-not-enforced",

@@ -209,7 +209,9 @@ type run struct {
 	steadyL  []time.Duration
 	steadyE  int
 	outages  []Window
-	frng     *rand.Rand // the failpoints' hits, drawn by inject only
+	// mayCredits are the spans the sweeper may not have run in.
+	mayCredits []Window
+	frng       *rand.Rand // the failpoints' hits, drawn by inject only
 }
 
 // Run runs the real stack through the schedule, then checks the history.
@@ -334,7 +336,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		hh.Start, hh.End = start, time.Now()
 		hh.Lease, hh.CancelGrace, hh.Interval = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond, heartbeatMs*time.Millisecond
 		r.mu.Lock()
-		hh.Outages = slices.Clone(r.outages)
+		hh.Outages, hh.MayCredit = slices.Clone(r.outages), slices.Clone(r.mayCredits)
 		hh.Schedules = recs
 		r.mu.Unlock()
 		h = hh
@@ -455,9 +457,13 @@ func (r *run) inject(ctx context.Context, st Step) error {
 		if err := p.Thaw(); err != nil {
 			return err
 		}
-		// A Pub/Sub freeze stops the sweeper's ticks: Servo may credit
-		// leases with the gap too.
-		r.outage(f.Start, time.Now())
+		if st.Kind == FaultPubSubFreeze {
+			// A Pub/Sub freeze stops the sweeper's ticks: Servo may credit
+			// leases with the gap, and need not.
+			r.mayCredit(f.Start, time.Now())
+		} else {
+			r.storeOutage(f.Start, time.Now())
+		}
 	case FaultServoKill:
 		r.servo.Kill()
 		hold()
@@ -528,6 +534,20 @@ func (r *run) outage(from, to time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.outages = append(r.outages, Window{From: from, To: to})
+}
+
+// storeOutage records a span during which the store did not answer.
+func (r *run) storeOutage(from, to time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outages = append(r.outages, Window{From: from, To: to, Slack: StoreSlack})
+}
+
+// mayCredit records a span during which the sweeper may not have run.
+func (r *run) mayCredit(from, to time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mayCredits = append(r.mayCredits, Window{From: from, To: to})
 }
 
 // onCall sees every call: the recovery of the faults waiting for a
