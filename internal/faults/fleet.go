@@ -34,14 +34,39 @@ const (
 	ModeCancelLate       = "cancel-late"        // the task is cancelled and attempt 1 stops past the cancel grace, then resumes
 	ModeSlowBody         = "slow-body"          // a heartbeat's body trickles in over SlowBody; the next is on time by its receipt
 	ModeDelayed          = "delayed"            // submitted with a delayed start (startDelayMs DelayedStart); the worker behaves
+	// Workers that heartbeat as production's do: plainly (nothing new, so
+	// that the store writes a beat only when the skip rule says so,
+	// docs/contract.md §5.3), at their task's own interval.
+	ModePlain        = "plain"         // at the contract's default ratio, interval = lease ÷ 3
+	ModeSkipHalf     = "skip-half"     // alternately just over and just under half the lease left (interval lease ÷ 4)
+	ModeSkipInterval = "skip-interval" // alternately just over and just under 1.5 intervals left (interval lease × 5/12)
 )
+
+// intervalMs is the heartbeat interval a task of mode declares.
+func intervalMs(mode string) int {
+	switch mode {
+	case ModePlain:
+		return leaseMs / 3
+	case ModeSkipHalf:
+		return leaseMs / 4
+	case ModeSkipInterval:
+		return leaseMs * 5 / 12
+	}
+	return heartbeatMs
+}
+
+// skipEdge is how far from the skip rule's bound the edge modes aim their
+// heartbeats (by the worker's own reckoning of the lease): far enough for
+// a loaded machine's latency, near enough that a rule off by a fraction
+// of the lease is caught.
+const skipEdge = 500 * time.Millisecond
 
 // DelayedStart is the start delay of a ModeDelayed task.
 const DelayedStart = 1500 * time.Millisecond
 
 // Modes lists the worker behaviours of the short mode (TestFaults).
 var Modes = []string{ModeOK, ModeFailOnce, ModeCrashMid, ModeCrashBeforeStart, ModeCrashAfterCommit, ModeSkew,
-	ModePause, ModeDuplicate, ModeCancelLate, ModeDelayed}
+	ModePause, ModeDuplicate, ModeCancelLate, ModeDelayed, ModePlain, ModeSkipHalf, ModeSkipInterval}
 
 // AllModes lists every worker behaviour: the long mode's. ModeSlowBody is
 // in it (and in TestFaultsSlowBody), not in Modes: it holds only once the
@@ -229,6 +254,12 @@ func (f *Fleet) work(env api.Envelope) {
 	}
 	once(ModeSkew)    // counted once; every attempt of the task is skewed
 	once(ModeDelayed) // counted once; the worker behaves (the delay is the submit's)
+	switch p.Mode {
+	case ModePlain, ModeSkipHalf, ModeSkipInterval:
+		once(p.Mode) // counted once; every attempt heartbeats so
+		f.newWorker(env, p).runPlain(p)
+		return
+	}
 	if once(ModeCrashBeforeStart) {
 		return
 	}
@@ -329,6 +360,55 @@ func (w *worker) run(p Payload, once func(string) bool) {
 		w.send("completed", done)
 	}
 	w.send("completed", done)
+}
+
+// runPlainBeats is how many plain heartbeats an attempt of the plain modes
+// sends: past two leases, so that a lease the skip rule let lapse shows.
+const runPlainBeats = 6
+
+// runPlain works one attempt of the plain modes: started, plain
+// heartbeats, completed. ModePlain beats at the task's interval; the edge
+// modes beat by the contract's reckoning of the lease, in rounds of three:
+// just over the skip rule's bound (not written), just under it (written),
+// then a little after the lease before that renewal ran out (on time only
+// if the beat before was written).
+func (w *worker) runPlain(p Payload) {
+	f, env := w.f, w.env
+	if !w.send("started", api.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
+		return
+	}
+	lease := time.Duration(env.HeartbeatTimeoutMs) * time.Millisecond
+	interval := time.Duration(env.HeartbeatIntervalMs) * time.Millisecond
+	bound := max(lease/2, interval+interval/2) // a plain beat is written with less left
+	exp := w.bodyDone.Add(lease)
+	var before time.Time // the lease's end before the last written beat
+	for i := range runPlainBeats {
+		at := time.Now().Add(interval)
+		if p.Mode != ModePlain {
+			switch i % 3 {
+			case 0:
+				at = exp.Add(-bound - skipEdge)
+			case 1:
+				at = exp.Add(-bound + skipEdge)
+			case 2:
+				at = before.Add(2 * skipEdge)
+			}
+		}
+		if !f.sleep(time.Until(at)) {
+			return
+		}
+		if !w.send("heartbeat", api.HeartbeatRequest{Attempt: env.Attempt, WorkerID: w.id, HeartbeatAt: w.now()}) {
+			return
+		}
+		if w.cancel {
+			w.send("completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: api.OutcomeCancelled, CompletedAt: w.now()})
+			return
+		}
+		if left := exp.Sub(w.bodyDone); left <= lease/2 || left < interval+interval/2 {
+			before, exp = exp, w.bodyDone.Add(lease)
+		}
+	}
+	w.send("completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: w.id, Outcome: api.OutcomeSucceeded, CompletedAt: w.now(), Output: json.RawMessage(`{"ok":true}`)})
 }
 
 // cancelTask asks Servo's API to cancel the task, as a client does,

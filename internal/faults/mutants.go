@@ -94,6 +94,27 @@ var Mutants = []Mutant{
 		Schedule: []Step{{FaultFirestoreFreeze, 4 * time.Second, 10 * time.Second}},
 	},
 	{
+		// The skip rule made greedy: a plain heartbeat renews the lease
+		// only in its last eighth, so a worker heartbeating plainly at the
+		// default ratio, or just under half the lease left, loses its
+		// attempt (lease: expired before the contract's lease).
+		Name: "heartbeat-skip-greedy",
+		Edits: []Edit{{File: "internal/task/heartbeats.go",
+			Old: "\treturn left <= timeout/2 || left < interval+interval/2\n",
+			New: "\treturn left <= timeout/8 || left < interval/4\n"}},
+		Modes: []string{ModePlain, ModeSkipHalf}, Tasks: 6, CI: true,
+	},
+	{
+		// The skip rule forgets its interval bound: a plain heartbeat with
+		// more than half the lease but under 1.5 intervals left is not
+		// written, and a worker with a long interval loses its attempt.
+		Name: "heartbeat-skip-ignores-interval",
+		Edits: []Edit{{File: "internal/task/heartbeats.go",
+			Old: "\treturn left <= timeout/2 || left < interval+interval/2\n",
+			New: "\treturn left <= timeout/2 || interval < 0\n"}},
+		Modes: []string{ModeSkipInterval}, Tasks: 4,
+	},
+	{
 		// A cancelled attempt resumes past its grace, before the (slow)
 		// sweeper applied it: its callbacks are accepted (cancel-grace).
 		Name: "cancel-grace-not-enforced",
