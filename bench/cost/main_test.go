@@ -25,7 +25,7 @@ func TestProgramPrintsTheBill(t *testing.T) {
 	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform"}, &out, &errs); code != 0 {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
-	for _, want := range []string{"## Targets (issue 35)", "## Per million lifecycles", "## Fixed cost a month at zero traffic", "AWS Step Functions Standard", "| **total** |"} {
+	for _, want := range []string{"## Targets (issue 35)", "## Per million lifecycles", "## Fixed cost a month at zero traffic", "## Schedules", "AWS Step Functions Standard", "| **total** |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output has no %q", want)
 		}

@@ -92,6 +92,24 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			line(fmt.Sprintf("Function memory: %s (%s)", name, f.Memory), Per*secs*mem, p.RunMemory),
 		)
 	}
+	if t.Fires > 0 {
+		// The fire's work in the sweep pass: the tick's request held
+		// longer, at the sweeper's sizing (no rounding: the pass is part
+		// of a request billed anyway).
+		sw, ok := d.Functions["sweeper"]
+		if !ok {
+			return nil, fmt.Errorf("cost: shape %q: the sweeper has no Terraform sizing", t.Shape)
+		}
+		mem, err := sw.MemoryGiB()
+		if err != nil {
+			return nil, err
+		}
+		secs := float64(t.SweeperMs) / 1000
+		ls = append(ls,
+			line(fmt.Sprintf("Sweeper CPU: the fire's pass (%g vCPU)", sw.CPU), Per*secs*sw.CPU, p.RunCPU),
+			line(fmt.Sprintf("Sweeper memory: the fire's pass (%s)", sw.Memory), Per*secs*mem, p.RunMemory),
+		)
+	}
 	logBytes := t.LogBytes + t.LogLines*a.LogEntryBytes + logged*a.RequestLogBytes
 	ls = append(ls,
 		line("Cloud Logging (Servo's lines + Cloud Run request logs)", Per*float64(logBytes)/gib, p.Logging),

@@ -64,6 +64,11 @@ func TestBillLineItems(t *testing.T) {
 		{"Cloud Logging (Servo's lines + Cloud Run request logs)", Traffic{LogLines: 2, LogBytes: 1000}, (1000 + 2*400) * 1e6 / gib * 0.50, nil},
 		{"Cloud Trace (sampling 0.5)", Traffic{Spans: 10}, 5e6 * 0.20 / 1e6, nil},
 		{"Secret Manager accesses", Traffic{SecretAccesses: 1}, 1e6 * 0.03 / 1e4, nil},
+		// A fire's pass held the sweeper's request 30 ms longer: its
+		// sizing (1 vCPU, 512Mi here), no request and no rounding.
+		{"Sweeper CPU: the fire's pass (1 vCPU)", Traffic{Fires: 1, SweeperMs: 30}, 1e6 * 0.03 * 0.000024, []string{"Sweeper memory: the fire's pass (512Mi)"}},
+		{"Sweeper memory: the fire's pass (512Mi)", Traffic{Fires: 1, SweeperMs: 30}, 1e6 * 0.03 * 0.5 * 0.0000025, []string{"Sweeper CPU: the fire's pass (1 vCPU)"}},
+		{"Sweeper CPU: the fire's pass (1 vCPU)", Traffic{Fires: 1}, 0, nil},
 	} {
 		t.Run(c.item, func(t *testing.T) {
 			ls, err := Bill(c.traffic, ListPrices, testDefaults(), alone)
@@ -493,6 +498,209 @@ func TestMetFrom(t *testing.T) {
 		}
 		if got := at(from / 1.02); got <= Targets[i].MaxUSD {
 			t.Errorf("%s: $%.2f at %g a second already meets $%.2f: the bisection stopped late", tr.Shape, got, from/1.02, Targets[i].MaxUSD)
+		}
+	}
+}
+
+// TestFireWithoutSubmit: a fire's lifecycle has no api request, so no api
+// line and no request log of a submit; a shape without a fire has no
+// sweeper line.
+func TestFireWithoutSubmit(t *testing.T) {
+	fire := Traffic{Fires: 1, SweeperMs: 10, Invocations: map[string]int64{"callbacks": 3}}
+	ls, err := Bill(fire, ListPrices, testDefaults(), DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if strings.Contains(l.Item, ": api") {
+			t.Errorf("a fire priced %s", l.Item)
+		}
+	}
+	submitted, err := Bill(Traffic{SubmitRequests: 1, Invocations: map[string]int64{"api": 1, "callbacks": 3}}, ListPrices, testDefaults(), DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range submitted {
+		if strings.HasPrefix(l.Item, "Sweeper") {
+			t.Errorf("a submit priced %s", l.Item)
+		}
+	}
+	d := testDefaults()
+	delete(d.Functions, "sweeper")
+	if _, err := Bill(fire, ListPrices, d, DefaultAssumptions); err == nil {
+		t.Error("a fire priced without the sweeper's sizing")
+	}
+}
+
+// TestIdleSchedules prices schedules at rest for a month: their documents
+// and index entries kept, and the reads and writes measured per pass
+// (none, as recorded), scaled from the schedules measured to those priced.
+func TestIdleSchedules(t *testing.T) {
+	const (
+		gib    = float64(1 << 30)
+		passes = 60 * 730.0 // a pass a tick
+	)
+	for _, c := range []struct {
+		name string
+		s    IdleSchedule
+		n    float64
+		idle Idle
+		want map[string]float64
+	}{
+		{"documents", IdleSchedule{DocBytes: 1 << 20, IndexEntries: 10, Schedules: 50}, 1024, Idle{Passes: 1},
+			map[string]float64{"Firestore storage: schedule documents": 0.15, "Firestore storage: their index entries": 1024 * 10 * 100 / gib * 0.15}},
+		{"nothing per pass", IdleSchedule{DocBytes: 0, Schedules: 50}, 1000, Idle{Passes: 1}, map[string]float64{}},
+		// Were a pass to read each schedule: 1 000 reads a pass.
+		{"a read per schedule and pass", IdleSchedule{Schedules: 50, PassReads: 50, PassWrites: 5}, 1000, Idle{Passes: 1},
+			map[string]float64{"Sweeper Firestore reads (43800 passes)": passes * 1000 * 0.03 / 1e5, "Sweeper Firestore writes": passes * 100 * 0.09 / 1e5}},
+		{"four passes a tick", IdleSchedule{Schedules: 1, PassReads: 1}, 1, Idle{Passes: 4},
+			map[string]float64{"Sweeper Firestore reads (175200 passes)": 4 * passes * 0.03 / 1e5}},
+		{"none measured", IdleSchedule{PassReads: 1}, 1000, Idle{}, map[string]float64{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ls := IdleSchedules(c.s, c.n, c.idle, ListPrices, testDefaults(), DefaultAssumptions)
+			var sum float64
+			for _, l := range ls {
+				w := c.want[l.Item]
+				if !near(l.USD, w) {
+					t.Errorf("%s: $%g, want $%g", l.Item, l.USD, w)
+				}
+				sum += w
+			}
+			for item, w := range c.want {
+				if !slices.ContainsFunc(ls, func(l Line) bool { return l.Item == item }) {
+					t.Errorf("no line %q ($%g)", item, w)
+				}
+			}
+			if !near(Total(ls), sum) {
+				t.Errorf("total $%g, want $%g", Total(ls), sum)
+			}
+		})
+	}
+}
+
+// TestFireTick prices a tick whose first pass fires beyond an idle tick:
+// the request held longer (each rounded up to 100 ms), and an idle pass's
+// reads, writes and spans for each further pass.
+func TestFireTick(t *testing.T) {
+	idle := Idle{InvocationMs: 205, Passes: 1, FirestoreReads: 63, FirestoreWrites: 3, Spans: 71}
+	for _, c := range []struct {
+		name       string
+		fire, idle Idle
+		want       map[string]float64
+	}{
+		{"one more pass", Idle{InvocationMs: 15250, Passes: 2}, idle, map[string]float64{
+			"Sweeper CPU (1 vCPU, request held 15.0 s more)": 15 * 0.000024,
+			"Sweeper memory (512Mi)":                         15 * 0.5 * 0.0000025,
+			"Sweeper Firestore reads (1 more pass)":          63 * 0.03 / 1e5,
+			"Sweeper Firestore writes (pass record, pulse)":  3 * 0.09 / 1e5,
+			"Cloud Trace (sampling 0.5)":                     71 * 0.5 * 0.20 / 1e6,
+		}},
+		{"no longer than idle", Idle{InvocationMs: 150, Passes: 1}, idle, map[string]float64{
+			"Sweeper CPU (1 vCPU, request held 0.0 s more)": 0, "Sweeper Firestore reads (0 more passes)": 0,
+		}},
+		// An unrecorded idle invocation is billed its minimum, 100 ms.
+		{"no idle pass recorded", Idle{InvocationMs: 1000, Passes: 2}, Idle{}, map[string]float64{
+			"Sweeper CPU (1 vCPU, request held 0.9 s more)": 0.9 * 0.000024, "Sweeper memory (512Mi)": 0.9 * 0.5 * 0.0000025,
+			"Sweeper Firestore reads (2 more passes)": 0,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ls, err := FireTick(c.fire, c.idle, ListPrices, testDefaults(), DefaultAssumptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum float64
+			for _, w := range c.want {
+				sum += w
+			}
+			for item, w := range c.want {
+				i := slices.IndexFunc(ls, func(l Line) bool { return l.Item == item })
+				if i < 0 {
+					t.Errorf("no line %q in %v", item, ls)
+				} else if !near(ls[i].USD, w) {
+					t.Errorf("%s: $%g, want $%g", item, ls[i].USD, w)
+				}
+			}
+			if !near(Total(ls), sum) {
+				t.Errorf("total $%g, want $%g: %v", Total(ls), sum, ls)
+			}
+		})
+	}
+	d := testDefaults()
+	delete(d.Functions, "sweeper")
+	if _, err := FireTick(Idle{}, idle, ListPrices, d, DefaultAssumptions); err == nil {
+		t.Error("priced without the sweeper's sizing")
+	}
+}
+
+// TestSmall spells small amounts plainly, to two significant digits.
+func TestSmall(t *testing.T) {
+	for _, c := range []struct {
+		usd  float64
+		want string
+	}{
+		{0, "0"}, {0.0000094, "0.0000094"}, {0.00015, "0.00015"}, {0.000752, "0.00075"}, {0.1465, "0.15"}, {3.4, "3.40"}, {6.671, "6.67"},
+	} {
+		if got := small(c.usd); got != c.want {
+			t.Errorf("small(%g) = %q, want %q", c.usd, got, c.want)
+		}
+	}
+}
+
+// TestLineItems: the per-million table lists each item once, an item only
+// later shapes have after that shape's previous item.
+func TestLineItems(t *testing.T) {
+	bill := func(items ...string) []Line {
+		var ls []Line
+		for _, it := range items {
+			ls = append(ls, Line{Item: it})
+		}
+		return ls
+	}
+	shapes := []Traffic{{Shape: "submit"}, {Shape: "fire"}, {Shape: "other"}}
+	bills := map[string][]Line{
+		"submit": bill("reads", "api", "callbacks", "logging"),
+		"fire":   bill("reads", "callbacks", "sweeper CPU", "sweeper memory", "logging"),
+		"other":  bill("first", "reads", "logging", "last"),
+	}
+	want := []string{"first", "reads", "api", "callbacks", "sweeper CPU", "sweeper memory", "logging", "last"}
+	if got := lineItems(shapes, bills); !slices.Equal(got, want) {
+		t.Errorf("items %v, want %v", got, want)
+	}
+}
+
+// TestSchedulesSection: the doc prices schedules when the recording has a
+// fire, and says nothing of them otherwise.
+func TestSchedulesSection(t *testing.T) {
+	rec := Recording{Shapes: []Traffic{
+		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 6},
+		{Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 10},
+	}, Idle: Idle{InvocationMs: 200, Passes: 1, FirestoreQueries: 52}}
+	r, err := Compute(rec, ListPrices, testDefaults(), DefaultAssumptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.Markdown(), "## Schedules") {
+		t.Error("a recording without a fire has a schedules section")
+	}
+	rec.Shapes = append(rec.Shapes, Traffic{Shape: "a fire", Fires: 1, FirestoreWrites: 4})
+	rec.IdleSchedule = IdleSchedule{DocBytes: 1 << 20, Schedules: 50}
+	rec.FireTick = Idle{InvocationMs: 15200, Passes: 2}
+	if r, err = Compute(rec, ListPrices, testDefaults(), DefaultAssumptions); err != nil {
+		t.Fatal(err)
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"## Schedules",
+		"**$3.60 per million fires**, against $5.40 for the same lifecycle submitted",
+		"| a tick with fires, beyond an idle tick | quantity | unit price | USD |",
+		"An idle schedule costs nothing per sweep pass beyond the duty's fixed due queries shared by all schedules",
+		"**$0.15 a month per thousand schedules**",
+		"held its request 15.2 s in 2 passes, against 0.2 s in 1",
+	} {
+		if !strings.Contains(strings.ReplaceAll(md, "\n", " "), want) {
+			t.Errorf("the doc has no %q", want)
 		}
 	}
 }

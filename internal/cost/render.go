@@ -39,7 +39,13 @@ type Report struct {
 	MetFrom map[string]float64
 	// Assumptions are the ones the bill was computed with.
 	Assumptions Assumptions
+	// IdleSchedules are a month of IdleSchedulesPriced schedules at rest,
+	// FireTick what a tick whose passes make fires costs beyond an idle one.
+	IdleSchedules, FireTick []Line
 }
+
+// IdleSchedulesPriced is how many idle schedules the doc prices a month of.
+const IdleSchedulesPriced = 1000
 
 // RateTable are the steady rates (lifecycles a second) the doc shows the
 // targets' shapes at besides the priced one: from a million lifecycles a
@@ -58,6 +64,10 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 	}
 	var err error
 	if r.Fixed, err = Fixed(rec.Idle, p, d, a); err != nil {
+		return r, err
+	}
+	r.IdleSchedules = IdleSchedules(rec.IdleSchedule, IdleSchedulesPriced, rec.Idle, p, d, a)
+	if r.FireTick, err = FireTick(rec.FireTick, rec.Idle, p, d, a); err != nil {
 		return r, err
 	}
 	for _, t := range Targets {
@@ -140,7 +150,7 @@ func (r Report) Markdown() string {
 	w("USD, us-central1, list prices; free tiers are not modelled (they are per billing\n")
 	w("account), so the figures are an upper bound for a small deployment.\n")
 	w("The counts of each single operation (a submit, a callback, a heartbeat's\n")
-	w("constant ~1 KB whatever the payload, a sweep pass) are asserted by `TestCostModel`\n")
+	w("constant ~1 KB whatever the payload, a sweep pass, a schedule's fire) are asserted by `TestCostModel`\n")
 	w("(`go test -run TestCostModel -v ./internal/devstack/`).\n\n")
 
 	w("## Targets (issue 35)\n\n| bill | target | computed | | at the rates below |\n|---|---|---|---|---|\n")
@@ -204,16 +214,7 @@ func (r Report) Markdown() string {
 		w("---:|")
 	}
 	w("\n")
-	items := []string{}
-	seen := map[string]bool{}
-	for _, t := range r.Recording.Shapes {
-		for _, l := range r.Shapes[t.Shape] {
-			if !seen[l.Item] {
-				seen[l.Item] = true
-				items = append(items, l.Item)
-			}
-		}
-	}
+	items := lineItems(r.Recording.Shapes, r.Shapes)
 	for _, item := range items {
 		w("| %s |", item)
 		for _, t := range r.Recording.Shapes {
@@ -253,6 +254,8 @@ func (r Report) Markdown() string {
 		w("| %s | %s | %s | $%.4f |\n", l.Item, qty(l.Quantity), unitPrice(l.Price), l.USD)
 	}
 	w("| **total** | | | **$%.2f** |\n\n", Total(r.Fixed))
+
+	r.schedules(w)
 
 	w("## Compared with managed alternatives\n\n")
 	w("For a task that calls a worker and reports 10 heartbeats, per million:\n\n")
@@ -322,6 +325,79 @@ func (r Report) Markdown() string {
 	w("until the time its field says (as the code sets it); spans are priced at the sampling\n")
 	w("ratio (the errors and slow requests always kept are not modelled).\n")
 	return b.String()
+}
+
+// lineItems are the items of the shapes' bills, each once: a shape's
+// item the shapes before it lack comes after its own previous item.
+func lineItems(shapes []Traffic, bills map[string][]Line) []string {
+	var items []string
+	for _, t := range shapes {
+		prev := -1 // where this shape's previous item is
+		for _, l := range bills[t.Shape] {
+			if i := slices.Index(items, l.Item); i >= 0 {
+				prev = i
+				continue
+			}
+			prev++
+			items = slices.Insert(items, prev, l.Item)
+		}
+	}
+	return items
+}
+
+// schedules writes the section on schedules: the price of a fire (the
+// recording's fire shape), of idle schedules, and of a tick with fires.
+func (r Report) schedules(w func(string, ...any)) {
+	i := slices.IndexFunc(r.Recording.Shapes, func(t Traffic) bool { return t.Fires > 0 })
+	if i < 0 {
+		return
+	}
+	fire, s, idle, tick := r.Recording.Shapes[i], r.Recording.IdleSchedule, r.Recording.Idle, r.Recording.FireTick
+	table := func(title string, ls []Line) {
+		w("| %s | quantity | unit price | USD |\n|---|---:|---|---:|\n", title)
+		for _, l := range ls {
+			w("| %s | %s | %s | $%s |\n", l.Item, qty(l.Quantity), unitPrice(l.Price), small(l.USD))
+		}
+		w("| **total** | | | **$%s** |\n\n", small(Total(ls)))
+	}
+	w("## Schedules\n\n")
+	w("A schedule's fire is made by the sweeper's schedule duty (`dispatcher.Scheduler.FireDue`),\n")
+	w("not by a submit: no api request, no request log. The shape \"%s\"\n", fire.Shape)
+	w("above is a fire and its task's lifecycle: what the sweep pass that made the fire did more\n")
+	w("than an idle pass (read the schedule, write the decision under the version read, create\n")
+	w("the task and its Cloud Task, settle the schedule; perhaps read the task's outbox entry,\n")
+	w("when the pass's re-drive queries it before its delivery deletes it; `TestCostModel`\n")
+	w("counts them), the tick's request held %d ms longer, priced at the sweeper's sizing, and\n", fire.SweeperMs)
+	w("the task's callbacks: **$%.2f per million fires**", Total(r.Shapes[fire.Shape]))
+	if ls, ok := r.Shapes["1 attempt, 1 heartbeat"]; ok {
+		w(", against $%.2f for the same lifecycle\nsubmitted", Total(ls))
+	}
+	w(".\n\n")
+	w("An idle schedule costs nothing per sweep pass beyond the duty's fixed due queries shared by all schedules:\n")
+	w("one query per group of due shards, among the %d queries of the fixed cost above whether\n", idle.FirestoreQueries)
+	w("there are schedules or not, and it reads only the schedules due before the window's end.\nMeasured: a pass with %d\n", s.Schedules)
+	w("schedules whose next fire is hours away read %d and wrote %d documents more than a pass with\n", s.PassReads, s.PassWrites)
+	w("none (`TestCostModel` asserts none). A schedule at rest costs its document kept, %d bytes\n", s.DocBytes)
+	w("and %d index entries after its first fire: **$%s a month per thousand schedules**.\n\n", s.IndexEntries, small(Total(r.IdleSchedules)))
+	table(fmt.Sprintf("%s idle schedules, a month", qty(IdleSchedulesPriced)), r.IdleSchedules)
+	w("A pass that made a fire is not idle, so the sweeper's invocation does not end after it:\n")
+	w("it sweeps again at its next pass. Measured, an invocation whose first pass made a fire\n")
+	w("held its request %.1f s in %d passes, against %.1f s in %d at zero traffic: a tick whose first\n",
+		float64(tick.InvocationMs)/1000, tick.Passes, float64(idle.InvocationMs)/1000, idle.Passes)
+	w("pass makes fires costs **$%s** more, however many fires it makes, $%.2f a month if every\n",
+		small(Total(r.FireTick)), Total(r.FireTick)*r.Defaults.SweepTicksPerHour*HoursPerMonth)
+	w("tick does. Fires in later passes keep the window open longer, up to the whole window\n")
+	w("(as with `sweep_early_end` off) when schedules fire in every pass.\n\n")
+	table("a tick with fires, beyond an idle tick", r.FireTick)
+}
+
+// small spells an amount to two significant digits, at least two
+// decimals, without an exponent: 0.00015, 0.12, 3.40.
+func small(usd float64) string {
+	if usd == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.*f", max(2, 1-int(math.Floor(math.Log10(math.Abs(usd))))), usd)
 }
 
 func cell(ls []Line, item string) string {

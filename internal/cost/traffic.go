@@ -14,12 +14,30 @@ import (
 )
 
 // Recording is what the local stack measured: one Traffic per workload
-// shape and the idle sweeper's invocation.
+// shape, the idle sweeper's invocation, and what schedules cost besides
+// their fires.
 type Recording struct {
 	// Recorded is the date of the recording (YYYY-MM-DD).
 	Recorded string    `json:"recorded"`
 	Shapes   []Traffic `json:"shapes"`
 	Idle     Idle      `json:"idle"`
+	// FireTick is one sweeper invocation, run the production way, whose
+	// first pass made a schedule's fire: a pass that fired is not idle,
+	// so the invocation sweeps on to its next pass before it may end.
+	FireTick Idle `json:"fireTick"`
+	// IdleSchedule is one schedule at rest.
+	IdleSchedule IdleSchedule `json:"idleSchedule"`
+}
+
+// IdleSchedule is what a schedule whose next fire is hours away keeps and
+// causes: its document (after its first fire) and what a sweep pass with
+// Schedules such schedules read and wrote more than a pass with none.
+type IdleSchedule struct {
+	DocBytes     int64 `json:"docBytes"`
+	IndexEntries int64 `json:"indexEntries"`
+	Schedules    int64 `json:"schedules"`
+	PassReads    int64 `json:"passReads"`
+	PassWrites   int64 `json:"passWrites"`
 }
 
 // Traffic is what one lifecycle of a shape caused.
@@ -58,6 +76,14 @@ type Traffic struct {
 	// /v1/tasks or /v1/tasks:batch), whose request logs an exclusion may
 	// drop (Defaults.NoOKSubmitRequestLogs) while the api's others stay.
 	SubmitRequests int64 `json:"submitRequests,omitempty"`
+	// Fires are the lifecycles a schedule's fire began: made by the
+	// sweeper's schedule duty, not by a submit (no api request).
+	Fires int64 `json:"fires,omitempty"`
+	// SweeperMs is how much longer the sweep pass that made the fire held
+	// the sweeper's request than an idle pass: priced at the sweeper's
+	// sizing, without a request of its own (the pass runs in a Scheduler
+	// tick's invocation).
+	SweeperMs int64 `json:"sweeperMs,omitempty"`
 	// CPUUs is the CPU time (user + system, microseconds) the local
 	// stack's process spent during each invocation, by function: the
 	// handler's work and the test client's (an upper bound of the

@@ -3,7 +3,9 @@ package devstack_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +15,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/config"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/dispatcher"
+	"github.com/servo-dev/servo/internal/logs"
 	"github.com/servo-dev/servo/internal/servotest"
 	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 	"github.com/servo-dev/servo/internal/zombie"
 )
 
@@ -61,12 +67,72 @@ type costEnv struct {
 	logs *lineCounter
 }
 
-// idlePassQueries is what an idle sweep pass queries over production's
-// 128 due shards: one query per duty and group of shards (store.DueGroups:
-// 19 deadline + 5 cancel + 9 lease + 9 dispatch, at most 30 disjunctions
-// each) and 5 for the outbox re-drive (store.OutboxGroups), where one
-// query per duty and shard took 80 with 16 shards.
-const idlePassQueries = 47
+// idlePassQueries is what an idle sweep pass, wired as production wires
+// it, queries over production's 128 due shards: one query per duty and
+// group of shards (store.DueGroups: 19 deadline + 5 cancel + 9 lease + 9
+// dispatch, at most 30 disjunctions each), 5 for the outbox re-drive
+// (store.OutboxGroups) and 5 for the schedule duty's due schedules
+// (store.ScheduleGroups), however many schedules there are; one query per
+// duty and shard took 80 with 16 shards.
+const idlePassQueries = 52
+
+// productionSweeper is the sweeper internal/server wires (server.New) on
+// e's stack, its schedule duty included, with cfg's cadence, window and
+// re-drives, logging to log; opts change its configuration further.
+func productionSweeper(t testing.TB, e *env, cfg config.Config, log *slog.Logger, opts ...func(*zombie.Config)) *zombie.Sweeper {
+	t.Helper()
+	cadence := cfg.SweepEvery
+	if cfg.SweepWindow <= 0 {
+		cadence = max(cadence, time.Minute)
+	}
+	schedules, err := dispatcher.NewScheduler(dispatcher.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Logger: log, Project: e.stack.Project,
+		MinTimer: task.MinTimerLocal, SweepEvery: cadence}) // the stack's MinTimer
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc := zombie.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Holder: e.stack.Enqueuer, Redriver: e.stack.Events, Recorder: e.stack.Store,
+		Cleaner: e.stack.Events, Schedules: schedules, Logger: log, Every: cfg.SweepEvery, Window: cfg.SweepWindow, KeepWindow: !cfg.SweepEarlyEnd, MaxRedrives: cfg.MaxRedrives}
+	for _, o := range opts {
+		o(&zc)
+	}
+	sw, err := zombie.New(zc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sw
+}
+
+// createSchedule creates tenant acme's schedule id through the API, firing
+// every hour (the finest everyMs at the cost stacks' hourly sweep cadence)
+// from the first whole second after from, its task the scripted worker's
+// (env.submit's) with extra; it returns the first fire time.
+func (e *env) createSchedule(id string, from time.Time, extra map[string]any) time.Time {
+	e.T.Helper()
+	first := from.UTC().Add(time.Second).Truncate(time.Second)
+	tk := map[string]any{
+		"taskKey": "k", "worker": "scripted", "payload": map[string]any{"n": 1},
+		"heartbeatIntervalMs": 200, "heartbeatTimeoutMs": 1500, "cancelGracePeriodMs": 300,
+		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
+	}
+	maps.Copy(tk, extra)
+	body := map[string]any{"scheduleId": id, "tenantId": "acme", "workspaceId": "ws", "task": tk,
+		"spec": map[string]any{"everyMs": time.Hour.Milliseconds(), "startAt": first.Format(time.RFC3339)}}
+	if status, out := e.Do("POST", "/v1/schedules", body); status != http.StatusCreated {
+		e.T.Fatalf("create schedule %s: %d %s", id, status, out)
+	}
+	return first
+}
+
+// untilPast sleeps until at has passed.
+func untilPast(at time.Time) { time.Sleep(time.Until(at) + 50*time.Millisecond) }
+
+// The rows of the schedule duty's passes, and how many idle schedules the
+// second has.
+const (
+	idleSchedulesPass = "sweep pass, 50 schedules hours from their next fire"
+	firePass          = "sweep pass making one schedule fire"
+	idleSchedules     = 50
+)
 
 func newCostEnv(t *testing.T) *costEnv {
 	rc, ct, lc := store.NewRPCCounter(), &callCounter{n: map[string]int{}}, &lineCounter{}
@@ -144,8 +210,9 @@ func (c *costEnv) attempt(beats int, outcome api.Outcome) {
 	expect(c.T, "completed", st, res, 200, "", api.Committed)
 }
 
-// costTable runs every operation of docs/cost.md and returns its rows.
-func costTable(t *testing.T) []opCost {
+// costTable runs every operation of docs/cost.md and returns its stack
+// and rows.
+func costTable(t *testing.T) (*costEnv, []opCost) {
 	c := newCostEnv(t)
 	var rows []opCost
 	retry := map[string]any{"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
@@ -174,15 +241,37 @@ func costTable(t *testing.T) []opCost {
 		st, res := c.callback(d3.env, "completed", api.CompletedRequest{Attempt: 1, WorkerID: "w", Outcome: api.OutcomeSucceeded})
 		expect(t, "completed", st, res, 200, "", api.Committed)
 	}))
-	sw, err := zombie.New(zombie.Config{Store: c.stack.Store, Enqueuer: c.stack.Enqueuer, Redriver: c.stack.Events, Recorder: c.stack.Store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows = append(rows, c.measure("sweep pass, nothing due", func() {
-		if _, err := sw.Sweep(context.Background()); err != nil {
+	sw := productionSweeper(t, c.env, config.Default(), logs.New(c.logs, slog.LevelInfo))
+	var pass zombie.Stats // the last pass's
+	sweep := func(name string) opCost {
+		// Its pulse's promise renewed first, as a window that ended early
+		// renews it: no pass counts the time since the last as an outage.
+		if err := c.stack.Store.PromisePulse(context.Background(), time.Now().Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-	}))
+		return c.measure(name, func() {
+			var err error
+			if pass, err = sw.Sweep(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	rows = append(rows, sweep("sweep pass, nothing due"))
+	// Schedules at rest, then one due: created through the API (not
+	// measured), and each pass explicit.
+	for i := range idleSchedules {
+		c.createSchedule(fmt.Sprintf("idle-%d", i), time.Now().Add(3*time.Hour), nil)
+	}
+	rows = append(rows, sweep(idleSchedulesPass))
+	if sch := pass.Schedules; sch.Due != 0 || sch.Upcoming != 0 {
+		t.Errorf("%s: %+v, want nothing due or upcoming", idleSchedulesPass, sch)
+	}
+	untilPast(c.createSchedule("fire", time.Now().Add(time.Second), nil))
+	rows = append(rows, sweep(firePass))
+	if sch := pass.Schedules; sch.Due != 1 || sch.Started != 1 || sch.Errors != 0 {
+		t.Errorf("%s: %+v, want one fire started", firePass, sch)
+	}
+	c.attempt(0, api.OutcomeSucceeded) // the fire's task, to its end
 
 	// Whole lifecycles.
 	rows = append(rows, c.measure("lifecycle: 1 attempt, 10 heartbeats", func() {
@@ -199,7 +288,7 @@ func costTable(t *testing.T) []opCost {
 	if v := c.WaitState(r3, api.Succeeded); len(v.Attempts) != 3 {
 		t.Fatalf("%d attempts", len(v.Attempts))
 	}
-	return rows
+	return c, rows
 }
 
 // TestCostModel measures what each operation costs in Firestore, Cloud
@@ -208,7 +297,7 @@ func costTable(t *testing.T) []opCost {
 //
 //	go test -run TestCostModel -v ./internal/devstack/
 func TestCostModel(t *testing.T) {
-	rows := costTable(t)
+	c0, rows := costTable(t)
 	var b strings.Builder
 	fmt.Fprintln(&b, "| operation | Firestore RPCs | docs read | docs written | docs deleted | index entries written | bytes sent | bytes received | Cloud Tasks calls | Pub/Sub messages | log lines (bytes) |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|")
@@ -236,8 +325,9 @@ func TestCostModel(t *testing.T) {
 		{"completed FAILED, retry scheduled", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{"CreateTask": 1}, 1},
 		{"completed SUCCEEDED", map[string]int{"BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 1},
 		// One query per duty and group of shards, and one per group for
-		// the outbox; the pass's record (meta/sweeper) is one commit, its
-		// pulse (meta/pulse, store.Pulse) one read and one commit.
+		// the outbox and for the due schedules; the pass's record
+		// (meta/sweeper) is one commit, its pulse (meta/pulse, store.Pulse)
+		// one read and one commit.
 		{"sweep pass, nothing due", map[string]int{"RunQuery": idlePassQueries, "BatchGetDocuments": 1, "Commit": 2}, map[string]int{}, 0},
 	} {
 		got := byName[c.op]
@@ -245,12 +335,66 @@ func TestCostModel(t *testing.T) {
 			t.Errorf("%s: Firestore %v, Cloud Tasks %v, %d messages; want %v, %v, %d", c.op, got.firestore, got.cloudTasks, got.events, c.firestore, c.cloudTasks, c.events)
 		}
 	}
+	// The queries of an idle pass are the store's groups of due shards.
+	groups := len(c0.stack.Store.OutboxGroups()) + len(c0.stack.Store.ScheduleGroups())
+	for _, d := range zombie.Duties {
+		groups += len(c0.stack.Store.DueGroups(d.Due))
+	}
+	if groups != idlePassQueries {
+		t.Errorf("an idle pass queries %d groups of due shards, idlePassQueries says %d", groups, idlePassQueries)
+	}
+	// The schedule duty's passes, beyond the idle pass. Idle schedules add
+	// nothing: the due query reads the schedules due, and none other. A
+	// fire (schedules_fire.go) reads the schedule (decide: its due query's
+	// row and the schedule itself), writes its decision under the version
+	// read (a commit), creates the task (CreateMany: a commit of the task
+	// and its outbox entry) and its Cloud Task, and settles the schedule (a
+	// commit); the task's two events are sent and their outbox entry
+	// deleted (a commit), as a submit's. Its line is the submit's, "task
+	// submitted". The pass's outbox re-drive, right after, may read that
+	// entry before its delivery deletes it (one read more, not re-driven:
+	// it is within its grace).
+	idle := byName["sweep pass, nothing due"]
+	for _, c := range []struct {
+		op                    string
+		firestore, cloudTasks map[string]int
+		events, logLines      int64
+		read, written, delete int
+		raced                 int // reads a race may add
+	}{
+		{idleSchedulesPass, map[string]int{}, map[string]int{}, 0, 0, 0, 0, 0, 0},
+		{firePass, map[string]int{"BatchGetDocuments": 1, "Commit": 4}, map[string]int{"CreateTask": 1}, 2, 1, 2, 4, 1, 1},
+	} {
+		got := byName[c.op]
+		more := map[string]int{}
+		for m, n := range got.firestore {
+			if d := n - idle.firestore[m]; d != 0 {
+				more[m] = d
+			}
+		}
+		for m, n := range idle.firestore {
+			if _, ok := got.firestore[m]; !ok {
+				more[m] = -n
+			}
+		}
+		if !maps.Equal(more, c.firestore) || !maps.Equal(got.cloudTasks, c.cloudTasks) || got.events != c.events || got.logLines != c.logLines {
+			t.Errorf("%s, beyond an idle pass: Firestore %v, Cloud Tasks %v, %d messages, %d log lines; want %v, %v, %d, %d",
+				c.op, more, got.cloudTasks, got.events, got.logLines, c.firestore, c.cloudTasks, c.events, c.logLines)
+		}
+		if r, w, d := got.usage.DocsRead-idle.usage.DocsRead, got.usage.DocsWritten-idle.usage.DocsWritten, got.usage.DocsDeleted-idle.usage.DocsDeleted; r < c.read || r > c.read+c.raced || w != c.written || d != c.delete {
+			t.Errorf("%s, beyond an idle pass: %d documents read, %d written, %d deleted; want %d (+%d), %d, %d", c.op, r, w, d, c.read, c.raced, c.written, c.delete)
+		}
+	}
+	if got := byName[idleSchedulesPass]; got.usage.IndexEntries != idle.usage.IndexEntries || got.usage.DocsMissing != idle.usage.DocsMissing {
+		t.Errorf("%s: %d index entries written, %d lookups missing; an idle pass %d and %d", idleSchedulesPass,
+			got.usage.IndexEntries, got.usage.DocsMissing, idle.usage.IndexEntries, idle.usage.DocsMissing)
+	}
 	// Log lines (INFO and above): a submit writes one, naming its Cloud
 	// Task; completed one; an accepted started or heartbeat none; a
 	// retry's enqueue its own "attempt enqueued"; an idle pass none.
 	for op, want := range map[string]int64{
 		"submit": 1, "started": 0, "heartbeat": 0, skippedHeartbeat: 0,
-		"completed FAILED, retry scheduled": 2, "completed SUCCEEDED": 1, "sweep pass, nothing due": 0,
+		"completed FAILED, retry scheduled": 2, "completed SUCCEEDED": 1, "sweep pass, nothing due": 0, idleSchedulesPass: 0, firePass: 1,
 		"lifecycle: 1 attempt, 10 heartbeats": 2,
 		// 1 submit, 3 completed, 2 retries enqueued.
 		"lifecycle: 3 attempts (2 retried failures), 10 heartbeats each": 6,
@@ -261,14 +405,14 @@ func TestCostModel(t *testing.T) {
 	}
 	// Each commit's outbox document is deleted once its events are
 	// delivered (no dead letter here: every message is an event), and
-	// nothing else is: one delete per event, but a submit's two events
-	// share one document.
+	// nothing else is: one delete per event, but the two events of a
+	// submit's (or a fire's) task share one document.
 	for _, r := range rows {
-		submits := 0
-		if r.name == "submit" || strings.HasPrefix(r.name, "lifecycle:") {
-			submits = 1
+		creates := 0
+		if r.name == "submit" || r.name == firePass || strings.HasPrefix(r.name, "lifecycle:") {
+			creates = 1
 		}
-		if want := int(r.events) - submits; r.usage.DocsDeleted != want {
+		if want := int(r.events) - creates; r.usage.DocsDeleted != want {
 			t.Errorf("%s: %d documents deleted, want %d (one per commit's events delivered)", r.name, r.usage.DocsDeleted, want)
 		}
 	}

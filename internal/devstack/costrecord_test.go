@@ -285,18 +285,24 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 // CPU times (timedLifecycle).
 const timingRuns = 3
 
-// timedLifecycle records shape timingRuns times: the first run's counts,
-// and for each function the median, by position, of the request and CPU
-// times of the runs that made the same invocations. The CPU time is the
-// whole test process's during a request, so a sweep pass or a garbage
-// collection meanwhile only adds to it: one run's is noisy.
+// timedLifecycle records shape timingRuns times (timed).
 func (r *recorder) timedLifecycle(shape string, op func(run int)) cost.Traffic {
 	r.T.Helper()
-	first := r.lifecycle(shape, func() { op(0) })
+	return r.timed(func(run int) cost.Traffic { return r.lifecycle(shape, func() { op(run) }) })
+}
+
+// timed records a shape timingRuns times: the first run's counts, and
+// for each function the median, by position, of the request and CPU
+// times of the runs that made the same invocations (and the median of the
+// sweeper's time). The CPU time is the whole test process's during a
+// request, so a sweep pass or a garbage collection meanwhile only adds to
+// it: one run's is noisy.
+func (r *recorder) timed(record func(run int) cost.Traffic) cost.Traffic {
+	r.T.Helper()
+	first := record(0)
 	runs := []cost.Traffic{first}
 	for i := 1; i < timingRuns; i++ {
-		tr := r.lifecycle(shape, func() { op(i) })
-		if sameInvocations(tr, first) {
+		if tr := record(i); sameInvocations(tr, first) {
 			runs = append(runs, tr)
 		}
 	}
@@ -304,7 +310,39 @@ func (r *recorder) timedLifecycle(shape string, op func(run int)) cost.Traffic {
 		first.RequestMs[name] = medians(runs, func(t cost.Traffic) []int64 { return t.RequestMs[name] })
 		first.CPUUs[name] = medians(runs, func(t cost.Traffic) []int64 { return t.CPUUs[name] })
 	}
+	first.SweeperMs = medians(runs, func(t cost.Traffic) []int64 { return []int64{t.SweeperMs} })[0]
 	return first
+}
+
+// passCost is what one explicit sweep pass cost.
+type passCost struct {
+	usage store.Usage
+	spans int
+	ms    int64
+	stats zombie.Stats
+}
+
+// pass runs one explicit pass of sw after its pulse's promise is renewed,
+// as a window that ended early renews it (so that no pass counts the time
+// since the one before as an outage), and returns what it cost.
+func (r *recorder) pass(sw *zombie.Sweeper) passCost {
+	r.T.Helper()
+	ctx := context.Background()
+	if err := r.stack.Store.PromisePulse(ctx, time.Now().Add(time.Minute)); err != nil {
+		r.T.Fatal(err)
+	}
+	r.settle()
+	r.rpc.Reset()
+	spans0 := r.spans()
+	began := time.Now()
+	st, err := sw.Sweep(ctx)
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	pc := passCost{ms: time.Since(began).Milliseconds(), stats: st}
+	r.settle()
+	pc.usage, pc.spans = r.rpc.Usage(), r.spans()-spans0
+	return pc
 }
 
 // sameInvocations reports whether a and b timed the same requests.
@@ -360,11 +398,12 @@ func (r *recorder) attempt(beats int, outcome api.Outcome) {
 }
 
 // BenchmarkCostRecord records the traffic internal/cost prices: one lifecycle
-// of each workload shape and one idle sweeper invocation, run the
-// production way, and writes it to the file SERVO_COST_RECORD names
+// of each workload shape (a schedule's fire among them), one idle sweeper
+// invocation and one whose first pass fires, run the production way, and
+// an idle schedule, and writes it to the file SERVO_COST_RECORD names
 // (`go run ./bench/cost -record`; without it, it reports the figures
-// only). A benchmark, not a test: the idle invocation takes its whole
-// window (55 s), so `go test ./...` does not run it.
+// only). A benchmark, not a test: the invocation that fires sweeps on to
+// its next pass (15 s), so `go test ./...` does not run it.
 //
 //	go test -run '^$' -bench '^BenchmarkCostRecord$' -benchtime 1x ./internal/devstack/
 func BenchmarkCostRecord(b *testing.B) {
@@ -460,41 +499,133 @@ func BenchmarkCostRecord(b *testing.B) {
 	one("tenant quota, 1 heartbeat", map[string]any{"tenantId": "quota-tenant"}, 1)
 	one("payload 40 KB, 1 heartbeat", map[string]any{"payload": map[string]any{"blob": strings.Repeat("x", 40_000)}}, 1)
 
-	// One idle sweeper invocation, as the function runs it: production's
-	// configuration defaults (internal/server wires the same fields).
+	// The sweeper as the function runs it: production's configuration
+	// defaults, wired as internal/server wires it (its schedule duty
+	// included). The passes compared below are one Sweeper's, after a
+	// first pass, not recorded, that does what a Sweeper does at most
+	// every few minutes (the leftover streams' clean-up, the quota
+	// counters' repair: its period lengthened, so that no compared pass
+	// repairs; the invocations' first passes do).
 	cfg := config.Default()
-	sw, err := zombie.New(zombie.Config{Store: e.stack.Store, Enqueuer: e.stack.Enqueuer, Holder: e.stack.Enqueuer, Redriver: e.stack.Events, Recorder: e.stack.Store,
-		Logger: logs.New(r.logs, slog.LevelInfo), Every: cfg.SweepEvery, Window: cfg.SweepWindow, MaxRedrives: cfg.MaxRedrives})
-	if err != nil {
-		t.Fatal(err)
+	sweeper := func(opts ...func(*zombie.Config)) *zombie.Sweeper {
+		return productionSweeper(t, e, cfg, logs.New(r.logs, slog.LevelInfo), opts...)
 	}
-	r.settle()
-	rc.Reset()
-	logw.take()
-	spans0 := r.spans()
-	began := time.Now()
-	st, err := sw.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
+	sw := sweeper(func(c *zombie.Config) { c.QuotaRepairEvery = 24 * time.Hour })
+	r.pass(sw)
+	// An explicit idle pass, to take from the pass that makes a fire.
+	idlePass := r.pass(sw)
+	ms := []int64{idlePass.ms}
+	for range timingRuns - 1 {
+		ms = append(ms, r.pass(sw).ms)
 	}
-	idle := cost.Idle{InvocationMs: time.Since(began).Milliseconds(), Passes: int64(st.Passes)}
-	u := rc.Usage()
-	idle.FirestoreWrites, idle.FirestoreQueries = int64(u.DocsWritten), int64(rc.Counts()["RunQuery"])
-	// Nothing is due: each query is empty, and an empty query is billed as
-	// one document read.
-	idle.FirestoreReads = int64(u.DocsRead) + idle.FirestoreQueries
-	idle.LogLines, idle.LogBytes = logw.take()
-	idle.Spans = int64(r.spans() - spans0)
+	slices.Sort(ms)
+	idlePass.ms = ms[len(ms)/2] // the median
+	// A schedule's fire: the sweep pass that makes it, beyond an idle
+	// pass, and its task's lifecycle. The schedule is created through the
+	// API (not recorded) and its first fire waited for.
+	const fireShape = "a schedule's fire, 1 attempt, 1 heartbeat"
+	shapes = append(shapes, r.timed(func(run int) cost.Traffic {
+		untilPast(r.createSchedule(fmt.Sprintf("cost-fire-%d", run), time.Now().Add(time.Second), timing))
+		if err := e.stack.Store.PromisePulse(ctx, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		var took time.Duration
+		tr := r.lifecycle(fireShape, func() {
+			began := time.Now()
+			st, err := sw.Sweep(ctx)
+			took = time.Since(began)
+			if err != nil || st.Schedules.Started != 1 {
+				t.Fatalf("the fire's pass: %+v, %v", st.Schedules, err)
+			}
+			r.attempt(1, api.OutcomeSucceeded)
+		})
+		u := idlePass.usage
+		// The due query that found the schedule is billed one read, as it
+		// is when it finds nothing: its row is no read more.
+		tr.FirestoreReads -= int64(u.DocsRead) + 1
+		tr.FirestoreMissing -= int64(u.DocsMissing)
+		tr.FirestoreWrites -= int64(u.DocsWritten)
+		tr.FirestoreDeletes -= int64(u.DocsDeleted)
+		tr.IndexEntries -= int64(u.IndexEntries)
+		tr.Spans -= int64(idlePass.spans)
+		tr.Fires, tr.SweeperMs = 1, max(0, took.Milliseconds()-idlePass.ms)
+		return tr
+	}))
+
+	// A sweeper invocation as the function runs one (Sweeper.Run), by a
+	// Sweeper of its own: its first pass does all a tick's may (the quota
+	// repair, due every minute; the streams' clean-up, every tenth tick,
+	// an upper bound).
+	invocation := func(sw *zombie.Sweeper) (cost.Idle, zombie.Stats) {
+		if err := e.stack.Store.PromisePulse(ctx, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		r.settle()
+		rc.Reset()
+		logw.take()
+		spans0 := r.spans()
+		began := time.Now()
+		st, err := sw.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := cost.Idle{InvocationMs: time.Since(began).Milliseconds(), Passes: int64(st.Passes)}
+		u := rc.Usage()
+		inv.FirestoreWrites, inv.FirestoreQueries = int64(u.DocsWritten), int64(rc.Counts()["RunQuery"])
+		// Nothing is due: each query is empty, and an empty query is
+		// billed as one document read.
+		inv.FirestoreReads = int64(u.DocsRead) + inv.FirestoreQueries
+		inv.LogLines, inv.LogBytes = logw.take()
+		inv.Spans = int64(r.spans() - spans0)
+		return inv, st
+	}
+	idle, _ := invocation(sweeper()) // at zero traffic
 	for name, d := range snapshot(t, fs, e.stack.Project) {
 		if strings.Contains(name, "/documents/meta/") {
 			idle.StoredDocBytes += d.bytes
 		}
 	}
+	// Schedules at rest, hours from their next fire: what a pass with them
+	// reads and writes beyond the idle pass, and what one keeps.
+	for i := range idleSchedules {
+		r.createSchedule(fmt.Sprintf("cost-idle-%d", i), time.Now().Add(3*time.Hour), timing)
+	}
+	withSchedules := r.pass(sw)
+	if sch := withSchedules.stats.Schedules; sch.Due != 0 || sch.Upcoming != 0 {
+		t.Errorf("a pass with idle schedules: %+v, want nothing due or upcoming", sch)
+	}
+	rest := cost.IdleSchedule{Schedules: idleSchedules + timingRuns, // the fire shape's too
+		PassReads:  int64(withSchedules.usage.DocsRead - idlePass.usage.DocsRead),
+		PassWrites: int64(withSchedules.usage.DocsWritten - idlePass.usage.DocsWritten)}
+	fired := snapshot(t, fs, e.stack.Project)["projects/"+e.stack.Project+"/databases/(default)/documents/"+store.SchedulesCollection+"/"+store.ScheduleDocID("acme", "cost-fire-0")]
+	rest.DocBytes, rest.IndexEntries = fired.bytes, fired.entries
+	// One invocation whose first pass makes a fire: not idle, it sweeps on.
+	untilPast(r.createSchedule("cost-tick", time.Now().Add(time.Second), timing))
+	fireTick, st := invocation(sweeper())
+	if st.Schedules.Started != 1 {
+		t.Errorf("the invocation that fires: %+v", st.Schedules)
+	}
+	r.attempt(0, api.OutcomeSucceeded) // its task, to its end
 
 	for _, tr := range shapes {
-		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 || tr.SubmitRequests != 1 {
-			t.Errorf("%s: recorded nothing, or not its one submit: %+v", tr.Shape, tr)
+		if tr.FirestoreWrites == 0 || len(tr.PubSubMessages) == 0 || tr.Invocations["callbacks"] == 0 || len(tr.CloudTasksCreates) == 0 ||
+			tr.SubmitRequests+tr.Fires != 1 || (tr.Fires > 0 && tr.Invocations["api"] > 0) {
+			t.Errorf("%s: recorded nothing, or not its one submit or fire (a fire without an api request): %+v", tr.Shape, tr)
 		}
+	}
+	// A fire writes what a submit does (the task and its outbox entry)
+	// and the schedule twice (decide, settle), and reads the schedule, and
+	// perhaps its outbox entry too (the pass's re-drive may query it before
+	// its delivery deletes it); the rest is its task's lifecycle.
+	if i, j := slices.IndexFunc(shapes, func(t cost.Traffic) bool { return t.Shape == fireShape }), slices.IndexFunc(shapes, func(t cost.Traffic) bool { return t.Shape == "1 attempt, 1 heartbeat" }); i >= 0 && j >= 0 {
+		f, s := shapes[i], shapes[j]
+		if f.FirestoreWrites != s.FirestoreWrites+2 || f.FirestoreReads < s.FirestoreReads+1 || f.FirestoreReads > s.FirestoreReads+2 || f.FirestoreDeletes != s.FirestoreDeletes {
+			t.Errorf("%s: %d reads, %d writes, %d deletes; want the submitted lifecycle's %d (+1, perhaps +2), %d (+2), %d", fireShape,
+				f.FirestoreReads, f.FirestoreWrites, f.FirestoreDeletes, s.FirestoreReads, s.FirestoreWrites, s.FirestoreDeletes)
+		}
+	}
+	if rest.PassReads != 0 || rest.PassWrites != 0 || rest.DocBytes == 0 {
+		t.Errorf("idle schedules: %+v, want no reads or writes per pass, and a document", rest)
 	}
 	for _, tr := range shapes {
 		if tr.Shape == "1 attempt, 10 heartbeats" {
@@ -505,7 +636,8 @@ func BenchmarkCostRecord(b *testing.B) {
 	if out == "" {
 		return
 	}
-	if err := cost.WriteRecording(out, cost.Recording{Recorded: time.Now().UTC().Format(time.DateOnly), Shapes: shapes, Idle: idle}); err != nil {
+	if err := cost.WriteRecording(out, cost.Recording{Recorded: time.Now().UTC().Format(time.DateOnly), Shapes: shapes, Idle: idle,
+		FireTick: fireTick, IdleSchedule: rest}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", out)
