@@ -116,25 +116,7 @@ func record(ctx context.Context, project string, hosts emulatorHosts, p plan, pa
 	rec := newRecorder()
 	box := newMailbox()
 	defer box.srv.Close()
-	// Each worker declares its rate at the target, so that the stack gives
-	// it the queues production would (enqueue.QueueCount).
-	workers, rates, queues := map[string]string{}, map[string]float64{}, map[string]string{}
-	for name, role := range p.workers {
-		workers[name] = box.srv.URL
-		rates[name] = workerRate(tg, role)
-		queues[name] = "queues/" + name
-	}
-	const sweepEvery = time.Second
-	o := devstack.Options{
-		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: sweepEvery, Quotas: p.quotas,
-		DueShards:           store.DefaultDueShards, // production's, not the local default
-		WorkerRates:         rates,
-		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
-		TasksClientOptions:  rec.tasksOptions(),
-		PubSubClientOptions: rec.pubsubOptions(),
-	}
-	o.FirestoreHost, o.PubSubHost = hosts.firestore, hosts.pubsub
-	stack, err := devstack.Start(ctx, o)
+	stack, queues, err := recordingStack(ctx, project, hosts, p, rec, box.srv.URL, tg)
 	if err != nil {
 		return scale.Traffic{}, err
 	}
@@ -150,8 +132,37 @@ func record(ctx context.Context, project string, hosts emulatorHosts, p plan, pa
 	events := rec.events()
 	spread := families(events, tg, store.DefaultDueShards, p.tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
-		Duration: time.Since(start), SweepEvery: sweepEvery, Spread: spread}, nil
+		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread}, nil
 }
+
+// recordingStack starts a local stack on hosts whose Firestore, Cloud
+// Tasks and Pub/Sub clients rec records, with p's quotas and workers (all
+// at url); it returns the stack and each worker's base queue (relQueue
+// form).
+func recordingStack(ctx context.Context, project string, hosts emulatorHosts, p plan, rec *recorder, url string, tg scale.Target) (*devstack.Stack, map[string]string, error) {
+	// Each worker declares its rate at the target, so that the stack gives
+	// it the queues production would (enqueue.QueueCount).
+	workers, rates, queues := map[string]string{}, map[string]float64{}, map[string]string{}
+	for name, role := range p.workers {
+		workers[name] = url
+		rates[name] = workerRate(tg, role)
+		queues[name] = "queues/" + name
+	}
+	o := devstack.Options{
+		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: recordedSweep, Quotas: p.quotas,
+		DueShards:           store.DefaultDueShards, // production's, not the local default
+		WorkerRates:         rates,
+		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
+		TasksClientOptions:  rec.tasksOptions(),
+		PubSubClientOptions: rec.pubsubOptions(),
+		FirestoreHost:       hosts.firestore, PubSubHost: hosts.pubsub,
+	}
+	stack, err := devstack.Start(ctx, o)
+	return stack, queues, err
+}
+
+// recordedSweep is the recordings' sweeper cadence.
+const recordedSweep = time.Second
 
 // emulatorHosts are the emulators the recordings run on (HOST:PORT).
 type emulatorHosts struct{ firestore, pubsub string }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
-	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/scale"
 	"github.com/servo-dev/servo/internal/store"
 )
@@ -34,20 +33,7 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 	rec := newRecorder()
 	box := newMailbox()
 	defer box.srv.Close()
-	workers, rates := map[string]string{}, map[string]float64{}
-	for name, role := range p.workers {
-		workers[name], rates[name] = box.srv.URL, workerRate(tg, role)
-	}
-	const sweepEvery = time.Second
-	o := devstack.Options{
-		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: sweepEvery, Quotas: p.quotas,
-		DueShards: store.DefaultDueShards, WorkerRates: rates,
-		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
-		TasksClientOptions:  rec.tasksOptions(),
-		PubSubClientOptions: rec.pubsubOptions(),
-	}
-	o.FirestoreHost, o.PubSubHost = hosts.firestore, hosts.pubsub
-	stack, err := devstack.Start(ctx, o)
+	stack, queues, err := recordingStack(ctx, project, hosts, p, rec, box.srv.URL, tg)
 	if err != nil {
 		return scale.Traffic{}, err
 	}
@@ -132,13 +118,9 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 	rec.mu.Lock()
 	events = append(events, rec.calls[calls0:]...)
 	rec.mu.Unlock()
-	queues := map[string]string{}
-	for name := range p.workers {
-		queues[name] = "queues/" + name
-	}
 	spread := families(events, tg, store.DefaultDueShards, tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: tasks, Tenants: tenants, Workers: p.workers,
-		Duration: time.Since(start), SweepEvery: sweepEvery, Spread: spread, Fires: fires}, nil
+		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread, Fires: fires}, nil
 }
 
 // madeFires are the task ids of v's fires made so far (STARTED, their
