@@ -66,6 +66,12 @@
 //	                            mode and TestFaultsSlowBody, not TestFaults: see Modes)
 //	worker delayed              not a fault: the task is submitted with startDelayMs DelayedStart (1.5 s), and
 //	                            its worker behaves
+//	worker plain                not a fault: production's worker, heartbeating plainly (nothing new) at its
+//	                            task's interval, the contract's default ratio (lease ÷ 3)
+//	worker skip-half            plain heartbeats by the contract's reckoning of the lease, in rounds of three:
+//	                            just over half the lease left (not written), just under it (written), then 1 s
+//	                            after the lease before that renewal ran out (interval lease ÷ 4)
+//	worker skip-interval        the same about 1.5 intervals left (interval lease × 5/12: that bound binds)
 //
 // # Invariants
 //
@@ -89,9 +95,13 @@
 //	lease           a lease is not honoured after it ran out (no callback accepted whose first try was sent
 //	                more than the lease after the previous accepted one was answered), nor does it run out
 //	                early (no ZOMBIE, no heartbeat-timeout task_expired, before the lease after the receipt in
-//	                full of the last accepted callback); a span that meets an outage (a frozen emulator,
-//	                Servo down) is not checked, as Servo may credit it
-//	cancel-grace    once a cancel is accepted, no callback first sent after the grace ran out is accepted
+//	                full of the last accepted callback that renewed it, by the skip rule and the task's own
+//	                interval); both by the credited rule (docs/contract.md §5.3): the lease runs its length
+//	                outside the outages, counted at least (each less its slack: StoreSlack for a frozen
+//	                Firestore, CreditSlack for Servo down) when it ends, at most (each, and each Pub/Sub
+//	                freeze, CreditSlack longer at both ends) when it is honoured
+//	cancel-grace    once a cancel is accepted, no callback first sent after the grace ran out (outages
+//	                credited at most) is accepted
 //	one-worker      an attempt's accepted callbacks come from one worker id (a second delivery gets
 //	                attempt_already_started)
 //	early-start     a delayed start (attempt 1's scheduledAt) is never early: no delivery of attempt 1
@@ -127,25 +137,40 @@
 // not found exactly once fails the check, so a rewrite of the code it
 // targets is noticed); `servo dev` is built from the copy and the mutant's
 // focused run (its worker modes, tasks, stack faults, sweeper cadence) must
-// report a violation. The output lists each mutant and the first
-// violation that caught it (invariant and task). The mutants:
+// report a violation of an invariant of the guarantee it breaks. Every
+// guarantee of docs/contract.md §15 has its invariants and at least one
+// mutant in [Guarantees] (TestGuarantees fails a guarantee without either,
+// an invariant or a mutant without a guarantee, and a contract whose table
+// differs from the code's). The output lists, for each mutant, the
+// invariants that caught it, the submit order of the first task that broke
+// one, and the run's length ([Caught]):
 //
-//	mutant                      focused run                                   caught by
-//	attempt-guard-disabled      pause                                         stale-attempt, zombie
-//	duplicate-started-accepted  duplicate                                     one-worker
-//	outbox-write-skipped        ok/fail-once, crash-after-commit for 20 s     events (a seq lost for good)
-//	                            (an even seq is left out of its outbox document)
-//	lease-check-skipped         pause, a sweep every 30 s                     lease
-//	cancel-grace-not-enforced   cancel-late, a sweep every 30 s               cancel-grace
-//	start-delay-ignored         delayed (the first attempt's Cloud Task      early-start
-//	                            loses its scheduleTime)
-//	fire-id-not-derived         ok (a schedule fire's task id is random,     schedule-once
-//	                            not derived: the repeated backfill doubles)
+//	mutant                           focused run                                  caught by
+//	attempt-guard-disabled           pause                                        stale-attempt, zombie
+//	duplicate-started-accepted       duplicate                                    one-worker
+//	outbox-write-skipped             ok/fail-once, crash-after-commit for 20 s    events (a seq lost for good)
+//	lease-check-skipped              pause, a sweep every 30 s                    lease
+//	outage-credit-off                ok, Firestore frozen 10 s (past the lease)   lease
+//	heartbeat-skip-greedy            plain, skip-half                             lease
+//	heartbeat-skip-ignores-interval  skip-interval                                lease
+//	cancel-grace-not-enforced        cancel-late, a sweep every 30 s              cancel-grace
+//	terminal-reentered               crash-after-commit (a repeated completed)    events, terminal
+//	dispatch-redrive-off             ok, crash-before-create-task for 8 s         terminal
+//	unavailable-answered-500         ok, Firestore frozen 10 s                    answer
+//	store-timeout-ignored            ok, Firestore frozen 35 s                    latency
+//	worker-clock-recorded            skew                                         server-time
+//	idempotency-record-misfiled      ok, crash-after-commit for 12 s              duplicate-task
+//	start-delay-ignored              delayed                                      early-start
+//	fire-id-not-derived              ok (the repeated backfill doubles)           schedule-once
+//	fire-made-early                  ok (the duty fires 3 s ahead)                schedule-early
+//	token-logged                     ok                                           token-in-log
 //
 // `go test ./...` runs the mutants marked CI (attempt-guard-disabled,
-// duplicate-started-accepted, start-delay-ignored and fire-id-not-derived,
-// about 30 s each); -faults.long runs them all, each after its
-// focused run against the unmutated servo dev, which must report none.
+// duplicate-started-accepted, outage-credit-off, heartbeat-skip-greedy,
+// start-delay-ignored and fire-id-not-derived: 12 to 50 s each here, under
+// three minutes in all); -faults.long runs them all (about 25 minutes), each
+// after its focused run against the unmutated servo dev, which must
+// report none.
 //
 // The figures depend on the machine: the emulators share its cores with
 // Servo and the workers. On a heavily loaded machine (a load average many

@@ -231,6 +231,10 @@ const (
 	InvScheduleEarly = "schedule-early" // no schedule fire made before its time
 )
 
+// Invariants are every invariant Check checks.
+var Invariants = []string{InvNotTerminal, InvAnswer, InvLatency, InvCommitted, InvAttemptOrder, InvStaleAttempt, InvZombie, InvEvents,
+	InvServerTime, InvDuplicateTask, InvTokenInLog, InvLease, InvCancelGrace, InvOneWorker, InvEarlyStart, InvScheduleOnce, InvScheduleEarly}
+
 // Violation is one broken invariant.
 type Violation struct {
 	Invariant string
@@ -711,14 +715,23 @@ func (c *checker) serverTimes(id string, f *api.Task) {
 // submits checks that each idempotency key made one task.
 func (c *checker) submits() {
 	ids := map[string]map[string]bool{}
+	add := func(key, id string) {
+		if ids[key] == nil {
+			ids[key] = map[string]bool{}
+		}
+		ids[key][id] = true
+	}
 	for _, s := range c.h.Submits {
-		if s.TaskID == "" {
-			continue
+		if s.TaskID != "" {
+			add(s.Key, s.TaskID)
 		}
-		if ids[s.Key] == nil {
-			ids[s.Key] = map[string]bool{}
+	}
+	// A submit whose answer was lost (Servo crashed after its commit)
+	// names no task; the task itself, delivered, names its key.
+	for id, th := range c.h.Tasks {
+		if th.Final != nil && th.Final.IdempotencyKey != "" {
+			add(th.Final.IdempotencyKey, id)
 		}
-		ids[s.Key][s.TaskID] = true
 	}
 	for key, set := range ids {
 		if len(set) > 1 {

@@ -326,3 +326,39 @@ func TestReportPrintsTheWholeHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSchedules: each expected fire made once, none made before its
+// time by Servo's record or delivered before it by the workers' clock.
+func TestCheckSchedules(t *testing.T) {
+	fire := func(id string, fireMs, createdMs int) api.Task {
+		return api.Task{TaskID: id, ScheduledFireAt: ptr(at(fireMs)), CreatedAt: at(createdMs)}
+	}
+	for _, c := range []struct {
+		name      string
+		tasks     []api.Task
+		delivered int // ms at which task f2 was delivered (0: not seen)
+		want      string
+	}{
+		{"each fire once, on time", []api.Task{fire("f1", 1000, 1010), fire("f2", 2000, 2050)}, 2060, ""},
+		{"a fire made twice", []api.Task{fire("f1", 1000, 1010), fire("f2", 2000, 2050), fire("f3", 2000, 2100)}, 0, "the fire at 12:00:02.000 was made 2 times"},
+		{"a fire never made", []api.Task{fire("f1", 1000, 1010)}, 0, "the fire at 12:00:02.000 was never made"},
+		{"made before its time", []api.Task{fire("f1", 1000, 1010), fire("f2", 2000, 1990)}, 0, "was made at 12:00:01.990, before its time"},
+		{"recorded on time, delivered before it", []api.Task{fire("f1", 1000, 1010), fire("f2", 2000, 2000)}, 1500, "was delivered at 12:00:01.500, before its time"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &History{Schedules: []ScheduleRecord{{ID: "every", Expected: []time.Time{at(1000), at(2000)}, Tasks: c.tasks}}}
+			if c.delivered > 0 {
+				h.Task("f2").Deliveries = []Delivery{{"f2", 1, at(c.delivered)}}
+			}
+			cc := &checker{h: h}
+			cc.schedules()
+			var got []string
+			for _, v := range cc.vs {
+				got = append(got, v.Message)
+			}
+			if joined := strings.Join(got, "\n"); (c.want == "") != (len(got) == 0) || !strings.Contains(joined, c.want) {
+				t.Errorf("violations %q, want one saying %q", got, c.want)
+			}
+		})
+	}
+}

@@ -143,6 +143,87 @@ var Mutants = []Mutant{
 			{File: "internal/dispatcher/schedules_fire.go", Old: "import (\n", New: "import (\n\t\"strings\"\n"}},
 		Modes: []string{ModeOK}, Tasks: 4, CI: true,
 	},
+	{
+		// A repeated completed of a task already ended is applied again
+		// instead of replayed: its terminal state is entered twice
+		// (events, committed).
+		Name: "terminal-reentered",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\tif t.State.Terminal() {\n\t\tswitch {\n\t\tcase identical:",
+			New: "\tif t.State.Terminal() && m.ev.Kind != EventCompleted {\n\t\tswitch {\n\t\tcase identical:"}},
+		Modes: []string{ModeCrashAfterCommit}, Tasks: 6,
+	},
+	{
+		// The sweeper's dispatch duty is gone: a task whose Cloud Task was
+		// never created (servo dev crashed before it) is never re-driven
+		// and never ends (terminal).
+		Name: "dispatch-redrive-off",
+		Edits: []Edit{{File: "internal/zombie/zombie.go",
+			Old: "\t{Name: \"dispatch\", Due: store.DueDispatch, Event: task.EventRedrive},\n",
+			New: ""}},
+		Modes: []string{ModeOK}, Tasks: 20,
+		Schedule: []Step{{FaultCrashBeforeCreateTask, 2 * time.Second, 8 * time.Second}},
+	},
+	{
+		// A store outage answered 500 instead of 503 RETRY: a conforming
+		// worker gets an answer the contract does not give it (answer).
+		Name: "unavailable-answered-500",
+		Edits: []Edit{{File: "internal/callbacks/handler.go",
+			Old: "\t\tx.reject(http.StatusServiceUnavailable, api.Retry, api.CodeUnavailable, \"the task store is unavailable; retry with the same body\")",
+			New: "\t\tx.reject(http.StatusInternalServerError, api.Retry, api.CodeUnavailable, \"the task store is unavailable; retry with the same body\")"}},
+		Modes: []string{ModeOK}, Tasks: 16,
+		Schedule: []Step{{FaultFirestoreFreeze, 3 * time.Second, 10 * time.Second}},
+	},
+	{
+		// A callback waits on a frozen store for as long as it stays
+		// frozen, not the store timeout (latency).
+		Name: "store-timeout-ignored",
+		Edits: []Edit{{File: "internal/callbacks/handler.go",
+			Old: "\ttctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)",
+			New: "\ttctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 100*h.cfg.StoreTimeout)"}},
+		Modes: []string{ModeOK}, Tasks: 16,
+		Schedule: []Step{{FaultFirestoreFreeze, 3 * time.Second, 35 * time.Second}},
+	},
+	{
+		// An attempt record takes the worker's clock for its last
+		// heartbeat (server-time: the skewed workers are an hour off).
+		Name: "worker-clock-recorded",
+		Edits: []Edit{{File: "internal/task/machine.go",
+			Old: "\ta.LastHeartbeatAt = &now\n",
+			New: "\ta.LastHeartbeatAt = &now\n\tif m.ev.Heartbeat != nil && m.ev.Heartbeat.HeartbeatAt != nil {\n\t\ta.LastHeartbeatAt = m.ev.Heartbeat.HeartbeatAt\n\t}\n"}},
+		Modes: []string{ModeSkew}, Tasks: 4,
+	},
+	{
+		// The callbacks log the bearer token they verify (token-in-log).
+		Name: "token-logged",
+		Edits: []Edit{{File: "internal/callbacks/handler.go",
+			Old: "\tclaims, err := h.cfg.Keys.Verify(strings.TrimSpace(authz[len(bearer):]), x.now)\n",
+			New: "\th.cfg.Logger.Info(\"verifying a task token\", \"token\", strings.TrimSpace(authz[len(bearer):]))\n\tclaims, err := h.cfg.Keys.Verify(strings.TrimSpace(authz[len(bearer):]), x.now)\n"}},
+		Modes: []string{ModeOK}, Tasks: 4,
+	},
+	{
+		// Each task's idempotency record is filed under a name of its own:
+		// a submit repeated after servo dev crashed past its commit makes
+		// a second task (duplicate-task).
+		Name: "idempotency-record-misfiled",
+		Edits: []Edit{{File: "internal/store/create.go",
+			Old: "setWrite(s.idemName(nt.TenantID, nt.IdempotencyKey), idemDoc{",
+			New: "setWrite(s.idemName(nt.TenantID, nt.IdempotencyKey+nt.ID), idemDoc{"}},
+		Modes: []string{ModeOK}, Tasks: 30,
+		Schedule: []Step{{FaultCrashAfterCommit, 2 * time.Second, 12 * time.Second}},
+	},
+	{
+		// The schedule duty fires what is due within the next 3 s: fires
+		// are made before their time (schedule-early).
+		Name: "fire-made-early",
+		Edits: []Edit{{File: "internal/dispatcher/schedules_fire.go",
+			Old: "\t\t\t\tif ref.DueAt != nil && ref.DueAt.After(now) {",
+			New: "\t\t\t\tif ref.DueAt != nil && ref.DueAt.After(now.Add(3*time.Second)) {"},
+			{File: "internal/dispatcher/schedules_fire.go",
+				Old: "\t\t\t\t\t_, fs, err := h.fire(ctx, ref.TenantID, ref.ScheduleID, now, nil)",
+				New: "\t\t\t\t\t_, fs, err := h.fire(ctx, ref.TenantID, ref.ScheduleID, now.Add(3*time.Second), nil)"}},
+		Modes: []string{ModeOK}, Tasks: 4,
+	},
 }
 
 // CopyModule copies the module at src (its Go sources, go.mod, go.sum and

@@ -29,13 +29,13 @@ func TestMutants(t *testing.T) {
 	defer func() { t.Log("mutation check:\n" + strings.Join(summary, "\n")) }()
 	for _, m := range faults.Mutants {
 		if !m.CI && !*long {
-			summary = append(summary, fmt.Sprintf("  %-28s not run (run by -faults.long)", m.Name))
+			summary = append(summary, fmt.Sprintf("  %-32s not run (run by -faults.long)", m.Name))
 			continue
 		}
 		t.Run(m.Name, func(t *testing.T) {
 			defer func() {
 				if t.Failed() && (len(summary) == 0 || !strings.Contains(summary[len(summary)-1], m.Name)) {
-					summary = append(summary, fmt.Sprintf("  %-28s FAILED (see above)", m.Name))
+					summary = append(summary, fmt.Sprintf("  %-32s FAILED (see above)", m.Name))
 				}
 			}()
 			if *long {
@@ -59,20 +59,15 @@ func TestMutants(t *testing.T) {
 			}
 			res := runMutant(t, m, bin)
 			if len(res.Violations) == 0 {
-				summary = append(summary, fmt.Sprintf("  %-28s NOT CAUGHT", m.Name))
+				summary = append(summary, fmt.Sprintf("  %-32s NOT CAUGHT", m.Name))
 				t.Fatalf("mutant %s: the harness reports no violation\n%s", m.Name, res.Report())
 			}
-			by := map[string]int{}
-			for _, v := range res.Violations {
-				by[v.Invariant]++
-			}
-			var invs []string
-			for _, inv := range slices.Sorted(maps.Keys(by)) {
-				invs = append(invs, fmt.Sprintf("%s %d", inv, by[inv]))
-			}
-			v := res.Violations[0]
-			summary = append(summary, fmt.Sprintf("  %-28s caught: %s; first %s on task %s", m.Name, strings.Join(invs, ", "), v.Invariant, v.TaskID))
+			c := faults.Catch(m, res)
+			summary = append(summary, "  "+c.String())
 			t.Logf("mutant %s caught; the first violation:\n%s", m.Name, faults.Report(res.History, res.Violations[:1]))
+			if !c.ByItsGuarantee {
+				t.Fatalf("mutant %s was caught only by %v, none of them an invariant of the guarantees it breaks (faults.Guarantees)", m.Name, slices.Sorted(maps.Keys(c.By)))
+			}
 		})
 	}
 }

@@ -615,12 +615,20 @@ func (r *run) progress(ctx context.Context, t0 time.Time) {
 	}
 }
 
-// drain waits until every submitted task is terminal, reading each task
-// still running every second, for at most Drain.
+// drain waits until every task is terminal, reading each task still
+// running every second, for at most Drain: every submitted task, and every
+// task a worker saw (a submit whose answer was lost names none).
 func (r *run) drain(ctx context.Context) error {
 	r.mu.Lock()
 	open := slices.Clone(r.ids)
 	r.mu.Unlock()
+	r.rec.With(func(h *History) {
+		for id := range h.Tasks {
+			if !slices.Contains(open, id) {
+				open = append(open, id)
+			}
+		}
+	})
 	deadline := time.Now().Add(r.cfg.Drain)
 	for len(open) > 0 {
 		var still []string

@@ -203,6 +203,17 @@ func (c *checker) schedules() {
 			made[f.UnixMilli()] = append(made[f.UnixMilli()], t.TaskID)
 			if t.CreatedAt.Before(f) {
 				c.fail(InvScheduleEarly, t.TaskID, "the fire of %s at %s was made at %s, before its time", rec.ID, ts(f), ts(t.CreatedAt))
+				continue
+			}
+			// By the workers' clock too: Servo's own times would hide a
+			// duty that reads its clock ahead.
+			if th := c.h.Tasks[t.TaskID]; th != nil {
+				for _, d := range th.Deliveries {
+					if d.At.Before(f) {
+						c.fail(InvScheduleEarly, t.TaskID, "the fire of %s at %s was delivered at %s, before its time", rec.ID, ts(f), ts(d.At))
+						break
+					}
+				}
 			}
 		}
 		for _, f := range rec.Expected {
