@@ -269,10 +269,21 @@ const (
 	MonotonicCorrelation = 0.5
 	MonotonicDeviations  = 3.5
 	// LowCardinality is the most distinct values an index's last field
-	// may take to count as an equality-like prefix (a state, a shard, a
-	// flag): its entries then sort by document name within each value.
+	// may take to count as an equality-like prefix (a state, a flag, an
+	// empty string): its entries then sort by document name within each
+	// value. A number or a time never counts as one (ordered).
 	LowCardinality = 16
 )
+
+// ordered reports whether an index entry's value (store.WriteRecorder's
+// encoding: a type tag, then the value in index order) is a number or a
+// time: a value whose range can be sequential however few distinct
+// values a recording saw.
+func ordered(value string) bool { return value != "" && (value[0] == '2' || value[0] == '3') }
+
+// orderedMark stands, among an index's distinct values, for "has numbers
+// or times".
+const orderedMark = "\x00ordered"
 
 // subject accumulates the events of one document, range, queue or key.
 type subject struct {
@@ -386,10 +397,19 @@ func (m *Model) Extrapolate(t Target) []Row {
 			if distinct[e.Name] == nil {
 				distinct[e.Name] = map[string]bool{}
 			}
-			if len(distinct[e.Name]) <= LowCardinality {
+			switch {
+			case ordered(e.Value):
+				// Numbers and times are tested as ranges however few
+				// values the recording gave them (a time rounded to the
+				// second takes a handful in a short recording).
+				distinct[e.Name][orderedMark] = true
+			case len(distinct[e.Name]) <= LowCardinality:
 				distinct[e.Name][e.Value] = true
 			}
 		}
+	}
+	lowCard := func(index string) bool {
+		return !distinct[index][orderedMark] && len(distinct[index]) <= LowCardinality
 	}
 	for _, e := range m.tr.Events {
 		ti := m.tr.Tasks[e.Task]
@@ -407,7 +427,7 @@ func (m *Model) Extrapolate(t Target) []Row {
 		case IndexEntry:
 			k := ixKey{e.Name, e.Range}
 			key := e.Value + "\x00" + e.Doc
-			if len(distinct[e.Name]) <= LowCardinality {
+			if lowCard(e.Name) {
 				k.rng += " | " + cmp.Or(e.Text, e.Value)
 				key = e.Doc
 			}

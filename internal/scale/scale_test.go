@@ -63,6 +63,14 @@ func TestExtrapolate(t *testing.T) {
 		{"one sequential range of a composite index: one shard", workload(200, func(i int, id string) []scale.Event {
 			return []scale.Event{entry("tasks(dueShard,state,leaseExpiresAt)", "dueShard=0,state=RUNNING", fmt.Sprintf("%012d", i), "tasks/"+hash(id), id)}
 		}), []string{"index tasks(dueShard,state,leaseExpiresAt)"}},
+		{"a time rounded to the second: few values, still sequential", workload(200, func(i int, id string) []scale.Event {
+			// 200 tasks written over 5 seconds: the value is the second
+			// (store.WriteRecorder's timestamp encoding: tag '3').
+			return []scale.Event{entry("tasks.updatedSec ASCENDING", "", fmt.Sprintf("3%08d", 1000+i/40), "tasks/"+hash(id), id)}
+		}), []string{"index tasks.updatedSec ASCENDING"}},
+		{"a state: few values, each spread by document name", workload(200, func(i int, id string) []scale.Event {
+			return []scale.Event{entry("tasks.state ASCENDING", "", []string{"4QUEUED", "4RUNNING"}[i/100], "tasks/"+hash(id), id)}
+		}), nil},
 		{"one hot queue: the big worker's only queue", workload(200, func(i int, id string) []scale.Event {
 			q := "queues/w1"
 			if i%2 == 0 {
