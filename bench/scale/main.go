@@ -129,7 +129,10 @@ func record(ctx context.Context, project string, hosts emulatorHosts, p plan, pa
 	if err := stack.Events.Flush(ctx); err != nil {
 		return scale.Traffic{}, err
 	}
-	events := rec.events()
+	events, err := rec.events()
+	if err != nil {
+		return scale.Traffic{}, fmt.Errorf("the model cannot attribute every write: %w", err)
+	}
 	spread := families(events, tg, store.DefaultDueShards, p.tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
 		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread}, nil

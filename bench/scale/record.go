@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -134,21 +138,23 @@ func (r *recorder) redrives() (published, refused int) {
 }
 
 // events turns the recording into the model's events, Firestore's
-// attributed to tasks (attribute), then the dispatches and publishes.
-func (r *recorder) events() []scale.Event {
-	out := attribute(r.writes.Writes())
+// attributed (attribute), then the dispatches and publishes.
+func (r *recorder) events() ([]scale.Event, error) {
+	out, err := attribute(r.writes.Writes())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append(out, r.calls...)
+	return append(out, r.calls...), err
 }
 
 // attribute turns Firestore writes into the model's events: each write is
 // for the task whose id the document holds, else for the first task whose
 // document its commit writes (a quota shard, a run, an idempotency key),
 // else for the first schedule whose document its commit writes (a fire
-// decided or settled); a write in a commit of neither is the sweeper's
-// own record. Deletes write no index entry and are left out.
-func attribute(writes []store.RecordedWrite) []scale.Event {
+// decided or settled), else for its commit's cause (store.WithCause: the
+// sweeper's pass and the like, which recur with passes, not with tasks).
+// A write of none of these is a model error: the error names its code.
+// Deletes write no index entry and are left out.
+func attribute(writes []store.RecordedWrite) ([]scale.Event, error) {
 	commitTask, commitSchedule := map[int]string{}, map[int]string{}
 	for _, w := range writes {
 		if _, ok := commitTask[w.Commit]; !ok && w.TaskID != "" {
@@ -159,6 +165,7 @@ func attribute(writes []store.RecordedWrite) []scale.Event {
 		}
 	}
 	var out []scale.Event
+	unattributed := map[string]string{} // code path → a document it wrote
 	for _, w := range writes {
 		if w.Delete {
 			continue
@@ -168,10 +175,17 @@ func attribute(writes []store.RecordedWrite) []scale.Event {
 		if task == "" {
 			sched = commitSchedule[w.Commit]
 		}
+		if task == "" && sched == "" && w.Cause == "" {
+			unattributed[w.Path] = w.Doc
+		}
 		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task, Schedule: sched})
 		for _, e := range w.Entries {
 			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched})
 		}
 	}
-	return out
+	var errs []error
+	for _, path := range slices.Sorted(maps.Keys(unattributed)) {
+		errs = append(errs, fmt.Errorf("a commit of no task, no schedule and no cause (store.WithCause) wrote %s, from %s", unattributed[path], cmp.Or(path, "an unknown caller")))
+	}
+	return out, errors.Join(errs...)
 }

@@ -19,14 +19,18 @@ func TestAttribute(t *testing.T) {
 		// A failed delivery's record: the outbox entry holds its task's id.
 		{Commit: 2, Doc: "outbox/e", Collection: "outbox", TaskID: "b"},
 		// The sweeper's record, and a delete.
-		{Commit: 3, Doc: "meta/sweeper", Collection: "meta"},
+		{Commit: 3, Doc: "meta/sweeper", Collection: "meta", Cause: "sweeper"},
 		{Commit: 4, Doc: "tasks/a", Collection: "tasks", Delete: true},
 		// A fire decided: the schedule, and what else its commit writes.
 		{Commit: 5, Doc: "schedules/s", Collection: "schedules"},
 		{Commit: 5, Doc: "meta/fires", Collection: "meta"},
 	}
+	events, err := attribute(writes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
-	for _, e := range attribute(writes) {
+	for _, e := range events {
 		got = append(got, strings.TrimSpace(string(e.Kind)+" "+e.Name+" "+e.Task+" "+e.Schedule))
 	}
 	want := []string{"document quotas/t-0 a", "document tasks/a a", "index tasks.__name__ a", "document runs/r a",
@@ -34,8 +38,14 @@ func TestAttribute(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if e := attribute(writes[1:2])[1]; e.Kind != scale.IndexEntry || e.Doc != "tasks/a" || e.Value != "tasks/a" {
+	if e := events[2]; e.Kind != scale.IndexEntry || e.Doc != "tasks/a" || e.Value != "tasks/a" {
 		t.Errorf("index entry %+v", e)
+	}
+	// A commit of no task, no schedule and no cause is the model's error,
+	// never the sweeper's: a counter written in a commit of its own.
+	writes = append(writes, store.RecordedWrite{Commit: 6, Doc: "meta/completions", Collection: "meta", Path: "github.com/servo-dev/servo/internal/callbacks.count (handler.go:42)"})
+	if _, err := attribute(writes); err == nil || !strings.Contains(err.Error(), "meta/completions, from github.com/servo-dev/servo/internal/callbacks.count (handler.go:42)") {
+		t.Errorf("an unattributed commit: %v, want an error naming its document and code", err)
 	}
 }
 

@@ -114,7 +114,10 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 	if err := stack.Events.Flush(ctx); err != nil {
 		return scale.Traffic{}, err
 	}
-	events := attribute(rec.writes.Writes()[writes0:])
+	events, err := attribute(rec.writes.Writes()[writes0:])
+	if err != nil {
+		return scale.Traffic{}, fmt.Errorf("the model cannot attribute every write: %w", err)
+	}
 	rec.mu.Lock()
 	events = append(events, rec.calls[calls0:]...)
 	rec.mu.Unlock()

@@ -238,6 +238,7 @@ var migrateSteps = []migrateStep{
 // document it read (a document changed meanwhile is read again). It reads
 // every task and outbox entry once.
 func (s *Store) Migrate(ctx context.Context, o MigrateOptions) (MigrateReport, error) {
+	ctx = WithCause(ctx, "migration")
 	sc, err := s.ReadSchema(ctx)
 	if err != nil {
 		return MigrateReport{}, err

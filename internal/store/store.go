@@ -153,7 +153,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(WithCause(context.Background(), "outage record"), 10*time.Second)
 		defer cancel()
 		_ = s.RecordOutage(ctx, o)
 	}

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,6 +53,44 @@ type RecordedWrite struct {
 	// TaskID, TenantID and Worker are the document's fields of these
 	// names after the write ("" when absent).
 	TaskID, TenantID, Worker string
+	// Cause is what the commit's context says made it (WithCause), Path
+	// the code that committed it (the first caller outside the store).
+	Cause, Path string
+}
+
+type causeKey struct{}
+
+// WithCause marks the store writes made with ctx as cause's (the
+// sweeper's pass, a process's start-up, an outage's record): the scale
+// model's recorder attributes a write of no task and no schedule by it,
+// and holds one with no cause as a model error that names its code.
+func WithCause(ctx context.Context, cause string) context.Context {
+	return context.WithValue(ctx, causeKey{}, cause)
+}
+
+// CauseOf is ctx's cause (WithCause), or "".
+func CauseOf(ctx context.Context) string {
+	c, _ := ctx.Value(causeKey{}).(string)
+	return c
+}
+
+// callerPath names the first function on the stack outside this package,
+// the gRPC and Google client libraries, the client's interceptors
+// (internal/telemetry) and the runtime: the code that made a commit.
+func callerPath() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		fn := f.Function
+		if !strings.Contains(fn, "/internal/store.") && !strings.Contains(fn, "/internal/telemetry.") && !strings.HasPrefix(fn, "google.golang.org/") && !strings.HasPrefix(fn, "cloud.google.com/") &&
+			!strings.HasPrefix(fn, "runtime.") && !strings.HasPrefix(fn, "github.com/googleapis/") {
+			return fmt.Sprintf("%s (%s:%d)", fn, filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return ""
+		}
+	}
 }
 
 // RecordedEntry is one index entry a write makes.
@@ -94,13 +135,13 @@ func (r *WriteRecorder) unary(ctx context.Context, method string, req, reply any
 	if res, ok := reply.(*pb.CommitResponse); ok {
 		results = res.GetWriteResults()
 	}
-	r.record(creq.GetWrites(), results)
+	r.record(creq.GetWrites(), results, CauseOf(ctx), callerPath())
 	return nil
 }
 
 // record applies a committed request's writes to the known state and
-// records each with its entries.
-func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult) {
+// records each with its entries, cause and path.
+func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, cause, path string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.commit++
@@ -109,7 +150,9 @@ func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult) {
 		if i < len(results) {
 			transforms = results[i].GetTransformResults()
 		}
-		r.writes = append(r.writes, r.apply(w, transforms))
+		rw := r.apply(w, transforms)
+		rw.Cause, rw.Path = cause, path
+		r.writes = append(r.writes, rw)
 	}
 }
 

@@ -27,12 +27,12 @@ func TestWriteRecorder(t *testing.T) {
 	lease := "tasks(dueShard,state,leaseExpiresAt)"
 	r := NewWriteRecorder()
 	r.record([]*pb.Write{set(map[string]*pb.Value{"taskId": str("task_1"), "tenantId": str("acme"), "worker": str("w"),
-		"dueShard": num(3), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "createdAt": ts(0)})}, nil)
+		"dueShard": num(3), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "createdAt": ts(0)})}, nil, "", "")
 	// A heartbeat: the lease only, through a mask.
-	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil)
+	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "")
 	// The same lease again: no entry changes.
-	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil)
-	r.record([]*pb.Write{{Operation: &pb.Write_Delete{Delete: task}}}, nil)
+	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "")
+	r.record([]*pb.Write{{Operation: &pb.Write_Delete{Delete: task}}}, nil, "", "")
 	w := r.Writes()
 	if len(w) != 4 {
 		t.Fatalf("%d writes recorded, want 4", len(w))

@@ -377,6 +377,8 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err erro
 		return Stats{Skipped: 1}, nil
 	}
 	defer s.passing.Unlock()
+	// The scale model scales what a pass writes by passes (store.WithCause).
+	ctx = store.WithCause(ctx, "sweeper")
 	ctx, span := telemetry.Tracer().Start(ctx, telemetry.SweepPassSpan, trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
 	st = Stats{Passes: 1}
@@ -708,6 +710,7 @@ func (s *Sweeper) Run(ctx context.Context) (Stats, error) {
 // runUntil sweeps every Every; it starts no pass at or after end, and no
 // transaction after end. A zero end means one pass.
 func (s *Sweeper) runUntil(ctx context.Context, end time.Time) (Stats, error) {
+	ctx = store.WithCause(ctx, "sweeper")
 	var (
 		total Stats
 		err   error
