@@ -22,6 +22,7 @@ import (
 
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/scale"
 	"github.com/servo-dev/servo/internal/store"
 )
@@ -43,6 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&tg.LimitedRate, "limited-rate", tg.LimitedRate, "target: submits a second of each limited tenant (0: an ordinary tenant's)")
 	fs.Float64Var(&tg.Running, "running", tg.Running, "target: tasks running at once")
 	fs.DurationVar(&tg.HeartbeatEvery, "heartbeat-every", tg.HeartbeatEvery, "target: heartbeat interval")
+	dueShards := fs.Int("due-shards", store.DefaultDueShards, "target: due shards (SERVO_DUE_SHARDS, Terraform due_shards)")
 	fs.IntVar(&tg.Workers, "workers", tg.Workers, "target: workers")
 	fs.Float64Var(&tg.BigWorkerShare, "big-worker-share", tg.BigWorkerShare, "target: the biggest worker's share of tasks")
 	fs.DurationVar(&tg.SweepEvery, "sweep-every", tg.SweepEvery, "target: the sweeper's cadence (SERVO_SWEEP_EVERY)")
@@ -56,6 +58,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	schedules := fs.Int("recorded-schedules", 40, "recorded workload: schedules, each firing twice (0: no schedules workload)")
 	project := fs.String("project", fmt.Sprintf("servo-scale-%d", time.Now().UnixNano()), "emulator project id")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *dueShards < 1 {
+		fmt.Fprintln(stderr, "scale: -due-shards must be at least 1")
 		return 2
 	}
 	if tg.SameMinute < 0 || tg.SameMinute > 1 || tg.FireWithin <= 0 || tg.ScheduleEvery <= time.Minute {
@@ -73,7 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer stop()
-	tr, err := record(ctx, *project, hosts, newPlan(*tasks, *heartbeats, tg), *parallel, tg)
+	p := newPlan(*tasks, *heartbeats, tg)
+	p.dueShards = *dueShards
+	tr, err := record(ctx, *project, hosts, p, *parallel, tg)
 	if err != nil {
 		fmt.Fprintln(stderr, "scale:", err)
 		return 2
@@ -85,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	scale.Print(stdout, rows)
 	over := scale.Over(rows)
 	if *schedules > 0 {
-		str, err := recordSchedules(ctx, *project+"-s", hosts, newPlan(*tasks, *heartbeats, tg), *schedules, tg)
+		str, err := recordSchedules(ctx, *project+"-s", hosts, p, *schedules, tg)
 		if err != nil {
 			fmt.Fprintln(stderr, "scale: schedules:", err)
 			return 2
@@ -104,7 +112,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "| %s | %.0f | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
 	}
 	fmt.Fprintf(stdout, "\n%d rows over their limits.\n", len(over))
-	if len(over) > 0 {
+	capped := overCap(tg, p.tenants)
+	for _, name := range capped {
+		rate := tg.TenantRate(p.tenants[name])
+		fmt.Fprintf(stdout, "The %s tenant's declared peak (%.0f tasks/s: %.0f × its %.0f) is over the quota's cap of %d tasks/s (quota.MaxPeakRate): its counters are sized at the cap, which it outruns.\n",
+			name, Headroom*rate, Headroom, rate, quota.MaxPeakRate)
+	}
+	if len(over) > 0 || len(capped) > 0 {
 		return 1
 	}
 	return 0
@@ -133,7 +147,7 @@ func record(ctx context.Context, project string, hosts emulatorHosts, p plan, pa
 	if err != nil {
 		return scale.Traffic{}, fmt.Errorf("the model cannot attribute every write: %w", err)
 	}
-	spread := families(events, tg, store.DefaultDueShards, p.tenants, p.workers, queues)
+	spread := families(events, tg, p.dueShards, p.tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: d.ids, Tenants: p.tenants, Workers: p.workers,
 		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread}, nil
 }
@@ -153,7 +167,7 @@ func recordingStack(ctx context.Context, project string, hosts emulatorHosts, p 
 	}
 	o := devstack.Options{
 		Addr: "127.0.0.1:0", Project: project, Workers: workers, SweepEvery: recordedSweep, Quotas: p.quotas,
-		DueShards:           store.DefaultDueShards, // production's, not the local default
+		DueShards:           p.dueShards, // production's (-due-shards), not the local default
 		WorkerRates:         rates,
 		StoreOptions:        []store.Option{store.WithClientOptions(rec.writes.ClientOptions()...)},
 		TasksClientOptions:  rec.tasksOptions(),

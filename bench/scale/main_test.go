@@ -47,3 +47,30 @@ func TestScaleCommand(t *testing.T) {
 		t.Errorf("exit %d with rows over their limits: %q; want exit 0 and none", code, got)
 	}
 }
+
+// TestFlagsRefused: a target the model cannot take is refused with exit 2
+// before anything runs.
+func TestFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{{"-due-shards", "0"}, {"-same-minute", "1.5"}, {"-fire-within", "0s"}, {"-schedule-every", "30s"}} {
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), args, &out, &errs); code != 2 || errs.Len() == 0 {
+			t.Errorf("%v: exit %d, %q; want 2 and a message", args, code, errs.String())
+		}
+	}
+}
+
+// TestScaleCommandAtAnotherLayout: a hot tenant over the quota's peak cap
+// is reported, not refused (exit 1 with the rows), and more due shards
+// carry a load the default's would not.
+func TestScaleCommandAtAnotherLayout(t *testing.T) {
+	var out, errs bytes.Buffer
+	code := run(context.Background(), []string{"-tasks", "30", "-recorded-schedules", "0", "-submits", "30000", "-completions", "30000",
+		"-running", "3000000", "-hot-share", "0.3", "-due-shards", "512", "-project", emulatortest.ProjectID(t)}, &out, &errs)
+	if code != 1 || !strings.Contains(out.String(), "The hot tenant's declared peak (18000 tasks/s: 2 × its 9000) is over the quota's cap of 10000 tasks/s") {
+		t.Fatalf("exit %d; want 1 and the cap named:\n%s\n%s", code, out.String(), errs.String())
+	}
+	if strings.Contains(out.String(), "| index | tasks(dueShard,state,leaseExpiresAt) (monotonic) | dueShard={k},state=\"RUNNING\" | global | 117 | 914") ||
+		regexp.MustCompile(`(?m)^\| index \| tasks\(dueShard,state,leaseExpiresAt\).*\*\*OVER\*\*`).MatchString(out.String()) {
+		t.Errorf("the lease index is over at 512 due shards:\n%s", out.String())
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/scale"
 	"github.com/servo-dev/servo/internal/store"
 )
@@ -93,5 +94,22 @@ func TestFamilies(t *testing.T) {
 	}
 	if len(spread) != 5 {
 		t.Errorf("spread has %d families, want 5: %v", len(spread), spread)
+	}
+}
+
+// TestOverCap: a tenant whose declared peak (Headroom × its rate) is over
+// the quota's cap is named.
+func TestOverCap(t *testing.T) {
+	tenants := map[string]scale.Role{"hot": scale.Hot, "limited-1": scale.Limited, "tenant-1": scale.Ordinary}
+	if got := overCap(scale.DefaultTarget, tenants); len(got) != 0 {
+		t.Errorf("at the default target: %v, want none (the hot tenant declares 6 000/s)", got)
+	}
+	tg := scale.DefaultTarget
+	tg.HotShare = 0.6 // 6 000/s, declared 12 000/s
+	if got := overCap(tg, tenants); !slices.Equal(got, []string{"hot"}) {
+		t.Errorf("a 60 %% tenant: %v, want [hot]", got)
+	}
+	if l := targetLimits(tg, scale.Hot); l.PeakRate != quota.MaxPeakRate {
+		t.Errorf("declared peak %v, want the cap %d", l.PeakRate, quota.MaxPeakRate)
 	}
 }

@@ -121,7 +121,7 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 	rec.mu.Lock()
 	events = append(events, rec.calls[calls0:]...)
 	rec.mu.Unlock()
-	spread := families(events, tg, store.DefaultDueShards, tenants, p.workers, queues)
+	spread := families(events, tg, p.dueShards, tenants, p.workers, queues)
 	return scale.Traffic{Events: events, Tasks: tasks, Tenants: tenants, Workers: p.workers,
 		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread, Fires: fires}, nil
 }

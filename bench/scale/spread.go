@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/servo-dev/servo/internal/enqueue"
@@ -41,12 +42,27 @@ const Headroom = 2.0
 func targetLimits(tg scale.Target, r scale.Role) quota.Limits {
 	switch r {
 	case scale.Hot:
-		return quota.Limits{MaxRunning: 10_000_000, PeakRate: Headroom * tg.TenantRate(scale.Hot)}
+		return quota.Limits{MaxRunning: 10_000_000, PeakRate: min(quota.MaxPeakRate, Headroom*tg.TenantRate(scale.Hot))}
 	case scale.Limited:
 		rate := tg.TenantRate(scale.Limited)
-		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: Headroom * rate}
+		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: min(quota.MaxPeakRate, Headroom*rate)}
 	}
 	return quota.Limits{}
+}
+
+// overCap returns the tenants of tenants whose peak at tg (Headroom × their
+// rate) is over the quota's cap (quota.MaxPeakRate): their counters are
+// sized at the cap, and the model's rows for them understate nothing but
+// say no more than the cap allows.
+func overCap(tg scale.Target, tenants map[string]scale.Role) []string {
+	var out []string
+	for name, r := range tenants {
+		if (r == scale.Hot || r == scale.Limited) && Headroom*tg.TenantRate(r) > quota.MaxPeakRate {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // workerRate is the dispatch rate a worker of role r declares at tg.

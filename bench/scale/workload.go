@@ -16,6 +16,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/scale"
+	"github.com/servo-dev/servo/internal/store"
 )
 
 // Workload shape (docs/scale.md): the hot tenant submits HotShare of the
@@ -102,13 +103,14 @@ func (m *mailbox) next(id string, attempt int) (api.Envelope, error) {
 type plan struct {
 	tasks      int
 	heartbeats int
+	dueShards  int // the stack's due shards (production's by default)
 	tenants    map[string]scale.Role
 	workers    map[string]scale.Role
 	quotas     *quota.Policy
 }
 
 func newPlan(tasks, heartbeats int, tg scale.Target) plan {
-	p := plan{tasks: tasks, heartbeats: heartbeats,
+	p := plan{tasks: tasks, heartbeats: heartbeats, dueShards: store.DefaultDueShards,
 		tenants: map[string]scale.Role{hotTenant: scale.Hot}, workers: map[string]scale.Role{bigWorker: scale.Hot},
 		quotas: &quota.Policy{Tenants: map[string]quota.Limits{hotTenant: targetLimits(tg, scale.Hot)}}}
 	for i := 1; i <= limitedTenants; i++ {
