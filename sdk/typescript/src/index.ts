@@ -5,7 +5,7 @@
 
 export * from "./errors.js";
 export { Task, parseEnvelope, EnvelopeError, defaultWorkerId, jsonLogger } from "./run.js";
-export type { Envelope, Handler, WorkerOptions, LogFn, Answer } from "./run.js";
+export type { Envelope, Handler, WorkerOptions, LogFn, LogLevel, Answer } from "./run.js";
 export { pushHandler } from "./push.js";
 export type { PushHandler } from "./push.js";
 export { pull, metadataIdToken, DEV_IDENTITY_HEADER } from "./pull.js";

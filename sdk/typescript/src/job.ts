@@ -26,7 +26,10 @@ export function jobWorkerId(): string {
  * attempt Servo decided), EXIT_NOT_RUN (1) without a valid envelope or when
  * Servo could not be reached.
  */
-export async function runJob(fn: Handler, options: WorkerOptions = {}): Promise<number> {
+export async function runJob<Payload = unknown, Checkpoint = unknown, Output = unknown>(
+  fn: Handler<Payload, Checkpoint, Output>,
+  options: WorkerOptions = {},
+): Promise<number> {
   const cfg = config({ ...options, workerId: options.workerId || jobWorkerId() || undefined });
   const raw = process.env[ENVELOPE_ENV];
   if (!raw) {
@@ -41,7 +44,7 @@ export async function runJob(fn: Handler, options: WorkerOptions = {}): Promise<
     cfg.log("error", `the envelope in ${ENVELOPE_ENV} is not valid`, { workerId: cfg.workerId, error: e.message });
     return EXIT_NOT_RUN;
   }
-  const run = new Run(cfg, fn, env, process.env.TRACEPARENT);
+  const run = new Run(cfg, fn as Handler, env, process.env.TRACEPARENT);
   const [status, answer] = await run.execute();
   if (answer.result === "servo_unreachable" || answer.result === "internal_error") {
     run.log("error", "job attempt not settled with Servo", { result: answer.result, status, detail: answer.detail });
@@ -52,7 +55,10 @@ export async function runJob(fn: Handler, options: WorkerOptions = {}): Promise<
 }
 
 /** runJob, then process.exit with its code: the whole main of a job worker. */
-export async function mainJob(fn: Handler, options: WorkerOptions = {}): Promise<never> {
+export async function mainJob<Payload = unknown, Checkpoint = unknown, Output = unknown>(
+  fn: Handler<Payload, Checkpoint, Output>,
+  options: WorkerOptions = {},
+): Promise<never> {
   const code = await runJob(fn, options);
   process.exit(code);
 }

@@ -1,7 +1,7 @@
 // Pull mode: claim attempts from a pull pool (docs/contract.md §10) and run
 // them under the same protocol as push mode, like the Go SDK's worker.Pull.
 
-import { ClaimRefused, WorkerStopping } from "./errors.js";
+import { ClaimRefused, InfrastructureError, WorkerStopping } from "./errors.js";
 import { backoff, config, EnvelopeError, MAX_ENVELOPE_BYTES, parseEnvelope, parseRetryAfter, Run, USER_AGENT } from "./run.js";
 import type { Handler, WorkerOptions } from "./run.js";
 
@@ -63,8 +63,16 @@ const sleep = (ms: number, signal: AbortSignal) =>
  * aborts, no new claim is made; running attempts have graceMs to finish,
  * then their task.signal aborts with WorkerStopping (reported
  * FAILED/INFRASTRUCTURE, retryable), and pull resolves once every report is in.
+ * The claim open when signal aborts is abandoned at once (its request is
+ * aborted, so Servo hands the attempt to another worker); an attempt that
+ * was claimed all the same is not started: it is reported FAILED/
+ * INFRASTRUCTURE, retryable, without running fn, so that Servo retries it
+ * at once rather than when its lease runs out.
  */
-export async function pull(fn: Handler, o: PullOptions): Promise<void> {
+export async function pull<Payload = unknown, Checkpoint = unknown, Output = unknown>(
+  fn: Handler<Payload, Checkpoint, Output>,
+  o: PullOptions,
+): Promise<void> {
   if (!o.api || !o.pool) throw new Error("servo worker: pull needs api and pool");
   if (new URL(o.api).protocol === "https:" && !o.idToken) {
     throw new Error(`servo worker: idToken is required for the https API ${o.api}: claims need an ID token (metadataIdToken(api) on Google Cloud)`);
@@ -118,11 +126,13 @@ export async function pull(fn: Handler, o: PullOptions): Promise<void> {
       const headers: Record<string, string> = { "Content-Type": "application/json", "User-Agent": USER_AGENT };
       if (o.devIdentity) headers[DEV_IDENTITY_HEADER] = o.devIdentity;
       if (o.idToken) headers.Authorization = "Bearer " + (await o.idToken());
+      // Stopping abandons the open long-poll: Servo hands back a message
+      // that comes after the caller left (docs/contract.md §10).
       const res = await fetch(url, {
         method: "POST",
         headers,
         body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
-        signal: AbortSignal.timeout(maxWait + cfg.requestTimeoutMs),
+        signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), stop]),
       });
       const text = (await res.text()).slice(0, MAX_ENVELOPE_BYTES + 65536);
       claimedAt = performance.now();
@@ -155,6 +165,10 @@ export async function pull(fn: Handler, o: PullOptions): Promise<void> {
     } catch (e) {
       err = String(e);
     }
+    if (stop.aborted && !env) {
+      free++;
+      break;
+    }
     if (!env) {
       free++;
       empty++;
@@ -168,7 +182,18 @@ export async function pull(fn: Handler, o: PullOptions): Promise<void> {
       continue;
     }
     empty = 0;
-    const run = new Run(cfg, fn, env, undefined, claimedAt);
+    let handler = fn as Handler;
+    if (stop.aborted) {
+      // Claimed as the worker stopped (the answer beat the abort): the
+      // attempt is ours (the claim was its `started`), but it is not begun.
+      // Reporting it FAILED/INFRASTRUCTURE lets Servo retry it now rather
+      // than when its lease runs out.
+      handler = () => {
+        throw new InfrastructureError("claimed as the worker was stopping; not started (worker stopping)", { retryable: true });
+      };
+      cfg.log("warn", "claimed an attempt after stopping; not starting it, reporting it FAILED/INFRASTRUCTURE (retryable)", { ...fields, taskId: env.taskId, attempt: env.attempt });
+    }
+    const run = new Run(cfg, handler, env, undefined, claimedAt);
     running.add(run);
     const p: Promise<unknown> = run.execute().finally(() => {
       running.delete(run);

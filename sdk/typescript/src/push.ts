@@ -38,7 +38,10 @@ function readBody(req: IncomingMessage): Promise<Buffer | "too_large"> {
  * same answer. With Express, mount it before any body parser or after
  * express.json() (req.body is then used).
  */
-export function pushHandler(fn: Handler, options: WorkerOptions = {}): PushHandler {
+export function pushHandler<Payload = unknown, Checkpoint = unknown, Output = unknown>(
+  fn: Handler<Payload, Checkpoint, Output>,
+  options: WorkerOptions = {},
+): PushHandler {
   const cfg = config(options);
   const inflight = new Map<string, Run>();
 
@@ -49,7 +52,7 @@ export function pushHandler(fn: Handler, options: WorkerOptions = {}): PushHandl
       cur.log("info", "duplicate delivery of an attempt this worker is running; waiting for it");
       return cur.done;
     }
-    const run = new Run(cfg, fn, env, traceparent);
+    const run = new Run(cfg, fn as Handler, env, traceparent);
     inflight.set(key, run);
     try {
       return await run.execute();

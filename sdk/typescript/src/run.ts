@@ -47,8 +47,13 @@ export interface Envelope {
   cancelGracePeriodMs?: number;
 }
 
+/** A log record's level, least severe first. */
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
 /** Log records: level, message and fields (never a task token). */
-export type LogFn = (level: "debug" | "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
+export type LogFn = (level: LogLevel, message: string, fields: Record<string, unknown>) => void;
+
+const LEVELS: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
 /** The default logger: one JSON line per record on stderr (Cloud Logging's severity). */
 export const jsonLogger: LogFn = (level, message, fields) => {
@@ -62,6 +67,11 @@ export interface WorkerOptions {
   workerId?: string;
   /** Receives the SDK's log records (default: JSON lines on stderr). */
   logger?: LogFn;
+  /**
+   * The least severe level passed to logger, whichever it is (default "info"). "debug" adds
+   * one record per callback answered, heartbeats included.
+   */
+  logLevel?: LogLevel;
   /** Per callback request, ms (default 30 000). */
   requestTimeoutMs?: number;
   /** [initial, max] ms of the callbacks' exponential backoff (default [250, 15 000]), jittered in [d/2, d). */
@@ -91,9 +101,15 @@ export function defaultWorkerId(): string {
 export function config(o: WorkerOptions = {}): Config {
   const [bi, bm] = o.retryBackoffMs ?? [250, 15_000];
   const initial = Math.max(bi, 1);
+  const level = o.logLevel ?? "info";
+  if (!(level in LEVELS)) throw new TypeError(`servo worker: logLevel must be "debug", "info", "warn" or "error", not ${JSON.stringify(level)}`);
+  const logger = o.logger ?? jsonLogger;
+  const min = LEVELS[level];
   return {
     workerId: (o.workerId || defaultWorkerId()).slice(0, 256),
-    log: o.logger ?? jsonLogger,
+    log: (l, message, fields) => {
+      if (LEVELS[l] >= min) logger(l, message, fields);
+    },
     requestTimeoutMs: Math.max(o.requestTimeoutMs ?? 30_000, 1),
     backoffInitial: initial,
     backoffMax: Math.max(bm, initial),
@@ -239,22 +255,28 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 // --- the Task ----------------------------------------------------------
 
-/** What a handler gets: the envelope, progress, checkpoints, and the stop signal. */
-export class Task {
+/**
+ * What a handler gets: the envelope, progress, checkpoints, and the stop
+ * signal. Payload is the type of the task's payload and Checkpoint that of
+ * its checkpoints (and so of resumeFrom); both are unknown unless a handler
+ * names them (Handler<Payload, Checkpoint, Output>). The SDK does not check
+ * them: they describe what the submitter and the handler agree on.
+ */
+export class Task<Payload = unknown, Checkpoint = unknown> {
   readonly taskId: string;
   readonly runId: string;
   readonly tenantId: string;
   readonly attempt: number;
   readonly workerId: string;
-  readonly payload: unknown;
+  readonly payload: Payload;
   /** The last checkpoint of an earlier attempt (undefined if none). */
-  readonly resumeFrom: unknown;
+  readonly resumeFrom: Checkpoint | undefined;
   /** The task's deadline, if it has one. */
   readonly deadline: Date | undefined;
   /** Aborted when the attempt must stop; its reason is a StopCause (CancelRequested, LeaseLostError, ...). */
   readonly signal: AbortSignal;
   /** Logs with taskId, attempt, tenantId, runId and workerId. */
-  readonly log: (level: "debug" | "info" | "warn" | "error", message: string, fields?: Record<string, unknown>) => void;
+  readonly log: (level: LogLevel, message: string, fields?: Record<string, unknown>) => void;
 
   #env: Envelope;
   #ctl: AbortController;
@@ -266,15 +288,15 @@ export class Task {
   #cpAcked = 0;
   #phase = "";
 
-  constructor(env: Envelope, workerId: string, log: Task["log"], flush: () => void) {
+  constructor(env: Envelope, workerId: string, log: (level: LogLevel, message: string, fields?: Record<string, unknown>) => void, flush: () => void) {
     this.#env = env;
     this.taskId = env.taskId;
     this.runId = env.runId ?? "";
     this.tenantId = env.tenantId ?? "";
     this.attempt = env.attempt;
     this.workerId = workerId;
-    this.payload = env.payload;
-    this.resumeFrom = env.resumeFrom === null ? undefined : env.resumeFrom;
+    this.payload = env.payload as Payload;
+    this.resumeFrom = env.resumeFrom === null ? undefined : (env.resumeFrom as Checkpoint | undefined);
     this.deadline = env.deadline ? new Date(env.deadline) : undefined;
     this.#ctl = new AbortController();
     this.signal = this.#ctl.signal;
@@ -316,7 +338,7 @@ export class Task {
   }
 
   /** Records a checkpoint (JSON ≤ 64 KiB), sent with an early heartbeat; a retry's resumeFrom. */
-  checkpoint(state: unknown): void {
+  checkpoint(state: Checkpoint): void {
     const s = JSON.stringify(state);
     if (s === undefined) throw new TypeError("checkpoint: not JSON-encodable");
     const n = Buffer.byteLength(s);
@@ -327,7 +349,7 @@ export class Task {
   }
 
   /** The last checkpoint recorded (undefined if none). */
-  get lastCheckpoint(): unknown {
+  get lastCheckpoint(): Checkpoint | undefined {
     return this.#cp === undefined ? undefined : JSON.parse(this.#cp);
   }
 
@@ -368,8 +390,13 @@ function truncate(s: string, max: number): string {
   return b.length <= max ? s : b.subarray(0, max).toString().replace(/\uFFFD+$/, "");
 }
 
-/** A handler does the work of one attempt: it returns the output (JSON; undefined for none) or throws. */
-export type Handler = (task: Task) => unknown | Promise<unknown>;
+/**
+ * A handler does the work of one attempt: it returns the output (JSON;
+ * undefined for none) or throws. Its type parameters type the payload, the
+ * checkpoints (checkpoint() and resumeFrom) and the output; all are
+ * unknown by default.
+ */
+export type Handler<Payload = unknown, Checkpoint = unknown, Output = unknown> = (task: Task<Payload, Checkpoint>) => Output | Promise<Output>;
 
 /** The answer of one attempt (to Cloud Tasks, in push mode). */
 export interface Answer {
@@ -423,7 +450,7 @@ export class Run {
     this.done = new Promise((r) => (this.#resolve = r));
   }
 
-  log(level: "debug" | "info" | "warn" | "error", message: string, fields: Record<string, unknown> = {}): void {
+  log(level: LogLevel, message: string, fields: Record<string, unknown> = {}): void {
     this.#cfg.log(level, message, { ...this.#fields, ...fields });
   }
 

@@ -264,3 +264,37 @@ test("outcomes", () => {
   assert.deepEqual([big.outcome, big.error.retryable], ["FAILED", false]);
   assert.throws(() => task.checkpoint("x".repeat(65 << 10)), sw.CheckpointTooLargeError);
 });
+
+test("logLevel: the default logger writes no line per heartbeat (default info); logLevel debug adds them; the level filters any logger", async (t) => {
+  const f = await fakeServo();
+  t.after(f.close);
+  const task = async (task) => {
+    const n = f.ops("heartbeat").length;
+    while (!(await task.sleep(50)) && f.ops("heartbeat").length < n + 3);
+    return 1;
+  };
+  const write = process.stderr.write;
+  const lines = [];
+  process.stderr.write = (chunk, ...rest) => {
+    if (String(chunk).startsWith("{")) { lines.push(...String(chunk).trim().split("\n")); return true; }
+    return write.call(process.stderr, chunk, ...rest);
+  };
+  try {
+    const [status] = await deliver(sw.pushHandler(task, { workerId: "ts-quiet", retryBackoffMs: [1, 10] }), f.envelope());
+    assert.equal(status, 200);
+  } finally {
+    process.stderr.write = write;
+  }
+  assert.ok(f.ops("heartbeat").length >= 3);
+  const recs = lines.map((l) => JSON.parse(l)).filter((r) => r.workerId === "ts-quiet");
+  assert.ok(recs.some((r) => r.message === "attempt started" && r.severity === "INFO"), "info records are written");
+  assert.deepEqual(recs.filter((r) => r.severity === "DEBUG" || r.op === "heartbeat"), [], "no record per heartbeat at the default level");
+
+  const l = logs();
+  await deliver(sw.pushHandler(task, { ...opts(l), logLevel: "debug" }), f.envelope({ taskId: "task_02" }));
+  assert.ok(l.lines.filter((x) => JSON.parse(x).op === "heartbeat").length >= 3, "logLevel debug: one record per heartbeat");
+  const w = logs();
+  await deliver(sw.pushHandler(task, { ...opts(w), logLevel: "warn" }), f.envelope({ taskId: "task_03" }));
+  assert.deepEqual(w.lines, [], "logLevel warn: a good attempt logs nothing");
+  assert.throws(() => sw.pushHandler(task, { logLevel: "verbose" }), TypeError);
+});

@@ -1,6 +1,6 @@
 // Pull mode and job mode against scripted servers: the claim is the
-// attempt's `started`, claim backoff and refusals, the grace period, and
-// runJob's exit codes (as the Go SDK's worker.Pull and worker.RunJob).
+// attempt's `started`, claim backoff and refusals, the grace period, a
+// stop abandoning the open claim, and runJob's exit codes (as the Go SDK's worker.Pull and worker.RunJob).
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -122,4 +122,60 @@ test("runJob: exit codes as worker.RunJob, and the execution's worker id", async
   assert.equal(await sw.runJob(() => 1, { logger: quiet }), sw.EXIT_NOT_RUN, "no envelope");
   process.env.SERVO_ENVELOPE = "{\"taskId\": 1}";
   assert.equal(await sw.runJob(() => 1, { logger: quiet }), sw.EXIT_NOT_RUN, "a bad envelope");
+});
+
+test("pull: stopping abandons the open claim; a task it would have answered after the stop is not started", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  let answer;
+  const held = new Promise((r) => (answer = r));
+  let claims = 0;
+  let left = false;
+  const c = await server(async (req) => {
+    claims++;
+    req.socket.once("close", () => (left = true));
+    await held; // a long-poll that finds a task only after the worker was told to stop
+    return [200, { claimed: true, envelope: f.envelope(), disposition: "CONTINUE" }];
+  });
+  t.after(c.close);
+  const ctl = new AbortController();
+  const ran = [];
+  const p = sw.pull((task) => { ran.push(task.attempt); return 1; },
+    { api: c.url, pool: "gpu", signal: ctl.signal, maxWaitMs: 60_000, logger: quiet, retryBackoffMs: [1, 10] });
+  await until(() => claims === 1);
+  ctl.abort();
+  const stopped = await Promise.race([p.then(() => true), new Promise((r) => setTimeout(() => r(false), 2000))]);
+  answer();
+  await p;
+  await new Promise((r) => setTimeout(r, 200));
+  assert.ok(stopped, "pull returns at once, without waiting for the open long-poll");
+  assert.ok(left, "the claim's request was aborted, so Servo hands the message back");
+  assert.deepEqual(ran, [], "the handler never ran");
+  assert.equal(claims, 1);
+  assert.deepEqual(f.calls, [], "nothing was reported for an attempt the worker never got");
+});
+
+test("pull: an attempt whose claim is answered all the same after the stop is not started: reported FAILED/INFRASTRUCTURE, retryable", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  const c = await server(() => [200, { claimed: true, envelope: f.envelope(), disposition: "CONTINUE" }]);
+  t.after(c.close);
+  const ctl = new AbortController();
+  // The answer beats the abort: the stop comes once the claim's answer is in.
+  const real = globalThis.fetch;
+  t.after(() => { globalThis.fetch = real; });
+  globalThis.fetch = async (url, init) => {
+    const res = await real(url, init);
+    if (!String(url).endsWith("/claim")) return res;
+    const body = await res.text();
+    ctl.abort();
+    return new Response(body, { status: res.status, headers: res.headers });
+  };
+  const ran = [];
+  await sw.pull((task) => { ran.push(task.attempt); return 1; },
+    { api: c.url, pool: "gpu", signal: ctl.signal, maxWaitMs: 200, logger: quiet, retryBackoffMs: [1, 10] });
+  assert.deepEqual(ran, [], "the handler never ran");
+  const done = f.ops("completed");
+  assert.equal(done.length, 1);
+  assert.deepEqual([done[0].body.outcome, done[0].body.error.category, done[0].body.error.retryable], ["FAILED", "INFRASTRUCTURE", true]);
 });

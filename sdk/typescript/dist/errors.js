@@ -1,0 +1,140 @@
+// Errors of the Servo worker SDK. Two families, as in the Go and Python
+// SDKs: TaskError and its subclasses are what a handler throws to report a
+// failure with a category (docs/contract.md §6.1); StopCause and its
+// subclasses are why task.signal aborted (task.signal.reason).
+/** A failure with a category; `retryable` is advice to Servo (undefined: the category's default). */
+export class TaskError extends Error {
+    category;
+    retryable;
+    constructor(category, message, options) {
+        super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+        this.name = "TaskError";
+        this.category = category;
+        this.retryable = options?.retryable;
+    }
+}
+/** FAILED/USER_CODE: a bug in the worker's code. */
+export class UserCodeError extends TaskError {
+    constructor(message, options) {
+        super("USER_CODE", message, options);
+        this.name = "UserCodeError";
+    }
+}
+/** FAILED/DATA_QUALITY: the input is bad; retrying will not help. */
+export class DataQualityError extends TaskError {
+    constructor(message, options) {
+        super("DATA_QUALITY", message, options);
+        this.name = "DataQualityError";
+    }
+}
+/** FAILED/INFRASTRUCTURE: a dependency failed; retryable. */
+export class InfrastructureError extends TaskError {
+    constructor(message, options) {
+        super("INFRASTRUCTURE", message, options);
+        this.name = "InfrastructureError";
+    }
+}
+/** FAILED/CONFIGURATION: the worker or task is misconfigured. */
+export class ConfigurationError extends TaskError {
+    constructor(message, options) {
+        super("CONFIGURATION", message, options);
+        this.name = "ConfigurationError";
+    }
+}
+/** FAILED/TIMEOUT: the work took too long. */
+export class TaskTimeoutError extends TaskError {
+    constructor(message, options) {
+        super("TIMEOUT", message, options);
+        this.name = "TaskTimeoutError";
+    }
+}
+/** CANCELLED: the worker's own decision to cancel (the last checkpoint is partialProgress). */
+export class TaskCancelledError extends TaskError {
+    constructor(message = "cancelled by the worker") {
+        super("CANCELLED", message);
+        this.name = "TaskCancelledError";
+    }
+}
+/** Why the attempt must stop: task.signal.reason. */
+export class StopCause extends Error {
+    constructor(message) {
+        super(message);
+        this.name = "StopCause";
+    }
+}
+/** Servo asked the attempt to stop (a heartbeat answered shouldCancel): reported CANCELLED. */
+export class CancelRequested extends StopCause {
+    reason;
+    constructor(reason) {
+        super("task cancelled by Servo" + (reason ? ": " + reason : ""));
+        this.name = "CancelRequested";
+        this.reason = reason;
+    }
+}
+/** Codes of a LeaseLostError the SDK decides itself. */
+export const CODE_HEARTBEAT_TIMEOUT = "heartbeat_timeout";
+export const CODE_SERVO_UNREACHABLE = "servo_unreachable";
+/**
+ * The attempt lost its authority: Servo answered 409/410, no heartbeat was
+ * acknowledged within heartbeatTimeoutMs (fenced), or the token expired while
+ * Servo could not be reached. Stop at once; nothing more is reported.
+ */
+export class LeaseLostError extends StopCause {
+    code;
+    status;
+    constructor(code, message, status = 0) {
+        super(`lease lost: ${code} (HTTP ${status}): ${message}`);
+        this.name = "LeaseLostError";
+        this.code = code;
+        this.status = status;
+    }
+}
+/** Servo refused a callback as invalid (REJECTED); nothing more is reported. */
+export class RejectedError extends StopCause {
+    op;
+    status;
+    code;
+    field;
+    constructor(op, status, code, field, message) {
+        super(`callback rejected by Servo: ${op}: ${code} (HTTP ${status})${field ? " field " + field : ""}${message ? ": " + message : ""}`);
+        this.name = "RejectedError";
+        this.op = op;
+        this.status = status;
+        this.code = code;
+        this.field = field;
+    }
+}
+/** The task's deadline passed: an error thrown after it is FAILED/TIMEOUT. */
+export class DeadlineExceededError extends StopCause {
+    constructor() {
+        super("task deadline exceeded");
+        this.name = "DeadlineExceededError";
+    }
+}
+/** A pull worker stopped the attempt at the end of its grace period: FAILED/INFRASTRUCTURE, retryable. */
+export class WorkerStopping extends StopCause {
+    constructor() {
+        super("worker stopping: the grace period for running tasks is over");
+        this.name = "WorkerStopping";
+    }
+}
+/** A claim refused for good (4xx): pull() rejects with it. */
+export class ClaimRefused extends Error {
+    status;
+    code;
+    field;
+    constructor(status, code, message, field = "") {
+        super(`claim refused: HTTP ${status} ${code}${field ? " field " + field : ""}${message ? ": " + message : ""}`);
+        this.name = "ClaimRefused";
+        this.status = status;
+        this.code = code;
+        this.field = field;
+    }
+}
+/** A checkpoint's JSON exceeds 64 KiB. */
+export class CheckpointTooLargeError extends RangeError {
+    constructor(size) {
+        super(`checkpoint is ${size} bytes; the limit is ${64 << 10}`);
+        this.name = "CheckpointTooLargeError";
+    }
+}

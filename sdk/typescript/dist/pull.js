@@ -1,0 +1,203 @@
+// Pull mode: claim attempts from a pull pool (docs/contract.md §10) and run
+// them under the same protocol as push mode, like the Go SDK's worker.Pull.
+import { ClaimRefused, InfrastructureError, WorkerStopping } from "./errors.js";
+import { backoff, config, EnvelopeError, MAX_ENVELOPE_BYTES, parseEnvelope, parseRetryAfter, Run, USER_AGENT } from "./run.js";
+/** Carries PullOptions.devIdentity: the identity `servo dev` takes on trust (production ignores it). */
+export const DEV_IDENTITY_HEADER = "X-Servo-Dev-Identity";
+/** An ID token for audience from the metadata server (Cloud Run, GKE, Compute Engine), cached for 55 minutes. */
+export function metadataIdToken(audience) {
+    let tok = "";
+    let until = 0;
+    return async () => {
+        if (tok && performance.now() < until)
+            return tok;
+        const u = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity?format=full&audience=" + encodeURIComponent(audience);
+        const res = await fetch(u, { headers: { "Metadata-Flavor": "Google" }, signal: AbortSignal.timeout(10_000) });
+        if (!res.ok)
+            throw new Error(`metadata server: HTTP ${res.status}`);
+        tok = await res.text();
+        until = performance.now() + 55 * 60_000;
+        return tok;
+    };
+}
+const sleep = (ms, signal) => new Promise((resolve) => {
+    if (signal.aborted)
+        return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+        clearTimeout(t);
+        signal.removeEventListener("abort", done);
+        resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+});
+/**
+ * Claims attempts from a pull pool and runs fn for each, at most concurrency
+ * at a time, with push mode's machinery (heartbeats, checkpoints, cancel,
+ * the lease fence, exactly one `completed`); the claim is the attempt's
+ * `started`. Empty claims and Servo's 503 are followed by a backoff; a
+ * claim refused for good (4xx) rejects with ClaimRefused. When signal
+ * aborts, no new claim is made; running attempts have graceMs to finish,
+ * then their task.signal aborts with WorkerStopping (reported
+ * FAILED/INFRASTRUCTURE, retryable), and pull resolves once every report is in.
+ * The claim open when signal aborts is abandoned at once (its request is
+ * aborted, so Servo hands the attempt to another worker); an attempt that
+ * was claimed all the same is not started: it is reported FAILED/
+ * INFRASTRUCTURE, retryable, without running fn, so that Servo retries it
+ * at once rather than when its lease runs out.
+ */
+export async function pull(fn, o) {
+    if (!o.api || !o.pool)
+        throw new Error("servo worker: pull needs api and pool");
+    if (new URL(o.api).protocol === "https:" && !o.idToken) {
+        throw new Error(`servo worker: idToken is required for the https API ${o.api}: claims need an ID token (metadataIdToken(api) on Google Cloud)`);
+    }
+    const cfg = config(o);
+    const concurrency = Math.max(o.concurrency ?? 1, 1);
+    const maxWait = Math.min(Math.max(o.maxWaitMs ?? 20_000, 1), 60_000);
+    const grace = o.graceMs ?? 30_000;
+    let stop = o.signal;
+    let unhook = () => { };
+    if (!stop) {
+        const ctl = new AbortController();
+        const on = () => ctl.abort();
+        process.once("SIGTERM", on);
+        process.once("SIGINT", on);
+        unhook = () => {
+            process.off("SIGTERM", on);
+            process.off("SIGINT", on);
+        };
+        stop = ctl.signal;
+    }
+    const fields = { pool: o.pool, workerId: cfg.workerId };
+    const running = new Set();
+    const settled = new Set();
+    let free = concurrency;
+    let slotWaiter;
+    const url = o.api.replace(/\/+$/, "") + "/v1/pools/" + encodeURIComponent(o.pool) + "/claim";
+    let fatal;
+    let empty = 0;
+    cfg.log("info", "pulling", { ...fields, concurrency });
+    while (!stop.aborted) {
+        if (free === 0) {
+            const signal = stop;
+            await new Promise((r) => {
+                const done = () => {
+                    signal.removeEventListener("abort", done);
+                    r();
+                };
+                slotWaiter = done;
+                signal.addEventListener("abort", done, { once: true });
+            });
+            slotWaiter = undefined;
+            continue;
+        }
+        free--;
+        let wait = 0;
+        let err = "";
+        let env;
+        let claimedAt = 0;
+        try {
+            const headers = { "Content-Type": "application/json", "User-Agent": USER_AGENT };
+            if (o.devIdentity)
+                headers[DEV_IDENTITY_HEADER] = o.devIdentity;
+            if (o.idToken)
+                headers.Authorization = "Bearer " + (await o.idToken());
+            // Stopping abandons the open long-poll: Servo hands back a message
+            // that comes after the caller left (docs/contract.md §10).
+            const res = await fetch(url, {
+                method: "POST",
+                headers,
+                body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
+                signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), stop]),
+            });
+            const text = (await res.text()).slice(0, MAX_ENVELOPE_BYTES + 65536);
+            claimedAt = performance.now();
+            let body;
+            try {
+                const b = JSON.parse(text);
+                if (typeof b === "object" && b !== null)
+                    body = b;
+            }
+            catch {
+                body = undefined;
+            }
+            const servo = typeof body?.disposition === "string" && ["CONTINUE", "COMMITTED", "CANCELLED", "REJECTED", "RETRY"].includes(body.disposition);
+            if (res.status === 200 && servo) {
+                if (body.claimed === true) {
+                    try {
+                        env = parseEnvelope(body.envelope);
+                    }
+                    catch (e) {
+                        if (!(e instanceof EnvelopeError))
+                            throw e;
+                        err = "claimed an envelope that is not valid (its lease expires and Servo retries it): " + e.message;
+                    }
+                }
+            }
+            else if ((servo && body.disposition === "RETRY") || (!servo && [408, 429, 500, 502, 503, 504].includes(res.status))) {
+                err = `claim answered ${res.status}`;
+                wait = parseRetryAfter(res.headers.get("retry-after"));
+            }
+            else {
+                fatal = new ClaimRefused(res.status, String(body?.error ?? ""), String(body?.message ?? ""), String(body?.field ?? ""));
+                cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, message: fatal.message });
+                free++;
+                break;
+            }
+        }
+        catch (e) {
+            err = String(e);
+        }
+        if (stop.aborted && !env) {
+            free++;
+            break;
+        }
+        if (!env) {
+            free++;
+            empty++;
+            if (err) {
+                cfg.log("warn", "claim failed; backing off", { ...fields, error: err });
+                wait = Math.max(wait, backoff(empty, cfg.backoffInitial, cfg.backoffMax));
+            }
+            else {
+                wait = Math.max(wait, backoff(Math.min(empty, 3), cfg.backoffInitial, cfg.backoffMax));
+            }
+            await sleep(wait, stop);
+            continue;
+        }
+        empty = 0;
+        let handler = fn;
+        if (stop.aborted) {
+            // Claimed as the worker stopped (the answer beat the abort): the
+            // attempt is ours (the claim was its `started`), but it is not begun.
+            // Reporting it FAILED/INFRASTRUCTURE lets Servo retry it now rather
+            // than when its lease runs out.
+            handler = () => {
+                throw new InfrastructureError("claimed as the worker was stopping; not started (worker stopping)", { retryable: true });
+            };
+            cfg.log("warn", "claimed an attempt after stopping; not starting it, reporting it FAILED/INFRASTRUCTURE (retryable)", { ...fields, taskId: env.taskId, attempt: env.attempt });
+        }
+        const run = new Run(cfg, handler, env, undefined, claimedAt);
+        running.add(run);
+        const p = run.execute().finally(() => {
+            running.delete(run);
+            settled.delete(p);
+            free++;
+            slotWaiter?.();
+        });
+        settled.add(p);
+    }
+    unhook();
+    if (running.size > 0) {
+        const timer = new Promise((r) => setTimeout(r, grace).unref());
+        await Promise.race([Promise.allSettled([...settled]), timer]);
+        for (const run of running) {
+            run.log("warn", "grace period over; stopping the handler");
+            run.task._stop(new WorkerStopping());
+        }
+        await Promise.allSettled([...settled]);
+    }
+    if (fatal)
+        throw fatal;
+}
