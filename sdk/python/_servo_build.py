@@ -33,6 +33,9 @@ def _project() -> dict[str, Any]:
             if m:
                 out[key] = m.group(1)
         out["classifiers"] = re.findall(r'^\s*"([^"]+ :: [^"]+)",?$', section, re.M)
+        if "\n[project.urls]" in text:
+            urls = text.split("\n[project.urls]", 1)[1].split("\n[", 1)[0]
+            out["urls"] = dict(re.findall(r'^\s*"?([A-Za-z][\w .-]*?)"?\s*=\s*"([^"]*)"', urls, re.M))
         return out
     return dict(tomllib.loads(raw.decode())["project"])
 
@@ -52,6 +55,7 @@ def _metadata() -> bytes:
         lines.append(f"Requires-Python: {p['requires-python']}")
     lines.append("License: Apache-2.0")
     lines += [f"Classifier: {c}" for c in p.get("classifiers", [])]
+    lines += [f"Project-URL: {label}, {url}" for label, url in (p.get("urls") or {}).items()]
     lines.append("Description-Content-Type: text/markdown")
     with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
         readme = f.read()

@@ -17,6 +17,8 @@
     # or, locally: app.serve(port=8080)
     # pull: servo_worker.pull(handle, api, pool, concurrency=4)
     # job:  servo_worker.main_job(handle)  (a Cloud Run Job execution)
+    # A handler may be `async def`: it runs on an event loop of its own and
+    # is cancelled (asyncio.CancelledError) when the attempt must stop.
 
 Workers do work, not truth: Servo alone decides a task's state.
 """

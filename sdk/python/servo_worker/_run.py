@@ -3,7 +3,9 @@ handler (started, heartbeats, fencing, completed)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import inspect
 import json
 import random
 import re
@@ -13,7 +15,7 @@ import threading
 import time
 import traceback
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional
 
 from . import _client
 from ._client import CANCELLED, COMMITTED, CONTINUE, Reply, Stopped, Unreachable
@@ -41,6 +43,11 @@ RESULT_REJECTED = "rejected"
 RESULT_UNREACHABLE = "servo_unreachable"
 RESULT_INTERNAL = "internal_error"
 
+# How long the last heartbeat that carries a successful or cancelled
+# attempt's final progress is retried before `completed` is sent anyway
+# (bounded by the fence and the token too).
+FINAL_PROGRESS_WINDOW = 5.0
+
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 
@@ -54,8 +61,11 @@ class Run:
     """One attempt: execute() returns (HTTP status, answer dict)."""
 
     def __init__(self, app: "App", env: dict[str, Any], trace: Optional[str], claimed_at: Optional[float] = None,
-                 traceparent: Optional[str] = None) -> None:
+                 traceparent: Optional[str] = None, refuse: Optional[StopRequested] = None) -> None:
         self.app = app
+        # refuse: the handler is not run; the attempt (a claim's, already
+        # started) is reported as if the handler had raised this at once.
+        self.refuse = refuse
         # The W3C trace the callbacks continue: the delivery's, else a new one.
         m = _TRACEPARENT.match((traceparent or "").strip())
         if m and m.group(1) != "0" * 32:
@@ -210,14 +220,19 @@ class Run:
         sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
         hb.start()
         sup.start()
-        self.log.info("attempt started")
         cpu0 = _cpu_time()
         out: Any = None
         exc: Optional[BaseException] = None
-        try:
-            out = app.handler(self.task)
-        except Exception as e:  # noqa: BLE001 - every failure is reported
-            exc = e
+        if self.refuse is not None:
+            self.log.warning("attempt not started: " + str(self.refuse))
+            self.task._stop(self.refuse)
+            exc = self.refuse
+        else:
+            self.log.info("attempt started")
+            try:
+                out = call_handler(app.handler, self.task)
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                exc = e
         # Why the handler had to stop, as it saw it (a cancel answered after
         # it returned does not count).
         cause = self.task.cancel_cause
@@ -243,6 +258,15 @@ class Run:
         if req["outcome"] == "FAILED" and self.task._dirty():
             # Store the last checkpoint first: a retry resumes from it.
             self._heartbeat_once(None)
+            if self.stopped() is None:
+                self._fenced()
+            if (stop := self.stopped()) is not None:
+                return 200, _lost_answer(stop)
+        elif self.task._progress_dirty():
+            # The last progress the handler reported (throttled into the
+            # next heartbeat, which never came): one last heartbeat, best
+            # effort, so the attempt does not end showing an older one.
+            self._heartbeat_once(None, final=True)
             if self.stopped() is None:
                 self._fenced()
             if (stop := self.stopped()) is not None:
@@ -324,22 +348,31 @@ class Run:
             last = time.monotonic()
             nxt = last + _jitter(interval)
 
-    def _heartbeat_once(self, stop: Optional[threading.Event]) -> bool:
+    def _heartbeat_once(self, stop: Optional[threading.Event], final: bool = False) -> bool:
         """Sends one heartbeat with the latest progress and any unstored
         checkpoint, retrying until the token expires, the attempt is fenced
-        or stop is set. Reports whether the attempt may go on."""
-        version = 0
+        or stop is set. Reports whether the attempt may go on.
+
+        final: the last progress of an attempt whose handler is over,
+        retried for FINAL_PROGRESS_WINDOW at most; not getting through
+        then costs nothing but the progress (``completed`` follows)."""
+        version = (0, 0)
 
         def body() -> bytes:
             nonlocal version
             b, version = self.task._heartbeat_body(self.app.worker_id, utcnow())
             return compact_json(b)
 
+        window = time.monotonic() + FINAL_PROGRESS_WINDOW if final else float("inf")
         try:
-            rep = self._post("heartbeat", body, lambda: min(self._token_until(), self._fence()), stop)
+            rep = self._post("heartbeat", body, lambda: min(self._token_until(), self._fence(), window), stop)
         except Stopped:
             return False
         except Unreachable as e:
+            if final and time.monotonic() < min(self._token_until(), self._fence()):
+                self.log.warning("could not send the attempt's last progress; reporting `completed` without it",
+                                 fields={"error": str(e)})
+                return True
             if self._fence() <= self._token_until():
                 # The next try could not be acknowledged before the fence.
                 self._lose(LeaseLostError("heartbeat_timeout", "no heartbeat acknowledged within heartbeatTimeoutMs: " + str(e)))
@@ -361,6 +394,61 @@ class Run:
             self._lose(RejectedError("heartbeat", rep.status, str(rep.body.get("error") or ""),
                                      str(rep.body.get("field") or ""), str(rep.body.get("message") or "")))
         return False
+
+
+def call_handler(handler: Callable[[Task], Any], task: Task) -> Any:
+    """Calls the handler; a coroutine it returns (an ``async def`` handler)
+    is run to its end on an event loop of its own in this thread."""
+    out = handler(task)
+    if inspect.iscoroutine(out):
+        out = _run_coroutine(out, task)
+    return out
+
+
+def _run_coroutine(coro: Coroutine[Any, Any, Any], task: Task) -> Any:
+    """Runs an async handler's coroutine on a new event loop, as
+    asyncio.run does, with the attempt's stop wired to it: the first
+    reason the attempt must stop (Servo's cancel, lost lease, deadline, a
+    pull worker's grace period) cancels the coroutine's task. If that
+    cancellation ends it, the reason is raised here, as check_cancelled
+    would raise it in a sync handler, so that outcomes are the same."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        main = loop.create_task(coro)
+        task._bind_loop(loop, main)
+        try:
+            return loop.run_until_complete(main)
+        except asyncio.CancelledError as e:
+            cause = task._unbind_loop()
+            if cause is None:
+                raise RuntimeError("the handler's coroutine was cancelled (not by the SDK)") from e
+            raise cause from e
+        finally:
+            task._unbind_loop()
+            try:
+                _cancel_all_tasks(loop)
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            except Exception:  # noqa: BLE001 - cleanup: the handler's result stands
+                task.logger.exception("cleaning up the handler's event loop")
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _cancel_all_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels the tasks the handler left running (asyncio.run's way)."""
+    left = asyncio.all_tasks(loop)
+    if not left:
+        return
+    for t in left:
+        t.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    for t in left:
+        if not t.cancelled() and t.exception() is not None:
+            loop.call_exception_handler({"message": "a task the handler left failed while being cancelled",
+                                         "exception": t.exception(), "task": t})
 
 
 def _jitter(d: float) -> float:

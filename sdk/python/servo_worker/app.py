@@ -23,7 +23,10 @@ __all__ = ["App", "Handler", "WSGIApp", "serve", "make_server", "EnvelopeError",
 
 Handler = Callable[[Task], Any]
 """A handler does the work of one attempt: it returns the output
-(JSON-encodable; None for none) or raises (see servo_worker.errors)."""
+(JSON-encodable; None for none) or raises (see servo_worker.errors). It may
+be an ``async def`` (a callable returning a coroutine): the SDK runs the
+coroutine on an event loop of its own and cancels it when the attempt must
+stop (see the README, "asyncio handlers")."""
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_BACKOFF_INITIAL = 0.25
@@ -145,7 +148,10 @@ class App:
         self._transport.close()
 
     def serve(self, port: int = 8080, host: str = "0.0.0.0") -> None:
-        """Serves this application with :func:`serve` (local use)."""
+        """Serves this application with :func:`serve` (local use) on
+        host:port. ``host`` defaults to ``"0.0.0.0"``: every IPv4 interface,
+        as a container needs; ``"127.0.0.1"`` accepts local connections
+        only."""
         serve(self, port, host)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -153,10 +153,12 @@ class WorkerStopping(StopRequested):
     """A pull worker is shutting down and the attempt's grace period is
     over (like the Go SDK's ErrStopping). An exception raised after it is
     reported as FAILED/INFRASTRUCTURE, retryable: Servo runs the attempt
-    again from its last checkpoint, on another worker."""
+    again from its last checkpoint, on another worker. Also the report of
+    an attempt a claim brought after the worker began to stop: its handler
+    is not run (see :func:`servo_worker.pull`)."""
 
-    def __init__(self) -> None:
-        super().__init__("worker stopping: the grace period for running tasks is over")
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "worker stopping: the grace period for running tasks is over")
 
 
 class CheckpointTooLargeError(ValueError):

@@ -7,6 +7,7 @@ import http.client
 import json
 import logging
 import signal
+import socket
 import threading
 import time
 import urllib.parse
@@ -66,8 +67,66 @@ def metadata_id_token(audience: str) -> Callable[[], str]:
     return get
 
 
+class _Abandoned(Exception):
+    """The claim was not sent: the worker is stopping."""
+
+
+def _abandon(conn: http.client.HTTPConnection) -> None:
+    """Shuts down an open claim's connection (from another thread: the
+    claiming thread's read ends at once; it closes the connection itself).
+    Servo sees the caller leave and hands back a message it receives
+    after that instead of claiming it."""
+    sock = conn.sock
+    if sock is None:
+        return
+    try:
+        # socket.socket's shutdown, not SSLSocket's (which would also drop
+        # the TLS object under the reading thread's feet).
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _ClaimGuard:
+    """Abandons the open claim when ``stop`` is set: a watcher thread shuts
+    its connection down, so that a long-poll open at SIGTERM does not bring
+    an attempt the worker would start while stopping."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self._mu = threading.Lock()
+        self._conn: Optional[http.client.HTTPConnection] = None
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="servo-pull-stop", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.05):
+            if self._done.is_set():
+                return
+        with self._mu:
+            conn = self._conn
+            if conn is not None:
+                _abandon(conn)
+
+    def open(self, conn: http.client.HTTPConnection) -> None:
+        """Registers a connected claim; raises _Abandoned when stopping."""
+        with self._mu:
+            if self.stop.is_set():
+                raise _Abandoned()
+            self._conn = conn
+
+    def closed(self) -> None:
+        with self._mu:
+            self._conn = None
+
+    def close(self) -> None:
+        self._done.set()
+        self._watcher.join()
+
+
 def _claim(api: str, pool: str, worker_id: str, max_wait: float, timeout: float, dev_identity: Optional[str],
-           id_token: Optional[Callable[[], str]]) -> tuple[int, dict[str, str], bytes]:
+           id_token: Optional[Callable[[], str]], guard: _ClaimGuard) -> tuple[int, dict[str, str], bytes]:
     u = urllib.parse.urlsplit(api.rstrip("/") + "/v1/pools/" + urllib.parse.quote(pool, safe="") + "/claim")
     body = json.dumps({"workerId": worker_id, "maxWaitMs": int(max_wait * 1000)}).encode()
     headers = {"Content-Type": "application/json", "User-Agent": _client.USER_AGENT, "Content-Length": str(len(body))}
@@ -78,8 +137,15 @@ def _claim(api: str, pool: str, worker_id: str, max_wait: float, timeout: float,
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     conn = cls(u.netloc, timeout=timeout)
     try:
-        conn.request("POST", u.path, body=body, headers=headers)
-        res = conn.getresponse()
+        conn.connect()
+        guard.open(conn)
+        try:
+            conn.request("POST", u.path, body=body, headers=headers)
+            res = conn.getresponse()
+        finally:
+            # The long-poll is over once the answer has begun: a stop from
+            # now on lets it be read (an attempt in it is handed back).
+            guard.closed()
         data = res.read(MAX_ENVELOPE_BYTES + MAX_RESPONSE_BYTES)
         return res.status, {k.lower(): v for k, v in res.getheaders()}, data
     finally:
@@ -117,8 +183,15 @@ def pull(
     ``dev_identity`` names the caller instead.
 
     When ``stop`` is set (by default: on SIGTERM or SIGINT, when called from
-    the main thread) no new claim is made; running attempts have ``grace``
-    seconds to finish, then their handlers are stopped with
+    the main thread) no new claim is made, and the claim open then is
+    abandoned: its connection is closed at once, so Servo hands a message
+    that comes after that back to the pool instead of claiming it for this
+    worker. An attempt that arrives anyway (claimed as the worker stopped)
+    is not started: its handler is not run and it is reported at once as
+    FAILED/INFRASTRUCTURE, retryable (:class:`~servo_worker.WorkerStopping`),
+    so that Servo schedules its retry for another worker without waiting
+    for its lease to run out. Running attempts have ``grace`` seconds to
+    finish, then their handlers are stopped with
     :class:`~servo_worker.WorkerStopping` and reported FAILED/INFRASTRUCTURE
     (retryable: Servo runs them again from their last checkpoint).
     ``pull`` returns once every report is in.
@@ -165,6 +238,7 @@ def pull(
             slots.release()
 
     log.info("pulling", fields={"concurrency": concurrency})
+    guard = _ClaimGuard(stop)
     try:
         while not stop.is_set():
             if not slots.acquire(timeout=0.2):
@@ -176,8 +250,18 @@ def pull(
             err = ""
             try:
                 status, headers, data = _claim(api, pool, app.worker_id, max_wait, max_wait + app.request_timeout,
-                                               dev_identity, id_token)
-            except (OSError, http.client.HTTPException) as e:
+                                               dev_identity, id_token, guard)
+            except _Abandoned:
+                slots.release()
+                break
+            except (OSError, ValueError, http.client.HTTPException) as e:
+                if stop.is_set():
+                    # Shut down by the stop (or failed as it came).
+                    log.info("claim abandoned: the worker is stopping", fields={"error": repr(e)})
+                    slots.release()
+                    break
+                if isinstance(e, ValueError):
+                    raise
                 status, headers, data, err = 0, {}, b"", f"{type(e).__name__}: {e}"
             claimed_at = time.monotonic()
             env: Optional[dict[str, Any]] = None
@@ -200,6 +284,11 @@ def pull(
                         (not servo and status in _client.GATEWAY_STATUSES):
                     err = f"claim answered {status}"
                     wait = _client.parse_retry_after(headers.get("retry-after"))
+                elif stop.is_set() and not servo:
+                    # An answer cut short by the abandonment, not a refusal.
+                    log.info("claim abandoned: the worker is stopping", fields={"status": status})
+                    slots.release()
+                    break
                 else:
                     b = body if isinstance(body, dict) else {}
                     fatal = ClaimRefused(status, str(b.get("error") or ""), str(b.get("message") or ""),
@@ -219,12 +308,19 @@ def pull(
                 stop.wait(wait)
                 continue
             empty = 0
-            r = Run(app, env, None, claimed_at=claimed_at)
+            refuse = None
+            if stop.is_set():
+                # Claimed as the worker stopped: not started, handed back
+                # (reported retryable at once; the loop ends after it).
+                refuse = WorkerStopping("worker stopping: the attempt was claimed as the worker began to stop; "
+                                        "not started, handed back for a retry")
+            r = Run(app, env, None, claimed_at=claimed_at, refuse=refuse)
             t = threading.Thread(target=run_one, args=(r,), name="servo-pull-attempt", daemon=True)
             with mu:
                 running[r] = t
             t.start()
     finally:
+        guard.close()
         _wind_down(log, mu, running, grace)
         app.close()
     if fatal is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import json
@@ -19,7 +20,11 @@ __all__ = ["Task"]
 class Task:
     """One attempt of a Servo task as a handler sees it: the envelope, the
     payload, the checkpoint to resume from, and the means to report progress
-    and checkpoints. Its methods are safe to call from any thread.
+    and checkpoints. Its methods are safe to call from any thread, and from
+    an ``async def`` handler's coroutine: none of them awaits or blocks
+    except :meth:`wait` (in a coroutine, ``await asyncio.sleep(...)``
+    instead; it is interrupted by the cancellation the SDK raises into the
+    coroutine when the attempt must stop).
 
     Attributes:
         payload: the task's payload (decoded JSON; None if none).
@@ -29,7 +34,10 @@ class Task:
         deadline: the task's deadline (aware UTC datetime) or None.
         cancelled: a threading.Event set when the attempt must stop (Servo
             asked to cancel, the lease is lost, the deadline passed); see
-            :attr:`cancel_cause` and :meth:`check_cancelled`.
+            :attr:`cancel_cause` and :meth:`check_cancelled`. For an
+            ``async def`` handler the SDK also cancels the handler's
+            coroutine then (``asyncio.CancelledError`` at its current
+            ``await``), once, at the first cause.
         logger: a LoggerAdapter whose records carry taskId, attempt,
             tenantId, runId and workerId.
     """
@@ -70,6 +78,13 @@ class Task:
         self._cause: Optional[StopRequested] = None
         self._progress_pct: Optional[int] = None
         self._message = ""
+        self._pr_version = 0  # progress() calls so far
+        self._pr_acked = 0  # the latest of them Servo acknowledged in a heartbeat
+        # An async handler's event loop and main task, while it runs; the
+        # cause its cancellation delivered (None: not cancelled by the SDK).
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._main: Optional["asyncio.Task[Any]"] = None
+        self._loop_cause: Optional[StopRequested] = None
         self._phase = ""
         self._checkpoint: Optional[bytes] = None
         self._cp_version = 0
@@ -107,19 +122,44 @@ class Task:
             first = self._cause is None
             if first:
                 self._cause = cause
+                if self._main is not None and self._loop is not None:
+                    # Under the lock: the loop is not closed meanwhile.
+                    self._loop_cause = cause
+                    self._loop.call_soon_threadsafe(self._main.cancel, str(cause))
         self.cancelled.set()
         return first
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop, main: "asyncio.Task[Any]") -> None:
+        """An async handler's coroutine runs as ``main`` on ``loop`` (not
+        yet running): a stop cancels it. A cause already set cancels it at
+        its first await."""
+        with self._mu:
+            self._loop, self._main = loop, main
+            if self._cause is not None:
+                self._loop_cause = self._cause
+                loop.call_soon(main.cancel, str(self._cause))
+
+    def _unbind_loop(self) -> Optional[StopRequested]:
+        """The coroutine is over; returns the cause its cancellation
+        delivered, if the SDK cancelled it."""
+        with self._mu:
+            self._loop = self._main = None
+            return self._loop_cause
 
     # --- reporting ------------------------------------------------------
 
     def progress(self, pct: int, message: str = "") -> None:
         """Records progress (pct clamped to 0–100, message truncated to
         4 KiB); the next heartbeat carries it. Calls between heartbeats are
-        coalesced: only the latest is sent."""
+        coalesced: only the latest is sent. The last progress recorded
+        before the handler returns or raises is always sent (with a last
+        heartbeat before ``completed`` when no heartbeat carried it yet)."""
         pct = min(max(int(pct), 0), 100)
         message = truncate(str(message), MAX_MESSAGE_BYTES)
         with self._mu:
-            self._progress_pct, self._message = pct, message
+            if (pct, message) != (self._progress_pct, self._message):
+                self._progress_pct, self._message = pct, message
+                self._pr_version += 1
 
     def set_phase(self, phase: str) -> None:
         """Names what the attempt is doing, reported as cancelledDuringPhase
@@ -165,7 +205,7 @@ class Task:
 
     # --- for the SDK ----------------------------------------------------
 
-    def _heartbeat_body(self, worker_id: str, now: dt.datetime) -> tuple[dict[str, Any], int]:
+    def _heartbeat_body(self, worker_id: str, now: dt.datetime) -> tuple[dict[str, Any], tuple[int, int]]:
         with self._mu:
             body: dict[str, Any] = {"attempt": self.attempt, "workerId": worker_id, "heartbeatAt": format_time(now)}
             if self._progress_pct is not None:
@@ -174,15 +214,22 @@ class Task:
                 body["message"] = self._message
             if self._cp_version > self._cp_acked and self._checkpoint is not None:
                 body["checkpoint"] = json.loads(self._checkpoint)
-            return body, self._cp_version
+            return body, (self._cp_version, self._pr_version)
 
-    def _acked(self, version: int) -> None:
+    def _acked(self, version: tuple[int, int]) -> None:
         with self._mu:
-            self._cp_acked = max(self._cp_acked, version)
+            self._cp_acked = max(self._cp_acked, version[0])
+            self._pr_acked = max(self._pr_acked, version[1])
 
     def _dirty(self) -> bool:
+        """Whether a checkpoint Servo has not stored is pending."""
         with self._mu:
             return self._cp_version > self._cp_acked
+
+    def _progress_dirty(self) -> bool:
+        """Whether progress no acknowledged heartbeat carried is pending."""
+        with self._mu:
+            return self._pr_version > self._pr_acked
 
     def _phase_and_checkpoint(self) -> tuple[str, Any]:
         with self._mu:

@@ -11,8 +11,10 @@ import threading
 import time
 import unittest
 from typing import Any, Callable, Optional
+from unittest import mock
 
 import servo_worker as sw
+import servo_worker._run as runmod
 from servo_worker._logs import JsonFormatter, TextFormatter
 
 from fake_servo import TOKEN, Answer, FakeServo, accept, refuse, wsgi_post
@@ -382,6 +384,64 @@ class TestHeartbeats(Base):
         ops = [c.op for c in f.ops()]
         self.assertEqual(ops[-2:], ["heartbeat", "completed"])
         self.assertEqual(f.ops("heartbeat")[-1].body["checkpoint"], {"nextPartition": 3})
+
+    def test_last_progress_is_sent_before_completed(self) -> None:
+        # "step 7/8" went out with a heartbeat; "step 8/8", reported just
+        # before the handler returned, fell within the heartbeat throttle:
+        # it is sent with a last heartbeat before `completed`, so the
+        # attempt does not end showing 87 %.
+        f = self.servo()
+
+        def handle(t: sw.Task) -> Any:
+            t.progress(87, "step 7/8")
+            t.checkpoint({"step": 7})  # an early heartbeat (a quarter interval in), then none for 3.4 s or more
+            f.wait_for(lambda calls: any(c.op == "heartbeat" for c in calls))
+            t.progress(100, "step 8/8")
+            return {"steps": 8}
+
+        got = self.deliver(self.app(handle), f.envelope(heartbeatIntervalMs=4000))
+        self.assertAnswer(got, 200, "committed")
+        self.assertEqual([c.op for c in f.ops()], ["started", "heartbeat", "heartbeat", "completed"])
+        last = f.ops("heartbeat")[-1].body
+        self.assertEqual((last["progressPct"], last["message"]), (100, "step 8/8"))
+        self.assertNotIn("checkpoint", last, "a stored checkpoint is not sent again")
+
+        # Progress a heartbeat already carried costs nothing more.
+        f = self.servo()
+
+        def handle2(t: sw.Task) -> Any:
+            t.progress(100, "done")
+            t.checkpoint({"step": 8})
+            f.wait_for(lambda calls: any(c.op == "heartbeat" for c in calls))
+            t.progress(100, "done")
+            return 1
+
+        self.assertAnswer(self.deliver(self.app(handle2), f.envelope(heartbeatIntervalMs=4000)), 200, "committed")
+        self.assertEqual([c.op for c in f.ops()], ["started", "heartbeat", "completed"])
+
+    def test_last_progress_is_best_effort(self) -> None:
+        # The last progress cannot get through: `completed` is sent anyway.
+        f = self.servo(lambda op, n, b: UNAVAILABLE if op == "heartbeat" else None)
+        with mock.patch.object(runmod, "FINAL_PROGRESS_WINDOW", 0.2, create=True):
+            got = self.deliver(self.app(lambda t: t.progress(100, "done") or 1), f.envelope(heartbeatIntervalMs=60000))
+        self.assertAnswer(got, 200, "committed")
+        self.assertGreaterEqual(len(f.ops("heartbeat")), 1)
+        self.assertEqual(f.ops()[-1].op, "completed")
+        self.assertEqual(f.ops("completed")[0].body["outcome"], "SUCCEEDED")
+        self.assertEqual(len(self.logs.fields("could not send the attempt's last progress; reporting `completed` without it")), 1)
+
+    def test_last_progress_of_a_cancelled_attempt(self) -> None:
+        f = self.servo(TestCancellation.cancelling)
+
+        def handle(t: sw.Task) -> Any:
+            t.cancelled.wait(10)
+            t.progress(40, "stopped at 40 %")
+            t.check_cancelled()
+
+        self.assertAnswer(self.deliver(self.app(handle), f.envelope()), 200, "committed")
+        self.assertEqual(f.ops()[-1].op, "completed")
+        self.assertEqual(f.ops("completed")[0].body["outcome"], "CANCELLED")
+        self.assertEqual(f.ops("heartbeat")[-1].body.get("message"), "stopped at 40 %")
 
     def test_token_refresh_is_adopted(self) -> None:
         refreshed = Answer(200, {"acknowledged": True, "disposition": "CONTINUE", "shouldCancel": False,

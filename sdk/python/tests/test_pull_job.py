@@ -5,9 +5,11 @@ assert counts and events, never durations."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import socket
 import threading
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,15 +18,22 @@ from unittest import mock
 
 import servo_worker as sw
 
+# The module (servo_worker.pull is the function on the package).
+pullmod = importlib.import_module("servo_worker.pull")
+
 from fake_servo import FakeServo
 
 
 class ClaimServer:
-    """Answers POST /v1/pools/{pool}/claim with script(n, body) → (status, body, headers)."""
+    """Answers POST /v1/pools/{pool}/claim with script(n, body) → (status, body, headers).
+    A claim n for which hold(n) is true is answered only once the caller
+    has closed the connection, or after 10 s (gone records which)."""
 
-    def __init__(self, script: Callable[[int, dict[str, Any]], tuple[int, Any, dict[str, str]]]) -> None:
+    def __init__(self, script: Callable[[int, dict[str, Any]], tuple[int, Any, dict[str, str]]],
+                 hold: Optional[Callable[[int], bool]] = None) -> None:
         self.claims: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.gone: list[bool] = []
         self.cv = threading.Condition()
         outer = self
 
@@ -42,15 +51,30 @@ class ClaimServer:
                     outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                     n = len(outer.claims)
                     outer.cv.notify_all()
+                if hold is not None and hold(n):
+                    self.connection.settimeout(10)
+                    try:
+                        gone = self.connection.recv(1) == b""
+                    except socket.timeout:
+                        gone = False
+                    except OSError:
+                        gone = True
+                    self.connection.settimeout(None)
+                    with outer.cv:
+                        outer.gone.append(gone)
+                        outer.cv.notify_all()
                 status, resp, hdrs = script(n, body) if self.path.endswith("/v1/pools/gpu/claim") else (404, {}, {})
                 data = (resp if isinstance(resp, str) else json.dumps(resp)).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in hdrs.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in hdrs.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    self.close_connection = True  # the caller left
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
@@ -60,6 +84,12 @@ class ClaimServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def wait_held(self, n: int) -> None:
+        """Waits until n held claims were decided (gone or not)."""
+        with self.cv:
+            if not self.cv.wait_for(lambda: len(self.gone) >= n, 20):
+                raise AssertionError(f"{len(self.gone)} held claims decided, want {n}")
 
     def wait_claims(self, n: int) -> None:
         with self.cv:
@@ -82,8 +112,9 @@ class TestPull(unittest.TestCase):
         self.servo = FakeServo()
         self.addCleanup(self.servo.close)
 
-    def claims(self, script: Callable[[int, dict[str, Any]], tuple[int, Any, dict[str, str]]]) -> ClaimServer:
-        c = ClaimServer(script)
+    def claims(self, script: Callable[[int, dict[str, Any]], tuple[int, Any, dict[str, str]]],
+               hold: Optional[Callable[[int], bool]] = None) -> ClaimServer:
+        c = ClaimServer(script, hold)
         self.addCleanup(c.close)
         return c
 
@@ -171,6 +202,61 @@ class TestPull(unittest.TestCase):
         self.assertIs(done[0].body["error"]["retryable"], True)
         # The checkpoint was stored before `completed`: the retry resumes from it.
         self.assertTrue(any(x.body.get("checkpoint") == {"next": 7} for x in self.servo.ops("heartbeat")))
+
+    def test_claim_open_at_stop_is_abandoned(self) -> None:
+        # The first claim is a long-poll still open when the worker is told
+        # to stop; the server then has a task for it. The SDK closes the
+        # claim's connection at the stop, so the task never reaches it (a
+        # real Servo hands the message back to the pool), and pull returns
+        # without waiting for the long-poll.
+        env = self.servo.envelope()
+        c = self.claims(lambda n, b: (200, {"claimed": True, "envelope": env, "disposition": "CONTINUE"}, {}),
+                        hold=lambda n: n == 1)
+        stop = threading.Event()
+        ran: list[int] = []
+        t = self.pull(lambda task: ran.append(task.attempt), c.url, stop, max_wait=30)
+        c.wait_claims(1)
+        stop.set()
+        t.join(20)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(self.errors, [])
+        c.wait_held(1)
+        self.assertEqual(ran, [], "an attempt claimed after the stop was started")
+        self.assertEqual(c.gone, [True], "the claim open at the stop was not abandoned")
+        self.assertEqual(len(c.claims), 1, "no claim after the stop")
+        self.assertEqual(self.servo.ops(), [], "the worker never saw the attempt")
+
+    def test_attempt_claimed_after_stop_is_handed_back(self) -> None:
+        # The claim's answer (a task) arrives after the stop, before the
+        # SDK could abandon the claim (abandoning is disabled here): the
+        # handler is not run, and the attempt is reported at once as
+        # FAILED/INFRASTRUCTURE, retryable, so Servo retries it on another
+        # worker without waiting for its lease to run out.
+        env = self.servo.envelope()
+        stop = threading.Event()
+
+        def script(n: int, b: Any) -> tuple[int, Any, dict[str, str]]:
+            if n == 1:
+                stop.wait(10)
+                return 200, {"claimed": True, "envelope": env, "disposition": "CONTINUE"}, {}
+            return EMPTY
+
+        c = self.claims(script)
+        ran: list[int] = []
+        with mock.patch.object(pullmod, "_abandon", lambda conn: None, create=True):
+            t = self.pull(lambda task: ran.append(task.attempt), c.url, stop, max_wait=30)
+            c.wait_claims(1)
+            stop.set()
+            t.join(20)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(self.errors, [])
+        self.assertEqual(ran, [], "an attempt claimed after the stop was started")
+        self.assertEqual(len(c.claims), 1, "no claim after the stop")
+        done = self.servo.ops("completed")
+        self.assertEqual(len(done), 1)
+        err = done[0].body["error"]
+        self.assertEqual((done[0].body["outcome"], err["category"], err["retryable"]), ("FAILED", "INFRASTRUCTURE", True))
+        self.assertIn("not started", err["message"])
 
     def test_https_needs_an_id_token(self) -> None:
         with self.assertRaises(ValueError):
