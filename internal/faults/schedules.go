@@ -15,7 +15,8 @@ import (
 )
 
 // Every run also drives two schedules (docs/contract.md §16) of their own
-// tenant, under the same faults: one firing every scheduleEvery while the
+// tenant, under the same faults: one firing every scheduleEvery (or the
+// sweeper's cadence, when slower: the shortest everyMs there is) while the
 // load runs (ALLOW_ALL, an hour's catch-up window: no fire may be lost or
 // skipped), and one paused schedule backfilled over a past minute twice,
 // the second as a client's retry of the first. The schedule-once
@@ -39,6 +40,7 @@ type ScheduleRecord struct {
 
 // scheduleState is a run's schedules while it runs.
 type scheduleState struct {
+	every    time.Duration // the schedules' period
 	created  time.Time
 	backfill []time.Time
 }
@@ -90,23 +92,24 @@ func scheduleTask() map[string]any {
 // startSchedules creates the run's schedules and backfills the second one
 // twice.
 func (r *run) startSchedules(ctx context.Context) (*scheduleState, error) {
+	period := max(scheduleEvery, r.cfg.SweepEvery)
 	var every api.Schedule
 	if _, err := r.call(ctx, http.MethodPost, "/v1/schedules", map[string]any{
-		"scheduleId": "every", "tenantId": scheduleTenant, "workspaceId": "ws", "spec": map[string]any{"everyMs": scheduleEvery.Milliseconds()},
+		"scheduleId": "every", "tenantId": scheduleTenant, "workspaceId": "ws", "spec": map[string]any{"everyMs": period.Milliseconds()},
 		"task": scheduleTask(), "overlap": api.OverlapAllowAll, "catchupWindowMs": time.Hour.Milliseconds(),
 	}, &every); err != nil {
 		return nil, err
 	}
 	if _, err := r.call(ctx, http.MethodPost, "/v1/schedules", map[string]any{
-		"scheduleId": "backfill", "tenantId": scheduleTenant, "workspaceId": "ws", "spec": map[string]any{"everyMs": scheduleEvery.Milliseconds()},
+		"scheduleId": "backfill", "tenantId": scheduleTenant, "workspaceId": "ws", "spec": map[string]any{"everyMs": period.Milliseconds()},
 		"task": scheduleTask(), "overlap": api.OverlapAllowAll, "paused": true, "note": "backfilled only",
 	}, nil); err != nil {
 		return nil, err
 	}
-	st := &scheduleState{created: every.CreatedAt}
+	st := &scheduleState{every: period, created: every.CreatedAt}
 	to := every.CreatedAt.Add(-time.Second).Truncate(time.Second)
 	from := to.Add(-backfillRange)
-	for f := from.Truncate(scheduleEvery); !f.After(to); f = f.Add(scheduleEvery) {
+	for f := from.Truncate(period); !f.After(to); f = f.Add(period) {
 		if !f.Before(from) {
 			st.backfill = append(st.backfill, f)
 		}
@@ -136,7 +139,7 @@ func (r *run) endSchedules(ctx context.Context, st *scheduleState) ([]ScheduleRe
 	}
 	recs := []ScheduleRecord{{ID: "every"}, {ID: "backfill", Expected: st.backfill}}
 	if every.NextFireAt != nil {
-		for f := st.created.Truncate(scheduleEvery).Add(scheduleEvery); f.Before(*every.NextFireAt); f = f.Add(scheduleEvery) {
+		for f := st.created.Truncate(st.every).Add(st.every); f.Before(*every.NextFireAt); f = f.Add(st.every) {
 			if f.After(st.created) {
 				recs[0].Expected = append(recs[0].Expected, f)
 			}
