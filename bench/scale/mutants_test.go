@@ -64,9 +64,6 @@ var scaleMutants = []scaleMutant{
 			Old: "\twrites := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}\n",
 			New: "\twrites := []*pb.Write{setWrite(s.taskName(nt.ID), nt, true)}\n\twrites[0].GetUpdate().Fields[\"updatedSec\"] = &pb.Value{ValueType: &pb.Value_TimestampValue{TimestampValue: timestamppb.New(nt.CreatedAt.Truncate(time.Second))}}\n"},
 			{File: "internal/store/create.go", Old: "import (\n", New: "import (\n\t\"google.golang.org/protobuf/types/known/timestamppb\"\n"}},
-		// A short recording can fall within one second, where the values
-		// are all equal and the range reads as spread: run by
-		// -scale.mutants only.
 		exit: 1, names: "| index | tasks.updatedSec (asc + desc) (monotonic)",
 	},
 }

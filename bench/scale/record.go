@@ -180,7 +180,7 @@ func attribute(writes []store.RecordedWrite) ([]scale.Event, error) {
 		}
 		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task, Schedule: sched})
 		for _, e := range w.Entries {
-			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched})
+			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched, At: w.At})
 		}
 	}
 	var errs []error

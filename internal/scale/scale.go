@@ -8,6 +8,7 @@ package scale
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -43,9 +44,12 @@ type Event struct {
 	Range      string // IndexEntry
 	Value, Doc string // IndexEntry
 	Text       string // IndexEntry: Value for people
-	Key        string // Publish
-	Bytes      int    // Publish
-	Task       string
+	// At is when the entry was written (IndexEntry; zero: unknown): a
+	// time value that keeps a fixed distance from it tracks the clock.
+	At    time.Time
+	Key   string // Publish
+	Bytes int    // Publish
+	Task  string
 	// Schedule is the schedule document a write of no task is for (a
 	// schedule's own record: its fires decided and settled).
 	Schedule string
@@ -281,6 +285,35 @@ const (
 // values a recording saw.
 func ordered(value string) bool { return value != "" && (value[0] == '2' || value[0] == '3') }
 
+// ClockBand is how far apart a range's time values may lie from their
+// write times, less a fixed distance, and still track the clock: a time
+// rounded to the second, written by a loaded machine.
+const ClockBand = 2 * time.Second
+
+// TracksClock reports whether a range's time values, less their write
+// times (offsets), keep a fixed distance from the clock, within
+// ClockBand: such values are sequential at any rate however few distinct
+// values (a time rounded to the second) a short recording saw.
+func TracksClock(offsets []time.Duration) bool {
+	if len(offsets) < MinMonotonic {
+		return false
+	}
+	lo, hi := slices.Min(offsets), slices.Max(offsets)
+	return hi-lo <= ClockBand
+}
+
+// timeValue decodes an entry's value when it is a time
+// (store.WriteRecorder's encoding: '3', the seconds with the sign bit
+// flipped, big-endian, then the nanoseconds).
+func timeValue(v string) (time.Time, bool) {
+	if len(v) != 13 || v[0] != '3' {
+		return time.Time{}, false
+	}
+	secs := int64(binary.BigEndian.Uint64([]byte(v[1:9])) ^ 1<<63)
+	nanos := int64(binary.BigEndian.Uint32([]byte(v[9:13])))
+	return time.Unix(secs, nanos), true
+}
+
 // orderedMark stands, among an index's distinct values, for "has numbers
 // or times".
 const orderedMark = "\x00ordered"
@@ -294,6 +327,7 @@ type subject struct {
 	tenants       map[string]bool
 	workers       map[string]bool
 	keys          []string
+	offsets       []time.Duration // time values less their write times
 }
 
 func newSubject(name string) *subject {
@@ -314,6 +348,9 @@ func (s *subject) add(e Event, ti TaskInfo, key string) {
 	}
 	if key != "" {
 		s.keys = append(s.keys, key)
+	}
+	if v, ok := timeValue(e.Value); ok && !e.At.IsZero() {
+		s.offsets = append(s.offsets, v.Sub(e.At))
 	}
 }
 
@@ -471,7 +508,7 @@ func (m *Model) Extrapolate(t Target) []Row {
 		s := ranges[k]
 		sc, r := m.rate(s, s.count, t)
 		r /= m.spread(k.rng)
-		mono := Monotonic(s.keys)
+		mono := Monotonic(s.keys) || TracksClock(s.offsets)
 		row := Row{Section: "index", Name: k.index, Example: strings.TrimPrefix(k.rng, " | "), Scope: sc, Monotonic: mono, Recorded: s.count, Rate: r, Unit: "entries/s"}
 		if mono {
 			row.Limit = &SequentialIndex

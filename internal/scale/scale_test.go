@@ -2,6 +2,7 @@ package scale_test
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -334,5 +335,50 @@ func TestCombine(t *testing.T) {
 	}
 	if s := got["schedules/{id}"]; s.Rate != 0.1 || s.Steady != 0 {
 		t.Errorf("schedules/{id}: %+v, want 0.1 alone", s)
+	}
+}
+
+// timeEntry is an index entry whose value is the time v (the recorder's
+// encoding), written at at.
+func timeEntry(index string, v, at time.Time, docName, task string) scale.Event {
+	b := []byte{'3'}
+	b = binary.BigEndian.AppendUint64(b, uint64(v.Unix())^1<<63)
+	b = binary.BigEndian.AppendUint32(b, uint32(v.Nanosecond()))
+	return scale.Event{Kind: scale.IndexEntry, Name: index, Value: string(b), Doc: docName, Task: task, At: at}
+}
+
+// TestTracksClock: a time that keeps a fixed distance from its write
+// time is sequential, even when a short recording saw one value of it; a
+// time that does not (a deadline callers choose) is not.
+func TestTracksClock(t *testing.T) {
+	base := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		at   func(i int) (value, written time.Time)
+		over bool
+	}{
+		{"rounded to the second, all in one second", func(i int) (time.Time, time.Time) {
+			w := base.Add(time.Duration(i) * 4 * time.Millisecond)
+			return w.Truncate(time.Second), w
+		}, true},
+		{"a lease: the write time and a fixed timeout", func(i int) (time.Time, time.Time) {
+			w := base.Add(time.Duration(i) * 4 * time.Millisecond)
+			return w.Add(90 * time.Second), w
+		}, true},
+		{"deadlines callers choose, hours apart", func(i int) (time.Time, time.Time) {
+			w := base.Add(time.Duration(i) * 4 * time.Millisecond)
+			return w.Add(time.Duration(i*7919%200) * time.Hour), w
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := workload(200, func(i int, id string) []scale.Event {
+				v, w := c.at(i)
+				return []scale.Event{timeEntry("tasks.updatedSec ASCENDING", v, w, "tasks/"+hash(id), id)}
+			})
+			over := len(scale.Over(scale.New(tr).Extrapolate(scale.DefaultTarget))) > 0
+			if over != c.over {
+				t.Errorf("over %v, want %v", over, c.over)
+			}
+		})
 	}
 }

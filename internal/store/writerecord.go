@@ -56,6 +56,8 @@ type RecordedWrite struct {
 	// Cause is what the commit's context says made it (WithCause), Path
 	// the code that committed it (the first caller outside the store).
 	Cause, Path string
+	// At is when the commit was answered.
+	At time.Time
 }
 
 type causeKey struct{}
@@ -142,6 +144,7 @@ func (r *WriteRecorder) unary(ctx context.Context, method string, req, reply any
 // record applies a committed request's writes to the known state and
 // records each with its entries, cause and path.
 func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, cause, path string) {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.commit++
@@ -151,7 +154,7 @@ func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, ca
 			transforms = results[i].GetTransformResults()
 		}
 		rw := r.apply(w, transforms)
-		rw.Cause, rw.Path = cause, path
+		rw.Cause, rw.Path, rw.At = cause, path, now
 		r.writes = append(r.writes, rw)
 	}
 }
