@@ -146,9 +146,29 @@ type Task struct {
 	// CancelDeadline is when a CANCELLING task's grace period ends.
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
 
+	// Delivery is what the transport last said of a QUEUED push task's
+	// dispatch: set when the sweeper found its delivery to the worker
+	// failing (docs/contract.md §5.4), cleared when the attempt starts.
+	Delivery *Delivery `json:"delivery,omitempty"`
+
 	// Attempts are the attempt records, oldest first: outcome, worker id,
 	// times, last heartbeat, progress, message, error, output, metrics.
 	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Delivery is the state of a push task's delivery to its worker, as Cloud
+// Tasks reported it when the sweeper last asked (CheckedAt): how many
+// deliveries were tried for the current dispatch, the last one's status
+// (Cloud Tasks' response status: a gRPC code name such as UNAVAILABLE for
+// a refused connection or a 503, DEADLINE_EXCEEDED for a timeout, INTERNAL
+// for another 5xx) and message, and when the next try is due.
+type Delivery struct {
+	Attempts      int        `json:"attempts"`
+	LastStatus    string     `json:"lastStatus,omitempty"`
+	LastError     string     `json:"lastError,omitempty"`
+	LastAttemptAt *time.Time `json:"lastAttemptAt,omitempty"`
+	NextTryAt     *time.Time `json:"nextTryAt,omitempty"`
+	CheckedAt     time.Time  `json:"checkedAt"`
 }
 
 // ListResponse answers GET /v1/tasks: a page of tasks (without attempts)

@@ -271,6 +271,9 @@ func printTask(w io.Writer, t *api.Task) error {
 		fields = append(fields, struct{ k, v string }{"Reason:", t.Reason})
 	}
 	fields = append(fields, struct{ k, v string }{"Attempt:", fmt.Sprintf("%d of %d", t.Attempt, t.Retry.MaxAttempts)})
+	if t.Delivery != nil {
+		fields = append(fields, struct{ k, v string }{"Delivery:", deliveryText(t.Delivery) + " (checked " + t.Delivery.CheckedAt.Local().Format("15:04:05") + ")"})
+	}
 	if t.RerunOf != "" {
 		fields = append(fields, struct{ k, v string }{"Rerun of:", t.RerunOf})
 	}

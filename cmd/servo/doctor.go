@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -150,15 +153,24 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) (checks [
 
 	// 1. API and 2. sweeper: GET /v1/health, whose Firestore read the API
 	// bounds to 5 s: a 503 within doctorHealthTimeout names Firestore.
+	// 7. Deliveries, the last row whatever returns first.
+	apiUp, why := false, "the API did not answer"
+	defer func() {
+		if !apiUp {
+			add("deliveries", checkFail, "unknown: %s", why)
+			return
+		}
+		result, detail := deliveriesCheck(ctx, c)
+		add("deliveries", result, "%s", detail)
+	}()
 	var health api.HealthResponse
 	hctx, cancel := context.WithTimeout(ctx, doctorHealthTimeout)
 	_, status, err := c.Do(hctx, http.MethodGet, "/v1/health", nil, &health)
 	timedOut := hctx.Err() != nil && ctx.Err() == nil
 	cancel()
-	apiUp := err == nil && status == http.StatusOK
+	apiUp = err == nil && status == http.StatusOK
 	var apiErr *api.Error
 	storeDown := status == http.StatusServiceUnavailable && errors.As(err, &apiErr) && apiErr.Code == api.CodeUnavailable
-	why := "the API did not answer"
 	switch {
 	case apiUp:
 		add("api", checkPass, "GET /v1/health 200, server time %s", health.ServerTime.Format(time.RFC3339))
@@ -283,6 +295,57 @@ func runDoctor(ctx context.Context, c *client.Client, o doctorOptions) (checks [
 	return checks
 }
 
+// doctorQueuedPage is how many QUEUED tasks the deliveries check reads.
+const doctorQueuedPage = 500
+
+// deliveriesCheck reads the oldest QUEUED tasks (one page) and fails when
+// Cloud Tasks reported failing deliveries for any of them (api.Delivery):
+// a row per worker, with its number of such tasks and the last error.
+func deliveriesCheck(ctx context.Context, c *client.Client) (result, detail string) {
+	q := url.Values{"state": {string(api.Queued)}, "pageSize": {fmt.Sprint(doctorQueuedPage)}}
+	page, _, err := c.List(ctx, q)
+	if err != nil {
+		var e *api.Error
+		if errors.As(err, &e) && (e.Status == http.StatusForbidden || e.Field == "tenantId") {
+			return checkSkip, fmt.Sprintf("GET /v1/tasks?state=QUEUED: %v", err)
+		}
+		return checkFail, fmt.Sprintf("GET /v1/tasks?state=QUEUED: %v", err)
+	}
+	type failing struct {
+		tasks int
+		last  api.Delivery
+	}
+	byWorker := map[string]*failing{}
+	for _, t := range page.Tasks {
+		d := t.Delivery
+		if d == nil || d.LastStatus == "" || d.LastStatus == "OK" {
+			continue
+		}
+		f := byWorker[t.Worker]
+		if f == nil {
+			f = &failing{}
+			byWorker[t.Worker] = f
+		}
+		f.tasks++
+		if f.last.CheckedAt.Before(d.CheckedAt) {
+			f.last = *d
+		}
+	}
+	more := ""
+	if page.NextPageToken != "" {
+		more = fmt.Sprintf(" (the oldest %d read)", len(page.Tasks))
+	}
+	if len(byWorker) == 0 {
+		return checkPass, fmt.Sprintf("no QUEUED task with failing deliveries among %d%s", len(page.Tasks), more)
+	}
+	var rows []string
+	for _, w := range slices.Sorted(maps.Keys(byWorker)) {
+		f := byWorker[w]
+		rows = append(rows, fmt.Sprintf("worker %s: %d QUEUED task(s), %s", w, f.tasks, deliveryText(&f.last)))
+	}
+	return checkFail, fmt.Sprintf("%s%s (is the worker running and reachable from Cloud Tasks?)", strings.Join(rows, "; "), more)
+}
+
 func describeErr(status int, err error) string {
 	if err != nil {
 		return err.Error()
@@ -301,6 +364,9 @@ func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Dura
 		if time.Now().After(deadline) {
 			if err != nil {
 				return v, err
+			}
+			if v.State == api.Queued && v.Delivery != nil {
+				return v, fmt.Errorf("still %s after %s: %s", v.State, limit, deliveryText(v.Delivery))
 			}
 			return v, fmt.Errorf("still %s after %s", v.State, limit)
 		}

@@ -58,7 +58,7 @@ func TestDoctor(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &checks); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			want := []string{"api", "sweeper", "identity", "canary", "events", "topic", "cleanup"}
+			want := []string{"api", "sweeper", "identity", "canary", "events", "topic", "cleanup", "deliveries"}
 			if len(checks) != len(want) {
 				t.Fatalf("checks %+v, want %v", checks, want)
 			}
@@ -84,8 +84,8 @@ func TestDoctor(t *testing.T) {
 			// The table form: one header and one line per check.
 			out, _, _ = runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--timeout", "90s")
 			t.Logf("servo doctor:\n%s", out)
-			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 8 {
-				t.Errorf("table has %d lines, want 8:\n%s", n, out)
+			if n := len(strings.Split(strings.TrimRight(out, "\n"), "\n")); n != 9 {
+				t.Errorf("table has %d lines, want 9:\n%s", n, out)
 			}
 		})
 	}
@@ -93,10 +93,46 @@ func TestDoctor(t *testing.T) {
 		out, _, code := runCLI(t, "doctor", "--api", "http://"+freeAddr(t), "--no-pubsub", "--json")
 		var checks []doctorCheck
 		_ = json.Unmarshal([]byte(out), &checks)
-		if code != exitFailure || len(checks) != 7 || checks[0].Result != checkFail {
+		if code != exitFailure || len(checks) != 8 || checks[0].Result != checkFail {
 			t.Fatalf("exit %d, %+v", code, checks)
 		}
 	})
+}
+
+// A push worker that is not running: doctor's deliveries row fails,
+// naming the worker, its QUEUED tasks and Cloud Tasks' last error.
+func TestDoctorNamesFailingDeliveries(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	down := "http://" + freeAddr(t)
+	s := stacktest.Start(t, devstack.Options{
+		Project:     project,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		Workers:     map[string]string{"etl": down},
+		SweepEvery:  200 * time.Millisecond, StartTimeout: 8 * time.Second, // the first probe 2 s after the enqueue
+	})
+	c := stacktest.NewAPI(t, s)
+	id := c.Submit(map[string]any{"tenantId": "acme", "workspaceId": "ws", "taskKey": "k", "worker": "etl"}).TaskID
+	c.WaitFor(id, "a failing delivery", func(v api.Task) bool { return v.Delivery != nil })
+	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--no-pubsub", "--json", "--timeout", "90s")
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d\n%s%s", code, exitFailure, out, errOut)
+	}
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, ch := range checks {
+		switch ch.Name {
+		case "deliveries":
+			if ch.Result != checkFail || !strings.Contains(ch.Detail, "worker etl: 1 QUEUED task(s)") || !strings.Contains(ch.Detail, "connection refused") {
+				t.Errorf("deliveries row %+v, want a failure naming worker etl and the refused connection", ch)
+			}
+		case "canary", "api":
+			if ch.Result != checkPass {
+				t.Errorf("%+v, want pass", ch)
+			}
+		}
+	}
 }
 
 // waitSweep waits until GET /v1/health shows a sweeper pass.
@@ -204,7 +240,7 @@ func TestDoctorNamesFirestore(t *testing.T) {
 		t.Fatalf("%v\n%s%s", err, out, errOut)
 	}
 	t.Logf("servo doctor: %+v", checks)
-	if code != exitFailure || len(checks) != 7 {
+	if code != exitFailure || len(checks) != 8 {
 		t.Fatalf("exit %d, %+v", code, checks)
 	}
 	if api := checks[0]; api.Result != checkFail || !strings.Contains(api.Detail, "Firestore unavailable") || strings.Contains(api.Detail, "deadline exceeded") {
@@ -241,7 +277,7 @@ func TestDoctorUnderAccessPolicy(t *testing.T) {
 			t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
 			out, errOut, code := runCLI(t, "--as", "oncall@example.com", "doctor", "--api", s.URL, "--project", project, "--no-pubsub", "--json", "--timeout", "90s")
 			var checks []doctorCheck
-			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 7 {
+			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
 				t.Fatalf("%v\n%s%s", err, out, errOut)
 			}
 			t.Logf("%+v", checks)
@@ -283,7 +319,7 @@ func TestDoctorReportsUnsetAudience(t *testing.T) {
 	t.Cleanup(api.Close)
 	out, errOut, code := runCLI(t, "doctor", "--api", api.URL, "--no-pubsub", "--json", "--timeout", "1s")
 	var checks []doctorCheck
-	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 7 {
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
 		t.Fatalf("%v\n%s%s", err, out, errOut)
 	}
 	if id := checks[2]; code != exitFailure || id.Name != "identity" || id.Result != checkFail || !strings.Contains(id.Detail, "SERVO_API_AUDIENCE is unset") {

@@ -164,3 +164,34 @@ func TestWorkerTextInertProperty(t *testing.T) {
 		}
 	}
 }
+
+// A QUEUED task whose deliveries fail says so on servo get (a Delivery
+// line) and servo watch (its message), with the status, the error, the
+// tries and the next try; a task without one has no such line.
+func TestDeliveryShown(t *testing.T) {
+	last := time.Date(2026, 11, 28, 12, 0, 1, 0, time.Local)
+	next := last.Add(4 * time.Second)
+	tk := api.Task{TaskID: "task_x", RunID: "run_x", TenantID: "acme", TaskKey: "k", Worker: "etl", State: api.Queued, Attempt: 1,
+		Retry: api.RetryPolicy{MaxAttempts: 3},
+		Delivery: &api.Delivery{Attempts: 7, LastStatus: "UNAVAILABLE", LastError: `Post "http://127.0.0.1:8081": connect: connection refused`,
+			LastAttemptAt: &last, NextTryAt: &next, CheckedAt: last.Add(time.Second)}}
+	var get bytes.Buffer
+	if err := printTask(&get, &tk); err != nil {
+		t.Fatal(err)
+	}
+	want := `Delivery:         delivery failing (7 tries): UNAVAILABLE: Post "http://127.0.0.1:8081": connect: connection refused; next try 12:00:05 (checked 12:00:02)`
+	if !strings.Contains(get.String(), want+"\n") {
+		t.Errorf("servo get:\n%s\nwant the line\n%s", get.String(), want)
+	}
+	var watch bytes.Buffer
+	newWatcher(&watch, false, false).renderLines([]api.Task{tk})
+	if !strings.Contains(watch.String(), "QUEUED     a1    - delivery failing (7 tries): UNAVAILABLE: Post") {
+		t.Errorf("servo watch: %q", watch.String())
+	}
+	tk.Delivery = nil
+	get.Reset()
+	printTask(&get, &tk)
+	if strings.Contains(get.String(), "Delivery") {
+		t.Errorf("a task without a failing delivery:\n%s", get.String())
+	}
+}

@@ -178,7 +178,29 @@ func progressOf(t *api.Task) (p int, known bool, msg string) {
 	if t.State == api.Succeeded {
 		p, known = 100, true
 	}
+	if t.State == api.Queued && t.Delivery != nil && msg == "" {
+		msg = deliveryText(t.Delivery)
+	}
 	return p, known, msg
+}
+
+// deliveryText says why a QUEUED task is not moving: "delivery failing
+// (4 tries): UNAVAILABLE: connection refused; next try 12:00:03".
+func deliveryText(d *api.Delivery) string {
+	s := fmt.Sprintf("delivery failing (%d tries)", d.Attempts)
+	if d.LastStatus == "" {
+		s = fmt.Sprintf("delivery in progress (%d tries)", d.Attempts)
+	}
+	if d.LastStatus != "" {
+		s += ": " + d.LastStatus
+	}
+	if d.LastError != "" {
+		s += ": " + d.LastError
+	}
+	if d.NextTryAt != nil {
+		s += "; next try " + d.NextTryAt.Local().Format("15:04:05")
+	}
+	return oneLineOf(s)
 }
 
 // elapsed is how long the task has existed: until it ended, or until now.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,6 +130,14 @@ func stack(t *testing.T) *fixture {
 			w.WriteHeader(http.StatusOK)
 			go f.beat(env)
 		}))
+		// A worker that is not running: connections are refused.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fixErr = err
+			return
+		}
+		downURL := "http://" + l.Addr().String()
+		l.Close()
 		// Servo dev's telemetry: every span reaches the recorder.
 		f.traces = telemetry.NewRecorder(0)
 		if _, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "servo-dashboard-test", Recorder: f.traces}); err != nil {
@@ -138,7 +147,9 @@ func stack(t *testing.T) *fixture {
 		f.stack, fixErr = devstack.Start(context.Background(), devstack.Options{
 			Addr: "127.0.0.1:0", Project: "dashboard-test", ReuseEmulators: true, Traces: f.traces,
 			WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
-			SweepEvery:  200 * time.Millisecond, Workers: map[string]string{"held": srv.URL, "traced": tracedSrv.URL, "beats": beatsSrv.URL},
+			SweepEvery:  200 * time.Millisecond, Workers: map[string]string{"held": srv.URL, "traced": tracedSrv.URL, "beats": beatsSrv.URL, "down": downURL},
+			// The first delivery probe 5 s after an enqueue (TestTaskPageDelivery).
+			StartTimeout: 20 * time.Second,
 			// Only tenant "limited" has limits (TestTenantUsage).
 			Quotas: &quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 3, MaxQueued: 20}}},
 		})

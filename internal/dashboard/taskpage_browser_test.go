@@ -159,3 +159,27 @@ func TestAttemptHeartbeatTicks(t *testing.T) {
 	}
 	shot(t, ctx, "ticks")
 }
+
+// A task whose worker is not running says why it is not moving: its page
+// shows the failing delivery Cloud Tasks reported (tries, status, error,
+// next try) while it is QUEUED.
+func TestTaskPageDelivery(t *testing.T) {
+	f := stack(t)
+	id := f.submit(t, map[string]any{"worker": "down", "taskKey": "down"})
+	f.cancelLater(t, id)
+	ctx := tab(t)
+	if err := chromedp.Run(ctx, chromedp.Navigate(f.stack.URL+"/ui/tasks/"+id)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.querySelector('#task-delivery') !== null`, "the delivery line (the first probe is 5 s after the enqueue)")
+	got := text(t, ctx, "#task-delivery")
+	for _, want := range []string{"Delivery", "failing", "tries", "UNAVAILABLE", "connection refused", "checked"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("delivery line %q lacks %q", got, want)
+		}
+	}
+	if s := text(t, ctx, "#task-state"); s != "QUEUED" {
+		t.Errorf("state %q, want QUEUED", s)
+	}
+	shot(t, ctx, "delivery")
+}

@@ -75,8 +75,11 @@ func TestDelayedStartPush(t *testing.T) {
 		t.Fatalf("attempt 1: %+v", v.Attempts)
 	}
 	st := e.storedTask(r.TaskID)
-	if want := start.Add(st.Timing.StartTimeout()); st.DispatchCheckAt == nil || !st.DispatchCheckAt.Equal(want) {
-		t.Fatalf("dispatch check %v, want the start + the start timeout (%v)", st.DispatchCheckAt, want)
+	if want := start.Add(st.Timing.StartTimeout()); st.StartTimeoutAt == nil || !st.StartTimeoutAt.Equal(want) {
+		t.Fatalf("start timeout ends %v, want the start + the start timeout (%v)", st.StartTimeoutAt, want)
+	}
+	if want := start.Add(task.DeliveryProbe(st.Timing)); st.DispatchCheckAt == nil || !st.DispatchCheckAt.Equal(want) {
+		t.Fatalf("dispatch check %v, want the start + the delivery probe (%v)", st.DispatchCheckAt, want)
 	}
 	ct := e.cloudTask(&st)
 	if ct == nil || !ct.GetScheduleTime().AsTime().Equal(start) {
@@ -124,8 +127,11 @@ func TestDelayedStartBeyondTheHorizon(t *testing.T) {
 	if err != nil || !res.Enqueue || res.Task.Redrives != 0 || res.Task.EnqueueAt != nil {
 		t.Fatalf("redrive at EnqueueAt: enqueue %v redrives %d enqueueAt %v: %v", res.Enqueue, res.Task.Redrives, res.Task.EnqueueAt, err)
 	}
-	if want := start.Add(res.Task.Timing.StartTimeout()); !res.Task.DispatchCheckAt.Equal(want) {
-		t.Fatalf("dispatch check after the enqueue %v, want %v", res.Task.DispatchCheckAt, want)
+	if want := start.Add(res.Task.Timing.StartTimeout()); res.Task.StartTimeoutAt == nil || !res.Task.StartTimeoutAt.Equal(want) {
+		t.Fatalf("start timeout after the enqueue ends %v, want %v", res.Task.StartTimeoutAt, want)
+	}
+	if want := start.Add(task.DeliveryProbe(res.Task.Timing)); !res.Task.DispatchCheckAt.Equal(want) {
+		t.Fatalf("dispatch check after the enqueue %v, want the start + the delivery probe (%v)", res.Task.DispatchCheckAt, want)
 	}
 	if err := e.enq.FollowUp(e.ctx, res); err != nil {
 		t.Fatal(err)

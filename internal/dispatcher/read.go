@@ -25,6 +25,9 @@ func viewOf(t *task.Task) api.Task {
 		Retry: t.Retry, Deadline: t.Deadline, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt,
 		CancelDeadline: t.CancelDeadline,
 	}
+	if t.State == api.Queued {
+		v.Delivery = t.Delivery
+	}
 	for _, a := range t.Attempts {
 		v.Attempts = append(v.Attempts, a.View())
 	}

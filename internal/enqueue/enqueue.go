@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -296,27 +297,70 @@ func (e *Enqueuer) recordQueued(ctx context.Context, t task.Task) error {
 }
 
 // Held reports whether Cloud Tasks still holds the current dispatch of t's
-// attempt (one GetTask in the attempt's queue; a worker whose queues were
-// added to also asks the queues the attempt had before): waiting in the
-// queue, or being retried by Cloud Tasks. Such a dispatch will be
-// delivered, so the sweeper does not re-drive it. A pull worker's attempt
-// is never held here.
+// attempt (Delivery without what it says of the deliveries).
 func (e *Enqueuer) Held(ctx context.Context, t task.Task) (bool, error) {
+	held, _, err := e.Delivery(ctx, t)
+	return held, err
+}
+
+// Delivery reports whether Cloud Tasks still holds the current dispatch of
+// t's attempt (one GetTask in the attempt's queue; a worker whose queues
+// were added to also asks the queues the attempt had before): waiting in
+// the queue, or being retried by Cloud Tasks. Such a dispatch will be
+// delivered, so the sweeper does not re-drive it. When it is held, d is
+// what Cloud Tasks says of its deliveries: how many were tried, the last
+// one's response status and when, and when the next is due. A pull
+// worker's attempt is never held here (no RPC).
+func (e *Enqueuer) Delivery(ctx context.Context, t task.Task) (held bool, d *api.Delivery, err error) {
 	w, err := e.cfg.Workers.Lookup(t.Worker)
 	if err != nil || w.Pull {
-		return false, err
+		return false, nil, err
 	}
 	for _, q := range w.attemptQueues(&t) {
-		_, err = e.cfg.Tasks.GetTask(ctx, &ctpb.GetTaskRequest{Name: TaskName(q, &t)})
+		ct, err := e.cfg.Tasks.GetTask(ctx, &ctpb.GetTaskRequest{Name: TaskName(q, &t)})
 		switch status.Code(err) {
 		case codes.OK:
-			return true, nil
+			return true, deliveryOf(ct, e.cfg.Now().UTC()), nil
 		case codes.NotFound:
 			continue
 		}
-		return false, fmt.Errorf("%w: get %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
+		return false, nil, fmt.Errorf("%w: get %s attempt %d: %w", ErrCloudTasks, t.ID, t.Attempt, err)
 	}
-	return false, nil
+	return false, nil, nil
+}
+
+// deliveryOf is the delivery state of a Cloud Task read at now.
+func deliveryOf(ct *ctpb.Task, now time.Time) *api.Delivery {
+	d := &api.Delivery{Attempts: int(ct.GetDispatchCount()), CheckedAt: now}
+	if la := ct.GetLastAttempt(); la != nil {
+		if ts := la.GetDispatchTime(); ts != nil {
+			at := ts.AsTime().UTC()
+			d.LastAttemptAt = &at
+		}
+		if st := la.GetResponseStatus(); st != nil {
+			d.LastStatus = strings.ToUpper(snake(codes.Code(st.GetCode()).String()))
+			d.LastError = st.GetMessage()
+		}
+	}
+	if ts := ct.GetScheduleTime(); ts != nil && d.Attempts > 0 {
+		if at := ts.AsTime().UTC(); at.After(now) {
+			d.NextTryAt = &at
+		}
+	}
+	return d
+}
+
+// snake turns a Go codes.Code name (DeadlineExceeded) into the
+// google.rpc.Code name's words (Deadline_Exceeded).
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Dequeue deletes the Cloud Tasks of t's current attempt: the current

@@ -61,6 +61,8 @@ type taskDoc struct {
 	LeaseExpiresAt  *time.Time      `firestore:"leaseExpiresAt"`
 	CancelDeadline  *time.Time      `firestore:"cancelDeadline"`
 	DispatchCheckAt *time.Time      `firestore:"dispatchCheckAt"`
+	StartTimeoutAt  *time.Time      `firestore:"startTimeoutAt"`
+	Delivery        *deliveryDoc    `firestore:"delivery"`
 	DueShard        int             `firestore:"dueShard"`
 	Redrives        int             `firestore:"redrives"`
 	ResumeFrom      json.RawMessage `firestore:"resumeFrom"`
@@ -71,6 +73,16 @@ type taskDoc struct {
 	Recorded        *bool           `firestore:"recorded"`
 	Trace           string          `firestore:"trace"`
 	History         []stepDoc       `firestore:"history"`
+}
+
+// deliveryDoc is an api.Delivery as stored (the task's delivery).
+type deliveryDoc struct {
+	Attempts      int        `firestore:"attempts"`
+	LastStatus    string     `firestore:"lastStatus"`
+	LastError     string     `firestore:"lastError"`
+	LastAttemptAt *time.Time `firestore:"lastAttemptAt"`
+	NextTryAt     *time.Time `firestore:"nextTryAt"`
+	CheckedAt     time.Time  `firestore:"checkedAt"`
 }
 
 // attemptDoc is a task.Attempt as stored: tasks/{hhhh}_{taskId}/attempts/{n},
@@ -297,7 +309,7 @@ func taskDocOf(t *task.Task) taskDoc {
 		Timing: timingDoc(t.Timing), Retry: retryPolicyDoc(t.Retry), Deadline: t.Deadline,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt, ExpireAt: t.ExpireAt,
 		NotBefore: t.NotBefore, EnqueueAt: t.EnqueueAt, LeaseExpiresAt: t.LeaseExpiresAt, CancelDeadline: t.CancelDeadline,
-		DispatchCheckAt: t.DispatchCheckAt, DueShard: t.DueShard, Redrives: t.Redrives, ResumeFrom: t.ResumeFrom,
+		DispatchCheckAt: t.DispatchCheckAt, StartTimeoutAt: t.StartTimeoutAt, Delivery: (*deliveryDoc)(t.Delivery), DueShard: t.DueShard, Redrives: t.Redrives, ResumeFrom: t.ResumeFrom,
 		Quota: (*quotaHoldDoc)(t.Quota), WaitingSince: t.WaitingSince, Live: (*liveAttemptDoc)(t.Live),
 		Recorded: t.Recorded, Trace: t.Trace, History: stepDocsOf(t.History),
 	}
@@ -319,6 +331,7 @@ func (d *taskDoc) fill(t *task.Task) {
 	t.CreatedAt, t.UpdatedAt, t.EndedAt, t.ExpireAt = d.CreatedAt, d.UpdatedAt, d.EndedAt, d.ExpireAt
 	t.NotBefore, t.EnqueueAt, t.LeaseExpiresAt, t.CancelDeadline = d.NotBefore, d.EnqueueAt, d.LeaseExpiresAt, d.CancelDeadline
 	t.DispatchCheckAt, t.DueShard, t.Redrives, t.ResumeFrom = d.DispatchCheckAt, d.DueShard, d.Redrives, d.ResumeFrom
+	t.StartTimeoutAt, t.Delivery = d.StartTimeoutAt, (*api.Delivery)(d.Delivery)
 	t.Quota, t.WaitingSince, t.Live = (*task.QuotaHold)(d.Quota), d.WaitingSince, (*task.LiveAttempt)(d.Live)
 	t.Ended = nil
 	if d.Ended != nil {

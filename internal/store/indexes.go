@@ -112,12 +112,14 @@ const AttemptsCollection = "attempts"
 var FieldExemptions = []FieldExemption{
 	// Large or opaque.
 	{TasksCollection, "payload"}, {TasksCollection, "resources"}, {TasksCollection, "resumeFrom"}, {TasksCollection, "live"}, {TasksCollection, "history"}, {TasksCollection, "endedAttempt"},
+	{TasksCollection, "delivery"},
 	{AttemptsCollection, "output"}, {AttemptsCollection, "checkpoint"}, {AttemptsCollection, "error"},
 	{AttemptsCollection, "metrics"}, {AttemptsCollection, "partialProgress"}, {AttemptsCollection, "heartbeatTicks"},
 	{OutboxCollection, "error"}, {OutboxCollection, outboxEarlier},
 	// Steadily increasing timestamps.
 	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"}, {TasksCollection, "enqueueAt"},
 	{TasksCollection, "leaseExpiresAt"}, {TasksCollection, "cancelDeadline"}, {TasksCollection, "dispatchCheckAt"}, {TasksCollection, "deadline"},
+	{TasksCollection, "startTimeoutAt"},
 	{TasksCollection, "waitingSince"},
 	{AttemptsCollection, "createdAt"}, {AttemptsCollection, "scheduledAt"}, {AttemptsCollection, "startedAt"},
 	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},

@@ -135,6 +135,11 @@ type Event struct {
 	// current dispatch (a backlog, a paused queue): it will be delivered,
 	// so the start timeout is stretched instead of re-driving.
 	Held bool
+	// Delivery (EventRedrive) is what Cloud Tasks said of the current
+	// dispatch when the sweeper asked (nil for a pull worker, or when the
+	// dispatch is gone): recorded on the task while it waits, so that a
+	// delivery that keeps failing is visible (Task.Delivery).
+	Delivery *api.Delivery
 	// Execution is the Cloud Run Job execution to record (EventExecution);
 	// PreviousExecution is the one the caller expects recorded (empty: none).
 	Execution, PreviousExecution string
@@ -313,13 +318,14 @@ func (m *machine) apply() {
 		}
 		if m.ev.Attempt == t.Attempt && t.State == api.Pending {
 			m.transition(api.Queued, api.ReasonEnqueued, "")
-			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
 			if t.EnqueueAt != nil {
 				// A start beyond the transport's horizon: queued in
 				// Firestore; the dispatch duty enqueues it at EnqueueAt.
-				check = *t.EnqueueAt
+				check := *t.EnqueueAt
+				t.DispatchCheckAt, t.StartTimeoutAt = &check, nil
+			} else {
+				m.armDispatch(laterOf(m.now, t.NotBefore))
 			}
-			t.DispatchCheckAt = &check
 		}
 	case EventRedrive:
 		if m.ev.Attempt != t.Attempt || (t.State != api.Pending && t.State != api.Queued) || !due(t.DispatchCheckAt, m.now) {
@@ -329,9 +335,12 @@ func (m *machine) apply() {
 			// A delayed start now within its transport's horizon: its
 			// first enqueue, not a re-drive.
 			t.EnqueueAt = nil
-			check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
-			t.DispatchCheckAt = &check
+			m.armDispatch(laterOf(m.now, t.NotBefore))
 			m.r.Write, m.r.Enqueue = true, true
+			return
+		}
+		if t.State == api.Queued && t.StartTimeoutAt != nil && m.now.Before(*t.StartTimeoutAt) {
+			m.probeDelivery()
 			return
 		}
 		if m.ev.Held && t.State == api.Queued {
@@ -339,7 +348,10 @@ func (m *machine) apply() {
 			// the dispatch to the back of the backlog) and no
 			// DISPATCH_TIMEOUT; look again a start timeout later.
 			check := m.now.Add(t.Timing.StartTimeout())
-			t.DispatchCheckAt = &check
+			t.DispatchCheckAt, t.StartTimeoutAt = &check, &check
+			if m.ev.Delivery != nil {
+				t.Delivery = m.ev.Delivery
+			}
 			m.r.Write = true
 			return
 		}
@@ -349,8 +361,7 @@ func (m *machine) apply() {
 			return
 		}
 		t.Redrives++
-		check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
-		t.DispatchCheckAt = &check
+		m.armDispatch(laterOf(m.now, t.NotBefore))
 		m.r.Write, m.r.Enqueue = true, true
 	case EventAdmit:
 		m.admit()
@@ -358,7 +369,7 @@ func (m *machine) apply() {
 		if m.ev.Attempt == t.Attempt && t.State == api.Queued {
 			m.transition(api.Pending, api.ReasonDispatchFailed, "")
 			now := m.now
-			t.DispatchCheckAt = &now
+			t.DispatchCheckAt, t.StartTimeoutAt = &now, nil
 		}
 	case EventLeaseExpired:
 		if m.ev.Attempt == t.Attempt && (t.State == api.Running || t.State == api.Cancelling) && m.leaseOver() {
@@ -647,8 +658,7 @@ func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome ap
 	t.Attempt++
 	t.NotBefore = &at
 	t.Redrives = 0
-	check := at.Add(t.Timing.StartTimeout())
-	t.DispatchCheckAt = &check
+	m.armDispatch(at)
 	m.r.Next = &Attempt{Attempt: t.Attempt, CreatedAt: m.now, ScheduledAt: &at}
 	m.r.Enqueue, m.r.RetryScheduled, m.r.NextAttempt = true, true, t.Attempt
 }
@@ -714,19 +724,67 @@ func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 	switch to {
 	case api.Running:
 		t.DispatchCheckAt, t.CancelDeadline, t.WaitingSince = nil, nil, nil
+		t.StartTimeoutAt, t.Delivery = nil, nil
 	case api.Cancelling:
-		t.DispatchCheckAt = nil
+		t.DispatchCheckAt, t.StartTimeoutAt, t.Delivery = nil, nil, nil
 	case api.Queued, api.Pending:
 		t.LeaseExpiresAt, t.CancelDeadline = nil, nil
+		if from == api.Running || from == api.Cancelling {
+			t.Delivery = nil // a new attempt's dispatch
+		}
 	}
 	if to.Terminal() {
 		now := m.now
 		t.EndedAt = &now
 		t.Reason = reason
 		t.LeaseExpiresAt, t.CancelDeadline, t.DispatchCheckAt, t.WaitingSince = nil, nil, nil, nil
+		t.StartTimeoutAt, t.Delivery = nil, nil
 	} else if to == api.Cancelling {
 		t.Reason = reason
 	}
+}
+
+// DeliveryProbe is the first look at a QUEUED push attempt's delivery:
+// a quarter of its start timeout, at most 30 s after the attempt was
+// handed to the transport (or its scheduled time). Attempts that start
+// sooner, nearly all of them, are never probed.
+func DeliveryProbe(tm api.Timing) time.Duration {
+	return min(MaxDeliveryProbe, tm.StartTimeout()/4)
+}
+
+// MaxDeliveryProbe bounds DeliveryProbe.
+const MaxDeliveryProbe = 30 * time.Second
+
+// armDispatch sets the dispatch checks of an attempt handed to the
+// transport for delivery at from: its start timeout ends at from +
+// StartTimeout (StartTimeoutAt), and the sweeper first looks at its
+// delivery a DeliveryProbe after from (DispatchCheckAt).
+func (m *machine) armDispatch(from time.Time) {
+	t := m.t()
+	end := from.Add(t.Timing.StartTimeout())
+	probe := from.Add(DeliveryProbe(t.Timing))
+	t.StartTimeoutAt, t.DispatchCheckAt = &end, &probe
+}
+
+// probeDelivery is a dispatch check before the start timeout ends: the
+// sweeper asked Cloud Tasks about the dispatch (ev.Delivery). While
+// deliveries are being tried and failing it records them and looks again
+// after as long again as the attempt has waited (30 s, 1 min, 2 min, ...,
+// at most until the start timeout); a dispatch not tried yet (a backlog),
+// one no longer held, or a pull worker's, is next looked at when the
+// start timeout ends. Never a re-drive nor an end.
+func (m *machine) probeDelivery() {
+	t := m.t()
+	next := *t.StartTimeoutAt
+	if d := m.ev.Delivery; d != nil && m.ev.Held && d.Attempts > 0 {
+		t.Delivery = d
+		since := t.StartTimeoutAt.Add(-t.Timing.StartTimeout())
+		if n := m.now.Add(max(m.now.Sub(since), DeliveryProbe(t.Timing))); n.Before(next) {
+			next = n
+		}
+	}
+	t.DispatchCheckAt = &next
+	m.r.Write = true
 }
 
 func due(at *time.Time, now time.Time) bool { return at != nil && !now.Before(*at) }

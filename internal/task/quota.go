@@ -78,7 +78,6 @@ func (m *machine) admit() {
 	}
 	t.Quota = &h
 	t.WaitingSince = nil
-	check := laterOf(m.now, t.NotBefore).Add(t.Timing.StartTimeout())
-	t.DispatchCheckAt = &check
+	m.armDispatch(laterOf(m.now, t.NotBefore))
 	m.r.Write, m.r.Enqueue = true, true
 }

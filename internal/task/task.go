@@ -67,8 +67,17 @@ type Task struct {
 	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
 	// CancelDeadline is when a CANCELLING task times out.
 	CancelDeadline *time.Time `json:"cancelDeadline,omitempty"`
-	// DispatchCheckAt is when a PENDING/QUEUED task counts as stuck.
+	// DispatchCheckAt is when the sweeper next looks at a PENDING/QUEUED
+	// task's dispatch: to probe its delivery while the start timeout runs
+	// (StartTimeoutAt), then to re-drive it when it counts as stuck.
 	DispatchCheckAt *time.Time `json:"dispatchCheckAt,omitempty"`
+	// StartTimeoutAt is when a QUEUED attempt handed to its transport counts
+	// as stuck (its start timeout ends); nil when DispatchCheckAt is that
+	// time itself (a PENDING task, a document written before it existed).
+	StartTimeoutAt *time.Time `json:"-"`
+	// Delivery is what Cloud Tasks last said of a QUEUED push attempt whose
+	// deliveries are failing (probeDelivery); nil once it starts.
+	Delivery *api.Delivery `json:"delivery,omitempty"`
 	// DueShard spreads the sweeper's due indexes: fixed at creation in
 	// [0, shards), it leads every due index, so that no index sees one
 	// steadily increasing run of writes (see store.DueShardOf).

@@ -173,7 +173,7 @@ func TestStuckDispatchRedriven(t *testing.T) {
 			}
 			for i := 1; i <= maxRedrives; i++ {
 				cur := e.get(tk.ID)
-				waitPast(t, cur.DispatchCheckAt)
+				waitPast(t, stuckAt(cur))
 				st := e.sweep(sw)
 				if st.Dispatch.Due != 1 || st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
 					t.Fatalf("re-drive %d: stats %+v", i, st)
@@ -194,7 +194,7 @@ func TestStuckDispatchRedriven(t *testing.T) {
 					t.Fatalf("follow-up %+v", c)
 				}
 			}
-			waitPast(t, e.get(tk.ID).DispatchCheckAt)
+			waitPast(t, stuckAt(e.get(tk.ID)))
 			if st := e.sweep(sw); st.Dispatch.Applied != 1 {
 				t.Fatalf("final pass %+v", st)
 			}
@@ -239,7 +239,7 @@ func TestRetryWhoseEnqueueFailedIsRedriven(t *testing.T) {
 	if got.State != api.Queued || got.Attempt != 2 || e.cloudTask(tk.ID, 2) != nil {
 		t.Fatalf("after failed enqueue: %s attempt %d", got.State, got.Attempt)
 	}
-	waitPast(t, got.DispatchCheckAt)
+	waitPast(t, stuckAt(got))
 	st = e.sweep(sw)
 	if st.Dispatch.Applied != 1 || st.Dispatch.FollowUpErrors != 0 {
 		t.Fatalf("re-drive stats %+v", st)

@@ -257,6 +257,16 @@ func waitPast(t *testing.T, at *time.Time) {
 	}
 }
 
+// stuckAt is when tk's dispatch counts as stuck: the end of its start
+// timeout (its dispatch checks before it are delivery probes, which never
+// re-drive).
+func stuckAt(tk task.Task) *time.Time {
+	if tk.StartTimeoutAt != nil {
+		return tk.StartTimeoutAt
+	}
+	return tk.DispatchCheckAt
+}
+
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,9 +76,11 @@ type Recorder interface {
 	RecordSweep(ctx context.Context, st api.SweepStatus) error
 }
 
-// Holder tells whether Cloud Tasks still holds a task's current dispatch.
+// Holder tells whether Cloud Tasks still holds a task's current dispatch
+// and, when it does, what it says of its deliveries (nil for a pull
+// worker's attempt).
 type Holder interface {
-	Held(ctx context.Context, t task.Task) (bool, error)
+	Delivery(ctx context.Context, t task.Task) (held bool, d *api.Delivery, err error)
 }
 
 // Pulser records the start of every pass, and an outage when passes
@@ -319,6 +323,45 @@ type Sweeper struct {
 	quota *quota.Duty
 	// lastClean is when the Cleaner last ran (guarded by passing).
 	lastClean time.Time
+	// failing gathers, during a pass, the workers whose deliveries the
+	// dispatch duty found failing; the pass logs a line for each.
+	failingMu sync.Mutex
+	failing   map[string]failingWorker
+}
+
+// failingWorker is what a pass saw of one worker's failing deliveries.
+type failingWorker struct {
+	tasks  int
+	taskID string
+	last   api.Delivery
+}
+
+// noteFailing records that t's delivery, d, is failing.
+func (s *Sweeper) noteFailing(t *task.Task, d *api.Delivery) {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	f := s.failing[t.Worker]
+	f.tasks++
+	if f.taskID == "" || (d.LastAttemptAt != nil && (f.last.LastAttemptAt == nil || d.LastAttemptAt.After(*f.last.LastAttemptAt))) {
+		f.taskID, f.last = t.ID, *d
+	}
+	s.failing[t.Worker] = f
+}
+
+// logFailing logs a line per worker whose deliveries the pass found
+// failing, and forgets them.
+func (s *Sweeper) logFailing(ctx context.Context) {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	for _, w := range slices.Sorted(maps.Keys(s.failing)) {
+		f := s.failing[w]
+		attrs := []any{"worker", w, "tasks", f.tasks, "taskId", f.taskID, "deliveries", f.last.Attempts, "lastStatus", f.last.LastStatus, "lastError", f.last.LastError}
+		if f.last.NextTryAt != nil {
+			attrs = append(attrs, "nextTryAt", f.last.NextTryAt.Format(time.RFC3339))
+		}
+		s.log.WarnContext(ctx, "deliveries to worker "+w+" are failing; its QUEUED tasks wait for Cloud Tasks' next try", attrs...)
+	}
+	clear(s.failing)
 }
 
 // New returns a Sweeper; Store and Enqueuer are required: without one, it
@@ -356,7 +399,7 @@ func New(cfg Config) (*Sweeper, error) {
 		cfg.CleanEvery = DefaultCleanEvery
 	}
 	log := cfg.Logger.With("component", "sweeper")
-	return &Sweeper{cfg: cfg, log: log, quota: quota.NewDuty(cfg.Store, cfg.QuotaRepairEvery, log.With("duty", "quota"))}, nil
+	return &Sweeper{cfg: cfg, log: log, failing: map[string]failingWorker{}, quota: quota.NewDuty(cfg.Store, cfg.QuotaRepairEvery, log.With("duty", "quota"))}, nil
 }
 
 // Config returns the sweeper's configuration with defaults applied.
@@ -384,6 +427,7 @@ func (s *Sweeper) sweep(ctx context.Context, stop time.Time) (st Stats, err erro
 	st = Stats{Passes: 1}
 	start := time.Now()
 	defer func() { s.record(ctx, st, time.Since(start), err) }()
+	defer s.logFailing(ctx)
 	var errs []error
 	{
 		// Wall time, as the store's own outage records: a test's clock
@@ -648,13 +692,16 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 		MaxRedrives: s.cfg.MaxRedrives,
 	}
 	if d.Event == task.EventRedrive && t.State == api.Queued && s.cfg.Holder != nil {
-		held, err := s.cfg.Holder.Held(ctx, *t)
+		held, dl, err := s.cfg.Holder.Delivery(ctx, *t)
 		if err != nil {
 			// Cloud Tasks cannot say: a re-drive would fail the same way.
 			log.WarnContext(ctx, "could not tell whether Cloud Tasks still holds the dispatch; next pass", "error", err)
 			return DutyStats{Errors: 1}, fmt.Errorf("task %s: %w", t.ID, err)
 		}
-		ev.Held = held
+		ev.Held, ev.Delivery = held, dl
+		if held && dl != nil && dl.LastStatus != "" && dl.LastStatus != "OK" {
+			s.noteFailing(t, dl)
+		}
 	}
 	r, err := s.cfg.Store.Apply(ctx, t.ID, ev)
 	switch {

@@ -297,6 +297,17 @@ resource "google_firestore_field" "tasks_ended_attempt" {
   index_config {}
 }
 
+# What Cloud Tasks last said of a waiting push attempt's delivery (shown
+# on GET /v1/tasks/{id}; store.FieldExemptions).
+resource "google_firestore_field" "tasks_delivery" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "delivery"
+
+  index_config {}
+}
+
 resource "google_firestore_field" "tasks_recorded" {
   project    = var.project_id
   database   = google_firestore_database.this.name
@@ -539,6 +550,15 @@ resource "google_firestore_field" "tasks_dispatch_check_at" {
   database   = google_firestore_database.this.name
   collection = "tasks"
   field      = "dispatchCheckAt"
+
+  index_config {}
+}
+
+resource "google_firestore_field" "tasks_start_timeout_at" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "startTimeoutAt"
 
   index_config {}
 }
