@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/task"
@@ -21,17 +23,21 @@ const (
 	KindCompleted Kind = "completed"
 )
 
+// kindEvents are the callbacks the handler serves, each with the
+// state-machine event it sends.
+var kindEvents = map[Kind]task.EventKind{
+	KindStarted:   task.EventStarted,
+	KindHeartbeat: task.EventHeartbeat,
+	KindCompleted: task.EventCompleted,
+}
+
+// Kinds returns the callbacks the handler serves, sorted.
+func Kinds() []Kind { return slices.Sorted(maps.Keys(kindEvents)) }
+
 // event is the state-machine event a callback of kind k sends.
 func (k Kind) event() (task.EventKind, bool) {
-	switch k {
-	case KindStarted:
-		return task.EventStarted, true
-	case KindHeartbeat:
-		return task.EventHeartbeat, true
-	case KindCompleted:
-		return task.EventCompleted, true
-	}
-	return "", false
+	e, ok := kindEvents[k]
+	return e, ok
 }
 
 // Request is a decoded callback body. Exactly one of Started, Heartbeat and

@@ -111,6 +111,9 @@ func TestEveryRouteAccess(t *testing.T) {
 		// The sweeper's health: no tenant's data, for every identity.
 		{pattern: "GET /v1/health", method: "GET", path: fixed("/v1/health"), want: [4]int{unauth, ok, ok, ok}},
 		{pattern: "/v1/health", method: "POST", path: fixed("/v1/health"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
+		// The OpenAPI document: no tenant's data, for every identity, as the health.
+		{pattern: "GET /v1/openapi.json", method: "GET", path: fixed("/v1/openapi.json"), want: [4]int{unauth, ok, ok, ok}},
+		{pattern: "/v1/openapi.json", method: "POST", path: fixed("/v1/openapi.json"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
 		{pattern: "GET /v1/tenants/{tenant}/usage", method: "GET", path: fixed("/v1/tenants/acme/usage"), want: [4]int{unauth, forbidden, ok, ok}},
 		{pattern: "/v1/tenants/{tenant}/usage", method: "POST", path: fixed("/v1/tenants/acme/usage"), want: [4]int{unauth, notAllowed, notAllowed, notAllowed}},
 		// Schedules: creating and triggering need submitter, changing and

@@ -26,6 +26,7 @@
 //	                                  runs, newest first (§9.8)
 //	GET  /v1/health                   the sweeper's latest pass (§9.9)
 //	GET  /v1/tenants/{tenant}/usage   a tenant's running and queued tasks and limits (§9.10)
+//	GET  /v1/openapi.json             docs/openapi.yaml as JSON (package openapi)
 //
 // The sections are docs/contract.md's, which has every request and answer
 // body, the field rules and defaults, the order of checks (§9.1) and the

@@ -15,6 +15,7 @@ import (
 	"github.com/servo-dev/servo/internal/enqueue"
 	"github.com/servo-dev/servo/internal/events"
 	"github.com/servo-dev/servo/internal/logs"
+	"github.com/servo-dev/servo/internal/openapi"
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
@@ -229,6 +230,8 @@ func (h *handler) routes() {
 	h.scheduleRoutes(handle)
 	handle("GET /v1/health", h.health)
 	handle("/v1/health", methodNotAllowed("GET, HEAD"))
+	handle("GET /v1/openapi.json", openapi.Handler().ServeHTTP)
+	handle("/v1/openapi.json", methodNotAllowed("GET, HEAD"))
 	handle("GET /v1/tenants/{tenant}/usage", h.usage)
 	handle("/v1/tenants/{tenant}/usage", methodNotAllowed("GET, HEAD"))
 	handle("/", func(w http.ResponseWriter, r *http.Request) {

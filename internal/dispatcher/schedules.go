@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,13 @@ func checkScheduleID(field, id string) *apiError {
 	}
 	return nil
 }
+
+// scheduleActions are the actions of POST /v1/schedules/{id}:{action}.
+var scheduleActions = []string{"trigger", "backfill"}
+
+// ScheduleActions returns the actions POST /v1/schedules/{id}:{action}
+// serves (a pattern cannot tell them apart: {id} matches "id:action").
+func ScheduleActions() []string { return slices.Clone(scheduleActions) }
 
 // scheduleRoutes registers /v1/schedules.
 func (h *handler) scheduleRoutes(handle func(string, http.HandlerFunc)) {
@@ -507,7 +515,7 @@ func (h *handler) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 // scheduleAction serves POST /v1/schedules/{id}:trigger and :backfill.
 func (h *handler) scheduleAction(w http.ResponseWriter, r *http.Request) {
 	id, action, found := strings.Cut(r.PathValue("id"), ":")
-	if !found || (action != "trigger" && action != "backfill") {
+	if !found || !slices.Contains(scheduleActions, action) {
 		w.Header().Set("Allow", "DELETE, GET, HEAD, PATCH")
 		writeError(w, http.StatusMethodNotAllowed, &api.Error{Code: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("method POST is not allowed on %s (POST is for …/{scheduleId}:trigger and …/{scheduleId}:backfill)", r.URL.Path)})
