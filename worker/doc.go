@@ -200,12 +200,23 @@
 // unknown pool, caller not allowed, bad request) ends Pull with an
 // *[api.Error].
 //
-// When Pull's context ends no new claim is made (a claim in flight may
-// still return an attempt, which is run); running attempts have
-// PullConfig.Grace to finish, then their context is cancelled with
-// [ErrStopping] and they are reported FAILED/INFRASTRUCTURE (retryable:
-// Servo runs them again from their last checkpoint). Pull returns once
-// every report is in.
+// Cancel Pull's context on SIGTERM (signal.NotifyContext): a worker being
+// shut down must not start an attempt it cannot finish. When the context
+// ends no new claim is made, and the claim then open (a long-poll of up to
+// PullConfig.MaxWait) is abandoned at once: its request is cancelled, and
+// Servo hands a pool message that comes after the caller left back to the
+// pool, where another worker claims it (docs/contract.md §10). A claim
+// whose answer had already begun to arrive is read in full rather than
+// lost: an attempt in it is not started (the Func is not called) and is
+// reported at once as FAILED/INFRASTRUCTURE, retryable, so that Servo
+// schedules its retry, after the task's retry backoff, instead of waiting
+// for its lease to run out (heartbeatTimeoutMs); like a lease expiry it
+// uses one of the task's retry.maxAttempts. A claim Servo committed just
+// as its request was cancelled, whose answer was lost with it, waits for
+// its lease like any lost worker. Running attempts have PullConfig.Grace
+// to finish, then their context is cancelled with [ErrStopping] and they
+// are reported FAILED/INFRASTRUCTURE (retryable: Servo runs them again
+// from their last checkpoint). Pull returns once every report is in.
 //
 // # Cloud Run
 //

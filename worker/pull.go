@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -30,6 +31,18 @@ const (
 // end of its grace period; the attempt is reported FAILED/INFRASTRUCTURE,
 // so Servo retries it (from its last checkpoint) on another worker.
 var ErrStopping = errors.New("worker: stopping: the grace period for running tasks is over")
+
+// errClaimedWhileStopping is the report of an attempt whose claim was
+// answered as [Pull] began to stop: the Func is not run, and the attempt
+// (started by the claim) is handed back as FAILED/INFRASTRUCTURE,
+// retryable, so that Servo schedules its retry at once (after the task's
+// retry backoff) rather than when its lease runs out.
+var errClaimedWhileStopping = &Error{Category: api.CategoryInfrastructure, Retryable: ptr(true),
+	Err: errors.New("worker stopping: the attempt was claimed as the worker began to stop; not started, handed back for a retry")}
+
+// errAbandoned: the claim was abandoned because Pull's context ended
+// before its answer began.
+var errAbandoned = errors.New("worker: claim abandoned: the worker is stopping")
 
 // PullConfig configures [Pull].
 type PullConfig struct {
@@ -66,9 +79,18 @@ type PullConfig struct {
 // fence, exactly one `completed`), at most cfg.Concurrency at a time. The
 // claim is the attempt's `started`. Empty claims and Servo's 503 are
 // followed by a backoff; a claim refused for good (4xx) ends Pull with a
-// *[api.Error]. When ctx ends Pull stops claiming, lets running attempts
-// finish within cfg.Grace, then cancels them (ErrStopping), waits for their
-// reports, and returns nil.
+// *[api.Error].
+//
+// When ctx ends (cancel it on SIGTERM, e.g. with signal.NotifyContext) Pull
+// makes no new claim and abandons the claim then open: its request is
+// cancelled at once, and Servo hands a message that comes after the caller
+// left back to the pool for another worker (docs/contract.md §10). A claim
+// whose answer had begun to arrive is read in full: an attempt in it is not
+// started (fn is not called) but reported at once as FAILED/INFRASTRUCTURE,
+// retryable, so that Servo retries it after the task's retry backoff
+// instead of when its lease runs out. Running attempts may finish within
+// cfg.Grace; then they are cancelled (ErrStopping). Pull returns nil once
+// every report is in.
 func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
 	if cfg.API == "" || cfg.Pool == "" {
 		return errors.New("worker: PullConfig.API and Pool are required")
@@ -151,6 +173,8 @@ func (p *puller) loop(ctx context.Context) error {
 		env, wait, err := p.claim(ctx, graceCtx)
 		var ce *api.Error
 		switch {
+		case errors.Is(err, errAbandoned):
+			log.InfoContext(ctx, "claim abandoned: the worker is stopping")
 		case errors.As(err, &ce):
 			log.ErrorContext(ctx, "claim refused; stopping", "status", ce.Status, "code", ce.Code, "field", ce.Field, "message", ce.Message)
 			fatal = err
@@ -178,19 +202,23 @@ func (p *puller) loop(ctx context.Context) error {
 		empty = 0
 		// A long-poll's sending says nothing of when Servo leased the
 		// attempt (any time within MaxWait): its lease is counted from the
-		// answer's arrival, every heartbeat's from its sending.
-		p.start(*env, time.Now(), slots)
+		// answer's arrival, every heartbeat's from its sending. An attempt
+		// claimed as the worker began to stop is handed back unstarted.
+		p.start(*env, time.Now(), slots, ctx.Err() != nil)
 	}
 	p.wg.Wait()
 	return fatal
 }
 
 // start runs a claimed attempt (its claim answered at claimedAt) in its
-// own goroutine, freeing its slot at
-// the end.
-func (p *puller) start(env api.Envelope, claimedAt time.Time, slots chan struct{}) {
+// own goroutine, freeing its slot at the end. When stopping, the Func is
+// not run: the attempt is reported FAILED/INFRASTRUCTURE, retryable.
+func (p *puller) start(env api.Envelope, claimedAt time.Time, slots chan struct{}, stopping bool) {
 	ru := newRun(p.h, env)
 	ru.claimed, ru.claimedAt = true, claimedAt
+	if stopping {
+		ru.refuse = errClaimedWhileStopping
+	}
 	k := attemptKey{env.TaskID, env.Attempt}
 	p.mu.Lock()
 	p.running[ru] = true
@@ -240,14 +268,36 @@ type claimResponse struct {
 	Message     string          `json:"message"`
 }
 
-// claim makes one claim. It is sent under graceCtx (an envelope claimed
-// just as ctx ends is still run), and abandoned when ctx ends and the
-// grace period runs out. It returns the envelope (nil when nothing was
-// claimed), a Retry-After to honour, and an error (*api.Error: final).
+// claim makes one claim. While its answer has not begun to arrive, the
+// claim is abandoned as soon as ctx ends: the request is cancelled, and
+// Servo hands back a message that comes after the caller left
+// (errAbandoned). An answer that has begun (its first byte is in) is read
+// in full under graceCtx, so that an attempt Servo claimed as ctx ended is
+// handed back by its `completed` rather than lost until its lease runs
+// out. It returns the envelope (nil when nothing was claimed), a
+// Retry-After to honour, and an error (*api.Error: final).
 func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Duration, error) {
 	body, _ := json.Marshal(api.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
 	rctx, cancel := context.WithTimeout(graceCtx, p.cfg.MaxWait+p.h.cfg.requestTimeout)
 	defer cancel()
+	var (
+		mu       sync.Mutex
+		answered bool // the answer has begun: a stop no longer abandons the claim
+	)
+	begun := func() {
+		mu.Lock()
+		answered = true
+		mu.Unlock()
+	}
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{GotFirstResponseByte: begun})
+	stopAbandon := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !answered {
+			cancel()
+		}
+	})
+	defer stopAbandon()
 	u := strings.TrimSuffix(p.cfg.API, "/") + "/v1/pools/" + url.PathEscape(p.cfg.Pool) + "/claim"
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
@@ -260,11 +310,19 @@ func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Durat
 	}
 	res, err := p.cfg.Client.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, errAbandoned
+		}
 		return nil, 0, err
 	}
+	begun() // for a transport that does not call the trace's hooks
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, MaxEnvelopeBytes+maxResponseBytes))
 	if err != nil {
+		if ctx.Err() != nil && rctx.Err() != nil {
+			// Cut short by the stop as it began: lost with its connection.
+			return nil, 0, errAbandoned
+		}
 		return nil, 0, err
 	}
 	var cr claimResponse

@@ -46,6 +46,9 @@ type run struct {
 	// claimedAt is when that claim's answer arrived.
 	claimed   bool
 	claimedAt time.Time
+	// refuse, when set, is reported as the Func's error without running
+	// it: an attempt claimed as Pull began to stop.
+	refuse error
 }
 
 func newRun(h *handler, env api.Envelope) *run {
@@ -266,10 +269,20 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 		r.heartbeatLoop(hbCtx, stopHB)
 	}()
 	stopWatch := r.watchLease(abortHB)
-	r.log.InfoContext(ctx, "attempt started")
 	m := startMeter()
 	ranFrom := time.Now()
-	out, ferr, pnc := invoke(fnCtx, r.h.fn, r.t)
+	var (
+		out  any
+		ferr error
+		pnc  *panicked
+	)
+	if r.refuse != nil {
+		r.log.WarnContext(ctx, "attempt not started: "+r.refuse.Error())
+		ferr = r.refuse
+	} else {
+		r.log.InfoContext(ctx, "attempt started")
+		out, ferr, pnc = invoke(fnCtx, r.h.fn, r.t)
+	}
 	r.ranFor = time.Since(ranFrom)
 	// Why the Func's context ended, as the Func saw it (a cancel request
 	// answered after it returned does not count).

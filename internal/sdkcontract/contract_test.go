@@ -170,11 +170,32 @@ type proxy struct {
 	traces  map[string][]string // task id/attempt → the callbacks' traceparents
 	// delivered is the traceparent of each attempt's push delivery.
 	delivered map[string]string
+	// pools are the claims seen per pool.
+	pools map[string]*poolClaims
+}
+
+// poolClaims are the claims the proxy has seen for one pool.
+type poolClaims struct {
+	open      int // claims in flight
+	abandoned int // claims whose worker hung up before their answer
+	// cutShort counts answers begun (status and headers sent) whose worker
+	// hung up before their body: an attempt claimed that way is lost until
+	// its lease runs out.
+	cutShort int
+	claimed  []string // the task ids answered, in order
+	// hold, when set, applies to the pool's next claimed answer: its status
+	// and headers are sent at once, its body only when release closes.
+	hold *heldAnswer
+}
+
+type heldAnswer struct {
+	held    chan string // the held answer's task id
+	release chan struct{}
 }
 
 func newProxy(t *testing.T) *proxy {
 	p := &proxy{faults: map[string]string{}, keys: map[string]string{}, calls: map[string][][]byte{}, answers: map[string][]string{},
-		traces: map[string][]string{}, delivered: map[string]string{}}
+		traces: map[string][]string{}, delivered: map[string]string{}, pools: map[string]*poolClaims{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -296,20 +317,87 @@ func (p *proxy) deliver(w http.ResponseWriter, r *http.Request, body []byte) {
 	reply(w, first.status, first.h, first.b)
 }
 
+// poolLocked is pool's record; p.mu is held.
+func (p *proxy) poolLocked(pool string) *poolClaims {
+	pc := p.pools[pool]
+	if pc == nil {
+		pc = &poolClaims{}
+		p.pools[pool] = pc
+	}
+	return pc
+}
+
+// claims returns a copy of pool's record.
+func (p *proxy) claims(pool string) poolClaims {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc := *p.poolLocked(pool)
+	pc.claimed = append([]string(nil), pc.claimed...)
+	return pc
+}
+
+// holdNext holds the body of pool's next claimed answer (see poolClaims.hold).
+func (p *proxy) holdNext(pool string) *heldAnswer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := &heldAnswer{held: make(chan string, 1), release: make(chan struct{})}
+	p.poolLocked(pool).hold = h
+	return h
+}
+
 func (p *proxy) claim(w http.ResponseWriter, r *http.Request, body []byte) {
+	// /api/v1/pools/{pool}/claim
+	pool := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, claimPrefix+"/v1/pools/"), "/claim")
+	p.mu.Lock()
+	p.poolLocked(pool).open++
+	p.mu.Unlock()
+	// Forwarded under the worker's request: a worker that hangs up
+	// abandons the claim at the stack too.
 	status, h, b, err := p.forward(r, p.stack+strings.TrimPrefix(r.URL.Path, claimPrefix), body)
+	p.mu.Lock()
+	pc := p.poolLocked(pool)
+	pc.open--
+	if r.Context().Err() != nil {
+		pc.abandoned++
+	}
+	p.mu.Unlock()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	var cr map[string]any
+	var hold *heldAnswer
 	if status == http.StatusOK && json.Unmarshal(b, &cr) == nil {
 		if env, ok := cr["envelope"].(map[string]any); ok {
 			p.rewrite(env)
 			b, _ = json.Marshal(cr)
+			id, _ := env["taskId"].(string)
+			p.mu.Lock()
+			pc.claimed = append(pc.claimed, id)
+			hold, pc.hold = pc.hold, nil
+			p.mu.Unlock()
+			if hold != nil {
+				hold.held <- id
+			}
 		}
 	}
-	reply(w, status, h, b)
+	if hold == nil {
+		reply(w, status, h, b)
+		return
+	}
+	// The answer begins now; its body (the envelope) comes on release.
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+	w.WriteHeader(status)
+	w.(http.Flusher).Flush()
+	select {
+	case <-hold.release:
+		w.Write(b)
+	case <-r.Context().Done():
+		p.mu.Lock()
+		pc.cutShort++
+		p.mu.Unlock()
+	}
 }
 
 func (p *proxy) callback(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -409,6 +497,11 @@ func (e *env) waitState(t *testing.T, id string, s api.State) api.Task {
 // runs counts the contract workers' "RUN id attempt" lines: handler calls.
 func (e *env) runs(id string, attempt int) int {
 	return strings.Count(e.out.String(), fmt.Sprintf("RUN %s %d\n", id, attempt))
+}
+
+// ranAny counts out's handler calls for the task, any attempt.
+func ranAny(out *servotest.Buffer, id string) int {
+	return strings.Count(out.String(), fmt.Sprintf("RUN %s ", id))
 }
 
 var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$`)
@@ -581,7 +674,7 @@ func TestSDKContract(t *testing.T) {
 			_, px.worker = start(t, argv, out, true, "push", "0")
 			s2 := stacktest.Start(t, devstack.Options{
 				SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"push": px.srv.URL + deliverPath},
-				PullPools:  map[string][]string{"pool": nil},
+				PullPools:  map[string][]string{"pool": nil, stopPool: nil, stopRacePool: nil},
 				JobWorkers: map[string]string{"job": strings.Join(argv, " ") + " job"},
 			})
 			px.stack = s2.URL
@@ -604,6 +697,14 @@ func TestSDKContract(t *testing.T) {
 						})
 					}
 				}
+				t.Run("SIGTERM with a claim open/pull", func(t *testing.T) {
+					t.Parallel()
+					sigtermOpenClaim(t, e, argv, s.name)
+				})
+				t.Run("SIGTERM with a claim answered/pull", func(t *testing.T) {
+					t.Parallel()
+					sigtermClaimAnswered(t, e, argv, s.name)
+				})
 				t.Run("pull claim race/pull", func(t *testing.T) {
 					t.Parallel()
 					var ids []string
@@ -640,6 +741,203 @@ func TestJobWithoutEnvelopeExitsNonZero(t *testing.T) {
 			}
 		})
 	}
+}
+
+// SIGTERM scenarios (docs/contract.md §10, §14): a pull worker told to
+// stop starts no attempt it cannot finish. Each runs its own workers on a
+// pool of its own, the first with a long-poll (30 s) that would still be
+// open when the task comes.
+const (
+	stopPool     = "stop"      // the claim open at SIGTERM
+	stopRacePool = "stop-race" // a claim answered as SIGTERM comes
+	stopLongPoll = "30000"     // the first worker's maxWaitMs
+	stopGrace    = "30000"     // its grace period, ms
+)
+
+// worker is one contract worker process of a SIGTERM scenario, with its
+// own output.
+type worker struct {
+	name string
+	p    *proc
+	out  *servotest.Buffer
+}
+
+func startWorker(t *testing.T, argv []string, name string, args ...string) *worker {
+	t.Helper()
+	w := &worker{name: name, out: &servotest.Buffer{}}
+	w.p, _ = start(t, argv, w.out, false, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s's output (tail):\n%s", name, tail(w.out.String(), 80))
+		}
+	})
+	return w
+}
+
+func (w *worker) sigterm(t *testing.T) {
+	t.Helper()
+	if err := w.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM to %s: %v", w.name, err)
+	}
+}
+
+// exited waits (generously) for the worker to exit after SIGTERM, and
+// wants exit status 0.
+func (w *worker) exited(t *testing.T, within time.Duration, why string) {
+	t.Helper()
+	select {
+	case <-w.p.done:
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %s of SIGTERM (%s)", w.name, within, why)
+	}
+	if code := w.p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("%s exited with status %d after SIGTERM, want 0", w.name, code)
+	}
+}
+
+// eventually polls ok for up to within; it reports whether ok held.
+func eventually(within time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// neverLeaseLost: no attempt of v ended by its lease or a timer.
+func neverLeaseLost(t *testing.T, v api.Task) {
+	t.Helper()
+	for _, a := range v.Attempts {
+		switch a.Outcome {
+		case api.OutcomeZombie, api.OutcomeTimedOut, api.OutcomeCancelTimeout:
+			t.Errorf("attempt %d ended %s (waited out a timer): %s", a.Attempt, a.Outcome, stacktest.Attempts(v))
+		}
+	}
+}
+
+// sigtermOpenClaim: SIGTERM reaches a worker with one attempt running and a
+// long-poll claim open on an empty pool; then a task is submitted while
+// that claim would still be open. The claim is abandoned (the worker hangs
+// up at once), the running attempt finishes within the grace period, the
+// worker exits, and the new task is never claimed by it: a second worker
+// starts it (its first and only attempt) and it succeeds.
+func sigtermOpenClaim(t *testing.T, e *env, argv []string, sdkName string) {
+	url := e.proxy.srv.URL + claimPrefix
+	w1 := startWorker(t, argv, "the stopping worker", "pull", url, stopPool, stopLongPoll, stopGrace)
+	// About 6 s of work, well within the 30 s grace period.
+	running := e.submit(t, stopPool, sdkName+"-sigterm-running", faultNone, map[string]any{"steps": 60, "stepMs": 100})
+	e.waitFor(t, running, "the attempt running (a stored checkpoint)", checkpointed)
+	if !eventually(60*time.Second, func() bool { return e.proxy.claims(stopPool).open == 1 }) {
+		t.Fatalf("the worker has no claim open beside its running attempt: %+v", e.proxy.claims(stopPool))
+	}
+	w1.sigterm(t)
+	if !eventually(30*time.Second, func() bool { return strings.Contains(w1.out.String(), "STOPPING\n") }) {
+		t.Fatal("the worker did not take SIGTERM")
+	}
+	// The open claim is abandoned at once: the worker hangs up (and so the
+	// proxy, to the stack) while its running attempt still has seconds to
+	// go, not when the grace period or the long-poll (30 s each) ends.
+	if !eventually(15*time.Second, func() bool { c := e.proxy.claims(stopPool); return c.open == 0 && c.abandoned == 1 }) {
+		t.Errorf("the claim open at SIGTERM was not abandoned within 15 s: %+v", e.proxy.claims(stopPool))
+	} else if n := len(e.proxy.count(running, 1, "completed")); n != 0 {
+		t.Errorf("the claim open at SIGTERM was abandoned only after the running attempt ended, not at once")
+	}
+	queued := e.submit(t, stopPool, sdkName+"-sigterm-queued", faultNone, map[string]any{"steps": 2, "stepMs": 20})
+	// The worker exits once its running attempt is settled.
+	w1.exited(t, 90*time.Second, "its running attempt needed some 6 s")
+
+	v := e.waitState(t, running, api.Succeeded)
+	if len(v.Attempts) != 1 || ranAny(w1.out, running) != 1 {
+		t.Errorf("the attempt running at SIGTERM: attempts %s, %d handler runs (want one attempt, run once, finished within the grace period)",
+			stacktest.Attempts(v), ranAny(w1.out, running))
+	}
+	if n := ranAny(w1.out, queued); n != 0 {
+		t.Errorf("the stopping worker ran the handler of a task submitted after SIGTERM (%d times)", n)
+	}
+	if c := e.proxy.claims(stopPool); len(c.claimed) != 1 || c.claimed[0] != running {
+		t.Errorf("the stopping worker claimed %v, want only the task running at SIGTERM (%s)", c.claimed, running)
+	}
+	if v := e.get(t, queued); v.State != api.Queued || len(v.Attempts) != 1 || v.Attempts[0].StartedAt != nil {
+		t.Errorf("the task submitted after SIGTERM is %s with attempts %s, want QUEUED and never started", v.State, stacktest.Attempts(v))
+	}
+
+	// Another worker starts it at once: no lease or timer to wait out.
+	w2 := startWorker(t, argv, "the second worker", "pull", url, stopPool)
+	v = e.waitState(t, queued, api.Succeeded)
+	neverLeaseLost(t, v)
+	if len(v.Attempts) != 1 || v.Attempts[0].Outcome != api.OutcomeSucceeded || ranAny(w2.out, queued) != 1 {
+		t.Errorf("the task submitted after SIGTERM: attempts %s, %d handler runs on the second worker (want its one attempt run there)",
+			stacktest.Attempts(v), ranAny(w2.out, queued))
+	}
+}
+
+// sigtermClaimAnswered: a claim's answer has begun (status and headers
+// sent; the proxy holds the envelope) when SIGTERM comes. The worker reads
+// it rather than lose it and hands the attempt back without running the
+// handler: FAILED/INFRASTRUCTURE, retryable, so Servo schedules its retry
+// at once (after the retry backoff, 100-200 ms here), and a second worker
+// runs attempt 2. No lease is waited out.
+func sigtermClaimAnswered(t *testing.T, e *env, argv []string, sdkName string) {
+	url := e.proxy.srv.URL + claimPrefix
+	hold := e.proxy.holdNext(stopRacePool)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold.release)
+		}
+	}
+	t.Cleanup(release)
+	w1 := startWorker(t, argv, "the stopping worker", "pull", url, stopRacePool, stopLongPoll, stopGrace)
+	if !eventually(90*time.Second, func() bool { return e.proxy.claims(stopRacePool).open == 1 }) {
+		t.Fatalf("the worker opened no claim: %+v", e.proxy.claims(stopRacePool))
+	}
+	id := e.submit(t, stopRacePool, sdkName+"-sigterm-answered", faultNone, map[string]any{"steps": 2, "stepMs": 20})
+	select {
+	case got := <-hold.held:
+		if got != id {
+			t.Fatalf("held the answer for %s, want %s", got, id)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the worker's claim was never answered with the task: %+v", e.proxy.claims(stopRacePool))
+	}
+	// The answer's status and headers are flushed; the worker reads them
+	// at once (a generous margin: a stop before it has read them abandons
+	// the claim, which would lose the attempt until its lease runs out).
+	time.Sleep(2 * time.Second)
+	w1.sigterm(t)
+	if !eventually(30*time.Second, func() bool { return strings.Contains(w1.out.String(), "STOPPING\n") }) {
+		t.Fatal("the worker did not take SIGTERM")
+	}
+	release()
+	w1.exited(t, 60*time.Second, "it had no attempt to run")
+	if n := ranAny(w1.out, id); n != 0 {
+		t.Errorf("the stopping worker ran the handler of an attempt claimed as SIGTERM came (%d times)", n)
+	}
+	if c := e.proxy.claims(stopRacePool); c.cutShort != 0 {
+		t.Errorf("the worker hung up on a claim answer that had begun (%d times): its attempt waits for its lease", c.cutShort)
+	}
+	v := e.waitFor(t, id, "attempt 1 reported", func(v api.Task) bool { return len(v.Attempts) > 0 && v.Attempts[0].Outcome != "" })
+	if a := v.Attempts[0]; a.Outcome != api.OutcomeFailed || a.Error == nil || a.Error.Category != api.CategoryInfrastructure {
+		t.Errorf("attempt 1, claimed as the worker stopped, ended %s (%+v); want FAILED/INFRASTRUCTURE, handed back unstarted: %s",
+			a.Outcome, a.Error, stacktest.Attempts(v))
+	}
+
+	w2 := startWorker(t, argv, "the second worker", "pull", url, stopRacePool)
+	v = e.waitState(t, id, api.Succeeded)
+	neverLeaseLost(t, v)
+	if len(v.Attempts) != 2 || v.Attempts[1].Outcome != api.OutcomeSucceeded || runsOn(w2, id, 2) != 1 {
+		t.Errorf("attempts %s, %d handler runs of attempt 2 on the second worker (want attempt 2 run there and succeeded)",
+			stacktest.Attempts(v), runsOn(w2, id, 2))
+	}
+}
+
+// runsOn counts w's handler calls for the task's attempt.
+func runsOn(w *worker, id string, attempt int) int {
+	return strings.Count(w.out.String(), fmt.Sprintf("RUN %s %d\n", id, attempt))
 }
 
 func tail(s string, n int) string {

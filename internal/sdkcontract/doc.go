@@ -7,6 +7,17 @@
 // driving a small contract worker (workers/) as a subprocess in push, pull
 // and job mode. A proxy between the workers and Servo injects the faults.
 //
+// Two scenarios send SIGTERM to a pull worker (docs/contract.md §10, §14),
+// each on a pool of its own: one with an attempt running and a long-poll
+// claim open on the empty pool, then a task submitted while that claim
+// would still be open (the claim is abandoned, the running attempt
+// finishes, the worker exits without claiming the task, and a second
+// worker runs it as its first attempt); one with a claim whose answer has
+// begun when SIGTERM comes (the proxy holds its envelope: the worker reads
+// it and reports the attempt FAILED/INFRASTRUCTURE without running the
+// handler, and a second worker runs attempt 2). Neither may wait out a
+// lease.
+//
 // It needs python3 (>= 3.10) and node (>= 20) with npm; a missing one fails
 // the test with what to install. The TypeScript SDK is built by the test
 // (npm ci when sdk/typescript/node_modules is absent, then tsc).

@@ -1,5 +1,7 @@
 // The contract worker of the shared SDK contract test (package sdkcontract),
-// on the TypeScript SDK: node contract.mjs push PORT | pull API POOL | job.
+// on the TypeScript SDK: node contract.mjs push PORT | pull API POOL
+// [MAX_WAIT_MS [GRACE_MS]] | job. A pull worker stops on SIGTERM (the SDK's
+// own handler) and then prints STOPPING.
 
 import http from "node:http";
 import * as sw from "../../../sdk/typescript/dist/index.js";
@@ -31,7 +33,12 @@ if (mode === "push") {
   const srv = http.createServer(sw.pushHandler(handle));
   srv.listen(Number(a), "127.0.0.1", () => process.stdout.write(`listening on http://127.0.0.1:${srv.address().port}/\n`));
 } else if (mode === "pull") {
-  await sw.pull(handle, { api: a, pool: b, concurrency: 2, maxWaitMs: 2000, graceMs: 5000, devIdentity: "contract-worker" });
+  const maxWaitMs = process.argv[5] ? Number(process.argv[5]) : 2000;
+  const graceMs = process.argv[6] ? Number(process.argv[6]) : 5000;
+  const pulling = sw.pull(handle, { api: a, pool: b, concurrency: 2, maxWaitMs, graceMs, devIdentity: "contract-worker" });
+  // After the SDK's SIGTERM listener (added as pull began): pull sees the stop from now on.
+  process.once("SIGTERM", () => process.stdout.write("STOPPING\n"));
+  await pulling;
 } else if (mode === "job") {
   await sw.mainJob(handle);
 }

@@ -1,8 +1,12 @@
 """The contract worker of the shared SDK contract test (package sdkcontract),
-on the Python SDK: python3 contract.py push PORT | pull API POOL | job."""
+on the Python SDK: python3 contract.py push PORT | pull API POOL [MAX_WAIT_MS
+[GRACE_MS]] | job. A pull worker stops on SIGTERM (its stop event is set)
+and then prints STOPPING."""
 
 import os
+import signal
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "sdk", "python"))
 
@@ -35,6 +39,17 @@ if __name__ == "__main__":
         print(f"listening on http://127.0.0.1:{srv.server_port}/", flush=True)
         srv.serve_forever()
     elif mode == "pull":
-        sw.pull(handle, sys.argv[2], sys.argv[3], concurrency=2, max_wait=2.0, grace=5.0, dev_identity="contract-worker")
+        max_wait = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 2.0
+        grace = int(sys.argv[5]) / 1000 if len(sys.argv) > 5 else 5.0
+        stop = threading.Event()
+
+        def on_signal(*_: object) -> None:
+            stop.set()
+            os.write(1, b"STOPPING\n")  # pull sees the stop from now on
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        sw.pull(handle, sys.argv[2], sys.argv[3], concurrency=2, max_wait=max_wait, grace=grace, stop=stop,
+                dev_identity="contract-worker")
     elif mode == "job":
         sw.main_job(handle)

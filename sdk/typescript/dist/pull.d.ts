@@ -31,9 +31,10 @@ export declare function metadataIdToken(audience: string): () => Promise<string>
  * then their task.signal aborts with WorkerStopping (reported
  * FAILED/INFRASTRUCTURE, retryable), and pull resolves once every report is in.
  * The claim open when signal aborts is abandoned at once (its request is
- * aborted, so Servo hands the attempt to another worker); an attempt that
- * was claimed all the same is not started: it is reported FAILED/
- * INFRASTRUCTURE, retryable, without running fn, so that Servo retries it
- * at once rather than when its lease runs out.
+ * aborted, so Servo hands the attempt to another worker); a claim whose
+ * answer had begun to arrive is read in full, and an attempt in it is not
+ * started: it is reported FAILED/INFRASTRUCTURE, retryable, without running
+ * fn, so that Servo retries it after the task's retry backoff rather than
+ * when its lease runs out.
  */
 export declare function pull<Payload = unknown, Checkpoint = unknown, Output = unknown>(fn: Handler<Payload, Checkpoint, Output>, o: PullOptions): Promise<void>;

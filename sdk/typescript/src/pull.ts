@@ -64,10 +64,11 @@ const sleep = (ms: number, signal: AbortSignal) =>
  * then their task.signal aborts with WorkerStopping (reported
  * FAILED/INFRASTRUCTURE, retryable), and pull resolves once every report is in.
  * The claim open when signal aborts is abandoned at once (its request is
- * aborted, so Servo hands the attempt to another worker); an attempt that
- * was claimed all the same is not started: it is reported FAILED/
- * INFRASTRUCTURE, retryable, without running fn, so that Servo retries it
- * at once rather than when its lease runs out.
+ * aborted, so Servo hands the attempt to another worker); a claim whose
+ * answer had begun to arrive is read in full, and an attempt in it is not
+ * started: it is reported FAILED/INFRASTRUCTURE, retryable, without running
+ * fn, so that Servo retries it after the task's retry backoff rather than
+ * when its lease runs out.
  */
 export async function pull<Payload = unknown, Checkpoint = unknown, Output = unknown>(
   fn: Handler<Payload, Checkpoint, Output>,
@@ -127,13 +128,25 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
       if (o.devIdentity) headers[DEV_IDENTITY_HEADER] = o.devIdentity;
       if (o.idToken) headers.Authorization = "Bearer " + (await o.idToken());
       // Stopping abandons the open long-poll: Servo hands back a message
-      // that comes after the caller left (docs/contract.md §10).
-      const res = await fetch(url, {
-        method: "POST",
-        headers,
-        body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
-        signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), stop]),
-      });
+      // that comes after the caller left (docs/contract.md §10). Once the
+      // answer has begun (its status and headers are in) a stop lets it be
+      // read: an attempt in it is handed back below rather than lost until
+      // its lease runs out.
+      const abandon = new AbortController();
+      const onStop = () => abandon.abort(stop.reason);
+      if (stop.aborted) abandon.abort(stop.reason);
+      else stop.addEventListener("abort", onStop, { once: true });
+      let res: Response;
+      try {
+        res = await fetch(url, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
+          signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), abandon.signal]),
+        });
+      } finally {
+        stop.removeEventListener("abort", onStop);
+      }
       const text = (await res.text()).slice(0, MAX_ENVELOPE_BYTES + 65536);
       claimedAt = performance.now();
       let body: Record<string, unknown> | undefined;
@@ -186,8 +199,8 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
     if (stop.aborted) {
       // Claimed as the worker stopped (the answer beat the abort): the
       // attempt is ours (the claim was its `started`), but it is not begun.
-      // Reporting it FAILED/INFRASTRUCTURE lets Servo retry it now rather
-      // than when its lease runs out.
+      // Reporting it FAILED/INFRASTRUCTURE lets Servo schedule its retry
+      // now (after the retry backoff) rather than when its lease runs out.
       handler = () => {
         throw new InfrastructureError("claimed as the worker was stopping; not started (worker stopping)", { retryable: true });
       };

@@ -179,3 +179,50 @@ test("pull: an attempt whose claim is answered all the same after the stop is no
   assert.equal(done.length, 1);
   assert.deepEqual([done[0].body.outcome, done[0].body.error.category, done[0].body.error.retryable], ["FAILED", "INFRASTRUCTURE", true]);
 });
+
+test("pull: a claim whose answer began before the stop is read, not aborted: its attempt is handed back (FAILED/INFRASTRUCTURE) rather than lost until its lease runs out", async (t) => {
+  const f = await servo();
+  t.after(f.close);
+  let release;
+  const released = new Promise((r) => (release = r));
+  let claims = 0;
+  let left = false;
+  const srv = http.createServer(async (req, res) => {
+    for await (const _ of req);
+    claims++;
+    req.socket.once("close", () => (left = true));
+    // The answer begins (status and headers) before the stop; its envelope comes after.
+    const body = JSON.stringify({ claimed: true, envelope: f.envelope(), disposition: "CONTINUE" });
+    res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+    res.flushHeaders();
+    await released;
+    res.end(body);
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const real = globalThis.fetch;
+  t.after(() => { globalThis.fetch = real; });
+  let headersIn;
+  const headers = new Promise((r) => (headersIn = r));
+  globalThis.fetch = async (url, init) => {
+    const res = await real(url, init);
+    if (String(url).endsWith("/claim")) headersIn();
+    return res;
+  };
+  const ctl = new AbortController();
+  const ran = [];
+  const p = sw.pull((task) => { ran.push(task.attempt); return 1; },
+    { api: `http://127.0.0.1:${srv.address().port}`, pool: "gpu", signal: ctl.signal, maxWaitMs: 60_000, logger: quiet, retryBackoffMs: [1, 10] });
+  await headers;
+  await new Promise((r) => setTimeout(r, 20)); // pull has the answer's headers
+  ctl.abort();
+  await new Promise((r) => setTimeout(r, 100));
+  release();
+  await p;
+  assert.equal(left, false, "the claim was abandoned although its answer had begun");
+  assert.deepEqual(ran, [], "the handler never ran");
+  assert.equal(claims, 1, "no claim after the stop");
+  const done = f.ops("completed");
+  assert.equal(done.length, 1);
+  assert.deepEqual([done[0].body.outcome, done[0].body.error.category, done[0].body.error.retryable], ["FAILED", "INFRASTRUCTURE", true]);
+});

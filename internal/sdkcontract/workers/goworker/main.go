@@ -1,5 +1,7 @@
 // Command goworker is the contract worker of the shared SDK contract test
-// (package sdkcontract), on the Go SDK: goworker push PORT | pull API POOL | job.
+// (package sdkcontract), on the Go SDK: goworker push PORT | pull API POOL
+// [MAX_WAIT_MS [GRACE_MS]] | job. A pull worker stops on SIGTERM (its
+// context ends) and then prints STOPPING.
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -70,8 +73,13 @@ func main() {
 		fmt.Printf("listening on http://%s/\n", ln.Addr())
 		_ = http.Serve(ln, worker.Handler(handle))
 	case "pull":
+		maxWait, grace := msArg(4, 2*time.Second), msArg(5, 5*time.Second)
+		go func() {
+			<-ctx.Done() // Pull sees the stop from now on
+			fmt.Println("STOPPING")
+		}()
 		err := worker.Pull(ctx, worker.PullConfig{API: os.Args[2], Pool: os.Args[3], Concurrency: 2,
-			MaxWait: 2 * time.Second, Grace: 5 * time.Second, DevIdentity: "contract-worker"}, handle)
+			MaxWait: maxWait, Grace: grace, DevIdentity: "contract-worker"}, handle)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -82,4 +90,17 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// msArg is the duration in milliseconds of os.Args[i], def when absent.
+func msArg(i int, def time.Duration) time.Duration {
+	if len(os.Args) <= i {
+		return def
+	}
+	ms, err := strconv.Atoi(os.Args[i])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	return time.Duration(ms) * time.Millisecond
 }
