@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -134,7 +136,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusServiceUnavailable, api.CodeUnavailable, "", "the store or the pool's transport is unavailable; retry")
 		return
 	}
+	if env != nil && ctx.Err() != nil {
+		// The claimer left (a worker stopping: docs/contract.md §10) as
+		// its claim committed: nobody will run the attempt, so it is
+		// handed back now rather than when its lease runs out.
+		h.handBack(context.WithoutCancel(ctx), log, req.WorkerID, env)
+		return
+	}
 	h.write(w, http.StatusOK, api.ClaimResponse{Claimed: env != nil, Envelope: env, Disposition: api.Continue})
+}
+
+// handBack ends an attempt claimed for a caller that left before its
+// answer: FAILED/INFRASTRUCTURE, retryable, as the worker's SDK reports an
+// attempt claimed as it stops, so the task is retried after its backoff.
+func (h *Handler) handBack(ctx context.Context, log *slog.Logger, workerID string, env *api.Envelope) {
+	log = log.With("taskId", env.TaskID, "attempt", env.Attempt, "tenantId", env.TenantID, "workerId", workerID)
+	retryable := true
+	res, err := h.cfg.Store.Apply(ctx, env.TaskID, task.Event{
+		Kind: task.EventCompleted, Attempt: env.Attempt, WorkerID: workerID, Now: h.cfg.Now().UTC(), Jitter: rand.Float64(),
+		Completed: &api.CompletedRequest{Attempt: env.Attempt, WorkerID: workerID, Outcome: api.OutcomeFailed,
+			Error: &api.ErrorInfo{Category: api.CategoryInfrastructure, Retryable: &retryable,
+				Message: "claimed as the claimer left (a stopping worker): not started, handed back by Servo"}},
+	})
+	if err != nil {
+		log.WarnContext(ctx, "could not hand back an attempt claimed after its claimer left; its lease expiry retries it", "error", err)
+		return
+	}
+	log.InfoContext(ctx, "handed back an attempt claimed after its claimer left", "state", res.Task.State)
+	if err := h.cfg.Enqueuer.FollowUp(ctx, res); err != nil {
+		log.WarnContext(ctx, "handed back, but its retry could not be enqueued; the sweeper re-drives it", "error", err)
+	}
 }
 
 // claim receives the pool's messages until one starts an attempt for the
@@ -174,12 +205,26 @@ func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req 
 			continue
 		}
 		env, err := h.settle(context.WithoutCancel(ctx), log, pool, req.WorkerID, m)
+		if env != nil {
+			claimCommitted(ctx, pool)
+		}
 		if env != nil || err != nil {
 			return env, err
 		}
 		if waitCtx.Err() != nil {
 			return nil, nil
 		}
+	}
+}
+
+// claimHook, when set (a test's), is called with the claim request's
+// context once an attempt is claimed for it, before the answer: the
+// claimer may leave there.
+var claimHook atomic.Pointer[func(ctx context.Context, pool string)]
+
+func claimCommitted(ctx context.Context, pool string) {
+	if f := claimHook.Load(); f != nil {
+		(*f)(ctx, pool)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/pull"
 	"github.com/servo-dev/servo/worker"
 )
 
@@ -273,5 +276,60 @@ func TestPullStopsOnRefusedClaim(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Status != c.status || ce.Code != c.code {
 			t.Fatalf("pool %s: Pull returned %v, want %d %s", c.pool, err, c.status, c.code)
 		}
+	}
+}
+
+// A claimer that leaves as its claim commits (a worker stopping at
+// SIGTERM, its claim request cancelled): nobody will run the attempt, so
+// Servo hands it back at once, FAILED/INFRASTRUCTURE and retryable, and
+// another worker runs the retry after the backoff, not after the lease
+// (60 s here) runs out.
+func TestClaimerThatLeftHandedBack(t *testing.T) {
+	t.Parallel()
+	e := sharedEnv(t)
+	const pool = "left"
+	sub := e.submit(pool, map[string]any{"heartbeatIntervalMs": 1000, "heartbeatTimeoutMs": 60000})
+	reqCtx, leave := context.WithCancel(context.Background())
+	defer leave()
+	restore := pull.OnClaimCommitted(pool, func(ctx context.Context) {
+		leave() // the worker hangs up as Servo commits its claim
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the server did not see the claimer leave")
+		}
+	})
+	defer restore()
+	body := strings.NewReader(`{"workerId": "stopping-1", "maxWaitMs": 20000}`)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, e.stack.URL+"/v1/pools/"+pool+"/claim", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+		t.Fatalf("the claim was answered %d; the test's claimer should have left", res.StatusCode)
+	}
+	v := e.WaitFor(sub.TaskID, "attempt 1 handed back", func(v api.Task) bool { return v.Attempt == 2 })
+	a := v.Attempts[0]
+	if a.WorkerID != "stopping-1" || a.Outcome != api.OutcomeFailed || a.Error == nil || a.Error.Category != api.CategoryInfrastructure ||
+		!strings.Contains(a.Error.Message, "handed back by Servo") {
+		t.Fatalf("attempt 1 %+v (error %+v), want FAILED/INFRASTRUCTURE handed back by Servo", a, a.Error)
+	}
+	restore()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Pull(ctx, worker.PullConfig{API: e.stack.URL, Pool: pool, MaxWait: time.Second,
+			Options: []worker.Option{worker.WithWorkerID("puller-2")}}, partitions.Process)
+	}()
+	v = e.WaitState(sub.TaskID, api.Succeeded)
+	if len(v.Attempts) != 2 || v.Attempts[1].WorkerID != "puller-2" {
+		t.Fatalf("attempts %+v, want the retry on puller-2", v.Attempts)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
