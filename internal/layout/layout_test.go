@@ -244,7 +244,8 @@ var layers = [][]string{
 	{"api", "internal/auth", "internal/logs", "internal/spanattr", "internal/layout", "internal/failpoint",
 		"emulator", "emulator/cloudtasks", "internal/callbacks/functionstest",
 		"deploy", "deploy/buildpack", "sdk/python", "examples/python-worker", "sdk/typescript", "internal/sdkcontract",
-		"examples/typescript-worker", "internal/scale", "internal/cost", "internal/openapi"},
+		"examples/typescript-worker", "internal/scale", "internal/cost", "internal/openapi",
+		"internal/docpages"},
 	// The state machine; the SDK and the client; key storage; the
 	// services' shared construction (clock, logger, missing dependency).
 	{"internal/task", "internal/schedule", "client", "worker", "internal/auth/keysecret", "emulator/emulatortest", "internal/servotest",
