@@ -47,6 +47,9 @@ type sdk struct {
 var sdks = []sdk{
 	{"go", goWorker, false},
 	{"python", pythonWorker, true},
+	// The same scenarios with an async def handler (the SDK runs it on an
+	// event loop of its own; a cancel is asyncio.CancelledError).
+	{"python-async", func(t *testing.T) []string { return append(pythonWorker(t), "--async") }, true},
 	{"typescript", nodeWorker, true},
 }
 

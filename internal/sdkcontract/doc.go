@@ -3,7 +3,8 @@
 // by 410, lease lost by silence, 503 RETRY then success, REJECTED final,
 // duplicate delivery, pull claim race, job crash) run against the real local
 // stack (package devstack: the emulators, the API, callbacks, sweeper, pull
-// pools and job dispatch) for the Go, Python and TypeScript SDKs, each
+// pools and job dispatch) for the Go, Python (a sync and an async def
+// handler) and TypeScript SDKs, each
 // driving a small contract worker (workers/) as a subprocess in push, pull
 // and job mode. A proxy between the workers and Servo injects the faults.
 //

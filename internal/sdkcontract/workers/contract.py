@@ -1,8 +1,11 @@
 """The contract worker of the shared SDK contract test (package sdkcontract),
-on the Python SDK: python3 contract.py push PORT | pull API POOL [MAX_WAIT_MS
-[GRACE_MS]] | job. A pull worker stops on SIGTERM (its stop event is set)
-and then prints STOPPING."""
+on the Python SDK: python3 contract.py [--async] push PORT | pull API POOL
+[MAX_WAIT_MS [GRACE_MS]] | job. With --async the handler is an async def
+(the same steps, awaiting asyncio.sleep; a cancel arrives as
+asyncio.CancelledError). A pull worker stops on SIGTERM (its stop event is
+set) and then prints STOPPING."""
 
+import asyncio
 import os
 import signal
 import sys
@@ -32,7 +35,28 @@ def handle(t: sw.Task):
     return {"attempt": t.attempt, "resumedFrom": start, "processed": steps - start}
 
 
+async def handle_async(t: sw.Task):
+    p = t.payload or {}
+    print(f"RUN {t.task_id} {t.attempt}", flush=True)
+    steps, step_ms = int(p.get("steps", 3)), int(p.get("stepMs", 20))
+    start = (t.resume_from or {}).get("next", 0)
+    t.set_phase("processing")
+    for i in range(start, steps):
+        await asyncio.sleep(step_ms / 1000)  # a cancel raises CancelledError here
+        t.checkpoint({"next": i + 1})
+        t.progress(100 * (i + 1) // steps)
+        if i + 1 == steps // 2 and t.attempt <= int(p.get("crashAttempts", 0)):
+            await asyncio.sleep(1.0)  # the checkpoint's heartbeat goes out first
+            os._exit(3)
+        if i + 1 == steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
+            raise sw.InfrastructureError(f"planned failure at step {i + 1}")
+    return {"attempt": t.attempt, "resumedFrom": start, "processed": steps - start}
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--async":
+        handle = handle_async  # noqa: F811
+        del sys.argv[1]
     mode = sys.argv[1]
     if mode == "push":
         srv = sw.make_server(sw.App(handle), int(sys.argv[2]), "127.0.0.1")
