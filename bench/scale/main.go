@@ -17,7 +17,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/servo-dev/servo/emulator"
@@ -48,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&tg.Workers, "workers", tg.Workers, "target: workers")
 	fs.Float64Var(&tg.BigWorkerShare, "big-worker-share", tg.BigWorkerShare, "target: the biggest worker's share of tasks")
 	fs.DurationVar(&tg.SweepEvery, "sweep-every", tg.SweepEvery, "target: the sweeper's cadence (SERVO_SWEEP_EVERY)")
+	fs.Float64Var(&tg.Peak, "peak", tg.Peak, "target: peaks over the mean; every rate is checked at it, and tenants and workers declare it (quota peakRate, maxDispatchesPerSecond)")
 	fs.IntVar(&tg.Schedules, "schedules", tg.Schedules, "target: schedules")
 	fs.Float64Var(&tg.SameMinute, "same-minute", tg.SameMinute, "target: the share of schedules firing on the same minute")
 	fs.DurationVar(&tg.ScheduleEvery, "schedule-every", tg.ScheduleEvery, "target: each schedule's period")
@@ -58,6 +62,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	schedules := fs.Int("recorded-schedules", 40, "recorded workload: schedules, each firing twice (0: no schedules workload)")
 	project := fs.String("project", fmt.Sprintf("servo-scale-%d", time.Now().UnixNano()), "emulator project id")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if tg.Peak < 1 {
+		fmt.Fprintln(stderr, "scale: -peak must be at least 1")
 		return 2
 	}
 	if *dueShards < 1 {
@@ -87,9 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rows := scale.New(tr).Extrapolate(tg)
-	fmt.Fprintf(stdout, "Recorded: %d tasks (%d heartbeats each) in %s, %d events. Target: %.0f submits/s, %.0f completions/s, %d tenants (one at %.0f %%, %d at their quota limits), %.0f running tasks heartbeating every %s (a task lives %.0f s), %d workers (one with %.0f %% of tasks), a sweep every %s.\n\n",
+	fmt.Fprintf(stdout, "Recorded: %d tasks (%d heartbeats each) in %s, %d events. Target: %.0f submits/s, %.0f completions/s, %d tenants (one at %.0f %%, %d at their quota limits), %.0f running tasks heartbeating every %s (a task lives %.0f s), %d workers (one with %.0f %% of tasks), a sweep every %s; every rate at a peak of %g × its mean (the sweeper's own records at their cadence).\n\n",
 		len(tr.Tasks), *heartbeats, tr.Duration.Round(time.Second), len(tr.Events), tg.Submits, tg.Completions, tg.Tenants, tg.HotShare*100, tg.Limited,
-		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery)
+		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery, tg.PeakFactor())
 	scale.Print(stdout, rows)
 	over := scale.Over(rows)
 	if *schedules > 0 {
@@ -112,16 +120,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "| %s | %.0f | %s | %s |\n", l.Name, l.PerSecond, l.Source, l.Read)
 	}
 	fmt.Fprintf(stdout, "\n%d rows over their limits.\n", len(over))
+	writes, dispatches := perTask(tr, tg)
+	fmt.Fprintf(stdout, "Per task, recorded: counter writes %s (quota.WritesPerTask %d); dispatches %s (DispatchesPerTask %g).\n",
+		perTaskText(writes), quota.WritesPerTask, perTaskText(dispatches), DispatchesPerTask)
+	costly := overPerTask(writes, dispatches)
+	for _, line := range costly {
+		fmt.Fprintln(stdout, line)
+	}
 	capped := overCap(tg, p.tenants)
 	for _, name := range capped {
 		rate := tg.TenantRate(p.tenants[name])
 		fmt.Fprintf(stdout, "The %s tenant's declared peak (%.0f tasks/s: %.0f × its %.0f) is over the quota's cap of %d tasks/s (quota.MaxPeakRate): its counters are sized at the cap, which it outruns.\n",
-			name, Headroom*rate, Headroom, rate, quota.MaxPeakRate)
+			name, tg.PeakFactor()*rate, tg.PeakFactor(), rate, quota.MaxPeakRate)
 	}
-	if len(over) > 0 || len(capped) > 0 {
+	if len(over) > 0 || len(capped) > 0 || len(costly) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// perTaskText lists per-task figures by name.
+func perTaskText(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // record plays p on a fresh local stack and returns what it recorded.

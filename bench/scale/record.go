@@ -140,7 +140,7 @@ func (r *recorder) redrives() (published, refused int) {
 // events turns the recording into the model's events, Firestore's
 // attributed (attribute), then the dispatches and publishes.
 func (r *recorder) events() ([]scale.Event, error) {
-	out, err := attribute(r.writes.Writes())
+	out, err := attribute(append(r.writes.Writes(), r.writes.Expiries()...))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append(out, r.calls...), err
@@ -153,10 +153,16 @@ func (r *recorder) events() ([]scale.Event, error) {
 // decided or settled), else for its commit's cause (store.WithCause: the
 // sweeper's pass and the like, which recur with passes, not with tasks).
 // A write of none of these is a model error: the error names its code.
-// Deletes write no index entry and are left out.
+// Deletes count like writes (a document's delete, each entry it removes),
+// and so do the entries a changed or cleared value removes; a delete (or
+// a TTL expiry, store.WriteRecorder.Expiries) is for whom the document's
+// last write was.
 func attribute(writes []store.RecordedWrite) ([]scale.Event, error) {
 	commitTask, commitSchedule := map[int]string{}, map[int]string{}
 	for _, w := range writes {
+		if w.Expiry {
+			continue
+		}
 		if _, ok := commitTask[w.Commit]; !ok && w.TaskID != "" {
 			commitTask[w.Commit] = w.TaskID
 		}
@@ -164,23 +170,34 @@ func attribute(writes []store.RecordedWrite) ([]scale.Event, error) {
 			commitSchedule[w.Commit] = w.Doc
 		}
 	}
+	type owner struct{ task, schedule, cause string }
+	last := map[string]owner{} // document → whom its last write was for
 	var out []scale.Event
 	unattributed := map[string]string{} // code path → a document it wrote
 	for _, w := range writes {
-		if w.Delete {
-			continue
+		var task, sched string
+		if !w.Expiry {
+			task = cmp.Or(w.TaskID, commitTask[w.Commit])
+			if task == "" {
+				sched = commitSchedule[w.Commit]
+			}
 		}
-		task := cmp.Or(w.TaskID, commitTask[w.Commit])
-		var sched string
-		if task == "" {
-			sched = commitSchedule[w.Commit]
+		cause := w.Cause
+		if o, ok := last[w.Doc]; ok && w.Delete && task == "" && sched == "" {
+			task, sched, cause = o.task, o.schedule, cmp.Or(o.cause, cause)
+		} else if w.Expiry {
+			task = w.TaskID
 		}
-		if task == "" && sched == "" && w.Cause == "" {
+		if !w.Delete {
+			last[w.Doc] = owner{task, sched, cause}
+		}
+		if task == "" && sched == "" && cause == "" {
 			unattributed[w.Path] = w.Doc
 		}
-		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task, Schedule: sched})
+		out = append(out, scale.Event{Kind: scale.Document, Name: w.Doc, Collection: w.Collection, Task: task, Schedule: sched, Delete: w.Delete, Expiry: w.Expiry})
 		for _, e := range w.Entries {
-			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched, At: w.At})
+			out = append(out, scale.Event{Kind: scale.IndexEntry, Name: e.Index, Range: e.Prefix, Value: e.Value, Text: e.Text, Doc: w.Doc, Task: task, Schedule: sched, At: w.At,
+				Delete: e.Removed, Expiry: w.Expiry})
 		}
 	}
 	var errs []error

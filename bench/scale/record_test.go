@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -35,12 +36,26 @@ func TestAttribute(t *testing.T) {
 		got = append(got, strings.TrimSpace(string(e.Kind)+" "+e.Name+" "+e.Task+" "+e.Schedule))
 	}
 	want := []string{"document quotas/t-0 a", "document tasks/a a", "index tasks.__name__ a", "document runs/r a",
-		"document outbox/e b", "document meta/sweeper", "document schedules/s  schedules/s", "document meta/fires  schedules/s"}
+		"document outbox/e b", "document meta/sweeper", "document tasks/a a", "document schedules/s  schedules/s", "document meta/fires  schedules/s"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if e := events[2]; e.Kind != scale.IndexEntry || e.Doc != "tasks/a" || e.Value != "tasks/a" {
 		t.Errorf("index entry %+v", e)
+	}
+	// The delete counts, for the task of the document's last write.
+	if e := events[6]; !e.Delete || e.Task != "a" {
+		t.Errorf("delete %+v, want task a's", e)
+	}
+	// A TTL expiry (listed after the writes) is for whom the document's
+	// last write was, its removed entries with it.
+	exp, err := attribute(append(slices.Clone(writes), store.RecordedWrite{Doc: "runs/r", Collection: "runs", Delete: true, Expiry: true, Cause: "TTL expiry",
+		Entries: []store.RecordedEntry{{Index: "runs.__name__", Value: "runs/r", Removed: true}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := exp[len(exp)-2:]; e[0].Task != "a" || !e[0].Expiry || !e[0].Delete || e[1].Kind != scale.IndexEntry || !e[1].Delete || !e[1].Expiry {
+		t.Errorf("expiry %+v, want a delete of task a's with its entry removed", e)
 	}
 	// A commit of no task, no schedule and no cause is the model's error,
 	// never the sweeper's: a counter written in a commit of its own.
@@ -79,15 +94,16 @@ func TestFamilies(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("renamed:\n%q\nwant\n%q", got, want)
 	}
-	// The hot tenant declares 2 × 3 000 tasks/s: 18 000 shards at 3
-	// writes a task and 1 write/s a shard; each worker 2 × 5 000
-	// dispatches/s: 20 queues.
+	// The hot tenant declares 2 × 3 000 tasks/s (the target's peak): 30 000
+	// shards at 5 writes a task (quota.WritesPerTask) and 1 write/s a
+	// shard; each worker 2 × 5 000 tasks/s × 1.5 dispatches a task
+	// (DispatchesPerTask): 30 queues.
 	// A quota shard number's index: spread over the fewest shards of a
 	// limited scope (the hot tenant's here).
 	if e := events[len(events)-1]; e.Value != "tasks/ab12_task_1" {
 		t.Errorf("hash-valued entry %+v: want its value replaced by its document", e)
 	}
-	for k, n := range map[string]int{"dueShard": 128, hot + "-{k}": 18000, "queues/big-q{k}": 20, "queues/worker-1-q{k}": 20, "tasks.quota.tenantShard": 18000} {
+	for k, n := range map[string]int{"dueShard": 128, hot + "-{k}": 30000, "queues/big-q{k}": 30, "queues/worker-1-q{k}": 30, "tasks.quota.tenantShard": 30000} {
 		if spread[k] != n {
 			t.Errorf("spread[%q] = %d, want %d (all: %v)", k, spread[k], n, spread)
 		}
@@ -111,5 +127,44 @@ func TestOverCap(t *testing.T) {
 	}
 	if l := targetLimits(tg, scale.Hot); l.PeakRate != quota.MaxPeakRate {
 		t.Errorf("declared peak %v, want the cap %d", l.PeakRate, quota.MaxPeakRate)
+	}
+}
+
+// TestQuotaWritesPerTask: the counter writes a task of a rate-sized
+// scope makes, and the dispatches a worker's task makes, are measured on
+// the recording and held to what sizes the shards and queues
+// (quota.WritesPerTask, DispatchesPerTask): more is reported (run exits
+// 1 with the line; TestScaleCommand requires the real recording within).
+func TestQuotaWritesPerTask(t *testing.T) {
+	tg := scale.DefaultTarget
+	hot := "quotas/t_" + base64.RawURLEncoding.EncodeToString([]byte("hot")) + "-"
+	build := func(writes int, dispatches int) scale.Traffic {
+		tr := scale.Traffic{Tasks: map[string]scale.TaskInfo{}, Tenants: map[string]scale.Role{"hot": scale.Hot, "t": scale.Ordinary}}
+		for i := range 10 {
+			id := fmt.Sprint("task_", i)
+			tr.Tasks[id] = scale.TaskInfo{Tenant: "hot", Worker: "big"}
+			for k := range writes {
+				tr.Events = append(tr.Events, scale.Event{Kind: scale.Document, Name: fmt.Sprint(hot, (i+k)%7), Task: id})
+			}
+			for range dispatches {
+				tr.Events = append(tr.Events, scale.Event{Kind: scale.Dispatch, Name: "queues/big", Task: id})
+			}
+		}
+		// An unlimited tenant's counters, and a delete: not counted.
+		tr.Tasks["task_x"] = scale.TaskInfo{Tenant: "t", Worker: "big"}
+		tr.Events = append(tr.Events, scale.Event{Kind: scale.Document, Name: hot + "1", Task: "task_0", Delete: true})
+		return tr
+	}
+	w, d := perTask(build(quota.WritesPerTask, 1), tg)
+	if w["hot"] != quota.WritesPerTask || len(w) != 1 || d["big"] != 10.0/11 {
+		t.Errorf("per task: writes %v, dispatches %v; want hot %d, big 10/11", w, d, quota.WritesPerTask)
+	}
+	if got := overPerTask(w, d); got != nil {
+		t.Errorf("within: %q", got)
+	}
+	w, d = perTask(build(quota.WritesPerTask+1, 2), tg)
+	if got := overPerTask(w, d); len(got) != 2 || !strings.Contains(got[0], "hot tenant's recorded tasks make 6.00 counter writes a task, over quota.WritesPerTask (5)") ||
+		!strings.Contains(got[1], "big worker's recorded tasks make 1.82 dispatches a task") {
+		t.Errorf("over: %q", got)
 	}
 }

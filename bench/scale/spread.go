@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/base64"
+	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -28,12 +30,20 @@ var (
 	hashValuedRE = regexp.MustCompile(`^(tasks\.quota\.\w*Shard|quotas\.shard) (?:ASCENDING|DESCENDING)$`)
 )
 
-// Headroom is how far above its mean rate at the target a tenant or
-// worker declares its peak (quota peakRate, a worker's
-// maxDispatchesPerSecond): retries, re-drives, quota waits and cancels
-// add to what a task costs on average (the recording's tasks make 3–5
-// counter writes and 1.4 dispatches each), and peaks exceed means.
-const Headroom = 2.0
+// A tenant or worker declares its peak (quota peakRate, a worker's
+// maxDispatchesPerSecond) at the target's Peak times its mean rate
+// (scale.Target.Peak, -peak): the model checks every rate at that peak,
+// so quota shards and queues are checked at their declared peak. A
+// worker's peak is in dispatches: a task costs DispatchesPerTask of them
+// (retries, re-drives), which TestDispatchesPerTask holds against the
+// recording; a scope's counter writes a task are quota.WritesPerTask
+// (TestQuotaWritesPerTask).
+
+// DispatchesPerTask is the Cloud Tasks dispatches a task makes at most
+// on average, as an operator declaring maxDispatchesPerSecond counts
+// them: the recording's tasks make 1.4 (one in ten is retried after a
+// failure, one in ten after its lease lapsed).
+const DispatchesPerTask = 1.5
 
 // targetLimits are the quota limits of a tenant of role r at tg, as an
 // operator would declare them: the hot tenant's peakRate its share of the
@@ -42,22 +52,22 @@ const Headroom = 2.0
 func targetLimits(tg scale.Target, r scale.Role) quota.Limits {
 	switch r {
 	case scale.Hot:
-		return quota.Limits{MaxRunning: 10_000_000, PeakRate: min(quota.MaxPeakRate, Headroom*tg.TenantRate(scale.Hot))}
+		return quota.Limits{MaxRunning: 10_000_000, PeakRate: min(quota.MaxPeakRate, tg.PeakFactor()*tg.TenantRate(scale.Hot))}
 	case scale.Limited:
 		rate := tg.TenantRate(scale.Limited)
-		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: min(quota.MaxPeakRate, Headroom*rate)}
+		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: min(quota.MaxPeakRate, tg.PeakFactor()*rate)}
 	}
 	return quota.Limits{}
 }
 
-// overCap returns the tenants of tenants whose peak at tg (Headroom × their
+// overCap returns the tenants of tenants whose peak at tg (tg.Peak × their
 // rate) is over the quota's cap (quota.MaxPeakRate): their counters are
 // sized at the cap, and the model's rows for them understate nothing but
 // say no more than the cap allows.
 func overCap(tg scale.Target, tenants map[string]scale.Role) []string {
 	var out []string
 	for name, r := range tenants {
-		if (r == scale.Hot || r == scale.Limited) && Headroom*tg.TenantRate(r) > quota.MaxPeakRate {
+		if (r == scale.Hot || r == scale.Limited) && tg.PeakFactor()*tg.TenantRate(r) > quota.MaxPeakRate {
 			out = append(out, name)
 		}
 	}
@@ -65,8 +75,11 @@ func overCap(tg scale.Target, tenants map[string]scale.Role) []string {
 	return out
 }
 
-// workerRate is the dispatch rate a worker of role r declares at tg.
-func workerRate(tg scale.Target, r scale.Role) float64 { return Headroom * tg.WorkerRate(r) }
+// workerRate is the dispatch rate a worker of role r declares at tg: its
+// tasks' dispatches at the target's peak.
+func workerRate(tg scale.Target, r scale.Role) float64 {
+	return tg.PeakFactor() * DispatchesPerTask * tg.WorkerRate(r)
+}
 
 // families renames the events of spread families to their family name
 // (scale.ShardMark for the member) and returns the families' member counts
@@ -124,4 +137,61 @@ func families(events []scale.Event, tg scale.Target, dueShards int, tenants, wor
 		events[i] = e
 	}
 	return spread
+}
+
+// perTask is what the recording's tasks cost their rate-sized scopes and
+// their workers: each limited tenant's counter writes a task (its
+// quota/t_… documents' writes over its recorded tasks) and each worker's
+// dispatches a task.
+func perTask(tr scale.Traffic, tg scale.Target) (writes, dispatches map[string]float64) {
+	tasksOf, tasksAt := map[string]int{}, map[string]int{}
+	for _, ti := range tr.Tasks {
+		tasksOf[ti.Tenant]++
+		tasksAt[ti.Worker]++
+	}
+	scopes := map[string]string{} // quota document prefix → tenant
+	for name, r := range tr.Tenants {
+		if targetLimits(tg, r).PeakRate > 0 {
+			scopes["quotas/t_"+base64.RawURLEncoding.EncodeToString([]byte(name))+"-"] = name
+		}
+	}
+	nw, nd := map[string]int{}, map[string]int{}
+	for _, e := range tr.Events {
+		switch {
+		case e.Kind == scale.Document && !e.Delete && strings.HasPrefix(e.Name, "quotas/t_"):
+			if tn, ok := scopes[e.Name[:strings.LastIndex(e.Name, "-")+1]]; ok {
+				nw[tn]++
+			}
+		case e.Kind == scale.Dispatch && e.Task != "":
+			nd[tr.Tasks[e.Task].Worker]++
+		}
+	}
+	writes, dispatches = map[string]float64{}, map[string]float64{}
+	for tn, n := range nw {
+		writes[tn] = float64(n) / float64(max(1, tasksOf[tn]))
+	}
+	for w, n := range nd {
+		dispatches[w] = float64(n) / float64(max(1, tasksAt[w]))
+	}
+	return writes, dispatches
+}
+
+// overPerTask says which scopes' tasks make more counter writes than
+// quota.WritesPerTask sizes their shards for, and which workers' tasks
+// more dispatches than DispatchesPerTask sizes their queues for: their
+// shards and queues, sized at the declared peak for fewer, are over it
+// at that peak.
+func overPerTask(writes, dispatches map[string]float64) []string {
+	var out []string
+	for _, tn := range slices.Sorted(maps.Keys(writes)) {
+		if w := writes[tn]; w > quota.WritesPerTask {
+			out = append(out, fmt.Sprintf("The %s tenant's recorded tasks make %.2f counter writes a task, over quota.WritesPerTask (%d) that sizes its counter shards.", tn, w, quota.WritesPerTask))
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(dispatches)) {
+		if d := dispatches[w]; d > DispatchesPerTask {
+			out = append(out, fmt.Sprintf("The %s worker's recorded tasks make %.2f dispatches a task, over DispatchesPerTask (%g) that sizes its queues.", w, d, DispatchesPerTask))
+		}
+	}
+	return out
 }

@@ -23,17 +23,17 @@ func TestShardsForRate(t *testing.T) {
 		want      int
 		sustained float64
 	}{
-		{"no rate: default", 0, Limits{MaxRunning: 100}, DefaultShards, 4.0 / 3},
-		{"no rate: smallest limit", 0, Limits{MaxRunning: 2, MaxQueued: 100}, 2, 2.0 / 3},
-		{"no rate: policy shards", 16, Limits{MaxQueued: 100}, 16, 16.0 / 3},
-		{"rate overrides shards", 16, Limits{MaxRunning: 1000, PeakRate: 1}, 3, 1},
-		{"3000/s, room", 0, Limits{MaxRunning: 100000, PeakRate: 3000}, 9000, 3000},
-		{"3000/s, limit caps at limit/2", 0, Limits{MaxRunning: 10000, MaxQueued: 50000, PeakRate: 3000}, 5000, 5000.0 / 3},
-		{"fractional rate rounds up", 0, Limits{MaxQueued: 10, PeakRate: 0.1}, 1, 1.0 / 3},
-		{"limit 1", 0, Limits{MaxRunning: 1, PeakRate: 3000}, 1, 1.0 / 3},
-		{"limit 3: one shard of share 3", 0, Limits{MaxRunning: 3, PeakRate: 50}, 1, 1.0 / 3},
-		{"max rate", 0, Limits{MaxQueued: 1 << 30, PeakRate: MaxPeakRate}, 30000, 10000},
-		{"capped by MaxRateShards", 0, Limits{MaxQueued: 1 << 30, PeakRate: 1 << 20}, MaxRateShards, MaxRateShards / 3.0},
+		{"no rate: default", 0, Limits{MaxRunning: 100}, DefaultShards, 4.0 / WritesPerTask},
+		{"no rate: smallest limit", 0, Limits{MaxRunning: 2, MaxQueued: 100}, 2, 2.0 / WritesPerTask},
+		{"no rate: policy shards", 16, Limits{MaxQueued: 100}, 16, 16.0 / WritesPerTask},
+		{"rate overrides shards", 16, Limits{MaxRunning: 1000, PeakRate: 1}, WritesPerTask, 1},
+		{"3000/s, room", 0, Limits{MaxRunning: 100000, PeakRate: 3000}, 3000 * WritesPerTask, 3000},
+		{"3000/s, limit caps at limit/2", 0, Limits{MaxRunning: 10000, MaxQueued: 50000, PeakRate: 3000}, 5000, 5000.0 / WritesPerTask},
+		{"fractional rate rounds up", 0, Limits{MaxQueued: 10, PeakRate: 0.1}, 1, 1.0 / WritesPerTask},
+		{"limit 1", 0, Limits{MaxRunning: 1, PeakRate: 3000}, 1, 1.0 / WritesPerTask},
+		{"limit 3: one shard of share 3", 0, Limits{MaxRunning: 3, PeakRate: 50}, 1, 1.0 / WritesPerTask},
+		{"max rate", 0, Limits{MaxQueued: 1 << 30, PeakRate: MaxPeakRate}, MaxPeakRate * WritesPerTask, MaxPeakRate},
+		{"capped by MaxRateShards", 0, Limits{MaxQueued: 1 << 30, PeakRate: 1 << 20}, MaxRateShards, float64(MaxRateShards) / WritesPerTask},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := &Policy{Shards: c.shards}

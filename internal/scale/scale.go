@@ -53,6 +53,13 @@ type Event struct {
 	// Schedule is the schedule document a write of no task is for (a
 	// schedule's own record: its fires decided and settled).
 	Schedule string
+	// Delete is a document's delete (Document), or an entry removed
+	// (IndexEntry: the old value's when a value changed or was cleared,
+	// every entry of a deleted document): a write to the document and to
+	// the range like any other. Expiry is a delete Firestore makes by TTL
+	// policy, At then when the document expires: a recording lists its
+	// expiries after its writes, in the order they expire.
+	Delete, Expiry bool
 }
 
 // TaskInfo is what the model knows of a recorded task.
@@ -137,6 +144,14 @@ type Target struct {
 	BigWorkerShare float64
 	// SweepEvery is production's sweeper cadence (SERVO_SWEEP_EVERY).
 	SweepEvery time.Duration
+	// Peak is how far above its mean the load peaks: every rate the
+	// target's load makes is checked at Peak times its mean (the sweeper's
+	// own records and a schedule's own record, whose rates are set by
+	// their cadence, are not). A tenant's or worker's declared peak
+	// (quota peakRate, maxDispatchesPerSecond) is Peak times its mean
+	// rate, so quota shards and queues are checked at their declared
+	// peak. 0 is 1: the mean.
+	Peak float64
 	// Schedules is the number of schedules, each firing once every
 	// ScheduleEvery; SameMinute is the share of them that fire on the
 	// same minute (the top of the hour), and FireWithin how soon after
@@ -151,8 +166,19 @@ type Target struct {
 var DefaultTarget = Target{
 	Submits: 10000, Completions: 10000, Tenants: 1000, HotShare: 0.30, Limited: 20,
 	Running: 1_000_000, HeartbeatEvery: 30 * time.Second, Workers: 20, BigWorkerShare: 0.5,
-	SweepEvery: 15 * time.Second,
-	Schedules:  100_000, SameMinute: 0.10, ScheduleEvery: time.Hour, FireWithin: time.Minute,
+	SweepEvery: 15 * time.Second, Peak: DefaultPeak,
+	Schedules: 100_000, SameMinute: 0.10, ScheduleEvery: time.Hour, FireWithin: time.Minute,
+}
+
+// DefaultPeak is Target.Peak's default: peaks twice the mean.
+const DefaultPeak = 2.0
+
+// PeakFactor is t.Peak, 1 when unset.
+func (t Target) PeakFactor() float64 {
+	if t.Peak <= 0 {
+		return 1
+	}
+	return t.Peak
 }
 
 // FireBurst is the fires a second of the same minute's schedules, made
@@ -177,9 +203,11 @@ func (t Target) SteadyFires() float64 {
 // Fires is the target of a recording of schedules (Traffic.Fires) at the
 // top of the minute: the same-minute burst's fires are its submits, each
 // fire's task lives the target's lifetime, and the tenants' and workers'
-// shares are t's.
+// shares are t's. The burst is a peak already: its Peak is 1 (Combine
+// adds the steady load at its peak).
 func (t Target) Fires() Target {
 	f := t
+	f.Peak = 1
 	f.Submits, f.Completions = t.FireBurst(), t.FireBurst()
 	f.Running = t.FireBurst() * t.Lifetime()
 	return f
@@ -250,11 +278,13 @@ type Row struct {
 	Scope         Scope
 	// Monotonic is an index range whose values increase in write order.
 	Monotonic bool
-	// Recorded is the events recorded on Example; Rate its peak sustained
-	// rate at the target, in Unit.
-	Recorded int
-	Rate     float64
-	Unit     string
+	// Recorded is the events recorded on Example, Deleted how many of
+	// them are deletes (a document's, an index entry's removal; TTL
+	// expiries included); Rate its peak sustained rate at the target, in
+	// Unit: Mean, its mean, times the target's Peak.
+	Recorded, Deleted int
+	Rate, Mean        float64
+	Unit              string
 	// Limit is the published limit that applies (nil: none).
 	Limit *Limit
 	// Steady is the part of Rate another recording's row of the same
@@ -322,12 +352,15 @@ const orderedMark = "\x00ordered"
 type subject struct {
 	name, example string
 	count, bytes  int
+	deleted       int
 	tasks         map[string]bool // up to two: one is a per-task subject
 	schedules     map[string]bool // up to two, for writes of no task
 	tenants       map[string]bool
 	workers       map[string]bool
-	keys          []string
-	offsets       []time.Duration // time values less their write times
+	keys          []string        // written entries' keys, in write order
+	delKeys       []string        // removed entries' keys, in write order
+	ttlKeys       []string        // entries removed by TTL, in expiry order
+	offsets       []time.Duration // written time values less their write times
 }
 
 func newSubject(name string) *subject {
@@ -337,6 +370,9 @@ func newSubject(name string) *subject {
 func (s *subject) add(e Event, ti TaskInfo, key string) {
 	s.count++
 	s.bytes += e.Bytes
+	if e.Delete {
+		s.deleted++
+	}
 	if e.Task != "" {
 		if len(s.tasks) < 2 {
 			s.tasks[e.Task] = true
@@ -346,10 +382,16 @@ func (s *subject) add(e Event, ti TaskInfo, key string) {
 	} else if e.Schedule != "" && len(s.schedules) < 2 {
 		s.schedules[e.Schedule] = true
 	}
-	if key != "" {
+	switch {
+	case key == "":
+	case e.Expiry:
+		s.ttlKeys = append(s.ttlKeys, key)
+	case e.Delete:
+		s.delKeys = append(s.delKeys, key)
+	default:
 		s.keys = append(s.keys, key)
 	}
-	if v, ok := timeValue(e.Value); ok && !e.At.IsZero() {
+	if v, ok := timeValue(e.Value); ok && !e.At.IsZero() && !e.Delete {
 		s.offsets = append(s.offsets, v.Sub(e.At))
 	}
 }
@@ -412,8 +454,28 @@ func (m *Model) rate(s *subject, n int, t Target) (Scope, float64) {
 	return Global, float64(n) / total * t.Submits
 }
 
+// sequential reports whether a range's entries are sequential: those
+// written, those removed, or those TTL removes (each in its own order),
+// or its time values track the clock.
+func (s *subject) sequential() bool {
+	return Monotonic(s.keys) || Monotonic(s.delKeys) || Monotonic(s.ttlKeys) || TracksClock(s.offsets)
+}
+
+// atPeak is a mean rate of scope sc at t's peak: the load's rates peak,
+// the sweeper's records (periodic) and a schedule's own record (priced at
+// its shortest period) do not.
+func atPeak(sc Scope, mean float64, t Target) float64 {
+	if sc == Periodic || sc == PerSchedule {
+		return mean
+	}
+	return mean * t.PeakFactor()
+}
+
 // Extrapolate returns the table's rows at t: per document class, index,
-// collection, queue, ordering key and topic, the peak over its instances.
+// collection, queue, ordering key and topic, the peak over its instances,
+// each at t's Peak. Deletes count as writes: a document's delete, each
+// index entry removed (Event.Delete), and TTL expiries, each recorded
+// once per document as it is written once: at the rate documents expire.
 func (m *Model) Extrapolate(t Target) []Row {
 	docs, colls := map[string]*subject{}, map[string]*subject{}
 	queues, keys, topics := map[string]*subject{}, map[string]*subject{}, map[string]*subject{}
@@ -488,8 +550,8 @@ func (m *Model) Extrapolate(t Target) []Row {
 			sc, r := m.rate(s, n, t)
 			r /= m.spread(name)
 			c := class(name, sc)
-			if old, ok := best[c]; !ok || r > old.Rate {
-				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Rate: r, Unit: unit, Limit: limit}
+			if old, ok := best[c]; !ok || atPeak(sc, r, t) > old.Rate {
+				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Deleted: s.deleted, Rate: atPeak(sc, r, t), Mean: r, Unit: unit, Limit: limit}
 			}
 		}
 		for _, r := range best {
@@ -508,8 +570,9 @@ func (m *Model) Extrapolate(t Target) []Row {
 		s := ranges[k]
 		sc, r := m.rate(s, s.count, t)
 		r /= m.spread(k.rng)
-		mono := Monotonic(s.keys) || TracksClock(s.offsets)
-		row := Row{Section: "index", Name: k.index, Example: strings.TrimPrefix(k.rng, " | "), Scope: sc, Monotonic: mono, Recorded: s.count, Rate: r, Unit: "entries/s"}
+		mono := s.sequential()
+		row := Row{Section: "index", Name: k.index, Example: strings.TrimPrefix(k.rng, " | "), Scope: sc, Monotonic: mono, Recorded: s.count, Deleted: s.deleted,
+			Rate: atPeak(sc, r, t), Mean: r, Unit: "entries/s"}
 		if mono {
 			row.Limit = &SequentialIndex
 		}
@@ -615,6 +678,7 @@ func Combine(burst, steady []Row) []Row {
 		if b, ok := base[key{r.Section, r.Name}]; ok && b.Scope != Periodic {
 			r.Steady = b.Rate
 			r.Rate += b.Rate
+			r.Mean += b.Mean
 			if b.Monotonic && !r.Monotonic {
 				r.Monotonic, r.Limit = true, b.Limit
 			}
@@ -694,10 +758,21 @@ func Print(w io.Writer, rows []Row) {
 			ex = ex[:45] + "…"
 		}
 		rate := human(r.Rate, r.Unit)
-		if r.Steady > 0 {
-			rate += " (" + human(r.Steady, "steady") + ")"
+		var notes []string
+		if r.Mean > 0 && r.Rate > r.Mean*1.0001 && r.Steady == 0 {
+			notes = append(notes, human(r.Mean, "mean"))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s |\n", r.Section, md(name), md(printable(ex)), r.Scope, r.Recorded, rate, limit, verdict)
+		if r.Steady > 0 {
+			notes = append(notes, human(r.Steady, "steady"))
+		}
+		if len(notes) > 0 {
+			rate += " (" + strings.Join(notes, ", ") + ")"
+		}
+		recorded := fmt.Sprint(r.Recorded)
+		if r.Deleted > 0 {
+			recorded += fmt.Sprintf(" (%d deletes)", r.Deleted)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Section, md(name), md(printable(ex)), r.Scope, recorded, rate, limit, verdict)
 	}
 }
 

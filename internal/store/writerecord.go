@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -44,14 +45,18 @@ type RecordedWrite struct {
 	Collection string
 	// Create is a write to a document the recorder had not seen.
 	Create bool
-	// Delete is a delete.
-	Delete bool
+	// Delete is a delete (its Entries are the document's entries, all
+	// removed); Expiry a delete Firestore makes by TTL policy
+	// (WriteRecorder.Expiries), At then the time it expires.
+	Delete, Expiry bool
 	// Fields are the paths written (the mask, else every field).
 	Fields []string
-	// Entries are the index entries written.
+	// Entries are the index entries written, and those removed
+	// (RecordedEntry.Removed): an old value's entry when the value changed
+	// or was cleared, every entry of a deleted document.
 	Entries []RecordedEntry
 	// TaskID, TenantID and Worker are the document's fields of these
-	// names after the write ("" when absent).
+	// names after the write (before it, for a delete; "" when absent).
 	TaskID, TenantID, Worker string
 	// Cause is what the commit's context says made it (WithCause), Path
 	// the code that committed it (the first caller outside the store).
@@ -108,6 +113,9 @@ type RecordedEntry struct {
 	// (byte order is Firestore's order within one type); Text is it for
 	// people.
 	Value, Text string
+	// Removed is an entry the write removes (the old value's), not one it
+	// writes.
+	Removed bool
 }
 
 // NewWriteRecorder returns an empty recorder.
@@ -169,8 +177,14 @@ func relName(name string) string {
 func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite {
 	if d := w.GetDelete(); d != "" {
 		rel := relName(d)
+		old, seen := r.state[rel]
 		delete(r.state, rel)
-		return RecordedWrite{Commit: r.commit, Doc: rel, Collection: collectionOf(d), Delete: true}
+		rw := RecordedWrite{Commit: r.commit, Doc: rel, Collection: collectionOf(d), Delete: true}
+		if seen {
+			rw.TaskID, rw.TenantID, rw.Worker = old["taskId"].GetStringValue(), old["tenantId"].GetStringValue(), old["worker"].GetStringValue()
+			rw.Entries = docEntries(rw.Collection, rel, old, true)
+		}
+		return rw
 	}
 	doc := w.GetUpdate()
 	rel, coll := relName(doc.GetName()), collectionOf(doc.GetName())
@@ -192,6 +206,13 @@ func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite
 		for k := range doc.GetFields() {
 			written = append(written, k)
 		}
+		// A whole-document write over a known document clears the
+		// fields it does not send.
+		for k := range old {
+			if _, ok := doc.GetFields()[k]; !ok {
+				written = append(written, k)
+			}
+		}
 	}
 	for j, t := range w.GetUpdateTransforms() {
 		var v *pb.Value
@@ -202,6 +223,7 @@ func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite
 		written = append(written, t.GetFieldPath())
 	}
 	sort.Strings(written)
+	written = slices.Compact(written)
 	r.state[rel] = next
 	rw := RecordedWrite{Commit: r.commit, Doc: rel, Collection: coll, Create: !seen, Fields: written,
 		TaskID: next["taskId"].GetStringValue(), TenantID: next["tenantId"].GetStringValue(), Worker: next["worker"].GetStringValue()}
@@ -214,23 +236,114 @@ func (r *WriteRecorder) apply(w *pb.Write, transforms []*pb.Value) RecordedWrite
 			changed[p] = true
 		}
 	}
-	for p := range changed {
-		rw.Entries = append(rw.Entries, singleEntries(coll, p, valueAt(next, p))...)
+	// A changed value's entries replace the old value's: the old ones
+	// no longer written are removed, the new ones not there before are
+	// written (a cleared value only removes).
+	for _, p := range slices.Sorted(maps.Keys(changed)) {
+		var before []RecordedEntry
+		if seen {
+			before = singleEntries(coll, p, valueAt(old, p))
+		}
+		rw.Entries = append(rw.Entries, diffEntries(before, singleEntries(coll, p, valueAt(next, p)))...)
 	}
 	for _, ix := range Indexes {
-		if ix.Collection != coll || !slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return changed[f.Path] }) ||
-			slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return valueAt(next, f.Path) == nil }) {
+		if ix.Collection != coll || !slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return changed[f.Path] }) {
 			continue
 		}
-		var prefix []string
-		for _, f := range ix.Fields[:len(ix.Fields)-1] {
-			prefix = append(prefix, f.Path+"="+textOf(valueAt(next, f.Path)))
+		var before, after []RecordedEntry
+		if e, ok := compositeEntry(ix, old); ok && seen {
+			before = []RecordedEntry{e}
 		}
-		last := ix.Fields[len(ix.Fields)-1]
-		rw.Entries = append(rw.Entries, RecordedEntry{Index: compositeName(ix), Prefix: strings.Join(prefix, ","), Value: orderKey(valueAt(next, last.Path)), Text: textOf(valueAt(next, last.Path))})
+		if e, ok := compositeEntry(ix, next); ok {
+			after = []RecordedEntry{e}
+		}
+		rw.Entries = append(rw.Entries, diffEntries(before, after)...)
 	}
-	sort.Slice(rw.Entries, func(i, j int) bool { return rw.Entries[i].Index < rw.Entries[j].Index })
+	sort.SliceStable(rw.Entries, func(i, j int) bool { return rw.Entries[i].Index < rw.Entries[j].Index })
 	return rw
+}
+
+// Expiries are the deletes Firestore makes by TTL policy (TTLFields) of
+// the documents the recorder holds: each known document whose TTL field
+// holds a time, with every entry it still has, removed, in the order
+// they expire (At: the time). A document is created once and expires
+// once: in a steady state documents expire at the rate they are created.
+func (r *WriteRecorder) Expiries() []RecordedWrite {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []RecordedWrite
+	for _, rel := range slices.Sorted(maps.Keys(r.state)) {
+		fields := r.state[rel]
+		coll := collectionOf("/" + rel)
+		for _, t := range TTLFields {
+			ts := fields[t.Path].GetTimestampValue()
+			if t.Collection != coll || ts == nil {
+				continue
+			}
+			out = append(out, RecordedWrite{Doc: rel, Collection: coll, Delete: true, Expiry: true, At: ts.AsTime(),
+				TaskID: fields["taskId"].GetStringValue(), TenantID: fields["tenantId"].GetStringValue(), Worker: fields["worker"].GetStringValue(),
+				Entries: docEntries(coll, rel, fields, true), Cause: "TTL expiry"})
+			break
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RecordedWrite) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// docEntries are every index entry of a document (rel in coll) with
+// fields: its name, its single-field entries, and one per composite index
+// it has every field of; removed marks them removed.
+func docEntries(coll, rel string, fields map[string]*pb.Value, removed bool) []RecordedEntry {
+	out := []RecordedEntry{{Index: coll + ".__name__", Value: rel}}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		out = append(out, singleEntries(coll, k, fields[k])...)
+	}
+	for _, ix := range Indexes {
+		if e, ok := compositeEntry(ix, fields); ok && ix.Collection == coll {
+			out = append(out, e)
+		}
+	}
+	for i := range out {
+		out[i].Removed = removed
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out
+}
+
+// compositeEntry is ix's entry for a document with fields, if it has
+// every field of ix.
+func compositeEntry(ix Index, fields map[string]*pb.Value) (RecordedEntry, bool) {
+	if fields == nil || slices.ContainsFunc(ix.Fields, func(f IndexField) bool { return valueAt(fields, f.Path) == nil }) {
+		return RecordedEntry{}, false
+	}
+	var prefix []string
+	for _, f := range ix.Fields[:len(ix.Fields)-1] {
+		prefix = append(prefix, f.Path+"="+textOf(valueAt(fields, f.Path)))
+	}
+	last := valueAt(fields, ix.Fields[len(ix.Fields)-1].Path)
+	return RecordedEntry{Index: compositeName(ix), Prefix: strings.Join(prefix, ","), Value: orderKey(last), Text: textOf(last)}, true
+}
+
+// diffEntries are the entries of after not in before, then those of
+// before not in after, removed.
+func diffEntries(before, after []RecordedEntry) []RecordedEntry {
+	key := func(e RecordedEntry) RecordedEntry { e.Removed = false; return e }
+	in := func(es []RecordedEntry, e RecordedEntry) bool {
+		return slices.ContainsFunc(es, func(x RecordedEntry) bool { return key(x) == key(e) })
+	}
+	var out []RecordedEntry
+	for _, e := range after {
+		if !in(before, e) {
+			out = append(out, e)
+		}
+	}
+	for _, e := range before {
+		if !in(after, e) {
+			e.Removed = true
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func compositeName(ix Index) string {
