@@ -34,9 +34,11 @@ func TestRunbookNamesWhatOperatorsSee(t *testing.T) {
 			return true
 		})
 	}
-	// Google's own words the runbook uses: Firestore's and gRPC's codes,
-	// index states, Monitoring's aligners and reducers.
-	google := regexp.MustCompile(`^(ABORTED|FAILED_PRECONDITION|READY|NOT_FOUND|UNAVAILABLE|(ALIGN|REDUCE)_[A-Z0-9_]+)$`)
+	// Google's own words the runbook uses: Firestore's and gRPC's codes
+	// (Cloud Tasks' delivery status, shown as delivery.lastStatus), index
+	// states, Monitoring's aligners and reducers, Cloud Logging's
+	// severities.
+	google := regexp.MustCompile(`^(ABORTED|FAILED_PRECONDITION|READY|NOT_FOUND|UNAVAILABLE|INTERNAL|DEADLINE_EXCEEDED|WARNING|(ALIGN|REDUCE)_[A-Z0-9_]+)$`)
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
