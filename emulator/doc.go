@@ -32,10 +32,13 @@
 //     [StopTimeout] (longer while Java writes its class-data sharing
 //     archive), then sends SIGKILL to the group. Killing gcloud alone
 //     would leave Java running.
-//   - A small bash watchdog, in a group of its own, polls this process; when
-//     it is gone (killed with SIGKILL, crashed, or exited after a
-//     `go test -timeout` panic) the watchdog kills the emulator's group, and
-//     exits once the group is gone.
+//   - A small bash watchdog, in a group of its own, waits on a pipe whose
+//     write end only this process holds; when this process is gone (killed
+//     with SIGKILL, crashed, or exited after a `go test -timeout` panic)
+//     the pipe reads end of file (and its parent pid changes, which it
+//     also checks every few seconds), the watchdog kills the emulator's
+//     group, and exits once the group is gone. Idle, it starts no process
+//     and uses no CPU.
 //   - On Linux the kernel also signals Java or gcloud (SIGKILL) and the watchdog
 //     (SIGTERM, which triggers the same clean-up) the moment this process
 //     dies (PR_SET_PDEATHSIG).

@@ -221,13 +221,20 @@ func freePort() (int, error) {
 
 // watchdog is the bash program that outlives this process by at most a
 // moment. Its arguments are this process's pid and the emulator's process
-// group. It polls both: when its parent pid changes (this process died and
-// the watchdog was re-parented), or when it gets SIGTERM, SIGINT or SIGHUP
-// (Pdeathsig), it sends SIGTERM to the group, waits up to two seconds, then
-// sends SIGKILL. It exits as soon as the group is gone.
+// group; its standard input is a pipe whose write end only this process
+// holds (watchdogPipes). It reads that pipe: end of file comes the moment
+// this process is gone, however it died. When it gets end of file, when
+// its parent pid changes (this process died and the watchdog was
+// re-parented), or when it gets SIGTERM, SIGINT or SIGHUP (Pdeathsig), it
+// sends SIGTERM to the group, waits up to two seconds, then sends SIGKILL.
+// It exits as soon as the group is gone, which it looks at every
+// watchdogPoll seconds. Waiting on the pipe costs nothing: read is a
+// builtin, so an idle watchdog starts no process (a sleep a loop would fork
+// twice a second, ~10 ms of CPU a second per watchdog on a busy machine).
 const watchdog = `
 parent=$1
 group=$2
+poll=$3
 cleanup() {
 	trap '' TERM INT HUP
 	kill -TERM -- "-$group" 2>/dev/null
@@ -251,14 +258,28 @@ parent_alive() {
 }
 while kill -0 -- "-$group" 2>/dev/null; do
 	parent_alive || cleanup
-	sleep 0.5 &
-	wait $!
+	read -r -t "$poll" _
+	st=$?
+	if [ "$st" -ne 0 ] && [ "$st" -le 128 ]; then
+		cleanup # end of file: this process is gone
+	fi
 done
 `
 
+// watchdogPoll is how often, in seconds, a watchdog looks whether its
+// emulator's group is still there (it learns of this process's death at
+// once, from its pipe).
+const watchdogPoll = "5"
+
+// watchdogPipes holds the write ends of the watchdogs' pipes, by the
+// watchdog's pid, for as long as each watchdog runs: an *os.File dropped
+// would be closed by its finalizer, and the watchdog would take it for
+// this process's death.
+var watchdogPipes sync.Map
+
 // pdeathsig enables Pdeathsig (Linux only): the kernel sends SIGKILL to
 // gcloud and SIGTERM to the watchdog the moment this process dies. Tests
-// disable it to exercise the watchdog's polling alone.
+// disable it to exercise the watchdog alone (its pipe, and its polling).
 var pdeathsig = true
 
 // spawn starts argv (gcloud) as the leader of a new session and process
@@ -295,22 +316,37 @@ func spawn(bash string, argv []string) (*Process, error) {
 		close(p.done)
 	}()
 
-	wd := exec.Command(bash, "-c", watchdog, "servo-emulator-watchdog", strconv.Itoa(os.Getpid()), strconv.Itoa(p.pgid))
+	wd := exec.Command(bash, "-c", watchdog, "servo-emulator-watchdog", strconv.Itoa(os.Getpid()), strconv.Itoa(p.pgid), watchdogPoll)
 	wd.Stderr = out
 	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if pdeathsig {
 		setPdeathsig(wd.SysProcAttr, syscall.SIGTERM)
 	}
-	wdOut, err := wd.StdoutPipe()
+	// The pipe's ends are close-on-exec: no other child of this process
+	// holds its write end, so the watchdog reads end of file exactly when
+	// this process is gone.
+	pr, pw, err := os.Pipe()
+	var wdOut io.ReadCloser
+	if err == nil {
+		wd.Stdin = pr
+		wdOut, err = wd.StdoutPipe()
+	}
 	if err == nil {
 		onSpawnThread(func() { err = wd.Start() })
 	}
+	if pr != nil {
+		pr.Close()
+	}
 	if err != nil {
+		if pw != nil {
+			pw.Close()
+		}
 		close(p.watchdogDone)
 		_ = p.Stop()
 		return nil, fmt.Errorf("emulator: start watchdog: %w", err)
 	}
 	p.watchdogPID = wd.Process.Pid
+	watchdogPipes.Store(p.watchdogPID, pw)
 	// Until the watchdog has set its trap, a SIGTERM (Pdeathsig) would end
 	// it without cleaning up the group: wait for its ready line (bounded:
 	// a watchdog that never says it is ready still polls).
@@ -323,6 +359,9 @@ func spawn(bash string, argv []string) (*Process, error) {
 		close(ready)
 		_, _ = io.Copy(out, r)
 		_ = wd.Wait() // after the last read of its output, as exec requires
+		if pw, ok := watchdogPipes.LoadAndDelete(p.watchdogPID); ok {
+			pw.(*os.File).Close()
+		}
 		close(p.watchdogDone)
 	}()
 	select {
@@ -334,7 +373,7 @@ func spawn(bash string, argv []string) (*Process, error) {
 
 // setPdeathsig sets SysProcAttr.Pdeathsig, which only Linux has. It is set
 // by name so that the package still builds on other Unix systems, where the
-// watchdog's polling alone notices a dead parent.
+// watchdog alone (its pipe, and its polling) notices a dead parent.
 func setPdeathsig(a *syscall.SysProcAttr, sig syscall.Signal) {
 	if f := reflect.ValueOf(a).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
 		f.Set(reflect.ValueOf(sig))

@@ -6,11 +6,21 @@
 //
 // Each iteration starts `temporal server start-dev --headless` itself and
 // prints one line: the server's ready time, its RSS and CPU time per second
-// while it idles (10 s, after 2 s of settling, as BenchmarkDevWorkload), the
-// workload's throughput and submit time, and the CPU time per task of the
-// server and of this process (worker and submitters).
+// while it idles (-idle, after -settle), the workload's throughput and
+// submit time, and the CPU time per task of the server and of this process
+// (worker and submitters).
+//
+// With -servo PATH (a built servo binary) each iteration also starts
+// `servo dev --no-demo` and measures it the same way, right after the
+// Temporal server has stopped: the time until its ready line, the CPU time
+// per second of its whole process tree while it idles (the emulators'
+// JVMs, their watchdogs, and what any of them started and reaped meanwhile),
+// and the tree's RSS. -workload=false skips the Temporal workload, and
+// -temporal "" Temporal altogether (servo dev alone); -demo lets servo dev
+// run its demo first (-settle then counts from the demo's end).
 //
 //	go run . -temporal /path/to/temporal -n 3
+//	go run . -temporal /path/to/temporal -servo /path/to/servo -workload=false -n 5
 //
 // It is a module of its own so that Servo's go.mod never requires
 // Temporal's SDK.
@@ -67,19 +77,34 @@ func Task(ctx workflow.Context) error {
 	return workflow.ExecuteActivity(ctx, Noop).Get(ctx, nil)
 }
 
+var (
+	settle  = flag.Duration("settle", 5*time.Second, "idle time before the idle CPU is measured")
+	idleFor = flag.Duration("idle", 30*time.Second, "how long the idle CPU is measured")
+)
+
 func main() {
-	bin := flag.String("temporal", "temporal", "the Temporal CLI")
+	bin := flag.String("temporal", "temporal", "the Temporal CLI (\"\": do not run Temporal)")
+	servo := flag.String("servo", "", "a servo binary: also measure servo dev's ready time, idle CPU and RSS")
+	workload := flag.Bool("workload", true, "run the workload against Temporal after its idle measurement")
+	demo := flag.Bool("demo", false, "servo dev runs its demo; -settle counts from the demo's end")
 	n := flag.Int("n", 3, "iterations")
 	port := flag.Int("port", 18570, "the dev server's gRPC port (the UI is off)")
 	flag.Parse()
 	for i := range *n {
-		if err := iteration(*bin, *port+i%10); err != nil {
-			log.Fatal(err)
+		if *bin != "" {
+			if err := iteration(*bin, *port+i%10, *workload); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if *servo != "" {
+			if err := servoIteration(*servo, *port+60+i%10, *demo); err != nil {
+				log.Fatal(err)
+			}
 		}
 	}
 }
 
-func iteration(bin string, port int) error {
+func iteration(bin string, port int, workload bool) error {
 	db, err := os.MkdirTemp("", "temporal-bench-")
 	if err != nil {
 		return err
@@ -119,13 +144,16 @@ func iteration(bin string, port int) error {
 	}
 	defer c.Close()
 	ready := time.Since(began)
-	// Idle, as BenchmarkDevWorkload measures servo dev: 2 s to settle, then
-	// the CPU time of 10 s and the memory.
-	time.Sleep(2 * time.Second)
-	idle0 := procCPU(srv.Process.Pid)
-	time.Sleep(10 * time.Second)
-	idleCPU := (procCPU(srv.Process.Pid) - idle0) * 1000 / 10
-	rss := procRSS(srv.Process.Pid)
+	// Idle: -settle, then the CPU time of -idle and the memory.
+	time.Sleep(*settle)
+	idle0 := treeCPU(srv.Process.Pid)
+	time.Sleep(*idleFor)
+	idleCPU := idle0.delta(treeCPU(srv.Process.Pid)).total() * 1000 / idleFor.Seconds()
+	rss := treeRSS(srv.Process.Pid)
+	if !workload {
+		fmt.Printf("temporal ready-s %.3f idle-rss-MiB %.1f idle-cpu-tree-ms/s %.1f\n", ready.Seconds(), rss, idleCPU)
+		return nil
+	}
 
 	w := worker.New(c, queue, worker.Options{MaxConcurrentActivityExecutionSize: slots, MaxHeartbeatThrottleInterval: 50 * time.Millisecond})
 	w.RegisterWorkflow(Task)
@@ -168,7 +196,7 @@ func iteration(bin string, port int) error {
 	}
 	elapsed := time.Since(start)
 	srvCPU, selfCPU := procCPU(srv.Process.Pid)-srvCPU0, procCPU(os.Getpid())-selfCPU0
-	fmt.Printf("temporal ready-s %.3f idle-rss-MiB %.1f idle-cpu-server-ms/s %.1f tasks/s %.2f submit-s %.3f heartbeats/task %.2f cpu-server-ms/task %.2f cpu-bench-ms/task %.2f cpu-total-s %.2f\n",
+	fmt.Printf("temporal ready-s %.3f idle-rss-MiB %.1f idle-cpu-tree-ms/s %.1f tasks/s %.2f submit-s %.3f heartbeats/task %.2f cpu-server-ms/task %.2f cpu-bench-ms/task %.2f cpu-total-s %.2f\n",
 		ready.Seconds(), rss, idleCPU, tasks/elapsed.Seconds(), submitted.Seconds(), float64(heartbeats.Load()-hb0)/tasks,
 		srvCPU*1000/tasks, selfCPU*1000/tasks, srvCPU+selfCPU)
 	return nil

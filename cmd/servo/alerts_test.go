@@ -65,9 +65,10 @@ func silent(before, after string) bool {
 
 // TestAlertConditionsAgainstServoDev exercises each policy's condition once
 // against servo dev: with the sweeper running, its pass series is in
-// /metrics from the first pass (every duty too) and the silence condition
-// does not hold; with `servo dev --no-sweeper` it holds; a dead letter (a
-// DATA_QUALITY failure) makes the dead-letter condition hold.
+// /metrics from the first pass (every duty too) and, with a task running,
+// the silence condition does not hold; with `servo dev --no-sweeper` it
+// holds; a dead letter (a DATA_QUALITY failure) makes the dead-letter
+// condition hold.
 func TestAlertConditionsAgainstServoDev(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join("..", "..", "terraform", "modules", "alerts", "main.tf"))
 	if err != nil {
@@ -105,9 +106,20 @@ func TestAlertConditionsAgainstServoDev(t *testing.T) {
 		if v, ok := sum(first, "servo_sweeper_last_pass_time_seconds", ""); !ok || v < 1e9 {
 			t.Errorf("servo_sweeper_last_pass_time_seconds %v (%v), want a Unix time", v, ok)
 		}
+		// Idle, the local sweeper rests (a pass every
+		// devstack.RestFallback, under a minute, as production's
+		// once-a-minute tick); with work it sweeps every --sweep-every.
+		c, err := client.New(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Submit(context.Background(), []byte(`{"tenantId":"oncall","workspaceId":"ws","taskKey":"busy","worker":"example",
+			"payload":{"partitions":4,"partitionMs":500},"heartbeatIntervalMs":200,"heartbeatTimeoutMs":2000}`)); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(window)
 		if silent(first, scrape(t, base)) {
-			t.Errorf("the sweeper-silence condition holds while the sweeper runs")
+			t.Errorf("the sweeper-silence condition holds while the sweeper has work")
 		}
 	})
 

@@ -192,7 +192,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 	f.Var(workers, "worker", "external worker NAME=URL, with its own queue (repeatable)")
 	f.Var(rates, "worker-rate", "declared peak dispatch rate NAME=RATE of a worker: above 500/s it gets ceil(RATE/500) queues (repeatable)")
 	f.BoolVar(&noDemo, "no-demo", false, "do not submit the demo run")
-	f.DurationVar(&sweepEvery, "sweep-every", devstack.DefaultSweepEvery, "sweeper cadence")
+	f.DurationVar(&sweepEvery, "sweep-every", devstack.DefaultSweepEvery, "sweeper cadence while anything is due (idle, it sleeps until the next due time or a write)")
 	f.StringVar(&project, "project", devstack.DefaultProject, "project id used with the emulators")
 	f.StringVar(&firestoreHost, "firestore", "", "HOST:PORT of a running Firestore emulator to use instead of starting one")
 	f.StringVar(&pubsubHost, "pubsub", "", "HOST:PORT of a running Pub/Sub emulator to use instead of starting one")

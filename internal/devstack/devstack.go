@@ -3,7 +3,8 @@
 // the handlers server.New builds (the control API, the callbacks, the
 // sweeper, driven the production way: a ticker publishes to a Pub/Sub
 // topic whose push subscription calls the CloudEvent function through
-// functions-framework-go; the events publisher), one Cloud Tasks queue per
+// functions-framework-go, though only when a pass has work: see rest.go;
+// the events publisher), one Cloud Tasks queue per
 // worker, and the in-process workers it is given (`servo dev`: the example
 // worker as worker "example"). `servo dev` and the end-to-end tests use it.
 package devstack
@@ -21,6 +22,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,13 +66,14 @@ const (
 	// KeysFileRefresh is how often a stack re-reads Options.KeysFile while
 	// it signs (a local file: cheap).
 	KeysFileRefresh = time.Second
-	// TicksPerWindow is how many sweeper passes one scheduler tick starts:
-	// the ticker publishes every TicksPerWindow × SweepEvery (at most every
-	// 5 minutes), and the invocation each tick starts sweeps every
-	// SweepEvery until just before the next tick (production: a tick a
-	// minute, a 55 s window).
-	// One tick a pass would cost the Pub/Sub emulator a publish and a push
-	// every second.
+	// TicksPerWindow is how many sweeper passes one scheduler tick starts
+	// at most: the invocation a tick starts sweeps every SweepEvery while
+	// anything is due before its window's end, TicksPerWindow × SweepEvery
+	// (at most 5 minutes) less half a SweepEvery (production: a tick a
+	// minute, a 55 s window). The ticker publishes when a pass has work
+	// (rest.go): back to back while the sweeper is busy, none while
+	// nothing is due. One tick a pass would cost the Pub/Sub emulator a
+	// publish and a push every second.
 	TicksPerWindow = 10
 	// DefaultDueShards is the local stack's number of due shards
 	// (Options.DueShards). Sharding spreads production's index writes;
@@ -103,8 +106,9 @@ type Options struct {
 	// is served by worker.Handler, with the stack's logger and
 	// WorkerOptions, at /workers/{name} on Addr, and gets its own queue.
 	WorkerFuncs map[string]worker.Func
-	// SweepEvery is the sweeper's cadence; default 1 s. The scheduler
-	// ticker publishes every TicksPerWindow × SweepEvery.
+	// SweepEvery is the sweeper's cadence while anything is due; default
+	// 1 s. With nothing due it sleeps (rest.go): passes are SweepEvery
+	// apart at least, and RestFallback (or SweepEvery) at most.
 	SweepEvery time.Duration
 	// StartTimeout is the default start timeout of new tasks (re-drive);
 	// default api.DefaultStartTimeout.
@@ -221,11 +225,14 @@ type Stack struct {
 	log       *slog.Logger
 	ready     atomic.Bool
 	server    *http.Server
+	emuMu     sync.Mutex
 	emulators []*emulator.Process
+	sweepSub  string // the sweep topic's push subscription; "" with NoSweeper
 	tasksSrv  *cloudtasks.Server
 	tasks     *cloudtasksapi.Client
 	srv       *server.Server
 	poolPS    *pubsub.Client
+	rest      *restState
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -242,7 +249,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.Log = io.Discard
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	s = &Stack{Project: o.Project, id: task.NewRunID(time.Now()), log: logs.New(o.Log, slog.LevelInfo), cancel: cancel}
+	s = &Stack{Project: o.Project, id: task.NewRunID(time.Now()), log: logs.New(o.Log, slog.LevelInfo), cancel: cancel, rest: newRestState()}
 	// The error returns below set s to nil: close what was started through
 	// its own reference.
 	partial := s
@@ -252,13 +259,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}()
 
-	// 1. Emulators, booting while the rest starts.
-	emulators := make(chan error, 1)
-	go func() { emulators <- s.startEmulators(ctx, o) }()
-	waitEmulators := sync.OnceValue(func() error { return <-emulators })
+	// 1. Emulators, booting while the rest starts; each is waited for
+	// only by what needs it.
+	ready := s.startEmulators(ctx, o)
+	waitFirestore := sync.OnceValue(func() error { return <-ready[emulator.Firestore] })
+	waitPubSub := sync.OnceValue(func() error { return <-ready[emulator.PubSub] })
 	defer func() {
 		if err != nil {
-			waitEmulators() // before Close stops what they started
+			// Before Close stops what they started.
+			waitFirestore()
+			waitPubSub()
 		}
 	}()
 	s.tasksSrv = cloudtasks.NewServer(cloudtasks.Options{Logger: s.log})
@@ -276,33 +286,48 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.URL = "http://" + lis.Addr().String()
 
-	// 3. State, keys, the events topics.
-	if err := waitEmulators(); err != nil {
+	// 3. Pub/Sub's clients and topics as soon as its emulator answers,
+	// while the Firestore emulator starts and answers its first queries (a
+	// new emulator's first requests are its slowest); then state and keys.
+	pubsubSetUp := make(chan error, 1)
+	go func() { pubsubSetUp <- s.setUpPubSub(ctx, o, waitPubSub) }()
+	waitPubSubSetUp := sync.OnceValue(func() error { return <-pubsubSetUp })
+	defer func() {
+		if err != nil {
+			waitPubSubSetUp() // before Close closes its clients
+		}
+	}()
+	if err := waitFirestore(); err != nil {
 		lis.Close()
-		return nil, err
+		return nil, errors.Join(err, waitPubSub()) // both flags' mistakes at once
 	}
 	if s.IdentityKey = o.IdentityKey; s.IdentityKey == nil {
 		s.IdentityKey = auth.NewDevKey()
 	}
 	// As in production (a Scheduler tick a minute, each invocation
 	// sweeping every SERVO_SWEEP_EVERY for a 55 s window), each tick starts
-	// an invocation that sweeps every SweepEvery until just before the next
-	// tick.
+	// an invocation that sweeps every SweepEvery for a window, ending
+	// early when nothing is due.
 	tickEvery, window := sweepSchedule(o.SweepEvery)
 	cfg := config.Default()
 	cfg.Project, cfg.CallbackBaseURL = o.Project, &url.URL{Scheme: "http", Host: lis.Addr().String()}
 	cfg.JobsDispatchURL = cfg.CallbackBaseURL.JoinPath(jobs.DispatchPath)
 	cfg.SweepEvery, cfg.SweepWindow, cfg.MaxRedrives, cfg.StartTimeout = o.SweepEvery, window, o.MaxRedrives, o.StartTimeout
 	cfg.DueShards, cfg.Access = cmp.Or(o.DueShards, DefaultDueShards), o.Access
-	// Every window sweeps to its end: locally a pass costs nothing, and the
-	// short timers of demos and tests (100 ms and up) are swept within a
-	// SweepEvery even when set between two ticks (production ends a window
-	// early when nothing is due, config.Config.SweepEarlyEnd).
-	cfg.SweepEarlyEnd = false
+	// A window ends early when nothing is due before its end, as in
+	// production (config.Config.SweepEarlyEnd); the local ticker then
+	// sleeps until the next due time or a write (rest.go), so that the
+	// short timers of demos and tests (100 ms and up) are swept on time
+	// and an idle stack sends Firestore nothing.
+	cfg.SweepEarlyEnd = true
 	if o.Quotas != nil {
 		cfg.Quotas = o.Quotas
 	}
-	if s.Store, err = openStore(ctx, o, &cfg); err != nil {
+	// Every commit but the sweeper's own wakes the resting ticker.
+	o.StoreOptions = append(slices.Clone(o.StoreOptions), s.rest.storeOption())
+	// An emulator the stack started itself holds no data yet.
+	fresh := o.FirestoreHost == "" && !o.ReuseEmulators
+	if s.Store, err = openStore(ctx, o, &cfg, fresh); err != nil {
 		lis.Close()
 		return nil, err
 	}
@@ -315,13 +340,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		lis.Close()
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if s.PubSub, err = pubsub.NewClient(ctx, o.Project, o.PubSubClientOptions...); err != nil {
+	if err := waitPubSubSetUp(); err != nil {
 		lis.Close()
-		return nil, fmt.Errorf("devstack: pubsub client: %w", err)
-	}
-	if err := events.EnsureLocal(ctx, s.PubSub, "", ""); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("devstack: pubsub topics: %w", err)
+		return nil, err
 	}
 
 	// 4. Workers and their queues.
@@ -356,10 +377,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	cfg.Workers = s.Workers
-	if err := s.startPools(ctx, o); err != nil {
-		lis.Close()
-		return nil, err
-	}
 	for _, name := range s.Workers.Names() {
 		if s.Workers[name].Pull {
 			continue
@@ -389,7 +406,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	s.Enqueuer, s.Events = s.srv.Enqueuer, s.srv.Events
-	routerURL, err := registerSweeper(runCtx, s.id, s.srv.Sweeper)
+	routerURL, err := registerSweeper(runCtx, s.id, s.srv.Sweeper, s.rest.invocationDone)
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -433,9 +450,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// 6. The scheduler ticker and the push subscription that drive the sweeper.
 	if !o.NoSweeper {
-		if err := s.startTicker(ctx, runCtx, tickEvery, window, o.SweepEvery); err != nil {
-			return nil, err
-		}
+		s.startTicker(runCtx, tickEvery, o.SweepEvery)
 	}
 	s.ready.Store(true)
 	return s, nil
@@ -443,8 +458,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 // openStore opens the stack's store with cfg's due shards, or more when
 // the database already holds tasks or outbox entries in higher shards,
-// and sets cfg.DueShards to the store's.
-func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store, error) {
+// sets cfg.DueShards to the store's, and migrates the data to this build's
+// layout. A fresh database (of an emulator the stack started: it holds
+// nothing) needs neither look: a new emulator's first requests are its
+// slowest, and they would hold up the start.
+func openStore(ctx context.Context, o Options, cfg *config.Config, fresh bool) (*store.Store, error) {
 	open := func(opts ...store.Option) (*store.Store, error) {
 		st, err := store.New(ctx, o.Project, opts...)
 		if err != nil {
@@ -458,10 +476,12 @@ func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store
 	if err != nil {
 		return nil, err
 	}
-	inUse, err := st.DueShardsInUse(ctx)
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("devstack: %w", err)
+	inUse := 0
+	if !fresh {
+		if inUse, err = st.DueShardsInUse(ctx); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
 	}
 	if inUse > st.DueShards() {
 		st.Close()
@@ -470,6 +490,11 @@ func openStore(ctx context.Context, o Options, cfg *config.Config) (*store.Store
 		}
 	}
 	cfg.DueShards = st.DueShards()
+	if fresh {
+		// Nothing to migrate: server.New records the schema of an empty
+		// database (store.CheckSchema).
+		return st, nil
+	}
 	// Data an earlier build left in kept emulators is brought to this
 	// build's layout (servo migrate does it for a deployment).
 	if _, err := st.Migrate(ctx, store.MigrateOptions{}); err != nil {
@@ -492,13 +517,23 @@ func (s *Stack) worker(name, u string) enqueue.Worker {
 	return enqueue.Worker{URL: u, Queue: fmt.Sprintf("projects/%s/locations/%s/queues/%s", s.Project, Location, name)}
 }
 
-func (s *Stack) startEmulators(ctx context.Context, o Options) error {
+// startEmulators starts the emulators o does not name (and checks those
+// it does), each in the background; the channel of each kind receives nil
+// once the emulator answers and its host is set, or why not.
+func (s *Stack) startEmulators(ctx context.Context, o Options) map[emulator.Kind]chan error {
 	given := map[emulator.Kind]string{emulator.Firestore: o.FirestoreHost, emulator.PubSub: o.PubSubHost}
+	ready := map[emulator.Kind]chan error{}
+	for k := range given {
+		ready[k] = make(chan error, 1)
+	}
 	if o.ReuseEmulators {
 		for k := range given {
 			given[k] = cmp.Or(given[k], os.Getenv(k.EnvVar()))
 			if given[k] == "" {
-				return errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+				for _, ch := range ready {
+					ch <- errors.New("devstack: ReuseEmulators needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST")
+				}
+				return ready
 			}
 		}
 	}
@@ -510,40 +545,67 @@ func (s *Stack) startEmulators(ctx context.Context, o Options) error {
 			s.PubSubHost = host
 		}
 	}
-	type started struct {
-		p   *emulator.Process
-		err error
-	}
-	ch := make(chan started, len(given))
-	var errs []error
-	n := 0
 	for k, host := range given {
 		if host != "" {
-			if err := checkEmulator(k, host); err != nil {
-				errs = append(errs, err)
-				continue
+			err := checkEmulator(k, host)
+			if err == nil {
+				use(k, host)
+			} else {
+				err = fmt.Errorf("devstack: %w", err)
 			}
-			use(k, host)
+			ready[k] <- err
 			continue
 		}
-		n++
-		go func(k emulator.Kind) {
+		go func() {
 			p, err := emulator.Start(ctx, k)
-			ch <- started{p, err}
-		}(k)
+			if err != nil {
+				ready[k] <- fmt.Errorf("devstack: %w", err)
+				return
+			}
+			s.emuMu.Lock()
+			s.emulators = append(s.emulators, p)
+			s.emuMu.Unlock()
+			use(k, p.Host)
+			ready[k] <- nil
+		}()
 	}
-	for range n {
-		r := <-ch
-		if r.err != nil {
-			errs = append(errs, r.err)
-			continue
-		}
-		s.emulators = append(s.emulators, r.p)
-		use(r.p.Kind, r.p.Host)
+	return ready
+}
+
+// setUpPubSub makes, once wait says the Pub/Sub emulator answers, the
+// stack's Pub/Sub client and the events topics, the pull pools' topics
+// and client, and the sweep topic's push subscription to the stack's
+// address (unless o.NoSweeper).
+func (s *Stack) setUpPubSub(ctx context.Context, o Options, wait func() error) error {
+	if err := wait(); err != nil {
+		return err
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("devstack: %w", errors.Join(errs...))
+	var err error
+	if s.PubSub, err = pubsub.NewClient(ctx, o.Project, o.PubSubClientOptions...); err != nil {
+		return fmt.Errorf("devstack: pubsub client: %w", err)
 	}
+	if err := events.EnsureLocal(ctx, s.PubSub, "", ""); err != nil {
+		return fmt.Errorf("devstack: pubsub topics: %w", err)
+	}
+	if err := s.startPools(ctx, o); err != nil {
+		return err
+	}
+	if o.NoSweeper {
+		return nil
+	}
+	_, window := sweepSchedule(o.SweepEvery)
+	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
+		return fmt.Errorf("devstack: sweep topic: %w", err)
+	}
+	sub := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
+	_, err = s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: sub, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: ackDeadline(window),
+		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
+	})
+	if err != nil {
+		return fmt.Errorf("devstack: sweep push subscription: %w", err)
+	}
+	s.sweepSub = sub
 	return nil
 }
 
@@ -600,32 +662,29 @@ func ackDeadline(window time.Duration) int32 {
 	return int32(min(600, 60+int(window.Seconds())))
 }
 
-// startTicker creates the sweep topic and its push subscription to this
-// stack's address, and publishes a tick every period, as Cloud Scheduler
-// does once a minute in production.
-func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry time.Duration) error {
-	if err := events.EnsureTopics(ctx, s.PubSub, SweepTopic); err != nil {
-		return fmt.Errorf("devstack: sweep topic: %w", err)
-	}
-	subName := events.SubscriptionName(s.Project, "servo-sweep-push-"+strings.ToLower(s.id[len(task.RunIDPrefix):]))
-	_, err := s.PubSub.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: subName, Topic: events.TopicName(s.Project, SweepTopic), AckDeadlineSeconds: ackDeadline(window),
-		PushConfig: &pubsubpb.PushConfig{PushEndpoint: s.URL + sweepPath},
-	})
-	if err != nil {
-		return fmt.Errorf("devstack: sweep push subscription: %w", err)
-	}
+// startTicker publishes ticks to the sweep topic, whose push subscription
+// (setUpPubSub) calls this stack's address, as Cloud Scheduler does once a
+// minute in production: one at start, then whenever a pass has work
+// (runResting), every period at most while the sweeper is busy. It
+// deletes the subscription when runCtx ends.
+func (s *Stack) startTicker(runCtx context.Context, every, retry time.Duration) {
+	subName := s.sweepSub
+	s.sweepSub = "" // the ticker deletes it
 	pubr := s.PubSub.Publisher(SweepTopic)
 	// A tick that could not be published (Pub/Sub down) is tried again
 	// every retry rather than a whole period later, so that the sweeper
-	// comes back as soon as Pub/Sub does.
-	tick := func() time.Duration {
-		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id}})
-		if _, err := res.Get(runCtx); err != nil && runCtx.Err() == nil {
-			s.log.Warn("sweep tick not published", "error", err)
-			return retry
+	// comes back as soon as Pub/Sub does. From the tick's publish: a
+	// publish held up by a frozen Pub/Sub is not followed at once by
+	// another tick.
+	tick := func(name string) bool {
+		res := pubr.Publish(runCtx, &pubsub.Message{Data: []byte(`{"tick":true}`), Attributes: map[string]string{stackAttr: s.id, tickAttr: name}})
+		if _, err := res.Get(runCtx); err != nil {
+			if runCtx.Err() == nil {
+				s.log.Warn("sweep tick not published", "error", err)
+			}
+			return false
 		}
-		return every
+		return true
 	}
 	s.wg.Add(1)
 	go func() {
@@ -636,19 +695,9 @@ func (s *Stack) startTicker(ctx, runCtx context.Context, every, window, retry ti
 			defer cancel()
 			_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subName})
 		}()
-		for {
-			// From the tick's publish: a publish held up by a frozen
-			// Pub/Sub is not followed at once by another tick.
-			t := time.NewTimer(tick())
-			select {
-			case <-runCtx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+		// Ticks when a pass has work, not every period (rest.go).
+		s.runResting(runCtx, s.srv.Sweeper, tick, every, retry)
 	}()
-	return nil
 }
 
 // Ready reports whether the stack serves.
@@ -695,6 +744,11 @@ func (s *Stack) Close() error {
 			s.srv.Close()
 		}
 		if s.PubSub != nil {
+			if s.sweepSub != "" { // made, but no ticker started
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = s.PubSub.SubscriptionAdminClient.DeleteSubscription(dctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: s.sweepSub})
+				cancel()
+			}
 			s.PubSub.Close()
 		}
 		if s.poolPS != nil {
@@ -709,6 +763,8 @@ func (s *Stack) Close() error {
 		if s.tasksSrv != nil {
 			s.tasksSrv.Stop()
 		}
+		s.emuMu.Lock()
+		defer s.emuMu.Unlock()
 		for _, p := range s.emulators {
 			_ = p.Stop()
 		}

@@ -24,6 +24,8 @@ const (
 	// sweepPath names the topic, as the framework wants for raw pushes.
 	sweepPath = "/projects/servo-dev/topics/servo-sweep"
 	stackAttr = "servoStack"
+	// tickAttr names a stack's tick, for its ticker (rest.go).
+	tickAttr = "servoTick"
 	// functionTargetEnv is the framework's variable naming the function
 	// to serve.
 	functionTargetEnv = "FUNCTION_TARGET"
@@ -39,19 +41,21 @@ var router struct {
 
 // target is a stack's sweeper, and the context that ends with the stack:
 // an invocation sweeps for a whole window, and must stop when its stack
-// closes.
+// closes. done, when set, is called after each invocation of the stack's
+// with its tick's tickAttr (the resting ticker waits for it).
 type target struct {
-	sw  *zombie.Sweeper
-	ctx context.Context
+	sw   *zombie.Sweeper
+	ctx  context.Context
+	done func(tick string)
 }
 
-func registerSweeper(ctx context.Context, id string, sw *zombie.Sweeper) (string, error) {
+func registerSweeper(ctx context.Context, id string, sw *zombie.Sweeper, done func(tick string)) (string, error) {
 	router.once.Do(func() { router.url, router.err = startRouter() })
 	if router.err != nil {
 		return "", router.err
 	}
 	router.mu.Lock()
-	router.targets[id] = target{sw, ctx}
+	router.targets[id] = target{sw, ctx, done}
 	router.mu.Unlock()
 	return router.url, nil
 }
@@ -113,6 +117,9 @@ func routeTick(ctx context.Context, e cloudevents.Event) error {
 	router.mu.Unlock()
 	if !ok {
 		return nil // a tick for a stack that has stopped
+	}
+	if t.done != nil {
+		defer t.done(msg.Message.Attributes[tickAttr])
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

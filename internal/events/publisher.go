@@ -368,6 +368,11 @@ func itemsOf(trs []task.Transition) []item {
 	return sortItems(items)
 }
 
+// RedriveGrace is how old an undelivered outbox entry must be before
+// Redrive takes it (Config.Grace): an entry is due for the re-drive at its
+// next try plus this (zombie.GraceRedriver).
+func (p *Publisher) RedriveGrace() time.Duration { return p.grace }
+
 // Redrive publishes the outbox entries still undelivered after the grace
 // period, in seq order per task, and deletes each document once all its
 // events are delivered: the events a crash, a timeout or a Pub/Sub outage
