@@ -147,6 +147,6 @@
 // servo_callback_firestore_rpcs_sum of 2 per `started` in
 // cmd/servo's TestServoDevTelemetry). Their latency, measured interleaved
 // in one run: go test -run '^$' -bench BenchmarkCallbackTracing
-// -benchtime 2000x ./internal/callbacks/ (the figures are in the root README's
-// Observability section).
+// -benchtime 2000x ./internal/callbacks/ (the figures are in
+// docs/observability.md).
 package telemetry
