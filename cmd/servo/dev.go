@@ -146,7 +146,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			}
 			defer shutdownTelemetry(tel)
 			fmt.Fprintln(errOut, "servo dev: starting "+startingWhat(firestoreHost, pubsubHost)+"...")
-			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: lf,
+			stack, err := devstack.Start(ctx, devstack.Options{Addr: addr, Project: project, Workers: workers, SweepEvery: sweepEvery, Log: io.MultiWriter(lf, &deliveryEcho{out: errOut}),
 				WorkerFuncs:   map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
 				FirestoreHost: firestoreHost, PubSubHost: pubsubHost, StartTimeout: startTimeout, StoreTimeout: storeTimeout,
 				Metrics: tel.MetricsHandler(), Traces: traces, PullPools: pools, JobWorkers: jobWorkers, WorkerRates: rates,
