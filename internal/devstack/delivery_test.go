@@ -1,37 +1,18 @@
 package devstack_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/devstack"
+	"github.com/servo-dev/servo/internal/servotest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the stack's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A QUEUED task whose push worker cannot be reached says why: the
 // sweeper's delivery probe (a quarter of the start timeout after the
@@ -52,7 +33,7 @@ func TestDeliveryFailuresShown(t *testing.T) {
 	downURL := "http://" + l.Addr().String()
 	l.Close()
 
-	var logs syncBuffer
+	var logs servotest.Buffer
 	var up atomic.Bool
 	e := start(t, func(o *devstack.Options) {
 		o.Workers["down"] = downURL

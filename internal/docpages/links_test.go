@@ -138,11 +138,16 @@ var (
 	codeSpan   = regexp.MustCompile("`+[^`]*`+")
 )
 
-// relativeLinks returns the relative link targets of md, outside code
-// blocks and code spans: inline links and images, reference definitions
-// and HTML href/src attributes.
-func relativeLinks(md string) []link {
-	var out []link
+// proseLine is a line of markdown outside fenced code blocks, and its
+// index in the document (line i+1).
+type proseLine struct {
+	i    int
+	text string
+}
+
+// proseLines returns md's lines outside fenced code blocks, in order.
+func proseLines(md string) []proseLine {
+	var out []proseLine
 	inFence := ""
 	for i, l := range strings.Split(md, "\n") {
 		t := strings.TrimLeft(l, " ")
@@ -157,6 +162,18 @@ func relativeLinks(md string) []link {
 		if inFence != "" {
 			continue
 		}
+		out = append(out, proseLine{i, l})
+	}
+	return out
+}
+
+// relativeLinks returns the relative link targets of md, outside code
+// blocks and code spans: inline links and images, reference definitions
+// and HTML href/src attributes.
+func relativeLinks(md string) []link {
+	var out []link
+	for _, pl := range proseLines(md) {
+		i, l := pl.i, pl.text
 		l = codeSpan.ReplaceAllString(l, "")
 		var targets []string
 		for _, re := range []*regexp.Regexp{inlineLink, refLink, htmlLink} {
@@ -186,20 +203,9 @@ var (
 func headingAnchors(md string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	inFence := ""
-	for _, l := range strings.Split(md, "\n") {
+	for _, pl := range proseLines(md) {
+		l := pl.text
 		t := strings.TrimLeft(l, " ")
-		if f := fenceOf(t); f != "" && (inFence == "" || strings.HasPrefix(strings.TrimSpace(t), inFence) && strings.Trim(strings.TrimSpace(t), inFence[:1]) == "") {
-			if inFence == "" {
-				inFence = f
-			} else {
-				inFence = ""
-			}
-			continue
-		}
-		if inFence != "" {
-			continue
-		}
 		for _, m := range explicitAnchor.FindAllStringSubmatch(l, -1) {
 			out[strings.ToLower(m[1])] = true
 		}
