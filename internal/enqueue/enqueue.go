@@ -41,7 +41,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -49,6 +48,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -338,7 +338,7 @@ func deliveryOf(ct *ctpb.Task, now time.Time) *api.Delivery {
 			d.LastAttemptAt = &at
 		}
 		if st := la.GetResponseStatus(); st != nil {
-			d.LastStatus = strings.ToUpper(snake(codes.Code(st.GetCode()).String()))
+			d.LastStatus = code.Code(st.GetCode()).String() // google.rpc.Code's name: UNAVAILABLE
 			d.LastError = st.GetMessage()
 		}
 	}
@@ -348,19 +348,6 @@ func deliveryOf(ct *ctpb.Task, now time.Time) *api.Delivery {
 		}
 	}
 	return d
-}
-
-// snake turns a Go codes.Code name (DeadlineExceeded) into the
-// google.rpc.Code name's words (Deadline_Exceeded).
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // Dequeue deletes the Cloud Tasks of t's current attempt: the current
