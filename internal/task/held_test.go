@@ -1,6 +1,7 @@
 package task
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +109,47 @@ func TestDeliveryProbe(t *testing.T) {
 	r = Apply(r.Task, &Attempt{Attempt: 1}, Event{Kind: EventStarted, Attempt: 1, WorkerID: "w", Now: end.Add(time.Second)})
 	if r.Task.State != api.Running || r.Task.Delivery != nil || r.Task.StartTimeoutAt != nil || r.Task.DispatchCheckAt != nil {
 		t.Fatalf("started: %s delivery %v start timeout %v check %v", r.Task.State, r.Task.Delivery, r.Task.StartTimeoutAt, r.Task.DispatchCheckAt)
+	}
+}
+
+// An attempt that ends DISPATCH_TIMEOUT carries why: the last failing
+// delivery Cloud Tasks reported (this pass's, else the one a probe
+// recorded), so the dead letter names the unreachable worker; without one,
+// that none was recorded.
+func TestDispatchTimeoutError(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	check := t0.Add(-time.Second)
+	last := t0.Add(-2 * time.Second)
+	recorded := &api.Delivery{Attempts: 9, LastStatus: "UNAVAILABLE", LastError: "connection refused", LastAttemptAt: &last, CheckedAt: check}
+	for _, tt := range []struct {
+		name     string
+		onTask   *api.Delivery
+		seen     *api.Delivery
+		contains []string
+	}{
+		{"recorded by a probe", recorded, nil, []string{`worker "render" unreachable: UNAVAILABLE: connection refused (9 delivery tries)`, "5 re-drive(s)"}},
+		{"seen in this pass", nil, &api.Delivery{Attempts: 3, LastStatus: "INTERNAL", LastError: "HTTP 500", CheckedAt: t0}, []string{`worker "render" unreachable: INTERNAL: HTTP 500 (3 delivery tries)`}},
+		{"none", nil, nil, []string{"not started within its start timeout, 5 re-drive(s) included", "no failing delivery was recorded"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tk := Task{ID: "t1", State: api.Queued, Attempt: 1, Redrives: 5, Worker: "render", DispatchCheckAt: &check,
+				Delivery: tt.onTask, Timing: api.Timing{StartTimeoutMs: 60_000}}
+			r := Apply(tk, &Attempt{Attempt: 1}, Event{Kind: EventRedrive, Attempt: 1, Now: t0, MaxRedrives: 5, Delivery: tt.seen})
+			if r.Task.State != api.Failed || r.Task.Reason != api.ReasonDispatchTimeout {
+				t.Fatalf("state %s %s, want FAILED DISPATCH_TIMEOUT", r.Task.State, r.Task.Reason)
+			}
+			e := r.Attempt.Error
+			if e == nil || e.Category != api.CategoryTimeout {
+				t.Fatalf("attempt error %+v, want a TIMEOUT error", e)
+			}
+			for _, want := range tt.contains {
+				if !strings.Contains(e.Message, want) {
+					t.Errorf("message %q lacks %q", e.Message, want)
+				}
+			}
+			if len(r.Transitions) != 1 || r.Transitions[0].Error == nil || r.Transitions[0].Error.Message != e.Message || !r.Transitions[0].DeadLetter {
+				t.Fatalf("transition %+v: want the dead letter to carry the error", r.Transitions)
+			}
+		})
 	}
 }

@@ -356,7 +356,7 @@ func (m *machine) apply() {
 			return
 		}
 		if t.Redrives >= m.ev.MaxRedrives {
-			m.endAttempt(api.OutcomeTimedOut, nil)
+			m.endAttempt(api.OutcomeTimedOut, dispatchTimeoutError(t, m.ev.Delivery))
 			m.transition(api.Failed, api.ReasonDispatchTimeout, api.OutcomeTimedOut)
 			return
 		}
@@ -785,6 +785,31 @@ func (m *machine) probeDelivery() {
 	}
 	t.DispatchCheckAt = &next
 	m.r.Write = true
+}
+
+// dispatchTimeoutError is the error a DISPATCH_TIMEOUT attempt ends with:
+// the last failing delivery Cloud Tasks reported (this pass's answer, else
+// the one a probe recorded on the task), so that the dead letter says why
+// the worker never started the attempt; else that no delivery was seen.
+func dispatchTimeoutError(t *Task, seen *api.Delivery) *api.ErrorInfo {
+	d := seen
+	if d == nil || d.Attempts == 0 {
+		d = t.Delivery
+	}
+	msg := fmt.Sprintf("not started within its start timeout, %d re-drive(s) included", t.Redrives)
+	if d != nil && d.Attempts > 0 {
+		msg = fmt.Sprintf("worker %q unreachable: %s: %s (%d delivery tries); %s", t.Worker, orDash(d.LastStatus), orDash(d.LastError), d.Attempts, msg)
+	} else {
+		msg += "; no failing delivery was recorded (its Cloud Task deleted, or its queue purged?)"
+	}
+	return &api.ErrorInfo{Category: api.CategoryTimeout, Message: msg}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func due(at *time.Time, now time.Time) bool { return at != nil && !now.Before(*at) }
