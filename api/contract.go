@@ -88,6 +88,15 @@ const (
 	CodeUnsupportedMediaType  = "unsupported_media_type"
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
+	// CodeMisconfigured: the function cannot start because of its own
+	// configuration (its environment, the database's schema, its due
+	// shards); retrying helps only after an operator fixes and redeploys
+	// it (503 with Retry-After, disposition RETRY).
+	CodeMisconfigured = "misconfigured"
+	// CodeSecretUnavailable: the function cannot read its task-token key
+	// ring from Secret Manager (missing secret or version, permission, or
+	// content it cannot parse); as CodeMisconfigured otherwise.
+	CodeSecretUnavailable = "secret_unavailable"
 	// CodeTooEarly: the task token is valid only from a later time (a
 	// delivery ahead of its schedule); retry after Retry-After.
 	CodeTooEarly = "too_early"

@@ -25,7 +25,7 @@ var apiEntry = newEntry("ServoAPI", func(ctx context.Context, s *server.Server) 
 	}
 	return s.API, nil
 }, "application/json; charset=utf-8", false, func(err error) any {
-	return api.Error{Code: api.CodeUnavailable, Message: "the Servo control API is not configured: " + err.Error()}
+	return api.Error{Code: server.FailureCode(err), Message: "the Servo control API is not configured: " + err.Error()}
 })
 
 // ServoAPI is the control API (package dispatcher) as an HTTP Cloud

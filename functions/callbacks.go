@@ -15,9 +15,9 @@ func init() { functions.HTTP("ServoCallbacks", ServoCallbacks) }
 
 var callbacksEntry = newEntry("ServoCallbacks", func(ctx context.Context, s *server.Server) (http.Handler, error) {
 	return s.Callbacks, nil
-}, "application/json", true, func(error) any {
+}, "application/json", true, func(err error) any {
 	return api.CallbackResponse{
-		Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: api.CodeUnavailable,
+		Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: server.FailureCode(err),
 		Message: "the callbacks service is not configured or cannot reach its dependencies; retry with the same body",
 	}
 })

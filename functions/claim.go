@@ -2,7 +2,7 @@ package functions
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -17,12 +17,12 @@ func init() { functions.HTTP("ServoClaim", ServoClaim) }
 
 var claimEntry = newEntry("ServoClaim", func(ctx context.Context, s *server.Server) (http.Handler, error) {
 	if s.Claim == nil {
-		return nil, errors.New("functions: set " + config.EnvClaimAudience + " to the ServoClaim URL (the audience of the callers' ID tokens)")
+		return nil, fmt.Errorf("functions: %w: set %s to the ServoClaim URL (the audience of the callers' ID tokens)", server.ErrMisconfigured, config.EnvClaimAudience)
 	}
 	return s.Claim, nil
-}, "application/json", true, func(error) any {
+}, "application/json", true, func(err error) any {
 	return api.ClaimResponse{
-		Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: api.CodeUnavailable,
+		Disposition: api.Retry, ServerTime: time.Now().UTC(), Error: server.FailureCode(err),
 		Message: "the claim service is not configured or cannot reach its dependencies; retry",
 	}
 })

@@ -34,7 +34,7 @@ var serverInit = newLazy(newServer)
 func newServer(ctx context.Context) (*server.Server, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("functions: %w", err)
+		return nil, fmt.Errorf("functions: %w: %w", server.ErrMisconfigured, err)
 	}
 	setupTelemetry(ctx, cfg.Project, cfg.ServiceName, cfg.TraceSampling)
 	s, err := server.Open(ctx, cfg, dashboardConfig())

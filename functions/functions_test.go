@@ -21,7 +21,7 @@ import (
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
 // TestEntryPointsRecoverFromAFailedStart: the first request finds the key
-// ring broken and is answered 503 unavailable with a Retry-After; once the
+// ring broken and is answered 503 misconfigured with a Retry-After; once the
 // key ring is fixed, a request inside the backoff is still refused at once
 // (no rebuild), and the first request after the backoff builds the
 // dependencies and is served by the real handler against the Firestore
@@ -74,8 +74,8 @@ func TestEntryPointsRecoverFromAFailedStart(t *testing.T) {
 				var body struct {
 					Error string `json:"error"`
 				}
-				if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != api.CodeUnavailable {
-					t.Fatalf("%s: %d %s, want 503 %s", step, rec.Code, rec.Body, api.CodeUnavailable)
+				if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != api.CodeMisconfigured {
+					t.Fatalf("%s: %d %s, want 503 %s", step, rec.Code, rec.Body, api.CodeMisconfigured)
 				}
 				if ra := rec.Header().Get("Retry-After"); ra != "1" {
 					t.Fatalf("%s: Retry-After %q, want 1", step, ra)
@@ -127,7 +127,7 @@ func freshInstance(now func() time.Time) {
 }
 
 // TestEntryPointsUnavailable pins each entry point's answer while its
-// handler cannot be built (here: no project): 503, its content type, the
+// handler cannot be built (here: no project): 503 misconfigured, its content type, the
 // callbacks' and claim's no-store, a Retry-After, and its own JSON body
 // (RETRY for the workers' endpoints), never naming the configuration
 // problem to the unauthenticated callers.
@@ -141,16 +141,16 @@ func TestEntryPointsUnavailable(t *testing.T) {
 		body func(map[string]any) bool
 	}{
 		{"ServoAPI", ServoAPI, "application/json; charset=utf-8", "", func(b map[string]any) bool {
-			return b["error"] == api.CodeUnavailable && strings.Contains(b["message"].(string), "SERVO_PROJECT")
+			return b["error"] == api.CodeMisconfigured && strings.Contains(b["message"].(string), "SERVO_PROJECT")
 		}},
 		{"ServoCallbacks", ServoCallbacks, "application/json", "no-store", func(b map[string]any) bool {
-			return b["error"] == api.CodeUnavailable && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
+			return b["error"] == api.CodeMisconfigured && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
 		}},
 		{"ServoClaim", ServoClaim, "application/json", "no-store", func(b map[string]any) bool {
-			return b["error"] == api.CodeUnavailable && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
+			return b["error"] == api.CodeMisconfigured && b["disposition"] == string(api.Retry) && b["serverTime"] != nil
 		}},
 		{"ServoJobs", ServoJobs, "application/json", "", func(b map[string]any) bool {
-			return b["error"] == api.CodeUnavailable
+			return b["error"] == api.CodeMisconfigured
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,4 +182,40 @@ func TestEntryPointsUnavailable(t *testing.T) {
 			t.Fatalf("ServoSweeper: %v, want the configuration error", err)
 		}
 	})
+}
+
+// TestEntryPointsNameTheCause: while the function cannot start, its 503
+// names what to fix with the error code the runbook routes: the key ring's
+// secret unreadable (secret_unavailable), its configuration
+// (misconfigured); a dependency that does not answer stays unavailable
+// (server.FailureCode, unit-tested in internal/server).
+func TestEntryPointsNameTheCause(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"secret unreadable", map[string]string{auth.EnvKeys: "", auth.EnvKeysSecret: "projects/servo-test/secrets/servo-token-keys",
+			"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/servo-test-credentials.json"}, api.CodeSecretUnavailable},
+		{"key ring broken", map[string]string{auth.EnvKeys: `{"broken":`}, api.CodeMisconfigured},
+		{"no project", map[string]string{"SERVO_PROJECT": "", "GOOGLE_CLOUD_PROJECT": ""}, api.CodeMisconfigured},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			instanceEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			freshInstance(nil)
+			for _, fn := range []http.HandlerFunc{ServoAPI, ServoCallbacks} {
+				rec := httptest.NewRecorder()
+				fn(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`)))
+				var body struct {
+					Error string `json:"error"`
+				}
+				if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != tc.want {
+					t.Fatalf("%d %s, want 503 %s", rec.Code, rec.Body, tc.want)
+				}
+			}
+		})
+	}
 }

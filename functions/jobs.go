@@ -6,7 +6,6 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/internal/jobs"
 	"github.com/servo-dev/servo/internal/server"
 )
@@ -15,8 +14,8 @@ func init() { functions.HTTP("ServoJobs", ServoJobs) }
 
 var jobsEntry = newEntry("ServoJobs", func(ctx context.Context, s *server.Server) (http.Handler, error) {
 	return s.Jobs, nil
-}, "application/json", false, func(error) any {
-	return jobs.Answer{Error: api.CodeUnavailable, Message: "the jobs dispatch is not configured or cannot reach its dependencies"}
+}, "application/json", false, func(err error) any {
+	return jobs.Answer{Error: server.FailureCode(err), Message: "the jobs dispatch is not configured or cannot reach its dependencies"}
 })
 
 // ServoJobs is the jobs dispatch function (HTTP; IAM-protected: only the

@@ -42,7 +42,11 @@ func Open(ctx context.Context, cfg config.Config, dash dashboard.Config) (_ *Ser
 	began := time.Now()
 	keys, err := auth.OpenKeyRing(ctx, cfg.TokenKeys, func(name string) auth.RingSource { return keysecret.Source(name) })
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		why := ErrMisconfigured
+		if cfg.TokenKeys.Secret != "" {
+			why = ErrSecret
+		}
+		return nil, fmt.Errorf("server: %w: %w", why, err)
 	}
 	st, err := store.New(ctx, cfg.Project, StoreOptions(cfg)...)
 	if err != nil {
@@ -84,7 +88,7 @@ func Open(ctx context.Context, cfg config.Config, dash dashboard.Config) (_ *Ser
 func OpenEnv(ctx context.Context) (*Server, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, fmt.Errorf("server: %w: %w", ErrMisconfigured, err)
 	}
 	return Open(ctx, cfg, dashboard.Config{})
 }
