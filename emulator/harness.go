@@ -114,6 +114,10 @@ type Process struct {
 // EnvVar returns the variable clients read Host from (see Kind.EnvVar).
 func (p *Process) EnvVar() string { return p.Kind.EnvVar() }
 
+// Group returns the emulator's process group id (Java's, or gcloud's):
+// what Freeze and Thaw signal, for another process to do the same.
+func (p *Process) Group() int { return p.pgid }
+
 // Output returns the tail of the emulator's combined stdout and stderr.
 func (p *Process) Output() string {
 	if p.logPath != "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/examples/worker/partitions"
 	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/config"
@@ -159,6 +160,16 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 				stack.Close()
 				fmt.Fprintln(errOut, "servo dev: stopped")
 			}()
+			hosts := map[emulator.Kind]string{emulator.Firestore: stack.FirestoreHost, emulator.PubSub: stack.PubSubHost}
+			groups := stack.EmulatorGroups()
+			if keep {
+				groups = keptGroups(hosts)
+			}
+			if removeSession, err := recordDevSession(stack.URL, groups, hosts); err != nil {
+				fmt.Fprintln(errOut, "servo dev: servo dev freeze will not find this stack:", err)
+			} else {
+				defer removeSession()
+			}
 			fmt.Fprintf(out, "servo dev ready: API %s (workers: %s; logs: %s); dashboard %s\n", stack.URL, strings.Join(stack.Workers.Names(), ", "), logFile, stack.URL+dashboard.Prefix)
 			if noSweeper {
 				fmt.Fprintln(errOut, "servo dev: --no-sweeper: the sweeper does not run (no zombies, timeouts, retries or outbox re-drive; servo doctor's sweeper row fails)")
@@ -187,6 +198,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newDevSignalCmd(true), newDevSignalCmd(false))
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", devstack.DefaultAddr, "address of the API, callbacks, sweeper and example worker")
 	f.Var(workers, "worker", "external worker NAME=URL, with its own queue (repeatable)")

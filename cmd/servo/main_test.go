@@ -156,6 +156,32 @@ func TestServoDevBinary(t *testing.T) {
 		t.Fatalf("watch: exit %d, %s", code, out)
 	}
 
+	// The runbook's rehearsal of a frozen Firestore: servo dev freeze
+	// stops the emulator servo dev started (the health read then fails
+	// within its 5 s bound), servo dev thaw brings it back.
+	health := func() int {
+		c := http.Client{Timeout: 30 * time.Second}
+		res, err := c.Get(base + "/v1/health")
+		if err != nil {
+			t.Fatalf("health: %v", err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if out, code := run("dev", "freeze", "firestore"); code != 0 || !strings.Contains(out, "firestore emulator at ") || !strings.Contains(out, "frozen") {
+		t.Fatalf("dev freeze firestore: exit %d, %s", code, out)
+	}
+	if got := health(); got != http.StatusServiceUnavailable {
+		run("dev", "thaw", "firestore")
+		t.Fatalf("health with Firestore frozen: %d, want 503", got)
+	}
+	if out, code := run("dev", "thaw", "firestore"); code != 0 || !strings.Contains(out, "thawed") {
+		t.Fatalf("dev thaw firestore: exit %d, %s", code, out)
+	}
+	if got := health(); got != http.StatusOK {
+		t.Fatalf("health after the thaw: %d, want 200", got)
+	}
+
 	// Ctrl-C stops everything, emulators included.
 	stopped = true
 	dev.Process.Signal(syscall.SIGINT)
@@ -167,6 +193,9 @@ func TestServoDevBinary(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		dev.Process.Kill()
 		t.Fatal("servo dev did not stop on SIGINT")
+	}
+	if _, code := run("dev", "freeze", "firestore"); code == 0 {
+		t.Fatal("dev freeze found the stopped servo dev's session")
 	}
 	for _, e := range exports {
 		if host, ok := strings.CutPrefix(e, "export FIRESTORE_EMULATOR_HOST="); ok {

@@ -40,8 +40,9 @@ Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict,
 	}
 	root.SuggestionsMinimumDistance = 2
 	// Run bare, servo and its groups only print a usage error: show
-	// "servo [command]" alone in their usage.
-	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "{{if .Runnable}}", "{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
+	// "servo [command]" alone in their usage (servo dev, which runs and
+	// has subcommands, shows both).
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "{{if .Runnable}}", `{{if and .Runnable (or (not .HasAvailableSubCommands) (eq .Name "dev"))}}`, 1))
 	root.SetVersionTemplate("servo {{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(

@@ -772,6 +772,19 @@ func (s *Stack) Close() error {
 	return nil
 }
 
+// EmulatorGroups returns the process group of each emulator the stack
+// started itself (none for those it was given), by kind: what `servo dev
+// freeze` signals.
+func (s *Stack) EmulatorGroups() map[emulator.Kind]int {
+	s.emuMu.Lock()
+	defer s.emuMu.Unlock()
+	g := map[emulator.Kind]int{}
+	for _, p := range s.emulators {
+		g[p.Kind] = p.Group()
+	}
+	return g
+}
+
 // dashboardConfig gives the dashboard the recorder, if any (a nil
 // *telemetry.Recorder is not a nil Traces).
 func dashboardConfig(r *telemetry.Recorder) dashboard.Config {
