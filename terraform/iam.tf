@@ -272,6 +272,45 @@ resource "google_storage_bucket_iam_member" "grant" {
   member = google_service_account.component[each.value.sa].member
 }
 
+# --- Propagation ---------------------------------------------------------------
+
+# IAM is eventually consistent: a grant typically takes effect within 2
+# minutes, sometimes 7 or more
+# (https://cloud.google.com/iam/docs/access-change-propagation). A function
+# build reads the source bucket and writes the repository as fn-build, and a
+# new revision mounts the key ring as its runtime account, right after
+# Terraform makes those grants: a first apply could stop there on
+# PERMISSION_DENIED and need a second one. The functions
+# (module.function in main.tf) wait for this instead: it follows every grant
+# above (every IAM resource that does not need a function itself) and
+# sleeps iam_propagation_wait_seconds. Replaced, so waiting again, only when
+# the table of grants changes: a later apply that grants nothing new does
+# not wait.
+resource "terraform_data" "iam_propagation" {
+  triggers_replace = sort([for g in local.grants : "${g.sa} ${g.role} ${g.on}"])
+
+  provisioner "local-exec" {
+    command = "sleep ${var.iam_propagation_wait_seconds}"
+  }
+
+  depends_on = [
+    google_project_iam_member.grant,
+    google_project_iam_member.grant_database,
+    google_secret_manager_secret_iam_member.grant,
+    google_pubsub_topic_iam_member.grant,
+    google_service_account_iam_member.grant,
+    google_cloud_tasks_queue_iam_member.grant,
+    google_cloud_run_v2_service_iam_member.grant_worker,
+    google_pubsub_topic_iam_member.grant_pool,
+    google_pubsub_subscription_iam_member.grant_pool,
+    google_artifact_registry_repository_iam_member.grant,
+    google_storage_bucket_iam_member.grant,
+    google_cloud_run_v2_job_iam_member.grant,
+    google_pubsub_topic_iam_member.pool_dead_letter_agent,
+    google_pubsub_subscription_iam_member.pool_dead_letter_agent,
+  ]
+}
+
 # --- Who may call the functions (principals outside Servo) --------------------
 
 # The control API: only the principals in var.api_invokers.

@@ -142,6 +142,9 @@ resource "google_project_iam_custom_role" "job" {
   title       = each.value.title
   description = each.value.description
   permissions = each.value.permissions
+
+  # Created through iam.googleapis.com: after the API's enable wait.
+  depends_on = [google_project_service.apis]
 }
 
 resource "google_service_account" "job" {

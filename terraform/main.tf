@@ -17,6 +17,10 @@ locals {
   callbacks_name = "${var.name_prefix}-callbacks"
   callbacks_url  = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
 
+  # Known from the variables alone, for the due_shards check (the check's
+  # data source must not depend on any managed resource).
+  sweeper_name = "${var.name_prefix}-sweeper"
+
   # The API's ID-token audiences (SERVO_API_AUDIENCE): callers mint tokens
   # for the URL they call, the function's (control_api_url) or its Cloud
   # Run service's deterministic one. Without them the API accepts no Google
@@ -107,7 +111,7 @@ locals {
       pubsub      = null
     }
     sweeper = {
-      name        = "${var.name_prefix}-sweeper"
+      name        = local.sweeper_name
       entry_point = "ServoSweeper"
       description = "Servo sweeper: zombies, cancel timeouts, stuck dispatches, deadlines, due retries."
       sizing      = var.functions.sweeper
@@ -161,6 +165,20 @@ resource "google_project_service" "apis" {
   service = each.value
   # Leave APIs on at teardown: other things in the project may use them.
   disable_on_destroy = false
+
+  # An API just enabled is not usable everywhere at once: its first calls
+  # can still fail SERVICE_DISABLED ("If you enabled this API recently,
+  # wait a few minutes for the action to propagate"). Each API, once
+  # enabled, waits api_enable_wait_seconds before Terraform counts it
+  # created, so that everything that depends on google_project_service.apis
+  # (every resource that calls one of them, in every file) starts after the
+  # wait. A creation-time provisioner runs once, when the API is added to
+  # this list: an apply that enables nothing new does not wait. (No time
+  # provider: the module needs only google, archive and random. sleep is in
+  # the hashicorp/terraform image's BusyBox, Linux and macOS.)
+  provisioner "local-exec" {
+    command = "sleep ${var.api_enable_wait_seconds}"
+  }
 }
 
 # --- Service accounts (roles: iam.tf) ----------------------------------------
@@ -449,26 +467,47 @@ module "function" {
   expected_url    = lookup({ api = local.api_audiences[0], callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
-  # builder's must exist before the first revision starts or builds; the
-  # ring's secret version before a revision mounts "latest"; the Firestore
-  # database, its indexes and TTL policies before the sweeper's first
-  # queries (which fail FAILED_PRECONDITION while an index is missing); the
-  # Pub/Sub and Eventarc service agents before the sweeper's trigger.
+  # builder's must exist, and have propagated, before the first revision
+  # starts or builds: terraform_data.iam_propagation follows every grant
+  # and waits iam_propagation_wait_seconds (iam.tf). The ring's secret
+  # version before a revision mounts "latest"; the Firestore database, its
+  # indexes and TTL policies before the sweeper's first queries (which fail
+  # FAILED_PRECONDITION while an index is missing); the Pub/Sub and
+  # Eventarc service agents before the sweeper's trigger.
   depends_on = [
     terraform_data.service_identity,
+    terraform_data.iam_propagation,
     module.signing_keys,
     module.firestore,
-    google_project_iam_member.grant,
-    google_project_iam_member.grant_database,
-    google_secret_manager_secret_iam_member.grant,
-    google_pubsub_topic_iam_member.grant,
-    google_pubsub_topic_iam_member.grant_pool,
-    google_pubsub_subscription_iam_member.grant_pool,
-    google_service_account_iam_member.grant,
-    google_cloud_tasks_queue_iam_member.grant,
-    google_artifact_registry_repository_iam_member.grant,
-    google_storage_bucket_iam_member.grant,
-    google_cloud_run_v2_job_iam_member.grant,
   ]
 }
 
+# --- Due shards may grow, never shrink ----------------------------------------
+
+# The data depends on due_shards: each task and outbox entry keeps the due
+# shard it was given, and the sweeper queries shards [0, SERVO_DUE_SHARDS)
+# only, so a task in a shard no longer queried would never be swept,
+# re-driven or listed. The functions are the hard stop: they refuse to
+# start when SERVO_DUE_SHARDS is below a shard the database uses (every
+# request 503; internal/server, store.DueShardsInUse; docs/operations.md,
+# "Due shards"). This check is Terraform's early word, where it can see the
+# old value: at plan time it reads the deployed sweeper's SERVO_DUE_SHARDS
+# (the data source reads before anything is applied: it depends on no
+# managed resource, only on variables) and warns when due_shards is lower.
+# A check never fails a plan or an apply: a failed assertion, and an error
+# of its data source (no sweeper yet on a first apply: "not found"; no
+# network or credentials in CI's offline plans), are warnings.
+check "due_shards_not_lowered" {
+  data "google_cloudfunctions2_function" "deployed_sweeper" {
+    project  = var.project_id
+    location = var.region
+    name     = local.sweeper_name
+  }
+
+  assert {
+    # try: a sweeper whose environment has no SERVO_DUE_SHARDS, or no
+    # number there, gives nothing to compare (0).
+    condition     = var.due_shards >= try(tonumber(data.google_cloudfunctions2_function.deployed_sweeper.service_config[0].environment_variables["SERVO_DUE_SHARDS"]), 0)
+    error_message = "due_shards = ${var.due_shards} is below the ${try(data.google_cloudfunctions2_function.deployed_sweeper.service_config[0].environment_variables["SERVO_DUE_SHARDS"], "?")} due shards the deployed sweeper (${local.sweeper_name}) queries. Due shards may grow, never shrink: tasks and outbox entries keep their shard, and those above the new count would never be swept, re-driven or listed. No command moves data to fewer shards (`servo migrate` brings data to a newer layout; it does not re-shard), so set due_shards back to at least the deployed value. Applied as it is, the functions refuse to start once the database holds a task or outbox entry in a shard at or above ${var.due_shards} (every request answers 503; the log says `refusing to start: ... set it back to at least N`; docs/operations.md, \"Due shards\")."
+  }
+}

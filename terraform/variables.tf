@@ -41,6 +41,28 @@ variable "service_identity_wait_seconds" {
   }
 }
 
+variable "api_enable_wait_seconds" {
+  description = "Seconds each API waits after Terraform enables it, before anything that uses it is created (README.md, \"First apply into an empty project\"): a just-enabled API can still answer SERVICE_DISABLED for a while. Only when an API is enabled by this module (the first apply, or one that adds an API); 0: no wait."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.api_enable_wait_seconds >= 0 && var.api_enable_wait_seconds <= 600 && floor(var.api_enable_wait_seconds) == var.api_enable_wait_seconds
+    error_message = "api_enable_wait_seconds must be a whole number of seconds from 0 to 600."
+  }
+}
+
+variable "iam_propagation_wait_seconds" {
+  description = "Seconds to wait after the IAM grants of iam.tf are made, before the functions are built and deployed (IAM changes typically propagate in 2 minutes, sometimes 7 or more). Only when the table of grants (local.grants) changes; 0: no wait."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.iam_propagation_wait_seconds >= 0 && var.iam_propagation_wait_seconds <= 900 && floor(var.iam_propagation_wait_seconds) == var.iam_propagation_wait_seconds
+    error_message = "iam_propagation_wait_seconds must be a whole number of seconds from 0 to 900."
+  }
+}
+
 variable "region" {
   description = "Region of the functions, worker services, Cloud Tasks queues, Cloud Scheduler job, Artifact Registry repository and source bucket."
   type        = string

@@ -19,6 +19,14 @@ resource "google_firestore_index" "tasks_due_shard_task_id" {
     field_path = "taskId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.outbox_due_shard_delivered_next_try_at]
 }
 
 # Task listings (store.List), newest first.
@@ -35,6 +43,14 @@ resource "google_firestore_index" "tasks_due_shard_task_id_desc" {
     field_path = "taskId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_task_id]
 }
 
 # Task listings (store.List), oldest first.
@@ -55,6 +71,14 @@ resource "google_firestore_index" "tasks_due_shard_tenant_id_task_id" {
     field_path = "taskId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_task_id_desc]
 }
 
 # Task listings (store.List), newest first.
@@ -75,6 +99,15 @@ resource "google_firestore_index" "tasks_due_shard_tenant_id_task_id_desc" {
     field_path = "taskId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of composite-index chain 2 of 3: waits for no other index
+  # (main.tf, "Creation order and timeouts").
 }
 
 # Task listings (store.List), oldest first.
@@ -95,6 +128,14 @@ resource "google_firestore_index" "tasks_due_shard_run_id_task_id" {
     field_path = "taskId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_tenant_id_task_id_desc]
 }
 
 # Task listings (store.List), newest first.
@@ -115,6 +156,14 @@ resource "google_firestore_index" "tasks_due_shard_run_id_task_id_desc" {
     field_path = "taskId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_run_id_task_id]
 }
 
 # Task listings (store.List), oldest first.
@@ -135,6 +184,14 @@ resource "google_firestore_index" "tasks_due_shard_state_task_id" {
     field_path = "taskId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_run_id_task_id_desc]
 }
 
 # Task listings (store.List), newest first.
@@ -155,6 +212,14 @@ resource "google_firestore_index" "tasks_due_shard_state_task_id_desc" {
     field_path = "taskId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_task_id]
 }
 
 # Task listings (store.List), oldest first.
@@ -175,6 +240,14 @@ resource "google_firestore_index" "tasks_due_shard_worker_task_id" {
     field_path = "taskId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_task_id_desc]
 }
 
 # Task listings (store.List), newest first.
@@ -195,6 +268,14 @@ resource "google_firestore_index" "tasks_due_shard_worker_task_id_desc" {
     field_path = "taskId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_worker_task_id]
 }
 
 # Run listings (store.ListRuns), newest first: a group of the run ids'
@@ -212,6 +293,15 @@ resource "google_firestore_index" "runs_due_shard_run_id_desc" {
     field_path = "runId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of composite-index chain 3 of 3: waits for no other index
+  # (main.tf, "Creation order and timeouts").
 }
 
 resource "google_firestore_index" "runs_due_shard_tenant_id_run_id_desc" {
@@ -231,6 +321,14 @@ resource "google_firestore_index" "runs_due_shard_tenant_id_run_id_desc" {
     field_path = "runId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.runs_due_shard_run_id_desc]
 }
 
 # Run listings, the runs that are a task's own (a submit without a runId:
@@ -252,6 +350,14 @@ resource "google_firestore_index" "tasks_due_shard_own_run_run_id_desc" {
     field_path = "runId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.runs_due_shard_tenant_id_run_id_desc]
 }
 
 resource "google_firestore_index" "tasks_due_shard_own_run_tenant_id_run_id_desc" {
@@ -275,6 +381,14 @@ resource "google_firestore_index" "tasks_due_shard_own_run_tenant_id_run_id_desc
     field_path = "runId"
     order      = "DESCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_own_run_run_id_desc]
 }
 
 # Sequential ids (ULIDs): exempt from single-field indexing.
@@ -285,6 +399,14 @@ resource "google_firestore_field" "tasks_task_id" {
   field      = "taskId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.runs_expire_at]
 }
 
 # A task's and an outbox entry's run id: a run's counts take the listing
@@ -297,6 +419,14 @@ resource "google_firestore_field" "tasks_run_id" {
   field      = "runId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_task_id]
 }
 
 resource "google_firestore_field" "outbox_run_id" {
@@ -306,6 +436,14 @@ resource "google_firestore_field" "outbox_run_id" {
   field      = "runId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_run_id]
 }
 
 resource "google_firestore_field" "outbox_task_id" {
@@ -315,6 +453,14 @@ resource "google_firestore_field" "outbox_task_id" {
   field      = "taskId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_run_id]
 }
 
 resource "google_firestore_field" "idempotency_task_id" {
@@ -324,6 +470,14 @@ resource "google_firestore_field" "idempotency_task_id" {
   field      = "taskId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_task_id]
 }
 
 resource "google_firestore_field" "idempotency_created_at" {
@@ -333,6 +487,14 @@ resource "google_firestore_field" "idempotency_created_at" {
   field      = "createdAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.idempotency_task_id]
 }
 
 # Runs are listed behind their shard only (the indexes above): neither the
@@ -345,6 +507,14 @@ resource "google_firestore_field" "runs_run_id" {
   field      = "runId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.idempotency_created_at]
 }
 
 resource "google_firestore_field" "runs_tenant_id" {
@@ -354,6 +524,14 @@ resource "google_firestore_field" "runs_tenant_id" {
   field      = "tenantId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.runs_run_id]
 }
 
 # The outbox's fields no query reads alone (store.FieldExemptions).
@@ -365,6 +543,14 @@ resource "google_firestore_field" "outbox_event_id" {
   field      = "eventId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.runs_tenant_id]
 }
 
 resource "google_firestore_field" "outbox_worker" {
@@ -374,6 +560,14 @@ resource "google_firestore_field" "outbox_worker" {
   field      = "worker"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_event_id]
 }
 
 resource "google_firestore_field" "outbox_workspace_id" {
@@ -383,6 +577,14 @@ resource "google_firestore_field" "outbox_workspace_id" {
   field      = "workspaceId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_worker]
 }
 
 resource "google_firestore_field" "outbox_tenant_id" {
@@ -392,6 +594,14 @@ resource "google_firestore_field" "outbox_tenant_id" {
   field      = "tenantId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_workspace_id]
 }
 
 resource "google_firestore_field" "outbox_attempt" {
@@ -401,6 +611,15 @@ resource "google_firestore_field" "outbox_attempt" {
   field      = "attempt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of field chain 4 of 4: waits for no other field (main.tf,
+  # "Creation order and timeouts").
 }
 
 resource "google_firestore_field" "outbox_from" {
@@ -410,6 +629,14 @@ resource "google_firestore_field" "outbox_from" {
   field      = "from"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_attempt]
 }
 
 resource "google_firestore_field" "outbox_to" {
@@ -419,6 +646,14 @@ resource "google_firestore_field" "outbox_to" {
   field      = "to"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_from]
 }
 
 resource "google_firestore_field" "outbox_reason" {
@@ -428,6 +663,14 @@ resource "google_firestore_field" "outbox_reason" {
   field      = "reason"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_to]
 }
 
 resource "google_firestore_field" "outbox_outcome" {
@@ -437,6 +680,14 @@ resource "google_firestore_field" "outbox_outcome" {
   field      = "outcome"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_reason]
 }
 
 resource "google_firestore_field" "outbox_next_attempt" {
@@ -446,6 +697,14 @@ resource "google_firestore_field" "outbox_next_attempt" {
   field      = "nextAttempt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_outcome]
 }
 
 resource "google_firestore_field" "outbox_seq" {
@@ -455,6 +714,14 @@ resource "google_firestore_field" "outbox_seq" {
   field      = "seq"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_next_attempt]
 }
 
 resource "google_firestore_field" "outbox_dead_letter" {
@@ -464,6 +731,14 @@ resource "google_firestore_field" "outbox_dead_letter" {
   field      = "deadLetter"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_seq]
 }
 
 resource "google_firestore_field" "outbox_trace" {
@@ -473,6 +748,14 @@ resource "google_firestore_field" "outbox_trace" {
   field      = "trace"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_dead_letter]
 }
 
 resource "google_firestore_field" "outbox_tries" {
@@ -482,6 +765,14 @@ resource "google_firestore_field" "outbox_tries" {
   field      = "tries"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_trace]
 }
 
 resource "google_firestore_field" "outbox_event_published" {
@@ -491,4 +782,12 @@ resource "google_firestore_field" "outbox_event_published" {
   field      = "eventPublished"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_tries]
 }

@@ -6,6 +6,41 @@
 # (store/indexes.go); deploy/terraform_test.go fails when they differ, so
 # change both together. Each index is spelled out (no for_each) so the test
 # reads what is deployed.
+#
+# --- Creation order and timeouts ---------------------------------------------
+#
+# Every composite index and field configuration is a long-running operation
+# on the one database, and Firestore answers concurrent ones with 409s:
+# "Aborted due to cross-transaction contention" and "Please retry,
+# underlying data changed" for indexes
+# (https://github.com/hashicorp/terraform-provider-google/issues/16599 and
+# /issues/16664), "Please retry, underlying data changed" for fields
+# (/issues/16329); the Firebase CLI met "too much contention" creating 21
+# indexes at once and now creates them one at a time
+# (https://github.com/firebase/firebase-tools/issues/1119, /pull/1120). The
+# google provider retries those 409s (transport.FirestoreIndex409Retry,
+# FirestoreField409RetryUnderlyingDataChanged, since
+# GoogleCloudPlatform/magic-modules#9515 and #9329), but only within the
+# resource's timeout, 20 minutes by default, which also bounds the wait for
+# an index to build (google/services/firestore/resource_firestore_index.go,
+# provider 7.x). A create that times out forgets an index still building,
+# and the next apply then fails with 409 "index already exists".
+#
+# So, on a first apply (about 20 indexes and 100 field configurations) as
+# on any later one:
+#   - the operations are chained: each index depends_on the index declared
+#     before it (files in the order main.tf, layout.tf, schedules.tf,
+#     tenants.tf), except the first of each of 3 chains, and each field on
+#     the field before it, except the first of each of 4 chains. At most 3
+#     index builds and 4 field updates run at once, whatever Terraform's
+#     -parallelism, instead of up to 10 of all of them; Terraform has no
+#     per-resource parallelism setting, and depends_on keeps the resource
+#     addresses (a for_each would rename them and re-create every index).
+#     A new index or field goes at the end of a chain: depends_on = [the
+#     resource above it] (deploy/firstapply_test.go checks the chains);
+#   - every index and field has timeouts of 2 h to create or update and 1 h
+#     to delete: room for the provider's retries and for a build on a large
+#     database.
 
 resource "google_firestore_database" "this" {
   project     = var.project_id
@@ -43,6 +78,15 @@ resource "google_firestore_index" "tasks_due_shard_state_lease_expires_at" {
     field_path = "leaseExpiresAt"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of composite-index chain 1 of 3: waits for no other index
+  # (main.tf, "Creation order and timeouts").
 }
 
 # Sweeper: cancel grace periods past due (CANCELLING).
@@ -63,6 +107,14 @@ resource "google_firestore_index" "tasks_due_shard_state_cancel_deadline" {
     field_path = "cancelDeadline"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_lease_expires_at]
 }
 
 # Sweeper: dispatches to check (PENDING, QUEUED).
@@ -83,6 +135,14 @@ resource "google_firestore_index" "tasks_due_shard_state_dispatch_check_at" {
     field_path = "dispatchCheckAt"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_cancel_deadline]
 }
 
 # Sweeper: task deadlines past due (every non-terminal state).
@@ -103,6 +163,14 @@ resource "google_firestore_index" "tasks_due_shard_state_deadline" {
     field_path = "deadline"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_dispatch_check_at]
 }
 
 # Publisher re-drive: undelivered events due for a (re)try.
@@ -123,6 +191,14 @@ resource "google_firestore_index" "outbox_due_shard_delivered_next_try_at" {
     field_path = "nextTryAt"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_state_deadline]
 }
 
 # --- Single-field index exemptions (store.FieldExemptions) -------------------
@@ -139,6 +215,15 @@ resource "google_firestore_field" "tasks_payload" {
   field      = "payload"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of field chain 1 of 4: waits for no other field (main.tf,
+  # "Creation order and timeouts").
 }
 
 resource "google_firestore_field" "tasks_resources" {
@@ -148,6 +233,14 @@ resource "google_firestore_field" "tasks_resources" {
   field      = "resources"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_payload]
 }
 
 resource "google_firestore_field" "tasks_resume_from" {
@@ -157,6 +250,14 @@ resource "google_firestore_field" "tasks_resume_from" {
   field      = "resumeFrom"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_resources]
 }
 
 resource "google_firestore_field" "tasks_live" {
@@ -166,6 +267,14 @@ resource "google_firestore_field" "tasks_live" {
   field      = "live"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_resume_from]
 }
 
 # Fields no query filters or orders on (tasks are queried by due shard,
@@ -178,6 +287,14 @@ resource "google_firestore_field" "tasks_timing" {
   field      = "timing"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_live]
 }
 
 resource "google_firestore_field" "tasks_retry" {
@@ -187,6 +304,14 @@ resource "google_firestore_field" "tasks_retry" {
   field      = "retry"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_timing]
 }
 
 resource "google_firestore_field" "tasks_attempt" {
@@ -196,6 +321,14 @@ resource "google_firestore_field" "tasks_attempt" {
   field      = "attempt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_retry]
 }
 
 resource "google_firestore_field" "tasks_seq" {
@@ -205,6 +338,14 @@ resource "google_firestore_field" "tasks_seq" {
   field      = "seq"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_attempt]
 }
 
 resource "google_firestore_field" "tasks_reason" {
@@ -214,6 +355,14 @@ resource "google_firestore_field" "tasks_reason" {
   field      = "reason"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_seq]
 }
 
 resource "google_firestore_field" "tasks_cancel_reason" {
@@ -223,6 +372,14 @@ resource "google_firestore_field" "tasks_cancel_reason" {
   field      = "cancelReason"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_reason]
 }
 
 resource "google_firestore_field" "tasks_redrives" {
@@ -232,6 +389,14 @@ resource "google_firestore_field" "tasks_redrives" {
   field      = "redrives"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_cancel_reason]
 }
 
 resource "google_firestore_field" "tasks_idempotency_key" {
@@ -241,6 +406,14 @@ resource "google_firestore_field" "tasks_idempotency_key" {
   field      = "idempotencyKey"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_redrives]
 }
 
 resource "google_firestore_field" "tasks_task_key" {
@@ -250,6 +423,14 @@ resource "google_firestore_field" "tasks_task_key" {
   field      = "taskKey"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_idempotency_key]
 }
 
 resource "google_firestore_field" "tasks_rerun_of" {
@@ -259,6 +440,14 @@ resource "google_firestore_field" "tasks_rerun_of" {
   field      = "rerunOf"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_task_key]
 }
 
 resource "google_firestore_field" "tasks_asset_id" {
@@ -268,6 +457,14 @@ resource "google_firestore_field" "tasks_asset_id" {
   field      = "assetId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_rerun_of]
 }
 
 resource "google_firestore_field" "tasks_workspace_id" {
@@ -277,6 +474,14 @@ resource "google_firestore_field" "tasks_workspace_id" {
   field      = "workspaceId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_asset_id]
 }
 
 resource "google_firestore_field" "tasks_trace" {
@@ -286,6 +491,14 @@ resource "google_firestore_field" "tasks_trace" {
   field      = "trace"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_workspace_id]
 }
 
 resource "google_firestore_field" "tasks_ended_attempt" {
@@ -295,6 +508,14 @@ resource "google_firestore_field" "tasks_ended_attempt" {
   field      = "endedAttempt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_trace]
 }
 
 # What Cloud Tasks last said of a waiting push attempt's delivery (shown
@@ -306,6 +527,14 @@ resource "google_firestore_field" "tasks_delivery" {
   field      = "delivery"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_ended_attempt]
 }
 
 resource "google_firestore_field" "tasks_recorded" {
@@ -315,6 +544,14 @@ resource "google_firestore_field" "tasks_recorded" {
   field      = "recorded"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_delivery]
 }
 
 resource "google_firestore_field" "tasks_own_run" {
@@ -324,6 +561,14 @@ resource "google_firestore_field" "tasks_own_run" {
   field      = "ownRun"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_recorded]
 }
 
 resource "google_firestore_field" "attempts_outcome" {
@@ -333,6 +578,14 @@ resource "google_firestore_field" "attempts_outcome" {
   field      = "outcome"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_own_run]
 }
 
 resource "google_firestore_field" "attempts_worker_id" {
@@ -342,6 +595,14 @@ resource "google_firestore_field" "attempts_worker_id" {
   field      = "workerId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_outcome]
 }
 
 resource "google_firestore_field" "attempts_message" {
@@ -351,6 +612,14 @@ resource "google_firestore_field" "attempts_message" {
   field      = "message"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_worker_id]
 }
 
 resource "google_firestore_field" "attempts_progress_pct" {
@@ -360,6 +629,14 @@ resource "google_firestore_field" "attempts_progress_pct" {
   field      = "progressPct"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_message]
 }
 
 resource "google_firestore_field" "attempts_heartbeats" {
@@ -369,6 +646,14 @@ resource "google_firestore_field" "attempts_heartbeats" {
   field      = "heartbeats"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_progress_pct]
 }
 
 resource "google_firestore_field" "attempts_cancelled_during_phase" {
@@ -378,6 +663,15 @@ resource "google_firestore_field" "attempts_cancelled_during_phase" {
   field      = "cancelledDuringPhase"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of field chain 2 of 4: waits for no other field (main.tf,
+  # "Creation order and timeouts").
 }
 
 resource "google_firestore_field" "attempts_execution" {
@@ -387,6 +681,14 @@ resource "google_firestore_field" "attempts_execution" {
   field      = "execution"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_cancelled_during_phase]
 }
 
 resource "google_firestore_field" "attempts_completion_digest" {
@@ -396,6 +698,14 @@ resource "google_firestore_field" "attempts_completion_digest" {
   field      = "completionDigest"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_execution]
 }
 
 # A task's recent transitions (the events endpoints read them with the
@@ -407,6 +717,14 @@ resource "google_firestore_field" "tasks_history" {
   field      = "history"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_completion_digest]
 }
 
 resource "google_firestore_field" "attempts_output" {
@@ -416,6 +734,14 @@ resource "google_firestore_field" "attempts_output" {
   field      = "output"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_history]
 }
 
 resource "google_firestore_field" "attempts_checkpoint" {
@@ -425,6 +751,14 @@ resource "google_firestore_field" "attempts_checkpoint" {
   field      = "checkpoint"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_output]
 }
 
 resource "google_firestore_field" "attempts_error" {
@@ -434,6 +768,14 @@ resource "google_firestore_field" "attempts_error" {
   field      = "error"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_checkpoint]
 }
 
 resource "google_firestore_field" "attempts_metrics" {
@@ -443,6 +785,14 @@ resource "google_firestore_field" "attempts_metrics" {
   field      = "metrics"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_error]
 }
 
 resource "google_firestore_field" "attempts_partial_progress" {
@@ -452,6 +802,14 @@ resource "google_firestore_field" "attempts_partial_progress" {
   field      = "partialProgress"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_metrics]
 }
 
 resource "google_firestore_field" "attempts_heartbeat_ticks" {
@@ -461,6 +819,14 @@ resource "google_firestore_field" "attempts_heartbeat_ticks" {
   field      = "heartbeatTicks"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_partial_progress]
 }
 
 resource "google_firestore_field" "outbox_error" {
@@ -470,6 +836,14 @@ resource "google_firestore_field" "outbox_error" {
   field      = "error"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_heartbeat_ticks]
 }
 
 # A commit's transitions before the last, on its one outbox document.
@@ -480,6 +854,14 @@ resource "google_firestore_field" "outbox_earlier" {
   field      = "earlier"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_error]
 }
 
 resource "google_firestore_field" "tasks_created_at" {
@@ -489,6 +871,14 @@ resource "google_firestore_field" "tasks_created_at" {
   field      = "createdAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_earlier]
 }
 
 resource "google_firestore_field" "tasks_updated_at" {
@@ -498,6 +888,14 @@ resource "google_firestore_field" "tasks_updated_at" {
   field      = "updatedAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_created_at]
 }
 
 resource "google_firestore_field" "tasks_ended_at" {
@@ -507,6 +905,14 @@ resource "google_firestore_field" "tasks_ended_at" {
   field      = "endedAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_updated_at]
 }
 
 resource "google_firestore_field" "tasks_not_before" {
@@ -516,6 +922,14 @@ resource "google_firestore_field" "tasks_not_before" {
   field      = "notBefore"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_ended_at]
 }
 
 resource "google_firestore_field" "tasks_enqueue_at" {
@@ -525,6 +939,14 @@ resource "google_firestore_field" "tasks_enqueue_at" {
   field      = "enqueueAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_not_before]
 }
 
 resource "google_firestore_field" "tasks_lease_expires_at" {
@@ -534,6 +956,14 @@ resource "google_firestore_field" "tasks_lease_expires_at" {
   field      = "leaseExpiresAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_enqueue_at]
 }
 
 resource "google_firestore_field" "tasks_cancel_deadline" {
@@ -543,6 +973,14 @@ resource "google_firestore_field" "tasks_cancel_deadline" {
   field      = "cancelDeadline"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_lease_expires_at]
 }
 
 resource "google_firestore_field" "tasks_dispatch_check_at" {
@@ -552,6 +990,14 @@ resource "google_firestore_field" "tasks_dispatch_check_at" {
   field      = "dispatchCheckAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_cancel_deadline]
 }
 
 resource "google_firestore_field" "tasks_start_timeout_at" {
@@ -561,6 +1007,14 @@ resource "google_firestore_field" "tasks_start_timeout_at" {
   field      = "startTimeoutAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_dispatch_check_at]
 }
 
 resource "google_firestore_field" "tasks_deadline" {
@@ -570,6 +1024,14 @@ resource "google_firestore_field" "tasks_deadline" {
   field      = "deadline"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_start_timeout_at]
 }
 
 resource "google_firestore_field" "attempts_created_at" {
@@ -579,6 +1041,14 @@ resource "google_firestore_field" "attempts_created_at" {
   field      = "createdAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_deadline]
 }
 
 resource "google_firestore_field" "attempts_scheduled_at" {
@@ -588,6 +1058,14 @@ resource "google_firestore_field" "attempts_scheduled_at" {
   field      = "scheduledAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_created_at]
 }
 
 resource "google_firestore_field" "attempts_started_at" {
@@ -597,6 +1075,14 @@ resource "google_firestore_field" "attempts_started_at" {
   field      = "startedAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_scheduled_at]
 }
 
 resource "google_firestore_field" "attempts_completed_at" {
@@ -606,6 +1092,14 @@ resource "google_firestore_field" "attempts_completed_at" {
   field      = "completedAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_started_at]
 }
 
 resource "google_firestore_field" "attempts_last_heartbeat_at" {
@@ -615,6 +1109,15 @@ resource "google_firestore_field" "attempts_last_heartbeat_at" {
   field      = "lastHeartbeatAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  # First of field chain 3 of 4: waits for no other field (main.tf,
+  # "Creation order and timeouts").
 }
 
 resource "google_firestore_field" "attempts_reported_at" {
@@ -624,6 +1127,14 @@ resource "google_firestore_field" "attempts_reported_at" {
   field      = "reportedAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_last_heartbeat_at]
 }
 
 resource "google_firestore_field" "outbox_created_at" {
@@ -633,6 +1144,14 @@ resource "google_firestore_field" "outbox_created_at" {
   field      = "createdAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_reported_at]
 }
 
 resource "google_firestore_field" "outbox_occurred_at" {
@@ -642,6 +1161,14 @@ resource "google_firestore_field" "outbox_occurred_at" {
   field      = "occurredAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_created_at]
 }
 
 resource "google_firestore_field" "outbox_delivered_at" {
@@ -651,6 +1178,14 @@ resource "google_firestore_field" "outbox_delivered_at" {
   field      = "deliveredAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_occurred_at]
 }
 
 resource "google_firestore_field" "outbox_next_try_at" {
@@ -660,6 +1195,14 @@ resource "google_firestore_field" "outbox_next_try_at" {
   field      = "nextTryAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_delivered_at]
 }
 
 resource "google_firestore_field" "runs_last_submit_at" {
@@ -669,6 +1212,14 @@ resource "google_firestore_field" "runs_last_submit_at" {
   field      = "lastSubmitAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_next_try_at]
 }
 
 # --- TTL policies (store.TTLFields) ----------------------------------------
@@ -688,6 +1239,14 @@ resource "google_firestore_field" "outbox_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.runs_last_submit_at]
 }
 
 resource "google_firestore_field" "idempotency_expire_at" {
@@ -698,6 +1257,14 @@ resource "google_firestore_field" "idempotency_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_expire_at]
 }
 
 resource "google_firestore_field" "outages_expire_at" {
@@ -708,6 +1275,14 @@ resource "google_firestore_field" "outages_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.idempotency_expire_at]
 }
 
 # Retention (docs/cost.md): an ended task, its attempt records and its
@@ -722,6 +1297,14 @@ resource "google_firestore_field" "tasks_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outages_expire_at]
 }
 
 # A field configuration applies to the collection group: every task's
@@ -734,6 +1317,14 @@ resource "google_firestore_field" "attempts_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_expire_at]
 }
 
 resource "google_firestore_field" "runs_expire_at" {
@@ -744,4 +1335,12 @@ resource "google_firestore_field" "runs_expire_at" {
 
   index_config {}
   ttl_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.attempts_expire_at]
 }

@@ -13,6 +13,14 @@ resource "google_firestore_index" "schedules_due_shard_due_at" {
     field_path = "dueAt"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.tasks_due_shard_own_run_tenant_id_run_id_desc]
 }
 
 resource "google_firestore_index" "schedules_tenant_id_schedule_id" {
@@ -28,6 +36,14 @@ resource "google_firestore_index" "schedules_tenant_id_schedule_id" {
     field_path = "scheduleId"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.schedules_due_shard_due_at]
 }
 
 # Large, repeated or steadily increasing values no query reads alone.
@@ -38,6 +54,14 @@ resource "google_firestore_field" "schedules_task" {
   field      = "task"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_event_published]
 }
 
 resource "google_firestore_field" "schedules_recent" {
@@ -47,6 +71,14 @@ resource "google_firestore_field" "schedules_recent" {
   field      = "recent"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_task]
 }
 
 resource "google_firestore_field" "schedules_pending" {
@@ -56,6 +88,14 @@ resource "google_firestore_field" "schedules_pending" {
   field      = "pending"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_recent]
 }
 
 resource "google_firestore_field" "schedules_active" {
@@ -65,6 +105,14 @@ resource "google_firestore_field" "schedules_active" {
   field      = "active"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_pending]
 }
 
 resource "google_firestore_field" "schedules_buffered" {
@@ -74,6 +122,14 @@ resource "google_firestore_field" "schedules_buffered" {
   field      = "buffered"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_active]
 }
 
 resource "google_firestore_field" "schedules_cancel" {
@@ -83,6 +139,14 @@ resource "google_firestore_field" "schedules_cancel" {
   field      = "cancel"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_buffered]
 }
 
 resource "google_firestore_field" "schedules_note" {
@@ -92,6 +156,14 @@ resource "google_firestore_field" "schedules_note" {
   field      = "note"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_cancel]
 }
 
 resource "google_firestore_field" "schedules_next_fire_at" {
@@ -101,6 +173,14 @@ resource "google_firestore_field" "schedules_next_fire_at" {
   field      = "nextFireAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_note]
 }
 
 resource "google_firestore_field" "schedules_due_at" {
@@ -110,6 +190,14 @@ resource "google_firestore_field" "schedules_due_at" {
   field      = "dueAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_next_fire_at]
 }
 
 resource "google_firestore_field" "tasks_schedule_id" {
@@ -119,6 +207,14 @@ resource "google_firestore_field" "tasks_schedule_id" {
   field      = "scheduleId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.schedules_due_at]
 }
 
 resource "google_firestore_field" "tasks_scheduled_fire_at" {
@@ -128,6 +224,14 @@ resource "google_firestore_field" "tasks_scheduled_fire_at" {
   field      = "scheduledFireAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_schedule_id]
 }
 
 resource "google_firestore_field" "outbox_schedule_id" {
@@ -137,6 +241,14 @@ resource "google_firestore_field" "outbox_schedule_id" {
   field      = "scheduleId"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_scheduled_fire_at]
 }
 
 resource "google_firestore_field" "outbox_scheduled_fire_at" {
@@ -146,4 +258,12 @@ resource "google_firestore_field" "outbox_scheduled_fire_at" {
   field      = "scheduledFireAt"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_schedule_id]
 }

@@ -17,6 +17,14 @@ resource "google_firestore_index" "tasks_due_shard_state_waiting_since" {
     field_path = "waitingSince"
     order      = "ASCENDING"
   }
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_index.schedules_tenant_id_schedule_id]
 }
 
 # A steadily increasing timestamp, queried only through the index above.
@@ -27,4 +35,12 @@ resource "google_firestore_field" "tasks_waiting_since" {
   field      = "waitingSince"
 
   index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_scheduled_fire_at]
 }
