@@ -1,14 +1,16 @@
-# Optional alert policies (modules/alerts; docs/operations.md, "Alerts"),
-# off by default: set alerts_enabled = true, and notification channels.
+# Alert policies (modules/alerts; docs/operations.md, "Alerts"), on by
+# default: name at least one notification channel in
+# alert_notification_channels (modules/alerts refuses none), or opt out
+# explicitly with alerts_enabled = false.
 
 variable "alerts_enabled" {
-  description = "Create the Cloud Monitoring alert policies of modules/alerts (sweeper lag and silence, outbox backlog age, dead-letter rate, 5xx ratio per function)."
+  description = "Create the Cloud Monitoring alert policies of modules/alerts (sweeper lag and silence, outbox backlog age, events not reaching Pub/Sub, oldest queued task per worker, dead-letter rate by reason, 5xx ratio per function); they need alert_notification_channels. false opts out (say why next to it)."
   type        = bool
-  default     = false
+  default     = true
 }
 
 variable "alert_notification_channels" {
-  description = "Notification channel ids (projects/P/notificationChannels/N) the alert policies notify."
+  description = "Notification channel ids (projects/P/notificationChannels/N) the alert policies notify: at least one while alerts_enabled (gcloud beta monitoring channels create, or the console's Alerting > Edit notification channels)."
   type        = list(string)
   default     = []
 

@@ -18,6 +18,7 @@ import (
 	"github.com/servo-dev/servo/internal/service"
 	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
+	"github.com/servo-dev/servo/internal/telemetry"
 )
 
 // Defaults of Config.
@@ -568,6 +569,8 @@ type pending struct {
 	ev  *pubsub.PublishResult
 	dl  *pubsub.PublishResult
 	err error // set when a message could not even be built or sent
+	// cause is the first failure's, bounded (servo.events.publish_failures).
+	cause string
 }
 
 // mark records a batch's results: the delivered documents deleted (one
@@ -620,7 +623,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 		}
 		msg, err := EventMessage(it.tr)
 		if err != nil {
-			ps[i].err = err
+			ps[i].err, ps[i].cause = err, causeMessage
 			continue
 		}
 		p.traceMessage(ctx, it.tr, msg)
@@ -632,12 +635,12 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 		}
 		attempts, err := p.outbox.Attempts(ctx, ps[i].tr.TaskID)
 		if err != nil {
-			ps[i].err = fmt.Errorf("read attempts for the dead letter: %w", err)
+			ps[i].err, ps[i].cause = fmt.Errorf("read attempts for the dead letter: %w", err), causeAttempts
 			continue
 		}
 		msg, err := DeadLetterMessage(DeadLetterOf(ps[i].tr, attempts))
 		if err != nil {
-			ps[i].err = err
+			ps[i].err, ps[i].cause = err, causeMessage
 			continue
 		}
 		ps[i].dl = p.dead.Publish(ctx, msg)
@@ -656,6 +659,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 				// for it fail too until ResumePublish.
 				paused[pe.tr.TaskID] = true
 				pe.err = cmp.Or(pe.err, fmt.Errorf("publish to %s: %w", p.events, err))
+				pe.cause = cmp.Or(pe.cause, publishCause(err))
 			} else {
 				pe.eventPublished = true
 				p.published.Add(1)
@@ -664,6 +668,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 		if pe.dl != nil {
 			if _, err := pe.dl.Get(ctx); err != nil {
 				pe.err = cmp.Or(pe.err, fmt.Errorf("publish dead letter to %s: %w", p.dead, err))
+				pe.cause = cmp.Or(pe.cause, publishCause(err))
 			} else {
 				p.publishedDead.Add(1)
 			}
@@ -675,6 +680,7 @@ func (p *Publisher) publishAll(ctx context.Context, items []item, op string) ([]
 				"op", op, "taskId", pe.tr.TaskID, "attempt", pe.tr.Attempt, "tenantId", pe.tr.TenantID,
 				"eventId", pe.tr.EventID, "seq", pe.tr.Seq, "to", pe.tr.To, "tries", pe.tries+1,
 				"eventPublished", pe.eventPublished, "error", pe.err.Error())
+			telemetry.RecordPublishFailure(ctx, op, pe.cause, 1)
 			continue
 		}
 		delivered = append(delivered, pe.item)

@@ -2,12 +2,15 @@ package events
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/servo-dev/servo/internal/spanattr"
 	"github.com/servo-dev/servo/internal/store"
@@ -66,4 +69,28 @@ func (b *outboxBacklog) record(ctx context.Context, now time.Time) {
 		age = now.Sub(b.oldest)
 	}
 	telemetry.RecordOutbox(ctx, b.n, age)
+}
+
+// Causes of servo.events.publish_failures besides gRPC status code names
+// (publishCause): the message could not be built, or the dead letter's
+// attempt history could not be read.
+const (
+	causeMessage  = "message"
+	causeAttempts = "attempts"
+)
+
+// publishCause names a failed publish's cause, bounded: the gRPC status
+// code's name (NotFound: the topic is gone; PermissionDenied;
+// Unavailable; DeadlineExceeded: no answer within the publish timeout).
+func publishCause(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded.String()
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled.String()
+	}
+	if c := status.Code(err); c <= codes.Unauthenticated {
+		return c.String()
+	}
+	return codes.Unknown.String()
 }

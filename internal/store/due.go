@@ -110,6 +110,12 @@ type DueCursor struct {
 // its transaction reads; a due task has no payload, timing or other field.
 var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "trace", "worker", "redrives"}
 
+// dueExtra are the fields a duty's query projects beside dueFields: the
+// dispatch duty's tell since when an attempt has waited to start (the
+// task's creation, its attempt's schedule time), for the sweeper's
+// servo.queued.oldest_age even when its transaction fails.
+var dueExtra = map[Due][]string{DueDispatch: {"createdAt", "notBefore"}}
+
 // DueTasks returns up to limit tasks of a group of due shards (one of
 // DueGroups(d)) whose duty d is due at now, ordered by the due time and
 // then the document name across the group, after cursor (nil for the
@@ -154,7 +160,7 @@ func (s *Store) dueQuery(d Due, shards []int, now time.Time, limit int, after *D
 		op, sv = pb.StructuredQuery_FieldFilter_IN, statesVal(states)
 	}
 	sel := &pb.StructuredQuery_Projection{}
-	for _, f := range append(slices.Clone(dueFields), string(d)) {
+	for _, f := range append(append(slices.Clone(dueFields), dueExtra[d]...), string(d)) {
 		sel.Fields = append(sel.Fields, fieldRef(f))
 	}
 	q := &pb.StructuredQuery{

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -29,6 +30,8 @@ type emitted struct {
 	unit      string
 	kind      string // counter, gauge or histogram: the type's suffix
 	valueType string // DOUBLE or DISTRIBUTION
+	// labels are the attribute keys of its points: its metric labels.
+	labels map[string]bool
 }
 
 // MonitoringType is the metric type of e in Cloud Monitoring.
@@ -55,6 +58,8 @@ func emittedMetrics(t *testing.T) map[string]emitted {
 	RecordSweep(ctx, "lease", SweepApplied, &now, now)
 	RecordPass(ctx, PassOK, now, []PassDuty{{Name: "lease", Due: 1, MaxLag: time.Second}})
 	RecordOutbox(ctx, 1, time.Second)
+	RecordQueued(ctx, map[string]time.Duration{"w": time.Minute})
+	RecordPublishFailure(ctx, PublishAfterCommit, "NotFound", 1)
 	RecordAPI(ctx, "GET", "/v1/health", 200, time.Millisecond)
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
@@ -63,21 +68,51 @@ func emittedMetrics(t *testing.T) map[string]emitted {
 	out := map[string]emitted{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			e := emitted{name: m.Name, unit: m.Unit, valueType: "DOUBLE"}
+			e := emitted{name: m.Name, unit: m.Unit, valueType: "DOUBLE", labels: map[string]bool{}}
+			var sets []attribute.Set
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				e.kind = map[bool]string{true: "counter", false: "gauge"}[d.IsMonotonic]
+				sets = attrSets(d.DataPoints)
 			case metricdata.Sum[float64]:
 				e.kind = map[bool]string{true: "counter", false: "gauge"}[d.IsMonotonic]
-			case metricdata.Gauge[int64], metricdata.Gauge[float64]:
-				e.kind = "gauge"
-			case metricdata.Histogram[int64], metricdata.Histogram[float64]:
+				sets = attrSets(d.DataPoints)
+			case metricdata.Gauge[int64]:
+				e.kind, sets = "gauge", attrSets(d.DataPoints)
+			case metricdata.Gauge[float64]:
+				e.kind, sets = "gauge", attrSets(d.DataPoints)
+			case metricdata.Histogram[int64]:
 				e.kind, e.valueType = "histogram", "DISTRIBUTION"
+				sets = histogramAttrSets(d.DataPoints)
+			case metricdata.Histogram[float64]:
+				e.kind, e.valueType = "histogram", "DISTRIBUTION"
+				sets = histogramAttrSets(d.DataPoints)
 			default:
 				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
 			}
+			for _, set := range sets {
+				for _, kv := range set.ToSlice() {
+					e.labels[string(kv.Key)] = true
+				}
+			}
 			out[e.monitoringType()] = e
 		}
+	}
+	return out
+}
+
+func attrSets[N int64 | float64](dps []metricdata.DataPoint[N]) []attribute.Set {
+	var out []attribute.Set
+	for _, dp := range dps {
+		out = append(out, dp.Attributes)
+	}
+	return out
+}
+
+func histogramAttrSets[N int64 | float64](dps []metricdata.HistogramDataPoint[N]) []attribute.Set {
+	var out []attribute.Set
+	for _, dp := range dps {
+		out = append(out, dp.Attributes)
 	}
 	return out
 }
@@ -106,6 +141,10 @@ var (
 	resourceTypeRE = regexp.MustCompile(`resource\.type\s*=\s*"([^"]+)"`)
 	mqlMetricRE    = regexp.MustCompile(`\|\s*metric\s+'([^']+)'`)
 	mqlFetchRE     = regexp.MustCompile(`fetch\s+([a-z_]+)`)
+	// groupByRE is a group-by field on a metric label: the Telemetry API
+	// keeps an attribute's key, dots included, as its label's
+	// (metric.label."servo.worker").
+	groupByRE = regexp.MustCompile(`^metric\.label\."([a-zA-Z_][a-zA-Z0-9_.]*)"$`)
 )
 
 // condition is one alert condition as terraform/ declares it.
@@ -115,6 +154,7 @@ type condition struct {
 	thresholdVar             string
 	mql                      string
 	absent                   bool
+	groupBy                  []string
 }
 
 // TestAlertPoliciesMatchTheMetrics reads every alert condition in
@@ -163,6 +203,15 @@ func TestAlertPoliciesMatchTheMetrics(t *testing.T) {
 		}
 		if c.reducer != "" && !contains(reducersFor[e.valueType], c.reducer) {
 			t.Errorf("%s: reducer %q does not apply to %s values; use one of %v", c.where, c.reducer, e.valueType, reducersFor[e.valueType])
+		}
+		for _, g := range c.groupBy {
+			m := groupByRE.FindStringSubmatch(g)
+			switch {
+			case m == nil:
+				t.Errorf("%s: group_by_fields %q is not metric.label.\"<attribute>\"", c.where, g)
+			case !e.labels[m[1]]:
+				t.Errorf("%s: groups by %q, but %s has no attribute %s (it has %v)", c.where, g, mt[1], m[1], e.labels)
+			}
 		}
 		switch {
 		case strings.HasSuffix(c.thresholdVar, "_seconds") && e.unit != "s":
@@ -216,6 +265,7 @@ func readConditions(t *testing.T, dir string) []condition {
 						if ab.Type == "aggregations" {
 							c.aligner = literal(t, c.where, ab.Body.Attributes["per_series_aligner"])
 							c.reducer = literal(t, c.where, ab.Body.Attributes["cross_series_reducer"])
+							c.groupBy = literalList(t, c.where, ab.Body.Attributes["group_by_fields"])
 						}
 					}
 					out = append(out, c)
@@ -242,6 +292,29 @@ func literal(t *testing.T, where string, a *hclsyntax.Attribute) string {
 		return ""
 	}
 	return v.AsString()
+}
+
+// literalList is a list-of-strings attribute's value, which must not
+// depend on variables.
+func literalList(t *testing.T, where string, a *hclsyntax.Attribute) []string {
+	t.Helper()
+	if a == nil {
+		return nil
+	}
+	v, diags := a.Expr.Value(nil)
+	if diags.HasErrors() || !(v.Type().IsTupleType() || v.Type().IsListType()) {
+		t.Errorf("%s: %s is not a literal list (the test must be able to read it): %v", where, a.Name, diags)
+		return nil
+	}
+	var out []string
+	for _, e := range v.AsValueSlice() {
+		if e.Type() != cty.String {
+			t.Errorf("%s: %s holds a %s, not a string", where, a.Name, e.Type().FriendlyName())
+			continue
+		}
+		out = append(out, e.AsString())
+	}
+	return out
 }
 
 // template is an attribute's source text (an MQL heredoc with variables).

@@ -122,11 +122,35 @@
 //	servo.api.duration               histogram (s)  http.request.method, http.route
 //	servo.zombies                    counter        servo.worker
 //	servo.retries.scheduled          counter        servo.worker, servo.reason
-//	servo.dead_letters               counter        servo.worker
+//	servo.dead_letters               counter        servo.worker, servo.reason (the task's final reason:
+//	                                                HEARTBEAT_TIMEOUT, DISPATCH_TIMEOUT, NON_RETRYABLE, …)
 //	servo.outbox.backlog,            gauges         – (what the sweeper's last outbox re-drive found past
 //	servo.outbox.oldest_age                         the grace period)
+//	servo.queued.oldest_age          gauge (s)      servo.worker (see below)
+//	servo.events.publish_failures    counter        servo.op (publish: after a commit, in the API, the
+//	                                                callbacks or the sweeper; redrive: the sweeper's),
+//	                                                servo.cause (a gRPC status code name: NotFound,
+//	                                                PermissionDenied, Unavailable, DeadlineExceeded, …;
+//	                                                message, attempts): events left in the outbox
 //	servo.task.start_latency         histogram (s)  servo.worker (attempt created, or a retry's schedule
 //	                                                time → accepted started)
+//
+// servo.queued.oldest_age is recorded by the sweeper at each pass, for
+// every worker it has seen: the longest that a PENDING or QUEUED attempt
+// of the worker among the pass's dispatch-duty tasks has waited to start
+// (since the task's creation, or its attempt's schedule time when later:
+// a retry's, a delayed start's), 0 when the pass handled none. The
+// sweeper looks at a QUEUED push attempt at its delivery probes (first at
+// most 30 s after its enqueue, then at doubling intervals) and at its
+// start timeout (then every start timeout while Cloud Tasks holds it), not
+// at every pass: the gauge is a sawtooth whose peaks come at most a start
+// timeout apart (each held 2 minutes, zombie.QueuedHold, so that a metric
+// export sees it). Alert on its max over a window at least as long as the
+// longest start timeout of your tasks (10 min by default;
+// terraform/modules/alerts aligns over queued_age_window_seconds). The
+// API and the callbacks record servo.events.publish_failures whenever a
+// publish fails, so it keeps counting when the sweeper, whose ticks come
+// through Pub/Sub, stops with Pub/Sub; the sweeper's outbox gauges do not.
 //
 // The worker SDK records its own (servo.worker.runs,
 // servo.worker.run.duration, servo.worker.heartbeats,

@@ -35,6 +35,8 @@ const (
 	MetricOutboxBacklog    = "servo.outbox.backlog"
 	MetricOutboxOldestAge  = "servo.outbox.oldest_age"
 	MetricStartLatency     = "servo.task.start_latency"
+	MetricQueuedOldestAge  = "servo.queued.oldest_age"
+	MetricPublishFailures  = "servo.events.publish_failures"
 )
 
 // Attribute keys of the metrics.
@@ -45,15 +47,17 @@ const (
 	statusKey = attribute.Key("http.response.status_code")
 	methodKey = attribute.Key("http.request.method")
 	routeKey  = attribute.Key("http.route")
+	opKey     = attribute.Key("servo.op")
+	causeKey  = attribute.Key("servo.cause")
 )
 
 type instruments struct {
 	transitions, callbacks, submits, handled, zombies, retries, deadLetters metric.Int64Counter
-	passes, due, apiRequests                                                metric.Int64Counter
+	passes, due, apiRequests, publishFailures                               metric.Int64Counter
 	callbackDur, sweeperLag, startLatency, apiDuration                      metric.Float64Histogram
 	callbackRPCs                                                            metric.Int64Histogram
 	backlog                                                                 metric.Int64Gauge
-	oldestAge, maxLag, lastPass                                             metric.Float64Gauge
+	oldestAge, maxLag, lastPass, queuedAge                                  metric.Float64Gauge
 }
 
 func newInstruments(m metric.Meter) *instruments {
@@ -69,7 +73,7 @@ func newInstruments(m metric.Meter) *instruments {
 	i.handled, _ = m.Int64Counter(MetricSweeperHandled, metric.WithDescription("Due tasks the sweeper handled, by duty and result (applied, noop, error)."), metric.WithUnit("{task}"))
 	i.zombies, _ = m.Int64Counter(MetricZombies, metric.WithDescription("Attempts ended as zombies (lease expired), by worker."), metric.WithUnit("{attempt}"))
 	i.retries, _ = m.Int64Counter(MetricRetries, metric.WithDescription("Retries scheduled (a new attempt), by worker and reason."), metric.WithUnit("{attempt}"))
-	i.deadLetters, _ = m.Int64Counter(MetricDeadLetters, metric.WithDescription("Tasks that ended FAILED with no retry left (dead letters), by worker."), metric.WithUnit("{task}"))
+	i.deadLetters, _ = m.Int64Counter(MetricDeadLetters, metric.WithDescription("Tasks that ended FAILED with no retry left (dead letters), by worker and final reason."), metric.WithUnit("{task}"))
 	i.backlog, _ = m.Int64Gauge(MetricOutboxBacklog, metric.WithDescription("Undelivered outbox events past their grace period the last re-drive pass found, due or backed off after a failed delivery (at most a re-drive batch per shard)."), metric.WithUnit("{event}"))
 	i.oldestAge, _ = m.Float64Gauge(MetricOutboxOldestAge, metric.WithDescription("Age of the oldest undelivered outbox event the last re-drive pass found (0 when none)."), metric.WithUnit("s"))
 	i.startLatency, _ = m.Float64Histogram(MetricStartLatency, metric.WithDescription("Time from an attempt's enqueue (or its retry's schedule time) to its accepted `started`, by worker."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
@@ -79,6 +83,8 @@ func newInstruments(m metric.Meter) *instruments {
 	i.maxLag, _ = m.Float64Gauge(MetricSweeperMaxLag, metric.WithDescription("The largest lag behind a due time among the tasks the last pass handled, by duty (0 when none was due)."), metric.WithUnit("s"))
 	i.lastPass, _ = m.Float64Gauge(MetricSweeperLastPass, metric.WithDescription("When the last sweeper pass ended, in seconds since the Unix epoch."), metric.WithUnit("s"))
 	i.apiRequests, _ = m.Int64Counter(MetricAPIRequests, metric.WithDescription("Control API requests answered, by method, route and HTTP status."), metric.WithUnit("{request}"))
+	i.queuedAge, _ = m.Float64Gauge(MetricQueuedOldestAge, metric.WithDescription("The longest a PENDING or QUEUED attempt the sweeper looked at (a delivery probe, a start timeout) had waited to start, by worker, held 2 minutes (0 for a worker with none): alert on its max over a window at least as long as the longest start timeout."), metric.WithUnit("s"))
+	i.publishFailures, _ = m.Int64Counter(MetricPublishFailures, metric.WithDescription("Transition events not delivered to Pub/Sub (left in the outbox), by operation (publish after a commit, redrive) and cause (a gRPC status code name, message, attempts)."), metric.WithUnit("{event}"))
 	i.apiDuration, _ = m.Float64Histogram(MetricAPIDuration, metric.WithDescription("Time to answer a control API request, by method and route."), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(spanattr.LatencyBuckets...))
 	return &i
 }
@@ -98,7 +104,7 @@ func RecordTransitions(ctx context.Context, trs []task.Transition) {
 			in.retries.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker), reasonKey.String(tr.Reason)))
 		}
 		if tr.DeadLetter {
-			in.deadLetters.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker)))
+			in.deadLetters.Add(ctx, 1, metric.WithAttributes(spanattr.WorkerKey.String(tr.Worker), reasonKey.String(tr.Reason)))
 		}
 	}
 }
@@ -174,6 +180,34 @@ func RecordOutbox(ctx context.Context, backlog int, oldest time.Duration) {
 	in := inst()
 	in.backlog.Record(ctx, int64(backlog))
 	in.oldestAge.Record(ctx, max(0, oldest.Seconds()))
+}
+
+// RecordQueued records, for each worker of oldest, the age of the oldest
+// attempt waiting to start (PENDING or QUEUED) that the sweeper looked at
+// lately, 0 for a worker with none. The sweeper sees every such attempt
+// at its delivery probes and start timeouts (docs/contract.md §5.4), not
+// at every pass, so the gauge is a sawtooth: read its max over a window at
+// least as long as the longest start timeout.
+func RecordQueued(ctx context.Context, oldest map[string]time.Duration) {
+	in := inst()
+	for w, age := range oldest {
+		in.queuedAge.Record(ctx, max(0, age.Seconds()), metric.WithAttributes(spanattr.WorkerKey.String(w)))
+	}
+}
+
+// Event publish operations (RecordPublishFailure).
+const (
+	PublishAfterCommit = "publish"
+	PublishRedrive     = "redrive"
+)
+
+// RecordPublishFailure counts n transition events that op (PublishAfterCommit,
+// PublishRedrive) could not deliver to Pub/Sub, with a bounded cause (a
+// gRPC status code name such as NotFound or Unavailable, or a word).
+func RecordPublishFailure(ctx context.Context, op, cause string, n int) {
+	if n > 0 {
+		inst().publishFailures.Add(ctx, int64(n), metric.WithAttributes(opKey.String(op), causeKey.String(cause)))
+	}
 }
 
 // Sweeper pass results.

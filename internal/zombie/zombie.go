@@ -327,7 +327,28 @@ type Sweeper struct {
 	// dispatch duty found failing; the pass logs a line for each.
 	failingMu sync.Mutex
 	failing   map[string]failingWorker
+	// queued gathers, during a pass, the longest wait to start of each
+	// worker's PENDING/QUEUED attempts the pass handled (0 for a worker
+	// seen without one), for servo.queued.oldest_age; queuedHeld is what
+	// the gauge shows of every worker ever seen (takeQueued).
+	queuedMu   sync.Mutex
+	queued     map[string]time.Duration
+	queuedHeld map[string]heldAge
 }
+
+// heldAge is a servo.queued.oldest_age figure and when a pass saw it.
+type heldAge struct {
+	age time.Duration
+	at  time.Time
+}
+
+// QueuedHold is how long the sweeper's servo.queued.oldest_age shows the
+// largest age a pass saw of a worker before a later pass's smaller one
+// (0 included) replaces it: longer than the metric export interval (60
+// s), so that an export sees every peak although the sweeper looks at a
+// waiting attempt only at some passes (its delivery probes and start
+// timeouts) and records every pass.
+const QueuedHold = 2 * time.Minute
 
 // failingWorker is what a pass saw of one worker's failing deliveries.
 type failingWorker struct {
@@ -362,6 +383,59 @@ func (s *Sweeper) logFailing(ctx context.Context) {
 		s.log.WarnContext(ctx, "deliveries to worker "+w+" are failing; its QUEUED tasks wait for Cloud Tasks' next try", attrs...)
 	}
 	clear(s.failing)
+}
+
+// noteQueued records what a pass saw of t, handled by duty d (r and err
+// are its transaction's): for the dispatch duty, how long t has waited to
+// start (now − its creation or its attempt's schedule time, whichever is
+// later; the projected task's, the due query reads them) when it still
+// waits, PENDING or QUEUED, after the transaction (or, the transaction
+// failed, before it); its worker in every case.
+func (s *Sweeper) noteQueued(d Duty, t *task.Task, r task.Result, err error, now time.Time) {
+	if t.Worker == "" || errors.Is(err, store.ErrNotFound) {
+		return
+	}
+	var age time.Duration
+	state := t.State
+	if err == nil && r.Task.ID != "" {
+		state = r.Task.State
+	}
+	if d.Due == store.DueDispatch && (state == api.Pending || state == api.Queued) {
+		since := t.CreatedAt
+		if t.NotBefore != nil && t.NotBefore.After(since) {
+			since = *t.NotBefore
+		}
+		if !since.IsZero() {
+			age = max(0, now.Sub(since))
+		}
+	}
+	s.queuedMu.Lock()
+	defer s.queuedMu.Unlock()
+	s.queued[t.Worker] = max(s.queued[t.Worker], age)
+}
+
+// takeQueued returns the servo.queued.oldest_age figures of a pass that
+// ends at now, one for every worker ever seen: the pass's, unless an
+// earlier pass saw a larger one less than QueuedHold ago (0 when no pass
+// of that time saw a waiting attempt of it). It forgets the pass's.
+func (s *Sweeper) takeQueued(now time.Time) map[string]time.Duration {
+	s.queuedMu.Lock()
+	defer s.queuedMu.Unlock()
+	out := make(map[string]time.Duration, max(len(s.queuedHeld), len(s.queued)))
+	for w, age := range s.queued {
+		if h, ok := s.queuedHeld[w]; !ok || age >= h.age || now.Sub(h.at) >= QueuedHold {
+			s.queuedHeld[w] = heldAge{age: age, at: now}
+		}
+	}
+	for w, h := range s.queuedHeld {
+		if now.Sub(h.at) >= QueuedHold {
+			h = heldAge{at: now} // not seen waiting since
+			s.queuedHeld[w] = h
+		}
+		out[w] = h.age
+	}
+	clear(s.queued)
+	return out
 }
 
 // New returns a Sweeper; Store and Enqueuer are required: without one, it
@@ -399,7 +473,7 @@ func New(cfg Config) (*Sweeper, error) {
 		cfg.CleanEvery = DefaultCleanEvery
 	}
 	log := cfg.Logger.With("component", "sweeper")
-	return &Sweeper{cfg: cfg, log: log, failing: map[string]failingWorker{}, quota: quota.NewDuty(cfg.Store, cfg.QuotaRepairEvery, log.With("duty", "quota"))}, nil
+	return &Sweeper{cfg: cfg, log: log, failing: map[string]failingWorker{}, queued: map[string]time.Duration{}, queuedHeld: map[string]heldAge{}, quota: quota.NewDuty(cfg.Store, cfg.QuotaRepairEvery, log.With("duty", "quota"))}, nil
 }
 
 // Config returns the sweeper's configuration with defaults applied.
@@ -519,6 +593,7 @@ func (s *Sweeper) record(ctx context.Context, st Stats, took time.Duration, pass
 		duties = append(duties, telemetry.PassDuty{Name: d.Name, Due: ds.Due, MaxLag: time.Duration(ds.MaxLagMs) * time.Millisecond})
 	}
 	telemetry.RecordPass(ctx, result, time.Now(), duties)
+	telemetry.RecordQueued(ctx, s.takeQueued(s.cfg.Now()))
 	if s.cfg.Recorder == nil {
 		return
 	}
@@ -694,6 +769,7 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 	if d.Event == task.EventRedrive && t.State == api.Queued && s.cfg.Holder != nil {
 		held, dl, err := s.cfg.Holder.Delivery(ctx, *t)
 		if err != nil {
+			s.noteQueued(d, t, task.Result{}, err, ev.Now)
 			// Cloud Tasks cannot say: a re-drive would fail the same way.
 			log.WarnContext(ctx, "could not tell whether Cloud Tasks still holds the dispatch; next pass", "error", err)
 			return DutyStats{Errors: 1}, fmt.Errorf("task %s: %w", t.ID, err)
@@ -704,6 +780,7 @@ func (s *Sweeper) apply(ctx context.Context, d Duty, t *task.Task) (ds DutyStats
 		}
 	}
 	r, err := s.cfg.Store.Apply(ctx, t.ID, ev)
+	s.noteQueued(d, t, r, err, ev.Now)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		log.DebugContext(ctx, "due task is gone")

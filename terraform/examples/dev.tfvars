@@ -12,6 +12,11 @@ api_invokers = [
   "group:servo-dev@example.com",
 ]
 
+# Alerts are on by default and need a notification channel
+# (alert_notification_channels; docs/operations.md, "Alerts"). A
+# development deployment nobody is on call for opts out explicitly:
+alerts_enabled = false
+
 # One worker: Servo's example worker (examples/worker), the one the smoke
 # test (`servo doctor --worker example`, docs/operations.md) submits its
 # canary to. Its image lives in the Artifact Registry repository Terraform

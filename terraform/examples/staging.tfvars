@@ -15,6 +15,13 @@ api_invokers = [
   "group:servo-staging@example.com",
 ]
 
+# Alerts (on by default) notify this channel: replace it with yours
+# (gcloud beta monitoring channels create ..., or `gcloud beta monitoring
+# channels list` for the existing ones; docs/operations.md, "Alerts").
+alert_notification_channels = [
+  "projects/my-servo-dev/notificationChannels/CHANNEL_ID",
+]
+
 workers = {
   example = {
     # Servo's example worker, pushed to this environment's repository

@@ -6,9 +6,14 @@
 # is prometheus.googleapis.com/servo.x/<counter|gauge|histogram>, on the
 # monitored resource prometheus_target (one series per instance:
 # service.instance.id). The 5xx ratio uses Cloud Run's own request_count.
-# Each policy's documentation names the runbook section to follow.
+# Attributes are metric labels under their own names, dots included:
+# servo.worker is metric.label."servo.worker" (the Telemetry API keeps
+# label keys matching [a-zA-Z_][a-zA-Z0-9_.]* as they are); a policy
+# grouped by a label opens one incident per value, which its notification
+# names. Each policy's documentation names the runbook section to follow.
 # internal/telemetry's TestAlertPoliciesMatchTheMetrics checks every metric
-# type, resource type, aligner and reducer here against what the code emits.
+# type, resource type, aligner, reducer and group-by label here against
+# what the code emits.
 
 locals {
   functions = ["api", "callbacks", "sweeper"]
@@ -106,19 +111,22 @@ resource "google_monitoring_alert_policy" "outbox_age" {
   }
 
   documentation {
-    content   = "Transition events are not reaching Pub/Sub. Runbook: ${local.runbook}#pubsub-backlog"
+    content   = "Transition events are not reaching Pub/Sub (the sweeper's outbox re-drive records this gauge: when Pub/Sub itself is down the sweeper stops too, and the publish-failures alert fires instead). Runbook, \"Pub/Sub backlog\": ${local.runbook}#pubsub-backlog"
     mime_type = "text/markdown"
   }
 }
 
+# Per final reason (servo.reason), so that the page says which:
+# NON_RETRYABLE or RETRIES_EXHAUSTED is the worker's failing,
+# HEARTBEAT_TIMEOUT its attempts dying, DISPATCH_TIMEOUT it never starting.
 resource "google_monitoring_alert_policy" "dead_letters" {
   project               = var.project_id
-  display_name          = "${var.name_prefix}: dead-letter rate"
+  display_name          = "${var.name_prefix}: dead-letter rate by reason"
   combiner              = "OR"
   notification_channels = var.notification_channels
 
   conditions {
-    display_name = "servo.dead_letters above ${var.dead_letter_per_minute}/min"
+    display_name = "servo.dead_letters of one reason above ${var.dead_letter_per_minute}/min"
     condition_threshold {
       filter          = "metric.type = \"prometheus.googleapis.com/servo.dead_letters/counter\" AND resource.type = \"prometheus_target\""
       comparison      = "COMPARISON_GT"
@@ -128,12 +136,80 @@ resource "google_monitoring_alert_policy" "dead_letters" {
         alignment_period     = "60s"
         per_series_aligner   = "ALIGN_RATE"
         cross_series_reducer = "REDUCE_SUM"
+        group_by_fields      = ["metric.label.\"servo.reason\""]
       }
     }
   }
 
   documentation {
-    content   = "Tasks are failing for good faster than usual: a poisoned worker or a broken dependency. Runbook: ${local.runbook}#a-poisoned-worker"
+    content   = "Tasks are failing for good faster than usual, for the reason this incident names: a poisoned worker or a broken dependency (the dead-letter inbox says which worker). Runbook, \"A poisoned worker\": ${local.runbook}#a-poisoned-worker"
+    mime_type = "text/markdown"
+  }
+}
+
+# servo.queued.oldest_age is recorded by the sweeper when it looks at a
+# waiting task (its delivery probes, at most 30 s after its enqueue and
+# then at doubling intervals, and its start timeout), not at every pass:
+# its max over queued_age_window_seconds, at least the longest start
+# timeout, sees every task that waits, so the condition needs no duration
+# of its own. Grouped by worker: the incident names it.
+resource "google_monitoring_alert_policy" "queued_age" {
+  project               = var.project_id
+  display_name          = "${var.name_prefix}: oldest queued task per worker"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+
+  conditions {
+    display_name = "servo.queued.oldest_age of a worker above ${var.queued_age_seconds}s (max over ${var.queued_age_window_seconds}s)"
+    condition_threshold {
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.queued.oldest_age/gauge\" AND resource.type = \"prometheus_target\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.queued_age_seconds
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "${var.queued_age_window_seconds}s"
+        per_series_aligner   = "ALIGN_MAX"
+        cross_series_reducer = "REDUCE_MAX"
+        group_by_fields      = ["metric.label.\"servo.worker\""]
+      }
+    }
+  }
+
+  documentation {
+    content   = "A task of the worker this incident names has waited longer than ${var.queued_age_seconds}s to start: its deliveries fail (the worker is down or refuses them), its queue is paused, or a backlog. Runbook, \"A task that stays QUEUED\": ${local.runbook}#a-task-that-stays-queued"
+    mime_type = "text/markdown"
+  }
+}
+
+# servo.events.publish_failures is counted wherever a publish fails: the
+# API and the callbacks (after their commits) keep counting when Pub/Sub
+# is down and the sweeper, whose Scheduler ticks come through Pub/Sub,
+# stops with it, and so stops recording servo.outbox.oldest_age. Failures
+# in every 5-minute window for 5 minutes: not one blip a retry fixed.
+resource "google_monitoring_alert_policy" "publish_failures" {
+  project               = var.project_id
+  display_name          = "${var.name_prefix}: events not reaching Pub/Sub"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+
+  conditions {
+    display_name = "servo.events.publish_failures above ${var.publish_failures_per_minute}/min for 5 min"
+    condition_threshold {
+      filter          = "metric.type = \"prometheus.googleapis.com/servo.events.publish_failures/counter\" AND resource.type = \"prometheus_target\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.publish_failures_per_minute / 60
+      duration        = "300s"
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_RATE"
+        cross_series_reducer = "REDUCE_SUM"
+        group_by_fields      = ["metric.label.\"servo.cause\""]
+      }
+    }
+  }
+
+  documentation {
+    content   = "Transition events stay in the outbox: publishing to Pub/Sub fails with the cause this incident names (NotFound: a topic is gone; PermissionDenied; Unavailable or DeadlineExceeded: Pub/Sub itself, and then the sweeper is down too). Runbook, \"Pub/Sub backlog\": ${local.runbook}#pubsub-backlog"
     mime_type = "text/markdown"
   }
 }
@@ -163,7 +239,7 @@ resource "google_monitoring_alert_policy" "errors" {
   }
 
   documentation {
-    content   = "The ${each.key} function answers 5xx: 503 unavailable means Firestore or an initialisation failed. Runbook: ${local.runbook}#firestore-unavailable"
+    content   = "The ${each.key} function answers 5xx. Its error code says which runbook section: 503 unavailable (Firestore or another dependency): ${local.runbook}#firestore-unavailable; 503 misconfigured or secret_unavailable (it cannot start): ${local.runbook}#a-configuration-or-secret-error"
     mime_type = "text/markdown"
   }
 }

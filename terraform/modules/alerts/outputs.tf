@@ -6,6 +6,8 @@ output "policy_ids" {
       google_monitoring_alert_policy.sweeper_silent.id,
       google_monitoring_alert_policy.outbox_age.id,
       google_monitoring_alert_policy.dead_letters.id,
+      google_monitoring_alert_policy.queued_age.id,
+      google_monitoring_alert_policy.publish_failures.id,
     ],
     [for p in google_monitoring_alert_policy.errors : p.id],
   )
