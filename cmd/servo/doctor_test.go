@@ -329,3 +329,222 @@ func TestDoctorReportsUnsetAudience(t *testing.T) {
 		t.Fatalf("api row %+v, want pass (the open policy lets doctor in)", checks[0])
 	}
 }
+
+// TestDoctorNamesUnreachableWorker: a push worker that refuses connections.
+// Once the sweeper's delivery probe records Cloud Tasks' failing
+// deliveries, doctor's canary row says the worker is unreachable, well
+// within --timeout; the canary is cancelled (no DISPATCH_TIMEOUT, no dead
+// letter later) and deleted, and the rows after it pass: its events end
+// CANCELLED, and that event arrives on the topic.
+func TestDoctorNamesUnreachableWorker(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	s := stacktest.Start(t, devstack.Options{
+		Project:     project,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		Workers:     map[string]string{"etl": "http://" + freeAddr(t)},     // nothing listens: refused
+		SweepEvery:  200 * time.Millisecond, StartTimeout: 8 * time.Second, // the first probe 2 s after the enqueue
+	})
+	const timeout = 40 * time.Second
+	began := time.Now()
+	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--worker", "etl", "--json", "--timeout", timeout.String())
+	took := time.Since(began)
+	t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d", code, exitFailure)
+	}
+	// The bound, with a margin for a loaded machine: without the delivery
+	// probe's answer the canary and the topic would each wait --timeout.
+	if took > timeout+15*time.Second {
+		t.Errorf("doctor took %s, want it within --timeout %s", took, timeout)
+	}
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	row := map[string]doctorCheck{}
+	for _, ch := range checks {
+		row[ch.Name] = ch
+	}
+	canary := row["canary"]
+	if canary.Result != checkFail || !strings.HasPrefix(canary.Detail, `worker "etl" unreachable: UNAVAILABLE`) || !strings.Contains(canary.Detail, "connection refused") {
+		t.Errorf("canary row %+v, want worker \"etl\" unreachable: UNAVAILABLE … connection refused", canary)
+	}
+	if ev := row["events"]; ev.Result != checkPass || !strings.HasSuffix(ev.Detail, "QUEUED → CANCELLED") {
+		t.Errorf("events row %+v, want the canary's transitions ending CANCELLED", ev)
+	}
+	if tp := row["topic"]; tp.Result != checkPass || !strings.HasPrefix(tp.Detail, "CANCELLED event received") {
+		t.Errorf("topic row %+v, want its CANCELLED event received", tp)
+	}
+	cleanup := row["cleanup"]
+	id, _, _ := strings.Cut(cleanup.Detail, " ")
+	if cleanup.Result != checkPass || !strings.Contains(cleanup.Detail, "cancelled and deleted") {
+		t.Errorf("cleanup row %+v, want the canary cancelled and deleted", cleanup)
+	}
+	// Nothing is left to end FAILED DISPATCH_TIMEOUT: the canary is gone.
+	c, err := client.New(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone *api.Error
+	if v, _, err := c.Get(context.Background(), id); !errors.As(err, &gone) || gone.Status != http.StatusNotFound {
+		t.Errorf("canary %q after doctor: %s %v, want 404 (cancelled, then deleted)", id, v.State, err)
+	}
+}
+
+// TestDoctorBoundedByTimeout: a canary still QUEUED when --timeout comes
+// (its worker is down, but the sweeper's first delivery probe, 30 s after
+// the enqueue for the default start timeout, is later): the whole run ends
+// within --timeout, not after the canary's and the topic's waits each took
+// it; the row says no failing delivery was reported yet, and the canary is
+// cancelled, so that it never ends FAILED (a dead letter), and kept.
+func TestDoctorBoundedByTimeout(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	s := stacktest.Start(t, devstack.Options{
+		Project:     project,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		Workers:     map[string]string{"etl": "http://" + freeAddr(t)},
+		SweepEvery:  200 * time.Millisecond,
+	})
+	const timeout = 15 * time.Second
+	began := time.Now()
+	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--worker", "etl", "--json", "--timeout", timeout.String())
+	took := time.Since(began)
+	t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d", code, exitFailure)
+	}
+	if took > timeout+10*time.Second {
+		t.Errorf("doctor took %s, want it within --timeout %s", took, timeout)
+	}
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	canary, cleanup := checks[3], checks[6]
+	if canary.Result != checkFail || !strings.Contains(canary.Detail, "still QUEUED after") || !strings.Contains(canary.Detail, "no failing delivery reported") {
+		t.Errorf("canary row %+v, want still QUEUED, no failing delivery reported", canary)
+	}
+	id, _, _ := strings.Cut(canary.Detail, ":")
+	if cleanup.Result != checkSkip || cleanup.Detail != id+" cancelled and kept for inspection: a check of it failed" {
+		t.Errorf("cleanup row %+v, want %s cancelled and kept", cleanup, id)
+	}
+	c, err := client.New(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := c.Get(context.Background(), id); err != nil || v.State != api.Cancelled || v.Reason != doctorCancelReason {
+		t.Errorf("canary %s after doctor: %s %s %v, want CANCELLED %s", id, v.State, v.Reason, err, doctorCancelReason)
+	}
+}
+
+// TestDoctorNamesUnreachablePubSub: with Pub/Sub refusing connections, or
+// accepting them and never answering (a frozen emulator), the topic row
+// says Pub/Sub is unreachable, within doctorPubSubTimeout (the client's
+// own bound is 60 s), not that the topic may not exist.
+func TestDoctorNamesUnreachablePubSub(t *testing.T) {
+	project := emulatortest.ProjectID(t)
+	s := stacktest.Start(t, devstack.Options{
+		Project:     project,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		SweepEvery:  200 * time.Millisecond,
+	})
+	fz := newFreezer(t, emulatortest.PubSubHost(t))
+	fz.frozen.Store(true)
+	t.Cleanup(func() { fz.frozen.Store(false) })
+	for _, tc := range []struct{ name, host, want string }{
+		{"refused", freeAddr(t), "connection refused"},
+		{"frozen", fz.l.Addr().String(), "no answer within 10s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Doctor's Pub/Sub alone: the stack's clients are made.
+			t.Setenv("PUBSUB_EMULATOR_HOST", tc.host)
+			began := time.Now()
+			out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--json", "--timeout", "90s")
+			took := time.Since(began)
+			t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
+			var checks []doctorCheck
+			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d", code, exitFailure)
+			}
+			topic := checks[5]
+			if topic.Name != "topic" || topic.Result != checkFail || !strings.HasPrefix(topic.Detail, "Pub/Sub unreachable: ") ||
+				!strings.Contains(topic.Detail, tc.want) || strings.Contains(topic.Detail, "does it exist") {
+				t.Errorf("topic row %+v, want Pub/Sub unreachable … %s", topic, tc.want)
+			}
+			if checks[3].Result != checkPass {
+				t.Errorf("canary row %+v, want pass", checks[3])
+			}
+			// 10 s for the subscription, the canary's 300 ms, a margin.
+			if took > 40*time.Second {
+				t.Errorf("doctor took %s, want the topic's failure within %s", took, doctorPubSubTimeout)
+			}
+		})
+	}
+}
+
+// TestDoctorCannotCancelAsSubmitter: under an access policy that gives
+// doctor's caller the submitter role only, a canary whose worker is
+// unreachable cannot be cancelled (cancelling needs operator): the cleanup
+// row says so, names the command, and leaves the canary in place.
+func TestDoctorCannotCancelAsSubmitter(t *testing.T) {
+	p, err := auth.ParsePolicy([]byte(`{"principals": {"oncall@example.com": {"servo-doctor": "submitter"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := emulatortest.ProjectID(t)
+	s := stacktest.Start(t, devstack.Options{
+		Project: project, SweepEvery: 200 * time.Millisecond, StartTimeout: 8 * time.Second, Access: p,
+		WorkerFuncs: map[string]worker.Func{devstack.ExampleWorker: partitions.Process},
+		Workers:     map[string]string{"etl": "http://" + freeAddr(t)},
+	})
+	t.Setenv(auth.DevKeyEnv, base64.RawURLEncoding.EncodeToString(s.IdentityKey))
+	out, errOut, code := runCLI(t, "--as", "oncall@example.com", "doctor", "--api", s.URL, "--project", project, "--worker", "etl",
+		"--no-pubsub", "--json", "--timeout", "40s")
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	t.Logf("%+v", checks)
+	canary, cleanup := checks[3], checks[6]
+	if code != exitFailure || !strings.HasPrefix(canary.Detail, `worker "etl" unreachable:`) {
+		t.Fatalf("exit %d, canary row %+v, want worker \"etl\" unreachable", code, canary)
+	}
+	if cleanup.Result != checkSkip || !strings.Contains(cleanup.Detail, "left QUEUED: could not cancel it") ||
+		!strings.Contains(cleanup.Detail, `operator role on tenant "servo-doctor"`) || !strings.Contains(cleanup.Detail, "servo cancel task_") {
+		t.Errorf("cleanup row %+v, want the canary left QUEUED, naming the operator role and servo cancel", cleanup)
+	}
+}
+
+// TestDoctorRoutesAStartFailure: an API that cannot start answers 503
+// with the code of what to fix (functions' TestEntryPointsNameTheCause
+// pins those answers); doctor's api row names it and the runbook section
+// for it, not Firestore's.
+func TestDoctorRoutesAStartFailure(t *testing.T) {
+	for _, code := range []string{api.CodeSecretUnavailable, api.CodeMisconfigured} {
+		t.Run(code, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json; charset=utf-8")
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				json.NewEncoder(w).Encode(api.Error{Code: code, Message: "the Servo control API is not configured: functions: server: " + code})
+			}))
+			t.Cleanup(srv.Close)
+			out, errOut, exit := runCLI(t, "doctor", "--api", srv.URL, "--no-pubsub", "--json", "--timeout", "5s")
+			var checks []doctorCheck
+			if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+				t.Fatalf("%v\n%s%s", err, out, errOut)
+			}
+			a := checks[0]
+			if exit != exitFailure || a.Result != checkFail || !strings.Contains(a.Detail, code) ||
+				!strings.Contains(a.Detail, "runbook: A configuration or secret error") || strings.Contains(a.Detail, "Firestore") {
+				t.Fatalf("exit %d, api row %+v: want a FAIL naming %s and its runbook section", exit, a, code)
+			}
+			if s := checks[1]; s.Result != checkFail || !strings.Contains(s.Detail, "cannot start") {
+				t.Errorf("sweeper row %+v, want unknown: the API cannot start", s)
+			}
+		})
+	}
+}
