@@ -473,7 +473,7 @@ func TestTerraformDueShardsCheck(t *testing.T) {
 		}
 	}
 	msg := check.text(assert.Body.Attributes["error_message"].Expr)
-	for _, want := range []string{"servo migrate", "refuse to start", "at least", "never shrink"} {
+	for _, want := range []string{"servo migrate", "--due-shards ${var.due_shards}", "refuse to start", "at least"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%s: error_message does not say %q: %s", check.where(), want, msg)
 		}

@@ -53,7 +53,8 @@ func TestRefusesFewerDueShards(t *testing.T) {
 	}
 	t.Setenv("SERVO_DUE_SHARDS", "4")
 	_, err = dispatcher.New(ctx)
-	if !errors.Is(err, server.ErrDueShardsShrunk) || !strings.Contains(err.Error(), "SERVO_DUE_SHARDS") || !strings.Contains(err.Error(), "at least "+strconv.Itoa(want)) {
+	if !errors.Is(err, server.ErrDueShardsShrunk) || !strings.Contains(err.Error(), "SERVO_DUE_SHARDS") || !strings.Contains(err.Error(), "at least "+strconv.Itoa(want)) ||
+		!strings.Contains(err.Error(), "servo migrate --project ") || !strings.Contains(err.Error(), "--due-shards 4") {
 		t.Fatalf("4 shards against a task in shard %d: %v", want-1, err)
 	}
 	t.Setenv("SERVO_DUE_SHARDS", strconv.Itoa(want))

@@ -482,7 +482,7 @@ module "function" {
   ]
 }
 
-# --- Due shards may grow, never shrink ----------------------------------------
+# --- Due shards: lowered only with servo migrate --due-shards -------------------
 
 # The data depends on due_shards: each task and outbox entry keeps the due
 # shard it was given, and the sweeper queries shards [0, SERVO_DUE_SHARDS)
@@ -508,6 +508,6 @@ check "due_shards_not_lowered" {
     # try: a sweeper whose environment has no SERVO_DUE_SHARDS, or no
     # number there, gives nothing to compare (0).
     condition     = var.due_shards >= try(tonumber(data.google_cloudfunctions2_function.deployed_sweeper.service_config[0].environment_variables["SERVO_DUE_SHARDS"]), 0)
-    error_message = "due_shards = ${var.due_shards} is below the ${try(data.google_cloudfunctions2_function.deployed_sweeper.service_config[0].environment_variables["SERVO_DUE_SHARDS"], "?")} due shards the deployed sweeper (${local.sweeper_name}) queries. Due shards may grow, never shrink: tasks and outbox entries keep their shard, and those above the new count would never be swept, re-driven or listed. No command moves data to fewer shards (`servo migrate` brings data to a newer layout; it does not re-shard), so set due_shards back to at least the deployed value. Applied as it is, the functions refuse to start once the database holds a task or outbox entry in a shard at or above ${var.due_shards} (every request answers 503; the log says `refusing to start: ... set it back to at least N`; docs/operations.md, \"Due shards\")."
+    error_message = "due_shards = ${var.due_shards} is below the ${try(data.google_cloudfunctions2_function.deployed_sweeper.service_config[0].environment_variables["SERVO_DUE_SHARDS"], "?")} due shards the deployed sweeper (${local.sweeper_name}) queries. Tasks and outbox entries keep their shard, and those above the new count would never be swept, re-driven or listed until moved. Applied as it is, the functions refuse to start while the database holds a task or outbox entry in a shard at or above ${var.due_shards} (every request answers 503 misconfigured), until `servo migrate --project ${var.project_id} --database ${var.firestore_database} --due-shards ${var.due_shards}` moves them (run it after this apply); or set due_shards back to at least the deployed value (docs/operations.md, \"Due shards\")."
   }
 }

@@ -248,7 +248,7 @@ variable "start_timeout" {
 }
 
 variable "due_shards" {
-  description = "Shards of the sweeper's due indexes (SERVO_DUE_SHARDS): each task gets one at creation, and each due query reads a group of up to 30 (dueShard IN [...]). 128 keeps each index range near 260 writes/s at 1 000 000 running tasks with 30 s heartbeats and 10 000 tasks/s (docs/scale.md), for 47 queries an idle sweep pass. It may grow between deployments, never shrink: tasks keep their shard."
+  description = "Shards of the sweeper's due indexes (SERVO_DUE_SHARDS): each task gets one at creation, and each due query reads a group of up to 30 (dueShard IN [...]). 128 keeps each index range near 260 writes/s at 1 000 000 running tasks with 30 s heartbeats and 10 000 tasks/s (docs/scale.md), for 47 queries an idle sweep pass. It may grow between deployments; lowered, the functions refuse to start until `servo migrate --due-shards N` has moved the data (tasks keep their shard)."
   type        = number
   default     = 128
 

@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -170,8 +171,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// (2 reads: the highest shard of the tasks and of the outbox.)
 	if inUse, err := o.Store.DueShardsInUse(sctx); err == nil && inUse > o.Store.DueShards() {
 		err := fmt.Errorf("%w: the database holds tasks or outbox entries in due shard %d, but this deployment queries %d (%s, Terraform's due_shards): "+
-			"they would never be swept, re-driven or listed; set it back to at least %d (shards may grow, never shrink)",
-			ErrDueShardsShrunk, inUse-1, o.Store.DueShards(), config.EnvDueShards, inUse)
+			"they would never be swept, re-driven or listed; set it back to at least %d, or move the data into %d shards: servo migrate --project %s --database %s --due-shards %d (this function starts once it is done)",
+			ErrDueShardsShrunk, inUse-1, o.Store.DueShards(), config.EnvDueShards, inUse, o.Store.DueShards(), cfg.Project, cmp.Or(cfg.FirestoreDatabase, "(default)"), o.Store.DueShards())
 		log.ErrorContext(ctx, "refusing to start: "+err.Error())
 		return nil, fmt.Errorf("server: %w", err)
 	}
