@@ -344,23 +344,9 @@ func TestDoctorNamesUnreachableWorker(t *testing.T) {
 		Workers:     map[string]string{"etl": "http://" + freeAddr(t)},     // nothing listens: refused
 		SweepEvery:  200 * time.Millisecond, StartTimeout: 8 * time.Second, // the first probe 2 s after the enqueue
 	})
-	const timeout = 40 * time.Second
-	began := time.Now()
-	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--worker", "etl", "--json", "--timeout", timeout.String())
-	took := time.Since(began)
-	t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
-	if code != exitFailure {
-		t.Fatalf("exit %d, want %d", code, exitFailure)
-	}
 	// The bound, with a margin for a loaded machine: without the delivery
 	// probe's answer the canary and the topic would each wait --timeout.
-	if took > timeout+15*time.Second {
-		t.Errorf("doctor took %s, want it within --timeout %s", took, timeout)
-	}
-	var checks []doctorCheck
-	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	checks := failingDoctorWithin(t, 40*time.Second, 15*time.Second, "--api", s.URL, "--project", project, "--worker", "etl")
 	row := map[string]doctorCheck{}
 	for _, ch := range checks {
 		row[ch.Name] = ch
@@ -405,21 +391,7 @@ func TestDoctorBoundedByTimeout(t *testing.T) {
 		Workers:     map[string]string{"etl": "http://" + freeAddr(t)},
 		SweepEvery:  200 * time.Millisecond,
 	})
-	const timeout = 15 * time.Second
-	began := time.Now()
-	out, errOut, code := runCLI(t, "doctor", "--api", s.URL, "--project", project, "--worker", "etl", "--json", "--timeout", timeout.String())
-	took := time.Since(began)
-	t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
-	if code != exitFailure {
-		t.Fatalf("exit %d, want %d", code, exitFailure)
-	}
-	if took > timeout+10*time.Second {
-		t.Errorf("doctor took %s, want it within --timeout %s", took, timeout)
-	}
-	var checks []doctorCheck
-	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	checks := failingDoctorWithin(t, 15*time.Second, 10*time.Second, "--api", s.URL, "--project", project, "--worker", "etl")
 	canary, cleanup := checks[3], checks[6]
 	if canary.Result != checkFail || !strings.Contains(canary.Detail, "still QUEUED after") || !strings.Contains(canary.Detail, "no failing delivery reported") {
 		t.Errorf("canary row %+v, want still QUEUED, no failing delivery reported", canary)
@@ -547,4 +519,26 @@ func TestDoctorRoutesAStartFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingDoctorWithin runs servo doctor --json --timeout timeout with
+// args, wants it to fail (exit 1) within timeout plus margin (a loaded
+// machine's), and returns its eight rows.
+func failingDoctorWithin(t *testing.T, timeout, margin time.Duration, args ...string) []doctorCheck {
+	t.Helper()
+	began := time.Now()
+	out, errOut, code := runCLI(t, append([]string{"doctor", "--json", "--timeout", timeout.String()}, args...)...)
+	took := time.Since(began)
+	t.Logf("servo doctor took %s:\n%s%s", took, out, errOut)
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d", code, exitFailure)
+	}
+	if took > timeout+margin {
+		t.Errorf("doctor took %s, want it within --timeout %s", took, timeout)
+	}
+	var checks []doctorCheck
+	if err := json.Unmarshal([]byte(out), &checks); err != nil || len(checks) != 8 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return checks
 }
