@@ -12,7 +12,7 @@ import (
 )
 
 // TestServoCallbacksUnconfigured: without its configuration the function
-// answers every callback 503 unavailable, disposition RETRY, with
+// answers every callback 503 misconfigured, disposition RETRY, with
 // Retry-After, and does not tell the caller why.
 func TestServoCallbacksUnconfigured(t *testing.T) {
 	for _, v := range []string{"SERVO_PROJECT", "GOOGLE_CLOUD_PROJECT", "SERVO_TOKEN_KEYS", "SERVO_TOKEN_KEYS_FILE"} {
@@ -28,7 +28,7 @@ func TestServoCallbacksUnconfigured(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
 			t.Fatalf("body %q: %v", w.Body.String(), err)
 		}
-		if w.Code != http.StatusServiceUnavailable || resp.Error != api.CodeUnavailable || resp.Disposition != api.Retry || resp.ServerTime.IsZero() {
+		if w.Code != http.StatusServiceUnavailable || resp.Error != api.CodeMisconfigured || resp.Disposition != api.Retry || resp.ServerTime.IsZero() {
 			t.Fatalf("%d %s", w.Code, w.Body.String())
 		}
 		// Retry-After is the time to the next start-up try: 1 s after a
