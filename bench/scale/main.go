@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&tg.Workers, "workers", tg.Workers, "target: workers")
 	fs.Float64Var(&tg.BigWorkerShare, "big-worker-share", tg.BigWorkerShare, "target: the biggest worker's share of tasks")
 	fs.DurationVar(&tg.SweepEvery, "sweep-every", tg.SweepEvery, "target: the sweeper's cadence (SERVO_SWEEP_EVERY)")
+	fs.StringVar(&tg.Region, "region", tg.Region, "target: the deployment's region (Terraform's region): Pub/Sub's publisher throughput quota is a large region's (europe-west1, us-central1, us-east1: 200 MB/s) or a small one's (50 MB/s)")
 	fs.Float64Var(&tg.Peak, "peak", tg.Peak, "target: peaks over the mean; every rate is checked at it, and tenants and workers declare it (quota peakRate, maxDispatchesPerSecond)")
 	fs.IntVar(&tg.Schedules, "schedules", tg.Schedules, "target: schedules")
 	fs.Float64Var(&tg.SameMinute, "same-minute", tg.SameMinute, "target: the share of schedules firing on the same minute")
@@ -95,9 +96,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rows := scale.New(tr).Extrapolate(tg)
-	fmt.Fprintf(stdout, "Recorded: %d tasks (%d heartbeats each) in %s, %d events. Target: %.0f submits/s, %.0f completions/s, %d tenants (one at %.0f %%, %d at their quota limits), %.0f running tasks heartbeating every %s (a task lives %.0f s), %d workers (one with %.0f %% of tasks), a sweep every %s; every rate at a peak of %g × its mean (the sweeper's own records at their cadence).\n\n",
+	fmt.Fprintf(stdout, "Recorded: %d tasks (%d heartbeats each) in %s, %d events. Target: %.0f submits/s, %.0f completions/s, %d tenants (one at %.0f %%, %d at their quota limits), %.0f running tasks heartbeating every %s (a task lives %.0f s), %d workers (one with %.0f %% of tasks), a sweep every %s, in %s; every rate at a peak of %g × its mean (the sweeper's own records at their cadence).\n\n",
 		len(tr.Tasks), *heartbeats, tr.Duration.Round(time.Second), len(tr.Events), tg.Submits, tg.Completions, tg.Tenants, tg.HotShare*100, tg.Limited,
-		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery, tg.PeakFactor())
+		tg.Running, tg.HeartbeatEvery, tg.Lifetime(), tg.Workers, tg.BigWorkerShare*100, tg.SweepEvery, tg.Region, tg.PeakFactor())
 	scale.Print(stdout, rows)
 	over := scale.Over(rows)
 	if *schedules > 0 {

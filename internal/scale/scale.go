@@ -144,6 +144,10 @@ type Target struct {
 	BigWorkerShare float64
 	// SweepEvery is production's sweeper cadence (SERVO_SWEEP_EVERY).
 	SweepEvery time.Duration
+	// Region is the deployment's region (Terraform's region): its Pub/Sub
+	// publisher throughput quota is a large region's or a small one's
+	// (TopicLimit). "" is us-central1.
+	Region string
 	// Peak is how far above its mean the load peaks: every rate the
 	// target's load makes is checked at Peak times its mean (the sweeper's
 	// own records and a schedule's own record, whose rates are set by
@@ -166,7 +170,7 @@ type Target struct {
 var DefaultTarget = Target{
 	Submits: 10000, Completions: 10000, Tenants: 1000, HotShare: 0.30, Limited: 20,
 	Running: 1_000_000, HeartbeatEvery: 30 * time.Second, Workers: 20, BigWorkerShare: 0.5,
-	SweepEvery: 15 * time.Second, Peak: DefaultPeak,
+	SweepEvery: 15 * time.Second, Peak: DefaultPeak, Region: "us-central1",
 	Schedules: 100_000, SameMinute: 0.10, ScheduleEvery: time.Hour, FireWithin: time.Minute,
 }
 
@@ -352,6 +356,7 @@ const orderedMark = "\x00ordered"
 type subject struct {
 	name, example string
 	count, bytes  int
+	quotaBytes    int // Publish: what its messages count against the quota (QuotaBytes)
 	deleted       int
 	tasks         map[string]bool // up to two: one is a per-task subject
 	schedules     map[string]bool // up to two, for writes of no task
@@ -370,6 +375,9 @@ func newSubject(name string) *subject {
 func (s *subject) add(e Event, ti TaskInfo, key string) {
 	s.count++
 	s.bytes += e.Bytes
+	if e.Kind == Publish {
+		s.quotaBytes += QuotaBytes(e.Bytes)
+	}
 	if e.Delete {
 		s.deleted++
 	}
@@ -540,12 +548,16 @@ func (m *Model) Extrapolate(t Target) []Row {
 		}
 	}
 	var rows []Row
-	peak := func(section string, subs map[string]*subject, class func(string, Scope) string, unit string, bytes bool, limit *Limit) {
+	// bytes: 0 counts events, 1 their bytes, 2 their quota bytes.
+	peak := func(section string, subs map[string]*subject, class func(string, Scope) string, unit string, bytes int, limit *Limit) {
 		best := map[string]Row{}
 		for name, s := range subs {
 			n := s.count
-			if bytes {
+			switch bytes {
+			case 1:
 				n = s.bytes
+			case 2:
+				n = s.quotaBytes
 			}
 			sc, r := m.rate(s, n, t)
 			r /= m.spread(name)
@@ -559,11 +571,12 @@ func (m *Model) Extrapolate(t Target) []Row {
 		}
 	}
 	same := func(s string, _ Scope) string { return s }
-	peak("document", docs, DocClass, "writes/s", false, &DocumentWrites)
-	peak("collection", colls, same, "writes/s", false, nil)
-	peak("queue", queues, same, "dispatches/s", false, &QueueDispatches)
-	peak("ordering key", keys, func(k string, _ Scope) string { tp, _, _ := strings.Cut(k, " "); return tp + " {key}" }, "bytes/s", true, &OrderingKeyBytes)
-	peak("topic", topics, same, "bytes/s", true, &TopicBytes)
+	peak("document", docs, DocClass, "writes/s", 0, &DocumentWrites)
+	peak("collection", colls, same, "writes/s", 0, nil)
+	peak("queue", queues, same, "dispatches/s", 0, &QueueDispatches)
+	peak("ordering key", keys, func(k string, _ Scope) string { tp, _, _ := strings.Cut(k, " "); return tp + " {key}" }, "bytes/s", 1, &OrderingKeyBytes)
+	topicLimit := TopicLimit(t.Region)
+	peak("topic", topics, same, "quota bytes/s", 2, &topicLimit)
 	best := map[string]Row{}
 	var ixNames []string
 	for _, k := range ixOrder {

@@ -398,3 +398,51 @@ func TestTracksClock(t *testing.T) {
 		})
 	}
 }
+
+// The topic row counts what the publisher throughput quota counts (a
+// request is at least 1 kB, rounded up to whole kB; one message a
+// request) against the quota of the deployment's region: a large
+// region's 200 MB/s, a small one's 50 MB/s.
+func TestTopicQuota(t *testing.T) {
+	for _, c := range []struct{ n, want int }{{0, 1000}, {1, 1000}, {500, 1000}, {1000, 1000}, {1001, 2000}, {2500, 3000}} {
+		if got := scale.QuotaBytes(c.n); got != c.want {
+			t.Errorf("QuotaBytes(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+	for region, want := range map[string]float64{"": 200e6, "us-central1": 200e6, "europe-west1": 200e6, "us-east1": 200e6, "europe-west3": 50e6, "asia-northeast1": 50e6} {
+		if got := scale.TopicLimit(region).PerSecond; got != want {
+			t.Errorf("TopicLimit(%q) = %g, want %g", region, got, want)
+		}
+	}
+	// 300-byte messages, five a task: 5 kB of quota a task, 1 500 bytes of
+	// messages. At the default 10 000 tasks/s and a peak of 2: 100 MB/s.
+	tr := workload(100, func(i int, id string) []scale.Event {
+		var ev []scale.Event
+		for range 5 {
+			ev = append(ev, scale.Event{Kind: scale.Publish, Name: "events", Key: id, Bytes: 300, Task: id})
+		}
+		return ev
+	})
+	for _, c := range []struct {
+		region string
+		over   bool
+	}{{"us-central1", false}, {"europe-west3", true}} {
+		tg := scale.DefaultTarget
+		tg.Region = c.region
+		var topic *scale.Row
+		for _, r := range scale.New(tr).Extrapolate(tg) {
+			if r.Section == "topic" {
+				topic = &r
+			}
+		}
+		if topic == nil {
+			t.Fatal("no topic row")
+		}
+		if math.Abs(topic.Rate-100e6) > 1e3 || topic.Limit.PerSecond != scale.TopicLimit(c.region).PerSecond {
+			t.Errorf("%s: topic row %.0f %s against %g, want 100 MB/s of quota bytes against the region's quota", c.region, topic.Rate, topic.Unit, topic.Limit.PerSecond)
+		}
+		if got := slices.ContainsFunc(scale.Over([]scale.Row{*topic}), func(r scale.Row) bool { return r.Section == "topic" }); got != c.over {
+			t.Errorf("%s: topic over %v, want %v", c.region, got, c.over)
+		}
+	}
+}
