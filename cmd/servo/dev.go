@@ -198,7 +198,7 @@ Locally, timers down to 100ms are accepted (production minimum: 1s).`,
 			return nil
 		},
 	}
-	cmd.AddCommand(newDevSignalCmd(true), newDevSignalCmd(false))
+	cmd.AddCommand(newDevSignalCmd(true), newDevSignalCmd(false), newDevFunctionCmd())
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", devstack.DefaultAddr, "address of the API, callbacks, sweeper and example worker")
 	f.Var(workers, "worker", "external worker NAME=URL, with its own queue (repeatable)")
