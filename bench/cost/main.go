@@ -9,6 +9,11 @@
 //	go run ./bench/cost -rate 100             # price the functions at 100 lifecycles a second
 //	go run ./bench/cost -granularity 1        # Cloud Run rounding busy time to 1 ms instead of 100
 //	go run ./bench/cost -record               # re-record the traffic (local stack, ~2 min)
+//	go run ./bench/cost -var-file terraform/examples/staging.tfvars  # price a deployment's variables
+//
+// Firestore is priced at the location class of firestore_location as the
+// var files set it; it has no default, so without one the regional class
+// is priced, said in the output and on stderr as an assumption.
 package main
 
 import (
@@ -29,6 +34,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	traffic := fs.String("traffic", "internal/cost/testdata/traffic.json", "recorded traffic")
 	tf := fs.String("terraform", "terraform", "the Terraform root module whose defaults are priced")
+	var varFiles []string
+	fs.Func("var-file", "a Terraform var file whose variables replace the defaults (firestore_location, firestore_database, alerts_enabled, ...); repeatable, the last winning", func(s string) error {
+		varFiles = append(varFiles, s)
+		return nil
+	})
 	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
 	check := fs.Bool("check", false, "exit 1 when a target is missed")
 	rate := fs.Float64("rate", cost.DefaultAssumptions.LifecyclesPerSecond, "the steady rate, lifecycles a second, the functions' instance time is priced at")
@@ -64,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	d, err := cost.ReadDefaults(*tf)
+	d, err := cost.ReadDefaults(*tf, varFiles...)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -76,6 +86,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if r.LocationAssumed {
+		fmt.Fprintf(stderr, "cost: firestore_location not set (no default, no -var-file setting it): Firestore priced at the %s class, an assumption\n", r.Class)
 	}
 	md := r.Markdown()
 	if *write != "" {

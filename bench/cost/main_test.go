@@ -97,3 +97,44 @@ func TestProgramPrintsTheBill(t *testing.T) {
 		t.Errorf("-check on an expensive recording: exit %d, want 1", code)
 	}
 }
+
+// TestVarFile prices the shipped examples' variables: staging's eur3
+// multi-region and named database (no free quota), dev's location and
+// its alerts off; without a var file the location is said to be assumed.
+func TestVarFile(t *testing.T) {
+	const recorded = "../../internal/cost/testdata/traffic.json"
+	for _, c := range []struct {
+		name     string
+		varFiles []string
+		want     []string
+		stderr   bool // the assumed location said on stderr
+	}{
+		{"none", nil, []string{"**Firestore location: not given.**", "| regional (priced above) |", "Cloud Monitoring alert conditions (10, alerts_enabled)"}, true},
+		{"staging", []string{"../../terraform/examples/staging.tfvars"},
+			[]string{"Firestore is priced at `eur3`, a **multi-region** location", "| multi-region (priced above) |", "The database is `servo-staging`, not `(default)`", "Cloud Monitoring alert conditions (10, alerts_enabled)"}, false},
+		{"dev", []string{"../../terraform/examples/dev.tfvars"},
+			[]string{"The alert policies are off (`alerts_enabled = false`)", "The database is `(default)`: Firestore's free quota"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"-traffic", recorded, "-terraform", "../../terraform"}
+			for _, f := range c.varFiles {
+				args = append(args, "-var-file", f)
+			}
+			var out, errs bytes.Buffer
+			if code := run(args, &out, &errs); code != 0 {
+				t.Fatalf("exit %d: %s", code, errs.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("the output has no %q", w)
+				}
+			}
+			if got := strings.Contains(errs.String(), "firestore_location not set"); got != c.stderr {
+				t.Errorf("stderr says the location is assumed: %v, want %v: %s", got, c.stderr, errs.String())
+			}
+		})
+	}
+	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform", "-var-file", "nosuch.tfvars"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
+		t.Errorf("a missing var file: exit %d, want 1", code)
+	}
+}

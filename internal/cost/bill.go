@@ -57,6 +57,9 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 		ops += 2 * float64(chunks(size)) // the CreateTask call and its push attempt
 	}
 	ls = append(ls, line("Cloud Tasks operations (create + push, 32 KB chunks)", Per*ops, p.CloudTasksOp))
+	if t.CloudTasksDeletes > 0 {
+		ls = append(ls, line("Cloud Tasks operations (DeleteTask)", Per*float64(t.CloudTasksDeletes), p.CloudTasksOp))
+	}
 	var billed float64
 	for _, size := range t.PubSubMessages {
 		billed += float64(max(size, kb))
@@ -157,6 +160,51 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			line(fmt.Sprintf("Minimum instances: %s memory", name), s*m, p.RunMemory))
 	}
 	return ls, nil
+}
+
+// Alerts prices a month of the alert policies when d enables them
+// (alerts_enabled): each condition, and the time series its query returns
+// at each evaluation (one a condition, assumed: the policies reduce across
+// instances; one grouped by a label returns one a value seen).
+func Alerts(p Prices, d Defaults) []Line {
+	if !d.AlertsEnabled || d.AlertConditions == 0 {
+		return nil
+	}
+	n := float64(d.AlertConditions)
+	return []Line{
+		line(fmt.Sprintf("Cloud Monitoring alert conditions (%d, alerts_enabled)", d.AlertConditions), n, p.AlertCondition),
+		line("Cloud Monitoring time series returned (1 a condition every 30 s, assumed)", n*AlertEvaluationsPerMonth, p.AlertSeries),
+	}
+}
+
+// FreeQuotaLines are what Firestore's free quota takes off the fixed
+// lines fixed (priced with p), as negative lines: none unless d's database
+// is the (default) one. The quota is a day's: a month's is the quota times
+// the days of an average month.
+func FreeQuotaLines(fixed []Line, p Prices, d Defaults, q FreeQuota) []Line {
+	if d.FirestoreDatabase != DefaultDatabase {
+		return nil
+	}
+	used := map[Price]float64{}
+	for _, l := range fixed {
+		used[l.Price] += l.Quantity
+	}
+	var ls []Line
+	for _, c := range []struct {
+		item  string
+		p     Price
+		quota float64
+	}{
+		{"reads", p.FirestoreRead, q.ReadsPerDay * daysPerM},
+		{"writes", p.FirestoreWrite, q.WritesPerDay * daysPerM},
+		{"deletes", p.FirestoreDelete, q.DeletesPerDay * daysPerM},
+		{"storage", p.FirestoreStorage, q.StorageGiB},
+	} {
+		if free := min(used[c.p], c.quota); free > 0 {
+			ls = append(ls, line("Firestore free quota: "+c.item+" (the (default) database)", -free, c.p))
+		}
+	}
+	return ls
 }
 
 // load is function name's load when lifecycles of t arrive at

@@ -1,5 +1,10 @@
 package cost
 
+import (
+	"fmt"
+	"regexp"
+)
+
 // Price is one list price with where it was read.
 type Price struct {
 	// USD per Unit.
@@ -13,27 +18,128 @@ type Price struct {
 }
 
 // Prices are the list prices the bill uses: USD, us-central1 (Cloud Run
-// tier 1, Firestore Standard edition regional). Free tiers are not
-// modelled (they are per billing account, shared with everything else
-// the account runs): the bill is an upper bound for a small deployment.
+// tier 1), Firestore Standard edition at the location class priced (At).
+// Free tiers are not modelled in the bill (they are per billing account,
+// shared with everything else the account runs): the bill is an upper
+// bound for a small deployment. Firestore's free quota, which only the
+// (default) database has, is shown beside the fixed cost (FreeQuota).
 type Prices struct {
+	// FirestoreRead, FirestoreWrite, FirestoreDelete and FirestoreStorage
+	// are the class priced's (At sets them from Firestore).
 	FirestoreRead, FirestoreWrite, FirestoreDelete, FirestoreStorage Price
-	CloudTasksOp                                                     Price
-	PubSubThroughput, PubSubStorage                                  Price
-	RunRequest, RunCPU, RunMemory                                    Price
-	Logging, Trace                                                   Price
-	Scheduler                                                        Price
-	SecretAccess, SecretVersion                                      Price
+	// Firestore are the prices of each location class.
+	Firestore map[LocationClass]FirestorePrices
+	// AlertCondition and AlertSeries are Cloud Monitoring's alerting
+	// prices: a condition a month, a time series a condition's query
+	// returns at an evaluation.
+	AlertCondition, AlertSeries     Price
+	CloudTasksOp                    Price
+	PubSubThroughput, PubSubStorage Price
+	RunRequest, RunCPU, RunMemory   Price
+	Logging, Trace                  Price
+	Scheduler                       Price
+	SecretAccess, SecretVersion     Price
 }
 
-const read = "2026-11-26"
+const (
+	read = "2026-11-26"
+	// read2 is when the Firestore location classes, the free quota and
+	// the alerting prices were read.
+	read2 = "2026-11-28"
+)
 
-// ListPrices is the price table, each price with its source and date read.
+// LocationClass is a Firestore location's kind: a region (us-central1,
+// europe-west1) or a multi-region (nam5, eur3), whose reads, writes and
+// deletes cost twice a region's.
+type LocationClass string
+
+// The location classes.
+const (
+	Regional    LocationClass = "regional"
+	MultiRegion LocationClass = "multi-region"
+)
+
+// Classes are the location classes, in the doc's order.
+var Classes = []LocationClass{Regional, MultiRegion}
+
+var (
+	multiRegion = regexp.MustCompile(`^(nam|eur)[0-9]+$`)
+	region      = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
+)
+
+// Class is the class of Firestore location loc: nam5, eur3 (and any
+// namN, eurN) are multi-regions, a name like europe-west1 a region.
+func Class(loc string) (LocationClass, error) {
+	switch {
+	case multiRegion.MatchString(loc):
+		return MultiRegion, nil
+	case region.MatchString(loc):
+		return Regional, nil
+	}
+	return "", fmt.Errorf("cost: firestore_location %q is neither a region (europe-west1) nor a multi-region (nam5, eur3)", loc)
+}
+
+// FirestorePrices are a location class's Firestore prices.
+type FirestorePrices struct {
+	Read, Write, Delete, Storage Price
+}
+
+const firestorePricing = "https://cloud.google.com/firestore/pricing"
+
+// At is p with the Firestore prices of class c.
+func (p Prices) At(c LocationClass) Prices {
+	f := p.Firestore[c]
+	p.FirestoreRead, p.FirestoreWrite, p.FirestoreDelete, p.FirestoreStorage = f.Read, f.Write, f.Delete, f.Storage
+	return p
+}
+
+// FreeQuota is Firestore's free quota: a day's reads, writes and deletes
+// and the storage, for the (default) database only ("Only the (default)
+// database qualifies for the free quota"; TTL deletes get none).
+type FreeQuota struct {
+	ReadsPerDay, WritesPerDay, DeletesPerDay, StorageGiB float64
+	Source, Read                                         string
+}
+
+// FirestoreFreeQuota is the free quota, as the stored copy of the pricing
+// page shows it.
+var FirestoreFreeQuota = FreeQuota{50_000, 20_000, 20_000, 1, firestorePricing, read2}
+
+// AlertEvaluationsPerMonth is how many times a month an alerting
+// condition is evaluated: every 30 s (the pricing examples' "86,400
+// 30-second execution periods" in a 30-day month), in an average month.
+const AlertEvaluationsPerMonth = HoursPerMonth * 120
+
+// ListPrices is the price table, each price with its source and date read,
+// at the regional class (us-central1's).
 var ListPrices = Prices{
-	FirestoreRead:    Price{0.03 / 1e5, "document read", "https://cloud.google.com/firestore/pricing", read, false},
-	FirestoreWrite:   Price{0.09 / 1e5, "document write", "https://cloud.google.com/firestore/pricing", read, false},
-	FirestoreDelete:  Price{0.01 / 1e5, "document delete", "https://cloud.google.com/firestore/pricing", read, false},
-	FirestoreStorage: Price{0.15, "GiB-month", "https://cloud.google.com/firestore/pricing", read, true},
+	FirestoreRead:    Price{0.03 / 1e5, "document read", firestorePricing, read, false},
+	FirestoreWrite:   Price{0.09 / 1e5, "document write", firestorePricing, read, false},
+	FirestoreDelete:  Price{0.01 / 1e5, "document delete", firestorePricing, read, false},
+	FirestoreStorage: Price{0.15, "GiB-month", firestorePricing, read, true},
+	Firestore: map[LocationClass]FirestorePrices{
+		Regional: {
+			Price{0.03 / 1e5, "document read", firestorePricing, read, false},
+			Price{0.09 / 1e5, "document write", firestorePricing, read, false},
+			Price{0.01 / 1e5, "document delete", firestorePricing, read, false},
+			Price{0.15, "GiB-month", firestorePricing, read, true},
+		},
+		// The stored copy of the current page does not show its per-location
+		// table; its earlier versions' do: $0.06, $0.18 and $0.02 per
+		// 100 000 and $0.18 a GiB-month for the multi-regions.
+		MultiRegion: {
+			Price{0.06 / 1e5, "document read", firestorePricing, read2, true},
+			Price{0.18 / 1e5, "document write", firestorePricing, read2, true},
+			Price{0.02 / 1e5, "document delete", firestorePricing, read2, true},
+			Price{0.18, "GiB-month", firestorePricing, read2, true},
+		},
+	},
+	// Shown by the stored copy of "Manage alerting costs" ("$1.50 per
+	// condition per month", "$0.35 per million time series"); its newest
+	// copy words it per metric reference and point returned, without the
+	// figures: unconfirmed.
+	AlertCondition:   Price{1.50, "condition-month", "https://cloud.google.com/monitoring/alerts/cost-control", read2, true},
+	AlertSeries:      Price{0.35 / 1e6, "time series returned", "https://cloud.google.com/monitoring/alerts/cost-control", read2, true},
 	CloudTasksOp:     Price{0.40 / 1e6, "billable operation (32 KB chunk)", "https://cloud.google.com/tasks/pricing", read, false},
 	PubSubThroughput: Price{40.0 / (1 << 40), "byte (≥ 1 KB per message)", "https://cloud.google.com/pubsub/pricing", read, false},
 	PubSubStorage:    Price{0.27, "GiB-month retained", "https://cloud.google.com/pubsub/pricing", read, true},
@@ -127,7 +233,7 @@ type Alternative struct {
 
 // Alternatives are the comparison rows of issue 35.
 var Alternatives = []Alternative{
-	{"AWS Step Functions Standard", "≈ $75", "a waitForTaskToken task: state transitions at $25 per million, each heartbeat an API call (SendTaskHeartbeat)", "https://aws.amazon.com/step-functions/pricing/"},
+	{"AWS Step Functions Standard", "$25–75", "a waitForTaskToken task: 1 to 3 state transitions at $25 per million; a heartbeat (SendTaskHeartbeat) is an API call, not a state transition, so not billed, whatever their count", "https://aws.amazon.com/step-functions/pricing/"},
 	{"Google Cloud Workflows", "≈ $330", "progress polled: each poll step billed ($0.01 per 1 000 internal steps, external HTTP steps at $0.025 per 1 000)", "https://cloud.google.com/workflows/pricing"},
 	{"Temporal Cloud", "$300–600", "each heartbeat, activity start and completion is an action ($25–50 per million actions)", "https://temporal.io/pricing"},
 }

@@ -42,7 +42,34 @@ type Report struct {
 	// IdleSchedules are a month of IdleSchedulesPriced schedules at rest,
 	// FireTick what a tick whose passes make fires costs beyond an idle one.
 	IdleSchedules, FireTick []Line
+	// Class is the Firestore location class priced; LocationAssumed says
+	// the Terraform variables named no firestore_location (it has no
+	// default), so the regional class was priced as an assumption.
+	Class           LocationClass
+	LocationAssumed bool
+	// Prices are the prices the bill used (ListPrices at Class).
+	Prices Prices
+	// Alerts are a month of the alert policies (none unless
+	// alerts_enabled), FreeQuota what Firestore's free quota takes off the
+	// fixed cost (none unless the database is (default)).
+	Alerts, FreeQuota []Line
+	// Sides are the targets' shapes and the fixed cost at each location
+	// class.
+	Sides []Side
 }
+
+// Side is the bill at one Firestore location class: the targets' shapes
+// per million lifecycles at SideRates, and the fixed cost a month.
+type Side struct {
+	Class LocationClass
+	// PerMillion are, by shape, the totals at SideRates.
+	PerMillion map[string][]float64
+	Fixed      float64
+}
+
+// SideRates are the rates (lifecycles a second) the location classes are
+// compared at.
+var SideRates = []float64{10, 1000}
 
 // IdleSchedulesPriced is how many idle schedules the doc prices a month of.
 const IdleSchedulesPriced = 1000
@@ -53,8 +80,22 @@ const IdleSchedulesPriced = 1000
 var RateTable = []float64{1e6 / (HoursPerMonth * 3600), 1, 10, 100, 1000, 10000}
 
 // Compute bills every shape and the fixed cost, and checks the targets.
+// p's Firestore prices are those of d's firestore_location's class (the
+// regional class, stated as an assumption, when it names none).
 func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error) {
 	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}, Rates: map[string][]float64{}, MetFrom: map[string]float64{}, Assumptions: a}
+	r.Class, r.LocationAssumed = Regional, d.FirestoreLocation == ""
+	if !r.LocationAssumed {
+		var err error
+		if r.Class, err = Class(d.FirestoreLocation); err != nil {
+			return r, err
+		}
+	}
+	base := p
+	if p.Firestore != nil {
+		p = p.At(r.Class)
+	}
+	r.Prices = p
 	for _, t := range rec.Shapes {
 		ls, err := Bill(t, p, d, a)
 		if err != nil {
@@ -65,6 +106,35 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 	var err error
 	if r.Fixed, err = Fixed(rec.Idle, p, d, a); err != nil {
 		return r, err
+	}
+	r.Alerts = Alerts(p, d)
+	r.FreeQuota = FreeQuotaLines(r.Fixed, p, d, FirestoreFreeQuota)
+	for _, c := range Classes {
+		if base.Firestore == nil {
+			break
+		}
+		cp := base.At(c)
+		side := Side{Class: c, PerMillion: map[string][]float64{}}
+		fixed, err := Fixed(rec.Idle, cp, d, a)
+		if err != nil {
+			return r, err
+		}
+		side.Fixed = Total(fixed)
+		for _, tr := range rec.Shapes {
+			if !slices.ContainsFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape }) {
+				continue
+			}
+			for _, rate := range SideRates {
+				b := a
+				b.LifecyclesPerSecond = rate
+				ls, err := Bill(tr, cp, d, b)
+				if err != nil {
+					return r, err
+				}
+				side.PerMillion[tr.Shape] = append(side.PerMillion[tr.Shape], Total(ls))
+			}
+		}
+		r.Sides = append(r.Sides, side)
 	}
 	r.IdleSchedules = IdleSchedules(rec.IdleSchedule, IdleSchedulesPriced, rec.Idle, p, d, a)
 	if r.FireTick, err = FireTick(rec.FireTick, rec.Idle, p, d, a); err != nil {
@@ -147,8 +217,9 @@ func (r Report) Markdown() string {
 	w("recorded (%s, `internal/cost/testdata/traffic.json`: `go run ./bench/cost -record`\n", r.Recording.Recorded)
 	w("runs `BenchmarkCostRecord` in `internal/devstack` and rewrites it), the price table\n")
 	w("in `internal/cost/prices.go` and the Terraform defaults read from `terraform/`.\n")
-	w("USD, us-central1, list prices; free tiers are not modelled (they are per billing\n")
-	w("account), so the figures are an upper bound for a small deployment.\n")
+	w("USD, us-central1, list prices; free tiers are not modelled in the bill (they are per\n")
+	w("billing account), so the figures are an upper bound for a small deployment.\n")
+	r.location(w)
 	w("The counts of each single operation (a submit, a callback, a heartbeat's\n")
 	w("constant ~1 KB whatever the payload, a sweep pass, a schedule's fire) are asserted by `TestCostModel`\n")
 	w("(`go test -run TestCostModel -v ./internal/devstack/`).\n\n")
@@ -160,6 +231,13 @@ func (r Report) Markdown() string {
 			mark = "**missed**"
 		}
 		w("| %s | ≤ $%.2f %s | $%.2f | %s | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark, metAt(r.Rates[res.Shape], res.MaxUSD, r.MetFrom[res.Shape]))
+	}
+	if len(r.Alerts) > 0 {
+		fixed := Total(r.Fixed)
+		w("\nThe fixed target is checked against Servo's own resources. The alert policies\n")
+		w("(`alerts_enabled`, on by default) are Cloud Monitoring's charge on top, whatever\n")
+		w("the traffic: **$%.2f a month**, so the fixed cost with them is **$%.2f**, over the\n", Total(r.Alerts), fixed+Total(r.Alerts))
+		w("$%.2f target (below, \"Fixed cost\").\n", Targets[len(Targets)-1].MaxUSD)
 	}
 	w("\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
 	w("The functions' instance time depends on how busy they are (Cloud Run bills an\n")
@@ -244,6 +322,8 @@ func (r Report) Markdown() string {
 			t.FirestoreDeletes, t.IndexEntries, t.StoredDocBytes, len(t.CloudTasksCreates), len(t.PubSubMessages), inv, t.LogLines, t.LogBytes, t.Spans)
 	}
 
+	r.sides(w)
+
 	w("\n## Fixed cost a month at zero traffic\n\n")
 	i := r.Recording.Idle
 	w("One sweeper invocation per Scheduler tick (%g a hour), run the production way:\n", r.Defaults.SweepTicksPerHour)
@@ -253,7 +333,42 @@ func (r Report) Markdown() string {
 	for _, l := range r.Fixed {
 		w("| %s | %s | %s | $%.4f |\n", l.Item, qty(l.Quantity), unitPrice(l.Price), l.USD)
 	}
-	w("| **total** | | | **$%.2f** |\n\n", Total(r.Fixed))
+	fixed := Total(r.Fixed)
+	if len(r.Alerts) == 0 && len(r.FreeQuota) == 0 {
+		w("| **total** | | | **$%.2f** |\n\n", fixed)
+	} else {
+		w("| **total, Servo's resources** | | | **$%.2f** |\n", fixed)
+		for _, l := range r.Alerts {
+			w("| %s | %s | %s | $%.4f |\n", l.Item, qty(l.Quantity), unitPrice(l.Price), l.USD)
+		}
+		if len(r.Alerts) > 0 {
+			fixed += Total(r.Alerts)
+			w("| **total with the alert policies** | | | **$%.2f** |\n", fixed)
+		}
+		for _, l := range r.FreeQuota {
+			w("| %s | %s | %s | −$%.4f |\n", l.Item, qty(-l.Quantity), unitPrice(l.Price), -l.USD)
+		}
+		if len(r.FreeQuota) > 0 {
+			w("| **what is billed, after the free quota** | | | **$%.2f** |\n", fixed+Total(r.FreeQuota))
+		}
+		w("\n")
+	}
+	switch {
+	case len(r.Alerts) == 0:
+		w("The alert policies are off (`alerts_enabled = false`): not priced.\n")
+	default:
+		w("The alert policies are on (`alerts_enabled`): %d conditions in `terraform/modules/alerts`,\n", r.Defaults.AlertConditions)
+		w("each billed a month, and the time series each returns at each evaluation (every\n")
+		w("30 s; one a condition assumed, as they reduce across instances).\n")
+	}
+	if r.Defaults.FirestoreDatabase == DefaultDatabase {
+		w("The database is `(default)`: Firestore's free quota (%s reads, %s writes and %s deletes\n", thousands(FirestoreFreeQuota.ReadsPerDay), thousands(FirestoreFreeQuota.WritesPerDay), thousands(FirestoreFreeQuota.DeletesPerDay))
+		w("a day, %g GiB stored; none for TTL deletes) applies, and takes $%.2f off the fixed cost a month.\n", FirestoreFreeQuota.StorageGiB, -Total(r.FreeQuota))
+		w("The figures above it, and the bills per million, are without it.\n\n")
+	} else {
+		w("The database is `%s`, not `(default)`: Firestore's free quota does not apply\n", r.Defaults.FirestoreDatabase)
+		w("(\"Only the (default) database qualifies for the free quota\").\n\n")
+	}
 
 	r.schedules(w)
 
@@ -273,16 +388,34 @@ func (r Report) Markdown() string {
 		}
 		return p.Read
 	}
-	for _, p := range []struct {
+	type named struct {
 		name string
 		p    Price
-	}{
-		{"Firestore read", ListPrices.FirestoreRead}, {"Firestore write", ListPrices.FirestoreWrite}, {"Firestore delete", ListPrices.FirestoreDelete},
-		{"Firestore storage", ListPrices.FirestoreStorage}, {"Cloud Tasks", ListPrices.CloudTasksOp}, {"Pub/Sub throughput", ListPrices.PubSubThroughput},
-		{"Pub/Sub retained storage", ListPrices.PubSubStorage}, {"Cloud Run requests", ListPrices.RunRequest}, {"Cloud Run CPU", ListPrices.RunCPU},
-		{"Cloud Run memory", ListPrices.RunMemory}, {"Cloud Logging", ListPrices.Logging}, {"Cloud Trace", ListPrices.Trace},
-		{"Cloud Scheduler", ListPrices.Scheduler}, {"Secret Manager access", ListPrices.SecretAccess}, {"Secret Manager version", ListPrices.SecretVersion},
-	} {
+	}
+	var prices []named
+	for _, c := range Classes {
+		f, ok := r.Prices.Firestore[c]
+		if !ok {
+			continue
+		}
+		prices = append(prices, named{"Firestore read, " + string(c), f.Read}, named{"Firestore write, " + string(c), f.Write},
+			named{"Firestore delete, " + string(c), f.Delete}, named{"Firestore storage, " + string(c), f.Storage})
+	}
+	if len(prices) == 0 {
+		prices = append(prices, named{"Firestore read", r.Prices.FirestoreRead}, named{"Firestore write", r.Prices.FirestoreWrite},
+			named{"Firestore delete", r.Prices.FirestoreDelete}, named{"Firestore storage", r.Prices.FirestoreStorage})
+	}
+	ps := r.Prices
+	for _, p := range append(prices, []named{
+		{"Cloud Tasks", ps.CloudTasksOp}, {"Pub/Sub throughput", ps.PubSubThroughput},
+		{"Pub/Sub retained storage", ps.PubSubStorage}, {"Cloud Run requests", ps.RunRequest}, {"Cloud Run CPU", ps.RunCPU},
+		{"Cloud Run memory", ps.RunMemory}, {"Cloud Logging", ps.Logging}, {"Cloud Trace", ps.Trace},
+		{"Cloud Scheduler", ps.Scheduler}, {"Secret Manager access", ps.SecretAccess}, {"Secret Manager version", ps.SecretVersion},
+		{"Cloud Monitoring alert condition", ps.AlertCondition}, {"Cloud Monitoring alert time series", ps.AlertSeries},
+	}...) {
+		if p.p.Unit == "" {
+			continue
+		}
 		w("| %s | %s | %s | %s |\n", p.name, unitPrice(p.p), p.p.Source, confirm(p.p))
 	}
 	a := r.Assumptions
@@ -303,8 +436,19 @@ func (r Report) Markdown() string {
 	if len(excl) > 0 {
 		excluded = strings.Join(excl, ", ")
 	}
-	w("trace sampling %g; topic retention %s; task retention %s; successful requests' Cloud Run request logs excluded for: %s.\n\n",
+	w("trace sampling %g; topic retention %s; task retention %s; successful requests' Cloud Run request logs excluded for: %s",
 		r.Defaults.TraceSampling, days(r.Defaults.TopicRetentionDays), ret, excluded)
+	loc := r.Defaults.FirestoreLocation
+	if loc == "" {
+		loc = "none (no default)"
+	}
+	w("; Firestore location %s, database %s; alert policies %s", loc, r.Defaults.FirestoreDatabase, onOff(r.Defaults.AlertsEnabled))
+	if len(r.Defaults.VarFiles) > 0 {
+		w("; var files: %s", strings.Join(r.Defaults.VarFiles, ", "))
+	}
+	w(".\n\nFirestore's free quota (%s): %s reads, %s writes, %s deletes a day, %g GiB stored, for the\n",
+		FirestoreFreeQuota.Source, thousands(FirestoreFreeQuota.ReadsPerDay), thousands(FirestoreFreeQuota.WritesPerDay), thousands(FirestoreFreeQuota.DeletesPerDay), FirestoreFreeQuota.StorageGiB)
+	w("`(default)` database only; read %s.\n\n", FirestoreFreeQuota.Read)
 	w("Assumed, not measured: a Cloud Run request log entry is %d bytes, and a line Servo\n", a.RequestLogBytes)
 	w("writes becomes an entry %d bytes larger than the line (its log name, resource labels,\n", a.LogEntryBytes)
 	w("instance id, timestamps); an index entry\n")
@@ -320,11 +464,90 @@ func (r Report) Markdown() string {
 	w("included; each request's time and CPU time the median of three recordings of its\n")
 	w("shape); the events\n")
 	w("topic has %d subscription; an instance re-reads the signing-key secret %g times an\n", a.EventSubscriptions, a.SecretReadsPerHour)
-	w("hour; Firestore deletes issued in a commit are counted as writes; a document without\n")
+	w("hour; Firestore deletes, those issued in a commit included, are counted as deletes and\n")
+	w("priced as deletes (TTL deletes too, one per document created with a TTL); a document without\n")
 	w("a TTL field is priced for %g months of storage (it is kept for good), one with a TTL\n", a.NoTTLMonths)
 	w("until the time its field says (as the code sets it); spans are priced at the sampling\n")
 	w("ratio (the errors and slow requests always kept are not modelled).\n")
 	return b.String()
+}
+
+// location says which Firestore location class the bill prices, and why.
+func (r Report) location(w func(string, ...any)) {
+	if r.LocationAssumed {
+		w("**Firestore location: not given.** `firestore_location` has no default and no var\n")
+		w("file set it (`go run ./bench/cost -var-file terraform/examples/staging.tfvars` prices a\n")
+		w("deployment's): Firestore is priced at the **%s** class (us-central1's prices), an\n", r.Class)
+		w("assumption; a multi-region (nam5, eur3) costs twice as much a read, write and delete\n")
+		w("(\"Firestore location\" below compares them).\n")
+	} else {
+		w("Firestore is priced at `%s`, a **%s** location", r.Defaults.FirestoreLocation, r.Class)
+		if len(r.Defaults.VarFiles) > 0 {
+			w(" (read from %s)", strings.Join(r.Defaults.VarFiles, ", "))
+		}
+		w(";\n\"Firestore location\" below compares the classes.\n")
+	}
+}
+
+// sides writes the comparison of the location classes.
+func (r Report) sides(w func(string, ...any)) {
+	if len(r.Sides) == 0 {
+		return
+	}
+	w("\n## Firestore location: regional or multi-region\n\n")
+	w("`firestore_location` is a region (europe-west1, us-central1) or a multi-region (nam5,\n")
+	w("eur3); it cannot be changed after the database is created. Everything else the same:\n\n")
+	w("| location class |")
+	var shapes []string
+	for _, tr := range r.Recording.Shapes {
+		if _, ok := r.Sides[0].PerMillion[tr.Shape]; ok {
+			shapes = append(shapes, tr.Shape)
+			for _, rate := range SideRates {
+				w(" %s, at %s a second |", tr.Shape, rateLabel(rate))
+			}
+		}
+	}
+	w(" fixed a month (Servo's resources) |\n|---|")
+	for range len(shapes) * len(SideRates) {
+		w("---:|")
+	}
+	w("---:|\n")
+	for _, side := range r.Sides {
+		mark := ""
+		if side.Class == r.Class {
+			mark = " (priced above)"
+		}
+		w("| %s%s |", side.Class, mark)
+		for _, s := range shapes {
+			for _, usd := range side.PerMillion[s] {
+				w(" $%.2f |", usd)
+			}
+		}
+		w(" $%.2f |\n", side.Fixed)
+	}
+	w("\nWhat a multi-region buys: the database is replicated in two regions and a witness\n")
+	w("region, so it keeps serving through the loss of a whole region (a region survives the\n")
+	w("loss of a zone), and its SLA is 99.999 %% a month instead of a region's 99.99 %%\n")
+	w("(https://cloud.google.com/firestore/sla; about 26 s of downtime a month instead of 4.4 min).\n")
+	w("Servo's functions, queues and topics are regional (`region`) whatever the database's\n")
+	w("location, so a region's loss stops them anyway unless they run in a region of the\n")
+	w("multi-region and are redeployed elsewhere.\n")
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// thousands spells n with a space between thousands: 50 000.
+func thousands(n float64) string {
+	s := fmt.Sprintf("%.0f", n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + " " + s[i:]
+	}
+	return s
 }
 
 // lineItems are the items of the shapes' bills, each once: a shape's

@@ -64,21 +64,69 @@ type Defaults struct {
 	// default, their other requests' kept: Traffic.SubmitRequests of their
 	// invocations are not billed a request log.
 	NoOKSubmitRequestLogs map[string]bool
+	// FirestoreLocation is firestore_location (no default: "" unless a
+	// var file sets it), FirestoreDatabase firestore_database.
+	FirestoreLocation, FirestoreDatabase string
+	// AlertsEnabled is alerts_enabled; AlertConditions counts the
+	// conditions of modules/alerts' alert policies (each for_each
+	// instance's), priced when AlertsEnabled.
+	AlertsEnabled   bool
+	AlertConditions int
+	// VarFiles are the var files read over the root module's defaults.
+	VarFiles []string
 }
+
+// DefaultDatabase is the Firestore database the free quota applies to.
+const DefaultDatabase = "(default)"
 
 var (
 	funcBlock   = regexp.MustCompile(`(?s)\n\s*(\w+)\s*=\s*optional\(object\(\{(.*?)\}\),\s*\{\}\)`)
 	optionalArg = regexp.MustCompile(`(\w+)\s*=\s*optional\(\w+,\s*"?([^")]*)"?\)`)
 )
 
-// ReadDefaults reads the defaults from the Terraform root module in dir.
-func ReadDefaults(dir string) (Defaults, error) {
-	d := Defaults{Functions: map[string]Function{}, TraceSampling: 1, SigningKeyVersions: 1}
+// ReadDefaults reads the defaults from the Terraform root module in dir,
+// then the var files (as terraform -var-file, the last one winning): of
+// the variables the bill depends on, a var file's top-level scalar
+// assignment replaces the default (the functions' sizing is read from
+// the defaults only).
+func ReadDefaults(dir string, varFiles ...string) (Defaults, error) {
+	d := Defaults{Functions: map[string]Function{}, TraceSampling: 1, SigningKeyVersions: 1, VarFiles: varFiles}
 	vars, err := os.ReadFile(filepath.Join(dir, "variables.tf"))
 	if err != nil {
 		return d, fmt.Errorf("cost: %w", err)
 	}
 	src := string(vars)
+	tfs, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
+	var srcs []string // every .tf file's text, for variables declared outside variables.tf
+	for _, p := range tfs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return d, fmt.Errorf("cost: %w", err)
+		}
+		srcs = append(srcs, string(b))
+	}
+	set := map[string]string{}
+	for _, f := range varFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return d, fmt.Errorf("cost: %w", err)
+		}
+		for _, m := range tfvarsScalar.FindAllStringSubmatch(string(b), -1) {
+			set[m[1]] = strings.Trim(m[2], `"`)
+		}
+	}
+	// value is variable name's value: a var file's, or its default.
+	value := func(name string) (string, bool) {
+		if v, ok := set[name]; ok {
+			return v, v != "null"
+		}
+		for _, s := range srcs {
+			if v, ok := variableDefault(s, name); ok {
+				return v, true
+			}
+		}
+		return "", false
+	}
 	fn, ok := variableBody(src, "functions")
 	if !ok {
 		return d, fmt.Errorf("cost: variables.tf declares no functions variable")
@@ -106,14 +154,14 @@ func ReadDefaults(dir string) (Defaults, error) {
 			return d, fmt.Errorf("cost: variables.tf: no default sizing for function %s", name)
 		}
 	}
-	sched, ok := variableDefault(src, "sweep_schedule")
+	sched, ok := value("sweep_schedule")
 	if !ok {
 		return d, fmt.Errorf("cost: variables.tf: no sweep_schedule default")
 	}
 	if d.SweepTicksPerHour, err = ticksPerHour(sched); err != nil {
 		return d, err
 	}
-	ret, ok := variableDefault(src, "topic_message_retention")
+	ret, ok := value("topic_message_retention")
 	if !ok {
 		return d, fmt.Errorf("cost: variables.tf: no topic_message_retention default")
 	}
@@ -124,31 +172,36 @@ func ReadDefaults(dir string) (Defaults, error) {
 	d.TopicRetentionDays = secs / 86400
 	// Optional: declared once the cuts land.
 	for _, name := range []string{"trace_sampling_ratio", "trace_sampling", "trace_sample_ratio"} {
-		if v, ok := variableDefault(src, name); ok {
+		if v, ok := value(name); ok {
 			if d.TraceSampling, err = strconv.ParseFloat(v, 64); err != nil {
 				return d, fmt.Errorf("cost: %s %q: %w", name, v, err)
 			}
 		}
 	}
 	for _, name := range []string{"retention_days", "task_retention", "retention"} {
-		if v, ok := variableDefault(src, name); ok {
+		if v, ok := value(name); ok {
 			if d.RetentionDays, err = parseDays(v); err != nil {
 				return d, err
 			}
 		}
 	}
-	tfs, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
-	for _, p := range tfs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return d, fmt.Errorf("cost: %w", err)
+	d.FirestoreLocation, _ = value("firestore_location")
+	if d.FirestoreDatabase, ok = value("firestore_database"); !ok {
+		d.FirestoreDatabase = DefaultDatabase
+	}
+	if v, ok := value("alerts_enabled"); ok && v == "true" {
+		d.AlertsEnabled = true
+		if d.AlertConditions, err = alertConditions(filepath.Join(dir, "modules", "alerts")); err != nil {
+			return d, err
 		}
-		d.SchedulerJobs += strings.Count(string(b), `resource "google_cloud_scheduler_job"`)
-		for _, m := range exclusionBlock.FindAllStringSubmatch(string(b), -1) {
+	}
+	for _, b := range srcs {
+		d.SchedulerJobs += strings.Count(b, `resource "google_cloud_scheduler_job"`)
+		for _, m := range exclusionBlock.FindAllStringSubmatch(b, -1) {
 			body := m[1]
 			gate := countGate.FindStringSubmatch(body)
 			if gate != nil {
-				if v, ok := variableDefault(src, gate[1]); !ok || v != "true" {
+				if v, ok := value(gate[1]); !ok || v != "true" {
 					continue // off by default
 				}
 			}
@@ -174,6 +227,53 @@ func ReadDefaults(dir string) (Defaults, error) {
 		return d, fmt.Errorf("cost: %s declares no Cloud Scheduler job", dir)
 	}
 	return d, nil
+}
+
+// tfvarsScalar is a var file's top-level assignment of a string, number
+// or bool (an object or a list is not read).
+var tfvarsScalar = regexp.MustCompile(`(?m)^(\w+)\s*=\s*("[^"\n]*"|[0-9.]+|true|false|null)\s*(?:#.*)?$`)
+
+var (
+	alertPolicy = regexp.MustCompile(`resource "google_monitoring_alert_policy" "\w+" \{`)
+	forEachList = regexp.MustCompile(`for_each\s*=\s*toset\(local\.(\w+)\)`)
+	conditions  = regexp.MustCompile(`(?m)^\s*conditions \{`)
+)
+
+// alertConditions counts the conditions of the alert policies in the
+// module in dir: each policy's conditions blocks, times its for_each
+// instances (a toset of a local list).
+func alertConditions(dir string) (int, error) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
+	var src string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0, fmt.Errorf("cost: %w", err)
+		}
+		src += string(b) + "\n"
+	}
+	idx := alertPolicy.FindAllStringIndex(src, -1)
+	if len(idx) == 0 {
+		return 0, fmt.Errorf("cost: alerts_enabled, but %s declares no google_monitoring_alert_policy", dir)
+	}
+	n := 0
+	for i, at := range idx {
+		end := len(src)
+		if i+1 < len(idx) {
+			end = idx[i+1][0]
+		}
+		body := src[at[0]:end]
+		each := 1
+		if m := forEachList.FindStringSubmatch(body); m != nil {
+			l := regexp.MustCompile(`(?s)\b` + m[1] + `\s*=\s*\[(.*?)\]`).FindStringSubmatch(src)
+			if l == nil {
+				return 0, fmt.Errorf("cost: %s: local.%s is not a list", dir, m[1])
+			}
+			each = strings.Count(l[1], `"`) / 2
+		}
+		n += each * len(conditions.FindAllStringIndex(body, -1))
+	}
+	return n, nil
 }
 
 // excludesSubmits reports whether an exclusion's filter, narrowed by

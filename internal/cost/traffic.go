@@ -66,6 +66,12 @@ type Traffic struct {
 	// CloudTasksCreates are the sizes of the CreateTask requests, bytes
 	// (each is also one push delivery attempt of the same size).
 	CloudTasksCreates []int64 `json:"cloudTasksCreates"`
+	// CloudTasksDeletes are the DeleteTask calls, each a billable
+	// operation: a cancel of a PENDING or QUEUED attempt deletes its Cloud
+	// Task (one call per queue the attempt may be in and re-drive, one with
+	// a worker's single queue); a RUNNING attempt's was delivered, and a
+	// re-drive deletes its predecessor's.
+	CloudTasksDeletes int64 `json:"cloudTasksDeletes,omitempty"`
 	// PubSubMessages are the sizes of the messages published, bytes.
 	PubSubMessages []int64 `json:"pubSubMessages"`
 	// Invocations are the function invocations, by function (api,

@@ -117,10 +117,12 @@ func (c *invocationCounter) take() (n map[string]int64, submits int64, ms, cpu m
 	return n, submits, ms, cpu
 }
 
-// createSizes records the size of each CreateTask request.
+// createSizes records the size of each CreateTask request, and counts
+// the DeleteTask calls (a cancel deletes its attempt's Cloud Task).
 type createSizes struct {
-	mu    sync.Mutex
-	sizes []int64
+	mu      sync.Mutex
+	sizes   []int64
+	deletes int64
 }
 
 func (c *createSizes) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -129,15 +131,20 @@ func (c *createSizes) unary(ctx context.Context, method string, req, reply any, 
 		c.sizes = append(c.sizes, int64(proto.Size(req.(proto.Message))))
 		c.mu.Unlock()
 	}
+	if strings.HasSuffix(method, "/DeleteTask") {
+		c.mu.Lock()
+		c.deletes++
+		c.mu.Unlock()
+	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-func (c *createSizes) take() []int64 {
+func (c *createSizes) take() ([]int64, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.sizes
-	c.sizes = nil
-	return s
+	s, d := c.sizes, c.deletes
+	c.sizes, c.deletes = nil, 0
+	return s, d
 }
 
 // storedDoc is a document as the database keeps it.
@@ -261,7 +268,8 @@ func (r *recorder) lifecycle(shape string, op func()) cost.Traffic {
 	u := r.rpc.Usage()
 	tr := cost.Traffic{Shape: shape, FirestoreReads: int64(u.DocsRead), FirestoreMissing: int64(u.DocsMissing), FirestoreWrites: int64(u.DocsWritten),
 		FirestoreDeletes: int64(u.DocsDeleted), IndexEntries: int64(u.IndexEntries),
-		CloudTasksCreates: r.ct.take(), PubSubMessages: r.messages()}
+		PubSubMessages: r.messages()}
+	tr.CloudTasksCreates, tr.CloudTasksDeletes = r.ct.take()
 	tr.LogLines, tr.LogBytes = r.logs.take()
 	tr.Invocations, tr.SubmitRequests, tr.RequestMs, tr.CPUUs = r.inv.take()
 	tr.Spans = int64(r.spans() - spans0)

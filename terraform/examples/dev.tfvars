@@ -2,9 +2,16 @@
 #   terraform apply -var-file=examples/dev.tfvars
 # Every variable is described in variables.tf.
 
+# firestore_location: Firestore in europe-west1, a region, the functions'
+# own: a development deployment needs no survival of a region's loss (the
+# multi-region eur3's 99.999 % SLA against 99.99 %), and a region's reads,
+# writes and deletes cost half a multi-region's (docs/cost.md, "Firestore
+# location"). Its (default) database gets Firestore's free quota. The
+# location cannot be changed after creation: a deployment made with eur3
+# keeps eur3 in its own var file.
 project_id          = "my-servo-dev"
 region              = "europe-west1"
-firestore_location  = "eur3"
+firestore_location  = "europe-west1"
 deletion_protection = false
 
 # Who may call the control API (never allUsers).
