@@ -16,12 +16,12 @@ type Limit struct {
 var (
 	// DocumentWrites: Firestore's sustained write rate to one document.
 	DocumentWrites = Limit{Name: "Firestore: sustained writes to one document", PerSecond: 1,
-		Source: "https://cloud.google.com/firestore/quotas (soft limit: maximum sustained write rate to a document, 1 per second); https://cloud.google.com/firestore/docs/best-practices (hotspots)", Read: "2026-11-26"}
+		Source: "https://web.archive.org/web/20190411040400/https://firebase.google.com/docs/firestore/quotas (\"Maximum write rate to a document: 1 per second\"; the current https://cloud.google.com/firestore/quotas no longer lists it, only its soft limit of 500 writes a second into sequential indexed values, so the figure is kept as the conservative one); https://cloud.google.com/firestore/docs/best-practices (hotspots)", Read: "2026-11-28"}
 	// SequentialIndex: writes into one range of sequential index values
 	// (a monotonically increasing or decreasing indexed field, or
 	// sequential document ids).
 	SequentialIndex = Limit{Name: "Firestore: writes into one range of sequential index values", PerSecond: 500,
-		Source: "https://firebase.google.com/docs/firestore/solutions/shard-timestamp (\"limits the write rate to 500 writes per second\"); https://cloud.google.com/firestore/docs/best-practices (\"do not use monotonically increasing document IDs\")", Read: "2026-11-26"}
+		Source: "https://cloud.google.com/firestore/quotas (soft limit: \"Maximum write rate to a collection in which documents contain sequential values in an indexed field: 500 per second\"); https://firebase.google.com/docs/firestore/solutions/shard-timestamp; https://cloud.google.com/firestore/docs/best-practices (\"do not use monotonically increasing document IDs\")", Read: "2026-11-28"}
 	// QueueDispatches: a Cloud Tasks queue's maximum dispatch rate.
 	QueueDispatches = Limit{Name: "Cloud Tasks: max_dispatches_per_second of one queue", PerSecond: 500,
 		Source: "https://cloud.google.com/tasks/docs/reference/rpc/google.cloud.tasks.v2#ratelimits (\"The maximum allowed value is 500\")", Read: "2026-11-26"}
