@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -278,5 +279,31 @@ func TestAlertConditionsOutboxAndLag(t *testing.T) {
 	}
 	if lagged <= 0 {
 		t.Errorf("lag condition: %s{servo_duty=\"deadline\"} stayed 0 for a task handled between passes", lag)
+	}
+}
+
+// waitFinal polls the task until it ends or limit passes (a test helper:
+// servo doctor waits with waitCanary).
+func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Duration) (api.Task, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		v, _, err := c.Get(ctx, id)
+		if err == nil && v.State.Terminal() {
+			return v, nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return v, err
+			}
+			if v.State == api.Queued && v.Delivery != nil {
+				return v, fmt.Errorf("still %s after %s: %s", v.State, limit, deliveryText(v.Delivery))
+			}
+			return v, fmt.Errorf("still %s after %s", v.State, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

@@ -545,31 +545,6 @@ func describeErr(status int, err error) string {
 	return "status " + strconv.Itoa(status)
 }
 
-// waitFinal polls the task until it ends or limit passes.
-func waitFinal(ctx context.Context, c *client.Client, id string, limit time.Duration) (api.Task, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		v, _, err := c.Get(ctx, id)
-		if err == nil && v.State.Terminal() {
-			return v, nil
-		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return v, err
-			}
-			if v.State == api.Queued && v.Delivery != nil {
-				return v, fmt.Errorf("still %s after %s: %s", v.State, limit, deliveryText(v.Delivery))
-			}
-			return v, fmt.Errorf("still %s after %s", v.State, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return v, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // doctorTopic is a temporary subscription to the events topic, filtered
 // on the canary's workspace.
 type doctorTopic struct {
