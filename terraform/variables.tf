@@ -248,13 +248,13 @@ variable "start_timeout" {
 }
 
 variable "due_shards" {
-  description = "Shards of the sweeper's due indexes (SERVO_DUE_SHARDS): each task gets one at creation, and each due query reads a group of up to 30 (dueShard IN [...]). 128 keeps each index range near 260 writes/s at 1 000 000 running tasks with 30 s heartbeats and 10 000 tasks/s (docs/scale.md), for 47 queries an idle sweep pass. It may grow between deployments; lowered, the functions refuse to start until `servo migrate --due-shards N` has moved the data (tasks keep their shard)."
+  description = "Shards of the sweeper's due indexes (SERVO_DUE_SHARDS): each task gets one at creation, and each due query reads a group of up to 30 (dueShard IN [...]). 384 keeps the busiest index range (the leases') near 410 writes/s, under Firestore's 500, at twice the mean of 10 000 tasks/s with 1 000 000 running tasks and 30 s heartbeats (docs/scale.md), for 146 queries an idle sweep pass (about $2 a month, docs/cost.md); 50 000 tasks/s needs 2048 (docs/scale.md). Each query is billed as one document read even when it finds nothing. It may grow between deployments; lowered, the functions refuse to start until `servo migrate --due-shards N` has moved the data (tasks keep their shard)."
   type        = number
   default     = 128
 
   validation {
-    condition     = var.due_shards >= 1 && var.due_shards <= 256 && floor(var.due_shards) == var.due_shards
-    error_message = "due_shards must be a whole number from 1 to 256."
+    condition     = var.due_shards >= 1 && var.due_shards <= 4096 && floor(var.due_shards) == var.due_shards
+    error_message = "due_shards must be a whole number from 1 to 4096."
   }
 }
 

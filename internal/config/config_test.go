@@ -46,7 +46,7 @@ func TestFromEnvDefaults(t *testing.T) {
 	}
 	if c.FirestoreDatabase != "(default)" || c.EventsTopic != "servo-task-events" || c.DeadLetterTopic != "servo-dead-letter" ||
 		c.SweepEvery != 15*time.Second || c.SweepWindow != 55*time.Second || c.MaxRedrives != 5 || c.StartTimeout != 10*time.Minute ||
-		c.DueShards != 128 || c.MaxBodyBytes != 1<<20 || c.RetentionDays != 30 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
+		c.DueShards != 384 || c.MaxBodyBytes != 1<<20 || c.RetentionDays != 30 || c.ServiceName != "servo" || c.Access != nil || c.Quotas == nil || c.Quotas.Enabled() ||
 		len(c.Workers) != 0 || c.JobsDispatchURL != nil ||
 		!c.SweepEarlyEnd || c.LogHeartbeats || c.LogStarted || c.TraceSampling.Ratio != 0.01 || c.TraceSampling.Slow != time.Second {
 		t.Errorf("defaults: got %+v, want %+v", c, want)

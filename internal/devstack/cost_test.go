@@ -68,13 +68,13 @@ type costEnv struct {
 }
 
 // idlePassQueries is what an idle sweep pass, wired as production wires
-// it, queries over production's 128 due shards: one query per duty and
-// group of shards (store.DueGroups: 19 deadline + 5 cancel + 9 lease + 9
-// dispatch, at most 30 disjunctions each), 5 for the outbox re-drive
-// (store.OutboxGroups) and 5 for the schedule duty's due schedules
+// it, queries over production's 384 due shards: one query per duty and
+// group of shards (store.DueGroups: 55 deadline + 13 cancel + 26 lease + 26
+// dispatch, at most 30 disjunctions each), 13 for the outbox re-drive
+// (store.OutboxGroups) and 13 for the schedule duty's due schedules
 // (store.ScheduleGroups), however many schedules there are; one query per
 // duty and shard took 80 with 16 shards.
-const idlePassQueries = 52
+const idlePassQueries = 146
 
 // productionSweeper is the sweeper internal/server wires (server.New) on
 // e's stack, its schedule duty included, with cfg's cadence, window and

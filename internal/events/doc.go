@@ -35,8 +35,8 @@
 //     requests; what an idle or recycled instance did not send reaches
 //     Pub/Sub through the re-drive.
 //  3. [Publisher.Redrive] (the sweeper, every pass) reads, a group of up
-//     to 30 due shards a query (dueShard IN [...], store.OutboxGroups: 5
-//     queries for 128 shards), the entries still undelivered whose nextTryAt (the creation
+//     to 30 due shards a query (dueShard IN [...], store.OutboxGroups: 13
+//     queries for 384 shards), the entries still undelivered whose nextTryAt (the creation
 //     time until a delivery failed) is at least [Config.Grace] (10 s) old
 //     (index outbox(dueShard, delivered, nextTryAt)), an entry per
 //     transition of each document read, publishes them sorted by task then

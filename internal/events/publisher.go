@@ -35,7 +35,7 @@ const (
 	// DefaultRedriveBatch is how many outbox documents Redrive reads at once.
 	DefaultRedriveBatch = 200
 	// DefaultRedriveMaxBatches bounds the batches one Redrive call reads
-	// from each group of due shards (store.Store.OutboxGroups: 5 for 128
+	// from each group of due shards (store.Store.OutboxGroups: 13 for 384
 	// shards); the next sweeper pass continues.
 	DefaultRedriveMaxBatches = 10
 	// RedriveMinBackoff is how long Redrive leaves an entry alone after its

@@ -68,7 +68,7 @@ func TestShardsForRate(t *testing.T) {
 func TestValidateNamesTheField(t *testing.T) {
 	for _, c := range []struct{ json, field string }{
 		{`{"tenants": {"acme": {"maxRunning": 10, "peakRate": -1}}}`, `tenants["acme"].peakRate`},
-		{`{"tenants": {"acme": {"maxRunning": 10, "peakRate": 10001}}}`, `tenants["acme"].peakRate`},
+		{`{"tenants": {"acme": {"maxRunning": 10, "peakRate": 50001}}}`, `tenants["acme"].peakRate`},
 		{`{"workers": {"gpu": {"perTenant": {"maxRunning": 1, "peakRate": 1e9}}}}`, `workers["gpu"].perTenant.peakRate`},
 		{`{"tenants": {"a": {"maxRunning": -1}}}`, `tenants["a"].maxRunning`},
 		{`{"tenants": {"a": {"maxQueued": -1}}}`, `tenants["a"].maxQueued`},

@@ -78,9 +78,10 @@
 // take a group of due shards each (dueShard IN [...], DueGroups,
 // OutboxGroups): Firestore serves an "in" as one range per shard, merged
 // in the query's order, up to 30 disjunctions a query (the shards times
-// the duty's states). 128 shards (DefaultDueShards) keep each due range
-// under 300 writes/s at 1 000 000 running tasks, and an idle sweep pass
-// costs 42 queries, the re-drive 5.
+// the duty's states). 384 shards (DefaultDueShards) keep the busiest due
+// range (the leases') near 410 writes/s at twice the mean of 10 000
+// tasks/s and 1 000 000 running tasks, under Firestore's 500 (docs/scale.md),
+// and an idle sweep pass costs 120 due queries, the re-drive 13.
 //
 // A simpler idea considered: drop the ULID's time from the name entirely
 // (a random id) — but ids must stay sortable for people and page tokens,

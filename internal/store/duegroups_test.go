@@ -12,13 +12,13 @@ import (
 	"github.com/servo-dev/servo/internal/task"
 )
 
-// TestDueGroupsFindEveryShard: with the default 128 due shards, two tasks
+// TestDueGroupsFindEveryShard: with the default 384 due shards, two tasks
 // due at the same instant in every shard are each found exactly once by
 // the grouped due queries (dueShard IN [...]), page after page of 7 across
 // the shards of a group (the cursor orders by due time, then name), and
-// the whole read costs one query per group and page: 9 groups of at most
-// 15 shards for a duty of two states, 19 of at most 7 for one of four,
-// not 128 queries.
+// the whole read costs one query per group and page: 26 groups of at most
+// 15 shards for a duty of two states, 55 of at most 7 for one of four,
+// not 384 queries.
 func TestDueGroupsFindEveryShard(t *testing.T) {
 	const perShard, limit = 2, 7
 	c := store.NewRPCCounter()
@@ -27,8 +27,8 @@ func TestDueGroupsFindEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if s.DueShards() != 128 {
-		t.Fatalf("default due shards %d, want 128", s.DueShards())
+	if s.DueShards() != 384 {
+		t.Fatalf("default due shards %d, want 384", s.DueShards())
 	}
 	ctx := context.Background()
 	// Created an hour ago: every task is PENDING with its dispatch check
@@ -56,8 +56,8 @@ func TestDueGroupsFindEveryShard(t *testing.T) {
 		due    store.Due
 		groups int
 	}{
-		{store.DueDispatch, 9},
-		{store.DueDeadline, 19},
+		{store.DueDispatch, 26},
+		{store.DueDeadline, 55},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.due), func(t *testing.T) {

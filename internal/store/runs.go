@@ -106,7 +106,7 @@ type RunFilter struct {
 
 // ListRuns returns runs newest first (run ids are ULIDs, so runId order is
 // creation order) and the id to pass as After for the next page ("" on the
-// last page). It queries each group of due shards (runGroups: 5 for 128
+// last page). It queries each group of due shards (runGroups: 13 for 384
 // shards, more with several tenants) for a page, newest first by the
 // composite index (dueShard, [tenantId,] runId desc), and the same of the
 // tasks that are their runs' own (no run document: task.Task.OwnRun), and

@@ -99,10 +99,10 @@ func listAllRuns(t *testing.T, s *Store, rc *RPCCounter, f RunFilter, size int) 
 }
 
 // TestListRunsShardedNewestFirst: runs are named with a hash prefix and
-// listed, from the 128 default shards, newest first through one query
+// listed, from the 384 default shards, newest first through one query
 // per group of shards merged on read: every run once, in order, over
-// pages, one query per group a page (5 groups of up to 30 shards for one
-// tenant or all; 9 of up to 15 for two tenants, 30 disjunctions a query).
+// pages, one query per group a page (13 groups of up to 30 shards for one
+// tenant or all; 26 of up to 15 for two tenants, 30 disjunctions a query).
 func TestListRunsShardedNewestFirst(t *testing.T) {
 	rc := NewRPCCounter()
 	s, err := New(context.Background(), emulatortest.ProjectID(t), WithRPCCounter(rc))
@@ -138,9 +138,9 @@ func TestListRunsShardedNewestFirst(t *testing.T) {
 		want    []string
 		queries int
 	}{
-		{"one tenant", RunFilter{TenantID: "acme"}, newest(runs["acme"]), 10},
-		{"two tenants", RunFilter{TenantIDs: []string{"acme", "other"}}, newest(runs["acme"], runs["other"]), 18},
-		{"all tenants", RunFilter{}, newest(runs["acme"], runs["other"]), 10},
+		{"one tenant", RunFilter{TenantID: "acme"}, newest(runs["acme"]), 26},
+		{"two tenants", RunFilter{TenantIDs: []string{"acme", "other"}}, newest(runs["acme"], runs["other"]), 52},
+		{"all tenants", RunFilter{}, newest(runs["acme"], runs["other"]), 26},
 	}
 	for _, tt := range tests {
 		for _, size := range []int{7, 100} {
@@ -251,7 +251,7 @@ func TestMigrateRunsToHashedNames(t *testing.T) {
 // TestRunCountsAndEventsAcrossShards: a run's counts (CountByState) and
 // events (RunEvents) no longer filter on a task's or an entry's
 // runId alone (both exempt from single-field indexing): the counts take
-// one aggregation per state and group of the 128 due shards, the events
+// one aggregation per state and group of the 384 due shards, the events
 // are read by name through the run's tasks; both find every task of the
 // run, in whichever shard, and only the tenants asked for.
 func TestRunCountsAndEventsAcrossShards(t *testing.T) {
@@ -299,9 +299,9 @@ func TestRunCountsAndEventsAcrossShards(t *testing.T) {
 		pending, queued     int
 		aggregations, total int // events: one per task created, one per enqueue
 	}{
-		{"one tenant", ListFilter{RunID: run, TenantID: "acme"}, 45, 15, 7 * 5, 75},
-		{"two tenants", ListFilter{RunID: run, TenantIDs: []string{"acme", "other"}}, 55, 15, 7 * 9, 85},
-		{"all tenants", ListFilter{RunID: run}, 55, 15, 7 * 5, 85},
+		{"one tenant", ListFilter{RunID: run, TenantID: "acme"}, 45, 15, 7 * 13, 75},
+		{"two tenants", ListFilter{RunID: run, TenantIDs: []string{"acme", "other"}}, 55, 15, 7 * 26, 85},
+		{"all tenants", ListFilter{RunID: run}, 55, 15, 7 * 13, 85},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -155,8 +155,8 @@ func sweepOnce(t testing.TB, sw *zombie.Sweeper, due int) zombie.Stats {
 // TestSweepCostGrowsWithDueNotRunning checks, with the RPC-counting
 // interceptor, that one pass over ten times more RUNNING tasks with the
 // same number due costs exactly the same: one query per duty and group of
-// due shards (the 128 default shards in 19 + 5 + 9 + 9 groups of at most
-// 30 disjunctions, store.DueGroups: 42 queries, not 4 × 128) plus one read
+// due shards (the 384 default shards in 55 + 13 + 26 + 26 groups of at most
+// 30 disjunctions, store.DueGroups: 120 queries, not 4 × 384) plus one read
 // and one commit per due task, because every duty is
 // an indexed query that returns only what is due, plus the pass's pulse
 // (one read and one write, store.Pulse) and, since leases run out, one
@@ -164,7 +164,7 @@ func sweepOnce(t testing.TB, sw *zombie.Sweeper, due int) zombie.Stats {
 // 1 000 and 10 000 running tasks of which 100 are due.
 func TestSweepCostGrowsWithDueNotRunning(t *testing.T) {
 	const due = 20
-	const queries = 42 // an idle pass's due queries over 128 shards
+	const queries = 120 // an idle pass's due queries over 384 shards
 	want := map[string]int{"RunQuery": queries + 1, "BatchGetDocuments": due + 1, "Commit": due + 1}
 	for _, running := range []int{200, 2_000} {
 		sw, rpc := costFixture(t, running, due)

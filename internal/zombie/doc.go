@@ -148,10 +148,10 @@
 //
 // # Cost
 //
-// A pass costs one query per duty and group of due shards (the default 128
-// shards in 19 deadline, 5 cancel, 9 lease and 9 dispatch groups: 42
+// A pass costs one query per duty and group of due shards (the default 384
+// shards in 55 deadline, 13 cancel, 26 lease and 26 dispatch groups: 120
 // RunQuery) and one BatchGetDocuments and one Commit per due task,
-// whatever the number of tasks that are not due: 242 RPCs for 100 due
+// whatever the number of tasks that are not due: 320 RPCs for 100 due
 // tasks, with 1 000 or with 10 000 RUNNING tasks. A pass that ends its
 // window early adds one outbox query per group of due shards and one write
 // (the pulse's promise). BenchmarkSweeperSizing reports a pass's CPU and
