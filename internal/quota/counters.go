@@ -229,24 +229,20 @@ type Usage struct {
 	Shards int
 }
 
-// Usage sums the counter shards of a scope (one query; zero when the
-// scope has never been limited).
+// Usage sums the counter shards of a scope (zero when the scope has
+// never been limited) with one aggregation query: a scope sized for a
+// peak of 30 000 tasks/s has 150 000 shards, which a plain query would
+// bill as 150 000 reads each time a page or `servo usage` shows it; the
+// sums cost one read per 1 000.
 func (c *Counters) Usage(ctx context.Context, db DB, kind Kind, name string) (Usage, error) {
 	q := &pb.StructuredQuery{
 		From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: Collection}},
 		Where: and(fieldFilter("kind", pb.StructuredQuery_FieldFilter_EQUAL, strVal(string(kind))),
 			fieldFilter("name", pb.StructuredQuery_FieldFilter_EQUAL, strVal(name))),
 	}
-	var u Usage
-	err := db.Query(ctx, q, func(d *pb.Document) error {
-		s, err := decodeCounter(d.GetFields())
-		if err != nil {
-			return err
-		}
-		u.Queued += s.queued
-		u.Running += s.running
-		u.Shards++
-		return nil
-	})
-	return u, err
+	n, sums, err := db.Sum(ctx, q, []string{"queued", "running"})
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Queued: int(sums[0]), Running: int(sums[1]), Shards: int(n)}, nil
 }

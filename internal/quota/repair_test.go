@@ -43,6 +43,18 @@ func (f *shardsDB) CountTasks(context.Context, *pb.StructuredQuery_Filter) (int6
 	return 0, nil
 }
 
+// Sum adds up the shards' fields as Firestore's sum aggregation does
+// (every shard: the fake does not filter).
+func (f *shardsDB) Sum(_ context.Context, _ *pb.StructuredQuery, fields []string) (int64, []int64, error) {
+	sums := make([]int64, len(fields))
+	for _, d := range f.docs {
+		for i, name := range fields {
+			sums[i] += d.GetFields()[name].GetIntegerValue()
+		}
+	}
+	return int64(len(f.docs)), sums, nil
+}
+
 func (f *shardsDB) Commit(_ context.Context, writes []*pb.Write) error {
 	for _, w := range writes {
 		name := w.GetUpdate().GetName()

@@ -101,6 +101,51 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 	}
 }
 
+// sum runs one aggregation over q: its count and the sum of each of
+// fields (integers; a sum Firestore returns as a double, which it does
+// when a sum overflows, is truncated).
+func (s *Store) sum(ctx context.Context, q *pb.StructuredQuery, fields []string) (int64, []int64, error) {
+	aggs := []*pb.StructuredAggregationQuery_Aggregation{{Alias: "n", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}}
+	for i, f := range fields {
+		aggs = append(aggs, &pb.StructuredAggregationQuery_Aggregation{Alias: fmt.Sprintf("s%d", i),
+			Operator: &pb.StructuredAggregationQuery_Aggregation_Sum_{Sum: &pb.StructuredAggregationQuery_Aggregation_Sum{Field: fieldRef(f)}}})
+	}
+	stream, err := s.client.RunAggregationQuery(ctx, &pb.RunAggregationQueryRequest{
+		Parent: s.docs,
+		QueryType: &pb.RunAggregationQueryRequest_StructuredAggregationQuery{StructuredAggregationQuery: &pb.StructuredAggregationQuery{
+			QueryType:    &pb.StructuredAggregationQuery_StructuredQuery{StructuredQuery: q},
+			Aggregations: aggs,
+		}},
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	var n int64
+	sums := make([]int64, len(fields))
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			return n, sums, nil
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		r := res.GetResult()
+		if r == nil {
+			continue
+		}
+		n = r.GetAggregateFields()["n"].GetIntegerValue()
+		for i := range fields {
+			switch v := r.GetAggregateFields()[fmt.Sprintf("s%d", i)].GetValueType().(type) {
+			case *pb.Value_IntegerValue:
+				sums[i] = v.IntegerValue
+			case *pb.Value_DoubleValue:
+				sums[i] = int64(v.DoubleValue)
+			}
+		}
+	}
+}
+
 // RunEvents returns the transition events of a run's tasks of tenants
 // (all tenants when tenants is empty), ordered by task id and then seq. It
 // lists the run's tasks (List, the sharded listing) and takes each one's

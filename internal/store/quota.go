@@ -93,6 +93,10 @@ func (d quotaDB) CountTasks(ctx context.Context, where *pb.StructuredQuery_Filte
 	return d.s.count(ctx, &pb.StructuredQuery{From: []*pb.StructuredQuery_CollectionSelector{{CollectionId: TasksCollection}}, Where: where})
 }
 
+func (d quotaDB) Sum(ctx context.Context, q *pb.StructuredQuery, fields []string) (int64, []int64, error) {
+	return d.s.sum(ctx, q, fields)
+}
+
 func (d quotaDB) Commit(ctx context.Context, writes []*pb.Write) error {
 	_, err := d.s.client.Commit(ctx, &pb.CommitRequest{Database: d.s.db, Writes: writes})
 	return err
