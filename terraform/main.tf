@@ -3,7 +3,8 @@
 #   modules/firestore     the database, its composite indexes and TTL policies
 #   modules/signing_keys  the Secret Manager secret with the token key ring
 #   modules/worker        one Cloud Run worker service + Cloud Tasks queue(s) + runtime account
-#   modules/function      one Cloud Function (2nd gen) built from the zipped source
+#   modules/function      one Cloud Function (2nd gen) built from the zipped source,
+#                         or a Cloud Run service built from it (instance-based billing)
 #
 # Service accounts and every IAM grant live in iam.tf, in one table.
 
@@ -15,7 +16,9 @@ locals {
   # without a dependency cycle. A postcondition in the function module checks
   # it against the URL Google reports.
   callbacks_name = "${var.name_prefix}-callbacks"
-  callbacks_url  = "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
+  # Billed by instance, the callbacks are a Cloud Run service, whose
+  # deterministic URL is the run.app one (modules/function).
+  callbacks_url = local.functions_billing.callbacks == "instance" ? "https://${local.callbacks_name}-${local.project_number}.${var.region}.run.app" : "https://${var.region}-${var.project_id}.cloudfunctions.net/${local.callbacks_name}"
 
   # Known from the variables alone, for the due_shards check (the check's
   # data source must not depend on any managed resource).
@@ -91,6 +94,47 @@ locals {
     SERVO_QUOTAS             = local.servo_quotas
     SERVO_IAP_AUDIENCE       = var.iap_audience
     SERVO_API_AUDIENCE       = join(",", local.api_audiences)
+  }
+
+  # Billing of the api and the callbacks (functions_billing; README.md,
+  # "Billing"). billing_break_even is, by function, the declared rate
+  # (lifecycles a second) from which instance-based billing costs no more
+  # than request-based at every higher rate: computed by `go run
+  # ./bench/cost` from the recorded traffic (docs/cost.md, "Billing"), kept
+  # equal to the program's figure by internal/cost's
+  # TestTerraformBreakEven. "auto" bills each function the cheaper way at
+  # expected_lifecycles_per_second.
+  billing_break_even = {
+    api       = 9.4
+    callbacks = 3.2
+  }
+  functions_billing = {
+    for name, rate in local.billing_break_even : name => (
+      var.functions_billing != "auto" ? var.functions_billing : (var.expected_lifecycles_per_second >= rate ? "instance" : "request")
+    )
+  }
+
+  # max_instances of the api and the callbacks, unless functions sets it:
+  # twice the instances the declared rate needs (bursts to twice it), never
+  # below the former defaults (api 20, callbacks 50) nor min_instances.
+  # instances_per_lifecycle_rate is, by function, the instances needed per
+  # lifecycle a second once busy (CPU and concurrency at the autoscaler's
+  # 60 %, the shape with 10 heartbeats), computed by `go run ./bench/cost`
+  # and kept equal by TestTerraformBreakEven; at 1 000 a second the
+  # callbacks need 66, so get 132.
+  instances_per_lifecycle_rate = {
+    api       = 0.0084
+    callbacks = 0.066
+  }
+  max_instances_floor = {
+    api       = 20
+    callbacks = 50
+  }
+  function_max_instances = {
+    for name, per in local.instances_per_lifecycle_rate : name => coalesce(
+      var.functions[name].max_instances,
+      max(local.max_instances_floor[name], var.functions[name].min_instances, ceil(2 * var.expected_lifecycles_per_second * per)),
+    )
   }
 
   # The entry points registered with functions-framework-go in package
@@ -461,10 +505,16 @@ module "function" {
   cpu             = each.value.sizing.cpu
   timeout_seconds = each.value.sizing.timeout_seconds
   min_instances   = each.value.sizing.min_instances
-  max_instances   = each.value.sizing.max_instances
+  max_instances   = lookup(local.function_max_instances, each.key, each.value.sizing.max_instances)
   concurrency     = each.value.sizing.concurrency
   pubsub_trigger  = each.value.pubsub
-  expected_url    = lookup({ api = local.api_audiences[0], callbacks = local.callbacks_url, claim = local.claim_url, jobs = local.jobs_function_url }, each.key, null)
+  billing         = lookup(local.functions_billing, each.key, "request")
+  expected_url = lookup({
+    api       = local.functions_billing.api == "instance" ? local.api_audiences[1] : local.api_audiences[0]
+    callbacks = local.callbacks_url
+    claim     = local.claim_url
+    jobs      = local.jobs_function_url
+  }, each.key, null)
 
   # The runtime accounts' grants (secret, topics, queues, actAs) and the
   # builder's must exist, and have propagated, before the first revision

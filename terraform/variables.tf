@@ -250,7 +250,7 @@ variable "start_timeout" {
 variable "due_shards" {
   description = "Shards of the sweeper's due indexes (SERVO_DUE_SHARDS): each task gets one at creation, and each due query reads a group of up to 30 (dueShard IN [...]). 384 keeps the busiest index range (the leases') near 410 writes/s, under Firestore's 500, at twice the mean of 10 000 tasks/s with 1 000 000 running tasks and 30 s heartbeats (docs/scale.md), for 146 queries an idle sweep pass (about $2 a month, docs/cost.md); 50 000 tasks/s needs 2048 (docs/scale.md). Each query is billed as one document read even when it finds nothing. It may grow between deployments; lowered, the functions refuse to start until `servo migrate --due-shards N` has moved the data (tasks keep their shard)."
   type        = number
-  default     = 128
+  default     = 384
 
   validation {
     condition     = var.due_shards >= 1 && var.due_shards <= 4096 && floor(var.due_shards) == var.due_shards
@@ -309,15 +309,37 @@ variable "functions_runtime" {
   }
 }
 
+variable "expected_lifecycles_per_second" {
+  description = "The steady rate of task lifecycles (submit to end) the deployment expects, a second (a million a month is 0.38). It picks the api's and the callbacks' billing under functions_billing = \"auto\" (instance-based from each function's break-even on, local.billing_break_even) and sizes their max_instances (README.md, \"Billing\"). Default 1 (2.6 million a month): below both break-evens, so a deployment that declares nothing keeps request-based billing, which never bills an idle instance; declare yours."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.expected_lifecycles_per_second > 0 && var.expected_lifecycles_per_second <= 50000
+    error_message = "expected_lifecycles_per_second must be above 0 and at most 50000 (the scale model's ceiling, docs/scale.md): a steady rate of task lifecycles a second, e.g. 0.38 for a million a month."
+  }
+}
+
+variable "functions_billing" {
+  description = "How Cloud Run bills the api and the callbacks: \"request\" (request-based: a fee a request, CPU and memory while a request is in flight; deployed as Cloud Functions), \"instance\" (instance-based: no fee a request, CPU and memory for each instance's whole life at lower prices; deployed as Cloud Run services built from the same source) or \"auto\" (the default: for each function, the cheaper at expected_lifecycles_per_second by docs/cost.md's model). Changing a function's billing replaces it (README.md, \"Billing\")."
+  type        = string
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "request", "instance"], var.functions_billing)
+    error_message = "functions_billing must be \"auto\", \"request\" or \"instance\"."
+  }
+}
+
 variable "functions" {
-  description = "Sizing of the four functions (jobs: the jobs dispatch, jobs.tf; the defaults and why: README.md, \"Sizing\"). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie), and it runs one pass at a time (concurrency 1)."
+  description = "Sizing of the four functions (jobs: the jobs dispatch, jobs.tf; the defaults and why: README.md, \"Sizing\"). Concurrency above 1 needs at least one CPU. The sweeper's timeout must exceed its sweep window (55s by default in package zombie), and it runs one pass at a time (concurrency 1). The api's and the callbacks' max_instances default to null: sized from expected_lifecycles_per_second (README.md, \"Billing\"); a number overrides it."
   type = object({
     api = optional(object({
       memory          = optional(string, "512Mi")
       cpu             = optional(string, "1")
       timeout_seconds = optional(number, 60)
       min_instances   = optional(number, 0)
-      max_instances   = optional(number, 20)
+      max_instances   = optional(number) # null: sized from expected_lifecycles_per_second
       concurrency     = optional(number, 80)
     }), {})
     callbacks = optional(object({
@@ -325,7 +347,7 @@ variable "functions" {
       cpu             = optional(string, "1")
       timeout_seconds = optional(number, 60)
       min_instances   = optional(number, 0)
-      max_instances   = optional(number, 50)
+      max_instances   = optional(number) # null: sized from expected_lifecycles_per_second
       concurrency     = optional(number, 80)
     }), {})
     sweeper = optional(object({
@@ -352,7 +374,7 @@ variable "functions" {
       can(regex("^[0-9]+(Mi|Gi|M|G)$", f.memory)) &&
       can(regex("^([0-9]+(\\.[0-9]+)?|[0-9]+m)$", f.cpu)) &&
       f.timeout_seconds >= 1 && f.timeout_seconds <= 3600 &&
-      f.min_instances >= 0 && f.max_instances >= 1 && f.min_instances <= f.max_instances &&
+      f.min_instances >= 0 && (f.max_instances == null || try(f.max_instances >= 1 && f.min_instances <= f.max_instances, false)) &&
       f.concurrency >= 1 && f.concurrency <= 1000
     ])
     error_message = "functions: memory like \"512Mi\", cpu like \"1\", timeout_seconds 1-3600, 0 <= min_instances <= max_instances, max_instances >= 1, concurrency 1-1000."

@@ -1,19 +1,22 @@
 // Command cost prints Servo's bill from recorded traffic: per million
 // lifecycles of each workload shape, every line item named, the fixed
-// monthly cost at zero traffic, and issue 35's targets (package
-// internal/cost).
+// monthly cost at zero traffic, the functions' billing (request-based or
+// instance-based) side by side with its break-even rates, and issue 54's
+// targets (package internal/cost).
 //
 //	go run ./bench/cost                       # the bill, as Markdown
 //	go run ./bench/cost -write docs/cost.md   # regenerate the doc
 //	go run ./bench/cost -check                # exit 1 when a target is missed
-//	go run ./bench/cost -rate 100             # price the functions at 100 lifecycles a second
+//	go run ./bench/cost -rate 100             # price a deployment of 100 lifecycles a second (default: expected_lifecycles_per_second)
 //	go run ./bench/cost -granularity 1        # Cloud Run rounding busy time to 1 ms instead of 100
 //	go run ./bench/cost -record               # re-record the traffic (local stack, ~2 min)
 //	go run ./bench/cost -var-file terraform/examples/staging.tfvars  # price a deployment's variables
 //
 // Firestore is priced at the location class of firestore_location as the
 // var files set it; it has no default, so without one the regional class
-// is priced, said in the output and on stderr as an assumption.
+// is priced, said in the output and on stderr as an assumption. The
+// api's and the callbacks' billing is functions_billing's, for the
+// declared rate (expected_lifecycles_per_second, or -rate).
 package main
 
 import (
@@ -41,13 +44,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	})
 	write := fs.String("write", "", "write the Markdown to this file instead of stdout")
 	check := fs.Bool("check", false, "exit 1 when a target is missed")
-	rate := fs.Float64("rate", cost.DefaultAssumptions.LifecyclesPerSecond, "the steady rate, lifecycles a second, the functions' instance time is priced at")
+	rate := fs.Float64("rate", 0, "the steady rate, lifecycles a second, the deployment is priced at, declared (default: Terraform's expected_lifecycles_per_second)")
 	granularity := fs.Int64("granularity", cost.DefaultAssumptions.BillingGranularityMs, "milliseconds Cloud Run rounds an instance's billed busy periods up to (calibrate it against a real bill)")
 	record := fs.Bool("record", false, "re-record the traffic on the local stack first (go test -bench BenchmarkCostRecord ./internal/devstack/)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *rate <= 0 {
+	rateSet := false
+	fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
+	if rateSet && *rate <= 0 {
 		fmt.Fprintln(stderr, "cost: -rate must be above 0")
 		return 2
 	}
@@ -80,7 +85,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	a := cost.DefaultAssumptions
-	a.LifecyclesPerSecond = *rate
+	switch {
+	case rateSet:
+		a.LifecyclesPerSecond = *rate
+	case d.DeclaredRate > 0:
+		a.LifecyclesPerSecond = d.DeclaredRate
+	}
 	a.BillingGranularityMs = *granularity
 	r, err := cost.Compute(rec, cost.ListPrices, d, a)
 	if err != nil {
@@ -100,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, md)
 	}
 	for _, m := range r.Missed() {
-		fmt.Fprintf(stderr, "cost: target missed: %s: $%.2f > $%.2f %s\n", m.Shape, m.USD, m.MaxUSD, m.Per)
+		fmt.Fprintf(stderr, "cost: target missed: %s: %s > %s %s\n", m.Name, cost.Amount(m.Target, m.Value), cost.Amount(m.Target, m.Max), m.Per)
 	}
 	if *check && len(r.Missed()) > 0 {
 		return 1

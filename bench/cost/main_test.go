@@ -25,7 +25,7 @@ func TestProgramPrintsTheBill(t *testing.T) {
 	if code := run([]string{"-traffic", recorded, "-terraform", "../../terraform"}, &out, &errs); code != 0 {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
-	for _, want := range []string{"## Targets (issue 35)", "## Per million lifecycles", "## Fixed cost a month at zero traffic", "## Schedules", "AWS Step Functions Standard", "| **total** |"} {
+	for _, want := range []string{"## Targets (issue 54)", "## Billing: request-based or instance-based", "## Per million lifecycles", "## Fixed cost a month at zero traffic", "## Schedules", "AWS Step Functions Standard", "| **total** |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output has no %q", want)
 		}
@@ -44,30 +44,37 @@ func TestProgramPrintsTheBill(t *testing.T) {
 		t.Errorf("-check exited %d with %d targets missed", code, missed)
 	}
 
-	// Priced busier, the bill of a target's shape is lower (instances
-	// shared by more requests); a rate of 0 is refused.
-	target := func(flags ...string) float64 {
+	// Priced busier, the bill of a shape is lower (instances shared by
+	// more requests, and billed by instance from the break-even on); a
+	// rate of 0 is refused.
+	shape := func(flags ...string) float64 {
 		var out bytes.Buffer
 		if code := run(append([]string{"-traffic", recorded, "-terraform", "../../terraform"}, flags...), &out, &bytes.Buffer{}); code != 0 {
 			t.Fatalf("%v: exit %d", flags, code)
 		}
-		m := regexp.MustCompile(`(?m)^\| 1 attempt, 10 heartbeats \| ≤ \$25\.00 per million lifecycles \| \$([0-9.]+) \|`).FindStringSubmatch(out.String())
+		m := regexp.MustCompile(`(?m)^\| \*\*total\*\* \| \*\*\$([0-9.]+)\*\* \| \*\*\$([0-9.]+)\*\* \|`).FindStringSubmatch(out.String())
 		if m == nil {
-			t.Fatalf("%v: no target row", flags)
+			t.Fatalf("%v: no totals row", flags)
 		}
-		usd, err := strconv.ParseFloat(m[1], 64)
+		usd, err := strconv.ParseFloat(m[2], 64) // the second shape: 1 attempt, 10 heartbeats
 		if err != nil {
 			t.Fatal(err)
 		}
 		return usd
 	}
-	if low, high := target("-rate", "0.1"), target("-rate", "1000"); high >= low {
+	if low, high := shape("-rate", "0.1"), shape("-rate", "1000"); high >= low {
 		t.Errorf("10 heartbeats: $%.2f at 1 000 a second, $%.2f at 0.1: busier is not cheaper", high, low)
 	}
-	// Rounded to 1 ms instead of 100, instances are billed less at the
-	// priced rate: -granularity reaches the model.
-	if fine, coarse := target("-granularity", "1"), target(); fine >= coarse {
+	// Rounded to 1 ms instead of 100, request-billed instances are billed
+	// less: -granularity reaches the model (at 1 a second, below both
+	// break-evens).
+	if fine, coarse := shape("-rate", "1", "-granularity", "1"), shape("-rate", "1"); fine >= coarse {
 		t.Errorf("10 heartbeats: $%.2f with busy time rounded to 1 ms, $%.2f to 100 ms", fine, coarse)
+	}
+	// Without -rate, the declared rate (expected_lifecycles_per_second) is
+	// priced.
+	if declared, one := shape(), shape("-rate", "1"); declared != one {
+		t.Errorf("without -rate $%.2f, at the declared 1 a second $%.2f", declared, one)
 	}
 	for _, bad := range [][]string{{"-rate", "0"}, {"-granularity", "0"}, {"-granularity", "-5"}} {
 		if code := run(append([]string{"-traffic", recorded, "-terraform", "../../terraform"}, bad...), &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
@@ -78,7 +85,8 @@ func TestProgramPrintsTheBill(t *testing.T) {
 	// A cheap recording meets every target: -check exits 0.
 	cheap := filepath.Join(t.TempDir(), "cheap.json")
 	if err := cost.WriteRecording(cheap, cost.Recording{Recorded: "2026-11-26", Shapes: []cost.Traffic{
-		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 1}, {Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 1},
+		// $0.90 of writes (twice that multi-region) and $1.40 of logs.
+		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 1, LogBytes: 3000}, {Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 1, LogBytes: 3000},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +117,11 @@ func TestVarFile(t *testing.T) {
 		want     []string
 		stderr   bool // the assumed location said on stderr
 	}{
-		{"none", nil, []string{"**Firestore location: not given.**", "| regional (priced above) |", "Cloud Monitoring alert conditions (10, alerts_enabled)"}, true},
+		{"none", nil, []string{"**Firestore location: not given.**", "| regional (priced above) |", "Cloud Monitoring alert conditions (7, alerts_enabled)",
+			"sets them for it: api request, callbacks request."}, true},
 		{"staging", []string{"../../terraform/examples/staging.tfvars"},
-			[]string{"Firestore is priced at `eur3`, a **multi-region** location", "| multi-region (priced above) |", "The database is `servo-staging`, not `(default)`", "Cloud Monitoring alert conditions (10, alerts_enabled)"}, false},
+			[]string{"Firestore is priced at `eur3`, a **multi-region** location", "| multi-region (priced above) |", "The database is `servo-staging`, not `(default)`", "Cloud Monitoring alert conditions (7, alerts_enabled)",
+				"a steady **10 lifecycles a second**", "sets them for it: api instance, callbacks instance."}, false},
 		{"dev", []string{"../../terraform/examples/dev.tfvars"},
 			[]string{"The alert policies are off (`alerts_enabled = false`)", "The database is `(default)`: Firestore's free quota"}, false},
 	} {

@@ -88,6 +88,16 @@ func Bill(t Traffic, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			return nil, err
 		}
 		l := t.load(name, f, a)
+		if f.Billing == Instance {
+			// The instances' whole life, at instance-based prices, and no
+			// fee a request.
+			secs := float64(n) * l.InstanceSecondsPerRequest()
+			ls = append(ls,
+				line(fmt.Sprintf("Function CPU: %s (%g vCPU, instance-based)", name, f.CPU), Per*secs*f.CPU, p.RunCPUInstance),
+				line(fmt.Sprintf("Function memory: %s (%s, instance-based)", name, f.Memory), Per*secs*mem, p.RunMemoryInstance),
+			)
+			continue
+		}
 		secs := float64(n) * l.BilledSecondsPerRequest()
 		ls = append(ls,
 			line("Function requests: "+name, Per*float64(n), p.RunRequest),
@@ -155,9 +165,13 @@ func Fixed(idle Idle, p Prices, d Defaults, a Assumptions) ([]Line, error) {
 			return nil, err
 		}
 		s := float64(f.MinInstances) * HoursPerMonth * 3600
+		cpu, memory := p.RunCPU, p.RunMemory
+		if f.Billing == Instance {
+			cpu, memory = p.RunCPUInstance, p.RunMemoryInstance
+		}
 		ls = append(ls,
-			line(fmt.Sprintf("Minimum instances: %s CPU (%d)", name, f.MinInstances), s*f.CPU, p.RunCPU),
-			line(fmt.Sprintf("Minimum instances: %s memory", name), s*m, p.RunMemory))
+			line(fmt.Sprintf("Minimum instances: %s CPU (%d)", name, f.MinInstances), s*f.CPU, cpu),
+			line(fmt.Sprintf("Minimum instances: %s memory", name), s*m, memory))
 	}
 	return ls, nil
 }

@@ -186,28 +186,6 @@ func TestFixedLineItems(t *testing.T) {
 	}
 }
 
-// TestTargets marks each of issue 35's targets met or missed.
-func TestTargets(t *testing.T) {
-	rec := Recording{Shapes: []Traffic{
-		{Shape: "1 attempt, 1 heartbeat", FirestoreWrites: 13},   // $11.70: met
-		{Shape: "1 attempt, 10 heartbeats", FirestoreWrites: 28}, // $25.20: missed
-	}}
-	r, err := Compute(rec, ListPrices, testDefaults(), DefaultAssumptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, res := range r.Results {
-		got[res.Shape] = res.Met
-	}
-	if !got["1 attempt, 1 heartbeat"] || got["1 attempt, 10 heartbeats"] || !got[FixedShape] || len(r.Missed()) != 1 {
-		t.Errorf("results %+v", r.Results)
-	}
-	if _, err := Compute(Recording{Shapes: rec.Shapes[:1]}, ListPrices, testDefaults(), DefaultAssumptions); err == nil {
-		t.Error("a recording without a target's shape was priced")
-	}
-}
-
 // TestReadDefaults reads a hand-made root module, then the repository's:
 // the sizes, cadence, sampling and retention the bill uses come from
 // Terraform, not from a copy.
@@ -263,7 +241,7 @@ variable "retention_days" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Functions["api"] != (Function{"1Gi", 2, 1, 40}) || d.Functions["callbacks"] != (Function{"128Mi", 0.5, 0, 0}) || d.Functions["sweeper"] != (Function{"256Mi", 0.5, 0, 0}) {
+	if d.Functions["api"] != (Function{Memory: "1Gi", CPU: 2, MinInstances: 1, Concurrency: 40}) || d.Functions["callbacks"] != (Function{Memory: "128Mi", CPU: 0.5}) || d.Functions["sweeper"] != (Function{Memory: "256Mi", CPU: 0.5}) {
 		t.Errorf("functions %+v", d.Functions)
 	}
 	if d.SweepTicksPerHour != 30 || d.TraceSampling != 0.1 || d.RetentionDays != 30 || d.TopicRetentionDays != 1 || d.SchedulerJobs != 1 {
@@ -414,7 +392,12 @@ func repoReport(t *testing.T) (Recording, Defaults, Report) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Compute(rec, ListPrices, d, DefaultAssumptions)
+	// As the program prices it: at the declared rate.
+	a := DefaultAssumptions
+	if d.DeclaredRate > 0 {
+		a.LifecyclesPerSecond = d.DeclaredRate
+	}
+	r, err := Compute(rec, ListPrices, d, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,73 +415,6 @@ func TestDocIsGenerated(t *testing.T) {
 	}
 	if string(doc) != r.Markdown() {
 		t.Error("docs/cost.md is not what the cost program generates: run go run ./bench/cost -write docs/cost.md")
-	}
-}
-
-// TestMetAt: the targets table says from which of the rate table's rates
-// on a bill is within its target.
-func TestMetAt(t *testing.T) {
-	for _, c := range []struct {
-		totals []float64
-		want   string
-	}{
-		{[]float64{30, 20, 16, 12.7, 12.6, 12.6}, "missed at every rate"},
-		{[]float64{30, 20, 16, 11.9, 11.8, 11.8}, "met from 100 a second"},
-		{[]float64{11, 10, 9, 8, 8, 8}, "met at every rate"},
-		{[]float64{11, 13, 9, 8, 8, 8}, "met from 10 a second"},
-		{nil, ""},
-	} {
-		if got := metAt(c.totals, 12, 0); got != c.want {
-			t.Errorf("metAt(%v, 12) = %q, want %q", c.totals, got, c.want)
-		}
-	}
-}
-
-// TestMetFrom: the rate the targets table names is one from which the bill
-// is within its target, and just below which it is not; it is rounded up
-// to two digits.
-func TestMetFrom(t *testing.T) {
-	for _, c := range []struct {
-		exact float64
-		want  string
-	}{
-		{51.3, "met from 52 a second"},
-		{10.02, "met from 11 a second"},
-		{100, "met from 100 a second"},
-		{0.5, "met from 0.50 (1 M a month) a second"},
-	} {
-		if got := metAt([]float64{30, 20, 16, 11.9, 11.8, 11.8}, 12, c.exact); got != c.want {
-			t.Errorf("metAt(…, %g) = %q, want %q", c.exact, got, c.want)
-		}
-	}
-	rec, d, r := repoReport(t)
-	for _, tr := range rec.Shapes {
-		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
-		if i < 0 {
-			continue
-		}
-		from, ok := r.MetFrom[tr.Shape]
-		if k := fromRate(r.Rates[tr.Shape], Targets[i].MaxUSD); k > 0 && k < len(RateTable) && !ok {
-			t.Errorf("%s: met from %g a second, missed at %g, but no rate was bisected", tr.Shape, RateTable[k], RateTable[k-1])
-		}
-		if !ok {
-			continue
-		}
-		at := func(rate float64) float64 {
-			a := DefaultAssumptions
-			a.LifecyclesPerSecond = rate
-			ls, err := Bill(tr, ListPrices, d, a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return Total(ls)
-		}
-		if got := at(from); got > Targets[i].MaxUSD {
-			t.Errorf("%s: $%.2f at %g a second, said to meet $%.2f", tr.Shape, got, from, Targets[i].MaxUSD)
-		}
-		if got := at(from / 1.02); got <= Targets[i].MaxUSD {
-			t.Errorf("%s: $%.2f at %g a second already meets $%.2f: the bisection stopped late", tr.Shape, got, from/1.02, Targets[i].MaxUSD)
-		}
 	}
 }
 

@@ -17,8 +17,13 @@ type Load struct {
 	// least one (the autoscaler's targets: 60 % of both,
 	// https://cloud.google.com/run/docs/configuring/scaling-controls).
 	Instances float64
-	// Busy is the billed fraction of each instance's time.
+	// Busy is the billed fraction of each instance's time under
+	// request-based billing.
 	Busy float64
+	// Alive is the fraction of each instance's time it is up, billed
+	// under instance-based billing: from a request's arrival to
+	// IdleInstanceSeconds after it ends, when no other request came.
+	Alive float64
 }
 
 // BilledSecondsPerRequest is the instance time billed per request.
@@ -27,6 +32,28 @@ func (l Load) BilledSecondsPerRequest() float64 {
 		return 0
 	}
 	return l.Instances * l.Busy / l.PerSecond
+}
+
+// InstanceSecondsPerRequest is the instance time billed per request
+// under instance-based billing: the instances' whole life.
+func (l Load) InstanceSecondsPerRequest() float64 {
+	if l.PerSecond == 0 {
+		return 0
+	}
+	return l.Instances * l.Alive / l.PerSecond
+}
+
+// AliveFraction is the share of an instance's time it is up when
+// requests arrive at random, perSecond on average, each keeping it up
+// from its arrival for wall seconds and then idle seconds: one minus the
+// chance that no arrival fell in the last wall + idle seconds (the
+// coverage of Poisson arrivals by intervals of that length,
+// 1 − e^(−λ·(wall+idle))).
+func AliveFraction(perSecond, wall, idle float64) float64 {
+	if perSecond <= 0 {
+		return 0
+	}
+	return 1 - math.Exp(-perSecond*(wall+idle))
 }
 
 // NewLoad models n requests a second, taking the request times walls in
@@ -51,8 +78,21 @@ func NewLoad(perSecond float64, walls []float64, cpuSec float64, f Function, a A
 	conc := float64(max(1, f.Concurrency))
 	n := max(1, perSecond*cpuSec/(f.CPU*a.CPUTarget), perSecond*wallSec/(conc*a.CPUTarget))
 	l.Instances = math.Ceil(n)
-	l.Busy = BilledFraction(perSecond/l.Instances, walls, float64(a.BillingGranularityMs)/1000)
+	l.Alive = AliveFraction(perSecond/l.Instances, wallSec, a.IdleInstanceSeconds)
+	if f.Billing != Instance {
+		l.Busy = BilledFraction(perSecond/l.Instances, walls, float64(a.BillingGranularityMs)/1000)
+	}
 	return l
+}
+
+// NeededPerRequestRate is how many instances the autoscaler runs per
+// request a second, once the rate is high enough that they are busy:
+// the larger of the CPU's and the concurrency's need at their target
+// utilisation (NewLoad's count before it is rounded up and floored at
+// one).
+func NeededPerRequestRate(wallSec, cpuSec float64, f Function, a Assumptions) float64 {
+	conc := float64(max(1, f.Concurrency))
+	return max(cpuSec/(f.CPU*a.CPUTarget), wallSec/(conc*a.CPUTarget))
 }
 
 // billedArrivals is how many requests BilledFraction simulates.

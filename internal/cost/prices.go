@@ -35,10 +35,16 @@ type Prices struct {
 	AlertCondition, AlertSeries     Price
 	CloudTasksOp                    Price
 	PubSubThroughput, PubSubStorage Price
-	RunRequest, RunCPU, RunMemory   Price
-	Logging, Trace                  Price
-	Scheduler                       Price
-	SecretAccess, SecretVersion     Price
+	// RunRequest, RunCPU and RunMemory are request-based billing's: a
+	// fee a request, and CPU and memory while an instance serves at least
+	// one request. RunCPUInstance and RunMemoryInstance are
+	// instance-based billing's: CPU and memory for an instance's whole
+	// life, idle or not, and no fee a request.
+	RunRequest, RunCPU, RunMemory     Price
+	RunCPUInstance, RunMemoryInstance Price
+	Logging, Trace                    Price
+	Scheduler                         Price
+	SecretAccess, SecretVersion       Price
 }
 
 const (
@@ -146,11 +152,17 @@ var ListPrices = Prices{
 	RunRequest:       Price{0.40 / 1e6, "request", "https://cloud.google.com/run/pricing", read, false},
 	RunCPU:           Price{0.000024, "vCPU-second (request-based)", "https://cloud.google.com/run/pricing", read, false},
 	RunMemory:        Price{0.0000025, "GiB-second (request-based)", "https://cloud.google.com/run/pricing", read, false},
-	Logging:          Price{0.50, "GiB ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
-	Trace:            Price{0.20 / 1e6, "span ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
-	Scheduler:        Price{0.10, "job-month", "https://cloud.google.com/scheduler/pricing", read, false},
-	SecretAccess:     Price{0.03 / 1e4, "access operation", "https://cloud.google.com/secret-manager/pricing", read, false},
-	SecretVersion:    Price{0.06, "active version-month", "https://cloud.google.com/secret-manager/pricing", read, false},
+	// Instance-based billing ("Services with CPU always allocated", tier
+	// 1): the stored copy shows the CPU figure, $0.00001800 a vCPU-second,
+	// and no request fee; its memory figure is cut off ($0.00000200 a
+	// GiB-second, the page's as last known).
+	RunCPUInstance:    Price{0.000018, "vCPU-second (instance-based)", "https://cloud.google.com/run/pricing", read2, false},
+	RunMemoryInstance: Price{0.000002, "GiB-second (instance-based)", "https://cloud.google.com/run/pricing", read2, true},
+	Logging:           Price{0.50, "GiB ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
+	Trace:             Price{0.20 / 1e6, "span ingested", "https://cloud.google.com/stackdriver/pricing", read, true},
+	Scheduler:         Price{0.10, "job-month", "https://cloud.google.com/scheduler/pricing", read, false},
+	SecretAccess:      Price{0.03 / 1e4, "access operation", "https://cloud.google.com/secret-manager/pricing", read, false},
+	SecretVersion:     Price{0.06, "active version-month", "https://cloud.google.com/secret-manager/pricing", read, false},
 }
 
 // Assumptions are the figures the local stack cannot measure.
@@ -187,6 +199,13 @@ type Assumptions struct {
 	// SecretReadsPerHour is how often a running instance re-reads the
 	// signing-key secret (auth.DefaultRefresh, 5 min).
 	SecretReadsPerHour float64
+	// IdleInstanceSeconds is how long an instance the autoscaler no
+	// longer needs stays up after its last request: billed under
+	// instance-based billing (its whole life is), free under
+	// request-based. Cloud Run keeps idle instances up to 15 minutes
+	// (https://cloud.google.com/run/docs/about-instance-autoscaling):
+	// the most is assumed.
+	IdleInstanceSeconds float64
 }
 
 // DefaultAssumptions are the model's.
@@ -200,6 +219,7 @@ var DefaultAssumptions = Assumptions{
 	NoTTLMonths:          12,
 	EventSubscriptions:   1,
 	SecretReadsPerHour:   12,
+	IdleInstanceSeconds:  900,
 }
 
 // HoursPerMonth and MinutesPerMonth are an average month's.
@@ -208,22 +228,56 @@ const (
 	MinutesPerMonth = HoursPerMonth * 60
 )
 
-// Targets are issue 35's.
+// MillionAMonth is the steady rate of a million lifecycles a month.
+const MillionAMonth = 1e6 / (HoursPerMonth * 3600)
+
+// TargetKind says what a target checks.
+type TargetKind int
+
+// The kinds of targets.
+const (
+	// PerMillion is a shape's bill per million lifecycles, priced at the
+	// target's rate, declared as the deployment's
+	// (expected_lifecycles_per_second: the functions' billing follows it),
+	// at the regional class.
+	PerMillion TargetKind = iota
+	// MultiRegionRatio is the largest ratio of a PerMillion target's bill
+	// at the multi-region class to the same bill at the regional class.
+	MultiRegionRatio
+	// FixedAlertsOff is the fixed cost a month of Servo's own resources,
+	// at the regional class; FixedAlertsOn the same with the alert
+	// policies.
+	FixedAlertsOff
+	FixedAlertsOn
+)
+
+// Targets are issue 54's, at the Terraform defaults with regional
+// Firestore.
 var Targets = []Target{
-	{Shape: "1 attempt, 10 heartbeats", MaxUSD: 25, Per: "per million lifecycles"},
-	{Shape: "1 attempt, 1 heartbeat", MaxUSD: 12, Per: "per million lifecycles"},
-	{Shape: FixedShape, MaxUSD: 3, Per: "per month"},
+	{Name: "1 attempt, 10 heartbeats, at 10 a second", Shape: "1 attempt, 10 heartbeats", Rate: 10, Kind: PerMillion, Max: 15, Per: "per million lifecycles"},
+	{Name: "1 attempt, 1 heartbeat, at 10 a second", Shape: "1 attempt, 1 heartbeat", Rate: 10, Kind: PerMillion, Max: 8, Per: "per million lifecycles"},
+	{Name: "1 attempt, 10 heartbeats, at 1 M a month", Shape: "1 attempt, 10 heartbeats", Rate: MillionAMonth, Kind: PerMillion, Max: 25, Per: "per million lifecycles"},
+	{Name: "1 attempt, 1 heartbeat, at 1 M a month", Shape: "1 attempt, 1 heartbeat", Rate: MillionAMonth, Kind: PerMillion, Max: 12, Per: "per million lifecycles"},
+	{Name: "multi-region Firestore, each bill above", Kind: MultiRegionRatio, Max: 1.6, Per: "× the regional bill"},
+	{Name: "fixed, zero traffic, alerts off", Kind: FixedAlertsOff, Max: 3, Per: "per month"},
+	{Name: "fixed, zero traffic, alerts on", Kind: FixedAlertsOn, Max: 12, Per: "per month"},
 }
 
-// FixedShape names the fixed monthly cost among the targets.
-const FixedShape = "fixed, zero traffic"
-
-// Target is a ceiling for a shape's bill.
+// Target is a ceiling on a bill, or on a ratio of bills.
 type Target struct {
-	Shape  string
-	MaxUSD float64
-	Per    string
+	// Name is what the doc calls it.
+	Name string
+	// Shape and Rate are a PerMillion target's recorded shape and steady
+	// rate (lifecycles a second).
+	Shape string
+	Rate  float64
+	Kind  TargetKind
+	Max   float64
+	Per   string
 }
+
+// USD says whether the target's figure is an amount (not a ratio).
+func (t Target) USD() bool { return t.Kind != MultiRegionRatio }
 
 // Alternative is a managed alternative's price for a task that calls a
 // worker and reports 10 heartbeats.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,25 +20,37 @@ var levers string
 // Result is a target checked against the bill.
 type Result struct {
 	Target
-	USD float64
-	Met bool
+	// Value is the bill (USD) or, for MultiRegionRatio, the ratio.
+	Value float64
+	Met   bool
+	// Detail says how it was priced: the billing of each function, the
+	// bill the ratio is worst for.
+	Detail string
 }
 
 // Report is the whole bill of a recording.
 type Report struct {
 	Recording Recording
-	Defaults  Defaults
-	Shapes    map[string][]Line
-	Fixed     []Line
-	Results   []Result
-	// Rates are the totals of the targets' shapes at other steady rates
-	// (RateTable), by shape.
-	Rates map[string][]float64
-	// MetFrom is, by target shape, the lowest rate from which its bill is
-	// within the target, when that is between two of RateTable's rates
-	// (found by bisection, to 1 %).
-	MetFrom map[string]float64
-	// Assumptions are the ones the bill was computed with.
+	// Declared are the Terraform defaults as read (functions_billing
+	// unresolved); Defaults the same at the priced rate (each function's
+	// billing resolved, Defaults.At).
+	Declared, Defaults Defaults
+	Shapes             map[string][]Line
+	Fixed              []Line
+	Results            []Result
+	// TargetLines are the lines of each PerMillion target's bill, by the
+	// target's name.
+	TargetLines map[string][]Line
+	// Modes are the totals of the targets' shapes at RateTable's rates
+	// under each billing of the api and the callbacks (Request, Instance,
+	// and Auto as Terraform resolves it at each rate), by shape and billing.
+	Modes map[string]map[string][]float64
+	// BreakEvens are the program's break-even rates (BreakEven, of
+	// BreakEvenShape), Needed the instances needed per lifecycle a second
+	// (NeededPerLifecycleRate, of SizingShape), by function.
+	BreakEvens, Needed map[string]float64
+	// Assumptions are the ones the bill was computed with (its
+	// LifecyclesPerSecond the priced rate).
 	Assumptions Assumptions
 	// IdleSchedules are a month of IdleSchedulesPriced schedules at rest,
 	// FireTick what a tick whose passes make fires costs beyond an idle one.
@@ -50,9 +63,10 @@ type Report struct {
 	// Prices are the prices the bill used (ListPrices at Class).
 	Prices Prices
 	// Alerts are a month of the alert policies (none unless
-	// alerts_enabled), FreeQuota what Firestore's free quota takes off the
-	// fixed cost (none unless the database is (default)).
-	Alerts, FreeQuota []Line
+	// alerts_enabled), AlertsOn the same whether enabled or not (the
+	// target's), FreeQuota what Firestore's free quota takes off the fixed
+	// cost (none unless the database is (default)).
+	Alerts, AlertsOn, FreeQuota []Line
 	// Sides are the targets' shapes and the fixed cost at each location
 	// class.
 	Sides []Side
@@ -77,13 +91,31 @@ const IdleSchedulesPriced = 1000
 // RateTable are the steady rates (lifecycles a second) the doc shows the
 // targets' shapes at besides the priced one: from a million lifecycles a
 // month to the scale model's target.
-var RateTable = []float64{1e6 / (HoursPerMonth * 3600), 1, 10, 100, 1000, 10000}
+var RateTable = []float64{MillionAMonth, 1, 10, 100, 1000, 10000}
+
+// Billings are the billing settings the doc compares.
+var Billings = []string{Request, Instance, Auto}
+
+// targetShapes are the shapes of the PerMillion targets, each once, in
+// the recording's order.
+func targetShapes(rec Recording) []Traffic {
+	var out []Traffic
+	for _, tr := range rec.Shapes {
+		if slices.ContainsFunc(Targets, func(t Target) bool { return t.Kind == PerMillion && t.Shape == tr.Shape }) {
+			out = append(out, tr)
+		}
+	}
+	return out
+}
 
 // Compute bills every shape and the fixed cost, and checks the targets.
 // p's Firestore prices are those of d's firestore_location's class (the
-// regional class, stated as an assumption, when it names none).
+// regional class, stated as an assumption, when it names none); the
+// functions are billed as d sets them for a deployment that declares
+// a's rate.
 func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error) {
-	r := Report{Recording: rec, Defaults: d, Shapes: map[string][]Line{}, Rates: map[string][]float64{}, MetFrom: map[string]float64{}, Assumptions: a}
+	r := Report{Recording: rec, Declared: d, Defaults: d.At(a.LifecyclesPerSecond), Shapes: map[string][]Line{}, TargetLines: map[string][]Line{},
+		Modes: map[string]map[string][]float64{}, BreakEvens: map[string]float64{}, Needed: map[string]float64{}, Assumptions: a}
 	r.Class, r.LocationAssumed = Regional, d.FirestoreLocation == ""
 	if !r.LocationAssumed {
 		var err error
@@ -92,22 +124,26 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		}
 	}
 	base := p
+	regional := p
 	if p.Firestore != nil {
-		p = p.At(r.Class)
+		p, regional = p.At(r.Class), p.At(Regional)
 	}
 	r.Prices = p
 	for _, t := range rec.Shapes {
-		ls, err := Bill(t, p, d, a)
+		ls, err := Bill(t, p, r.Defaults, a)
 		if err != nil {
 			return r, err
 		}
 		r.Shapes[t.Shape] = ls
 	}
 	var err error
-	if r.Fixed, err = Fixed(rec.Idle, p, d, a); err != nil {
+	if r.Fixed, err = Fixed(rec.Idle, p, r.Defaults, a); err != nil {
 		return r, err
 	}
 	r.Alerts = Alerts(p, d)
+	on := d
+	on.AlertsEnabled = true
+	r.AlertsOn = Alerts(p, on)
 	r.FreeQuota = FreeQuotaLines(r.Fixed, p, d, FirestoreFreeQuota)
 	for _, c := range Classes {
 		if base.Firestore == nil {
@@ -115,19 +151,16 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		}
 		cp := base.At(c)
 		side := Side{Class: c, PerMillion: map[string][]float64{}}
-		fixed, err := Fixed(rec.Idle, cp, d, a)
+		fixed, err := Fixed(rec.Idle, cp, r.Defaults, a)
 		if err != nil {
 			return r, err
 		}
 		side.Fixed = Total(fixed)
-		for _, tr := range rec.Shapes {
-			if !slices.ContainsFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape }) {
-				continue
-			}
+		for _, tr := range targetShapes(rec) {
 			for _, rate := range SideRates {
 				b := a
 				b.LifecyclesPerSecond = rate
-				ls, err := Bill(tr, cp, d, b)
+				ls, err := Bill(tr, cp, d.At(rate), b)
 				if err != nil {
 					return r, err
 				}
@@ -136,64 +169,110 @@ func Compute(rec Recording, p Prices, d Defaults, a Assumptions) (Report, error)
 		}
 		r.Sides = append(r.Sides, side)
 	}
-	r.IdleSchedules = IdleSchedules(rec.IdleSchedule, IdleSchedulesPriced, rec.Idle, p, d, a)
-	if r.FireTick, err = FireTick(rec.FireTick, rec.Idle, p, d, a); err != nil {
+	r.IdleSchedules = IdleSchedules(rec.IdleSchedule, IdleSchedulesPriced, rec.Idle, p, r.Defaults, a)
+	if r.FireTick, err = FireTick(rec.FireTick, rec.Idle, p, r.Defaults, a); err != nil {
 		return r, err
 	}
-	for _, t := range Targets {
-		ls, ok := r.Shapes[t.Shape]
-		if t.Shape == FixedShape {
-			ls, ok = r.Fixed, true
+	for _, tr := range targetShapes(rec) {
+		r.Modes[tr.Shape] = map[string][]float64{}
+		for _, billing := range Billings {
+			for _, rate := range RateTable {
+				b := a
+				b.LifecyclesPerSecond = rate
+				db := d
+				db.Billing = billing
+				ls, err := Bill(tr, p, db.At(rate), b)
+				if err != nil {
+					return r, err
+				}
+				r.Modes[tr.Shape][billing] = append(r.Modes[tr.Shape][billing], Total(ls))
+			}
 		}
-		if !ok {
-			return r, fmt.Errorf("cost: the recording has no shape %q (a target)", t.Shape)
-		}
-		usd := Total(ls)
-		r.Results = append(r.Results, Result{Target: t, USD: usd, Met: usd <= t.MaxUSD})
 	}
 	for _, tr := range rec.Shapes {
-		i := slices.IndexFunc(Targets, func(t Target) bool { return t.Shape == tr.Shape })
-		if i < 0 {
-			continue
-		}
-		for _, rate := range RateTable {
-			b := a
-			b.LifecyclesPerSecond = rate
-			ls, err := Bill(tr, p, d, b)
-			if err != nil {
-				return r, err
+		for _, name := range BilledFunctions {
+			if _, ok := d.Functions[name]; !ok {
+				continue
 			}
-			r.Rates[tr.Shape] = append(r.Rates[tr.Shape], Total(ls))
+			if tr.Shape == BreakEvenShape {
+				if r.BreakEvens[name], err = BreakEven(tr, name, regional, d, a); err != nil {
+					return r, err
+				}
+			}
+			if tr.Shape == SizingShape {
+				if r.Needed[name], err = NeededPerLifecycleRate(tr, name, d, a); err != nil {
+					return r, err
+				}
+			}
 		}
-		from := fromRate(r.Rates[tr.Shape], Targets[i].MaxUSD)
-		if from <= 0 || from >= len(RateTable) {
-			continue
-		}
-		if r.MetFrom[tr.Shape], err = metFrom(tr, Targets[i].MaxUSD, RateTable[from-1], RateTable[from], p, d, a); err != nil {
-			return r, err
-		}
+	}
+	if r.Results, err = r.check(rec, base, regional, d, a); err != nil {
+		return r, err
 	}
 	return r, nil
 }
 
-// metFrom is the lowest rate, between lo (missed) and hi (met), from
-// which t's bill is within max, to 1 %. A bill falls as the rate grows
-// (busier instances share their billed time), so it bisects.
-func metFrom(t Traffic, max, lo, hi float64, p Prices, d Defaults, a Assumptions) (float64, error) {
-	for hi/lo > 1.01 {
-		mid := math.Sqrt(lo * hi)
-		a.LifecyclesPerSecond = mid
-		ls, err := Bill(t, p, d, a)
-		if err != nil {
-			return 0, err
+// check checks the targets: the PerMillion ones at the regional class
+// and at their rate, declared (the functions billed as d sets them for
+// it); the ratio of the multi-region class's bills to those; the fixed
+// cost at the regional class, without and with the alert policies.
+func (r *Report) check(rec Recording, base, regional Prices, d Defaults, a Assumptions) ([]Result, error) {
+	var out []Result
+	perMillion := func(t Target, p Prices) ([]Line, error) {
+		i := slices.IndexFunc(rec.Shapes, func(tr Traffic) bool { return tr.Shape == t.Shape })
+		if i < 0 {
+			return nil, fmt.Errorf("cost: the recording has no shape %q (a target)", t.Shape)
 		}
-		if Total(ls) <= max {
-			hi = mid
-		} else {
-			lo = mid
-		}
+		b := a
+		b.LifecyclesPerSecond = t.Rate
+		return Bill(rec.Shapes[i], p, d.At(t.Rate), b)
 	}
-	return hi, nil
+	fixed, err := Fixed(rec.Idle, regional, r.Defaults, a)
+	if err != nil {
+		return nil, err
+	}
+	on := d
+	on.AlertsEnabled = true
+	for _, t := range Targets {
+		res := Result{Target: t}
+		switch t.Kind {
+		case PerMillion:
+			ls, err := perMillion(t, regional)
+			if err != nil {
+				return nil, err
+			}
+			r.TargetLines[t.Name] = ls
+			res.Value, res.Detail = Total(ls), d.At(t.Rate).Billings()
+		case MultiRegionRatio:
+			if base.Firestore == nil {
+				continue
+			}
+			for _, pt := range Targets {
+				if pt.Kind != PerMillion {
+					continue
+				}
+				reg, err := perMillion(pt, regional)
+				if err != nil {
+					return nil, err
+				}
+				multi, err := perMillion(pt, base.At(MultiRegion))
+				if err != nil {
+					return nil, err
+				}
+				if ratio := Total(multi) / Total(reg); ratio > res.Value {
+					res.Value, res.Detail = ratio, fmt.Sprintf("worst: %s, $%.2f against $%.2f", pt.Name, Total(multi), Total(reg))
+				}
+			}
+		case FixedAlertsOff:
+			res.Value = Total(fixed)
+		case FixedAlertsOn:
+			res.Value = Total(fixed) + Total(Alerts(regional, on))
+			res.Detail = fmt.Sprintf("%d alert conditions", d.AlertConditions)
+		}
+		res.Met = res.Value <= t.Max
+		out = append(out, res)
+	}
+	return out, nil
 }
 
 // Missed are the targets the bill misses.
@@ -224,64 +303,8 @@ func (r Report) Markdown() string {
 	w("constant ~1 KB whatever the payload, a sweep pass, a schedule's fire) are asserted by `TestCostModel`\n")
 	w("(`go test -run TestCostModel -v ./internal/devstack/`).\n\n")
 
-	w("## Targets (issue 35)\n\n| bill | target | computed | | at the rates below |\n|---|---|---|---|---|\n")
-	for _, res := range r.Results {
-		mark := "met"
-		if !res.Met {
-			mark = "**missed**"
-		}
-		w("| %s | ≤ $%.2f %s | $%.2f | %s | %s |\n", res.Shape, res.MaxUSD, res.Per, res.USD, mark, metAt(r.Rates[res.Shape], res.MaxUSD, r.MetFrom[res.Shape]))
-	}
-	if len(r.Alerts) > 0 {
-		fixed := Total(r.Fixed)
-		w("\nThe fixed target is checked against Servo's own resources. The alert policies\n")
-		w("(`alerts_enabled`, on by default) are Cloud Monitoring's charge on top, whatever\n")
-		w("the traffic: **$%.2f a month**, so the fixed cost with them is **$%.2f**, over the\n", Total(r.Alerts), fixed+Total(r.Alerts))
-		w("$%.2f target (below, \"Fixed cost\").\n", Targets[len(Targets)-1].MaxUSD)
-	}
-	w("\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
-	w("The functions' instance time depends on how busy they are (Cloud Run bills an\n")
-	w("instance while it serves at least one request, rounded up to %d ms): the bill is\n", r.Assumptions.BillingGranularityMs)
-	w("priced at a steady **%g lifecycles a second** (about %.0f million a month). At\n", r.Assumptions.LifecyclesPerSecond, r.Assumptions.LifecyclesPerSecond*HoursPerMonth*3600/1e6)
-	w("other rates, everything else the same (`-rate` prices another):\n\n")
-	w("| lifecycles a second |")
-	for _, rate := range RateTable {
-		w(" %s |", rateLabel(rate))
-	}
-	w("\n|---|")
-	for range RateTable {
-		w("---:|")
-	}
-	w("\n")
-	for _, tr := range r.Recording.Shapes {
-		if totals, ok := r.Rates[tr.Shape]; ok {
-			w("| %s |", tr.Shape)
-			for _, usd := range totals {
-				w(" $%.2f |", usd)
-			}
-			w("\n")
-		}
-	}
-	w("\n")
-
-	w("The largest line items of the targets' shapes at that rate:\n\n")
-	for _, res := range r.Results {
-		ls, ok := r.Shapes[res.Shape]
-		if !ok || res.Met {
-			continue
-		}
-		top := slices.Clone(ls)
-		slices.SortStableFunc(top, func(a, b Line) int { return cmp.Compare(b.USD, a.USD) })
-		w("- %s ($%.2f):", res.Shape, res.USD)
-		for i, l := range top[:min(5, len(top))] {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			w("%s %s $%.2f", sep, l.Item, l.USD)
-		}
-		w(".\n")
-	}
+	r.targets(w)
+	r.billing(w)
 	w("\n## Per million lifecycles\n\n")
 	w("| line item |")
 	for _, t := range r.Recording.Shapes {
@@ -472,6 +495,158 @@ func (r Report) Markdown() string {
 	return b.String()
 }
 
+// targets writes the targets table, what the alert policies add, and
+// the largest items of the bills that miss theirs.
+func (r Report) targets(w func(string, ...any)) {
+	w("## Targets (issue 54)\n\n")
+	w("At the Terraform defaults with regional Firestore; a per-million bill is priced at its rate,\n")
+	w("declared as the deployment's (`expected_lifecycles_per_second`), the api and the callbacks\n")
+	w("billed as `functions_billing` (`%s`) sets them for that rate.\n\n", r.Declared.Billing)
+	w("| target | ceiling | computed | | priced with |\n|---|---|---|---|---|\n")
+	for _, res := range r.Results {
+		mark := "met"
+		if !res.Met {
+			mark = fmt.Sprintf("**missed** by %s", Amount(res.Target, res.Value-res.Max))
+		}
+		w("| %s | ≤ %s %s | %s | %s | %s |\n", res.Name, Amount(res.Target, res.Max), res.Per, Amount(res.Target, res.Value), mark, res.Detail)
+	}
+	w("\nThe fixed targets are checked against Servo's own resources, before Firestore's free\n")
+	w("quota (\"Fixed cost\" below). The alert policies are Cloud Monitoring's charge on top,\n")
+	w("whatever the traffic: **$%.2f a month** for %d conditions", Total(r.AlertsOn), r.Declared.AlertConditions)
+	if len(r.Alerts) > 0 {
+		w(", on in this deployment (`alerts_enabled`)")
+	} else {
+		w(", off in this deployment (`alerts_enabled = false`)")
+	}
+	w(".\n\n`go run ./bench/cost -check` exits non-zero when a target is missed.\n\n")
+	w("The largest line items of the bills that miss their target:\n\n")
+	for _, res := range r.Results {
+		ls, ok := r.TargetLines[res.Name]
+		if !ok || res.Met {
+			continue
+		}
+		top := slices.Clone(ls)
+		slices.SortStableFunc(top, func(a, b Line) int { return cmp.Compare(b.USD, a.USD) })
+		w("- %s ($%.2f):", res.Name, res.Value)
+		for i, l := range top[:min(5, len(top))] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s %s $%.2f", sep, l.Item, l.USD)
+		}
+		w(".\n")
+	}
+	w("\n")
+}
+
+// Amount spells a target's figure: dollars, or a ratio.
+func Amount(t Target, v float64) string {
+	if t.USD() {
+		return fmt.Sprintf("$%.2f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// billing writes the section on the functions' billing: the rate priced,
+// both settings side by side, the break-even rates and the sizing.
+func (r Report) billing(w func(string, ...any)) {
+	a := r.Assumptions
+	w("## Billing: request-based or instance-based\n\n")
+	w("The tables below price a deployment that declares a steady **%g lifecycles a second**\n", a.LifecyclesPerSecond)
+	w("(about %.1f million a month; ", a.LifecyclesPerSecond*HoursPerMonth*3600/1e6)
+	if r.Declared.DeclaredRate > 0 && r.Declared.DeclaredRate == a.LifecyclesPerSecond {
+		w("Terraform's `expected_lifecycles_per_second`; `-rate` prices another")
+	} else {
+		w("`-rate`")
+	}
+	w("), the api and the callbacks billed as `functions_billing = \"%s\"`\n", r.Declared.Billing)
+	w("sets them for it: %s.\n\n", r.Defaults.Billings())
+	w("Cloud Run bills a service one of two ways (https://cloud.google.com/run/docs/configuring/billing-settings).\n")
+	w("**Request-based** (the default): $%.2f a million requests, and CPU and memory at\n", r.Prices.RunRequest.USD*1e6)
+	w("$%g a vCPU-second and $%g a GiB-second while an instance serves at least one request,\n", r.Prices.RunCPU.USD, r.Prices.RunMemory.USD)
+	w("each busy period rounded up to %d ms. **Instance-based**: no fee a request, CPU and\n", a.BillingGranularityMs)
+	w("memory at $%g and $%g for an instance's whole life, idle or not, until Cloud Run\n", r.Prices.RunCPUInstance.USD, r.Prices.RunMemoryInstance.USD)
+	w("stops it (assumed %.0f minutes after its last request). Busy instances are cheaper by\n", a.IdleInstanceSeconds/60)
+	w("instance; an instance up for a few requests is dearer. Everything else the same, a\n")
+	w("million lifecycles at each rate (`auto`: as Terraform picks at that rate):\n\n")
+	w("| shape | billing |")
+	for _, rate := range RateTable {
+		w(" %s |", rateLabel(rate))
+	}
+	w("\n|---|---|")
+	for range RateTable {
+		w("---:|")
+	}
+	w("\n")
+	for _, tr := range targetShapes(r.Recording) {
+		for _, billing := range Billings {
+			w("| %s | %s |", tr.Shape, billing)
+			for _, usd := range r.Modes[tr.Shape][billing] {
+				w(" $%.2f |", usd)
+			}
+			w("\n")
+		}
+	}
+	w("\n")
+	if len(r.BreakEvens) > 0 {
+		w("**Break-even** (`cost.BreakEven`, the shape \"%s\", the lightest: instance-based billing\n", BreakEvenShape)
+		w("chosen there is cheaper for every heavier lifecycle too): the declared rate from which\n")
+		w("instance-based billing costs a function no more than request-based at every higher rate:")
+		for i, name := range BilledFunctions {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s %s **%s a second**", sep, name, rateSpelled(r.BreakEvens[name]))
+		}
+		w(". `functions_billing = \"auto\"` (the default) bills each function\n")
+		w("instance-based from its break-even on; Terraform keeps these rates in `local.billing_break_even`\n")
+		w("(`terraform/main.tf`), equal to the program's (`TestTerraformBreakEven`).\n\n")
+	}
+	if len(r.Needed) > 0 {
+		w("**max_instances** is sized from the declared rate: once busy, a function needs")
+		for i, name := range BilledFunctions {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s %s %g", sep, name, r.Needed[name])
+		}
+		w("\ninstances per lifecycle a second (`cost.NeededPerLifecycleRate`, the shape \"%s\", the\n", SizingShape)
+		w("heaviest; CPU and concurrency at %.0f %%), in `local.instances_per_lifecycle_rate`. Terraform sets\n", a.CPUTarget*100)
+		w("`max_instances` to twice that at the declared rate (bursts to twice the declared rate), never\n")
+		w("below the former defaults (api 20, callbacks 50); `functions.<name>.max_instances` overrides it.\n")
+		w("At 1 000 a second:")
+		for i, name := range BilledFunctions {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s %s %.0f needed", sep, name, math.Ceil(1000*r.Needed[name]))
+		}
+		w(".\n\n")
+	}
+	w("What instance-based billing changes besides the bill: the api and the callbacks are then\n")
+	w("Cloud Run services built from the same source (`terraform/modules/function`), under the same\n")
+	w("names, invokers, environment and secrets; the callbacks' URL is the service's `run.app` one.\n")
+	w("A deployment whose declared rate crosses a break-even, or whose `functions_billing` changes,\n")
+	w("replaces those functions: plan it like an upgrade (`terraform/README.md`, \"Billing\"). A\n")
+	w("rate declared above the real one bills idle instances: at a million lifecycles a month an\n")
+	w("instance-based function costs about as much as one instance kept up all month.\n\n")
+}
+
+// rateSpelled spells a rate: 2.1, 35, 1 200; "never" for +Inf.
+func rateSpelled(rate float64) string {
+	if math.IsInf(rate, 1) {
+		return "never"
+	}
+	if rate >= 1000 {
+		return thousands(rate)
+	}
+	return fmt.Sprintf("%g", rate)
+}
+
 // location says which Firestore location class the bill prices, and why.
 func (r Report) location(w func(string, ...any)) {
 	if r.LocationAssumed {
@@ -639,40 +814,12 @@ func qty(q float64) string {
 	return fmt.Sprintf("%.4g", q)
 }
 
-// fromRate is the index in RateTable from which totals (a shape's, in
-// RateTable's order) are all within max: 0 at every rate, len(totals) at
-// none.
-func fromRate(totals []float64, max float64) int {
-	from := len(totals)
-	for from > 0 && totals[from-1] <= max {
-		from--
-	}
-	return from
-}
-
-// metAt says from which rate on totals are within max: from some rate
-// (exact, the bisection's, when known), at every rate of the table, or at
-// none; "" for a bill not priced by rate.
-func metAt(totals []float64, max, exact float64) string {
-	if len(totals) == 0 {
-		return ""
-	}
-	from := fromRate(totals, max)
-	switch {
-	case from == 0:
-		return "met at every rate"
-	case from == len(totals):
-		return "missed at every rate"
-	case exact > 0:
-		return fmt.Sprintf("met from %s a second", rateLabel(roundUp2(exact)))
-	}
-	return fmt.Sprintf("met from %s a second", rateLabel(RateTable[from]))
-}
-
-// roundUp2 rounds x up to two significant digits.
+// roundUp2 rounds x up to two significant digits (as a decimal would
+// spell it: 0.0084, not 0.008400000000000001).
 func roundUp2(x float64) float64 {
 	p := math.Pow(10, math.Floor(math.Log10(x))-1)
-	return math.Ceil(x/p-1e-9) * p
+	v, _ := strconv.ParseFloat(fmt.Sprintf("%.2g", math.Ceil(x/p-1e-9)*p), 64)
+	return v
 }
 
 // rateLabel names a rate, and the month a rate below one makes.

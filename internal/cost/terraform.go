@@ -16,7 +16,21 @@ type Function struct {
 	MinInstances int
 	// Concurrency is the most requests an instance serves at once.
 	Concurrency int
+	// Billing is how Cloud Run bills the function: Request (the
+	// default, "") or Instance (Defaults.At resolves functions_billing).
+	Billing string
 }
+
+// The billing settings of a function (functions_billing; Auto picks the
+// cheaper at the declared rate).
+const (
+	Request  = "request"
+	Instance = "instance"
+	Auto     = "auto"
+)
+
+// BilledFunctions are the functions functions_billing applies to.
+var BilledFunctions = []string{"api", "callbacks"}
 
 // MemoryGiB is the function's memory in GiB.
 func (f Function) MemoryGiB() (float64, error) {
@@ -69,11 +83,67 @@ type Defaults struct {
 	FirestoreLocation, FirestoreDatabase string
 	// AlertsEnabled is alerts_enabled; AlertConditions counts the
 	// conditions of modules/alerts' alert policies (each for_each
-	// instance's), priced when AlertsEnabled.
+	// instance's), priced when AlertsEnabled (and for the target with
+	// them on).
 	AlertsEnabled   bool
 	AlertConditions int
+	// DeclaredRate is expected_lifecycles_per_second, the steady rate the
+	// deployment declares (0: not declared); Billing is functions_billing
+	// (Auto, Request or Instance; Auto when not declared).
+	DeclaredRate float64
+	Billing      string
+	// BreakEven is Terraform's local.billing_break_even, by function: the
+	// declared rate from which Auto picks instance-based billing (kept
+	// equal to the program's BreakEven by TestTerraformBreakEven).
+	// NeededPerRate is local.instances_per_lifecycle_rate: the instances a
+	// function needs per lifecycle a second, from which max_instances is
+	// sized (kept equal to NeededPerLifecycleRate).
+	BreakEven, NeededPerRate map[string]float64
 	// VarFiles are the var files read over the root module's defaults.
 	VarFiles []string
+}
+
+// At is d with the functions' billing resolved for a deployment that
+// declares rate lifecycles a second: functions_billing's setting, or
+// under Auto instance-based billing for a function whose break-even
+// (BreakEven) the rate reaches, request-based otherwise (and when no
+// break-even is known).
+func (d Defaults) At(rate float64) Defaults {
+	fs := make(map[string]Function, len(d.Functions))
+	for name, f := range d.Functions {
+		fs[name] = f
+	}
+	for _, name := range BilledFunctions {
+		f, ok := fs[name]
+		if !ok {
+			continue
+		}
+		switch be, known := d.BreakEven[name]; {
+		case d.Billing == Instance || d.Billing == Request:
+			f.Billing = d.Billing
+		case known && rate >= be:
+			f.Billing = Instance
+		default:
+			f.Billing = Request
+		}
+		fs[name] = f
+	}
+	d.Functions = fs
+	return d
+}
+
+// Billings says how d bills each of BilledFunctions: "api request,
+// callbacks instance".
+func (d Defaults) Billings() string {
+	var parts []string
+	for _, name := range BilledFunctions {
+		b := d.Functions[name].Billing
+		if b == "" {
+			b = Request
+		}
+		parts = append(parts, name+" "+b)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // DefaultDatabase is the Firestore database the free quota applies to.
@@ -189,10 +259,36 @@ func ReadDefaults(dir string, varFiles ...string) (Defaults, error) {
 	if d.FirestoreDatabase, ok = value("firestore_database"); !ok {
 		d.FirestoreDatabase = DefaultDatabase
 	}
-	if v, ok := value("alerts_enabled"); ok && v == "true" {
-		d.AlertsEnabled = true
-		if d.AlertConditions, err = alertConditions(filepath.Join(dir, "modules", "alerts")); err != nil {
-			return d, err
+	d.AlertsEnabled = func() bool { v, ok := value("alerts_enabled"); return ok && v == "true" }()
+	if d.AlertConditions, err = alertConditions(filepath.Join(dir, "modules", "alerts")); err != nil && d.AlertsEnabled {
+		return d, err
+	}
+	d.Billing = Auto
+	if v, ok := value("functions_billing"); ok {
+		if v != Auto && v != Request && v != Instance {
+			return d, fmt.Errorf("cost: functions_billing %q: want auto, request or instance", v)
+		}
+		d.Billing = v
+	}
+	if v, ok := value("expected_lifecycles_per_second"); ok {
+		if d.DeclaredRate, err = strconv.ParseFloat(v, 64); err != nil || d.DeclaredRate <= 0 {
+			return d, fmt.Errorf("cost: expected_lifecycles_per_second %q: want a rate above 0", v)
+		}
+	}
+	for _, s := range srcs {
+		for local, into := range map[string]*map[string]float64{"billing_break_even": &d.BreakEven, "instances_per_lifecycle_rate": &d.NeededPerRate} {
+			m := regexp.MustCompile(`(?s)\n\s*` + local + `\s*=\s*\{(.*?)\}`).FindStringSubmatch(s)
+			if m == nil {
+				continue
+			}
+			*into = map[string]float64{}
+			for _, kv := range regexp.MustCompile(`(\w+)\s*=\s*([0-9.eE+-]+)`).FindAllStringSubmatch(m[1], -1) {
+				n, err := strconv.ParseFloat(kv[2], 64)
+				if err != nil {
+					return d, fmt.Errorf("cost: local.%s.%s %q: %w", local, kv[1], kv[2], err)
+				}
+				(*into)[kv[1]] = n
+			}
 		}
 	}
 	for _, b := range srcs {

@@ -75,3 +75,7 @@ pull_pools = {
     service_accounts = ["gpu-pool@my-servo-dev.iam.gserviceaccount.com"]
   }
 }
+
+# A developer's few tasks an hour: request-based billing, never an idle
+# instance billed (README.md, "Billing").
+expected_lifecycles_per_second = 0.01

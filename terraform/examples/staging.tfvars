@@ -51,3 +51,8 @@ jobs = {
     task_timeout = "21600s"
   }
 }
+
+# The steady rate this environment runs at (load tests at production's
+# rate): above both break-evens, so functions_billing = "auto" bills the
+# api and the callbacks by instance (README.md, "Billing").
+expected_lifecycles_per_second = 10

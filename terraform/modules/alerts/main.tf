@@ -53,28 +53,19 @@ resource "google_monitoring_alert_policy" "sweeper_silent" {
   combiner              = "OR"
   notification_channels = var.notification_channels
 
-  # Either no instance exports the pass counter any more (scaled to zero)
-  # or the counters exported do not grow (alive but not sweeping).
+  # Either no instance exports the pass counter any more (scaled to zero:
+  # the missing data counts as the condition met) or the counters exported
+  # do not grow (alive but not sweeping). One condition, not an absent
+  # condition beside the threshold: Cloud Monitoring bills each condition
+  # ($1.50 a month, docs/cost.md).
   conditions {
-    display_name = "no servo.sweeper.passes series for ${var.sweeper_silence_minutes} min"
-    condition_absent {
-      filter   = "metric.type = \"prometheus.googleapis.com/servo.sweeper.passes/counter\" AND resource.type = \"prometheus_target\""
-      duration = "${var.sweeper_silence_minutes * 60}s"
-      aggregations {
-        alignment_period     = "60s"
-        per_series_aligner   = "ALIGN_DELTA"
-        cross_series_reducer = "REDUCE_SUM"
-      }
-    }
-  }
-
-  conditions {
-    display_name = "servo.sweeper.passes not growing for ${var.sweeper_silence_minutes} min"
+    display_name = "no servo.sweeper.passes series, or fewer than ${var.sweeper_min_passes} a minute, for ${var.sweeper_silence_minutes} min"
     condition_threshold {
-      filter          = "metric.type = \"prometheus.googleapis.com/servo.sweeper.passes/counter\" AND resource.type = \"prometheus_target\""
-      comparison      = "COMPARISON_LT"
-      threshold_value = var.sweeper_min_passes
-      duration        = "${var.sweeper_silence_minutes * 60}s"
+      filter                  = "metric.type = \"prometheus.googleapis.com/servo.sweeper.passes/counter\" AND resource.type = \"prometheus_target\""
+      comparison              = "COMPARISON_LT"
+      threshold_value         = var.sweeper_min_passes
+      duration                = "${var.sweeper_silence_minutes * 60}s"
+      evaluation_missing_data = "EVALUATION_MISSING_DATA_ACTIVE"
       aggregations {
         alignment_period     = "60s"
         per_series_aligner   = "ALIGN_DELTA"
@@ -214,23 +205,24 @@ resource "google_monitoring_alert_policy" "publish_failures" {
   }
 }
 
+# One condition for the three functions, grouped by service: an incident
+# per function that answers 5xx, for the price of one condition ($1.50 a
+# month) instead of three.
 resource "google_monitoring_alert_policy" "errors" {
-  for_each = toset(local.functions)
-
   project               = var.project_id
-  display_name          = "${var.name_prefix}: ${each.key} 5xx ratio"
+  display_name          = "${var.name_prefix}: 5xx ratio per function"
   combiner              = "OR"
   notification_channels = var.notification_channels
 
   conditions {
-    display_name = "5xx above ${var.error_ratio * 100}% of requests"
+    display_name = "5xx above ${var.error_ratio * 100}% of a function's requests"
     condition_monitoring_query_language {
       query    = <<-MQL
         fetch cloud_run_revision
         | metric 'run.googleapis.com/request_count'
-        | filter resource.service_name == '${var.name_prefix}-${each.key}'
+        | filter resource.service_name =~ '${var.name_prefix}-(${join("|", local.functions)})'
         | align rate(5m)
-        | group_by [], [errors: sum(if(metric.response_code_class == '5xx', val(), 0)), all: sum(val())]
+        | group_by [resource.service_name], [errors: sum(if(metric.response_code_class == '5xx', val(), 0)), all: sum(val())]
         | value [ratio: cast_double(errors) / cast_double(all)]
         | condition ratio > ${var.error_ratio}
       MQL
@@ -239,7 +231,7 @@ resource "google_monitoring_alert_policy" "errors" {
   }
 
   documentation {
-    content   = "The ${each.key} function answers 5xx. Its error code says which runbook section: 503 unavailable (Firestore or another dependency): ${local.runbook}#firestore-unavailable; 503 misconfigured or secret_unavailable (it cannot start): ${local.runbook}#a-configuration-or-secret-error"
+    content   = "The function this incident names (its Cloud Run service, resource.service_name) answers 5xx. Its error code says which runbook section: 503 unavailable (Firestore or another dependency): ${local.runbook}#firestore-unavailable; 503 misconfigured or secret_unavailable (it cannot start): ${local.runbook}#a-configuration-or-secret-error"
     mime_type = "text/markdown"
   }
 }

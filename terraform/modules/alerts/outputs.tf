@@ -8,7 +8,7 @@ output "policy_ids" {
       google_monitoring_alert_policy.dead_letters.id,
       google_monitoring_alert_policy.queued_age.id,
       google_monitoring_alert_policy.publish_failures.id,
+      google_monitoring_alert_policy.errors.id,
     ],
-    [for p in google_monitoring_alert_policy.errors : p.id],
   )
 }

@@ -110,3 +110,14 @@ variable "expected_url" {
   type        = string
   default     = null
 }
+
+variable "billing" {
+  description = "Cloud Run billing: \"request\" (a Cloud Function, request-based) or \"instance\" (a Cloud Run service built from the same source, CPU always allocated: instance-based)."
+  type        = string
+  default     = "request"
+
+  validation {
+    condition     = contains(["request", "instance"], var.billing)
+    error_message = "billing must be \"request\" or \"instance\"."
+  }
+}
