@@ -116,6 +116,12 @@ type CallbackResponse struct {
 	Disposition  Disposition `json:"disposition"`
 	ServerTime   time.Time   `json:"serverTime"`
 
+	// Started and heartbeat: the longest the worker may wait before its
+	// next plain heartbeat, in ms from the answer (docs/contract.md §5.7);
+	// never less than the heartbeat interval. 0 (absent): an older Servo,
+	// heartbeat at the interval.
+	NextHeartbeatInMs int64 `json:"nextHeartbeatInMs,omitempty"`
+
 	// Heartbeat.
 	ShouldCancel   *bool      `json:"shouldCancel,omitempty"`
 	CancelReason   string     `json:"cancelReason,omitempty"`

@@ -31,6 +31,12 @@
 //     (jittered down by up to 15%) carrying the latest [Task.Progress] and
 //     any [Task.Checkpoint] Servo has not stored yet; a checkpoint brings
 //     the next heartbeat forward (at most one per quarter interval). A
+//     heartbeat with nothing new to report (no checkpoint, the same
+//     progress and message) waits instead for the last answer's
+//     nextHeartbeatInMs when that is longer than the interval (Servo's
+//     pacing hint, docs/contract.md §5.7, which keeps the lease, the cancel
+//     notice and the token refresh within their bounds; an answer without
+//     it, from an older Servo, means the interval). A
 //     refreshed task token in a heartbeat answer replaces the old one for
 //     every later callback. A heartbeat answered shouldCancel cancels the
 //     Func's context with a [*CancelledError] (the reason inside); one

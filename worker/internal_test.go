@@ -256,11 +256,11 @@ func TestTaskCheckpointAndDecode(t *testing.T) {
 		t.Fatalf("progress %d %d %v", pct, len(msg), ok)
 	}
 	hb, v := tk.heartbeat(2, "w", time.Now())
-	if string(hb.Checkpoint) != `{"nextPartition":3}` || *hb.ProgressPct != 100 || v != 1 {
-		t.Fatalf("heartbeat %+v v%d", hb, v)
+	if string(hb.Checkpoint) != `{"nextPartition":3}` || *hb.ProgressPct != 100 || v.cp != 1 || !tk.changed() {
+		t.Fatalf("heartbeat %+v v%+v", hb, v)
 	}
 	tk.acked(v)
-	if hb, _ = tk.heartbeat(2, "w", time.Now()); hb.Checkpoint != nil || tk.dirty() {
+	if hb, _ = tk.heartbeat(2, "w", time.Now()); hb.Checkpoint != nil || tk.dirty() || tk.changed() {
 		t.Fatal("an acknowledged checkpoint is sent again")
 	}
 	if ferr := task.ValidateHeartbeat(&hb); ferr != nil {

@@ -37,6 +37,9 @@ type run struct {
 	stop       error     // why the attempt lost its authority; nothing is reported after it
 	cancelSeen bool      // Servo said shouldCancel
 	lastAck    time.Time // when the last request Servo acknowledged was sent (`started`, a heartbeat)
+	// pace is the last acknowledged answer's nextHeartbeatInMs: how long
+	// the next plain heartbeat may wait (0: the interval; an older Servo).
+	pace time.Duration
 
 	// ranFor and category are for the metrics: how long the Func ran, and
 	// the error category it failed with.
@@ -128,6 +131,28 @@ func (r *run) acked(sentAt time.Time) {
 		r.lastAck = sentAt
 	}
 	r.mu.Unlock()
+}
+
+// paced records the pacing hint of an answer Servo acknowledged (0 when
+// it carried none).
+func (r *run) paced(resp api.CallbackResponse) {
+	r.mu.Lock()
+	r.pace = time.Duration(max(resp.NextHeartbeatInMs, 0)) * time.Millisecond
+	r.mu.Unlock()
+}
+
+// plainWait is how long after the last answer a plain heartbeat waits,
+// when the next heartbeat that carries something new waits wait (the
+// jittered interval): Servo's hint, jittered down by up to 15%, when it is
+// longer than the interval, else wait.
+func (r *run) plainWait(interval, wait time.Duration) time.Duration {
+	r.mu.Lock()
+	pace := r.pace
+	r.mu.Unlock()
+	if pace <= interval {
+		return wait
+	}
+	return max(wait, jitter(pace))
 }
 
 // leaseLeft is how long until heartbeatTimeout has passed since the last
@@ -239,6 +264,7 @@ func (r *run) execute(ctx context.Context) (int, answer) {
 		} else {
 			r.acked(rep.sentAt)
 		}
+		r.paced(rep.resp)
 	case api.Cancel:
 		r.log.InfoContext(ctx, "Servo declined the attempt; the function is not run",
 			"status", rep.status, "code", rep.resp.Error, "state", rep.resp.State, "message", rep.resp.Message)
@@ -351,14 +377,20 @@ func lostAnswer(stop error) answer {
 	return answer{Result: resultLeaseLost, Detail: stop.Error()}
 }
 
-// heartbeatLoop sends heartbeats every interval (jittered down by up to
-// 15%), early after a checkpoint (at most every interval/4), until ctx ends
-// or the attempt loses its authority, or stop closes.
+// heartbeatLoop sends heartbeats, until ctx ends or the attempt loses its
+// authority, or stop closes: every interval (jittered down by up to 15%)
+// while the progress or the message changed, early after a checkpoint (at
+// most every interval/4), and otherwise — a plain heartbeat, nothing new
+// to say — only once Servo's pacing hint (nextHeartbeatInMs of the last
+// answer, docs/contract.md §5.7) has passed since that answer, when it is
+// longer than the interval. Without a hint (an older Servo) every
+// heartbeat comes at the interval.
 func (r *run) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 	interval := time.Duration(r.env.HeartbeatIntervalMs) * time.Millisecond
 	gap := interval / 4
 	last := time.Now()
-	next := last.Add(jitter(interval))
+	wait := jitter(interval)
+	next, plainAt := last.Add(wait), last.Add(r.plainWait(interval, wait))
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
 	for {
@@ -379,11 +411,21 @@ func (r *run) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 			continue
 		case <-t.C:
 		}
+		if now := time.Now(); now.Before(plainAt) && !r.t.changed() {
+			// Nothing new: wait for the hint, looking again every
+			// interval in case the progress changes.
+			next = now.Add(jitter(interval))
+			if plainAt.Before(next) {
+				next = plainAt
+			}
+			t.Reset(time.Until(next))
+			continue
+		}
 		if !r.heartbeatOnce(ctx, stop) {
 			return
 		}
-		last = time.Now()
-		next = last.Add(jitter(interval))
+		last, wait = time.Now(), jitter(interval)
+		next, plainAt = last.Add(wait), last.Add(r.plainWait(interval, wait))
 		t.Reset(time.Until(next))
 	}
 }
@@ -397,7 +439,7 @@ func jitter(d time.Duration) time.Duration {
 // reports whether the attempt may go on; when it may not, either it was
 // stopped or the attempt lost its authority (r.stopped() says why).
 func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
-	var version int
+	var version beat
 	body := func() ([]byte, error) {
 		req, v := r.t.heartbeat(r.env.Attempt, r.h.cfg.workerID, r.h.cfg.now().UTC())
 		version = v
@@ -416,6 +458,7 @@ func (r *run) heartbeatOnce(ctx context.Context, stop <-chan struct{}) bool {
 	switch rep.disp {
 	case api.Continue:
 		r.acked(rep.sentAt)
+		r.paced(rep.resp)
 		r.t.acked(version)
 		if rep.resp.ShouldCancel != nil && *rep.resp.ShouldCancel {
 			r.cancelBy(rep.resp.CancelReason)

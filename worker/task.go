@@ -36,6 +36,9 @@ type Task struct {
 	checkpoint  json.RawMessage
 	// cpVersion counts checkpoints; cpAcked is the version Servo stored.
 	cpVersion, cpAcked int
+	// progVersion counts changes of the progress or the message;
+	// progAcked is the version a heartbeat Servo acknowledged carried.
+	progVersion, progAcked int
 }
 
 func newTask(env api.Envelope, workerID string, log *slog.Logger, flush func()) *Task {
@@ -103,6 +106,9 @@ func (t *Task) Progress(pct int, msg string) {
 	pct = min(max(pct, 0), 100)
 	msg = truncate(msg, api.MaxMessageBytes)
 	t.mu.Lock()
+	if t.progressPct == nil || *t.progressPct != pct || t.message != msg {
+		t.progVersion++
+	}
 	t.progressPct, t.message = &pct, msg
 	t.mu.Unlock()
 }
@@ -162,10 +168,14 @@ func (t *Task) LastProgress() (pct int, msg string, ok bool) {
 	return *t.progressPct, t.message, true
 }
 
+// beat is what one heartbeat body carried: the checkpoint and progress
+// versions.
+type beat struct{ cp, prog int }
+
 // heartbeat builds a heartbeat body with the latest progress and, when
 // Servo has not stored it yet, the latest checkpoint. It returns the
-// checkpoint version the body carries.
-func (t *Task) heartbeat(attempt int, workerID string, at time.Time) (api.HeartbeatRequest, int) {
+// versions the body carries.
+func (t *Task) heartbeat(attempt int, workerID string, at time.Time) (api.HeartbeatRequest, beat) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	req := api.HeartbeatRequest{Attempt: attempt, WorkerID: workerID, HeartbeatAt: &at, Message: t.message}
@@ -176,14 +186,25 @@ func (t *Task) heartbeat(attempt int, workerID string, at time.Time) (api.Heartb
 	if t.cpVersion > t.cpAcked {
 		req.Checkpoint = t.checkpoint
 	}
-	return req, t.cpVersion
+	return req, beat{cp: t.cpVersion, prog: t.progVersion}
 }
 
-// acked records that Servo stored the checkpoint of version v.
-func (t *Task) acked(v int) {
+// acked records that Servo acknowledged a heartbeat that carried b: it
+// stored that checkpoint and that progress.
+func (t *Task) acked(b beat) {
 	t.mu.Lock()
-	t.cpAcked = max(t.cpAcked, v)
+	t.cpAcked = max(t.cpAcked, b.cp)
+	t.progAcked = max(t.progAcked, b.prog)
 	t.mu.Unlock()
+}
+
+// changed reports whether a heartbeat would carry something new: a
+// checkpoint, or a progress or message, Servo has not acknowledged. Only
+// a plain heartbeat (nothing new) waits for Servo's pacing hint.
+func (t *Task) changed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cpVersion > t.cpAcked || t.progVersion > t.progAcked
 }
 
 // dirty reports whether a checkpoint awaits storing.

@@ -142,6 +142,17 @@
 // heartbeat interval over half the maximum token lifetime, which no
 // refresh could cover.
 //
+// # Paced heartbeats
+//
+// Every 200 answer to `started` and `heartbeat` carries
+// "nextHeartbeatInMs" ([task.NextHeartbeatIn], docs/contract.md §5.7):
+// how long the worker may wait before its next heartbeat that reports
+// nothing new, computed from the task as the transaction left it (its
+// lease, its timers) and the newest token the worker holds after the
+// answer (the refreshed one, when the answer carries one). It is never
+// less than the heartbeat interval, and keeps the lease's margin, the
+// cancel notice and the token refresh within their bounds.
+//
 // # Round trips
 //
 // A callback costs one optimistic transaction of at most 2 Firestore RPCs

@@ -330,10 +330,16 @@ func (h *handler) apply(ctx context.Context, x *exchange, claims *auth.Claims, r
 	}
 	resp := api.CallbackResponse{Acknowledged: true, Disposition: api.Continue}
 	switch req.Kind {
+	case KindStarted:
+		resp.NextHeartbeatInMs = task.NextHeartbeatIn(t, x.now, claims.ExpiresAtTime(), claims.Lifetime()).Milliseconds()
 	case KindHeartbeat:
 		should := res.ShouldCancel
 		resp.ShouldCancel, resp.CancelReason = &should, res.CancelReason
-		h.refreshToken(x, claims, t, &resp)
+		exp, lifetime := claims.ExpiresAtTime(), claims.Lifetime()
+		if ttl := h.refreshToken(x, claims, t, &resp); ttl > 0 {
+			exp, lifetime = *resp.TokenExpiresAt, ttl
+		}
+		resp.NextHeartbeatInMs = task.NextHeartbeatIn(t, x.now, exp, lifetime).Milliseconds()
 	case KindCompleted:
 		resp.Disposition = api.Committed
 		resp.FinalState, resp.RetryScheduled, resp.NextAttempt = res.FinalState, res.RetryScheduled, res.NextAttempt
@@ -367,19 +373,22 @@ func (h *handler) rejection(x *exchange, rej *task.Rejection) {
 // refreshToken signs a fresh token for the same scope when the one the
 // worker used would expire before the next heartbeat could arrive: less
 // than task.RefreshBefore (a quarter of its lifetime, or two heartbeat
-// intervals when that is more) left.
-func (h *handler) refreshToken(x *exchange, claims *auth.Claims, t *task.Task, resp *api.CallbackResponse) {
+// intervals when that is more) left. It returns the fresh token's
+// lifetime, 0 when it signed none.
+func (h *handler) refreshToken(x *exchange, claims *auth.Claims, t *task.Task, resp *api.CallbackResponse) time.Duration {
 	interval := t.Timing.HeartbeatInterval()
 	if claims.ExpiresAtTime().Sub(x.now) >= task.RefreshBefore(claims.Lifetime(), interval) {
-		return
+		return 0
 	}
-	tok, expires, err := h.cfg.Keys.Sign(claims.Scope, task.TokenTTL(x.now, t.Deadline, interval), x.now)
+	ttl := task.TokenTTL(x.now, t.Deadline, interval)
+	tok, expires, err := h.cfg.Keys.Sign(claims.Scope, ttl, x.now)
 	if err != nil {
 		h.cfg.Logger.ErrorContext(context.Background(), "could not refresh the task token", "taskId", t.ID, "attempt", claims.Attempt, "tenantId", t.TenantID, "error", err)
-		return
+		return 0
 	}
 	expires = expires.UTC()
 	resp.TaskToken, resp.TokenExpiresAt = tok, &expires
+	return ttl
 }
 
 func (h *handler) write(w http.ResponseWriter, x *exchange) {

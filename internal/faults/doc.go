@@ -20,7 +20,9 @@
 //     delivery is acknowledged and worked on in its own goroutine, which
 //     reports `started`, heartbeats and `completed` over HTTP, retrying
 //     transport errors and 503 (honouring Retry-After) with the same body,
-//     as the SDKs do.
+//     and waiting a heartbeat that reports nothing new for the last
+//     answer's pacing hint (nextHeartbeatInMs, docs/contract.md §5.7), as
+//     the SDKs do.
 //   - Clients: submits with an idempotency key, retried on transport errors
 //     and 503 by a bounded pool of clients.
 //   - Events: a subscription on servo-task-events, created before Servo
@@ -66,12 +68,16 @@
 //	                            mode and TestFaultsSlowBody, not TestFaults: see Modes)
 //	worker delayed              not a fault: the task is submitted with startDelayMs DelayedStart (1.5 s), and
 //	                            its worker behaves
-//	worker plain                not a fault: production's worker, heartbeating plainly (nothing new) at its
-//	                            task's interval, the contract's default ratio (lease ÷ 3)
+//	worker plain                not a fault: a worker heartbeating plainly (nothing new) at its task's
+//	                            interval, ignoring the pacing hint (as an older SDK does), the contract's
+//	                            default ratio (lease ÷ 3)
 //	worker skip-half            plain heartbeats by the contract's reckoning of the lease, in rounds of three:
 //	                            just over half the lease left (not written), just under it (written), then 1 s
 //	                            after the lease before that renewal ran out (interval lease ÷ 4)
 //	worker skip-interval        the same about 1.5 intervals left (interval lease × 5/12: that bound binds)
+//	worker paced                not a fault: plain heartbeats, each when the last answer's pacing hint has
+//	                            passed since it arrived, as the SDKs pace them (interval lease ÷ 6, a grace of
+//	                            twice the lease: the lease bound decides the hint, 4.5 s)
 //
 // # Invariants
 //
@@ -110,6 +116,12 @@
 //	                schedule firing every 2 s for 12 s under the faults (ALLOW_ALL, an hour's catch-up
 //	                window), and a past minute backfilled twice (a client's retry)
 //	schedule-early  no schedule fire's task is created before its fire time
+//	pacing          every 200 to started and heartbeat carries a pacing hint of at least the interval; one above
+//	                it is at most half the cancel grace and leaves the lease's margin (docs/contract.md §5.7,
+//	                counted from the request's sending against the latest the lease may end); and a callback
+//	                sent within the last answer's hint, or half an interval after it (no outage in between),
+//	                never finds the lease gone: no task_expired outside a cancel's grace, no zombie declared
+//	                before it was sent
 //
 // A violation is printed with the task's whole history (deliveries, every
 // request and answer, every event, the final state), in time order.
@@ -153,6 +165,7 @@
 //	outage-credit-off                ok, Firestore frozen 10 s (past the lease)   lease
 //	heartbeat-skip-greedy            plain, skip-half                             lease
 //	heartbeat-skip-ignores-interval  skip-interval                                lease
+//	pacing-margin-dropped            paced (the hint runs to the lease's end)    pacing
 //	cancel-grace-not-enforced        cancel-late, a sweep every 30 s              cancel-grace
 //	terminal-reentered               crash-after-commit (a repeated completed)    events, terminal
 //	dispatch-redrive-off             ok, crash-before-create-task for 8 s         terminal
@@ -167,8 +180,8 @@
 //
 // `go test ./...` runs the mutants marked CI (attempt-guard-disabled,
 // duplicate-started-accepted, outage-credit-off, heartbeat-skip-greedy,
-// start-delay-ignored and fire-id-not-derived: 12 to 50 s each here, under
-// three minutes in all); -faults.long runs them all (about 25 minutes), each
+// pacing-margin-dropped, start-delay-ignored and fire-id-not-derived: 12
+// to 50 s each here, about three minutes in all); -faults.long runs them all (about 25 minutes), each
 // after its focused run against the unmutated servo dev, which must
 // report none.
 //

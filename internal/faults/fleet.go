@@ -40,6 +40,11 @@ const (
 	ModePlain        = "plain"         // at the contract's default ratio, interval = lease ÷ 3
 	ModeSkipHalf     = "skip-half"     // alternately just over and just under half the lease left (interval lease ÷ 4)
 	ModeSkipInterval = "skip-interval" // alternately just over and just under 1.5 intervals left (interval lease × 5/12)
+	// A worker as the SDKs pace it (docs/contract.md §5.7): plain
+	// heartbeats, each sent when the last answer's nextHeartbeatInMs has
+	// passed since it arrived, on a task whose lease decides the hint
+	// (interval lease ÷ 6, a grace of pacedGraceMs).
+	ModePaced = "paced"
 )
 
 // intervalMs is the heartbeat interval a task of mode declares.
@@ -51,9 +56,24 @@ func intervalMs(mode string) int {
 		return leaseMs / 4
 	case ModeSkipInterval:
 		return leaseMs * 5 / 12
+	case ModePaced:
+		return leaseMs / 6
 	}
 	return heartbeatMs
 }
+
+// graceMs is the cancel grace period of mode's tasks: cancelGraceMs, or
+// for ModePaced pacedGraceMs, long enough that the lease bound decides the
+// pacing hint (half the grace is the cancel notice's bound).
+func graceMs(mode string) int {
+	if mode == ModePaced {
+		return pacedGraceMs
+	}
+	return cancelGraceMs
+}
+
+// pacedGraceMs is ModePaced's cancel grace: twice the lease.
+const pacedGraceMs = 2 * leaseMs
 
 // skipEdge is how far from the skip rule's bound the edge modes aim their
 // heartbeats (by the worker's own reckoning of the lease): far enough for
@@ -66,7 +86,7 @@ const DelayedStart = 1500 * time.Millisecond
 
 // Modes lists the worker behaviours of the short mode (TestFaults).
 var Modes = []string{ModeOK, ModeFailOnce, ModeCrashMid, ModeCrashBeforeStart, ModeCrashAfterCommit, ModeSkew,
-	ModePause, ModeDuplicate, ModeCancelLate, ModeDelayed, ModePlain, ModeSkipHalf, ModeSkipInterval}
+	ModePause, ModeDuplicate, ModeCancelLate, ModeDelayed, ModePlain, ModeSkipHalf, ModeSkipInterval, ModePaced}
 
 // AllModes lists every worker behaviour: the long mode's. ModeSlowBody is
 // in it (and in TestFaultsSlowBody), not in Modes: it holds only once the
@@ -125,12 +145,12 @@ func (r *Recorder) Call(c Call) {
 	}
 }
 
-func (r *Recorder) delivery(d Delivery, tok string, interval time.Duration) {
+func (r *Recorder) delivery(d Delivery, tok string, interval, grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	th := r.h.Task(d.TaskID)
 	th.Deliveries = append(th.Deliveries, d)
-	th.Interval = interval
+	th.Interval, th.CancelGrace = interval, grace
 	r.h.Tokens = append(r.h.Tokens, tok)
 }
 
@@ -213,7 +233,8 @@ func (f *Fleet) deliver(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	f.rec.delivery(Delivery{TaskID: env.TaskID, Attempt: env.Attempt, At: time.Now()}, env.TaskToken, time.Duration(env.HeartbeatIntervalMs)*time.Millisecond)
+	f.rec.delivery(Delivery{TaskID: env.TaskID, Attempt: env.Attempt, At: time.Now()}, env.TaskToken,
+		time.Duration(env.HeartbeatIntervalMs)*time.Millisecond, time.Duration(env.CancelGracePeriodMs)*time.Millisecond)
 	w.WriteHeader(http.StatusOK)
 	f.wg.Add(1)
 	go func() {
@@ -235,6 +256,21 @@ type worker struct {
 	bodyDone time.Time
 	// cancel is set once an answer said shouldCancel.
 	cancel bool
+	// hint is the last accepted answer's nextHeartbeatInMs (0: none),
+	// answered when it arrived.
+	hint     time.Duration
+	answered time.Time
+}
+
+// plainWait is how long a plain heartbeat waits from now, as the SDKs
+// pace it (docs/contract.md §5.7): until the last answer's hint has
+// passed since it arrived, when the hint is longer than interval; else
+// interval from now.
+func (w *worker) plainWait(interval time.Duration) time.Duration {
+	if w.hint <= interval {
+		return interval
+	}
+	return max(time.Until(w.answered.Add(w.hint)), 0)
 }
 
 func (f *Fleet) work(env api.Envelope) {
@@ -255,7 +291,7 @@ func (f *Fleet) work(env api.Envelope) {
 	once(ModeSkew)    // counted once; every attempt of the task is skewed
 	once(ModeDelayed) // counted once; the worker behaves (the delay is the submit's)
 	switch p.Mode {
-	case ModePlain, ModeSkipHalf, ModeSkipInterval:
+	case ModePlain, ModeSkipHalf, ModeSkipInterval, ModePaced:
 		once(p.Mode) // counted once; every attempt heartbeats so
 		f.newWorker(env, p).runPlain(p)
 		return
@@ -300,7 +336,12 @@ func (w *worker) run(p Payload, once func(string) bool) {
 	}
 	var slowDone time.Time // when the slow heartbeat's body was sent in full
 	for i := range beats {
+		// Every other heartbeat is plain (below): it waits for the
+		// pacing hint, as the SDKs do.
 		wait := interval
+		if i%2 == 1 {
+			wait = w.plainWait(interval)
+		}
 		if !slowDone.IsZero() {
 			// On time by the contract's rule (the lease counts from the
 			// receipt of the previous heartbeat in full), late by its first
@@ -363,7 +404,8 @@ func (w *worker) run(p Payload, once func(string) bool) {
 }
 
 // runPlainBeats is how many plain heartbeats an attempt of the plain modes
-// sends: past two leases, so that a lease the skip rule let lapse shows.
+// sends: past two leases, so that a lease the skip rule (or the pacing
+// hint) let lapse shows.
 const runPlainBeats = 6
 
 // runPlain works one attempt of the plain modes: started, plain
@@ -371,7 +413,9 @@ const runPlainBeats = 6
 // modes beat by the contract's reckoning of the lease, in rounds of three:
 // just over the skip rule's bound (not written), just under it (written),
 // then a little after the lease before that renewal ran out (on time only
-// if the beat before was written).
+// if the beat before was written). ModePaced beats when the last answer's
+// pacing hint has passed since it arrived (ModePlain ignores the hint, as
+// an older SDK does).
 func (w *worker) runPlain(p Payload) {
 	f, env := w.f, w.env
 	if !w.send("started", api.StartedRequest{Attempt: env.Attempt, WorkerID: w.id, StartedAt: w.now()}) {
@@ -384,7 +428,9 @@ func (w *worker) runPlain(p Payload) {
 	var before time.Time // the lease's end before the last written beat
 	for i := range runPlainBeats {
 		at := time.Now().Add(interval)
-		if p.Mode != ModePlain {
+		if p.Mode == ModePaced {
+			at = time.Now().Add(w.plainWait(interval))
+		} else if p.Mode != ModePlain {
 			switch i % 3 {
 			case 0:
 				at = exp.Add(-bound - skipEdge)
@@ -518,6 +564,9 @@ func (w *worker) send(kind string, body any) bool {
 			}
 			if c.Answer.ShouldCancel != nil && *c.Answer.ShouldCancel {
 				w.cancel = true
+			}
+			if c.Status == http.StatusOK {
+				w.hint, w.answered = time.Duration(c.Answer.NextHeartbeatInMs)*time.Millisecond, c.Received
 			}
 			return c.Status == http.StatusOK && c.Answer.Disposition != api.Committed
 		}

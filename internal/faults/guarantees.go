@@ -34,6 +34,8 @@ var Guarantees = []Guarantee{
 		[]string{InvLease, InvZombie}, []string{"lease-check-skipped"}},
 	{"A worker heartbeating at its interval never loses its lease by the rule that skips writing a heartbeat with nothing new", "§5.3",
 		[]string{InvLease}, []string{"heartbeat-skip-greedy", "heartbeat-skip-ignores-interval"}},
+	{"A worker that paces its plain heartbeats by Servo's hint never loses its lease by it, and the hint keeps the lease's margin and the cancel notice's bound", "§5.7",
+		[]string{InvPacing}, []string{"pacing-margin-dropped"}},
 	{"Servo's own outages never make a healthy worker a zombie: a lease or cancel grace runs its length outside them", "§5.3",
 		[]string{InvLease, InvCancelGrace}, []string{"outage-credit-off"}},
 	{"Nothing is accepted of a cancelled attempt once its grace ran out", "§7",

@@ -67,8 +67,9 @@ type TaskHistory struct {
 	// could not be read.
 	Final *api.Task
 	// Interval is the task's heartbeat interval, as its envelopes say (0:
-	// History.Interval).
-	Interval time.Duration
+	// History.Interval); CancelGrace its cancel grace period (0:
+	// History.CancelGrace).
+	Interval, CancelGrace time.Duration
 }
 
 // History is what a run saw, for Check.
@@ -229,11 +230,13 @@ const (
 	InvEarlyStart    = "early-start"    // no delivery, no accepted callback, before a delayed start
 	InvScheduleOnce  = "schedule-once"  // each fire time of a schedule made exactly once
 	InvScheduleEarly = "schedule-early" // no schedule fire made before its time
+	InvPacing        = "pacing"         // a worker heartbeating by the pacing hint keeps its lease; the hint keeps its bounds
 )
 
 // Invariants are every invariant Check checks.
 var Invariants = []string{InvNotTerminal, InvAnswer, InvLatency, InvCommitted, InvAttemptOrder, InvStaleAttempt, InvZombie, InvEvents,
-	InvServerTime, InvDuplicateTask, InvTokenInLog, InvLease, InvCancelGrace, InvOneWorker, InvEarlyStart, InvScheduleOnce, InvScheduleEarly}
+	InvServerTime, InvDuplicateTask, InvTokenInLog, InvLease, InvCancelGrace, InvOneWorker, InvEarlyStart, InvScheduleOnce, InvScheduleEarly,
+	InvPacing}
 
 // Violation is one broken invariant.
 type Violation struct {
@@ -360,6 +363,7 @@ func (c *checker) task(th *TaskHistory) {
 	c.earlyStart(th)
 	cancelled := cancelledAt(th)
 	c.lease(th, zombie, cancelled)
+	c.pacing(th, zombie, cancelled)
 	c.cancelGrace(th, cancelled)
 	c.oneWorker(th)
 	if f != nil && maxSeen > f.Attempt {
@@ -481,6 +485,82 @@ func (c *checker) lease(th *TaskHistory, zombie map[int]time.Time, cancelled tim
 	}
 }
 
+// pacing checks the pacing hints (docs/contract.md §5.7) of each
+// attempt's accepted `started` and `heartbeat` answers, and what became
+// of a worker that heeded them:
+//
+//   - a hint is at least the task's interval; one above it is at most half
+//     the cancel grace, and leaves at least task.LeaseMargin of the lease
+//     as Servo stores it (at the latest the receipt of the last callback
+//     that may have renewed it plus the lease) when counted from the
+//     request's sending (Servo answered it later), less leaseSlack;
+//   - a callback first sent within the hint of the attempt's last accepted
+//     answer, or up to half an interval after it (on time: the lease's
+//     margin is 1.5 intervals at least), with no outage that Servo may
+//     credit in between, finds its lease alive: it is not answered
+//     task_expired (outside a cancel's grace), and the attempt was not
+//     declared a zombie before it was sent.
+func (c *checker) pacing(th *TaskHistory, zombie map[int]time.Time, cancelled time.Time) {
+	lease := c.h.Lease
+	if lease <= 0 {
+		return
+	}
+	id := th.TaskID
+	interval := cmp.Or(th.Interval, c.h.Interval)
+	grace := cmp.Or(th.CancelGrace, c.h.CancelGrace)
+	margin := task.LeaseMargin(api.Timing{HeartbeatIntervalMs: interval.Milliseconds(), HeartbeatTimeoutMs: lease.Milliseconds()})
+	skips := func(left time.Duration) bool { return left > lease/2 && left >= interval+interval/2 }
+	type last struct {
+		received time.Time     // the last accepted answer's arrival
+		hint     time.Duration // its nextHeartbeatInMs
+		expHi    time.Time     // the lease's end as Servo stores it, at the latest
+	}
+	prev := map[int]*last{}
+	failed := map[int]bool{}
+	for _, call := range callbacksBySent(th) {
+		p := prev[call.Attempt]
+		if p != nil && p.hint > 0 && !failed[call.Attempt] && !call.FirstSent.After(p.received.Add(p.hint+interval/2)) &&
+			c.h.credit(p.received, call.Received, true) == 0 {
+			graceOver := !cancelled.IsZero() && cancelled.Before(call.Received)
+			z, zombied := zombie[call.Attempt]
+			switch {
+			case call.Answer.Error == api.CodeTaskExpired && !graceOver:
+				failed[call.Attempt] = true
+				c.fail(InvPacing, id, "%s of attempt %d, first sent at %s within the pacing hint (%v after the answer that arrived at %s), was answered task_expired",
+					call.Kind, call.Attempt, ts(call.FirstSent), p.hint, ts(p.received))
+			case zombied && z.Before(call.FirstSent):
+				failed[call.Attempt] = true
+				c.fail(InvPacing, id, "attempt %d was declared a zombie at %s, before its %s first sent at %s within the pacing hint (%v after the answer that arrived at %s)",
+					call.Attempt, ts(z), call.Kind, ts(call.FirstSent), p.hint, ts(p.received))
+			}
+		}
+		if call.Status != 200 || (call.Kind != "started" && call.Kind != "heartbeat") {
+			continue
+		}
+		if p == nil {
+			p = &last{expHi: call.Received.Add(lease)}
+			prev[call.Attempt] = p
+		}
+		plain := call.Kind == "heartbeat" && call.Plain
+		if !plain || !skips(p.expHi.Sub(call.BodyDone)) {
+			p.expHi = call.Received.Add(lease)
+		}
+		p.received, p.hint = call.Received, time.Duration(call.Answer.NextHeartbeatInMs)*time.Millisecond
+		switch {
+		case p.hint == 0:
+			c.fail(InvPacing, id, "%s of attempt %d answered 200 without nextHeartbeatInMs", call.Kind, call.Attempt)
+		case p.hint < interval:
+			c.fail(InvPacing, id, "%s of attempt %d answered nextHeartbeatInMs %v, under the interval %v", call.Kind, call.Attempt, p.hint, interval)
+		case p.hint == interval:
+		case grace > 0 && p.hint > grace/2:
+			c.fail(InvPacing, id, "%s of attempt %d answered nextHeartbeatInMs %v, beyond half the cancel grace %v", call.Kind, call.Attempt, p.hint, grace)
+		case call.Sent.Add(p.hint).After(p.expHi.Add(-margin + leaseSlack)):
+			c.fail(InvPacing, id, "%s of attempt %d sent at %s answered nextHeartbeatInMs %v: a heartbeat then leaves under %v of the lease, which ends by %s at the latest",
+				call.Kind, call.Attempt, ts(call.Sent), p.hint, margin, ts(p.expHi))
+		}
+	}
+}
+
 // cancelledAt is when the task's first accepted cancel was answered; zero
 // if none was.
 func cancelledAt(th *TaskHistory) time.Time {
@@ -497,14 +577,15 @@ func cancelledAt(th *TaskHistory) time.Time {
 // sent after the grace period ran out (outages credited at most) is
 // accepted.
 func (c *checker) cancelGrace(th *TaskHistory, cancelled time.Time) {
+	grace := cmp.Or(th.CancelGrace, c.h.CancelGrace)
 	if c.h.CancelGrace <= 0 || cancelled.IsZero() {
 		return
 	}
-	end := c.h.creditedEnd(cancelled, c.h.CancelGrace, true)
+	end := c.h.creditedEnd(cancelled, grace, true)
 	for _, call := range callbacksBySent(th) {
 		if call.Status == 200 && call.FirstSent.After(end.Add(leaseSlack)) {
 			c.fail(InvCancelGrace, th.TaskID, "%s of attempt %d first sent at %s accepted (%s), but the task's cancel was accepted by %s and its grace (%v) ran out by %s",
-				call.Kind, call.Attempt, ts(call.FirstSent), call.Answer.Disposition, ts(cancelled), c.h.CancelGrace, ts(end))
+				call.Kind, call.Attempt, ts(call.FirstSent), call.Answer.Disposition, ts(cancelled), grace, ts(end))
 			return
 		}
 	}

@@ -20,8 +20,12 @@ func ev(seq int64, attempt int, from, to api.State, ms int) api.Event {
 }
 
 func cb(kind string, attempt, status int, d api.Disposition, code string, sent int) Call {
-	return Call{TaskID: "task_1", Kind: kind, Attempt: attempt, WorkerID: "w1", Sent: at(sent), Received: at(sent + 20), Status: status,
+	c := Call{TaskID: "task_1", Kind: kind, Attempt: attempt, WorkerID: "w1", Sent: at(sent), Received: at(sent + 20), Status: status,
 		Answer: api.CallbackResponse{Disposition: d, Error: code}}
+	if status == 200 && kind != "completed" {
+		c.Answer.NextHeartbeatInMs = 300 // the interval
+	}
+	return c
 }
 
 // retried is a good history: attempt 1 goes silent and is declared a
@@ -32,7 +36,8 @@ func retried() *History {
 	done.Outcome, done.Answer.FinalState = api.OutcomeSucceeded, api.Succeeded
 	zombieToQueued := ev(4, 1, api.Running, api.Queued, 3000)
 	zombieToQueued.Outcome, zombieToQueued.NextAttempt, zombieToQueued.Reason = api.OutcomeZombie, 2, api.ReasonRetryScheduled
-	h := &History{MaxLatency: time.Second, Start: at(0), End: at(10000), Lease: 3 * time.Second, CancelGrace: time.Second}
+	h := &History{MaxLatency: time.Second, Start: at(0), End: at(10000), Lease: 3 * time.Second, CancelGrace: time.Second,
+		Interval: 300 * time.Millisecond}
 	th := h.Task("task_1")
 	th.Deliveries = []Delivery{{"task_1", 1, at(50)}, {"task_1", 2, at(3600)}}
 	th.Calls = []Call{
@@ -134,6 +139,30 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		}},
 		{"accepted past the cancel grace", InvCancelGrace, "completed of attempt 2 first sent at 12:00:05.000 accepted (COMMITTED)", func(h *History) {
 			th(h).Calls = append(th(h).Calls, Call{TaskID: "task_1", Kind: KindCancel, Status: 202, Sent: at(2500), Received: at(2520)})
+		}},
+		{"a pacing hint under the interval", InvPacing, "nextHeartbeatInMs 100ms, under the interval 300ms", func(h *History) {
+			th(h).Calls[0].Answer.NextHeartbeatInMs = 100
+		}},
+		{"a pacing hint beyond half the grace", InvPacing, "nextHeartbeatInMs 900ms, beyond half the cancel grace 1s", func(h *History) {
+			th(h).Calls[3].Answer.NextHeartbeatInMs = 900
+		}},
+		{"a pacing hint without the lease's margin", InvPacing, "answered nextHeartbeatInMs 4s: a heartbeat then leaves under 750ms of the lease", func(h *History) {
+			th(h).CancelGrace = 20 * time.Second
+			th(h).Calls[3].Answer.NextHeartbeatInMs = 4000
+		}},
+		{"a pacing hint without an answer's field", InvPacing, "answered 200 without nextHeartbeatInMs", func(h *History) {
+			th(h).Calls[3].Answer.NextHeartbeatInMs = 0
+		}},
+		{"on time by the hint, yet expired", InvPacing, "heartbeat of attempt 2, first sent at 12:00:04.700 within the pacing hint (300ms after the answer that arrived at 12:00:04.520), was answered task_expired", func(h *History) {
+			th(h).Calls = append(th(h).Calls, cb("heartbeat", 2, 410, api.Cancel, api.CodeTaskExpired, 4700))
+		}},
+		{"on time by the hint, yet a zombie", InvPacing, "attempt 1 was declared a zombie at 12:00:02.000, before its heartbeat first sent at 12:00:02.050 within the pacing hint", func(h *History) {
+			th(h).CancelGrace = 20 * time.Second
+			th(h).Calls[0].Answer.NextHeartbeatInMs = 2000
+			th(h).Calls[1].Sent, th(h).Calls[1].Received = at(1500), at(1520) // a 503: the hint still holds
+			th(h).Calls = append(th(h).Calls, cb("heartbeat", 1, 409, api.Cancel, api.CodeAttemptMismatch, 2050))
+			th(h).Calls[len(th(h).Calls)-1].FirstSent = at(2050)
+			th(h).Events[3].OccurredAt = at(2000)
 		}},
 		{"a second worker accepted", InvOneWorker, "attempt 2: heartbeat of worker w2 accepted after worker w1's", func(h *History) {
 			th(h).Calls[3].WorkerID = "w2"

@@ -115,6 +115,18 @@ var Mutants = []Mutant{
 		Modes: []string{ModeSkipInterval}, Tasks: 4,
 	},
 	{
+		// The pacing hint drops the lease's margin (docs/contract.md
+		// §5.7): it tells a worker to wait until the lease ends, so a
+		// worker that heeds it sends its heartbeat as the lease runs out
+		// (pacing: expired, or a zombie, though on time by the hint; and
+		// a hint without the margin).
+		Name: "pacing-margin-dropped",
+		Edits: []Edit{{File: "internal/task/pacing.go",
+			Old: "\thint := t.LeaseExpiresAt.Sub(now) - LeaseMargin(timing)\n",
+			New: "\thint := t.LeaseExpiresAt.Sub(now)\n"}},
+		Modes: []string{ModePaced}, Tasks: 4, CI: true,
+	},
+	{
 		// A cancelled attempt resumes past its grace, before the (slow)
 		// sweeper applied it: its callbacks are accepted (cancel-grace).
 		Name: "cancel-grace-not-enforced",

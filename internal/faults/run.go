@@ -386,7 +386,7 @@ func (r *run) submit(ctx context.Context, key string, p Payload) {
 	payload, _ := json.Marshal(p)
 	fields := map[string]any{
 		"tenantId": "faults", "workspaceId": "ws", "taskKey": key, "worker": "sim", "payload": json.RawMessage(payload),
-		"idempotencyKey": key, "heartbeatIntervalMs": intervalMs(p.Mode), "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": cancelGraceMs,
+		"idempotencyKey": key, "heartbeatIntervalMs": intervalMs(p.Mode), "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": graceMs(p.Mode),
 		"retry": map[string]any{"maxAttempts": maxAttempts, "initialBackoffMs": initialBackoff, "maxBackoffMs": 2000},
 	}
 	if p.Mode == ModeDelayed {

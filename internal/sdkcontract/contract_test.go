@@ -22,6 +22,7 @@ import (
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/auth"
 	"github.com/servo-dev/servo/internal/devstack"
 	"github.com/servo-dev/servo/internal/sdkbuild"
 	"github.com/servo-dev/servo/internal/servotest"
@@ -144,12 +145,20 @@ func start(t *testing.T, argv []string, out *servotest.Buffer, ready bool, args 
 
 // Faults the proxy injects into one task's first attempt.
 const (
-	faultNone       = ""
-	faultGone       = "heartbeat-410"      // heartbeats after the first: 410 task_expired
-	faultSilence    = "heartbeat-silence"  // heartbeats after the first are never answered
-	faultRetry      = "completed-503"      // the first `completed`: 503 RETRY, Retry-After 1
-	faultRejected   = "completed-rejected" // `completed`: 500 REJECTED
-	faultDuplicate  = "deliver-twice"      // the push delivery is sent twice at once
+	faultNone      = ""
+	faultGone      = "heartbeat-410"      // heartbeats after the first: 410 task_expired
+	faultSilence   = "heartbeat-silence"  // heartbeats after the first are never answered
+	faultRetry     = "completed-503"      // the first `completed`: 503 RETRY, Retry-After 1
+	faultRejected  = "completed-rejected" // `completed`: 500 REJECTED
+	faultDuplicate = "deliver-twice"      // the push delivery is sent twice at once
+	// The paced-heartbeat scenarios (docs/contract.md §5.7): the first
+	// attempt's envelope carries a token of shortTokenTTL (signed with the
+	// stack's keys, for the same scope), which expires during the task
+	// unless a heartbeat refreshes it; with faultIgnoreHint its answers
+	// also lose nextHeartbeatInMs, as an older Servo's would, so the
+	// worker heartbeats at its interval.
+	faultShortToken = "short-token"
+	faultIgnoreHint = "short-token+no-hint"
 	callbackPrefix  = "/cb"
 	claimPrefix     = "/api"
 	deliverPath     = "/deliver"
@@ -162,8 +171,9 @@ const (
 // task's fault (by task key) and counts the callbacks.
 type proxy struct {
 	srv    *httptest.Server
-	stack  string // the stack's URL
-	worker string // the push worker's URL
+	stack  string        // the stack's URL
+	worker string        // the push worker's URL
+	ring   *auth.KeyRing // the stack's task-token keys
 
 	mu      sync.Mutex
 	faults  map[string]string // task key → fault
@@ -175,6 +185,28 @@ type proxy struct {
 	delivered map[string]string
 	// pools are the claims seen per pool.
 	pools map[string]*poolClaims
+	// cbAnswers are the callbacks' answers as the worker got them, per
+	// task id/attempt.
+	cbAnswers map[string][]cbAnswer
+	// shortTokens are the short tokens handed out, per task id/attempt,
+	// and when they expire.
+	shortTokens map[string]time.Time
+}
+
+// cbAnswer is one callback's answer, as the proxy passed it on.
+type cbAnswer struct {
+	op     string
+	status int
+	resp   api.CallbackResponse // before any hint was taken out
+	at     time.Time            // when the proxy passed it on
+	auth   string               // the request's Authorization
+}
+
+// answersOf returns the task's attempt's callback answers.
+func (p *proxy) answersOf(id string, attempt int) []cbAnswer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]cbAnswer(nil), p.cbAnswers[fmt.Sprintf("%s/%d", id, attempt)]...)
 }
 
 // poolClaims are the claims the proxy has seen for one pool.
@@ -198,7 +230,8 @@ type heldAnswer struct {
 
 func newProxy(t *testing.T) *proxy {
 	p := &proxy{faults: map[string]string{}, keys: map[string]string{}, calls: map[string][][]byte{}, answers: map[string][]string{},
-		traces: map[string][]string{}, delivered: map[string]string{}, pools: map[string]*poolClaims{}}
+		traces: map[string][]string{}, delivered: map[string]string{}, pools: map[string]*poolClaims{},
+		cbAnswers: map[string][]cbAnswer{}, shortTokens: map[string]time.Time{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -217,14 +250,30 @@ func (p *proxy) count(id string, attempt int, op string) [][]byte {
 	return p.calls[fmt.Sprintf("%s/%d/%s", id, attempt, op)]
 }
 
-// rewrite records an envelope's task key and points its callbacks here.
+// rewrite records an envelope's task key and points its callbacks here;
+// a short-token task's first attempt gets a token of shortTokenTTL.
 func (p *proxy) rewrite(env map[string]any) {
 	id, _ := env["taskId"].(string)
 	key, _ := env["taskKey"].(string)
+	attempt, _ := env["attempt"].(float64)
 	p.mu.Lock()
 	p.keys[id] = key
+	short := strings.HasPrefix(p.faults[key], faultShortToken) && attempt == 1
 	p.mu.Unlock()
 	env["callbackBaseUrl"] = p.srv.URL + callbackPrefix
+	if !short {
+		return
+	}
+	str := func(k string) string { v, _ := env[k].(string); return v }
+	tok, exp, err := p.ring.Sign(auth.Scope{TenantID: str("tenantId"), WorkspaceID: str("workspaceId"), RunID: str("runId"),
+		TaskID: id, Attempt: 1}, shortTokenTTL, time.Now())
+	if err != nil {
+		panic(err) // a ring the test generated signs
+	}
+	env["taskToken"], env["tokenExpiresAt"] = tok, exp.UTC().Format(time.RFC3339Nano)
+	p.mu.Lock()
+	p.shortTokens[id+"/1"] = exp
+	p.mu.Unlock()
 }
 
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
@@ -448,6 +497,19 @@ func (p *proxy) callback(w http.ResponseWriter, r *http.Request, body []byte) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	var resp api.CallbackResponse
+	_ = json.Unmarshal(b, &resp)
+	if a.Attempt == 1 && p.fault(id) == faultIgnoreHint {
+		var m map[string]any
+		if json.Unmarshal(b, &m) == nil {
+			delete(m, "nextHeartbeatInMs")
+			b, _ = json.Marshal(m)
+		}
+	}
+	p.mu.Lock()
+	ak := fmt.Sprintf("%s/%d", id, a.Attempt)
+	p.cbAnswers[ak] = append(p.cbAnswers[ak], cbAnswer{op: op, status: status, resp: resp, at: time.Now(), auth: r.Header.Get("Authorization")})
+	p.mu.Unlock()
 	reply(w, status, h, b)
 }
 
@@ -472,14 +534,30 @@ func (e *env) do(t *testing.T, method, path string, body any) (int, []byte) {
 // its first attempt.
 func (e *env) submit(t *testing.T, worker, key, fault string, payload map[string]any) string {
 	t.Helper()
+	return e.submitTimed(t, worker, key, fault, payload, nil)
+}
+
+// fastTimers are the timers of most scenarios.
+var fastTimers = map[string]any{"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 3000, "cancelGracePeriodMs": 5000}
+
+// submitTimed is submit with the task's heartbeatIntervalMs,
+// heartbeatTimeoutMs and cancelGracePeriodMs (nil: fastTimers).
+func (e *env) submitTimed(t *testing.T, worker, key, fault string, payload map[string]any, timers map[string]any) string {
+	t.Helper()
 	e.proxy.mu.Lock()
 	e.proxy.faults[key] = fault
 	e.proxy.mu.Unlock()
-	return e.api(t).Submit(map[string]any{
+	if timers == nil {
+		timers = fastTimers
+	}
+	body := map[string]any{
 		"tenantId": "acme", "workspaceId": "ws", "taskKey": key, "worker": worker, "payload": payload,
-		"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 3000, "cancelGracePeriodMs": 5000,
 		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200},
-	}).TaskID
+	}
+	for k, v := range timers {
+		body[k] = v
+	}
+	return e.api(t).Submit(body).TaskID
 }
 
 func (e *env) get(t *testing.T, id string) api.Task {
@@ -560,7 +638,12 @@ type scenario struct {
 	fault string
 	// payload of the contract worker: steps, stepMs, failAttempts, crashAttempts.
 	payload map[string]any
-	check   func(t *testing.T, e *env, mode, id string)
+	// timers: the task's heartbeat interval, timeout and cancel grace
+	// (nil: fastTimers).
+	timers map[string]any
+	// pool: the pull pool of its pull mode ("": pool).
+	pool  string
+	check func(t *testing.T, e *env, mode, id string)
 }
 
 // succeededAfterLostFirst: attempt 1 lost its lease and reported nothing;
@@ -674,11 +757,17 @@ func TestSDKContract(t *testing.T) {
 				}
 			})
 			px := newProxy(t)
+			ring, _, err := auth.GenerateKeyRing("k1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.ring = ring
 			_, px.worker = start(t, argv, out, true, "push", "0")
 			s2 := stacktest.Start(t, devstack.Options{
 				SweepEvery: 200 * time.Millisecond, Workers: map[string]string{"push": px.srv.URL + deliverPath},
-				PullPools:  map[string][]string{"pool": nil, stopPool: nil, stopRacePool: nil},
+				PullPools:  map[string][]string{"pool": nil, stopPool: nil, stopRacePool: nil, pacedPool: nil},
 				JobWorkers: map[string]string{"job": strings.Join(argv, " ") + " job"},
+				Keys:       ring,
 			})
 			px.stack = s2.URL
 			e := &env{t: t, stack: s2, proxy: px, out: out}
@@ -686,13 +775,21 @@ func TestSDKContract(t *testing.T) {
 			// a claim race.
 			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, "pool")
 			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, "pool")
+			// The paced scenarios' long tasks have a pool of their own, so
+			// that they hold none of the other scenarios' claim slots.
+			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, pacedPool)
+			start(t, argv, out, false, "pull", px.srv.URL+claimPrefix, pacedPool)
 			workers := map[string]string{"push": "push", "pull": "pool", "job": "job"}
 			t.Run("scenarios", func(t *testing.T) {
 				for i, sc := range scenarios {
 					for _, mode := range sc.modes {
 						t.Run(sc.name+"/"+mode, func(t *testing.T) {
 							t.Parallel()
-							id := e.submit(t, workers[mode], fmt.Sprintf("%s-%s-%d", s.name, mode, i), sc.fault, sc.payload)
+							w := workers[mode]
+							if mode == "pull" && sc.pool != "" {
+								w = sc.pool
+							}
+							id := e.submitTimed(t, w, fmt.Sprintf("%s-%s-%d", s.name, mode, i), sc.fault, sc.payload, sc.timers)
 							sc.check(t, e, mode, id)
 							if mode != "job" { // job callbacks go to the stack directly
 								e.checkTraces(t, id, len(e.get(t, id).Attempts), mode == "push" || s.newTrace)

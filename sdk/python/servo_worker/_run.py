@@ -100,6 +100,10 @@ class Run:
         timeout_ms = env.get("heartbeatTimeoutMs") or 0
         self._hb_timeout = timeout_ms / 1000.0 if isinstance(timeout_ms, (int, float)) and timeout_ms > 0 else 0.0
         self._fence_at = float("inf")  # monotonic: last acknowledgement + heartbeatTimeoutMs
+        # The last acknowledged answer's nextHeartbeatInMs, in seconds: how
+        # long the next plain heartbeat may wait (0: the interval; an older
+        # Servo). docs/contract.md §5.7.
+        self._pace = 0.0
 
     # --- state ----------------------------------------------------------
 
@@ -144,6 +148,24 @@ class Run:
             if exp is not None:
                 self._tok_until = _wall_to_mono(exp)
         self.log.info("adopted a refreshed task token", fields={"tokenExpiresAt": format_time(exp) if exp else ""})
+
+    def _paced(self, rep: Reply) -> None:
+        """Records the pacing hint of an acknowledged answer (none: 0)."""
+        hint = rep.body.get("nextHeartbeatInMs")
+        pace = hint / 1000.0 if isinstance(hint, (int, float)) and not isinstance(hint, bool) and hint > 0 else 0.0
+        with self._mu:
+            self._pace = pace
+
+    def _plain_wait(self, interval: float, wait: float) -> float:
+        """How long after the last answer a plain heartbeat (nothing new)
+        waits, when one that carries something new waits ``wait`` (the
+        jittered interval): Servo's hint, jittered down by up to 15%, when
+        it is longer than the interval; else ``wait``."""
+        with self._mu:
+            pace = self._pace
+        if pace <= interval:
+            return wait
+        return max(wait, _jitter(pace))
 
     def _lose(self, cause: StopRequested) -> None:
         with self._mu:
@@ -215,6 +237,7 @@ class Run:
                                    "message": rep.body.get("message")})
             return 200, _drop_empty({"result": RESULT_REJECTED, "code": rep.body.get("error"), "detail": rep.body.get("message")})
         self._ack(rep.sent_at)
+        self._paced(rep)
 
         hb = threading.Thread(target=self._heartbeat_loop, name="servo-heartbeat", daemon=True)
         sup = threading.Thread(target=self._supervise, name="servo-supervisor", daemon=True)
@@ -324,13 +347,19 @@ class Run:
             self._sup_wake.clear()
 
     def _heartbeat_loop(self) -> None:
-        """Sends heartbeats every interval (jittered down by up to 15%),
-        early after a checkpoint (at most every interval/4), until the
-        handler returns or the attempt loses its authority."""
+        """Sends heartbeats until the handler returns or the attempt loses
+        its authority: every interval (jittered down by up to 15%) while
+        the progress or the message changed, early after a checkpoint (at
+        most every interval/4), and otherwise (a plain heartbeat, nothing
+        new to say) only once Servo's pacing hint (the last answer's
+        nextHeartbeatInMs, docs/contract.md §5.7) has passed since that
+        answer, when it is longer than the interval. Without a hint (an
+        older Servo) every heartbeat comes at the interval."""
         interval = float(self.env["heartbeatIntervalMs"]) / 1000.0
         gap = interval / 4
         last = time.monotonic()
-        nxt = last + _jitter(interval)
+        wait = _jitter(interval)
+        nxt, plain_at = last + wait, last + self._plain_wait(interval, wait)
         while True:
             self._wake.wait(max(nxt - time.monotonic(), 0.0))
             self._wake.clear()
@@ -343,10 +372,16 @@ class Run:
                 nxt = min(nxt, max(last + gap, now))
             if now < nxt:
                 continue
+            if now < plain_at and not self.task._changed():
+                # Nothing new: wait for the hint, looking again every
+                # interval in case the progress changes.
+                nxt = min(plain_at, now + _jitter(interval))
+                continue
             if not self._heartbeat_once(self._quit):
                 return
             last = time.monotonic()
-            nxt = last + _jitter(interval)
+            wait = _jitter(interval)
+            nxt, plain_at = last + wait, last + self._plain_wait(interval, wait)
 
     def _heartbeat_once(self, stop: Optional[threading.Event], final: bool = False) -> bool:
         """Sends one heartbeat with the latest progress and any unstored
@@ -384,6 +419,7 @@ class Run:
             if self.stopped() is not None:
                 return False  # fenced meanwhile: a late acknowledgement does not undo it
             self._ack(rep.sent_at)
+            self._paced(rep)
             self.task._acked(version)
             if rep.body.get("shouldCancel") is True:
                 self._cancel_by(str(rep.body.get("cancelReason") or ""))

@@ -226,6 +226,13 @@ class Task:
         with self._mu:
             return self._cp_version > self._cp_acked
 
+    def _changed(self) -> bool:
+        """Whether a heartbeat would carry something new: a checkpoint, or
+        a progress or message, Servo has not acknowledged. Only a plain
+        heartbeat waits for Servo's pacing hint."""
+        with self._mu:
+            return self._cp_version > self._cp_acked or self._pr_version > self._pr_acked
+
     def _progress_dirty(self) -> bool:
         """Whether progress no acknowledged heartbeat carried is pending."""
         with self._mu:

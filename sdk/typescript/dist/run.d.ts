@@ -131,10 +131,12 @@ export declare class Task<Payload = unknown, Checkpoint = unknown> {
     get lastCheckpoint(): Checkpoint | undefined;
     /** @internal */
     _stop(cause: StopCause): boolean;
-    /** @internal the heartbeat body and the checkpoint version it carries. */
-    _heartbeat(workerId: string): [Record<string, unknown>, number];
+    /** @internal the heartbeat body and the checkpoint and progress versions it carries. */
+    _heartbeat(workerId: string): [Record<string, unknown>, [number, number]];
     /** @internal */
-    _acked(v: number): void;
+    _acked(v: [number, number]): void;
+    /** @internal whether a heartbeat would carry something new (a checkpoint, a progress or message) Servo has not acknowledged: only a plain heartbeat waits for Servo's pacing hint. */
+    _changed(): boolean;
     /** @internal */
     _dirty(): boolean;
     /** @internal */

@@ -286,6 +286,8 @@ export class Task<Payload = unknown, Checkpoint = unknown> {
   #cp: string | undefined;
   #cpVersion = 0;
   #cpAcked = 0;
+  #prVersion = 0; // changes of the progress or the message
+  #prAcked = 0; // the latest of them a heartbeat Servo acknowledged carried
   #phase = "";
 
   constructor(env: Envelope, workerId: string, log: (level: LogLevel, message: string, fields?: Record<string, unknown>) => void, flush: () => void) {
@@ -328,8 +330,11 @@ export class Task<Payload = unknown, Checkpoint = unknown> {
 
   /** Records progress (0–100, message ≤ 4 KiB); the next heartbeat carries the latest. */
   progress(pct: number, message = ""): void {
-    this.#pct = Math.max(0, Math.min(100, Math.round(pct)));
-    this.#msg = truncate(message, MAX_MESSAGE_BYTES);
+    const p = Math.max(0, Math.min(100, Math.round(pct)));
+    const m = truncate(message, MAX_MESSAGE_BYTES);
+    if (p !== this.#pct || m !== this.#msg) this.#prVersion++;
+    this.#pct = p;
+    this.#msg = m;
   }
 
   /** Names the phase reported as cancelledDuringPhase on a cancel. */
@@ -360,18 +365,24 @@ export class Task<Payload = unknown, Checkpoint = unknown> {
     return true;
   }
 
-  /** @internal the heartbeat body and the checkpoint version it carries. */
-  _heartbeat(workerId: string): [Record<string, unknown>, number] {
+  /** @internal the heartbeat body and the checkpoint and progress versions it carries. */
+  _heartbeat(workerId: string): [Record<string, unknown>, [number, number]] {
     const b: Record<string, unknown> = { attempt: this.attempt, workerId, heartbeatAt: new Date().toISOString() };
     if (this.#pct !== undefined) b.progressPct = this.#pct;
     if (this.#msg) b.message = this.#msg;
     if (this.#cp !== undefined && this.#cpVersion > this.#cpAcked) b.checkpoint = JSON.parse(this.#cp);
-    return [b, this.#cpVersion];
+    return [b, [this.#cpVersion, this.#prVersion]];
   }
 
   /** @internal */
-  _acked(v: number): void {
-    this.#cpAcked = Math.max(this.#cpAcked, v);
+  _acked(v: [number, number]): void {
+    this.#cpAcked = Math.max(this.#cpAcked, v[0]);
+    this.#prAcked = Math.max(this.#prAcked, v[1]);
+  }
+
+  /** @internal whether a heartbeat would carry something new (a checkpoint, a progress or message) Servo has not acknowledged: only a plain heartbeat waits for Servo's pacing hint. */
+  _changed(): boolean {
+    return this._dirty() || this.#prVersion > this.#prAcked;
   }
 
   /** @internal */
@@ -434,6 +445,8 @@ export class Run {
   #wake: (() => void) | undefined;
   #flushReq = false;
   #quit = new AbortController(); // heartbeats must end
+  // The last acknowledged answer's nextHeartbeatInMs: how long the next plain heartbeat may wait (0: the interval; an older Servo). docs/contract.md §5.7.
+  #pace = 0;
   #inflight = new AbortController(); // aborts the heartbeat in flight (fenced)
 
   constructor(cfg: Config, handler: Handler, env: Envelope, traceparent?: string | null, claimedAt?: number) {
@@ -470,6 +483,17 @@ export class Run {
     this.#tok = tok;
     if (Number.isFinite(exp)) this.#tokUntil = exp;
     this.log("info", "adopted a refreshed task token", { tokenExpiresAt: Number.isFinite(exp) ? new Date(exp).toISOString() : "" });
+  }
+
+  /** Records the pacing hint of an acknowledged answer (none: 0). */
+  #paced(rep: Reply): void {
+    const h = rep.body.nextHeartbeatInMs;
+    this.#pace = typeof h === "number" && Number.isFinite(h) && h > 0 ? h : 0;
+  }
+
+  /** How long after the last answer a plain heartbeat waits, when one that carries something new waits `wait` (the jittered interval): Servo's hint, jittered down by up to 15%, when longer than the interval; else `wait`. */
+  #plainWait(interval: number, wait: number): number {
+    return this.#pace <= interval ? wait : Math.max(wait, jitter(this.#pace));
   }
 
   /** Servo acknowledged a request sent at sentAt: the fence is heartbeatTimeoutMs from the sending. */
@@ -593,6 +617,7 @@ export class Run {
       return [200, clean({ result: "rejected", code: rep.body.error as string, detail: rep.body.message as string })];
     }
     this.#ack(rep.sentAt);
+    this.#paced(rep);
 
     // The fence and the deadline.
     let supTimer: NodeJS.Timeout | undefined;
@@ -668,12 +693,19 @@ export class Run {
     return [200, clean({ result: "rejected", outcome: oc, code: rep.body.error as string, detail: rep.body.message as string })];
   }
 
-  /** Heartbeats every interval (jittered down by up to 15%), early after a checkpoint (at most every interval/4). */
+  /**
+   * Heartbeats: every interval (jittered down by up to 15%) while the progress or the message changed, early after a
+   * checkpoint (at most every interval/4), and otherwise (a plain heartbeat, nothing new to say) only once Servo's
+   * pacing hint (the last answer's nextHeartbeatInMs, docs/contract.md §5.7) has passed since that answer, when it is
+   * longer than the interval. Without a hint (an older Servo) every heartbeat comes at the interval.
+   */
   async #heartbeatLoop(): Promise<void> {
     const interval = this.env.heartbeatIntervalMs;
     const gap = interval / 4;
     let last = performance.now();
-    let next = last + jitter(interval);
+    let wait = jitter(interval);
+    let next = last + wait;
+    let plainAt = last + this.#plainWait(interval, wait);
     for (;;) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(done, Math.max(next - performance.now(), 0));
@@ -691,15 +723,22 @@ export class Run {
         next = Math.min(next, Math.max(last + gap, now));
       }
       if (now < next) continue;
+      if (now < plainAt && !this.task._changed()) {
+        // Nothing new: wait for the hint, looking again every interval in case the progress changes.
+        next = Math.min(plainAt, now + jitter(interval));
+        continue;
+      }
       if (!(await this.#heartbeatOnce(this.#quit.signal))) return;
       last = performance.now();
-      next = last + jitter(interval);
+      wait = jitter(interval);
+      next = last + wait;
+      plainAt = last + this.#plainWait(interval, wait);
     }
   }
 
   /** One heartbeat with the latest progress and any unstored checkpoint; whether the attempt may go on. */
   async #heartbeatOnce(stop: AbortSignal | undefined): Promise<boolean> {
-    let version = 0;
+    let version: [number, number] = [0, 0];
     const body = () => {
       const [b, v] = this.task._heartbeat(this.#cfg.workerId);
       version = v;
@@ -721,6 +760,7 @@ export class Run {
     if (rep.disposition === "CONTINUE") {
       if (this.#stop !== undefined) return false; // fenced meanwhile: a late acknowledgement does not undo it
       this.#ack(rep.sentAt);
+      this.#paced(rep);
       this.task._acked(version);
       if (rep.body.shouldCancel === true) this.#cancelBy(String(rep.body.cancelReason ?? ""));
       return true;
