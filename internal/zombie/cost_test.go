@@ -121,11 +121,11 @@ func docReads(st zombie.Stats) int {
 
 // costFixture seeds running RUNNING tasks of which due are due in a new
 // project and returns a sweeper over them and the store's RPC counter.
-func costFixture(t testing.TB, running, due int) (*zombie.Sweeper, *store.RPCCounter) {
+func costFixture(t testing.TB, running, due int, opts ...store.Option) (*zombie.Sweeper, *store.RPCCounter) {
 	t.Helper()
 	rpc := store.NewRPCCounter()
 	project := emulatortest.ProjectID(t)
-	st, err := store.New(context.Background(), project, store.WithRPCCounter(rpc))
+	st, err := store.New(context.Background(), project, append([]store.Option{store.WithRPCCounter(rpc)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,19 +155,44 @@ func sweepOnce(t testing.TB, sw *zombie.Sweeper, due int) zombie.Stats {
 // TestSweepCostGrowsWithDueNotRunning checks, with the RPC-counting
 // interceptor, that one pass over ten times more RUNNING tasks with the
 // same number due costs exactly the same: one query per duty and group of
-// due shards (the 384 default shards in 55 + 13 + 26 + 26 groups of at most
-// 30 disjunctions, store.DueGroups: 120 queries, not 4 × 384) plus one read
+// due shards (store.DueGroups; the 384 default shards make 55 + 13 + 26 +
+// 26 groups of at most 30 disjunctions, 120 queries, not 4 × 384: the pass
+// runs over 45 shards, 7 + 2 + 3 + 3 = 15 queries, since the emulator
+// takes over a second per grouped query over 2 000 tasks) plus one read
 // and one commit per due task, because every duty is
 // an indexed query that returns only what is due, plus the pass's pulse
 // (one read and one write, store.Pulse) and, since leases run out, one
 // read of Servo's recorded outages (store/outages.go). BenchmarkSweepCost gives the figures for
 // 1 000 and 10 000 running tasks of which 100 are due.
 func TestSweepCostGrowsWithDueNotRunning(t *testing.T) {
-	const due = 20
-	const queries = 120 // an idle pass's due queries over 384 shards
+	const due, shards = 20, 45
+	groups := func(s *store.Store) int {
+		n := 0
+		for _, d := range []store.Due{store.DueDeadline, store.DueCancel, store.DueLease, store.DueDispatch} {
+			n += len(s.DueGroups(d))
+		}
+		return n
+	}
+	prod, err := store.New(context.Background(), emulatortest.ProjectID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if n := groups(prod); n != 120 {
+		t.Fatalf("an idle pass over the default %d shards makes %d due queries, want 120", prod.DueShards(), n)
+	}
+	few, err := store.New(context.Background(), emulatortest.ProjectID(t), store.WithDueShards(shards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer few.Close()
+	queries := groups(few)
+	if queries != 15 {
+		t.Fatalf("%d shards: %d due queries, want 15", shards, queries)
+	}
 	want := map[string]int{"RunQuery": queries + 1, "BatchGetDocuments": due + 1, "Commit": due + 1}
 	for _, running := range []int{200, 2_000} {
-		sw, rpc := costFixture(t, running, due)
+		sw, rpc := costFixture(t, running, due, store.WithDueShards(shards))
 		stats := sweepOnce(t, sw, due)
 		counts := rpc.Counts()
 		t.Logf("running=%d due=%d: RPCs %v, %d document reads", running, due, counts, docReads(stats))
