@@ -87,6 +87,9 @@ locals {
     SERVO_START_TIMEOUT      = var.start_timeout
     SERVO_DUE_SHARDS         = tostring(var.due_shards)
     SERVO_RETENTION_DAYS     = tostring(var.retention_days)
+    # store.RunDocumentEveryFor: each api process writes a busy run's
+    # document once an interval, 2 s a process (at least a minute).
+    SERVO_RUN_DOCUMENT_EVERY = "${max(60, 2 * local.function_max_instances.api)}s"
     SERVO_CLAIM_AUDIENCE     = local.claim_url
     SERVO_JOBS_DISPATCH_URL  = local.jobs_function_url
     SERVO_JOBS_CONTAINER     = local.job_container

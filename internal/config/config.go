@@ -57,6 +57,7 @@ const (
 	EnvDueShards          = "SERVO_DUE_SHARDS"
 	EnvMaxBodyBytes       = "SERVO_MAX_BODY_BYTES"
 	EnvRetentionDays      = "SERVO_RETENTION_DAYS"
+	EnvRunDocumentEvery   = "SERVO_RUN_DOCUMENT_EVERY"
 	EnvClaimAudience      = "SERVO_CLAIM_AUDIENCE"
 	EnvAccess             = "SERVO_ACCESS"
 	EnvAccessFile         = "SERVO_ACCESS_FILE"
@@ -79,7 +80,7 @@ var variables = []string{
 	EnvCallbackBaseURL, EnvWorkers, EnvJobsDispatchURL, EnvJobsContainer,
 	EnvEventsTopic, EnvDeadLetterTopic,
 	EnvSweepEvery, EnvSweepWindow, EnvSweepEarlyEnd, EnvTraceSampleRatio, EnvTraceSlow, EnvLogHeartbeats, EnvLogStarted, EnvMaxRedrives, EnvStartTimeout, EnvStoreTimeout, EnvDueShards, EnvNamePrefix,
-	EnvMaxBodyBytes, EnvRetentionDays, EnvClaimAudience,
+	EnvMaxBodyBytes, EnvRetentionDays, EnvRunDocumentEvery, EnvClaimAudience,
 	EnvAccess, EnvAccessFile, EnvAPIAudience, EnvIAPAudience, EnvQuotas, EnvQuotasFile,
 	EnvService, EnvCloudTasksEmulator, EnvFailpoints,
 }
@@ -160,6 +161,11 @@ type Config struct {
 	// quota.MinRetentionDays, the idempotency window; a tenant's
 	// retentionDays in Quotas overrides it (SERVO_RETENTION_DAYS).
 	RetentionDays int
+	// RunDocumentEvery is how often one process rewrites a run's document
+	// while the run's tasks keep being submitted (SERVO_RUN_DOCUMENT_EVERY;
+	// default store.RunDocumentEvery; Terraform sets
+	// store.RunDocumentEveryFor the api's max_instances).
+	RunDocumentEvery time.Duration
 	// ClaimAudience is the audience of pull workers' ID tokens, ServoClaim's
 	// URL (SERVO_CLAIM_AUDIENCE).
 	ClaimAudience string
@@ -205,6 +211,7 @@ func Default() Config {
 		StartTimeout:      api.DefaultStartTimeout,
 		StoreTimeout:      DefaultStoreTimeout,
 		RetentionDays:     int(task.DefaultRetention / (24 * time.Hour)),
+		RunDocumentEvery:  store.RunDocumentEvery,
 		NamePrefix:        pull.DefaultNamePrefix,
 		DueShards:         store.DefaultDueShards,
 		MaxBodyBytes:      DefaultMaxBodyBytes,
@@ -352,6 +359,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	duration(&c.TraceSampling.Slow, EnvTraceSlow, false)
 	duration(&c.StartTimeout, EnvStartTimeout, false)
 	duration(&c.StoreTimeout, EnvStoreTimeout, false)
+	duration(&c.RunDocumentEvery, EnvRunDocumentEvery, false)
 	if n, ok := integer(EnvMaxRedrives, 1); ok {
 		c.MaxRedrives = int(n)
 	}

@@ -230,7 +230,7 @@ type Usage struct {
 }
 
 // Usage sums the counter shards of a scope (zero when the scope has
-// never been limited) with one aggregation query: a scope sized for a
+// never been limited) with aggregation queries (DB.Sum): a scope sized for a
 // peak of 30 000 tasks/s has 150 000 shards, which a plain query would
 // bill as 150 000 reads each time a page or `servo usage` shows it; the
 // sums cost one read per 1 000.

@@ -25,7 +25,7 @@ type DB interface {
 	// CountTasks counts, with one aggregation query, the task documents
 	// where selects.
 	CountTasks(ctx context.Context, where *pb.StructuredQuery_Filter) (int64, error)
-	// Sum counts, with one aggregation query, the documents q selects and
+	// Sum counts, with aggregation queries, the documents q selects and
 	// sums each of fields over them (a missing or non-integer value adds
 	// nothing): Firestore bills one read per 1 000 index entries, not one
 	// per document.

@@ -112,7 +112,8 @@ type Server struct {
 // StoreOptions are the store options of cfg: its database, due shards,
 // retention and quotas.
 func StoreOptions(cfg config.Config) []store.Option {
-	opts := []store.Option{store.WithDueShards(cfg.DueShards), store.WithRetention(time.Duration(cfg.RetentionDays) * 24 * time.Hour)}
+	opts := []store.Option{store.WithDueShards(cfg.DueShards), store.WithRetention(time.Duration(cfg.RetentionDays) * 24 * time.Hour),
+		store.WithRunDocumentEvery(cfg.RunDocumentEvery)}
 	if cfg.FirestoreDatabase != "" {
 		opts = append(opts, store.WithDatabase(cfg.FirestoreDatabase))
 	}

@@ -101,47 +101,54 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 	}
 }
 
-// sum runs one aggregation over q: its count and the sum of each of
-// fields (integers; a sum Firestore returns as a double, which it does
-// when a sum overflows, is truncated).
+// sum counts the documents q selects and sums each of fields over them
+// (integers; a sum Firestore returns as a double, which it does when a sum
+// overflows, is truncated): one aggregation a figure, since an
+// aggregation that sums a field leaves out the documents without it, for
+// every figure of the same request (the emulator's count of a counter
+// shard that never held a running task was 0).
 func (s *Store) sum(ctx context.Context, q *pb.StructuredQuery, fields []string) (int64, []int64, error) {
-	aggs := []*pb.StructuredAggregationQuery_Aggregation{{Alias: "n", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}}
-	for i, f := range fields {
-		aggs = append(aggs, &pb.StructuredAggregationQuery_Aggregation{Alias: fmt.Sprintf("s%d", i),
-			Operator: &pb.StructuredAggregationQuery_Aggregation_Sum_{Sum: &pb.StructuredAggregationQuery_Aggregation_Sum{Field: fieldRef(f)}}})
+	count := &pb.StructuredAggregationQuery_Aggregation{Alias: "v", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}
+	n, err := s.aggregate(ctx, q, count)
+	if err != nil {
+		return 0, nil, err
 	}
+	sums := make([]int64, len(fields))
+	for i, f := range fields {
+		sum := &pb.StructuredAggregationQuery_Aggregation{Alias: "v", Operator: &pb.StructuredAggregationQuery_Aggregation_Sum_{Sum: &pb.StructuredAggregationQuery_Aggregation_Sum{Field: fieldRef(f)}}}
+		if sums[i], err = s.aggregate(ctx, q, sum); err != nil {
+			return 0, nil, err
+		}
+	}
+	return n, sums, nil
+}
+
+// aggregate runs one aggregation (alias "v") over q.
+func (s *Store) aggregate(ctx context.Context, q *pb.StructuredQuery, agg *pb.StructuredAggregationQuery_Aggregation) (int64, error) {
 	stream, err := s.client.RunAggregationQuery(ctx, &pb.RunAggregationQueryRequest{
 		Parent: s.docs,
 		QueryType: &pb.RunAggregationQueryRequest_StructuredAggregationQuery{StructuredAggregationQuery: &pb.StructuredAggregationQuery{
 			QueryType:    &pb.StructuredAggregationQuery_StructuredQuery{StructuredQuery: q},
-			Aggregations: aggs,
+			Aggregations: []*pb.StructuredAggregationQuery_Aggregation{agg},
 		}},
 	})
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
-	var n int64
-	sums := make([]int64, len(fields))
+	var v int64
 	for {
 		res, err := stream.Recv()
 		if err == io.EOF {
-			return n, sums, nil
+			return v, nil
 		}
 		if err != nil {
-			return 0, nil, err
+			return 0, err
 		}
-		r := res.GetResult()
-		if r == nil {
-			continue
-		}
-		n = r.GetAggregateFields()["n"].GetIntegerValue()
-		for i := range fields {
-			switch v := r.GetAggregateFields()[fmt.Sprintf("s%d", i)].GetValueType().(type) {
-			case *pb.Value_IntegerValue:
-				sums[i] = v.IntegerValue
-			case *pb.Value_DoubleValue:
-				sums[i] = int64(v.DoubleValue)
-			}
+		switch x := res.GetResult().GetAggregateFields()["v"].GetValueType().(type) {
+		case *pb.Value_IntegerValue:
+			v = x.IntegerValue
+		case *pb.Value_DoubleValue:
+			v = int64(x.DoubleValue)
 		}
 	}
 }

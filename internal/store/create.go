@@ -98,7 +98,7 @@ func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time
 	}
 	var chunk []prepared
 	nWrites, nBytes := 0, 0
-	runs := map[string]bool{} // the runs of chunk, whose documents flush writes
+	runs := map[string]runClaim{} // the runs of chunk, whose documents flush writes
 	flush := func() {
 		if len(chunk) == 0 {
 			return
@@ -110,17 +110,28 @@ func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time
 			trs = append(trs, p.trs...)
 		}
 		var written []string
+		var create []*task.Task
 		for _, p := range chunk {
-			if runs[p.t.RunID] {
+			switch runs[p.t.RunID] {
+			case runRefresh:
 				writes = append(writes, s.runWrite(&p.t))
-				delete(runs, p.t.RunID)
-				written = append(written, p.t.RunID)
+			case runCreate:
+				create = append(create, &p.t)
+			default:
+				continue
 			}
+			delete(runs, p.t.RunID)
+			written = append(written, p.t.RunID)
 		}
 		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+		if err != nil {
+			s.recentRuns.forget(written) // the one-by-one commits below claim afresh
+		}
 		switch c := status.Code(err); {
 		case err == nil:
-			s.recentRuns.mark(written, now)
+			for _, t := range create {
+				s.createRun(ctx, t)
+			}
 			s.committed(ctx, trs)
 			for _, p := range chunk {
 				out[p.i] = CreateResult{Task: p.t}
@@ -147,22 +158,23 @@ func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time
 			size += proto.Size(w)
 		}
 		// A commit also writes the document of each run it stores tasks of,
-		// unless this store wrote it within RunDocumentEvery.
-		want := runs[nt.RunID] || s.runDue(&nt, now)
+		// unless this store wrote it within its interval (claimRun).
+		mine := runNone // claimed for this task
+		if runs[nt.RunID] == runNone {
+			mine = s.claimRun(&nt, now)
+		}
 		extra := 0
-		if want && !runs[nt.RunID] {
+		if mine == runRefresh {
 			extra = 1
 		}
 		if len(chunk) > 0 && (nWrites+len(writes)+extra > MaxCommitWrites || nBytes+size > MaxCommitBytes-runDocBytes*(len(runs)+extra)) {
+			// The chunk's own run writes go with it; this task's claim,
+			// if it made one, with the next chunk.
 			flush()
-			want, extra = s.runDue(&nt, now), 0
-			if want {
-				extra = 1
-			}
 		}
 		chunk = append(chunk, prepared{i: i, t: nt, trs: trs, writes: writes})
-		if want {
-			runs[nt.RunID] = true
+		if mine != runNone {
+			runs[nt.RunID] = mine
 		}
 		nWrites += len(writes) + extra
 		nBytes += size
@@ -208,14 +220,17 @@ func (s *Store) creationWritesWith(t task.Task, now time.Time, queued bool, hold
 
 // createOne commits one task's writes and its run's document.
 func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, trs []task.Transition) CreateResult {
-	run := s.runDue(&t, t.CreatedAt)
-	if run {
+	run := s.claimRun(&t, t.CreatedAt)
+	if run == runRefresh {
 		writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
 	}
 	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	if err != nil && run != runNone {
+		s.recentRuns.forget([]string{t.RunID})
+	}
 	if err == nil {
-		if run {
-			s.recentRuns.mark([]string{t.RunID}, t.CreatedAt)
+		if run == runCreate {
+			s.createRun(ctx, &t)
 		}
 		s.committed(ctx, trs)
 		return CreateResult{Task: t}

@@ -219,16 +219,19 @@ func (s *Store) createAdmittedOnce(ctx context.Context, a *quota.Admission, t ta
 	}
 	nt, writes, trs := s.creationWritesWith(t, now, true, hold, slot)
 	writes = append(writes, s.counters.Writes(&task.Task{}, &nt)...)
-	run := s.runDue(&nt, now)
-	if run {
+	run := s.claimRun(&nt, now)
+	if run == runRefresh {
 		writes = append(writes, s.runWrite(&nt))
 	}
 	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
 		s.rollback(tx)
+		if run != runNone {
+			s.recentRuns.forget([]string{nt.RunID})
+		}
 		return CreateResult{}, tx, err
 	}
-	if run {
-		s.recentRuns.mark([]string{nt.RunID}, now)
+	if run == runCreate {
+		s.createRun(ctx, &nt)
 	}
 	s.committed(ctx, trs)
 	return CreateResult{Task: nt}, tx, nil

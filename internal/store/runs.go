@@ -11,6 +11,8 @@ import (
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/servo-dev/servo/internal/task"
 )
@@ -73,12 +75,49 @@ func (s *Store) tenantRunName(tenant, id string) string {
 	return s.docs + "/" + RunsCollection + "/" + runDocID(tenant, id)
 }
 
-// runDue reports whether the commit that stores t at now writes its run's
-// document: not for a task that is its run's only one (task.Task.OwnRun:
-// ListRuns reads the task), and not when this store wrote the run's
-// document within RunDocumentEvery.
-func (s *Store) runDue(t *task.Task, now time.Time) bool {
-	return !t.OwnRun && s.recentRuns.due(t.RunID, now)
+// runClaim is what a submit does with its run's document.
+type runClaim int
+
+const (
+	runNone    runClaim = iota // nothing: written lately, or no document
+	runRefresh                 // rewrite it in the submit's commit
+	runCreate                  // create it unless it exists, after the commit (createRun)
+)
+
+// claimRun says what the commit that stores t at now does with its run's
+// document, and claims it: nothing for a task that is its run's only one
+// (task.Task.OwnRun: ListRuns reads the task), nor when this store wrote
+// the run's document, or has a commit in flight that writes it, within
+// its run document interval (WithRunDocumentEvery). The first time this
+// store sees the run, it creates the document unless it exists
+// (createRun, after the tasks' commit): every process that takes a
+// submit into a run sees it a first time, and a run submitted at 30 000
+// tasks/s reaches hundreds of processes within milliseconds, which would
+// all write the one document at once; a create that finds it exists
+// writes nothing. Later, each process rewrites it once an interval
+// (lastSubmitAt, its expiry). Claimed before the commit, so that the
+// submits into one run that a process has in flight at once write the
+// document once, not each; a commit that fails gives its claims back
+// (recentRuns.forget).
+func (s *Store) claimRun(t *task.Task, now time.Time) runClaim {
+	if t.OwnRun {
+		return runNone
+	}
+	return s.recentRuns.claim(t.RunID, now, s.runEvery)
+}
+
+// createRun creates the document of t's run unless it exists, in a commit
+// of its own after the one that stored t: one write per run, however many
+// processes try. A failure other than "exists" gives the claim back, so
+// that the next submit into the run tries again; the run is listed from
+// its tasks' own queries meanwhile only if it is a task's own.
+func (s *Store) createRun(ctx context.Context, t *task.Task) {
+	w := s.runWrite(t)
+	w.CurrentDocument = &pb.Precondition{ConditionType: &pb.Precondition_Exists{Exists: false}}
+	_, err := s.client.Commit(forTask(ctx, t.ID), &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}})
+	if c := status.Code(err); err != nil && c != codes.AlreadyExists && c != codes.FailedPrecondition {
+		s.recentRuns.forget([]string{t.RunID})
+	}
 }
 
 // runWrite is the write of a run's document by a submit commit.
@@ -235,34 +274,67 @@ func (f RunFilter) ownRunQuery(shards []int, limit int) *pb.StructuredQuery {
 const runDocBytes = 512
 
 // RunDocumentEvery is how often one Store rewrites a run's document while
-// the run's tasks keep being submitted.
+// the run's tasks keep being submitted, by default (WithRunDocumentEvery).
 const RunDocumentEvery = time.Minute
 
-// recentRuns remembers the runs whose document this store wrote lately.
+// RunDocumentEveryFor is the run document interval for a deployment whose
+// api may run instances processes (SERVO_RUN_DOCUMENT_EVERY, which
+// Terraform sets from functions.api.max_instances): every process that
+// takes a run's submits writes its document once an interval, so the
+// interval grows with the processes to keep one run's document near one
+// write every 2 s however many there are (Firestore sustains about one a
+// second), and is at least RunDocumentEvery. 840 processes (the api sized
+// for 50 000 tasks/s): 28 minutes.
+func RunDocumentEveryFor(instances int) time.Duration {
+	return max(RunDocumentEvery, time.Duration(instances)*2*time.Second)
+}
+
+// WithRunDocumentEvery sets how often the store rewrites a run's document
+// while the run's tasks keep being submitted (default RunDocumentEvery;
+// RunDocumentEveryFor gives it for a number of processes). The document's
+// lastSubmitAt is then up to that old, and its expiry that much earlier.
+func WithRunDocumentEvery(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.runEvery = d
+		}
+	}
+}
+
+// recentRuns remembers the runs whose document this store wrote (or is
+// writing) lately.
 type recentRuns struct {
 	mu sync.Mutex
 	at map[string]time.Time
 }
 
-// due reports whether run's document should be written with a commit at now.
-func (r *recentRuns) due(run string, now time.Time) bool {
+// claim says whether run's document is written with a commit at now:
+// created the first time (runCreate), rewritten when not written within
+// every before (runRefresh); either way it records it as written at now,
+// so that the commits in flight at once do not all write it.
+func (r *recentRuns) claim(run string, now time.Time, every time.Duration) runClaim {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at, ok := r.at[run]
-	return !ok || now.Sub(at) >= RunDocumentEvery || now.Before(at)
+	if ok && now.Sub(at) < every && !now.Before(at) {
+		return runNone
+	}
+	if r.at == nil || len(r.at) > 10000 {
+		r.at = map[string]time.Time{} // bounded: forgetting only costs a create attempt
+	}
+	r.at[run] = now
+	if !ok {
+		return runCreate
+	}
+	return runRefresh
 }
 
-// mark records that runs' documents were written at now.
-func (r *recentRuns) mark(runs []string, now time.Time) {
-	if len(runs) == 0 {
-		return
-	}
+// forget gives back the claims of runs whose commit failed: the next
+// submit into each writes its document.
+func (r *recentRuns) forget(runs []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.at == nil || len(r.at) > 10000 {
-		r.at = map[string]time.Time{} // bounded: forgetting only costs a write
-	}
 	for _, id := range runs {
-		r.at[id] = now
+		delete(r.at, id)
 	}
 }

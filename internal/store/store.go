@@ -57,6 +57,7 @@ type Store struct {
 	outages    *outageLog
 	retention  time.Duration // WithRetention
 	strict     bool          // WithStrict: production's rules enforced here (strict.go)
+	runEvery   time.Duration // WithRunDocumentEvery
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -81,6 +82,7 @@ type config struct {
 	quotas     *quota.Policy
 	retention  time.Duration
 	strict     *bool
+	runEvery   time.Duration
 }
 
 // Option configures New.
@@ -105,7 +107,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	if project == "" {
 		return nil, errors.New("store: project id is required")
 	}
-	cfg := config{database: "(default)", maxRetries: 25, shards: DefaultDueShards}
+	cfg := config{database: "(default)", maxRetries: 25, shards: DefaultDueShards, runEvery: RunDocumentEvery}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -149,7 +151,7 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
-		outages: &outageLog{}, retention: cfg.retention, strict: strict}
+		outages: &outageLog{}, retention: cfg.retention, strict: strict, runEvery: cfg.runEvery}
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.

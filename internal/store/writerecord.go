@@ -75,6 +75,15 @@ func WithCause(ctx context.Context, cause string) context.Context {
 	return context.WithValue(ctx, causeKey{}, cause)
 }
 
+// forTask marks the store writes made with ctx as task id's when their
+// documents name no task: a run's document created in a commit of its own
+// after the task's (Store.createRun) is that submit's.
+func forTask(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, forTaskKey{}, id)
+}
+
+type forTaskKey struct{}
+
 // CauseOf is ctx's cause (WithCause), or "".
 func CauseOf(ctx context.Context) string {
 	c, _ := ctx.Value(causeKey{}).(string)
@@ -145,13 +154,14 @@ func (r *WriteRecorder) unary(ctx context.Context, method string, req, reply any
 	if res, ok := reply.(*pb.CommitResponse); ok {
 		results = res.GetWriteResults()
 	}
-	r.record(creq.GetWrites(), results, CauseOf(ctx), callerPath())
+	forID, _ := ctx.Value(forTaskKey{}).(string)
+	r.record(creq.GetWrites(), results, CauseOf(ctx), forID, callerPath())
 	return nil
 }
 
 // record applies a committed request's writes to the known state and
 // records each with its entries, cause and path.
-func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, cause, path string) {
+func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, cause, forID, path string) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -163,6 +173,9 @@ func (r *WriteRecorder) record(writes []*pb.Write, results []*pb.WriteResult, ca
 		}
 		rw := r.apply(w, transforms)
 		rw.Cause, rw.Path, rw.At = cause, path, now
+		if rw.TaskID == "" {
+			rw.TaskID = forID
+		}
 		r.writes = append(r.writes, rw)
 	}
 }

@@ -27,12 +27,12 @@ func TestWriteRecorder(t *testing.T) {
 	lease := "tasks(dueShard,state,leaseExpiresAt)"
 	r := NewWriteRecorder()
 	r.record([]*pb.Write{set(map[string]*pb.Value{"taskId": str("task_1"), "tenantId": str("acme"), "worker": str("w"),
-		"dueShard": num(3), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "createdAt": ts(0)})}, nil, "", "")
+		"dueShard": num(3), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "createdAt": ts(0)})}, nil, "", "", "")
 	// A heartbeat: the lease only, through a mask.
-	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "")
+	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "", "")
 	// The same lease again: no entry changes.
-	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "")
-	r.record([]*pb.Write{{Operation: &pb.Write_Delete{Delete: task}}}, nil, "", "")
+	r.record([]*pb.Write{set(map[string]*pb.Value{"leaseExpiresAt": ts(2 * time.Minute)}, "leaseExpiresAt")}, nil, "", "", "")
+	r.record([]*pb.Write{{Operation: &pb.Write_Delete{Delete: task}}}, nil, "", "", "")
 	w := r.Writes()
 	if len(w) != 4 {
 		t.Fatalf("%d writes recorded, want 4", len(w))
@@ -120,12 +120,12 @@ func TestWriteRecorderClearsAndExpires(t *testing.T) {
 	}
 	lease := "tasks(dueShard,state,leaseExpiresAt)"
 	r := NewWriteRecorder()
-	r.record([]*pb.Write{set("a", map[string]*pb.Value{"taskId": str("a"), "dueShard": num(1), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "worker": str("x")})}, nil, "", "")
+	r.record([]*pb.Write{set("a", map[string]*pb.Value{"taskId": str("a"), "dueShard": num(1), "state": str("RUNNING"), "leaseExpiresAt": ts(time.Minute), "worker": str("x")})}, nil, "", "", "")
 	// Ended: the lease cleared through the mask, the state changed.
-	r.record([]*pb.Write{set("a", map[string]*pb.Value{"state": str("SUCCEEDED")}, "state", "leaseExpiresAt")}, nil, "", "")
+	r.record([]*pb.Write{set("a", map[string]*pb.Value{"state": str("SUCCEEDED")}, "state", "leaseExpiresAt")}, nil, "", "", "")
 	// Rewritten whole without its worker, with a TTL.
-	r.record([]*pb.Write{set("a", map[string]*pb.Value{"taskId": str("a"), "dueShard": num(1), "state": str("SUCCEEDED"), "expireAt": ts(2 * time.Hour)})}, nil, "", "")
-	r.record([]*pb.Write{set("b", map[string]*pb.Value{"taskId": str("b"), "dueShard": num(2), "state": str("SUCCEEDED"), "expireAt": ts(time.Hour)})}, nil, "", "")
+	r.record([]*pb.Write{set("a", map[string]*pb.Value{"taskId": str("a"), "dueShard": num(1), "state": str("SUCCEEDED"), "expireAt": ts(2 * time.Hour)})}, nil, "", "", "")
+	r.record([]*pb.Write{set("b", map[string]*pb.Value{"taskId": str("b"), "dueShard": num(2), "state": str("SUCCEEDED"), "expireAt": ts(time.Hour)})}, nil, "", "", "")
 	w := r.Writes()
 	has := func(rw RecordedWrite, index string, rm bool) bool {
 		return slices.ContainsFunc(rw.Entries, func(e RecordedEntry) bool { return e.Index == index && e.Removed == rm })
