@@ -100,7 +100,7 @@ func billingLocals(t *testing.T, rate, billing, functions string) (map[string]st
 }
 
 // functions_billing = "auto" bills each function by instance from its
-// break-even (local.billing_break_even: api 9.4, callbacks 3.2 a
+// break-even (local.billing_break_even: api 9.4, callbacks 3.1 a
 // second) on, by request below it; "request" and "instance" win.
 func TestTerraformBillingAuto(t *testing.T) {
 	tests := []struct {
@@ -108,8 +108,8 @@ func TestTerraformBillingAuto(t *testing.T) {
 		api, callbacks string
 	}{
 		{`1`, `"auto"`, "request", "request"}, // the default: below both
-		{`3.19`, `"auto"`, "request", "request"},
-		{`3.2`, `"auto"`, "request", "instance"},
+		{`3.09`, `"auto"`, "request", "request"},
+		{`3.1`, `"auto"`, "request", "instance"},
 		{`9.39`, `"auto"`, "request", "instance"},
 		{`9.4`, `"auto"`, "instance", "instance"},
 		{`1000`, `"request"`, "request", "request"},
@@ -129,7 +129,7 @@ func TestTerraformBillingAuto(t *testing.T) {
 }
 
 // max_instances: twice the instances the declared rate needs
-// (local.instances_per_lifecycle_rate: api 0.0084, callbacks 0.066), never
+// (local.instances_per_lifecycle_rate: api 0.0061, callbacks 0.05), never
 // below 20 and 50 nor min_instances; a number in functions wins.
 func TestTerraformMaxInstancesFromRate(t *testing.T) {
 	tests := []struct {
@@ -137,9 +137,9 @@ func TestTerraformMaxInstancesFromRate(t *testing.T) {
 		api, callbacks  int
 	}{
 		{`1`, `{}`, 20, 50},
-		{`100`, `{}`, 20, 50},      // 1.7 and 13.2: the floors
-		{`1000`, `{}`, 20, 132},    // ceil(16.8) under 20; ceil(132)
-		{`10000`, `{}`, 168, 1320}, // ceil(168), ceil(1320)
+		{`100`, `{}`, 20, 50},      // 1.22 and 10: the floors
+		{`1000`, `{}`, 20, 100},    // ceil(12.2) under 20; 100
+		{`10000`, `{}`, 122, 1000}, // ceil(122), 1000
 		{`1000`, `{callbacks = {max_instances = 7}}`, 20, 7},
 		{`1`, `{api = {min_instances = 30}}`, 30, 50},
 	}

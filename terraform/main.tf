@@ -109,7 +109,7 @@ locals {
   # expected_lifecycles_per_second.
   billing_break_even = {
     api       = 9.4
-    callbacks = 3.2
+    callbacks = 3.1
   }
   functions_billing = {
     for name, rate in local.billing_break_even : name => (
@@ -124,10 +124,10 @@ locals {
   # lifecycle a second once busy (CPU and concurrency at the autoscaler's
   # 60 %, the shape with 10 heartbeats), computed by `go run ./bench/cost`
   # and kept equal by TestTerraformBreakEven; at 1 000 a second the
-  # callbacks need 66, so get 132.
+  # callbacks need 50, so get 100.
   instances_per_lifecycle_rate = {
-    api       = 0.0084
-    callbacks = 0.066
+    api       = 0.0061
+    callbacks = 0.05
   }
   max_instances_floor = {
     api       = 20
