@@ -17,7 +17,7 @@ variable "access_policy" {
 }
 
 variable "tenant_quotas" {
-  description = "Limits per tenant (\"*\" for every tenant not named): max_running (tasks RUNNING or CANCELLING, or enqueued and not yet started; more wait QUEUED) and max_queued (tasks PENDING or QUEUED; more are refused with 429). 0 is unlimited. peak_rate (tasks/s, 0 to 10000) sizes the tenant's counter shards to that rate (3 shards per task/s, at most its smallest limit / 2; docs/tenants.md); 0 keeps quota_shards. retention_days (0: retention_days's default; else at least 30) is how long the tenant's ended tasks are kept."
+  description = "Limits per tenant (\"*\" for every tenant not named): max_running (tasks RUNNING or CANCELLING, or enqueued and not yet started; more wait QUEUED) and max_queued (tasks PENDING or QUEUED; more are refused with 429). 0 is unlimited. peak_rate (tasks/s, 0 to 50000) sizes the tenant's counter shards to that rate (5 shards per task/s, at most its smallest limit / 2; docs/tenants.md); 0 keeps quota_shards. retention_days (0: retention_days's default; else at least 30) is how long the tenant's ended tasks are kept."
   type = map(object({
     max_running    = optional(number, 0)
     max_queued     = optional(number, 0)
@@ -30,10 +30,10 @@ variable "tenant_quotas" {
     condition = alltrue([for name, l in var.tenant_quotas :
       length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
       floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued &&
-      l.peak_rate >= 0 && l.peak_rate <= 10000 &&
+      l.peak_rate >= 0 && l.peak_rate <= 50000 &&
       (l.retention_days == 0 || l.retention_days >= 30) && floor(l.retention_days) == l.retention_days
     ])
-    error_message = "tenant_quotas: names 1-128 characters; max_running and max_queued whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 10000 tasks/s; retention_days 0 (the default) or a whole number ≥ 30 (the idempotency window)."
+    error_message = "tenant_quotas: names 1-128 characters; max_running and max_queued whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 50000 tasks/s; retention_days 0 (the default) or a whole number ≥ 30 (the idempotency window)."
   }
 }
 
@@ -53,11 +53,11 @@ variable "worker_quotas" {
   validation {
     condition = alltrue([for name, l in var.worker_quotas :
       name != "*" && length(name) >= 1 && length(name) <= 128 && l.max_running >= 0 && l.max_queued >= 0 &&
-      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued && l.peak_rate >= 0 && l.peak_rate <= 10000 &&
+      floor(l.max_running) == l.max_running && floor(l.max_queued) == l.max_queued && l.peak_rate >= 0 && l.peak_rate <= 50000 &&
       (l.per_tenant == null ? true : (l.per_tenant.max_running >= 0 && l.per_tenant.max_queued >= 0 &&
       floor(l.per_tenant.max_running) == l.per_tenant.max_running && floor(l.per_tenant.max_queued) == l.per_tenant.max_queued))
     ])
-    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued (and per_tenant's) whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 10000 tasks/s."
+    error_message = "worker_quotas: names are worker names (not \"*\"); max_running and max_queued (and per_tenant's) whole numbers ≥ 0 (0 is unlimited); peak_rate from 0 to 50000 tasks/s."
   }
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,11 +11,8 @@ import (
 
 	"github.com/servo-dev/servo/emulator"
 	"github.com/servo-dev/servo/emulator/emulatortest"
+	"github.com/servo-dev/servo/internal/quota"
 )
-
-// passingDueShards is the due shards under which the default target
-// passes at its peak: TestScaleCommand's layout, and the mutants'.
-const passingDueShards = 512
 
 func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.PubSub) }
 
@@ -27,13 +25,17 @@ func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.
 // tasks) are present and under their limits; so are the schedules' rows
 // at the top of the minute, the steady load added where it shares a row.
 //
-// It runs at passingDueShards: with deletes counted and every rate at the
-// default peak (2 × the mean), production's default of 128 due shards
-// leaves the lease and outbox due ranges (and two listing ranges) over
-// their limits (docs/scale.md).
+// It runs at Terraform's defaults (384 due shards; the api sized for the
+// target's rate, so each run's document is written at most once every
+// SERVO_RUN_DOCUMENT_EVERY by each api process) and one task a request,
+// in runs of a million: with deletes counted and every rate at the
+// default peak (2 × the mean), the 128 due shards before issue 53 left
+// the lease and outbox due ranges (and two listing ranges) over their
+// limits, and a run's document written after each commit was written
+// about six times a second (docs/scale.md).
 func TestScaleCommand(t *testing.T) {
 	var out, errs bytes.Buffer
-	code := run(context.Background(), []string{"-tasks", "60", "-due-shards", strconv.Itoa(passingDueShards), "-project", emulatortest.ProjectID(t)}, &out, &errs)
+	code := run(context.Background(), []string{"-tasks", "60", "-project", emulatortest.ProjectID(t)}, &out, &errs)
 	if code == 2 {
 		t.Fatalf("the workload failed: %s", errs.String())
 	}
@@ -43,7 +45,10 @@ func TestScaleCommand(t *testing.T) {
 		"| document | quotas/{id} | quotas/", "| index | tasks(dueShard,state,leaseExpiresAt)",
 		"| ordering key | servo-task-events {key} |", "| topic | servo-task-events |", "| limit | per second | source | read |",
 		"## Schedules at the top of the minute", "| document | schedules/{id} | schedules/", "| collection | schedules |",
-		"| index | schedules(dueShard,dueAt)", "steady) | 500 entries/s", "Per task, recorded: counter writes"} {
+		"| index | schedules(dueShard,dueAt)", "steady) | 500 entries/s", "Per task, recorded: counter writes",
+		// Runs, batches, the outage, the limited worker's shares.
+		"| document | runs/{id} | runs/", "| run |", "1 tasks a request (10000 requests/s)", "| document | outages/",
+		"| document | quotas/{id} (tenant × worker) | quotas/s_", "Deployment: 384 due shards", "due_shards from Terraform default"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no row %q in the table", want)
 		}
@@ -61,7 +66,9 @@ func TestScaleCommand(t *testing.T) {
 // TestFlagsRefused: a target the model cannot take is refused with exit 2
 // before anything runs.
 func TestFlagsRefused(t *testing.T) {
-	for _, args := range [][]string{{"-due-shards", "0"}, {"-same-minute", "1.5"}, {"-fire-within", "0s"}, {"-schedule-every", "30s"}} {
+	for _, args := range [][]string{{"-due-shards", "0"}, {"-same-minute", "1.5"}, {"-fire-within", "0s"}, {"-schedule-every", "30s"},
+		{"-run-size", "0"}, {"-batch", "0"}, {"-batch", "501"}, {"-run-size", "5", "-batch", "10"}, {"-api-instances", "0"}, {"-quota-shards", "0"},
+		{"-var-file", "testdata/bad.tfvars"}, {"-no-such-flag"}} {
 		var out, errs bytes.Buffer
 		if code := run(context.Background(), args, &out, &errs); code != 2 || errs.Len() == 0 {
 			t.Errorf("%v: exit %d, %q; want 2 and a message", args, code, errs.String())
@@ -69,18 +76,49 @@ func TestFlagsRefused(t *testing.T) {
 	}
 }
 
-// TestScaleCommandAtAnotherLayout: a hot tenant over the quota's peak cap
-// is reported, not refused (exit 1 with the rows), and more due shards
-// carry a load the default's would not.
+// TestScaleCommandAtAnotherLayout: issue 53's larger target, 50 000
+// tasks/s with 5 000 000 running, a tenant at 30 % and no worker above
+// 30 %, on a deployment whose Terraform variables raise its shard counts
+// (testdata/50k.tfvars, read as the target's: 2048 due shards, the hot
+// tenant's peak_rate, the api's processes) and a Pub/Sub quota raised on
+// request (-publish-quota-mb 500): every row is under its limit, a run of
+// a million's document included (created once whatever the 610 api
+// processes, rewritten by each once every 20m20s), and the command
+// exits 0.
 func TestScaleCommandAtAnotherLayout(t *testing.T) {
 	var out, errs bytes.Buffer
-	code := run(context.Background(), []string{"-tasks", "30", "-recorded-schedules", "0", "-submits", "30000", "-completions", "30000",
-		"-running", "3000000", "-hot-share", "0.3", "-due-shards", "2048", "-project", emulatortest.ProjectID(t)}, &out, &errs)
-	if code != 1 || !strings.Contains(out.String(), "The hot tenant's declared peak (18000 tasks/s: 2 × its 9000) is over the quota's cap of 10000 tasks/s") {
-		t.Fatalf("exit %d; want 1 and the cap named:\n%s\n%s", code, out.String(), errs.String())
+	code := run(context.Background(), []string{"-tasks", "30", "-recorded-schedules", "0", "-submits", "50000", "-completions", "50000",
+		"-running", "5000000", "-hot-share", "0.3", "-big-worker-share", "0.3", "-publish-quota-mb", "500",
+		"-var-file", "testdata/50k.tfvars", "-project", emulatortest.ProjectID(t)}, &out, &errs)
+	table := out.String()
+	over := regexp.MustCompile(`(?m)^Over: .*$`).FindAllString(table, -1)
+	if code != 0 || len(over) != 0 || !strings.Contains(table, "| document | runs/{id} |") {
+		t.Fatalf("exit %d, over %q; want 0, none over and the run document's row:\n%s\n%s", code, over, table, errs.String())
 	}
-	if strings.Contains(out.String(), "| index | tasks(dueShard,state,leaseExpiresAt) (monotonic) | dueShard={k},state=\"RUNNING\" | global | 117 | 914") ||
-		regexp.MustCompile(`(?m)^\| index \| tasks\(dueShard,state,leaseExpiresAt\).*\*\*OVER\*\*`).MatchString(out.String()) {
-		t.Errorf("the lease index is over at 2048 due shards:\n%s", out.String())
+	for _, want := range []*regexp.Regexp{regexp.MustCompile(`Deployment: 2048 due shards`), regexp.MustCompile(`due_shards from testdata/50k\.tfvars:\d+`),
+		regexp.MustCompile(`up to 610 API processes`), regexp.MustCompile(`tenant_quotas\["acme"\]'s peak_rate 30000`),
+		regexp.MustCompile(`raised on request to 500 MB/s`), regexp.MustCompile(`written at most once every 20m20s by each of 610 API processes`)} {
+		if !want.MatchString(table) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	t.Log("\n" + table)
+}
+
+// TestHotTenantOverCap: a hot tenant at a share whose peak is over the
+// quota's cap (quota.MaxPeakRate) is reported with the cap and its
+// counters' row (sized at the cap: over their limit once the tenant's
+// tasks make more counter writes than the recording's): exit 1, not 2.
+func TestHotTenantOverCap(t *testing.T) {
+	const submits = 50000
+	share := min(1, 1.2*quota.MaxPeakRate/(2*submits))
+	var out, errs bytes.Buffer
+	code := run(context.Background(), []string{"-tasks", "20", "-recorded-schedules", "0", "-submits", strconv.Itoa(submits), "-completions", strconv.Itoa(submits),
+		"-running", "5000000", "-hot-share", strconv.FormatFloat(share, 'g', -1, 64), "-due-shards", "2048", "-project", emulatortest.ProjectID(t)}, &out, &errs)
+	table := out.String()
+	cap := fmt.Sprintf("is over the quota's cap of %d tasks/s (quota.MaxPeakRate)", quota.MaxPeakRate)
+	row := regexp.MustCompile(`(?m)^Its row: document quotas/\{id\} \(quotas/t_aG90-\{k\}, per tenant\) at [0-9.]+ writes/s, limit 1 writes/s `)
+	if code != 1 || !strings.Contains(table, cap) || !row.MatchString(table) {
+		t.Fatalf("exit %d; want 1, %q and the hot tenant's counters' row:\n%s\n%s", code, cap, table, errs.String())
 	}
 }

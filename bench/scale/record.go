@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	ctpb "cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	fspb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -33,6 +34,59 @@ type recorder struct {
 	redriven  map[string]int // publishes of failOnce's tasks after the failure
 	writes    *store.WriteRecorder
 	deletions int
+	// outage is the task document (store.TaskDocID) whose next commit is
+	// refused unavailable (armOutage); met says one was.
+	outage string
+	met    bool
+}
+
+// armOutage has the next commit that writes task id's document refused
+// with codes.Internal, before it reaches Firestore: the store sees an
+// outage (its call failed unavailable), which it records when its next
+// call succeeds (outages/{id}), as it does in production.
+func (r *recorder) armOutage(id string) {
+	r.mu.Lock()
+	r.outage = "/" + store.TasksCollection + "/" + store.TaskDocID(id)
+	r.mu.Unlock()
+}
+
+// outageMet reports whether an armed outage refused a commit.
+func (r *recorder) outageMet() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.met
+}
+
+// storeOptions are the store's Firestore client options: the write
+// recorder's, outside the armed outage (a refused commit writes nothing).
+func (r *recorder) storeOptions() []option.ClientOption {
+	return append(r.writes.ClientOptions(), option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if c, ok := req.(*fspb.CommitRequest); ok && r.refuse(c) {
+				// Internal, not Unavailable: the Firestore client retries
+				// a Commit refused Unavailable itself, and the store would
+				// never see the outage; it takes Internal as one too.
+				return status.Error(codes.Internal, "bench/scale: the recorded outage")
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})))
+}
+
+// refuse reports whether c writes the armed outage's task document, and
+// disarms it.
+func (r *recorder) refuse(c *fspb.CommitRequest) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outage == "" {
+		return false
+	}
+	for _, w := range c.GetWrites() {
+		if strings.HasSuffix(w.GetUpdate().GetName(), r.outage) {
+			r.outage, r.met = "", true
+			return true
+		}
+	}
+	return false
 }
 
 func newRecorder() *recorder {

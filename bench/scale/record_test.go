@@ -81,9 +81,8 @@ func TestFamilies(t *testing.T) {
 	}
 	tg := scale.DefaultTarget
 	tg.Workers = 2 // worker-1 takes the other half: 5 000 tasks/s, 10 000 declared
-	spread := families(events, tg, 128,
+	spread, _ := families(events, tg, plan{dueShards: 128, workers: map[string]scale.Role{"big": scale.Hot, "worker-1": scale.Ordinary}},
 		map[string]scale.Role{"hot": scale.Hot, "tenant-1": scale.Ordinary},
-		map[string]scale.Role{"big": scale.Hot, "worker-1": scale.Ordinary},
 		map[string]string{"big": "queues/big", "worker-1": "queues/worker-1"})
 	var got []string
 	for _, e := range events {
@@ -121,7 +120,7 @@ func TestOverCap(t *testing.T) {
 		t.Errorf("at the default target: %v, want none (the hot tenant declares 6 000/s)", got)
 	}
 	tg := scale.DefaultTarget
-	tg.HotShare = 0.6 // 6 000/s, declared 12 000/s
+	tg.HotShare, tg.Submits = 0.6, quota.MaxPeakRate // its peak 1.2 × the cap
 	if got := overCap(tg, tenants); !slices.Equal(got, []string{"hot"}) {
 		t.Errorf("a 60 %% tenant: %v, want [hot]", got)
 	}

@@ -69,7 +69,7 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 		req := api.ScheduleRequest{ScheduleID: id, TenantID: tenant, WorkspaceID: "ws",
 			Spec: api.ScheduleSpec{EveryMs: schedEvery.Milliseconds(), StartAt: start.UTC().Format(time.RFC3339Nano),
 				EndAt: start.Add(schedEvery*(schedFires-1) + schedEvery/2).UTC().Format(time.RFC3339Nano)},
-			Task: api.SubmitRequest{Worker: p.workerOf(i), TaskKey: userKey("sched", i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+			Task: api.SubmitRequest{Worker: schedWorker(p, i, tenant), TaskKey: userKey("sched", i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
 				HeartbeatIntervalMs: ptr(int64(500)), HeartbeatTimeoutMs: ptr(heartbeatTimeout.Milliseconds())}}
 		st, out, err := d.do("POST", "/v1/schedules", req, "")
 		if err != nil || st != http.StatusCreated {
@@ -103,7 +103,7 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 			}
 			if ids := madeFires(v); len(ids) == schedFires {
 				for _, id := range ids {
-					tasks[id] = scale.TaskInfo{Tenant: s.tenant, Worker: p.workerOf(i)}
+					tasks[id] = scale.TaskInfo{Tenant: s.tenant, Worker: schedWorker(p, i, s.tenant)}
 				}
 				fires["schedules/"+store.ScheduleDocID(s.tenant, s.id)] = schedFires
 				break
@@ -124,9 +124,19 @@ func recordSchedules(ctx context.Context, project string, hosts emulatorHosts, p
 	rec.mu.Lock()
 	events = append(events, rec.calls[calls0:]...)
 	rec.mu.Unlock()
-	spread := families(events, tg, p.dueShards, tenants, p.workers, queues)
+	spread, pairs := families(events, tg, p, tenants, queues)
 	return scale.Traffic{Events: events, Tasks: tasks, Tenants: tenants, Workers: p.workers,
-		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread, Fires: fires}, nil
+		Duration: time.Since(start), SweepEvery: recordedSweep, Spread: spread, Pairs: pairs, Fires: fires}, nil
+}
+
+// schedWorker is schedule i's worker: the task workload's, but never the
+// limited worker, whose two run slots would hold the same minute's fires
+// back and make the next fire of a schedule SKIPPED.
+func schedWorker(p plan, i int, tenant string) string {
+	if w := p.workerOf(i, tenant); w != p.limitedWorker {
+		return w
+	}
+	return "worker-1"
 }
 
 // madeFires are the task ids of v's fires made so far (STARTED, their

@@ -22,7 +22,7 @@ import (
 
 var (
 	dueShardRE   = regexp.MustCompile(`\bdueShard=\d+`)
-	quotaShardRE = regexp.MustCompile(`^(quotas/([tw])_([A-Za-z0-9_-]*))-\d+$`)
+	quotaShardRE = regexp.MustCompile(`^(quotas/([tws])_([A-Za-z0-9_-]*))-\d+$`)
 	extraQueueRE = regexp.MustCompile(`-q\d+$`)
 	// hashValuedRE are the single-field indexes whose values are a quota
 	// shard number, drawn by a hash of the task id (quota.Admission): a
@@ -45,19 +45,62 @@ var (
 // failure, one in ten after its lease lapsed).
 const DispatchesPerTask = 1.5
 
+// declared are the quota limits and dispatch rates the deployment's
+// Terraform variables declare (-var-file): the zero value declares
+// nothing, and every tenant and worker then declares what an operator
+// would at the target.
+type declared struct {
+	// hot, when set, is the hot tenant's limits: tenant_quotas' entry
+	// with the highest peak_rate (hotName).
+	hot     *quota.Limits
+	hotName string
+	// bigDispatches, when above 0, is the big worker's
+	// maxDispatchesPerSecond: workers' entry with the highest
+	// queue.max_dispatches_per_second (bigName).
+	bigDispatches float64
+	bigName       string
+	// quotaShards is quota_shards: the counter shards of a limited scope
+	// that declares no peak rate (0: quota.DefaultShards).
+	quotaShards int
+}
+
+// policy is the quota policy the deployment declares shards with.
+func (d declared) policy() *quota.Policy { return &quota.Policy{Shards: d.quotaShards} }
+
 // targetLimits are the quota limits of a tenant of role r at tg, as an
 // operator would declare them: the hot tenant's peakRate its share of the
 // submits (maxRunning far above what it runs); a limited tenant runs at
 // its limit, which holds its rate's tasks for their lifetime.
-func targetLimits(tg scale.Target, r scale.Role) quota.Limits {
+func targetLimits(tg scale.Target, r scale.Role) quota.Limits { return declared{}.tenantLimits(tg, r) }
+
+// tenantLimits are the limits of a tenant of role r at tg: the hot
+// tenant's as d declares them, else targetLimits'.
+func (d declared) tenantLimits(tg scale.Target, r scale.Role) quota.Limits {
 	switch r {
 	case scale.Hot:
+		if d.hot != nil {
+			return *d.hot
+		}
 		return quota.Limits{MaxRunning: 10_000_000, PeakRate: min(quota.MaxPeakRate, tg.PeakFactor()*tg.TenantRate(scale.Hot))}
 	case scale.Limited:
 		rate := tg.TenantRate(scale.Limited)
 		return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: min(quota.MaxPeakRate, tg.PeakFactor()*rate)}
 	}
 	return quota.Limits{}
+}
+
+// workerLimits are the limits at tg of a limited worker of role r (one the
+// recording limits, limitedWorker): as an operator would declare them,
+// its run slots its rate's tasks for their lifetime and its peakRate its
+// peak; each tenant's share (perTenant) the run slots of an ordinary
+// tenant's tasks on it (the tenant's rate times the worker's share of all
+// tasks), with no peak rate (Terraform's worker_quotas.per_tenant has
+// none): its shards are quota_shards.
+func (d declared) workerLimits(tg scale.Target, r scale.Role) quota.Limits {
+	rate := tg.WorkerRate(r)
+	pair := tg.TenantRate(scale.Ordinary) * rate / max(1, tg.Submits)
+	return quota.Limits{MaxRunning: int(math.Ceil(rate * tg.Lifetime())), PeakRate: min(quota.MaxPeakRate, tg.PeakFactor()*rate),
+		PerTenant: &quota.Limits{MaxRunning: max(1, int(math.Ceil(pair*tg.Lifetime())))}}
 }
 
 // overCap returns the tenants of tenants whose peak at tg (tg.Peak × their
@@ -77,21 +120,36 @@ func overCap(tg scale.Target, tenants map[string]scale.Role) []string {
 
 // workerRate is the dispatch rate a worker of role r declares at tg: its
 // tasks' dispatches at the target's peak.
-func workerRate(tg scale.Target, r scale.Role) float64 {
-	return tg.PeakFactor() * DispatchesPerTask * tg.WorkerRate(r)
+func workerRate(tg scale.Target, r scale.Role) float64 { return declared{}.workerRate(tg, r) }
+
+// workerRate is the dispatch rate of a worker of role r at tg: the big
+// worker's as d declares it, else its tasks' dispatches at the target's
+// peak.
+func (d declared) workerRate(tg scale.Target, r scale.Role) float64 {
+	if r == scale.Hot && d.bigDispatches > 0 {
+		return d.bigDispatches
+	}
+	return min(maxWorkerRate, tg.PeakFactor()*DispatchesPerTask*tg.WorkerRate(r))
 }
+
+// maxWorkerRate is the most a worker may declare: its most queues
+// (enqueue.MaxQueuesPerWorker) at a queue's most (MaxQueueDispatchesPerSecond). A
+// worker whose peak is above it declares it, and its queues' row is over.
+const maxWorkerRate = enqueue.MaxQueuesPerWorker * enqueue.MaxQueueDispatchesPerSecond
 
 // families renames the events of spread families to their family name
 // (scale.ShardMark for the member) and returns the families' member counts
-// at tg. dueShards is the stack's due shard count; tenants and workers are
-// the recorded ones with their roles; queues maps each worker to its base
-// queue (relQueue form).
-func families(events []scale.Event, tg scale.Target, dueShards int, tenants, workers map[string]scale.Role, queues map[string]string) map[string]int {
-	spread := map[string]int{"dueShard": dueShards}
-	policy := &quota.Policy{}
+// at tg, and the documents of a tenant's share of a worker
+// (scale.Traffic.Pairs). p gives the stack's due shard count, the
+// recorded workers with their roles, the limited worker and what the
+// deployment declares; tenants are the recorded tenants with their roles;
+// queues maps each worker to its base queue (relQueue form).
+func families(events []scale.Event, tg scale.Target, p plan, tenants map[string]scale.Role, queues map[string]string) (spread map[string]int, pairs map[string]bool) {
+	spread, pairs = map[string]int{"dueShard": p.dueShards}, map[string]bool{}
+	policy := p.decl.policy()
 	family := map[string]string{} // base queue → its family name
 	for w, base := range queues {
-		if n := enqueue.QueueCount(workerRate(tg, workers[w])); n > 1 {
+		if n := enqueue.QueueCount(p.decl.workerRate(tg, p.workers[w])); n > 1 {
 			family[base] = base + "-q" + scale.ShardMark
 			spread[family[base]] = n
 		}
@@ -101,11 +159,30 @@ func families(events []scale.Event, tg scale.Target, dueShards int, tenants, wor
 	// shards gives one shard.
 	fewest := 0
 	for _, r := range tenants {
-		if l := targetLimits(tg, r); l.Limited() {
+		if l := p.decl.tenantLimits(tg, r); l.Limited() {
 			if n := policy.ShardsFor(l); fewest == 0 || n < fewest {
 				fewest = n
 			}
 		}
+	}
+	// limits are the target's limits of a quota scope: a tenant's, a
+	// worker's or a tenant's share of a worker (quota.ShareName).
+	limits := func(kind, name string) quota.Limits {
+		switch kind {
+		case "t":
+			return p.decl.tenantLimits(tg, tenants[name])
+		case "w":
+			if name == p.limitedWorker {
+				return p.decl.workerLimits(tg, p.workers[name])
+			}
+		case "s":
+			if w, _, _ := strings.Cut(name, "\x00"); w == p.limitedWorker {
+				if l := p.decl.workerLimits(tg, p.workers[w]).PerTenant; l != nil {
+					return *l
+				}
+			}
+		}
+		return quota.Limits{}
 	}
 	for i, e := range events {
 		switch e.Kind {
@@ -118,16 +195,19 @@ func families(events []scale.Event, tg scale.Target, dueShards int, tenants, wor
 			e.Range = dueShardRE.ReplaceAllString(e.Range, "dueShard="+scale.ShardMark)
 		case scale.Document:
 			m := quotaShardRE.FindStringSubmatch(e.Name)
-			if m == nil || m[2] != "t" {
+			if m == nil {
 				break
 			}
 			name, err := base64.RawURLEncoding.DecodeString(m[3])
 			if err != nil {
 				break
 			}
-			if l := targetLimits(tg, tenants[string(name)]); l.Limited() {
+			if l := limits(m[2], string(name)); l.Limited() {
 				e.Name = m[1] + "-" + scale.ShardMark
 				spread[e.Name] = policy.ShardsFor(l)
+			}
+			if m[2] == "s" {
+				pairs[e.Name] = true
 			}
 		case scale.Dispatch:
 			if f, ok := family[strings.TrimSuffix(e.Name, extraQueueRE.FindString(e.Name))]; ok {
@@ -136,7 +216,7 @@ func families(events []scale.Event, tg scale.Target, dueShards int, tenants, wor
 		}
 		events[i] = e
 	}
-	return spread
+	return spread, pairs
 }
 
 // perTask is what the recording's tasks cost their rate-sized scopes and

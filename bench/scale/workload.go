@@ -17,6 +17,7 @@ import (
 	"github.com/servo-dev/servo/internal/quota"
 	"github.com/servo-dev/servo/internal/scale"
 	"github.com/servo-dev/servo/internal/store"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // Workload shape (docs/scale.md): the hot tenant submits HotShare of the
@@ -29,7 +30,11 @@ import (
 // every 10th (+5) has its first event publish refused (the outbox
 // re-drive sends it); every 10th (+7) starts 300 ms after its submit
 // (startDelayMs: a Cloud Task with a scheduleTime); half the tasks (both workers') carry an idempotency
-// key, every 4th is submitted twice with it.
+// key, every 4th is submitted twice with it. Each tenant's tasks go into
+// runs of up to the target's run size, submitted the target's batch a
+// request; task outageTask's completion meets an outage (its commit
+// refused unavailable, the callback sent again); the last ordinary worker
+// is limited (run slots, and a share a tenant: perTenant).
 const (
 	hotTenant       = "hot"
 	bigWorker       = "big"
@@ -107,12 +112,33 @@ type plan struct {
 	tenants    map[string]scale.Role
 	workers    map[string]scale.Role
 	quotas     *quota.Policy
+	// runSize is the most tasks of one tenant in one recorded run (the
+	// target's run size; 1: no run id, each task its own run); batch the
+	// tasks of one submit request (1: POST /v1/tasks, else
+	// POST /v1/tasks:batch).
+	runSize, batch int
+	// limitedWorker is the worker with quota limits: its run slots, and
+	// each tenant's share of them (perTenant). Only ordinary tenants'
+	// tasks go to it.
+	limitedWorker string
+	// decl is what the deployment declares (-var-file).
+	decl declared
 }
 
-func newPlan(tasks, heartbeats int, tg scale.Target) plan {
+// newPlan is the recorded workload of tasks tasks for target tg, with
+// runs of tg.RunSize and requests of tg.Batch tasks, under what the
+// deployment declares.
+func newPlan(tasks, heartbeats int, tg scale.Target, decl declared) plan {
 	p := plan{tasks: tasks, heartbeats: heartbeats, dueShards: store.DefaultDueShards,
 		tenants: map[string]scale.Role{hotTenant: scale.Hot}, workers: map[string]scale.Role{bigWorker: scale.Hot},
-		quotas: &quota.Policy{Tenants: map[string]quota.Limits{hotTenant: targetLimits(tg, scale.Hot)}}}
+		quotas:  &quota.Policy{Tenants: map[string]quota.Limits{}, Workers: map[string]quota.Limits{}, Shards: decl.quotaShards},
+		runSize: max(1, tg.RunSize), batch: max(1, tg.Batch), decl: decl}
+	// The hot tenant's limits size its shards, and are never reached; a
+	// hot tenant the deployment declares no limit for has no counters.
+	if hot := decl.tenantLimits(tg, scale.Hot); hot.Limited() {
+		hot.MaxRunning, hot.MaxQueued = 10_000_000, 0
+		p.quotas.Tenants[hotTenant] = hot
+	}
 	for i := 1; i <= limitedTenants; i++ {
 		name := fmt.Sprintf("limited-%d", i)
 		p.tenants[name] = scale.Limited
@@ -124,8 +150,15 @@ func newPlan(tasks, heartbeats int, tg scale.Target) plan {
 	for i := 1; i <= ordinaryWorkers; i++ {
 		p.workers[fmt.Sprintf("worker-%d", i)] = scale.Ordinary
 	}
+	// The last ordinary worker is limited: two run slots, one a tenant,
+	// so that its tasks and its tenants' shares wait for slots.
+	p.limitedWorker = fmt.Sprintf("worker-%d", ordinaryWorkers)
+	p.quotas.Workers[p.limitedWorker] = quota.Limits{MaxRunning: limitedWorkerSlots, PerTenant: &quota.Limits{MaxRunning: 1}}
 	return p
 }
+
+// limitedWorkerSlots are the limited worker's run slots in the recording.
+const limitedWorkerSlots = 2
 
 // tenantOf is task i's tenant: limitedTenants×limitedTasks tasks in the
 // middle of the run go to the limited tenants (played together, so that
@@ -145,11 +178,60 @@ func (p plan) tenantOf(i int, hotShare float64) string {
 	return fmt.Sprintf("tenant-%d", i%ordinaryTenants+1)
 }
 
-func (p plan) workerOf(i int) string {
+// workerOf is task i's worker: every other task the big worker's, the
+// rest the ordinary workers', of several ordinary tenants each; the limited worker takes only
+// ordinary tenants' tasks (the hot and limited tenants' go to the first
+// ordinary worker instead).
+func (p plan) workerOf(i int, tenant string) string {
 	if i%2 == 0 {
 		return bigWorker
 	}
-	return fmt.Sprintf("worker-%d", (i/2)%ordinaryWorkers+1)
+	// (i/2 + i/8): not (i/2) alone, which would give the last worker
+	// only tasks of one ordinary tenant (i mod 4 = 3).
+	w := fmt.Sprintf("worker-%d", (i/2+i/8)%ordinaryWorkers+1)
+	if w == p.limitedWorker && p.tenants[tenant] != scale.Ordinary {
+		w = "worker-1"
+	}
+	return w
+}
+
+// layout is the recorded workload in submit order: each task's tenant,
+// worker and run id ("" for a task that is its own run), and the submit
+// requests, each the numbers of the tasks it carries (one tenant's, of
+// one run, at most plan.batch).
+type layout struct {
+	tenant, worker, run []string
+	requests            [][]int
+}
+
+// layout lays p out: each tenant's tasks in runs of p.runSize (ids made
+// at now), and in requests of p.batch, each sent when its first task's
+// turn comes.
+func (p plan) layout(hotShare float64, now time.Time) layout {
+	l := layout{tenant: make([]string, p.tasks), worker: make([]string, p.tasks), run: make([]string, p.tasks)}
+	seen := map[string]int{}    // tenant → its tasks so far
+	runs := map[string]string{} // tenant and run number → run id
+	open := map[string]int{}    // tenant → its request still taking tasks
+	for i := range p.tasks {
+		tn := p.tenantOf(i, hotShare)
+		l.tenant[i], l.worker[i] = tn, p.workerOf(i, tn)
+		k := seen[tn]
+		seen[tn]++
+		if p.runSize > 1 {
+			key := fmt.Sprint(tn, "/", k/p.runSize)
+			if runs[key] == "" {
+				runs[key] = task.NewRunID(now)
+			}
+			l.run[i] = runs[key]
+		}
+		if j, ok := open[tn]; ok && len(l.requests[j]) < p.batch && l.run[l.requests[j][0]] == l.run[i] {
+			l.requests[j] = append(l.requests[j], i)
+			continue
+		}
+		open[tn] = len(l.requests)
+		l.requests = append(l.requests, []int{i})
+	}
+	return l
 }
 
 // driver plays the workload against a stack at base.
@@ -159,7 +241,13 @@ type driver struct {
 	rec  *recorder
 	mu   sync.Mutex
 	ids  map[string]scale.TaskInfo
+	// requests counts the submit requests that carried tasks of each run
+	// and tenant (runKey).
+	requests map[string]int
 }
+
+// runKey names tenant's part of run (a run document).
+func runKey(run, tenant string) string { return run + "\x00" + tenant }
 
 func (d *driver) do(method, path string, body any, token string) (int, []byte, error) {
 	var rd io.Reader
@@ -181,16 +269,24 @@ func (d *driver) do(method, path string, body any, token string) (int, []byte, e
 	return res.StatusCode, out, err
 }
 
+// callback sends a worker's callback, again after a 503 (the store
+// unavailable: the recorded outage), as the worker SDKs do.
 func (d *driver) callback(env api.Envelope, kind string, body any) (api.CallbackResponse, error) {
-	st, out, err := d.do("POST", "/v1/tasks/"+env.TaskID+"/"+kind, body, env.TaskToken)
 	var r api.CallbackResponse
-	if err == nil {
-		err = json.Unmarshal(out, &r)
+	for try := 0; ; try++ {
+		st, out, err := d.do("POST", "/v1/tasks/"+env.TaskID+"/"+kind, body, env.TaskToken)
+		if err == nil && st == http.StatusServiceUnavailable && try < 20 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err == nil {
+			err = json.Unmarshal(out, &r)
+		}
+		if err == nil && st != http.StatusOK {
+			err = fmt.Errorf("%s of %s: %d %s", kind, env.TaskID, st, out)
+		}
+		return r, err
 	}
-	if err == nil && st != http.StatusOK {
-		err = fmt.Errorf("%s of %s: %d %s", kind, env.TaskID, st, out)
-	}
-	return r, err
 }
 
 // userKey is a caller's key for task i: callers' keys (an order number, a
@@ -200,35 +296,91 @@ func userKey(prefix string, i int) string {
 	return prefix + "-" + hex.EncodeToString(h[:6])
 }
 
-// task plays task i's whole life.
-func (d *driver) task(p plan, i int, hotShare float64) error {
-	tenant, worker := p.tenantOf(i, hotShare), p.workerOf(i)
-	body := map[string]any{"tenantId": tenant, "workspaceId": "ws", "taskKey": userKey("k", i), "worker": worker,
+// body is task i's submit request.
+func (p plan) body(l layout, i int) map[string]any {
+	body := map[string]any{"tenantId": l.tenant[i], "workspaceId": "ws", "taskKey": userKey("k", i), "worker": l.worker[i],
 		"payload": map[string]any{"n": i}, "heartbeatIntervalMs": 500, "heartbeatTimeoutMs": heartbeatTimeout.Milliseconds(),
 		"cancelGracePeriodMs": 30000, "retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 100}}
+	if l.run[i] != "" {
+		body["runId"] = l.run[i]
+	}
 	if i%10 == 7 { // a delayed start (its Cloud Task scheduled at it)
 		body["startDelayMs"] = 300
 	}
 	if i/2%2 == 0 {
 		body["idempotencyKey"] = userKey("idem", i)
 	}
-	submit := func() (string, error) {
-		st, out, err := d.do("POST", "/v1/tasks", body, "")
-		if err != nil {
-			return "", err
-		}
-		var r api.SubmitResponse
-		if st != http.StatusCreated && st != http.StatusOK || json.Unmarshal(out, &r) != nil {
-			return "", fmt.Errorf("submit: %d %s", st, out)
-		}
-		return r.TaskID, nil
-	}
-	id, err := submit()
-	if err != nil {
-		return err
-	}
+	return body
+}
+
+// submit sends one request of tasks req (POST /v1/tasks for a single
+// task when p submits one a request, else POST /v1/tasks:batch) and
+// returns their ids in order.
+func (d *driver) submit(p plan, l layout, req []int) ([]string, error) {
 	d.mu.Lock()
-	d.ids[id] = scale.TaskInfo{Tenant: tenant, Worker: worker}
+	counted := map[string]bool{}
+	for _, i := range req {
+		if k := runKey(l.run[i], l.tenant[i]); l.run[i] != "" && !counted[k] {
+			counted[k] = true
+			d.requests[k]++
+		}
+	}
+	d.mu.Unlock()
+	if p.batch == 1 {
+		id, err := d.submitOne(p.body(l, req[0]), http.StatusCreated)
+		return []string{id}, err
+	}
+	batch := map[string]any{"runId": l.run[req[0]]}
+	var tasks []map[string]any
+	for _, i := range req {
+		tasks = append(tasks, p.body(l, i))
+	}
+	batch["tasks"] = tasks
+	if l.run[req[0]] == "" {
+		delete(batch, "runId")
+	}
+	st, out, err := d.do("POST", "/v1/tasks:batch", batch, "")
+	if err != nil {
+		return nil, fmt.Errorf("batch submit: %w", err)
+	}
+	var r api.BatchResponse
+	if st != http.StatusCreated || json.Unmarshal(out, &r) != nil || len(r.Tasks) != len(req) {
+		return nil, fmt.Errorf("batch submit: %d %s", st, out)
+	}
+	ids := make([]string, len(req))
+	for j, t := range r.Tasks {
+		if t.Status != http.StatusCreated {
+			return nil, fmt.Errorf("batch submit: task %d: %d %s %s", req[j], t.Status, t.Error, t.Message)
+		}
+		ids[j] = t.TaskID
+	}
+	return ids, nil
+}
+
+// submitOne sends one task's submit, answered want (201 a new task, 200
+// a repeated idempotency key), and returns its id.
+func (d *driver) submitOne(body map[string]any, want int) (string, error) {
+	st, out, err := d.do("POST", "/v1/tasks", body, "")
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	var r api.SubmitResponse
+	if st != want || json.Unmarshal(out, &r) != nil {
+		return "", fmt.Errorf("submit: %d %s, want %d", st, out, want)
+	}
+	return r.TaskID, nil
+}
+
+// outageTask is the task whose completion meets the recorded outage: its
+// completed callback's commit is refused unavailable once, the callback
+// answers 503 and is sent again; the store records the outage it saw
+// (outages/{id}) when its next call succeeds.
+const outageTask = 4
+
+// life plays the whole life of task i, submitted as id.
+func (d *driver) life(p plan, l layout, i int, id string) error {
+	d.mu.Lock()
+	d.ids[id] = scale.TaskInfo{Tenant: l.tenant[i], Worker: l.worker[i]}
 	d.mu.Unlock()
 	if i%10 == 5 {
 		d.rec.mu.Lock()
@@ -236,7 +388,7 @@ func (d *driver) task(p plan, i int, hotShare float64) error {
 		d.rec.mu.Unlock()
 	}
 	if i%4 == 0 { // a duplicate submit: the same task
-		if again, err := submit(); err != nil || again != id {
+		if again, err := d.submitOne(p.body(l, i), http.StatusOK); err != nil || again != id {
 			return fmt.Errorf("duplicate submit of %s: %q, %v", id, again, err)
 		}
 	}
@@ -282,26 +434,43 @@ func (d *driver) task(p plan, i int, hotShare float64) error {
 			return err
 		}
 	}
+	if i == outageTask {
+		d.rec.armOutage(id)
+	}
 	_, err = d.callback(env, "completed", api.CompletedRequest{Attempt: env.Attempt, WorkerID: "w", Outcome: api.OutcomeSucceeded, Output: json.RawMessage(`{"ok":true}`)})
 	return err
 }
 
-// run plays p with parallel tasks at a time, then lists, then waits for
-// the refused publishes' re-drive.
+// run plays p with parallel tasks at a time (at least a request's),
+// request by request, then lists, then waits for the refused publishes'
+// re-drive.
 func (d *driver) run(ctx context.Context, p plan, parallel int, hotShare float64) error {
-	sem := make(chan struct{}, parallel)
-	errs := make(chan error, p.tasks)
+	l := p.layout(hotShare, time.Now())
+	slots := make(chan struct{}, max(parallel, p.batch))
+	errs := make(chan error, p.tasks+len(l.requests))
 	var wg sync.WaitGroup
-	for i := range p.tasks {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := d.task(p, i, hotShare); err != nil {
+	for _, req := range l.requests {
+		for range req {
+			slots <- struct{}{}
+		}
+		wg.Go(func() {
+			ids, err := d.submit(p, l, req)
+			if err != nil {
 				errs <- err
+				for range req {
+					<-slots
+				}
+				return
 			}
-		}()
+			for j, i := range req {
+				wg.Go(func() {
+					defer func() { <-slots }()
+					if err := d.life(p, l, i, ids[j]); err != nil {
+						errs <- err
+					}
+				})
+			}
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -314,6 +483,9 @@ func (d *driver) run(ctx context.Context, p plan, parallel int, hotShare float64
 				return fmt.Errorf("list %s: %d %s %v", path, st, out, err)
 			}
 		}
+	}
+	if p.tasks > outageTask && !d.rec.outageMet() {
+		return fmt.Errorf("the outage was not met: no commit of task %d's completion was refused", outageTask)
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if n, refused := d.rec.redrives(); refused == 0 || n >= refused {

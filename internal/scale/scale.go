@@ -104,6 +104,30 @@ type Traffic struct {
 	// Fires are the fires recorded of each schedule, by its document (a
 	// recording of schedules: each fire made one of Tasks).
 	Fires map[string]int
+	// Runs are the recorded run documents, by name: a run's document is
+	// written by the submits of its tasks, at most once every RunEvery
+	// by one process (store.RunDocumentEvery), so that its rate at the
+	// target follows from the run's size and the processes submitting
+	// into it (Target.RunWrites), not from its recorded writes a task. A
+	// run document the recording wrote more than once every RunEvery
+	// (the rule broken; RunEvery 0: no rule) is priced at its recorded
+	// writes a request instead.
+	Runs     map[string]RunInfo
+	RunEvery time.Duration
+	// Pairs are the documents (by name, after Spread's renaming) that
+	// count one tenant's tasks on one worker: a tenant's share of a
+	// limited worker's quota (quota.Limits.PerTenant). Written for one
+	// tenant's tasks on one worker, they are priced at that tenant's
+	// rate times the worker's share of all tasks (PerShare).
+	Pairs map[string]bool
+}
+
+// RunInfo is what the model knows of a recorded run document: the tenant
+// whose run it is and the submit requests recorded into it (a batch of
+// its tasks is one request).
+type RunInfo struct {
+	Tenant   string
+	Requests int
 }
 
 // ShardMark stands for a member's number in a Spread family's name.
@@ -148,6 +172,10 @@ type Target struct {
 	// publisher throughput quota is a large region's or a small one's
 	// (TopicLimit). "" is us-central1.
 	Region string
+	// PublishQuota, when above 0, is the publisher throughput quota
+	// (bytes/s) the deployment's project was granted in Region on request
+	// (the quota is soft), checked instead of the region's default.
+	PublishQuota float64
 	// Peak is how far above its mean the load peaks: every rate the
 	// target's load makes is checked at Peak times its mean (the sweeper's
 	// own records and a schedule's own record, whose rates are set by
@@ -164,6 +192,17 @@ type Target struct {
 	SameMinute    float64
 	ScheduleEvery time.Duration
 	FireWithin    time.Duration
+	// RunSize is the tasks of one run (1: every task its own run, which
+	// has no run document), submitted at its tenant's rate; Batch the
+	// tasks of one submit request (POST /v1/tasks:batch; 1: one task a
+	// request). APIInstances is the most processes serving submits
+	// (Terraform's functions.api.max_instances): each writes a run's
+	// document at most once every RunEvery.
+	RunSize, Batch, APIInstances int
+	// RunEvery is the deployment's run document interval
+	// (SERVO_RUN_DOCUMENT_EVERY, store.RunDocumentEveryFor(APIInstances);
+	// 0: the recording's, Traffic.RunEvery).
+	RunEvery time.Duration
 }
 
 // DefaultTarget is issue 32's target.
@@ -172,7 +211,12 @@ var DefaultTarget = Target{
 	Running: 1_000_000, HeartbeatEvery: 30 * time.Second, Workers: 20, BigWorkerShare: 0.5,
 	SweepEvery: 15 * time.Second, Peak: DefaultPeak, Region: "us-central1",
 	Schedules: 100_000, SameMinute: 0.10, ScheduleEvery: time.Hour, FireWithin: time.Minute,
+	RunSize: 1_000_000, Batch: 1, APIInstances: DefaultAPIInstances,
 }
+
+// DefaultAPIInstances is Terraform's default functions.api.max_instances
+// (bench/scale's TestTerraformDefaults holds them equal).
+const DefaultAPIInstances = 20
 
 // DefaultPeak is Target.Peak's default: peaks twice the mean.
 const DefaultPeak = 2.0
@@ -246,6 +290,44 @@ func (t Target) limitedRate() float64 {
 	return t.Submits * (1 - t.HotShare) / float64(max(1, t.Tenants-1))
 }
 
+// RunWrites is the writes a second of one run's document at t while its
+// tasks are submitted, by a tenant submitting rate tasks a second: the
+// run's RunSize tasks come Batch a request, N/Batch requests over the
+// run's N/rate seconds, spread over min(APIInstances, requests)
+// processes. The document is created once (the first process to take a
+// submit into the run creates it unless it exists; the others write
+// nothing, store.Store.createRun), and then each process rewrites it
+// once every `every` (SERVO_RUN_DOCUMENT_EVERY) after its first submit
+// into the run, if it takes another: never more than once a request.
+// With perRequest > 0 (the recording found the rule broken) every
+// request writes it perRequest times. The rate is over the run's life,
+// at least a second. A task that is its own run (RunSize 1) writes no run
+// document: 0.
+func (t Target) RunWrites(rate float64, every time.Duration, perRequest float64) float64 {
+	if t.RunSize <= 1 || rate <= 0 {
+		return 0
+	}
+	n := float64(t.RunSize)
+	requests := math.Ceil(n / float64(max(1, t.Batch)))
+	life := n / rate
+	if perRequest > 0 {
+		return requests * perRequest / max(life, 1)
+	}
+	procs := min(float64(max(1, t.APIInstances)), requests)
+	refreshes := requests/procs - 1 // a process's requests after its first
+	if every > 0 {
+		refreshes = min(refreshes, math.Ceil(life/every.Seconds())-1)
+	}
+	return min(requests, 1+procs*max(0, refreshes)) / max(life, 1)
+}
+
+// MinRunRequests is the fewest recorded requests into a run whose
+// document's writes can tell the store's rule broken (runRate).
+const MinRunRequests = 4
+
+// SubmitRequests is the submit requests a second at t (Batch tasks each).
+func (t Target) SubmitRequests() float64 { return t.Submits / float64(max(1, t.Batch)) }
+
 // WorkerRate is a worker's tasks a second at the target.
 func (t Target) WorkerRate(r Role) float64 {
 	if r == Hot {
@@ -263,6 +345,11 @@ const (
 	PerTenant Scope = "tenant"
 	PerWorker Scope = "worker"
 	Global    Scope = "global"
+	// PerShare is a tenant's share of a worker (Traffic.Pairs): the
+	// tenant's rate times the worker's share of all tasks.
+	PerShare Scope = "tenant × worker"
+	// PerRun is a run's document (Traffic.Runs, Target.RunWrites).
+	PerRun Scope = "run"
 	// PerSchedule is one schedule's own record (no task), written with
 	// its fires.
 	PerSchedule Scope = "schedule"
@@ -365,6 +452,7 @@ type subject struct {
 	keys          []string        // written entries' keys, in write order
 	delKeys       []string        // removed entries' keys, in write order
 	ttlKeys       []string        // entries removed by TTL, in expiry order
+	ttlAt         time.Time       // the last expiry's time (ttlKeys keeps one key an instant)
 	offsets       []time.Duration // written time values less their write times
 }
 
@@ -393,7 +481,13 @@ func (s *subject) add(e Event, ti TaskInfo, key string) {
 	switch {
 	case key == "":
 	case e.Expiry:
-		s.ttlKeys = append(s.ttlKeys, key)
+		// Documents expiring at the same instant (written by one
+		// commit: a batch's) have no order among them: one stands
+		// for them all.
+		if len(s.ttlKeys) == 0 || e.At.IsZero() || !e.At.Equal(s.ttlAt) {
+			s.ttlKeys = append(s.ttlKeys, key)
+		}
+		s.ttlAt = e.At
 	case e.Delete:
 		s.delKeys = append(s.delKeys, key)
 	default:
@@ -408,22 +502,57 @@ func (s *subject) add(e Event, ti TaskInfo, key string) {
 type Model struct {
 	tr              Traffic
 	tenantN, workrN map[string]int
+	pairN           map[TaskInfo]int
 }
 
 // New prepares tr.
 func New(tr Traffic) *Model {
-	m := &Model{tr: tr, tenantN: map[string]int{}, workrN: map[string]int{}}
+	m := &Model{tr: tr, tenantN: map[string]int{}, workrN: map[string]int{}, pairN: map[TaskInfo]int{}}
 	for _, ti := range tr.Tasks {
 		m.tenantN[ti.Tenant]++
 		m.workrN[ti.Worker]++
+		m.pairN[ti]++
 	}
 	return m
+}
+
+// runRate is the rate of run document s at t, at the mean and at the
+// peak (its tenant's rate times t's Peak), and whether s is one
+// (Traffic.Runs). The recording is one process: a document of at least
+// MinRunRequests requests written by more than half of them in each
+// RunEvery it lasted broke the rule (not a race of the few in flight at
+// once), and is priced at its recorded writes a request.
+func (m *Model) runRate(s *subject, t Target) (mean, peak float64, ok bool) {
+	info, ok := m.tr.Runs[s.name]
+	if !ok {
+		return 0, 0, false
+	}
+	perRequest := 0.0
+	writes := float64(s.count - s.deleted)
+	windows := 1.0
+	if m.tr.RunEvery > 0 {
+		windows = max(1, math.Ceil(m.tr.Duration.Seconds()/m.tr.RunEvery.Seconds()))
+	}
+	if m.tr.RunEvery <= 0 || info.Requests >= MinRunRequests && writes/windows > 1+float64(info.Requests-1)/2 {
+		perRequest = writes / float64(max(1, info.Requests))
+	}
+	rate := t.TenantRate(m.tr.Tenants[info.Tenant])
+	every := cmp.Or(t.RunEvery, m.tr.RunEvery) // the deployment's interval, else the recording's
+	return t.RunWrites(rate, every, perRequest), t.RunWrites(rate*t.PeakFactor(), every, perRequest), true
 }
 
 // scope classifies a subject by the tasks it was recorded for, and returns
 // its rate at t for n events (or bytes) recorded.
 func (m *Model) rate(s *subject, n int, t Target) (Scope, float64) {
 	total := float64(max(1, len(m.tr.Tasks)))
+	if m.tr.Pairs[s.name] && len(s.tasks) > 0 && len(s.tenants) == 1 && len(s.workers) == 1 && t.Submits > 0 {
+		for tn := range s.tenants {
+			for w := range s.workers {
+				pair := TaskInfo{Tenant: tn, Worker: w}
+				return PerShare, float64(n) / float64(max(1, m.pairN[pair])) * t.TenantRate(m.tr.Tenants[tn]) * t.WorkerRate(m.tr.Workers[w]) / t.Submits
+			}
+		}
+	}
 	if len(s.tasks) == 0 && len(s.schedules) == 1 {
 		// One schedule's record, written with its fires: at the
 		// shortest period there is, a fire every sweep.
@@ -561,9 +690,15 @@ func (m *Model) Extrapolate(t Target) []Row {
 			}
 			sc, r := m.rate(s, n, t)
 			r /= m.spread(name)
+			pk := atPeak(sc, r, t)
+			if section == "document" {
+				if mean, p, ok := m.runRate(s, t); ok {
+					sc, r, pk = PerRun, mean, p
+				}
+			}
 			c := class(name, sc)
-			if old, ok := best[c]; !ok || atPeak(sc, r, t) > old.Rate {
-				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Deleted: s.deleted, Rate: atPeak(sc, r, t), Mean: r, Unit: unit, Limit: limit}
+			if old, ok := best[c]; !ok || pk > old.Rate {
+				best[c] = Row{Section: section, Name: c, Example: name, Scope: sc, Recorded: n, Deleted: s.deleted, Rate: pk, Mean: r, Unit: unit, Limit: limit}
 			}
 		}
 		for _, r := range best {
@@ -571,11 +706,24 @@ func (m *Model) Extrapolate(t Target) []Row {
 		}
 	}
 	same := func(s string, _ Scope) string { return s }
-	peak("document", docs, DocClass, "writes/s", 0, &DocumentWrites)
+	// A collection's documents of another scope than its tenants' (a
+	// worker's quota counters, a tenant's share of a worker) are a class
+	// of their own.
+	docClass := func(name string, sc Scope) string {
+		if sc == PerWorker || sc == PerShare {
+			return DocClass(name, sc) + " (" + string(sc) + ")"
+		}
+		return DocClass(name, sc)
+	}
+	peak("document", docs, docClass, "writes/s", 0, &DocumentWrites)
 	peak("collection", colls, same, "writes/s", 0, nil)
 	peak("queue", queues, same, "dispatches/s", 0, &QueueDispatches)
 	peak("ordering key", keys, func(k string, _ Scope) string { tp, _, _ := strings.Cut(k, " "); return tp + " {key}" }, "bytes/s", 1, &OrderingKeyBytes)
 	topicLimit := TopicLimit(t.Region)
+	if t.PublishQuota > 0 {
+		topicLimit = Limit{Name: fmt.Sprintf("Pub/Sub: publisher throughput in %s, raised on request to %.0f MB/s", cmp.Or(t.Region, "us-central1"), t.PublishQuota/1e6),
+			PerSecond: t.PublishQuota, Source: topicLimit.Source + "; raised on the project's Quotas page (IAM & Admin, Quotas: Pub/Sub publisher throughput per region)", Read: topicLimit.Read}
+	}
 	peak("topic", topics, same, "quota bytes/s", 2, &topicLimit)
 	best := map[string]Row{}
 	var ixNames []string
@@ -605,6 +753,31 @@ func (m *Model) Extrapolate(t Target) []Row {
 	slices.SortStableFunc(rows, func(a, b Row) int {
 		return cmp.Or(cmp.Compare(order[a.Section], order[b.Section]), cmp.Compare(b.Rate, a.Rate), cmp.Compare(a.Name, b.Name))
 	})
+	return rows
+}
+
+// DocumentRows are the rows of each document whose name begins with
+// prefix (a scope's counter shards), one a document, not its class's
+// peak: what one tenant's documents take at t.
+func (m *Model) DocumentRows(t Target, prefix string) []Row {
+	docs := map[string]*subject{}
+	for _, e := range m.tr.Events {
+		if e.Kind != Document || !strings.HasPrefix(e.Name, prefix) {
+			continue
+		}
+		if docs[e.Name] == nil {
+			docs[e.Name] = newSubject(e.Name)
+		}
+		docs[e.Name].add(e, m.tr.Tasks[e.Task], "")
+	}
+	var rows []Row
+	for name, s := range docs {
+		sc, r := m.rate(s, s.count, t)
+		r /= m.spread(name)
+		rows = append(rows, Row{Section: "document", Name: DocClass(name, sc), Example: name, Scope: sc, Recorded: s.count, Deleted: s.deleted,
+			Rate: atPeak(sc, r, t), Mean: r, Unit: "writes/s", Limit: &DocumentWrites})
+	}
+	slices.SortFunc(rows, func(a, b Row) int { return cmp.Or(cmp.Compare(b.Rate, a.Rate), cmp.Compare(a.Example, b.Example)) })
 	return rows
 }
 

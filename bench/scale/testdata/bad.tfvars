@@ -1,0 +1,2 @@
+region     = "europe-west1"
+due_shards = var.shards

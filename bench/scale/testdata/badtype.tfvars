@@ -1,0 +1,1 @@
+due_shards = "many"
