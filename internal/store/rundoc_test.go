@@ -89,7 +89,7 @@ func TestRunDocumentOncePerInterval(t *testing.T) {
 }
 
 // TestRunDocumentCreatedOnceAcrossProcesses: a run submitted into from
-// many processes at once (8 stores here; 840 api instances at 50 000
+// many processes at once (8 stores here; 610 api instances at 50 000
 // tasks/s) has its document created once: each process creates it unless
 // it exists, in a commit of its own, and the others write nothing. When
 // each wrote it with its first submit's commit, this wrote it 8 times.

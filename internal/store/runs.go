@@ -283,8 +283,8 @@ const RunDocumentEvery = time.Minute
 // takes a run's submits writes its document once an interval, so the
 // interval grows with the processes to keep one run's document near one
 // write every 2 s however many there are (Firestore sustains about one a
-// second), and is at least RunDocumentEvery. 840 processes (the api sized
-// for 50 000 tasks/s): 28 minutes.
+// second), and is at least RunDocumentEvery. 610 processes (the api sized
+// for 50 000 tasks/s): 20m20s.
 func RunDocumentEveryFor(instances int) time.Duration {
 	return max(RunDocumentEvery, time.Duration(instances)*2*time.Second)
 }
