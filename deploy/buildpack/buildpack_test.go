@@ -504,6 +504,7 @@ func functionEnv(t testing.TB, project, tasksAddr string) []string {
 		"SERVO_SWEEP_WINDOW=0", // one pass per tick, so the test does not wait a minute
 		"SERVO_START_TIMEOUT=10m",
 		"SERVO_DUE_SHARDS=16",
+		"SERVO_RUN_DOCUMENT_EVERY=60s", // Terraform's for up to 30 api instances
 		"SERVO_JOBS_DISPATCH_URL=https://servo-jobs.invalid",
 		"SERVO_JOBS_CONTAINER=worker",
 		"SERVO_CLAIM_AUDIENCE=https://servo-claim.invalid",

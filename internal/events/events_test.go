@@ -815,7 +815,9 @@ func TestHookOffTheWritersPath(t *testing.T) {
 		// want is the writer's RPCs: the store's own, nothing for events.
 		want map[string]int
 	}{
-		{"create", create, map[string]int{"Commit": 1}},
+		// A task of a shared run: its commit, then its run's document,
+		// created unless it exists (store.Store.createRun).
+		{"create", create, map[string]int{"Commit": 2}},
 		{"enqueued", enqueued(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"started", started(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
 		{"heartbeat (no transition)", heartbeat(1), map[string]int{"BatchGetDocuments": 1, "Commit": 1}},
