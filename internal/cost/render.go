@@ -593,38 +593,20 @@ func (r Report) billing(w func(string, ...any)) {
 		w("**Break-even** (`cost.BreakEven`, the shape \"%s\", the lightest: instance-based billing\n", BreakEvenShape)
 		w("chosen there is cheaper for every heavier lifecycle too): the declared rate from which\n")
 		w("instance-based billing costs a function no more than request-based at every higher rate:")
-		for i, name := range BilledFunctions {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			w("%s %s **%s a second**", sep, name, rateSpelled(r.BreakEvens[name]))
-		}
+		w("%s", eachFunction(func(name string) string { return "**" + rateSpelled(r.BreakEvens[name]) + " a second**" }))
 		w(". `functions_billing = \"auto\"` (the default) bills each function\n")
 		w("instance-based from its break-even on; Terraform keeps these rates in `local.billing_break_even`\n")
 		w("(`terraform/main.tf`), equal to the program's (`TestTerraformBreakEven`).\n\n")
 	}
 	if len(r.Needed) > 0 {
 		w("**max_instances** is sized from the declared rate: once busy, a function needs")
-		for i, name := range BilledFunctions {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			w("%s %s %g", sep, name, r.Needed[name])
-		}
+		w("%s", eachFunction(func(name string) string { return fmt.Sprintf("%g", r.Needed[name]) }))
 		w("\ninstances per lifecycle a second (`cost.NeededPerLifecycleRate`, the shape \"%s\", the\n", SizingShape)
 		w("heaviest; CPU and concurrency at %.0f %%), in `local.instances_per_lifecycle_rate`. Terraform sets\n", a.CPUTarget*100)
 		w("`max_instances` to twice that at the declared rate (bursts to twice the declared rate), never\n")
 		w("below the former defaults (api 20, callbacks 50); `functions.<name>.max_instances` overrides it.\n")
 		w("At 1 000 a second:")
-		for i, name := range BilledFunctions {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			w("%s %s %.0f needed", sep, name, math.Ceil(1000*r.Needed[name]))
-		}
+		w("%s", eachFunction(func(name string) string { return fmt.Sprintf("%.0f needed", math.Ceil(1000*r.Needed[name])) }))
 		w(".\n\n")
 	}
 	w("What instance-based billing changes besides the bill: the api and the callbacks are then\n")
@@ -831,3 +813,13 @@ func rateLabel(rate float64) string {
 }
 
 func unitPrice(p Price) string { return fmt.Sprintf("$%.4g / %s", p.USD, p.Unit) }
+
+// eachFunction is " api X, callbacks Y": each billed function's name and
+// what f says of it.
+func eachFunction(f func(name string) string) string {
+	parts := make([]string, len(BilledFunctions))
+	for i, name := range BilledFunctions {
+		parts[i] = name + " " + f(name)
+	}
+	return " " + strings.Join(parts, ", ")
+}

@@ -76,29 +76,12 @@ func (f ListFilter) countQuery() *pb.StructuredQuery {
 
 // count runs a count aggregation over q.
 func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error) {
-	stream, err := s.client.RunAggregationQuery(ctx, &pb.RunAggregationQueryRequest{
-		Parent: s.docs,
-		QueryType: &pb.RunAggregationQueryRequest_StructuredAggregationQuery{StructuredAggregationQuery: &pb.StructuredAggregationQuery{
-			QueryType:    &pb.StructuredAggregationQuery_StructuredQuery{StructuredQuery: q},
-			Aggregations: []*pb.StructuredAggregationQuery_Aggregation{{Alias: "n", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}},
-		}},
-	})
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for {
-		res, err := stream.Recv()
-		if err != nil {
-			if err == io.EOF {
-				return n, nil
-			}
-			return 0, err
-		}
-		if r := res.GetResult(); r != nil {
-			n = r.GetAggregateFields()["n"].GetIntegerValue()
-		}
-	}
+	return s.aggregate(ctx, q, countAgg())
+}
+
+// countAgg is the count aggregation, aliased "v" (aggregate).
+func countAgg() *pb.StructuredAggregationQuery_Aggregation {
+	return &pb.StructuredAggregationQuery_Aggregation{Alias: "v", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}
 }
 
 // sum counts the documents q selects and sums each of fields over them
@@ -108,8 +91,7 @@ func (s *Store) count(ctx context.Context, q *pb.StructuredQuery) (int64, error)
 // every figure of the same request (the emulator's count of a counter
 // shard that never held a running task was 0).
 func (s *Store) sum(ctx context.Context, q *pb.StructuredQuery, fields []string) (int64, []int64, error) {
-	count := &pb.StructuredAggregationQuery_Aggregation{Alias: "v", Operator: &pb.StructuredAggregationQuery_Aggregation_Count_{Count: &pb.StructuredAggregationQuery_Aggregation_Count{}}}
-	n, err := s.aggregate(ctx, q, count)
+	n, err := s.count(ctx, q)
 	if err != nil {
 		return 0, nil, err
 	}
