@@ -995,7 +995,11 @@ func sigtermClaimAnswered(t *testing.T, e *env, argv []string, sdkName string) {
 	if !eventually(90*time.Second, func() bool { return e.proxy.claims(stopRacePool).open == 1 }) {
 		t.Fatalf("the worker opened no claim: %+v", e.proxy.claims(stopRacePool))
 	}
-	id := e.submit(t, stopRacePool, sdkName+"-sigterm-answered", faultNone, map[string]any{"steps": 2, "stepMs": 20})
+	// The claimed attempt sends no heartbeat while its answer is held and
+	// the worker stops: a heartbeat timeout well beyond that hold (some
+	// 3 s, more on a loaded machine) keeps the sweeper out of the race.
+	id := e.submitTimed(t, stopRacePool, sdkName+"-sigterm-answered", faultNone, map[string]any{"steps": 2, "stepMs": 20},
+		map[string]any{"heartbeatIntervalMs": 300, "heartbeatTimeoutMs": 30000, "cancelGracePeriodMs": 5000})
 	select {
 	case got := <-hold.held:
 		if got != id {
