@@ -21,19 +21,28 @@
 //     Pub/Sub outage). One sender goroutine per Publisher takes about 500
 //     queued transitions at a time (never splitting a document's),
 //     publishes them (ordering key = task id, in commit order per task),
-//     waits for Pub/Sub's acks (at most [Config.PublishTimeout]) and
-//     deletes, in one commit, each document whose events were all acked
-//     (store.DeleteDelivered: one delete per document, no mark and no TTL
-//     delete; the transitions stay in the task document's history), plus
-//     one read of the attempt history per dead letter.
+//     waits for Pub/Sub's acks (at most [Config.PublishTimeout]), plus
+//     one read of the attempt history per dead letter. It deletes each
+//     document whose events were all acked (store.DeleteDelivered: one
+//     delete per document, no mark and no TTL delete; the transitions stay
+//     in the task document's history), coalescing the deletes: it holds
+//     the delivered documents for up to [Config.DeleteDelay]
+//     ([DefaultDeleteDelay], 200 ms, far below the re-drive's grace) and
+//     deletes them together, 500 to a commit (sooner when 500 are held,
+//     and at once on [Publisher.Flush] or [Publisher.Close]), so a steady
+//     load costs one delete commit per delay rather than one per batch. A
+//     crash while they are held only means the re-drive publishes their
+//     events again (duplicates, never a loss). [Publisher.Publish] and
+//     the re-drive delete at once.
 //     Errors are logged (with taskId, attempt, tenantId, eventId) and the
 //     entry stays undelivered. The queue holds [Config.MaxQueue] (10 000)
 //     transitions; past that the hook leaves them to the re-drive
 //     ([Publisher.Dropped] counts them). [Publisher.Close] delivers what is
-//     queued; [Publisher.Flush] waits for it. On Cloud Run functions with
-//     request-based billing the sender gets CPU while the instance serves
-//     requests; what an idle or recycled instance did not send reaches
-//     Pub/Sub through the re-drive.
+//     queued and deletes what is delivered; [Publisher.Flush] waits for
+//     both. On Cloud Run functions with request-based billing the sender
+//     gets CPU while the instance serves requests; what an idle or
+//     recycled instance did not send reaches Pub/Sub through the
+//     re-drive.
 //  3. [Publisher.Redrive] (the sweeper, every pass) reads, a group of up
 //     to 30 due shards a query (dueShard IN [...], store.OutboxGroups: 13
 //     queries for 384 shards), the entries still undelivered whose nextTryAt (the creation
@@ -67,10 +76,10 @@
 // # Delivery
 //
 // Delivery is at least once (docs/contract.md §8.5): an event may arrive
-// more than once (the hook published but the delete failed, the hook and
-// Redrive raced, Pub/Sub redelivered). Every copy has the same eventId
-// (deterministic from the task id and seq) and the same body;
-// consumers deduplicate on eventId (attribute or body).
+// more than once (the hook published but the delete failed or a crash
+// came before it, the hook and Redrive raced, Pub/Sub redelivered). Every
+// copy has the same eventId (deterministic from the task id and seq) and
+// the same body; consumers deduplicate on eventId (attribute or body).
 //
 // Messages carry ordering key = task id and the publisher enables message
 // ordering; subscribers that want a task's events in order create their

@@ -776,11 +776,13 @@ func TestTailMissingTopic(t *testing.T) {
 	}
 }
 
-// countedStore replaces e.st with a store whose Firestore RPCs are counted.
+// countedStore replaces e.st with a store whose Firestore RPCs are counted,
+// without the task cache: each event reads the task, as a callback on an
+// instance that did not write it last does.
 func (e *env) countedStore(t testing.TB) *store.RPCCounter {
 	t.Helper()
 	c := store.NewRPCCounter()
-	st, err := store.New(context.Background(), e.project, store.WithRPCCounter(c))
+	st, err := store.New(context.Background(), e.project, store.WithRPCCounter(c), store.WithTaskCache(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,14 @@ const (
 	RedriveMinBackoff = 30 * time.Second
 	// RedriveMaxBackoff caps the wait between an entry's tries.
 	RedriveMaxBackoff = time.Hour
+	// DefaultDeleteDelay is how long the hook's sender holds delivered
+	// outbox documents before deleting them, so that a steady load costs
+	// one delete commit per delay rather than one per small batch. It is
+	// far below the re-drive's grace (DefaultGrace, 10 s), so the re-drive
+	// never reads an entry whose delete is merely pending; a crash in that
+	// window only means the re-drive publishes its events again
+	// (duplicates, which the contract allows), never a loss.
+	DefaultDeleteDelay = 200 * time.Millisecond
 )
 
 // redriveBackoff is the wait after an entry's tries-th failed delivery.
@@ -116,6 +124,12 @@ type Config struct {
 	// MaxQueue bounds the transitions the hook queues for the sender;
 	// default DefaultMaxQueue.
 	MaxQueue int
+	// DeleteDelay is how long the hook's sender may hold delivered outbox
+	// documents to delete them together (up to maxWritesPerCommit in one
+	// commit); default DefaultDeleteDelay, negative: delete right after
+	// each publish. Keep it well below Grace. Publish and Redrive always
+	// delete at once.
+	DeleteDelay time.Duration
 }
 
 // Publisher delivers the outbox's transition events to Pub/Sub: right after
@@ -136,15 +150,18 @@ type Publisher struct {
 	redriveMu  sync.Mutex
 
 	// The hook's queue, drained by one sender goroutine (send).
-	qmu      sync.Mutex
-	queue    []item // a commit's items together (itemsOf)
-	inFlight int    // transitions taken by the sender, not yet done
-	closed   bool   // Close was called: the hook queues nothing more
-	maxQueue int
-	wake     chan struct{} // a transition was queued
-	drained  *sync.Cond    // queue empty and nothing in flight
-	stopped  chan struct{} // the sender has returned
-	dropped  atomic.Int64  // transitions the full queue left to Redrive
+	qmu         sync.Mutex
+	queue       []item // a commit's items together (itemsOf)
+	inFlight    int    // transitions taken by the sender, not yet done
+	deleting    int    // delivered documents the sender has not deleted yet
+	flushing    int    // Flush calls waiting: the sender deletes at once
+	closed      bool   // Close was called: the hook queues nothing more
+	maxQueue    int
+	deleteDelay time.Duration // Config.DeleteDelay; negative: none
+	wake        chan struct{} // a transition was queued, or Flush or Close called
+	drained     *sync.Cond    // queue empty, nothing in flight nor left to delete
+	stopped     chan struct{} // the sender has returned
+	dropped     atomic.Int64  // transitions the full queue left to Redrive
 
 	published, publishedDead atomic.Int64 // messages acked by Pub/Sub
 }
@@ -154,9 +171,9 @@ const (
 	// DefaultMaxQueue bounds the transitions waiting for the sender; past
 	// it the hook leaves them to Redrive (they are in the outbox).
 	DefaultMaxQueue = 10000
-	// sendBatch is about the most transitions one send publishes and
-	// deletes in one commit once delivered (an outbox document's
-	// transitions are never split between two sends).
+	// sendBatch is about the most transitions the sender publishes at
+	// once (an outbox document's transitions are never split between two
+	// batches).
 	sendBatch = 500
 )
 
@@ -175,11 +192,14 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		outbox: cfg.Store, log: cfg.Logger, now: cfg.Now, grace: cfg.Grace, timeout: cfg.PublishTimeout,
 		batch: cfg.RedriveBatch, maxBatches: cfg.RedriveMaxBatches, maxQueue: cfg.MaxQueue,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		deleteDelay: cfg.DeleteDelay, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 	p.drained = sync.NewCond(&p.qmu)
 	if p.maxQueue <= 0 {
 		p.maxQueue = DefaultMaxQueue
+	}
+	if p.deleteDelay == 0 {
+		p.deleteDelay = DefaultDeleteDelay
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -213,9 +233,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 }
 
 // Close delivers what the hook has queued (bounded by the publish
-// timeout), stops the sender and the Pub/Sub publishers. Transitions
-// committed after Close stay in the outbox for Redrive. It does not close
-// the client.
+// timeout) and deletes the delivered documents still held, stops the
+// sender and the Pub/Sub publishers. Transitions committed after Close
+// stay in the outbox for Redrive. It does not close the client.
 func (p *Publisher) Close() {
 	p.qmu.Lock()
 	p.closed = true
@@ -229,7 +249,8 @@ func (p *Publisher) Close() {
 // Hook returns the function to register with store.OnCommit. It only
 // queues the committed transitions for the sender and returns at once, so
 // a callback answers as soon as its transaction commits: publishing and
-// deleting the delivered entries happen off the request's path, many transitions to a
+// deleting the delivered entries happen off the request's path, many
+// transitions to a publish and the deletes of Config.DeleteDelay to a
 // commit. What the sender cannot deliver (Pub/Sub down, a full queue, a
 // crash) stays in the outbox for Redrive. A task's transitions are queued
 // in commit order (the store runs one transaction per task at a time and
@@ -265,10 +286,17 @@ func (p *Publisher) poke() {
 }
 
 // send is the sender: it takes up to sendBatch queued transitions at a
-// time, publishes them and deletes their delivered entries in one commit,
-// until Close.
+// time and publishes them, until Close. It holds the delivered documents
+// and deletes them together (flushDeletes), one commit per
+// maxWritesPerCommit.
 func (p *Publisher) send() {
 	defer close(p.stopped)
+	var (
+		pend   []string  // delivered documents not deleted yet
+		oldest time.Time // when the first of pend was delivered
+		timer  = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
 	for {
 		p.qmu.Lock()
 		n := min(len(p.queue), sendBatch)
@@ -278,46 +306,78 @@ func (p *Publisher) send() {
 		batch := slices.Clone(p.queue[:n])
 		p.queue = p.queue[n:]
 		p.inFlight = n
-		closed := p.closed
 		p.qmu.Unlock()
 		if n > 0 {
-			_ = p.publish(context.Background(), sortItems(batch))
+			done, _ := p.deliver(context.Background(), sortItems(batch), "publish")
+			if len(pend) == 0 {
+				oldest = time.Now()
+			}
+			pend = append(pend, done...)
 		}
 		p.qmu.Lock()
 		p.inFlight = 0
-		empty := len(p.queue) == 0
-		if empty {
+		p.deleting = len(pend)
+		force := p.closed || p.flushing > 0
+		p.qmu.Unlock()
+		if len(pend) > 0 && p.flushDeletes(len(pend), time.Since(oldest), force) {
+			_, _ = p.mark(context.Background(), pend, nil, "publish")
+			pend = nil
+		}
+		p.qmu.Lock()
+		p.deleting = len(pend)
+		empty, closed := len(p.queue) == 0, p.closed
+		if empty && len(pend) == 0 {
 			p.drained.Broadcast()
 		}
 		p.qmu.Unlock()
 		switch {
 		case !empty:
-		case closed:
+		case len(pend) == 0 && closed:
 			return
-		default:
+		case len(pend) == 0:
 			<-p.wake
+		default:
+			// Idle with deletes held: until a transition, Flush or Close,
+			// or the delay's end.
+			timer.Reset(p.deleteDelay - time.Since(oldest))
+			select {
+			case <-p.wake:
+			case <-timer.C:
+			}
+			timer.Stop()
 		}
 	}
 }
 
+// flushDeletes reports whether the sender deletes the n delivered
+// documents it holds, the oldest held for age, now: when they fill a
+// commit, the delay has passed, or force (Close or Flush).
+func (p *Publisher) flushDeletes(n int, age time.Duration, force bool) bool {
+	return force || n >= maxWritesPerCommit || age >= p.deleteDelay
+}
+
 // Flush waits until every transition the hook queued so far has been
-// delivered or left to Redrive, or ctx ends.
+// delivered or left to Redrive, and the delivered documents deleted (at
+// once, not after Config.DeleteDelay), or ctx ends.
 func (p *Publisher) Flush(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
+	stop := context.AfterFunc(ctx, func() {
 		p.qmu.Lock()
-		for len(p.queue) > 0 || p.inFlight > 0 {
-			p.drained.Wait()
+		defer p.qmu.Unlock()
+		p.drained.Broadcast()
+	})
+	defer stop()
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	p.flushing++
+	defer func() { p.flushing-- }()
+	p.poke()
+	for len(p.queue) > 0 || p.inFlight > 0 || p.deleting > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		p.qmu.Unlock()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		p.drained.Wait()
 	}
+	return nil
 }
 
 // Published is the number of messages Pub/Sub acked: transition events and
@@ -332,12 +392,13 @@ func (p *Publisher) Dropped() int64 { return p.dropped.Load() }
 
 // Publish delivers one commit's transitions (as store.OnCommit passes
 // them) now, on the caller's goroutine (tools may use it; the hook's
-// sender does the same): it publishes them (in seq order per task,
-// ordering key = task id) and their dead letters, waits for Pub/Sub's
-// acks, and deletes, in one commit, each outbox document (one per task,
-// store.OutboxDocIDs) whose events were all acked. It costs one Firestore
-// RPC (DeleteDelivered: one delete per document), plus one read of the
-// attempt history per dead letter. It runs even when ctx is cancelled
+// sender does the same, but holds the deletes for Config.DeleteDelay): it
+// publishes them (in seq order per task, ordering key = task id) and
+// their dead letters, waits for Pub/Sub's acks, and deletes, in one
+// commit, each outbox document (one per task, store.OutboxDocIDs) whose
+// events were all acked. It costs one Firestore RPC (DeleteDelivered: one
+// delete per document), plus one read of the attempt history per dead
+// letter. It runs even when ctx is cancelled
 // (the transitions are committed), bounded by the publish timeout.
 // Failures are logged and returned wrapping ErrUndelivered; the documents
 // stay undelivered.
@@ -352,10 +413,18 @@ func (p *Publisher) publish(ctx context.Context, items []item) error {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	ok, failed, err := p.publishAll(ctx, items, "publish")
-	done, _ := byDoc(ok, failed)
+	done, err := p.deliver(ctx, items, "publish")
 	_, markErr := p.mark(ctx, done, nil, "publish")
 	return errors.Join(err, markErr)
+}
+
+// deliver publishes items (as publish takes them) and returns the
+// documents whose events were all acked, to delete; the others stay in
+// the outbox for Redrive.
+func (p *Publisher) deliver(ctx context.Context, items []item, op string) ([]string, error) {
+	ok, failed, err := p.publishAll(ctx, items, op)
+	done, _ := byDoc(ok, failed)
+	return done, err
 }
 
 // itemsOf returns one commit's transitions as items, each with its outbox
