@@ -177,8 +177,10 @@ const (
 	workloadWorkers    = 8 // tasks a worker runs at once
 )
 
-// BenchmarkDevWorkload runs 300 no-op tasks that each send 3 heartbeats
-// (100 ms apart; a task ends once its third is acknowledged), submitted by 8 goroutines, through servo dev to an
+// BenchmarkDevWorkload runs 300 no-op tasks that each send
+// benchworker.Beats heartbeats (SERVO_BENCH_HEARTBEATS, default 1; 100 ms
+// apart, each with new progress; a task ends once its last is
+// acknowledged), submitted by 8 goroutines, through servo dev to an
 // external worker that runs 8 at a time, and reports throughput and the
 // CPU time of each process per task: servo dev, each emulator, and this
 // process (the worker and the submitters). Before the workload it measures

@@ -1,8 +1,8 @@
 // Package benchworker is the workload of the servo dev benchmarks
 // (BenchmarkDevWorkload in cmd/servo, BenchmarkDevRPCs in devstack, and,
 // in its own module, bench/temporal's Temporal counterpart): no-op tasks
-// that each end once their third heartbeat (sent every 100 ms) is
-// acknowledged, run by a worker a few at a time, submitted by a few
+// that each report progress Beats times, 100 ms apart, and end once the
+// last is acknowledged, run by a worker a few at a time, submitted by a few
 // goroutines at once.
 package benchworker
 
@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +27,20 @@ import (
 // Name is the worker name the benchmarks register the worker under.
 const Name = "bench"
 
-// beats is how many acknowledged heartbeats end a task.
-const beats = 3
+// Beats is how many heartbeats a task sends: SERVO_BENCH_HEARTBEATS, or
+// 1. Each carries new progress, so that the SDK sends it at its next tick
+// (the heartbeat interval, 100 ms) whatever Servo's pacing hint says:
+// after 100 ms of work the task reports progress and waits for Servo to
+// acknowledge it, as bench/temporal's activity sleeps 100 ms and records a
+// heartbeat, Beats times.
+var Beats = beatsFromEnv()
+
+func beatsFromEnv() int {
+	if n, err := strconv.Atoi(os.Getenv("SERVO_BENCH_HEARTBEATS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
 
 // Worker is an external worker on a local HTTP server, counting the
 // callbacks Servo acknowledged.
@@ -46,8 +60,13 @@ func Start(tb testing.TB, concurrency int) *Worker {
 	sem := make(chan struct{}, concurrency)
 	h := worker.Handler(func(ctx context.Context, t *worker.Task) (any, error) {
 		n := w.taskHeartbeats(t.ID())
-		for deadline := time.Now().Add(time.Minute); n.Load() < beats && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
+		deadline := time.Now().Add(time.Minute)
+		for i := 1; i <= Beats; i++ {
+			time.Sleep(100 * time.Millisecond)
+			t.Progress(i*100/Beats, "")
+			for n.Load() < int64(i) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 		return nil, nil
 	}, worker.WithHTTPClient(&http.Client{Transport: w}), worker.WithLogger(slog.New(slog.DiscardHandler)))

@@ -181,7 +181,8 @@ func printShapes(b *testing.B, title string, n map[string]int, per float64, unit
 // configuration: a sweep every second) by method and shape (a query's
 // collection and filters, a commit's collections), idle for 10 s and then
 // under a workload like BenchmarkDevWorkload's (cmd/servo): 100 tasks that
-// each send 3 heartbeats 100 ms apart, 8 submitters, a worker running 8 at
+// each send benchworker.Beats heartbeats 100 ms apart
+// (SERVO_BENCH_HEARTBEATS, default 1), 8 submitters, a worker running 8 at
 // a time. It logs the RPCs per idle second and per task, and each
 // emulator's CPU time (alone, idle under the stack, per task). Run it with
 // -benchtime=1x -v.
