@@ -1,7 +1,8 @@
 // Command temporal-bench runs BenchmarkDevWorkload's workload (see
 // cmd/servo/devbench_test.go) against the Temporal CLI's dev server, for
 // the comparison in docs/performance.md: 300 no-op tasks (a workflow that
-// runs one activity) that each send 3 heartbeats 100 ms apart, submitted
+// runs one activity) that each send -heartbeats heartbeats (default 1,
+// as benchworker.Beats) 100 ms apart, submitted
 // by 8 goroutines, run by a worker with 8 activity slots.
 //
 // Each iteration starts `temporal server start-dev --headless` itself and
@@ -57,9 +58,12 @@ const (
 
 var heartbeats atomic.Int64
 
-// Noop sends 3 heartbeats 100 ms apart and returns.
+// beats is how many heartbeats Noop sends (-heartbeats).
+var beats = flag.Int("heartbeats", 1, "heartbeats a task sends, 100 ms apart (BenchmarkDevWorkload: SERVO_BENCH_HEARTBEATS)")
+
+// Noop sends *beats heartbeats 100 ms apart and returns.
 func Noop(ctx context.Context) error {
-	for range 3 {
+	for range *beats {
 		time.Sleep(100 * time.Millisecond)
 		activity.RecordHeartbeat(ctx)
 		heartbeats.Add(1)

@@ -140,7 +140,9 @@ func newCostEnv(t *testing.T) *costEnv {
 		o.Log = lc
 		o.SweepEvery = time.Hour             // one tick at start, none while measuring
 		o.DueShards = store.DefaultDueShards // production's, not the local default
-		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
+		// Without the task cache: priced as misses, since production's
+		// callbacks land on any instance (store/doccache.go).
+		o.StoreOptions = []store.Option{store.WithRPCCounter(rc), store.WithTaskCache(0)}
 		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
 	})
 	// Wait for the start-up tick's sweep pass: one query per duty and

@@ -422,7 +422,9 @@ func BenchmarkCostRecord(b *testing.B) {
 	e := start(t, func(o *devstack.Options) {
 		o.SweepEvery = time.Hour // one tick at start, none while measuring
 		o.DueShards = store.DefaultDueShards
-		o.StoreOptions = []store.Option{store.WithRPCCounter(rc)}
+		// Without the task cache: priced as misses, since production's
+		// callbacks land on any instance (store/doccache.go).
+		o.StoreOptions = []store.Option{store.WithRPCCounter(rc), store.WithTaskCache(0)}
 		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
 		o.Log = logw
 		o.Quotas = &quota.Policy{Tenants: map[string]quota.Limits{"quota-tenant": {MaxRunning: 100}}}

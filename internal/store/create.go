@@ -123,12 +123,13 @@ func (s *Store) createBatched(ctx context.Context, ts []task.Task, now time.Time
 			delete(runs, p.t.RunID)
 			written = append(written, p.t.RunID)
 		}
-		_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+		res, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 		if err != nil {
 			s.recentRuns.forget(written) // the one-by-one commits below claim afresh
 		}
 		switch c := status.Code(err); {
 		case err == nil:
+			s.keepWritten(writes, res)
 			for _, t := range create {
 				s.createRun(ctx, t)
 			}
@@ -224,11 +225,12 @@ func (s *Store) createOne(ctx context.Context, t task.Task, writes []*pb.Write, 
 	if run == runRefresh {
 		writes = append(writes[:len(writes):len(writes)], s.runWrite(&t))
 	}
-	_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
+	res, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})
 	if err != nil && run != runNone {
 		s.recentRuns.forget([]string{t.RunID})
 	}
 	if err == nil {
+		s.keepWritten(writes, res)
 		if run == runCreate {
 			s.createRun(ctx, &t)
 		}

@@ -223,13 +223,15 @@ func (s *Store) createAdmittedOnce(ctx context.Context, a *quota.Admission, t ta
 	if run == runRefresh {
 		writes = append(writes, s.runWrite(&nt))
 	}
-	if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx}); err != nil {
+	res, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes, Transaction: tx})
+	if err != nil {
 		s.rollback(tx)
 		if run != runNone {
 			s.recentRuns.forget([]string{nt.RunID})
 		}
 		return CreateResult{}, tx, err
 	}
+	s.keepWritten(writes, res)
 	if run == runCreate {
 		s.createRun(ctx, &nt)
 	}

@@ -58,6 +58,7 @@ type Store struct {
 	retention  time.Duration // WithRetention
 	strict     bool          // WithStrict: production's rules enforced here (strict.go)
 	runEvery   time.Duration // WithRunDocumentEvery
+	taskCache  *docCache     // WithTaskCache (doccache.go)
 }
 
 // OnCommit registers fn to run after every commit that wrote transitions
@@ -83,6 +84,7 @@ type config struct {
 	retention  time.Duration
 	strict     *bool
 	runEvery   time.Duration
+	taskCache  *int
 }
 
 // Option configures New.
@@ -152,6 +154,10 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
 		outages: &outageLog{}, retention: cfg.retention, strict: strict, runEvery: cfg.runEvery}
+	s.taskCache = newDocCache(DefaultTaskCacheEntries)
+	if cfg.taskCache != nil {
+		s.taskCache = newDocCache(*cfg.taskCache)
+	}
 	s.outages.persist = func(o task.Outage) {
 		// Best effort: this process counts the outage already; a failed
 		// write only keeps it from the others.
