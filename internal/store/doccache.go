@@ -28,6 +28,9 @@ const (
 	// taskCacheMaxDoc is the largest document kept (a payload or a
 	// checkpoint makes most of it); larger ones are read.
 	taskCacheMaxDoc = 32 << 10
+	// taskCacheMaxBytes bounds the encoded size of the documents one store
+	// keeps: 16 MiB, whatever the entries (a function has 256 MiB).
+	taskCacheMaxBytes = 16 << 20
 )
 
 // WithTaskCache sets how many task documents the store keeps to skip a
@@ -39,12 +42,19 @@ func WithTaskCache(entries int) Option { return func(c *config) { c.taskCache = 
 type docCache struct {
 	mu    sync.Mutex
 	max   int
-	docs  map[string]*pb.Document
+	docs  map[string]cached
+	bytes int      // the encoded size of docs
 	order []string // names in put order; may name dropped or re-put ones
 }
 
+// cached is a kept document and its encoded size.
+type cached struct {
+	doc  *pb.Document
+	size int
+}
+
 func newDocCache(max int) *docCache {
-	return &docCache{max: max, docs: map[string]*pb.Document{}}
+	return &docCache{max: max, docs: map[string]cached{}}
 }
 
 // get returns the document as this process last wrote it, or nil.
@@ -54,7 +64,7 @@ func (c *docCache) get(name string) *pb.Document {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.docs[name]
+	return c.docs[name].doc
 }
 
 // drop forgets name.
@@ -63,8 +73,14 @@ func (c *docCache) drop(name string) {
 		return
 	}
 	c.mu.Lock()
-	delete(c.docs, name)
+	c.remove(name)
 	c.mu.Unlock()
+}
+
+// remove forgets name; c.mu is held.
+func (c *docCache) remove(name string) {
+	c.bytes -= c.docs[name].size
+	delete(c.docs, name)
 }
 
 // put keeps d (not to be modified afterwards), or forgets its name when d
@@ -73,7 +89,8 @@ func (c *docCache) put(d *pb.Document) {
 	if c == nil || c.max <= 0 {
 		return
 	}
-	if proto.Size(d) > taskCacheMaxDoc {
+	size := proto.Size(d)
+	if size > taskCacheMaxDoc {
 		c.drop(d.GetName())
 		return
 	}
@@ -82,9 +99,11 @@ func (c *docCache) put(d *pb.Document) {
 	if _, ok := c.docs[d.GetName()]; !ok {
 		c.order = append(c.order, d.GetName())
 	}
-	c.docs[d.GetName()] = d
-	for len(c.docs) > c.max && len(c.order) > 0 {
-		delete(c.docs, c.order[0])
+	c.remove(d.GetName())
+	c.docs[d.GetName()] = cached{doc: d, size: size}
+	c.bytes += size
+	for (len(c.docs) > c.max || c.bytes > taskCacheMaxBytes) && len(c.order) > 0 {
+		c.remove(c.order[0])
 		c.order = c.order[1:]
 	}
 	if len(c.order) > 2*c.max+16 { // dropped names pile up: keep the live ones, in order
