@@ -42,8 +42,20 @@ type Client struct {
 // An Option configures a Client.
 type Option func(*Client)
 
+// defaultTransport is http.DefaultTransport's, keeping up to 64 idle
+// connections per host where it keeps 2, so that a program submitting
+// from many goroutines reuses its connections rather than opening one (and
+// making a TLS handshake) for most requests.
+var defaultTransport = sync.OnceValue(func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+})
+
 // WithHTTPClient sends the requests through hc (default: an http.Client
-// with a 60 s timeout and no credentials).
+// with a 60 s timeout and no credentials, whose transport is
+// http.DefaultTransport's but keeps 64 idle connections per host, shared
+// by the process's clients).
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) { c.http = hc }
 }
@@ -54,7 +66,7 @@ func New(base string, opts ...Option) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("api url %q must be http(s)://host[:port]", base)
 	}
-	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 60 * time.Second}}
+	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 60 * time.Second, Transport: defaultTransport()}}
 	for _, o := range opts {
 		o(c)
 	}

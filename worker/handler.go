@@ -95,7 +95,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger { return logs.New(w, level) }
 
 // WithHTTPClient sets the client for callbacks (default: a client with
-// http.DefaultTransport; per-request timeouts come from WithRequestTimeout).
+// http.DefaultTransport's settings but 64 idle connections kept per host,
+// shared by the process's handlers; per-request timeouts come from
+// WithRequestTimeout).
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.client = hc } }
 
 // WithRequestTimeout bounds each callback request; a request that times
@@ -158,13 +160,24 @@ func Handler(fn Func, opts ...Option) http.Handler {
 		cfg.logger = logs.Default()
 	}
 	if cfg.client == nil {
-		cfg.client = &http.Client{}
+		cfg.client = &http.Client{Transport: defaultTransport()}
 	}
 	cfg.requestTimeout = max(cfg.requestTimeout, time.Millisecond)
 	cfg.backoffInitial = max(cfg.backoffInitial, time.Millisecond)
 	cfg.backoffMax = max(cfg.backoffMax, cfg.backoffInitial)
 	return &handler{fn: fn, cfg: cfg, inst: newInstruments(cfg.tracerProvider, cfg.meterProvider), inflight: map[attemptKey]*run{}}
 }
+
+// defaultTransport is the callbacks' transport unless WithHTTPClient says
+// otherwise: http.DefaultTransport's, keeping up to 64 idle connections to
+// Servo where it keeps 2 per host, so that a worker running more attempts
+// at once does not open a new connection (and, in production, make a TLS
+// handshake) for most of its callbacks.
+var defaultTransport = sync.OnceValue(func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+})
 
 func defaultWorkerID() string {
 	var parts []string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,19 @@ func TestDefaultWorkerIDUnique(t *testing.T) {
 	a, b := defaultWorkerID(), defaultWorkerID()
 	if a == b || a == "" || len(a) > 256 {
 		t.Fatalf("worker ids %q %q", a, b)
+	}
+}
+
+// TestDefaultTransportKeepsConnections: without WithHTTPClient a handler's
+// callbacks go through one shared transport that keeps 64 idle
+// connections per host (http.DefaultTransport keeps 2: a worker running
+// more attempts at once opened a connection for most callbacks).
+func TestDefaultTransportKeepsConnections(t *testing.T) {
+	fn := func(context.Context, *Task) (any, error) { return nil, nil }
+	a, b := Handler(fn).(*handler), Handler(fn).(*handler)
+	tr, ok := a.cfg.client.Transport.(*http.Transport)
+	if !ok || tr.MaxIdleConnsPerHost < 64 || a.cfg.client.Transport != b.cfg.client.Transport {
+		t.Fatalf("default callbacks transport %T (%+v), shared: %v; want one *http.Transport keeping 64 idle connections a host",
+			a.cfg.client.Transport, tr, a.cfg.client.Transport == b.cfg.client.Transport)
 	}
 }
