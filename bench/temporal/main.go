@@ -61,12 +61,13 @@ var heartbeats atomic.Int64
 // beats is how many heartbeats Noop sends (-heartbeats).
 var beats = flag.Int("heartbeats", 1, "heartbeats a task sends, 100 ms apart (BenchmarkDevWorkload: SERVO_BENCH_HEARTBEATS)")
 
-// Noop sends *beats heartbeats 100 ms apart and returns.
+// Noop records *beats heartbeats, each followed by 100 ms of work, and
+// returns.
 func Noop(ctx context.Context) error {
 	for range *beats {
-		time.Sleep(100 * time.Millisecond)
-		activity.RecordHeartbeat(ctx)
+		activity.RecordHeartbeat(ctx) // the first is sent at once, the others throttled to 50 ms
 		heartbeats.Add(1)
+		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
 }

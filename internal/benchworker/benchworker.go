@@ -30,9 +30,9 @@ const Name = "bench"
 // Beats is how many heartbeats a task sends: SERVO_BENCH_HEARTBEATS, or
 // 1. Each carries new progress, so that the SDK sends it at its next tick
 // (the heartbeat interval, 100 ms) whatever Servo's pacing hint says:
-// after 100 ms of work the task reports progress and waits for Servo to
-// acknowledge it, as bench/temporal's activity sleeps 100 ms and records a
-// heartbeat, Beats times.
+// Beats times, the task reports progress, works 100 ms, and waits until
+// Servo has acknowledged that heartbeat, as bench/temporal's activity
+// records a heartbeat and works 100 ms.
 var Beats = beatsFromEnv()
 
 func beatsFromEnv() int {
@@ -62,8 +62,8 @@ func Start(tb testing.TB, concurrency int) *Worker {
 		n := w.taskHeartbeats(t.ID())
 		deadline := time.Now().Add(time.Minute)
 		for i := 1; i <= Beats; i++ {
-			time.Sleep(100 * time.Millisecond)
 			t.Progress(i*100/Beats, "")
+			time.Sleep(100 * time.Millisecond)
 			for n.Load() < int64(i) && time.Now().Before(deadline) {
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -86,10 +86,18 @@ func (w *Worker) taskHeartbeats(id string) *atomic.Int64 {
 	return n.(*atomic.Int64)
 }
 
+// transport keeps as many idle connections to Servo as the worker SDK's
+// default (http.DefaultTransport keeps 2 a host).
+var transport = func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+}()
+
 // RoundTrip is the worker's transport to Servo: it counts the callbacks
 // answered with success.
 func (w *Worker) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := http.DefaultTransport.RoundTrip(r)
+	resp, err := transport.RoundTrip(r)
 	if err == nil && resp.StatusCode < 300 {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
