@@ -60,8 +60,8 @@ var scaleMutants = []scaleMutant{
 		// A global counter bumped in each submit's commit.
 		name: "counter-in-the-task-commit",
 		edits: []faults.Edit{{File: "internal/store/create.go",
-			Old: "\t\t_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})\n\t\tif err != nil {\n",
-			New: "\t\twrites = append(writes, " + counterWrite + ")\n\t\t_, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})\n\t\tif err != nil {\n"}},
+			Old: "\t\tres, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})\n\t\tif err != nil {\n",
+			New: "\t\twrites = append(writes, " + counterWrite + ")\n\t\tres, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: writes})\n\t\tif err != nil {\n"}},
 		exit: 1, names: "| document | meta/submits | meta/submits | global |", ci: true,
 	},
 	{
@@ -69,8 +69,8 @@ var scaleMutants = []scaleMutant{
 		// task's, no schedule's, no cause's.
 		name: "counter-in-its-own-commit",
 		edits: []faults.Edit{{File: "internal/store/create.go",
-			Old: "\t\tcase err == nil:\n\t\t\tfor _, t := range create {\n",
-			New: "\t\tcase err == nil:\n\t\t\t_, _ = s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{" + counterWrite + "}})\n\t\t\tfor _, t := range create {\n"}},
+			Old: "\t\tcase err == nil:\n\t\t\ts.keepWritten(writes, res)\n",
+			New: "\t\tcase err == nil:\n\t\t\ts.keepWritten(writes, res)\n\t\t\t_, _ = s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{" + counterWrite + "}})\n"}},
 		exit: 2, names: "no cause (store.WithCause) wrote meta/submits, from github.com/servo-dev/servo/internal/dispatcher.",
 	},
 	{

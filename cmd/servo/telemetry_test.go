@@ -172,9 +172,11 @@ func TestServoDevTelemetry(t *testing.T) {
 		`servo_callbacks_total\{http_response_status_code="200",[^}]*servo_callback="completed",servo_disposition="COMMITTED"\} 3\n`,
 		`servo_callbacks_total\{http_response_status_code="200",[^}]*servo_callback="heartbeat",servo_disposition="CONTINUE"\} [1-9]`,
 		`servo_callback_duration_seconds_count\{[^}]*servo_callback="started",servo_disposition="CONTINUE"\} 3\n`,
-		// Each `started` is one transaction of 2 RPCs: telemetry adds none.
+		// Each `started` is a commit, and a read unless the store wrote
+		// the task's last version (the task cache: servo dev's one store
+		// usually did): 3 to 6 RPCs for 3; telemetry adds none.
 		`servo_callback_firestore_rpcs_count\{[^}]*servo_callback="started"\} 3\n`,
-		`servo_callback_firestore_rpcs_sum\{[^}]*servo_callback="started"\} 6\n`,
+		`servo_callback_firestore_rpcs_sum\{[^}]*servo_callback="started"\} [3-6]\n`,
 		`servo_task_start_latency_seconds_count\{[^}]*servo_worker="example"\} 3\n`,
 		`servo_outbox_backlog\{[^}]*\} 0\n`,
 		`servo_outbox_oldest_age_seconds\{[^}]*\} 0\n`,

@@ -29,6 +29,8 @@ var notServer = map[string]string{
 	// production Firestore enforces its own rules.
 	"SERVO_STORE_STRICT":     "internal/store",
 	"SERVO_STORE_STRICT_LOG": "internal/store",
+	// The dev benchmarks' workload (BenchmarkDevWorkload, BenchmarkDevRPCs).
+	"SERVO_BENCH_HEARTBEATS": "internal/benchworker",
 }
 
 // TestOnlyConfigReadsServerVariables: outside package config (and the
