@@ -50,10 +50,14 @@ func (d *devRun) export(name string) string {
 }
 
 // startDev runs `servo dev --no-demo args...` with env and waits until it
-// says it is running. The test's cleanup kills it if it still runs.
+// says it is running. The test's cleanup kills it if it still runs. Its
+// API listens on a port the system picks (--addr 127.0.0.1:0; the address
+// is in its SERVO_API export): a port chosen free beforehand could be
+// taken, by an emulator servo dev starts or a parallel test, before servo
+// dev binds it.
 func startDev(t testing.TB, env []string, args ...string) *devRun {
 	t.Helper()
-	args = append([]string{"dev", "--addr", freeAddr(t), "--no-demo", "--log", filepath.Join(t.TempDir(), "dev.log")}, args...)
+	args = append([]string{"dev", "--addr", "127.0.0.1:0", "--no-demo", "--log", filepath.Join(t.TempDir(), "dev.log")}, args...)
 	d := &devRun{cmd: exec.Command(servoBinary(t), args...), exited: make(chan error, 1)}
 	d.cmd.Env = env
 	stdout, _ := d.cmd.StdoutPipe()
