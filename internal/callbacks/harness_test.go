@@ -61,10 +61,7 @@ func newEnv(t testing.TB, mutate func(*callbacks.Config)) *env {
 	e := &env{t: t, ctx: context.Background(), rpc: store.NewRPCCounter(), logs: &servotest.Buffer{}}
 	var err error
 	e.project = emulatortest.ProjectID(t)
-	// Without the task cache: the tests count a callback's RPCs as
-	// production's usual instance makes them, one that did not write the
-	// task's last version (a read and a commit).
-	e.st, err = store.New(e.ctx, e.project, store.WithRPCCounter(e.rpc), store.WithTaskCache(0))
+	e.st, err = store.New(e.ctx, e.project, store.WithRPCCounter(e.rpc))
 	if err != nil {
 		t.Fatal(err)
 	}

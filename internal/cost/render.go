@@ -492,8 +492,8 @@ func (r Report) Markdown() string {
 	w("a TTL field is priced for %g months of storage (it is kept for good), one with a TTL\n", a.NoTTLMonths)
 	w("until the time its field says (as the code sets it); spans are priced at the sampling\n")
 	w("ratio (the errors and slow requests always kept are not modelled); every callback and\n")
-	w("sweep reads its task (recorded without the store's task cache: production's callbacks land\n")
-	w("on any instance, and one that wrote the task's last version would save that read).\n")
+	w("sweep reads its task (recorded without the store's task cache, which servo dev keeps and\n")
+	w("the deployed functions do not).\n")
 	return b.String()
 }
 

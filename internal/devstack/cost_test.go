@@ -140,8 +140,8 @@ func newCostEnv(t *testing.T) *costEnv {
 		o.Log = lc
 		o.SweepEvery = time.Hour             // one tick at start, none while measuring
 		o.DueShards = store.DefaultDueShards // production's, not the local default
-		// Without the task cache: priced as misses, since production's
-		// callbacks land on any instance (store/doccache.go).
+		// Without servo dev's task cache, as the deployed functions run
+		// (store/doc.go, "The task cache").
 		o.StoreOptions = []store.Option{store.WithRPCCounter(rc), store.WithTaskCache(0)}
 		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
 	})

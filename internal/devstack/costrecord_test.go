@@ -422,8 +422,8 @@ func BenchmarkCostRecord(b *testing.B) {
 	e := start(t, func(o *devstack.Options) {
 		o.SweepEvery = time.Hour // one tick at start, none while measuring
 		o.DueShards = store.DefaultDueShards
-		// Without the task cache: priced as misses, since production's
-		// callbacks land on any instance (store/doccache.go).
+		// Without servo dev's task cache, as the deployed functions run
+		// (store/doc.go, "The task cache").
 		o.StoreOptions = []store.Option{store.WithRPCCounter(rc), store.WithTaskCache(0)}
 		o.TasksClientOptions = []option.ClientOption{option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(ct.unary))}
 		o.Log = logw

@@ -470,8 +470,11 @@ func openStore(ctx context.Context, o Options, cfg *config.Config, fresh bool) (
 		}
 		return st, nil
 	}
-	// Options.StoreOptions may set the shards too (tests).
-	opts := append(append(server.StoreOptions(*cfg), store.WithStrict(!o.LaxStore)), o.StoreOptions...)
+	// Options.StoreOptions may set the shards and the task cache too
+	// (tests). The one store writes every version of a task: it keeps them
+	// to skip the callbacks' reads (store/doc.go, "The task cache").
+	opts := append(append(server.StoreOptions(*cfg), store.WithStrict(!o.LaxStore),
+		store.WithTaskCache(store.DefaultTaskCacheEntries)), o.StoreOptions...)
 	st, err := open(opts...)
 	if err != nil {
 		return nil, err

@@ -776,13 +776,11 @@ func TestTailMissingTopic(t *testing.T) {
 	}
 }
 
-// countedStore replaces e.st with a store whose Firestore RPCs are counted,
-// without the task cache: each event reads the task, as a callback on an
-// instance that did not write it last does.
+// countedStore replaces e.st with a store whose Firestore RPCs are counted.
 func (e *env) countedStore(t testing.TB) *store.RPCCounter {
 	t.Helper()
 	c := store.NewRPCCounter()
-	st, err := store.New(context.Background(), e.project, store.WithRPCCounter(c), store.WithTaskCache(0))
+	st, err := store.New(context.Background(), e.project, store.WithRPCCounter(c))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // is kept on the task (task.Task.Ended). After each event, GET and
 // Store.Attempts show the attempt as the machine left it.
 func TestAttemptRecordWrittenOnlyForWhatLiveLacks(t *testing.T) {
-	s, rc := newStore(t, uncached)
+	s, rc := newStore(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
 	tk := mustCreate(t, s, submitted(now, ""), now)
@@ -291,7 +291,7 @@ func TestRetryAttemptRecord(t *testing.T) {
 // repeated `completed` see the ended attempt. An ended attempt too large to
 // share the task document gets its record document, as before.
 func TestEndedAttemptKeptOnTask(t *testing.T) {
-	s, rc := newStore(t, uncached)
+	s, rc := newStore(t)
 	ctx := context.Background()
 	// A migrated database: a task is looked up by its one name.
 	if _, err := s.Migrate(ctx, store.MigrateOptions{}); err != nil {

@@ -139,22 +139,24 @@
 //
 // # The task cache
 //
-// A store keeps the task documents it last wrote whole, as written, with
-// the update time the commit gave them (doccache.go; [WithTaskCache],
-// [DefaultTaskCacheEntries]; documents over 32 KiB are not kept). An Apply
-// or a heartbeat of a task found there skips the read: the commit's
+// With [WithTaskCache], a store keeps the task documents it last wrote
+// whole, as written, with the update time the commit gave them
+// (doccache.go; at most 16 MiB; documents over 32 KiB are not kept). An
+// Apply or a heartbeat of a task found there skips the read: the commit's
 // precondition is the update time a read of that version would have
 // given, so it commits only when no other writer came in between; when one
 // did, the commit fails, the entry is dropped and Apply reads and applies
-// again (one wasted commit). An event that would commit nothing (a
+// again (one refused commit more). An event that would commit nothing (a
 // refused or repeated callback, a heartbeat with over half its lease
 // left) has no precondition to check the cached version, so its answer
-// always comes from a read. A hit makes an Apply 1 RPC: in servo dev,
-// where one store writes a task's every version, a task's lifecycle
-// (submit, started, a heartbeat, completed) is 4 commits and no read
-// (TestTaskCache); in production a callback hits when the instance that
-// serves it wrote the task's last version, and otherwise costs what it
-// did. A transaction's reads (the quota steps) never use it.
+// always comes from a read. servo dev turns it on
+// ([DefaultTaskCacheEntries]): one store writes a task's every version, so
+// a lifecycle (submit, started, a heartbeat, completed) is 4 commits and no
+// read (TestTaskCache). The deployed functions leave it off: a task's
+// callbacks land on any of the callbacks' instances, one of which would
+// seldom hold the last version and, after an earlier callback of the task,
+// often an older one, whose refused commit costs more than the read it
+// saves. A transaction's reads (the quota steps) never use it.
 //
 // # Attempt records
 //

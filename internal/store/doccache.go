@@ -17,9 +17,12 @@ import (
 // the sweeper, another path of this one) wrote the task since; when one
 // did, the commit fails, the entry is dropped and Apply tries again with a
 // read. A callback handled by the process that wrote the task's last
-// version (servo dev; an instance that took a task's previous callback)
-// costs one RPC instead of two; a miss costs what it did. A read inside a
-// transaction (an admit with quotas) never uses it.
+// version costs one RPC instead of two; a stale entry costs a refused
+// commit more. It is on in servo dev, whose one process writes every
+// version of a task, and off by default: deployed callbacks land on any of
+// many instances, which would seldom hold the last version and often an
+// older one. A read inside a transaction (an admit with quotas) never uses
+// it.
 
 // Defaults of the task cache.
 const (
@@ -34,7 +37,9 @@ const (
 )
 
 // WithTaskCache sets how many task documents the store keeps to skip a
-// transition's read (0: none; default DefaultTaskCacheEntries).
+// transition's read (default 0: none). servo dev keeps
+// DefaultTaskCacheEntries; the deployed functions keep none (doc.go, "The
+// task cache").
 func WithTaskCache(entries int) Option { return func(c *config) { c.taskCache = &entries } }
 
 // docCache is the task cache: documents by name, the oldest put evicted
@@ -42,19 +47,19 @@ func WithTaskCache(entries int) Option { return func(c *config) { c.taskCache = 
 type docCache struct {
 	mu    sync.Mutex
 	max   int
-	docs  map[string]cached
+	docs  map[string]cacheEntry
 	bytes int      // the encoded size of docs
 	order []string // names in put order; may name dropped or re-put ones
 }
 
-// cached is a kept document and its encoded size.
-type cached struct {
+// cacheEntry is a kept document and its encoded size.
+type cacheEntry struct {
 	doc  *pb.Document
 	size int
 }
 
 func newDocCache(max int) *docCache {
-	return &docCache{max: max, docs: map[string]cached{}}
+	return &docCache{max: max, docs: map[string]cacheEntry{}}
 }
 
 // get returns the document as this process last wrote it, or nil.
@@ -100,7 +105,7 @@ func (c *docCache) put(d *pb.Document) {
 		c.order = append(c.order, d.GetName())
 	}
 	c.remove(d.GetName())
-	c.docs[d.GetName()] = cached{doc: d, size: size}
+	c.docs[d.GetName()] = cacheEntry{doc: d, size: size}
 	c.bytes += size
 	for (len(c.docs) > c.max || c.bytes > taskCacheMaxBytes) && len(c.order) > 0 {
 		c.remove(c.order[0])

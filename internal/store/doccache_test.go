@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/store"
 	"github.com/servo-dev/servo/internal/task"
 )
 
@@ -18,8 +19,8 @@ import (
 // than half its lease left) is never given from the cache.
 func TestTaskCache(t *testing.T) {
 	ctx := context.Background()
-	s, rc := newStore(t)
-	other := sameProject(t, s)
+	s, rc := newStore(t, store.WithTaskCache(store.DefaultTaskCacheEntries))
+	other := sameProject(t, s)                         // no cache
 	now := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
 	hb := func(at time.Duration, pct *int) task.Event {
 		return task.Event{Kind: task.EventHeartbeat, Attempt: 1, WorkerID: "w1", Now: now.Add(at),

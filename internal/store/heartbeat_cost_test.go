@@ -17,7 +17,7 @@ import (
 // grow with the task's payload, nor with a checkpoint stored earlier; a
 // checkpoint the heartbeat carries costs its own bytes and nothing more.
 func TestHeartbeatCostIndependentOfPayload(t *testing.T) {
-	s, rc := newStore(t, uncached)
+	s, rc := newStore(t)
 	ctx := context.Background()
 	const beats = 5
 	checkpoint := func(i int) json.RawMessage {

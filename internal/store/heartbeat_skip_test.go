@@ -14,7 +14,7 @@ import (
 // read and no write; one with less left, or with a new progress, renews
 // the lease (a read and a commit), and GET shows what was written.
 func TestHeartbeatWithHalfLeaseLeftWritesNothing(t *testing.T) {
-	s, rc := newStore(t, uncached)
+	s, rc := newStore(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
 	tk := mustCreate(t, s, submitted(now, ""), now)    // interval 1 s, timeout 3 s

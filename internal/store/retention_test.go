@@ -26,7 +26,7 @@ func TestRetentionStampsEndedTasks(t *testing.T) {
 	}
 	rc := store.NewRPCCounter()
 	s, err := store.New(context.Background(), emulatortest.ProjectID(t), store.WithRPCCounter(rc),
-		store.WithRetention(45*day), store.WithQuotas(policy), uncached)
+		store.WithRetention(45*day), store.WithQuotas(policy))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,6 @@ func New(ctx context.Context, project string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, db: db, docs: db + "/documents", maxRetries: cfg.maxRetries, shards: cfg.shards, counters: counters,
 		outages: &outageLog{}, retention: cfg.retention, strict: strict, runEvery: cfg.runEvery}
-	s.taskCache = newDocCache(DefaultTaskCacheEntries)
 	if cfg.taskCache != nil {
 		s.taskCache = newDocCache(*cfg.taskCache)
 	}

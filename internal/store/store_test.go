@@ -30,11 +30,6 @@ func newStore(t *testing.T, opts ...store.Option) (*store.Store, *store.RPCCount
 	return s, c
 }
 
-// uncached turns the task cache off, for the tests that count the RPCs of
-// a store that did not write the task's last version (production's usual
-// case: a callback on another instance); TestTaskCache counts a hit's.
-var uncached = store.WithTaskCache(0)
-
 // sameProject opens a second, independent client on s's project.
 func sameProject(t *testing.T, s *store.Store) *store.Store {
 	t.Helper()
@@ -152,7 +147,7 @@ func TestIdempotentCreateUnderConcurrency(t *testing.T) {
 
 // TestRoundTripsPerOperation measures Firestore RPCs per store operation.
 func TestRoundTripsPerOperation(t *testing.T) {
-	s, c := newStore(t, uncached)
+	s, c := newStore(t)
 	now := time.Now().UTC()
 	tk := mustCreate(t, s, submitted(now, ""), now)
 	p := 10

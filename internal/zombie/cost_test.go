@@ -125,9 +125,7 @@ func costFixture(t testing.TB, running, due int, opts ...store.Option) (*zombie.
 	t.Helper()
 	rpc := store.NewRPCCounter()
 	project := emulatortest.ProjectID(t)
-	// Without the task cache: production's sweeper is a function of its
-	// own, which never wrote the tasks it sweeps.
-	st, err := store.New(context.Background(), project, append([]store.Option{store.WithRPCCounter(rpc), store.WithTaskCache(0)}, opts...)...)
+	st, err := store.New(context.Background(), project, append([]store.Option{store.WithRPCCounter(rpc)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
