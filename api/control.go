@@ -53,6 +53,20 @@ type RetryRequest struct {
 	InitialBackoffMs   *int64   `json:"initialBackoffMs,omitempty"`
 	BackoffCoefficient *float64 `json:"backoffCoefficient,omitempty"`
 	MaxBackoffMs       *int64   `json:"maxBackoffMs,omitempty"`
+	// MaxTotalAttempts bounds the attempts whatever their categories
+	// (absent: the largest maxAttempts of the policies in force).
+	MaxTotalAttempts *int `json:"maxTotalAttempts,omitempty"`
+	// ByCategory gives a retryable category a policy of its own; its
+	// absent fields are the task's (CONFLICT's: DefaultConflictRetry's).
+	ByCategory map[Category]*CategoryRetryRequest `json:"byCategory,omitempty"`
+}
+
+// CategoryRetryRequest is one category's entry in RetryRequest.ByCategory.
+type CategoryRetryRequest struct {
+	MaxAttempts        *int     `json:"maxAttempts,omitempty"`
+	InitialBackoffMs   *int64   `json:"initialBackoffMs,omitempty"`
+	BackoffCoefficient *float64 `json:"backoffCoefficient,omitempty"`
+	MaxBackoffMs       *int64   `json:"maxBackoffMs,omitempty"`
 }
 
 // SubmitResponse answers a submit: 201 for a new task, 200 for a repeated
@@ -417,6 +431,9 @@ type Attempt struct {
 	// Execution is the Cloud Run Job execution that runs the attempt (job
 	// workers only): projects/P/locations/L/jobs/J/executions/E.
 	Execution string `json:"execution,omitempty"`
+	// RetryPolicy is the policy in force for the category of the attempt's
+	// error (docs/contract.md §6.3), on an attempt that failed with one.
+	RetryPolicy *CategoryRetry `json:"retryPolicy,omitempty"`
 }
 
 // Limits are a tenant's or a worker's quota limits; 0 is unlimited.

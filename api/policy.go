@@ -81,12 +81,67 @@ func (t Timing) StartTimeout() time.Duration {
 }
 
 // RetryPolicy decides when a failed attempt is retried (docs/contract.md
-// §6.2).
+// §6.2). Its own four fields are the policy of every category without an
+// entry in ByCategory (CONFLICT excepted: DefaultConflictRetry).
 type RetryPolicy struct {
 	MaxAttempts        int     `json:"maxAttempts"`
 	InitialBackoffMs   int64   `json:"initialBackoffMs"`
 	BackoffCoefficient float64 `json:"backoffCoefficient"`
 	MaxBackoffMs       int64   `json:"maxBackoffMs"`
+	// MaxTotalAttempts bounds the task's attempts whatever their
+	// categories; 0 means the largest MaxAttempts of the policies in force
+	// (TotalAttempts).
+	MaxTotalAttempts int `json:"maxTotalAttempts,omitempty"`
+	// ByCategory is a category's own policy, complete (the fields a submit
+	// left out filled in).
+	ByCategory map[Category]CategoryRetry `json:"byCategory,omitempty"`
+}
+
+// CategoryRetry is the retry policy of one error category
+// (docs/contract.md §6.3).
+type CategoryRetry struct {
+	MaxAttempts        int     `json:"maxAttempts"`
+	InitialBackoffMs   int64   `json:"initialBackoffMs"`
+	BackoffCoefficient float64 `json:"backoffCoefficient"`
+	MaxBackoffMs       int64   `json:"maxBackoffMs"`
+}
+
+// DefaultConflictRetry is CONFLICT's policy when the task gives it none:
+// 5 s, doubling, capped at a minute, 5 attempts.
+var DefaultConflictRetry = CategoryRetry{MaxAttempts: 5, InitialBackoffMs: 5_000, BackoffCoefficient: 2, MaxBackoffMs: 60_000}
+
+// Base is the policy of the categories without one of their own.
+func (p RetryPolicy) Base() CategoryRetry {
+	return CategoryRetry{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
+		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}
+}
+
+// For is the policy in force for category c, and whether it is c's own
+// (an entry in ByCategory, or CONFLICT's default) rather than Base.
+func (p RetryPolicy) For(c Category) (CategoryRetry, bool) {
+	if e, ok := p.ByCategory[c]; ok {
+		return e, true
+	}
+	if c == CategoryConflict {
+		return DefaultConflictRetry, true
+	}
+	return p.Base(), false
+}
+
+// TotalAttempts is the bound on the task's attempts overall:
+// MaxTotalAttempts, or when it is 0 the largest MaxAttempts of Base,
+// every ByCategory entry and CONFLICT's policy.
+func (p RetryPolicy) TotalAttempts() int {
+	if p.MaxTotalAttempts > 0 {
+		return p.MaxTotalAttempts
+	}
+	n := p.MaxAttempts
+	c, _ := p.For(CategoryConflict)
+	n = max(n, c.MaxAttempts)
+	for _, e := range p.ByCategory {
+		n = max(n, e.MaxAttempts)
+	}
+	return n
 }
 
 // Retry defaults.

@@ -80,13 +80,17 @@ const (
 	CategoryConfiguration  Category = "CONFIGURATION"
 	CategoryTimeout        Category = "TIMEOUT"
 	CategoryCancelled      Category = "CANCELLED"
+	// CategoryConflict is a compare-and-swap or optimistic-concurrency
+	// conflict: retryable, with a policy of its own by default
+	// (DefaultConflictRetry).
+	CategoryConflict Category = "CONFLICT"
 )
 
 // Valid reports whether c is one of the categories of docs/contract.md
 // §6.1.
 func (c Category) Valid() bool {
 	switch c {
-	case CategoryUserCode, CategoryDataQuality, CategoryInfrastructure, CategoryConfiguration, CategoryTimeout, CategoryCancelled:
+	case CategoryUserCode, CategoryDataQuality, CategoryInfrastructure, CategoryConfiguration, CategoryTimeout, CategoryCancelled, CategoryConflict:
 		return true
 	}
 	return false

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +100,8 @@ func newSubmitCmd() *cobra.Command {
 	var cf clientFlags
 	var file, tenant, workspace, run, key, asset, worker, payload, deadline, idem string
 	var hbInterval, hbTimeout, grace time.Duration
-	var maxAttempts int
+	var maxAttempts, maxTotal int
+	var byCategory []string
 	var backoff, maxBackoff, startIn time.Duration
 	var startAt string
 	cmd := &cobra.Command{
@@ -112,6 +115,7 @@ state (or the existing task for a repeated --idempotency-key).`,
       --payload '{"partitions": 20, "partitionMs": 500}'
   servo submit -f task.json --json
   cat task.json | servo submit -f - --max-attempts 5
+  servo submit -f task.json --retry-category CONFLICT:attempts=8,backoff=1s,max-backoff=30s
   servo submit --tenant acme --workspace ws --key nightly --worker example --start-at 2030-01-15T02:00:00Z
   servo submit --tenant acme --workspace ws --key later --worker example --start-in 2h`,
 		Args: noArgs,
@@ -170,6 +174,9 @@ state (or the existing task for a repeated --idempotency-key).`,
 				r[k] = v
 				body["retry"] = r
 			}
+			if err := setRetryCategories(body, byCategory, maxTotal); err != nil {
+				return err
+			}
 			c, err := cf.client(ctx)
 			if err != nil {
 				return err
@@ -206,7 +213,63 @@ state (or the existing task for a repeated --idempotency-key).`,
 	f.IntVar(&maxAttempts, "max-attempts", 0, "retry.maxAttempts (default 3)")
 	f.DurationVar(&backoff, "retry-backoff", 0, "retry.initialBackoffMs as a duration: the first retry's delay before jitter (default 30s)")
 	f.DurationVar(&maxBackoff, "retry-max-backoff", 0, "retry.maxBackoffMs as a duration (default 10m)")
+	f.IntVar(&maxTotal, "max-total-attempts", 0, "retry.maxTotalAttempts: the attempts whatever their error categories (default the largest maxAttempts in force)")
+	f.StringArrayVar(&byCategory, "retry-category", nil, "a category's own retry policy, CATEGORY:attempts=N,backoff=D,coefficient=X,max-backoff=D (each part optional; repeat for more categories): retry.byCategory")
 	return cmd
+}
+
+// setRetryCategories adds --retry-category and --max-total-attempts to the
+// body's retry object.
+func setRetryCategories(body map[string]any, specs []string, maxTotal int) error {
+	if len(specs) == 0 && maxTotal <= 0 {
+		return nil
+	}
+	r, _ := body["retry"].(map[string]any)
+	if r == nil {
+		r = map[string]any{}
+	}
+	if maxTotal > 0 {
+		r["maxTotalAttempts"] = maxTotal
+	}
+	if len(specs) > 0 {
+		by, _ := r["byCategory"].(map[string]any)
+		if by == nil {
+			by = map[string]any{}
+		}
+		for _, spec := range specs {
+			cat, parts, _ := strings.Cut(spec, ":")
+			if cat == "" {
+				return usageErr("--retry-category %q: want CATEGORY:attempts=N,backoff=D,coefficient=X,max-backoff=D", spec)
+			}
+			e := map[string]any{}
+			for _, kv := range strings.Split(parts, ",") {
+				if kv == "" {
+					continue
+				}
+				k, v, _ := strings.Cut(kv, "=")
+				var err error
+				switch k {
+				case "attempts":
+					e["maxAttempts"], err = strconv.Atoi(v)
+				case "coefficient":
+					e["backoffCoefficient"], err = strconv.ParseFloat(v, 64)
+				case "backoff", "max-backoff":
+					var d time.Duration
+					d, err = time.ParseDuration(v)
+					e[map[string]string{"backoff": "initialBackoffMs", "max-backoff": "maxBackoffMs"}[k]] = d.Milliseconds()
+				default:
+					return usageErr("--retry-category %q: unknown part %q (attempts, backoff, coefficient, max-backoff)", spec, k)
+				}
+				if err != nil {
+					return usageErr("--retry-category %q: %s: %v", spec, k, err)
+				}
+			}
+			by[cat] = e
+		}
+		r["byCategory"] = by
+	}
+	body["retry"] = r
+	return nil
 }
 
 func printSubmitted(w io.Writer, res api.SubmitResponse) error {
@@ -271,6 +334,9 @@ func printTask(w io.Writer, t *api.Task) error {
 		fields = append(fields, struct{ k, v string }{"Reason:", t.Reason})
 	}
 	fields = append(fields, struct{ k, v string }{"Attempt:", fmt.Sprintf("%d of %d", t.Attempt, t.Retry.MaxAttempts)})
+	if t.Retry.MaxTotalAttempts > 0 || len(t.Retry.ByCategory) > 0 {
+		fields = append(fields, struct{ k, v string }{"Retry:", retryText(t.Retry)})
+	}
 	if t.Delivery != nil {
 		fields = append(fields, struct{ k, v string }{"Delivery:", deliveryText(t.Delivery) + " (checked " + t.Delivery.CheckedAt.Local().Format("15:04:05") + ")"})
 	}
@@ -638,6 +704,16 @@ func rerunBody(orig *api.Task, now time.Time) []byte {
 		IdempotencyKey: "rerun-" + orig.TaskID + "-" + hex.EncodeToString(suffix[:]),
 		RerunOf:        orig.TaskID,
 	}
+	if retry.MaxTotalAttempts > 0 {
+		req.Retry.MaxTotalAttempts = &retry.MaxTotalAttempts
+	}
+	for c, e := range retry.ByCategory {
+		if req.Retry.ByCategory == nil {
+			req.Retry.ByCategory = map[api.Category]*api.CategoryRetryRequest{}
+		}
+		req.Retry.ByCategory[c] = &api.CategoryRetryRequest{MaxAttempts: &e.MaxAttempts, InitialBackoffMs: &e.InitialBackoffMs,
+			BackoffCoefficient: &e.BackoffCoefficient, MaxBackoffMs: &e.MaxBackoffMs}
+	}
 	if orig.Deadline != nil && orig.Deadline.After(now) {
 		req.Deadline = orig.Deadline.Format(time.RFC3339Nano)
 	}
@@ -659,4 +735,22 @@ func readFileArg(cmd *cobra.Command, file string) ([]byte, error) {
 		return nil, usageErr("read %s: %v", file, err)
 	}
 	return raw, nil
+}
+
+// retryText is a task's per-category policies and total, for servo get:
+// "CONFLICT 8 attempts, 1s ×2 up to 30s; at most 10 attempts in all".
+func retryText(p api.RetryPolicy) string {
+	var parts []string
+	cats := make([]string, 0, len(p.ByCategory))
+	for c := range p.ByCategory {
+		cats = append(cats, string(c))
+	}
+	slices.Sort(cats)
+	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+	for _, c := range cats {
+		e := p.ByCategory[api.Category(c)]
+		parts = append(parts, fmt.Sprintf("%s %d attempts, %s ×%g up to %s", c, e.MaxAttempts, ms(e.InitialBackoffMs), e.BackoffCoefficient, ms(e.MaxBackoffMs)))
+	}
+	parts = append(parts, fmt.Sprintf("at most %d attempts in all", p.TotalAttempts()))
+	return strings.Join(parts, "; ")
 }

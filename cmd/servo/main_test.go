@@ -104,7 +104,8 @@ func TestServoDevBinary(t *testing.T) {
 		return string(out), code
 	}
 	out, code := run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "k1", "--worker", "example",
-		"--payload", `{"partitions": 3, "partitionMs": 50}`, "--max-attempts", "2", "--retry-backoff", "1s", "--retry-max-backoff", "5s")
+		"--payload", `{"partitions": 3, "partitionMs": 50}`, "--max-attempts", "2", "--retry-backoff", "1s", "--retry-max-backoff", "5s",
+		"--retry-category", "CONFLICT:attempts=8,backoff=2s,coefficient=3", "--retry-category", "TIMEOUT:max-backoff=7s", "--max-total-attempts", "9")
 	var sub api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &sub) != nil || sub.TaskID == "" {
 		t.Fatalf("submit: exit %d, %s", code, out)
@@ -117,8 +118,13 @@ func TestServoDevBinary(t *testing.T) {
 			t.Fatalf("get: exit %d, %s", code, out)
 		}
 		if v.State == api.Succeeded {
-			if r := v.Retry; r.MaxAttempts != 2 || r.InitialBackoffMs != 1000 || r.MaxBackoffMs != 5000 {
+			if r := v.Retry; r.MaxAttempts != 2 || r.InitialBackoffMs != 1000 || r.MaxBackoffMs != 5000 || r.MaxTotalAttempts != 9 ||
+				r.ByCategory[api.CategoryConflict] != (api.CategoryRetry{MaxAttempts: 8, InitialBackoffMs: 2000, BackoffCoefficient: 3, MaxBackoffMs: 60000}) ||
+				r.ByCategory[api.CategoryTimeout] != (api.CategoryRetry{MaxAttempts: 2, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 7000}) {
 				t.Fatalf("the retry flags were not sent: %+v", r)
+			}
+			if out, _ := run("get", sub.TaskID); !strings.Contains(out, "CONFLICT 8 attempts, 2s ×3 up to 1m0s; TIMEOUT 2 attempts, 1s ×2 up to 7s; at most 9 attempts in all") {
+				t.Fatalf("servo get does not show the per-category policies:\n%s", out)
 			}
 			break
 		}
@@ -142,6 +148,9 @@ func TestServoDevBinary(t *testing.T) {
 	}
 	if out, code := run("cancel", later.TaskID); code != 0 {
 		t.Fatalf("cancel before the start: exit %d, %s", code, out)
+	}
+	if _, code := run("submit", "--tenant", "acme", "--workspace", "ws", "--key", "k", "--worker", "example", "--retry-category", "CONFLICT:tries=3"); code != exitUsage {
+		t.Fatalf("--retry-category with an unknown part: exit %d", code)
 	}
 	if _, code := run("submit", "--tenant", "acme", "--workspace", "ws", "--key", "k", "--worker", "example", "--start-in", "1h", "--start-at", "2030-01-01T00:00:00Z"); code != exitUsage {
 		t.Fatalf("both --start-in and --start-at: exit %d", code)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -406,7 +407,8 @@ func TestEventsTailAll(t *testing.T) {
 // rerunOf; a task that has not finished is refused with exit 4 (409).
 func TestRerun(t *testing.T) {
 	st := startStack(t)
-	orig := st.submit(devstack.ExampleWorker, `{"partitions": 2, "partitionMs": 50}`, map[string]any{"idempotencyKey": "first-run", "assetId": "asset-9"})
+	orig := st.submit(devstack.ExampleWorker, `{"partitions": 2, "partitionMs": 50}`, map[string]any{"idempotencyKey": "first-run", "assetId": "asset-9",
+		"retry": map[string]any{"maxAttempts": 3, "initialBackoffMs": 100, "maxBackoffMs": 200, "maxTotalAttempts": 6, "byCategory": map[string]any{"CONFLICT": map[string]any{"maxAttempts": 6}}}})
 	running := st.submit("held", `{}`, nil).TaskID
 	st.wait(running, "RUNNING", func(v api.Task) bool { return v.State == api.Running })
 
@@ -436,7 +438,7 @@ func TestRerun(t *testing.T) {
 	again := st.waitState(res.TaskID, api.Succeeded)
 	if again.RerunOf != orig.TaskID || again.IdempotencyKey == "" || again.IdempotencyKey == first.IdempotencyKey ||
 		again.RunID != first.RunID || again.TaskKey != first.TaskKey || again.AssetID != "asset-9" || string(again.Payload) != string(first.Payload) ||
-		again.HeartbeatIntervalMs != first.HeartbeatIntervalMs || again.Retry != first.Retry {
+		again.HeartbeatIntervalMs != first.HeartbeatIntervalMs || !reflect.DeepEqual(again.Retry, first.Retry) {
 		t.Fatalf("rerun task %+v\nof %+v", again, first)
 	}
 	out, _, code = st.cli("get", res.TaskID)

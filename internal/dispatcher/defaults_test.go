@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -56,9 +57,21 @@ func TestTimingAndRetryDefaults(t *testing.T) {
 		{"zero initial backoff", &api.RetryRequest{InitialBackoffMs: i64(0)}, api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 0, BackoffCoefficient: 2, MaxBackoffMs: 600000}},
 		{"zero coefficient", &api.RetryRequest{BackoffCoefficient: f(0)}, api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 0, MaxBackoffMs: 600000}},
 		{"zero max backoff", &api.RetryRequest{MaxBackoffMs: i64(0)}, api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 0}},
+		{"total attempts", &api.RetryRequest{MaxTotalAttempts: n(7)}, api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000, MaxTotalAttempts: 7}},
+		// An entry's absent fields are the task's, CONFLICT's are its
+		// default's; an initial backoff above the inherited maximum raises it.
+		{"by category", &api.RetryRequest{MaxAttempts: n(4), ByCategory: map[api.Category]*api.CategoryRetryRequest{
+			api.CategoryConflict:       {MaxAttempts: n(8)},
+			api.CategoryInfrastructure: {InitialBackoffMs: i64(1_000_000)},
+			api.CategoryTimeout:        nil,
+		}}, api.RetryPolicy{MaxAttempts: 4, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000, ByCategory: map[api.Category]api.CategoryRetry{
+			api.CategoryConflict:       {MaxAttempts: 8, InitialBackoffMs: 5000, BackoffCoefficient: 2, MaxBackoffMs: 60000},
+			api.CategoryInfrastructure: {MaxAttempts: 4, InitialBackoffMs: 1_000_000, BackoffCoefficient: 2, MaxBackoffMs: 1_000_000},
+			api.CategoryTimeout:        {MaxAttempts: 4, InitialBackoffMs: 30000, BackoffCoefficient: 2, MaxBackoffMs: 600000},
+		}}},
 	}
 	for _, c := range retries {
-		if got := retryPolicy(c.req); got != c.want {
+		if got := retryPolicy(c.req); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("retryPolicy %s = %+v, want %+v", c.name, got, c.want)
 		}
 	}

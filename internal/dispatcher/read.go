@@ -29,7 +29,12 @@ func viewOf(t *task.Task) api.Task {
 		v.Delivery = t.Delivery
 	}
 	for _, a := range t.Attempts {
-		v.Attempts = append(v.Attempts, a.View())
+		av := a.View()
+		if e := a.Error; e != nil && task.RetryableByDefault(e.Category) {
+			p, _ := t.Retry.For(e.Category)
+			av.RetryPolicy = &p
+		}
+		v.Attempts = append(v.Attempts, av)
 	}
 	if t.State == api.Queued || t.State == api.Pending {
 		v.ScheduledAt = t.NotBefore

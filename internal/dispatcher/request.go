@@ -128,6 +128,42 @@ func checkFields(raw []byte, typ reflect.Type, prefix string) *apiError {
 				return e
 			}
 		}
+		if ft.Kind() == reflect.Map && string(m[k]) != "null" {
+			if e := checkMapFields(m[k], ft, prefix+k+"."); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// checkMapFields applies checkFields to each value of the object raw, a
+// map of typ whose values are structs (retry.byCategory); other maps are
+// left to json.Unmarshal.
+func checkMapFields(raw []byte, typ reflect.Type, prefix string) *apiError {
+	vt := typ.Elem()
+	for vt.Kind() == reflect.Pointer {
+		vt = vt.Elem()
+	}
+	if vt.Kind() != reflect.Struct {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil // not an object: Unmarshal names the type error
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if string(m[k]) == "null" {
+			continue
+		}
+		if e := checkFields(m[k], vt, prefix+k+"."); e != nil {
+			return e
+		}
 	}
 	return nil
 }

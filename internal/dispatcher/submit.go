@@ -295,6 +295,9 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
 	retry := retryPolicy(req.Retry)
+	if req.Retry != nil && req.Retry.MaxTotalAttempts != nil && *req.Retry.MaxTotalAttempts < 1 {
+		return task.Task{}, pf(invalid("retry.maxTotalAttempts", "must be between 1 and %d (leave it out for the largest maxAttempts of the policies in force)", api.MaxAttemptsLimit))
+	}
 	if fe := task.ValidateRetry(retry, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
@@ -426,7 +429,34 @@ func retryPolicy(r *api.RetryRequest) api.RetryPolicy {
 	given(&p.InitialBackoffMs, r.InitialBackoffMs)
 	given(&p.BackoffCoefficient, r.BackoffCoefficient)
 	given(&p.MaxBackoffMs, r.MaxBackoffMs)
+	given(&p.MaxTotalAttempts, r.MaxTotalAttempts)
+	if len(r.ByCategory) > 0 {
+		p.ByCategory = make(map[api.Category]api.CategoryRetry, len(r.ByCategory))
+		for c, e := range r.ByCategory {
+			p.ByCategory[c] = categoryRetry(c, p, e)
+		}
+	}
 	return p
+}
+
+// categoryRetry is category c's entry: the fields e gives, the rest from
+// c's policy without an entry (the task's, CONFLICT's default). A null
+// entry gives nothing of its own.
+func categoryRetry(c api.Category, p api.RetryPolicy, e *api.CategoryRetryRequest) api.CategoryRetry {
+	base, _ := api.RetryPolicy{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
+		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}.For(c)
+	if e == nil {
+		return base
+	}
+	given(&base.MaxAttempts, e.MaxAttempts)
+	given(&base.InitialBackoffMs, e.InitialBackoffMs)
+	given(&base.BackoffCoefficient, e.BackoffCoefficient)
+	given(&base.MaxBackoffMs, e.MaxBackoffMs)
+	if e.MaxBackoffMs == nil && base.MaxBackoffMs < base.InitialBackoffMs {
+		// As the task's own default: never below the initial backoff.
+		base.MaxBackoffMs = base.InitialBackoffMs
+	}
+	return base
 }
 
 // valueOf returns *p, or the zero value when p is nil.

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -135,7 +136,7 @@ func TestSubmitDefaults(t *testing.T) {
 		t.Errorf("timers = %d/%d/%d, want 40000/120000 (3 × interval)/30000", v.HeartbeatIntervalMs, v.HeartbeatTimeoutMs, v.CancelGracePeriodMs)
 	}
 	want := api.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 900000, BackoffCoefficient: 2, MaxBackoffMs: 900000}
-	if v.Retry != want {
+	if !reflect.DeepEqual(v.Retry, want) {
 		t.Errorf("retry = %+v, want %+v (maxBackoff raised to the initial backoff)", v.Retry, want)
 	}
 }

@@ -216,10 +216,51 @@ type timingDoc struct {
 // retryPolicyDoc is an api.RetryPolicy as stored; a conversion away from
 // it.
 type retryPolicyDoc struct {
+	MaxAttempts        int                               `firestore:"maxAttempts"`
+	InitialBackoffMs   int64                             `firestore:"initialBackoffMs"`
+	BackoffCoefficient float64                           `firestore:"backoffCoefficient"`
+	MaxBackoffMs       int64                             `firestore:"maxBackoffMs"`
+	MaxTotalAttempts   int                               `firestore:"maxTotalAttempts"`
+	ByCategory         map[api.Category]categoryRetryDoc `firestore:"byCategory"`
+	// Failures is the task's task.Task.Failures, kept here (under the
+	// field exempted from indexing) rather than in a field of its own.
+	Failures map[api.Category]int `firestore:"failures"`
+}
+
+// categoryRetryDoc is an api.CategoryRetry as stored; a conversion away
+// from it.
+type categoryRetryDoc struct {
 	MaxAttempts        int     `firestore:"maxAttempts"`
 	InitialBackoffMs   int64   `firestore:"initialBackoffMs"`
 	BackoffCoefficient float64 `firestore:"backoffCoefficient"`
 	MaxBackoffMs       int64   `firestore:"maxBackoffMs"`
+}
+
+// retryDocOf is t's policy and failure counts as stored.
+func retryDocOf(t *task.Task) retryPolicyDoc {
+	p := t.Retry
+	d := retryPolicyDoc{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs, BackoffCoefficient: p.BackoffCoefficient,
+		MaxBackoffMs: p.MaxBackoffMs, MaxTotalAttempts: p.MaxTotalAttempts, Failures: t.Failures}
+	if p.ByCategory != nil {
+		d.ByCategory = make(map[api.Category]categoryRetryDoc, len(p.ByCategory))
+		for c, e := range p.ByCategory {
+			d.ByCategory[c] = categoryRetryDoc(e)
+		}
+	}
+	return d
+}
+
+// fill sets t's policy and failure counts from d.
+func (d *retryPolicyDoc) fill(t *task.Task) {
+	t.Retry = api.RetryPolicy{MaxAttempts: d.MaxAttempts, InitialBackoffMs: d.InitialBackoffMs, BackoffCoefficient: d.BackoffCoefficient,
+		MaxBackoffMs: d.MaxBackoffMs, MaxTotalAttempts: d.MaxTotalAttempts}
+	if d.ByCategory != nil {
+		t.Retry.ByCategory = make(map[api.Category]api.CategoryRetry, len(d.ByCategory))
+		for c, e := range d.ByCategory {
+			t.Retry.ByCategory[c] = api.CategoryRetry(e)
+		}
+	}
+	t.Failures = d.Failures
 }
 
 // sweepStatusDoc is an api.SweepStatus as stored: meta/sweeper.
@@ -306,7 +347,7 @@ func taskDocOf(t *task.Task) taskDoc {
 		IdempotencyKey: t.IdempotencyKey, OwnRun: t.OwnRun, RerunOf: t.RerunOf,
 		ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 		State: t.State, Reason: t.Reason, CancelReason: t.CancelReason, Attempt: t.Attempt, Seq: t.Seq,
-		Timing: timingDoc(t.Timing), Retry: retryPolicyDoc(t.Retry), Deadline: t.Deadline,
+		Timing: timingDoc(t.Timing), Retry: retryDocOf(t), Deadline: t.Deadline,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt, ExpireAt: t.ExpireAt,
 		NotBefore: t.NotBefore, EnqueueAt: t.EnqueueAt, LeaseExpiresAt: t.LeaseExpiresAt, CancelDeadline: t.CancelDeadline,
 		DispatchCheckAt: t.DispatchCheckAt, StartTimeoutAt: t.StartTimeoutAt, Delivery: (*deliveryDoc)(t.Delivery), DueShard: t.DueShard, Redrives: t.Redrives, ResumeFrom: t.ResumeFrom,
@@ -327,7 +368,8 @@ func (d *taskDoc) fill(t *task.Task) {
 	t.IdempotencyKey, t.OwnRun, t.RerunOf = d.IdempotencyKey, d.OwnRun, d.RerunOf
 	t.ScheduleID, t.ScheduledFireAt = d.ScheduleID, d.ScheduledFireAt
 	t.State, t.Reason, t.CancelReason, t.Attempt, t.Seq = d.State, d.Reason, d.CancelReason, d.Attempt, d.Seq
-	t.Timing, t.Retry, t.Deadline = api.Timing(d.Timing), api.RetryPolicy(d.Retry), d.Deadline
+	t.Timing, t.Deadline = api.Timing(d.Timing), d.Deadline
+	d.Retry.fill(t)
 	t.CreatedAt, t.UpdatedAt, t.EndedAt, t.ExpireAt = d.CreatedAt, d.UpdatedAt, d.EndedAt, d.ExpireAt
 	t.NotBefore, t.EnqueueAt, t.LeaseExpiresAt, t.CancelDeadline = d.NotBefore, d.EnqueueAt, d.LeaseExpiresAt, d.CancelDeadline
 	t.DispatchCheckAt, t.DueShard, t.Redrives, t.ResumeFrom = d.DispatchCheckAt, d.DueShard, d.Redrives, d.ResumeFrom

@@ -6,7 +6,7 @@ import "github.com/servo-dev/servo/api"
 var ActiveStates = []api.State{api.Pending, api.Queued, api.Running, api.Cancelling}
 
 // Categories lists every error category.
-var Categories = []api.Category{api.CategoryUserCode, api.CategoryDataQuality, api.CategoryInfrastructure, api.CategoryConfiguration, api.CategoryTimeout, api.CategoryCancelled}
+var Categories = []api.Category{api.CategoryUserCode, api.CategoryDataQuality, api.CategoryInfrastructure, api.CategoryConfiguration, api.CategoryTimeout, api.CategoryCancelled, api.CategoryConflict}
 
 // ReportableOutcome reports whether a worker may report o in `completed`.
 func ReportableOutcome(o api.Outcome) bool {
@@ -17,7 +17,7 @@ func ReportableOutcome(o api.Outcome) bool {
 // (docs/contract.md §6.1).
 func RetryableByDefault(c api.Category) bool {
 	switch c {
-	case api.CategoryUserCode, api.CategoryInfrastructure, api.CategoryTimeout:
+	case api.CategoryUserCode, api.CategoryInfrastructure, api.CategoryTimeout, api.CategoryConflict:
 		return true
 	}
 	return false

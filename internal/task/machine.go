@@ -567,7 +567,11 @@ func (m *machine) complete() {
 			break
 		}
 		retryable := c.Error != nil && RetryableByDefault(c.Error.Category) && (c.Error.Retryable == nil || *c.Error.Retryable)
-		m.retryOrFail(retryable, api.ReasonRetriesExhausted, c.Outcome)
+		var cat api.Category
+		if c.Error != nil {
+			cat = c.Error.Category
+		}
+		m.retryOrFail(retryable, cat, api.ReasonRetriesExhausted, c.Outcome)
 	}
 	m.r.FinalState = t.State
 }
@@ -582,7 +586,7 @@ func (m *machine) expire() {
 		m.transition(api.Failed, api.ReasonCancelTimeout, api.OutcomeZombie)
 		return
 	}
-	m.retryOrFail(true, api.ReasonHeartbeatTimeout, api.OutcomeZombie)
+	m.retryOrFail(true, api.CategoryInfrastructure, api.ReasonHeartbeatTimeout, api.OutcomeZombie)
 }
 
 // execution records the attempt's Cloud Run Job execution
@@ -631,20 +635,26 @@ func (m *machine) stopExecution() {
 	}
 }
 
-// retryOrFail ends the current (already ended) attempt's task: a new
-// attempt when the policy, the attempts left and the deadline allow it,
-// FAILED otherwise.
-func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome api.Outcome) {
+// retryOrFail ends the current (already ended) attempt's task, whose
+// failure has category cat: a new attempt when the policy, the attempts
+// left and the deadline allow it, FAILED otherwise. Two counts are
+// enforced (docs/contract.md §6.2): the attempts that failed in cat (or,
+// for a category without a policy of its own, in any such category)
+// against its policy's maxAttempts, and the task's attempts against
+// TotalAttempts; the first one reached ends the task.
+func (m *machine) retryOrFail(retryable bool, cat api.Category, exhaustedReason string, outcome api.Outcome) {
 	t := m.t()
-	switch {
-	case !retryable:
+	if !retryable {
 		m.transition(api.Failed, api.ReasonNonRetryable, outcome)
 		return
-	case t.Attempt >= t.Retry.MaxAttempts:
+	}
+	p, own := t.Retry.For(cat)
+	n := t.FailedIn(cat, own) + 1
+	if n >= p.MaxAttempts || t.Attempt >= t.Retry.TotalAttempts() {
 		m.transition(api.Failed, exhaustedReason, outcome)
 		return
 	}
-	at := m.now.Add(Backoff(t.Retry, t.Attempt, m.ev.Jitter))
+	at := m.now.Add(Backoff(p, n, m.ev.Jitter))
 	if t.Deadline != nil && !at.Before(*t.Deadline) {
 		m.transition(api.Failed, api.ReasonDeadlineExceeded, outcome)
 		return
@@ -654,6 +664,12 @@ func (m *machine) retryOrFail(retryable bool, exhaustedReason string, outcome ap
 	m.r.Transitions[len(m.r.Transitions)-1].NextAttempt = t.Attempt + 1
 	if len(prev.Checkpoint) > 0 {
 		t.ResumeFrom = prev.Checkpoint
+	}
+	if own {
+		if t.Failures == nil {
+			t.Failures = map[api.Category]int{}
+		}
+		t.Failures[cat] = n
 	}
 	t.Attempt++
 	t.NotBefore = &at

@@ -224,7 +224,7 @@ func TestRetryDecisions(t *testing.T) {
 }
 
 func TestBackoffSchedule(t *testing.T) {
-	p := api.RetryPolicy{MaxAttempts: 10, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 5000}
+	p := api.CategoryRetry{MaxAttempts: 10, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 5000}
 	for _, c := range []struct {
 		n    int
 		want time.Duration

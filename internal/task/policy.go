@@ -3,6 +3,8 @@ package task
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/servo-dev/servo/api"
@@ -85,17 +87,58 @@ func ValidateTiming(t api.Timing, min time.Duration) *FieldError {
 
 // ValidateRetry checks the policy; min is the smallest accepted backoff.
 func ValidateRetry(p api.RetryPolicy, min time.Duration) *FieldError {
-	switch {
-	case p.MaxAttempts < 1 || p.MaxAttempts > api.MaxAttemptsLimit:
-		return fieldErr("retry.maxAttempts", "must be between 1 and %d", api.MaxAttemptsLimit)
-	case time.Duration(p.InitialBackoffMs)*time.Millisecond < min || time.Duration(p.InitialBackoffMs)*time.Millisecond > MaxTimer:
-		return fieldErr("retry.initialBackoffMs", "must be between %d and %d ms", min.Milliseconds(), MaxTimer.Milliseconds())
-	case math.IsNaN(p.BackoffCoefficient) || p.BackoffCoefficient < 1 || p.BackoffCoefficient > 10:
-		return fieldErr("retry.backoffCoefficient", "must be between 1 and 10")
-	case p.MaxBackoffMs < p.InitialBackoffMs || time.Duration(p.MaxBackoffMs)*time.Millisecond > MaxTimer:
-		return fieldErr("retry.maxBackoffMs", "must be between initialBackoffMs and %d ms", MaxTimer.Milliseconds())
+	if fe := validateCategoryRetry("retry.", p.Base(), min); fe != nil {
+		return fe
+	}
+	if p.MaxTotalAttempts < 0 || p.MaxTotalAttempts > api.MaxAttemptsLimit {
+		return fieldErr("retry.maxTotalAttempts", "must be between 1 and %d", api.MaxAttemptsLimit)
+	}
+	for _, c := range sortedCategories(p.ByCategory) {
+		prefix := "retry.byCategory." + string(c)
+		switch {
+		case !c.Valid():
+			return fieldErr(prefix, "is not an error category (one of %s)", categoryList())
+		case !RetryableByDefault(c):
+			return fieldErr(prefix, "%s is never retried (docs/contract.md §6.1): a policy for it would never apply", c)
+		}
+		if fe := validateCategoryRetry(prefix+".", p.ByCategory[c], min); fe != nil {
+			return fe
+		}
 	}
 	return nil
+}
+
+func validateCategoryRetry(prefix string, p api.CategoryRetry, min time.Duration) *FieldError {
+	switch {
+	case p.MaxAttempts < 1 || p.MaxAttempts > api.MaxAttemptsLimit:
+		return fieldErr(prefix+"maxAttempts", "must be between 1 and %d", api.MaxAttemptsLimit)
+	case time.Duration(p.InitialBackoffMs)*time.Millisecond < min || time.Duration(p.InitialBackoffMs)*time.Millisecond > MaxTimer:
+		return fieldErr(prefix+"initialBackoffMs", "must be between %d and %d ms", min.Milliseconds(), MaxTimer.Milliseconds())
+	case math.IsNaN(p.BackoffCoefficient) || p.BackoffCoefficient < 1 || p.BackoffCoefficient > 10:
+		return fieldErr(prefix+"backoffCoefficient", "must be between 1 and 10")
+	case p.MaxBackoffMs < p.InitialBackoffMs || time.Duration(p.MaxBackoffMs)*time.Millisecond > MaxTimer:
+		return fieldErr(prefix+"maxBackoffMs", "must be between initialBackoffMs and %d ms", MaxTimer.Milliseconds())
+	}
+	return nil
+}
+
+// sortedCategories is m's keys in a stable order, so that the first error
+// reported is the same on every try.
+func sortedCategories[V any](m map[api.Category]V) []api.Category {
+	cs := make([]api.Category, 0, len(m))
+	for c := range m {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+func categoryList() string {
+	s := make([]string, len(Categories))
+	for i, c := range Categories {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
 }
 
 // TokenTTL is the lifetime of an attempt token valid from from (when its
@@ -121,7 +164,7 @@ func RefreshBefore(lifetime, interval time.Duration) time.Duration {
 
 // BackoffCap is the un-jittered delay before the attempt after failed
 // attempt n (n ≥ 1): min(max, initial × coefficient^(n-1)).
-func BackoffCap(p api.RetryPolicy, n int) time.Duration {
+func BackoffCap(p api.CategoryRetry, n int) time.Duration {
 	if n < 1 {
 		n = 1
 	}
@@ -134,7 +177,7 @@ func BackoffCap(p api.RetryPolicy, n int) time.Duration {
 
 // Backoff is the delay before the attempt after failed attempt n with full
 // jitter: r × BackoffCap(n), for r drawn uniformly from [0, 1).
-func Backoff(p api.RetryPolicy, n int, r float64) time.Duration {
+func Backoff(p api.CategoryRetry, n int, r float64) time.Duration {
 	if r < 0 || math.IsNaN(r) {
 		r = 0
 	}

@@ -47,6 +47,11 @@ type Task struct {
 	Timing   api.Timing      `json:"timing"`
 	Retry    api.RetryPolicy `json:"retry"`
 	Deadline *time.Time      `json:"deadline,omitempty"`
+	// Failures counts the attempts that failed in each category with a
+	// policy of its own (Retry.For), for its maxAttempts; the categories
+	// without one share the rest of the attempts (FailedIn). Not in the
+	// API's JSON.
+	Failures map[api.Category]int `json:"-"`
 
 	CreatedAt time.Time  `json:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt"`
@@ -131,6 +136,21 @@ type Task struct {
 	// Attempts is the per-attempt history; filled by reads that ask for it
 	// (stored as documents tasks/{id}/attempts/{n}, not in this document).
 	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// FailedIn is how many of the task's attempts before the current one
+// failed in category c: Failures[c] for a category with a policy of its
+// own (own), otherwise the earlier attempts not counted in Failures (every
+// earlier attempt failed: it was retried).
+func (t *Task) FailedIn(c api.Category, own bool) int {
+	if own {
+		return t.Failures[c]
+	}
+	n := t.Attempt - 1
+	for _, k := range t.Failures {
+		n -= k
+	}
+	return max(n, 0)
 }
 
 // Attempt is the record of one attempt: tasks/{taskId}/attempts/{n}.
