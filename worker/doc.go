@@ -95,9 +95,9 @@
 //     api.MaxOutputBytes (256 KiB) is FAILED/USER_CODE, not retryable.
 //   - an error with an [*Error] in its chain: FAILED with its category and
 //     retry advice ([UserCode], [DataQuality], [Infrastructure],
-//     [Configuration], [Timeout], [WithRetryable]); with [Cancelled]'s
-//     category, CANCELLED (the worker's own decision) with the last
-//     checkpoint as partialProgress.
+//     [Configuration], [Timeout], [Conflict], [WithRetryable]); with
+//     [Cancelled]'s category, CANCELLED (the worker's own decision) with
+//     the last checkpoint as partialProgress.
 //   - any error after Servo asked to cancel: CANCELLED with the last
 //     checkpoint as partialProgress and the [Task.SetPhase] phase as
 //     cancelledDuringPhase; but an error with an explicit category other

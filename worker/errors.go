@@ -8,8 +8,8 @@ import (
 )
 
 // Error is a failure with a category of docs/contract.md §6.1. Wrap an error with one of
-// [UserCode], [DataQuality], [Infrastructure], [Configuration], [Timeout] or
-// [Cancelled] (or build an Error yourself) and return it from a [Func]: the
+// [UserCode], [DataQuality], [Infrastructure], [Configuration], [Timeout],
+// [Conflict] or [Cancelled] (or build an Error yourself) and return it from a [Func]: the
 // SDK finds it with errors.As anywhere in the returned chain and reports
 // FAILED with that category (CANCELLED with the outcome CANCELLED). An error
 // without an Error in its chain is reported as USER_CODE.
@@ -61,6 +61,11 @@ func Configuration(err error) error { return categorise(api.CategoryConfiguratio
 // Timeout marks err as execution that exceeded a deadline (retryable by
 // default, with backoff). A nil err gives nil.
 func Timeout(err error) error { return categorise(api.CategoryTimeout, err) }
+
+// Conflict marks err as a compare-and-swap or optimistic-concurrency
+// conflict (retryable by default, with a backoff of its own). A nil err
+// gives nil.
+func Conflict(err error) error { return categorise(api.CategoryConflict, err) }
 
 // Cancelled marks err as the worker's own decision to cancel the task: the
 // attempt is reported with the outcome CANCELLED (and the last checkpoint as

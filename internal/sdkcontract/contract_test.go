@@ -636,7 +636,8 @@ type scenario struct {
 	name  string
 	modes []string // push, pull, job
 	fault string
-	// payload of the contract worker: steps, stepMs, failAttempts, crashAttempts.
+	// payload of the contract worker: steps, stepMs, failAttempts (with
+	// failCategory, default INFRASTRUCTURE), crashAttempts.
 	payload map[string]any
 	// timers: the task's heartbeat interval, timeout and cancel grace
 	// (nil: fastTimers).

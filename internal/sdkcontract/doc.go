@@ -1,7 +1,8 @@
 // Package sdkcontract holds the contract test every worker SDK must pass:
 // one scenario table (happy path, retry with checkpoint, cancel, lease lost
 // by 410, lease lost by silence, 503 RETRY then success, REJECTED final,
-// duplicate delivery, pull claim race, job crash) run against the real local
+// duplicate delivery, pull claim race, job crash, a CONFLICT retried by its
+// own policy, retry_test.go) run against the real local
 // stack (package devstack: the emulators, the API, callbacks, sweeper, pull
 // pools and job dispatch) for the Go, Python (a sync and an async def
 // handler) and TypeScript SDKs, each

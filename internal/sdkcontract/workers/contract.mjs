@@ -6,8 +6,19 @@
 import http from "node:http";
 import * as sw from "../../../sdk/typescript/dist/index.js";
 
+// The SDK's error classes by category name: payload failCategory (default
+// INFRASTRUCTURE) is the class of the failAttempts' errors.
+const categories = {
+  USER_CODE: sw.UserCodeError, DATA_QUALITY: sw.DataQualityError, INFRASTRUCTURE: sw.InfrastructureError,
+  CONFIGURATION: sw.ConfigurationError, TIMEOUT: sw.TaskTimeoutError, CONFLICT: sw.ConflictError,
+  CANCELLED: sw.TaskCancelledError,
+};
+
 async function handle(t) {
   const p = t.payload ?? {};
+  const failCategory = p.failCategory ?? "INFRASTRUCTURE";
+  if (!Object.hasOwn(categories, failCategory)) throw new sw.DataQualityError(`unknown failCategory ${JSON.stringify(failCategory)}`);
+  const Fail = categories[failCategory];
   process.stdout.write(`RUN ${t.taskId} ${t.attempt}\n`);
   const steps = p.steps ?? 3;
   const stepMs = p.stepMs ?? 20;
@@ -21,8 +32,10 @@ async function handle(t) {
       await t.sleep(1000); // the checkpoint's heartbeat goes out first
       process.exit(3);
     }
-    if (i + 1 === Math.floor(steps / 2) && t.attempt <= (p.failAttempts ?? 0)) {
-      throw new sw.InfrastructureError(`planned failure at step ${i + 1}`);
+    // Attempts up to failAttempts fail at the half-way step, or at their
+    // first step when they resumed past it.
+    if (i + 1 >= Math.floor(steps / 2) && t.attempt <= (p.failAttempts ?? 0)) {
+      throw new Fail(`planned failure at step ${i + 1}`);
     }
   }
   return { attempt: t.attempt, resumedFrom: start, processed: steps - start };

@@ -15,9 +15,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import servo_worker as sw  # noqa: E402
 
+# The SDK's error classes by category name: payload failCategory (default
+# INFRASTRUCTURE) is the class of the failAttempts' errors.
+CATEGORIES = {
+    "USER_CODE": sw.UserCodeError, "DATA_QUALITY": sw.DataQualityError, "INFRASTRUCTURE": sw.InfrastructureError,
+    "CONFIGURATION": sw.ConfigurationError, "TIMEOUT": sw.TaskTimeoutError, "CONFLICT": sw.ConflictError,
+    "CANCELLED": sw.TaskCancelledError,
+}
+
+
+def fail_class(p: dict) -> type:
+    name = p.get("failCategory", "INFRASTRUCTURE")
+    if name not in CATEGORIES:
+        raise sw.DataQualityError(f"unknown failCategory {name!r}")
+    return CATEGORIES[name]
+
 
 def handle(t: sw.Task):
     p = t.payload or {}
+    fail = fail_class(p)
     print(f"RUN {t.task_id} {t.attempt}", flush=True)
     steps, step_ms = int(p.get("steps", 3)), int(p.get("stepMs", 20))
     start = (t.resume_from or {}).get("next", 0)
@@ -30,13 +46,16 @@ def handle(t: sw.Task):
         if i + 1 == steps // 2 and t.attempt <= int(p.get("crashAttempts", 0)):
             t.wait(1.0)  # the checkpoint's heartbeat goes out first
             os._exit(3)
-        if i + 1 == steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
-            raise sw.InfrastructureError(f"planned failure at step {i + 1}")
+        # Attempts up to failAttempts fail at the half-way step, or at their
+        # first step when they resumed past it.
+        if i + 1 >= steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
+            raise fail(f"planned failure at step {i + 1}")
     return {"attempt": t.attempt, "resumedFrom": start, "processed": steps - start}
 
 
 async def handle_async(t: sw.Task):
     p = t.payload or {}
+    fail = fail_class(p)
     print(f"RUN {t.task_id} {t.attempt}", flush=True)
     steps, step_ms = int(p.get("steps", 3)), int(p.get("stepMs", 20))
     start = (t.resume_from or {}).get("next", 0)
@@ -48,8 +67,10 @@ async def handle_async(t: sw.Task):
         if i + 1 == steps // 2 and t.attempt <= int(p.get("crashAttempts", 0)):
             await asyncio.sleep(1.0)  # the checkpoint's heartbeat goes out first
             os._exit(3)
-        if i + 1 == steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
-            raise sw.InfrastructureError(f"planned failure at step {i + 1}")
+        # Attempts up to failAttempts fail at the half-way step, or at their
+        # first step when they resumed past it.
+        if i + 1 >= steps // 2 and t.attempt <= int(p.get("failAttempts", 0)):
+            raise fail(f"planned failure at step {i + 1}")
     return {"attempt": t.attempt, "resumedFrom": start, "processed": steps - start}
 
 

@@ -25,7 +25,7 @@ Workers do work, not truth: Servo alone decides a task's state.
 
 from ._logs import JsonFormatter, TextFormatter, setup_logging
 from .app import App, EnvelopeError, Handler, default_worker_id, make_server, parse_envelope, serve
-from .errors import (CancelRequested, CheckpointTooLargeError, ConfigurationError, DataQualityError,
+from .errors import (CancelRequested, CheckpointTooLargeError, ConfigurationError, ConflictError, DataQualityError,
                      DeadlineExceededError, InfrastructureError, LeaseLostError, RejectedError, StopRequested,
                      TaskCancelledError, TaskError, TaskTimeoutError, UserCodeError, WorkerStopping)
 from .job import EXIT_NOT_RUN, EXIT_SETTLED, main_job, run_job
@@ -38,7 +38,7 @@ __all__ = [
     "App", "Handler", "Task", "serve", "pull", "run_job", "main_job", "EXIT_SETTLED", "EXIT_NOT_RUN",
     "ClaimRefused", "metadata_id_token", "WorkerStopping", "make_server", "parse_envelope", "default_worker_id", "EnvelopeError",
     "TaskError", "UserCodeError", "DataQualityError", "InfrastructureError", "ConfigurationError",
-    "TaskTimeoutError", "TaskCancelledError",
+    "TaskTimeoutError", "ConflictError", "TaskCancelledError",
     "StopRequested", "CancelRequested", "LeaseLostError", "RejectedError", "DeadlineExceededError",
     "CheckpointTooLargeError",
     "setup_logging", "JsonFormatter", "TextFormatter",

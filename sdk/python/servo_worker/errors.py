@@ -25,6 +25,7 @@ __all__ = [
     "InfrastructureError",
     "ConfigurationError",
     "TaskTimeoutError",
+    "ConflictError",
     "TaskCancelledError",
     "StopRequested",
     "CancelRequested",
@@ -41,6 +42,7 @@ DATA_QUALITY = "DATA_QUALITY"
 INFRASTRUCTURE = "INFRASTRUCTURE"
 CONFIGURATION = "CONFIGURATION"
 TIMEOUT = "TIMEOUT"
+CONFLICT = "CONFLICT"
 CANCELLED = "CANCELLED"
 
 
@@ -87,6 +89,13 @@ class TaskTimeoutError(TaskError):
     """Execution that exceeded a deadline (retryable by default)."""
 
     category = TIMEOUT
+
+
+class ConflictError(TaskError):
+    """A compare-and-swap or optimistic-concurrency conflict (retryable by
+    default, with a backoff of its own)."""
+
+    category = CONFLICT
 
 
 class TaskCancelledError(TaskError):

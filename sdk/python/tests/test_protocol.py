@@ -593,6 +593,7 @@ class TestOutcomes(Base):
             (sw.InfrastructureError("disk", retryable=False), "INFRASTRUCTURE", False),
             (sw.ConfigurationError("no bucket"), "CONFIGURATION", None),
             (sw.TaskTimeoutError("slow"), "TIMEOUT", None),
+            (sw.ConflictError("version moved"), "CONFLICT", None),
             (ValueError("plain"), "USER_CODE", None),
         ]
         for exc, category, retryable in cases:

@@ -1,5 +1,5 @@
 /** Error categories of docs/contract.md §6.1. */
-export type Category = "USER_CODE" | "DATA_QUALITY" | "INFRASTRUCTURE" | "CONFIGURATION" | "TIMEOUT" | "CANCELLED";
+export type Category = "USER_CODE" | "DATA_QUALITY" | "INFRASTRUCTURE" | "CONFIGURATION" | "TIMEOUT" | "CONFLICT" | "CANCELLED";
 /** A failure with a category; `retryable` is advice to Servo (undefined: the category's default). */
 export declare class TaskError extends Error {
     readonly category: Category;
@@ -39,6 +39,13 @@ export declare class ConfigurationError extends TaskError {
 }
 /** FAILED/TIMEOUT: the work took too long. */
 export declare class TaskTimeoutError extends TaskError {
+    constructor(message: string, options?: {
+        retryable?: boolean;
+        cause?: unknown;
+    });
+}
+/** FAILED/CONFLICT: a compare-and-swap or optimistic-concurrency conflict; retryable, with a backoff of its own. */
+export declare class ConflictError extends TaskError {
     constructor(message: string, options?: {
         retryable?: boolean;
         cause?: unknown;

@@ -48,6 +48,13 @@ export class TaskTimeoutError extends TaskError {
         this.name = "TaskTimeoutError";
     }
 }
+/** FAILED/CONFLICT: a compare-and-swap or optimistic-concurrency conflict; retryable, with a backoff of its own. */
+export class ConflictError extends TaskError {
+    constructor(message, options) {
+        super("CONFLICT", message, options);
+        this.name = "ConflictError";
+    }
+}
 /** CANCELLED: the worker's own decision to cancel (the last checkpoint is partialProgress). */
 export class TaskCancelledError extends TaskError {
     constructor(message = "cancelled by the worker") {

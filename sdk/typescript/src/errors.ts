@@ -4,7 +4,7 @@
 // subclasses are why task.signal aborted (task.signal.reason).
 
 /** Error categories of docs/contract.md §6.1. */
-export type Category = "USER_CODE" | "DATA_QUALITY" | "INFRASTRUCTURE" | "CONFIGURATION" | "TIMEOUT" | "CANCELLED";
+export type Category = "USER_CODE" | "DATA_QUALITY" | "INFRASTRUCTURE" | "CONFIGURATION" | "TIMEOUT" | "CONFLICT" | "CANCELLED";
 
 /** A failure with a category; `retryable` is advice to Servo (undefined: the category's default). */
 export class TaskError extends Error {
@@ -55,6 +55,14 @@ export class TaskTimeoutError extends TaskError {
   constructor(message: string, options?: { retryable?: boolean; cause?: unknown }) {
     super("TIMEOUT", message, options);
     this.name = "TaskTimeoutError";
+  }
+}
+
+/** FAILED/CONFLICT: a compare-and-swap or optimistic-concurrency conflict; retryable, with a backoff of its own. */
+export class ConflictError extends TaskError {
+  constructor(message: string, options?: { retryable?: boolean; cause?: unknown }) {
+    super("CONFLICT", message, options);
+    this.name = "ConflictError";
   }
 }
 

@@ -23,12 +23,26 @@ type payload struct {
 	StepMs        int `json:"stepMs"`
 	FailAttempts  int `json:"failAttempts"`
 	CrashAttempts int `json:"crashAttempts"`
+	// FailCategory is the category of the failAttempts' errors
+	// (default INFRASTRUCTURE).
+	FailCategory string `json:"failCategory"`
+}
+
+// categories are the SDK's error classes by category name.
+var categories = map[string]func(error) error{
+	"USER_CODE": worker.UserCode, "DATA_QUALITY": worker.DataQuality, "INFRASTRUCTURE": worker.Infrastructure,
+	"CONFIGURATION": worker.Configuration, "TIMEOUT": worker.Timeout, "CONFLICT": worker.Conflict,
+	"CANCELLED": worker.Cancelled,
 }
 
 func handle(ctx context.Context, t *worker.Task) (any, error) {
-	p := payload{Steps: 3, StepMs: 20}
+	p := payload{Steps: 3, StepMs: 20, FailCategory: "INFRASTRUCTURE"}
 	if err := t.Decode(&p); err != nil {
 		return nil, worker.DataQuality(err)
+	}
+	fail, ok := categories[p.FailCategory]
+	if !ok {
+		return nil, worker.DataQuality(fmt.Errorf("unknown failCategory %q", p.FailCategory))
 	}
 	fmt.Printf("RUN %s %d\n", t.ID(), t.Attempt())
 	var cp struct {
@@ -53,8 +67,10 @@ func handle(ctx context.Context, t *worker.Task) (any, error) {
 			time.Sleep(time.Second) // the checkpoint's heartbeat goes out first
 			os.Exit(3)
 		}
-		if i+1 == p.Steps/2 && t.Attempt() <= p.FailAttempts {
-			return nil, worker.Infrastructure(fmt.Errorf("planned failure at step %d", i+1))
+		// Attempts up to failAttempts fail at the half-way step, or at their
+		// first step when they resumed past it.
+		if i+1 >= p.Steps/2 && t.Attempt() <= p.FailAttempts {
+			return nil, fail(fmt.Errorf("planned failure at step %d", i+1))
 		}
 	}
 	return map[string]int{"attempt": t.Attempt(), "resumedFrom": start, "processed": p.Steps - start}, nil
