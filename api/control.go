@@ -37,6 +37,9 @@ type SubmitRequest struct {
 	HeartbeatTimeoutMs  *int64        `json:"heartbeatTimeoutMs,omitempty"`
 	CancelGracePeriodMs *int64        `json:"cancelGracePeriodMs,omitempty"`
 	Retry               *RetryRequest `json:"retry,omitempty"`
+	// Priority is 1 (highest) to 5 (lowest), default 3: it orders what
+	// waits (docs/contract.md §9.2).
+	Priority *int `json:"priority,omitempty"`
 	// IdempotencyKey makes a repeated submit (same tenant, same key) return
 	// the task the first one created.
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
@@ -121,17 +124,19 @@ type BatchResponse struct {
 // timers, retry policy, times, and (GET /v1/tasks/{id} only) every
 // attempt's record.
 type Task struct {
-	TaskID         string          `json:"taskId"`
-	RunID          string          `json:"runId"`
-	TenantID       string          `json:"tenantId"`
-	WorkspaceID    string          `json:"workspaceId"`
-	TaskKey        string          `json:"taskKey"`
-	AssetID        string          `json:"assetId,omitempty"`
-	Worker         string          `json:"worker"`
-	State          State           `json:"state"`
-	Reason         string          `json:"reason,omitempty"`
-	CancelReason   string          `json:"cancelReason,omitempty"`
-	Attempt        int             `json:"attempt"`
+	TaskID       string `json:"taskId"`
+	RunID        string `json:"runId"`
+	TenantID     string `json:"tenantId"`
+	WorkspaceID  string `json:"workspaceId"`
+	TaskKey      string `json:"taskKey"`
+	AssetID      string `json:"assetId,omitempty"`
+	Worker       string `json:"worker"`
+	State        State  `json:"state"`
+	Reason       string `json:"reason,omitempty"`
+	CancelReason string `json:"cancelReason,omitempty"`
+	Attempt      int    `json:"attempt"`
+	// Priority is 1 (highest) to 5 (lowest).
+	Priority       int             `json:"priority"`
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Resources      json.RawMessage `json:"resources,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
@@ -355,6 +360,8 @@ type Event struct {
 	Worker string `json:"worker,omitempty"`
 	// Attempt is the attempt the transition happened in.
 	Attempt int `json:"attempt"`
+	// Priority is the task's priority (1 highest, 5 lowest).
+	Priority int `json:"priority"`
 	// From is the previous state; empty for the creation event.
 	From State `json:"from,omitempty"`
 	To   State `json:"to"`
@@ -464,7 +471,9 @@ type DeadLetter struct {
 	// HEARTBEAT_TIMEOUT, DEADLINE_EXCEEDED, DISPATCH_TIMEOUT, CANCEL_TIMEOUT, …).
 	Reason string `json:"reason"`
 	// Attempt is the last attempt.
-	Attempt    int       `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// Priority is the task's priority (1 highest, 5 lowest).
+	Priority   int       `json:"priority"`
 	Outcome    Outcome   `json:"outcome,omitempty"`
 	OccurredAt time.Time `json:"occurredAt"`
 	// Error is the last attempt's error; when no worker reported one (a

@@ -57,6 +57,22 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
+// Priorities (docs/contract.md §9.2): 1 is the highest, 5 the lowest.
+const (
+	HighestPriority = 1
+	LowestPriority  = 5
+	DefaultPriority = 3
+)
+
+// PriorityOf is p, or DefaultPriority for 0 (a task stored before
+// priorities existed).
+func PriorityOf(p int) int {
+	if p == 0 {
+		return DefaultPriority
+	}
+	return p
+}
+
 // MaxAttemptsLimit bounds RetryPolicy.MaxAttempts.
 const MaxAttemptsLimit = 100
 

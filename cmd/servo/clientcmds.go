@@ -100,7 +100,7 @@ func newSubmitCmd() *cobra.Command {
 	var cf clientFlags
 	var file, tenant, workspace, run, key, asset, worker, payload, deadline, idem string
 	var hbInterval, hbTimeout, grace time.Duration
-	var maxAttempts, maxTotal int
+	var maxAttempts, maxTotal, priority int
 	var byCategory []string
 	var backoff, maxBackoff, startIn time.Duration
 	var startAt string
@@ -174,6 +174,9 @@ state (or the existing task for a repeated --idempotency-key).`,
 				r[k] = v
 				body["retry"] = r
 			}
+			if priority != 0 {
+				body["priority"] = priority
+			}
 			if err := setRetryCategories(body, byCategory, maxTotal); err != nil {
 				return err
 			}
@@ -213,6 +216,7 @@ state (or the existing task for a repeated --idempotency-key).`,
 	f.IntVar(&maxAttempts, "max-attempts", 0, "retry.maxAttempts (default 3)")
 	f.DurationVar(&backoff, "retry-backoff", 0, "retry.initialBackoffMs as a duration: the first retry's delay before jitter (default 30s)")
 	f.DurationVar(&maxBackoff, "retry-max-backoff", 0, "retry.maxBackoffMs as a duration (default 10m)")
+	f.IntVar(&priority, "priority", 0, "priority: 1 (highest) to 5 (lowest), default 3; orders what waits")
 	f.IntVar(&maxTotal, "max-total-attempts", 0, "retry.maxTotalAttempts: the attempts whatever their error categories (default the largest maxAttempts in force)")
 	f.StringArrayVar(&byCategory, "retry-category", nil, "a category's own retry policy, CATEGORY:attempts=N,backoff=D,coefficient=X,max-backoff=D (each part optional; repeat for more categories): retry.byCategory")
 	return cmd
@@ -333,6 +337,7 @@ func printTask(w io.Writer, t *api.Task) error {
 	if t.Reason != "" {
 		fields = append(fields, struct{ k, v string }{"Reason:", t.Reason})
 	}
+	fields = append(fields, struct{ k, v string }{"Priority:", fmt.Sprintf("%d (1 highest, 5 lowest)", api.PriorityOf(t.Priority))})
 	fields = append(fields, struct{ k, v string }{"Attempt:", fmt.Sprintf("%d of %d", t.Attempt, t.Retry.MaxAttempts)})
 	if t.Retry.MaxTotalAttempts > 0 || len(t.Retry.ByCategory) > 0 {
 		fields = append(fields, struct{ k, v string }{"Retry:", retryText(t.Retry)})
@@ -511,9 +516,9 @@ func listPages(ctx context.Context, c *client.Client, q url.Values, limit, pageS
 		if limit > 0 {
 			n = min(n, limit-batch)
 		}
-		t := newTable("TASK", "RUN", "KEY", "WORKER", "STATE", "ATTEMPT", "REASON").shrink(6, 2, 3, 1).colorState(4)
+		t := newTable("TASK", "RUN", "KEY", "WORKER", "PRI", "STATE", "ATTEMPT", "REASON").shrink(7, 2, 3, 1).colorState(5)
 		for _, tk := range buf[:n] {
-			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
+			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, fmt.Sprint(api.PriorityOf(tk.Priority)), string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
 		}
 		lines := t.lines(ti)
 		if !header {
@@ -706,6 +711,9 @@ func rerunBody(orig *api.Task, now time.Time) []byte {
 	}
 	if retry.MaxTotalAttempts > 0 {
 		req.Retry.MaxTotalAttempts = &retry.MaxTotalAttempts
+	}
+	if orig.Priority != 0 {
+		req.Priority = &orig.Priority
 	}
 	for c, e := range retry.ByCategory {
 		if req.Retry.ByCategory == nil {

@@ -105,7 +105,7 @@ func TestServoDevBinary(t *testing.T) {
 	}
 	out, code := run("submit", "--json", "--tenant", "acme", "--workspace", "ws", "--key", "k1", "--worker", "example",
 		"--payload", `{"partitions": 3, "partitionMs": 50}`, "--max-attempts", "2", "--retry-backoff", "1s", "--retry-max-backoff", "5s",
-		"--retry-category", "CONFLICT:attempts=8,backoff=2s,coefficient=3", "--retry-category", "TIMEOUT:max-backoff=7s", "--max-total-attempts", "9")
+		"--retry-category", "CONFLICT:attempts=8,backoff=2s,coefficient=3", "--retry-category", "TIMEOUT:max-backoff=7s", "--max-total-attempts", "9", "--priority", "4")
 	var sub api.SubmitResponse
 	if code != 0 || json.Unmarshal([]byte(out), &sub) != nil || sub.TaskID == "" {
 		t.Fatalf("submit: exit %d, %s", code, out)
@@ -122,6 +122,9 @@ func TestServoDevBinary(t *testing.T) {
 				r.ByCategory[api.CategoryConflict] != (api.CategoryRetry{MaxAttempts: 8, InitialBackoffMs: 2000, BackoffCoefficient: 3, MaxBackoffMs: 60000}) ||
 				r.ByCategory[api.CategoryTimeout] != (api.CategoryRetry{MaxAttempts: 2, InitialBackoffMs: 1000, BackoffCoefficient: 2, MaxBackoffMs: 7000}) {
 				t.Fatalf("the retry flags were not sent: %+v", r)
+			}
+			if v.Priority != 4 {
+				t.Fatalf("--priority 4 was not sent: priority %d", v.Priority)
 			}
 			if out, _ := run("get", sub.TaskID); !strings.Contains(out, "CONFLICT 8 attempts, 2s ×3 up to 1m0s; TIMEOUT 2 attempts, 1s ×2 up to 7s; at most 9 attempts in all") {
 				t.Fatalf("servo get does not show the per-category policies:\n%s", out)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -463,7 +464,7 @@ func TestRunsAndList(t *testing.T) {
 	for i := range 3 {
 		st.submit(devstack.ExampleWorker, `{"partitions": 1, "partitionMs": 10}`, map[string]any{"runId": older, "taskKey": fmt.Sprint("o", i)})
 	}
-	held := st.submit("held", `{}`, map[string]any{"runId": newer}).TaskID
+	held := st.submit("held", `{}`, map[string]any{"runId": newer, "priority": 2}).TaskID
 	st.wait(held, "RUNNING", func(v api.Task) bool { return v.State == api.Running })
 	for _, id := range mustList(t, st, older) {
 		st.waitState(id, api.Succeeded)
@@ -495,6 +496,14 @@ func TestRunsAndList(t *testing.T) {
 	out, _, code = st.cli("list", "--worker", "held")
 	if code != 0 || strings.Count(strings.TrimSpace(out), "\n") != 1 || !strings.Contains(out, held) {
 		t.Fatalf("list --worker held: exit %d\n%s", code, out)
+	}
+	// The PRI column: the held task's priority 2.
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.Contains(lines[0], " PRI ") ||
+		strings.Fields(lines[1])[slices.Index(strings.Fields(lines[0]), "PRI")] != "2" {
+		t.Fatalf("list --worker held: no priority 2 in the PRI column\n%s", out)
+	}
+	if out, _, code := st.cli("get", held); code != 0 || !strings.Contains(out, "Priority:         2 (1 highest, 5 lowest)") {
+		t.Fatalf("get: exit %d, no priority\n%s", code, out)
 	}
 	out, errOut, code = st.cli("list", "--run", older, "--limit", "2")
 	if code != 0 || strings.Count(strings.TrimSpace(out), "\n") != 2 || !strings.Contains(errOut, "more match") {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,8 +388,48 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return s
 }
 
+// tasksTableColumns are the tasks table's columns, in order (the tasks
+// page and the run page).
+var tasksTableColumns = []string{"Task", "Run", "Tenant", "Key", "Worker", "Priority", "State", "Attempt", "Reason", "Progress", "Age"}
+
+// columns returns the tasks table's header.
+func columns(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	var head []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("table.tasks thead th"), (th) => th.textContent)`, &head)); err != nil {
+		t.Fatalf("the tasks table's header: %v", err)
+	}
+	return head
+}
+
+// cell returns the text of task id's row's cell under the column named
+// column, read in one evaluation (live updates replace the rows); it
+// fails when the row has not one cell per column.
+func cell(t *testing.T, ctx context.Context, id, column string) string {
+	t.Helper()
+	var got struct {
+		Head  []string
+		Cells []string
+	}
+	if err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const row = document.getElementById(%q);
+		return {
+			Head: Array.from(document.querySelectorAll("table.tasks thead th"), (th) => th.textContent),
+			Cells: row ? Array.from(row.cells, (td) => td.textContent.trim()) : [],
+		};
+	})()`, "row-"+id), &got)); err != nil {
+		t.Fatalf("row %s: %v", id, err)
+	}
+	i := slices.Index(got.Head, column)
+	if i < 0 || len(got.Cells) != len(got.Head) {
+		t.Fatalf("row %s: cells %q under columns %q: want one cell per column, %q among them", id, got.Cells, got.Head, column)
+	}
+	return got.Cells[i]
+}
+
 // TestTasksPageLive: a task submitted while the tasks page is open appears
-// and reaches SUCCEEDED without a reload.
+// and reaches SUCCEEDED without a reload; its row (from the live stream)
+// shows the priority it was submitted with.
 func TestTasksPageLive(t *testing.T) {
 	f := stack(t)
 	ctx := tab(t)
@@ -398,9 +439,12 @@ func TestTasksPageLive(t *testing.T) {
 	}
 	waitJS(t, ctx, `document.querySelector("td.empty") !== null`, "the empty table")
 	waitJS(t, ctx, `document.getElementById("status").textContent === "live"`, "the stream connected")
-	id := f.submit(t, map[string]any{"runId": run, "worker": devstack.ExampleWorker, "taskKey": "live",
+	id := f.submit(t, map[string]any{"runId": run, "worker": devstack.ExampleWorker, "taskKey": "live", "priority": 1,
 		"payload": map[string]any{"partitions": 6, "partitionMs": 250}})
 	waitJS(t, ctx, fmt.Sprintf(`document.getElementById("row-%s") !== null`, id), "the new task's row")
+	if got := cell(t, ctx, id, "Priority"); got != "1" {
+		t.Errorf("the live row shows priority %q, want 1", got)
+	}
 	shot(t, ctx, "appeared")
 	waitJS(t, ctx, fmt.Sprintf(`document.querySelector('#row-%s[data-state="SUCCEEDED"]') !== null`, id), "the task reaching SUCCEEDED")
 	var notReloaded bool
@@ -414,7 +458,8 @@ func TestTasksPageLive(t *testing.T) {
 }
 
 // TestTaskPageRetriedAttempts: the task page shows a retried task's two
-// attempts, their outcomes, and the timeline with one bar each.
+// attempts, their outcomes, and the timeline with one bar each; and the
+// default priority (3) of a task submitted without one.
 func TestTaskPageRetriedAttempts(t *testing.T) {
 	f := stack(t)
 	id := f.submit(t, map[string]any{"worker": devstack.ExampleWorker, "taskKey": "flaky",
@@ -446,6 +491,10 @@ func TestTaskPageRetriedAttempts(t *testing.T) {
 	}
 	if msg := text(t, ctx, "#attempt-1 .errmsg"); !strings.Contains(msg, "injected failure") {
 		t.Errorf("attempt 1's error = %q", msg)
+	}
+	// Submitted without a priority: the default.
+	if got := text(t, ctx, "#task-priority"); got != "3" {
+		t.Errorf("priority %q, want 3 (the default)", got)
 	}
 	var events int
 	if err := chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll("#events tbody tr").length`, &events)); err != nil {
@@ -669,7 +718,10 @@ func TestCrossSitePostRefused(t *testing.T) {
 }
 
 // TestPagesOnDemoData: on the demo run of `servo dev` (plus a task that
-// fails for good), the run page summarises the run, the health page shows
+// fails for good; the retried task submitted with priority 1), the tasks
+// page and the run page show the table's columns and each task's priority
+// (1, else the default 3), the task page the urgent task's priority, the
+// run page summarises the run, the health page shows
 // the sweeper's last pass, each duty, the transitions chart and the dead
 // letter with its attempts; each page is photographed (into
 // -dashboard.screenshots for the docs, else into the test artifacts).
@@ -677,6 +729,9 @@ func TestPagesOnDemoData(t *testing.T) {
 	f := stack(t)
 	run := task.NewRunID(time.Now())
 	var ids []string
+	// The retried task is urgent (priority 1); the others have none
+	// (the default, 3).
+	priorities := []string{"3", "3", "1", "3"}
 	for _, c := range []struct {
 		key     string
 		payload map[string]any
@@ -686,8 +741,12 @@ func TestPagesOnDemoData(t *testing.T) {
 		{"flaky-then-resumes", map[string]any{"partitions": 12, "partitionMs": 80, "failAttempts": 1}},
 		{"bad-input", map[string]any{"partitions": 3, "invalid": true}},
 	} {
-		ids = append(ids, f.submit(t, map[string]any{"runId": run, "tenantId": "demo", "workspaceId": "local", "worker": devstack.ExampleWorker,
-			"taskKey": c.key, "payload": c.payload}))
+		body := map[string]any{"runId": run, "tenantId": "demo", "workspaceId": "local", "worker": devstack.ExampleWorker,
+			"taskKey": c.key, "payload": c.payload}
+		if c.key == "flaky-then-resumes" {
+			body["priority"] = 1
+		}
+		ids = append(ids, f.submit(t, body))
 	}
 	for i, id := range ids {
 		want := api.Succeeded
@@ -697,6 +756,19 @@ func TestPagesOnDemoData(t *testing.T) {
 		f.waitState(t, id, want)
 	}
 	ctx := tab(t)
+	// checkRows: the page's tasks table has the columns of
+	// tasksTableColumns, and each task's row its priority.
+	checkRows := func(page string) {
+		t.Helper()
+		if got := columns(t, ctx); !slices.Equal(got, tasksTableColumns) {
+			t.Errorf("%s page: columns %q, want %q", page, got, tasksTableColumns)
+		}
+		for i, id := range ids {
+			if got := cell(t, ctx, id, "Priority"); got != priorities[i] {
+				t.Errorf("%s page: task %s shows priority %q, want %s", page, id, got, priorities[i])
+			}
+		}
+	}
 	photo := func(name string) {
 		t.Helper()
 		shot(t, ctx, name)
@@ -717,6 +789,7 @@ func TestPagesOnDemoData(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, `document.querySelectorAll("table.tasks tbody tr[data-state]").length === 4`, "the run's four tasks")
+	checkRows("tasks")
 	photo("tasks")
 
 	// Run.
@@ -727,6 +800,7 @@ func TestPagesOnDemoData(t *testing.T) {
 	if got := text(t, ctx, ".count.state.succeeded b") + "/" + text(t, ctx, ".count.state.failed b") + "/" + text(t, ctx, ".summary"); got != "3/1/0 of 4 tasks still active." {
 		t.Errorf("run summary = %q", got)
 	}
+	checkRows("run")
 	photo("run")
 
 	// Task: the retried one.
@@ -739,6 +813,9 @@ func TestPagesOnDemoData(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, `document.getElementById("status").textContent === "live"`, "the stream")
+	if got := text(t, ctx, "#task-priority"); got != "1" {
+		t.Errorf("the urgent task's page shows priority %q, want 1", got)
+	}
 	photo("task")
 
 	// Health.

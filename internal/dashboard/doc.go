@@ -10,11 +10,11 @@
 //
 //	page    path                                     shows
 //	tasks   /ui/?tenant=&run=&state=&worker=         counts by state; the tasks newest first (task, run, tenant, key,
-//	                                                 worker, state, attempt, reason, progress, age), 50 a page; with a
-//	                                                 tenant filter, its usage against its limits (GET
+//	                                                 worker, priority, state, attempt, reason, progress, age), 50 a
+//	                                                 page; with a tenant filter, its usage against its limits (GET
 //	                                                 /v1/tenants/{t}/usage's figures)
 //	run     /ui/runs/{runId}                         the run's tasks (up to 500), a per-state summary, Cancel run
-//	task    /ui/tasks/{taskId}                       state, reason, timers, deadline; the attempt timeline; each
+//	task    /ui/tasks/{taskId}                       state, reason, priority, timers, deadline; the attempt timeline; each
 //	                                                 attempt's worker id, progress, message, heartbeat count,
 //	                                                 checkpoint, error (stack trace collapsed), metrics, output; the
 //	                                                 task's transitions; its trace; the payload; Cancel with a reason
@@ -28,6 +28,9 @@
 //	                                                 the age of its oldest due entry; the latest failed tasks with
 //	                                                 their attempt history; transitions per minute by to-state over
 //	                                                 the last hour
+//
+// A task's priority (1 highest, 5 lowest) is shown as api.PriorityOf
+// gives it: 3, the default, for a task stored before priorities existed.
 //
 // The task page's attempt timeline is SVG ([Bar]): one bar per attempt
 // from enqueue to end, light while it waited for delivery, coloured by

@@ -150,9 +150,14 @@ type StateCount struct {
 // Row is one task of a table.
 type Row struct {
 	ID, RunID, TenantID, TaskKey, Worker string
-	State                                api.State
-	Attempt                              int
-	Reason                               string
+	// Priority is the task's priority, 1 (highest) to 5 (lowest): the
+	// default for a task stored before priorities existed.
+	Priority int
+	State    api.State
+	Attempt  int
+	// Reason is the task's reason (why it ended or is cancelling;
+	// QUOTA_WAIT while it waits for a run slot).
+	Reason string
 	// Progress is the current attempt's progress (nil when unknown).
 	Progress *int
 	Message  string
@@ -265,8 +270,8 @@ func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[api.Sta
 }
 
 func rowOf(t *task.Task, now time.Time) Row {
-	r := Row{ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, TaskKey: t.TaskKey, Worker: t.Worker, State: t.State,
-		Attempt: t.Attempt, Reason: t.Reason, Age: fmtAge(now.Sub(t.CreatedAt))}
+	r := Row{ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, TaskKey: t.TaskKey, Worker: t.Worker, Priority: api.PriorityOf(t.Priority),
+		State: t.State, Attempt: t.Attempt, Reason: t.Reason, Age: fmtAge(now.Sub(t.CreatedAt))}
 	if l := t.Live; l != nil && l.Attempt == t.Attempt {
 		r.Progress, r.Message = l.ProgressPct, l.Message
 	}
@@ -298,7 +303,10 @@ type EventRow struct {
 
 // TaskView is the task page.
 type TaskView struct {
-	Task       task.Task
+	Task task.Task
+	// Priority is the task's priority (api.PriorityOf: the default for a
+	// task stored before priorities existed).
+	Priority   int
 	Attempts   []AttemptView
 	Timeline   Timeline
 	Events     []EventRow
@@ -337,7 +345,7 @@ func (d *Dashboard) loadTask(ctx context.Context, id string, c *caller) (any, er
 		return nil, errs[1]
 	}
 	now := d.cfg.Now()
-	v := &TaskView{Task: t, Payload: prettyJSON(t.Payload), Resources: prettyJSON(t.Resources), Active: !t.State.Terminal(),
+	v := &TaskView{Task: t, Priority: api.PriorityOf(t.Priority), Payload: prettyJSON(t.Payload), Resources: prettyJSON(t.Resources), Active: !t.State.Terminal(),
 		Timeline: timelineOf(t.Attempts, now), Age: fmtAge(now.Sub(t.CreatedAt)), ServerTime: now.UTC(),
 		Trace: traceOf(&t, d.cfg.Traces, d.cfg.CloudTraceProject)}
 	v.Task.ResumeFrom = nil

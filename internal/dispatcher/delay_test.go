@@ -201,7 +201,9 @@ func TestDelayedStartPullHorizon(t *testing.T) {
 func TestDelayedStartWithQuotas(t *testing.T) {
 	t.Parallel()
 	e := quotaEnv(t, quota.Policy{Tenants: map[string]quota.Limits{"limited": {MaxRunning: 1, MaxQueued: 5}}})
-	start := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	// The start leaves room for a loaded machine: the sweep below must
+	// run before it.
+	start := time.Now().Add(6 * time.Second).UTC().Truncate(time.Millisecond)
 	body := validSubmit("limited")
 	body["startAt"] = start.Format(time.RFC3339Nano)
 	r := e.submit(body, http.StatusCreated)

@@ -301,10 +301,17 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 	if fe := task.ValidateRetry(retry, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
+	priority := api.DefaultPriority
+	if req.Priority != nil {
+		if p := *req.Priority; p < api.HighestPriority || p > api.LowestPriority {
+			return task.Task{}, pf(invalid("priority", "must be between %d (highest) and %d (lowest); the default is %d", api.HighestPriority, api.LowestPriority, api.DefaultPriority))
+		}
+		priority = *req.Priority
+	}
 	t := task.Task{
 		ID: task.NewTaskID(now), RunID: runID, OwnRun: ownRun, TenantID: req.TenantID, WorkspaceID: req.WorkspaceID,
 		TaskKey: req.TaskKey, AssetID: req.AssetID, Worker: req.Worker, Payload: payload, Resources: resources,
-		IdempotencyKey: req.IdempotencyKey, RerunOf: req.RerunOf, Timing: timing, Retry: retry, Deadline: deadline,
+		IdempotencyKey: req.IdempotencyKey, RerunOf: req.RerunOf, Timing: timing, Retry: retry, Deadline: deadline, Priority: priority,
 		NotBefore: notBefore, EnqueueAt: enqueueAt,
 	}
 	// The envelope must fit in a Cloud Task, now and on a retry that adds

@@ -123,6 +123,52 @@ func TestSubmitDeliversEnvelope(t *testing.T) {
 	}
 }
 
+// A task's priority is the submit's, default 3, in the stored task, GET,
+// the listing and its events.
+func TestSubmitPriority(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{paused: true})
+	plain := e.submit(validSubmit("acme"), http.StatusCreated)
+	body := validSubmit("acme")
+	body["priority"] = 1
+	urgent := e.submit(body, http.StatusCreated)
+	for _, c := range []struct {
+		id   string
+		want int
+	}{{plain.TaskID, api.DefaultPriority}, {urgent.TaskID, 1}} {
+		if got := e.storedTask(c.id).Priority; got != c.want {
+			t.Errorf("%s: stored priority %d, want %d", c.id, got, c.want)
+		}
+		if got := e.getTask(c.id).Priority; got != c.want {
+			t.Errorf("%s: GET priority %d, want %d", c.id, got, c.want)
+		}
+		r := e.do(http.MethodGet, "/v1/tasks/"+c.id+"/events", nil, "")
+		var evs struct {
+			Events []api.Event `json:"events"`
+		}
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &evs) != nil || len(evs.Events) == 0 {
+			t.Fatalf("%s: events: %d %s", c.id, r.status, r.body)
+		}
+		for _, ev := range evs.Events {
+			if ev.Priority != c.want {
+				t.Errorf("%s: event %s priority %d, want %d", c.id, ev.Reason, ev.Priority, c.want)
+			}
+		}
+	}
+	r := e.do(http.MethodGet, "/v1/tasks?tenantId=acme", nil, "")
+	var list struct {
+		Tasks []api.Task `json:"tasks"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &list) != nil || len(list.Tasks) != 2 {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	for _, v := range list.Tasks {
+		if want := map[string]int{plain.TaskID: 3, urgent.TaskID: 1}[v.TaskID]; v.Priority != want {
+			t.Errorf("listed %s: priority %d, want %d", v.TaskID, v.Priority, want)
+		}
+	}
+}
+
 // Defaults apply to absent timers and retry fields.
 func TestSubmitDefaults(t *testing.T) {
 	t.Parallel()

@@ -46,14 +46,18 @@ func TestEventMessage(t *testing.T) {
 	if err := json.Unmarshal(msg.Data, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"eventId", "taskId", "runId", "tenantId", "workspaceId", "worker", "attempt", "from", "to",
+	for _, k := range []string{"eventId", "taskId", "runId", "tenantId", "workspaceId", "worker", "attempt", "priority", "from", "to",
 		"reason", "occurredAt", "outcome", "error", "nextAttempt", "seq"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("body lacks %q: %s", k, msg.Data)
 		}
 	}
-	if len(raw) != 15 {
-		t.Errorf("body has %d fields, want 15: %s", len(raw), msg.Data)
+	if len(raw) != 16 {
+		t.Errorf("body has %d fields, want 16: %s", len(raw), msg.Data)
+	}
+	// A transition of a task stored before priorities shows the default.
+	if raw["priority"] != float64(api.DefaultPriority) {
+		t.Errorf("priority = %v, want %d", raw["priority"], api.DefaultPriority)
 	}
 	if raw["occurredAt"] != "2025-11-21T09:30:00.123Z" {
 		t.Errorf("occurredAt = %v", raw["occurredAt"])

@@ -24,9 +24,10 @@ type DutyStore interface {
 	// drifted ones (Counters.Repair).
 	RepairQuotaCounters(ctx context.Context) ([]Repair, error)
 	// WaitingForSlot returns the tasks QUEUED waiting for a run slot, the
-	// oldest limit of every group of due shards, and how many groups'
-	// queries failed (their errors joined).
-	WaitingForSlot(ctx context.Context, now time.Time, limit int) ([]task.Task, int, error)
+	// limit of every group of due shards that rank lowest (task.WaitRank)
+	// and, with oldest, those that have waited longest too, and how many
+	// groups' queries failed (their errors joined).
+	WaitingForSlot(ctx context.Context, now time.Time, limit int, oldest bool) ([]task.Task, int, error)
 }
 
 // Duty is the sweeper's one quota duty: each pass, when a scope is
@@ -90,7 +91,9 @@ func (d *Duty) Run(ctx context.Context, now time.Time, limit int, stop func() bo
 			errs = append(errs, fmt.Errorf("quota: repair: %w", err))
 		}
 	}
-	waiting, failed, err := d.store.WaitingForSlot(ctx, now, limit)
+	// The longest waiting too, once a repair period: a task left waiting
+	// by a build before ranks has none to be found by.
+	waiting, failed, err := d.store.WaitingForSlot(ctx, now, limit, due)
 	res.Waiting, res.QueryErrors = len(waiting), failed
 	if err != nil {
 		errs = append(errs, fmt.Errorf("quota: waiting tasks: %w", err))

@@ -23,6 +23,7 @@ type dutyStore struct {
 	waitingCalls    int
 	lastLimit       int
 	lastWaitingTime time.Time
+	lastOldest      bool
 }
 
 func (s *dutyStore) QuotasEnabled() bool { return s.enabled }
@@ -32,9 +33,9 @@ func (s *dutyStore) RepairQuotaCounters(context.Context) ([]Repair, error) {
 	return s.repairs, nil
 }
 
-func (s *dutyStore) WaitingForSlot(_ context.Context, now time.Time, limit int) ([]task.Task, int, error) {
+func (s *dutyStore) WaitingForSlot(_ context.Context, now time.Time, limit int, oldest bool) ([]task.Task, int, error) {
 	s.waitingCalls++
-	s.lastLimit, s.lastWaitingTime = limit, now
+	s.lastLimit, s.lastWaitingTime, s.lastOldest = limit, now, oldest
 	return s.waiting, s.failed, s.waitErr
 }
 
@@ -75,13 +76,13 @@ func TestDuty(t *testing.T) {
 	if want := []string{"a1", "b1", "b2"}; !slices.Equal(offered, want) {
 		t.Fatalf("offered %v, want %v (fair order; a skipped once full)", offered, want)
 	}
-	if s.lastLimit != 7 || !s.lastWaitingTime.Equal(now) {
-		t.Fatalf("waiting read with limit %d at %v", s.lastLimit, s.lastWaitingTime)
+	if s.lastLimit != 7 || !s.lastWaitingTime.Equal(now) || !s.lastOldest {
+		t.Fatalf("waiting read with limit %d at %v, oldest %v; want the oldest too with the repair", s.lastLimit, s.lastWaitingTime, s.lastOldest)
 	}
 	// Within repairEvery the counters are not recounted again.
 	s.waitErr, s.failed = nil, 0
-	if res, err := d.Run(ctx, now, 7, func() bool { return true }, func(*task.Task) bool { t.Fatal("offered after stop"); return false }); err != nil || res.Repairs != 0 || s.repairCalls != 1 {
-		t.Fatalf("second run: %+v %v, %d repairs", res, err, s.repairCalls)
+	if res, err := d.Run(ctx, now, 7, func() bool { return true }, func(*task.Task) bool { t.Fatal("offered after stop"); return false }); err != nil || res.Repairs != 0 || s.repairCalls != 1 || s.lastOldest {
+		t.Fatalf("second run: %+v %v, %d repairs, oldest %v", res, err, s.repairCalls, s.lastOldest)
 	}
 	if NewDuty(s, 0, log).repairEvery != DefaultRepairEvery {
 		t.Fatal("no default repair cadence")

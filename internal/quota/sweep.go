@@ -9,7 +9,7 @@ import (
 )
 
 // Admit is the sweeper's admit duty over waiting, the tasks waiting for a
-// run slot (the oldest of every due shard): it orders them fairly
+// run slot (the lowest ranked of every due shard): it orders them fairly
 // (FairOrder) and offers each a slot, one at a time so that the order
 // holds, until stop reports true. offer applies task.EventAdmit to one
 // task; it returns false when that changed nothing (no slot was free, or
@@ -31,13 +31,13 @@ func Admit(waiting []task.Task, stop func() bool, offer func(*task.Task) (taken 
 	}
 }
 
-// FairOrder orders tasks waiting for a slot: each tenant's in submit order
-// (WaitingSince, then id), the tenants taking turns, the one that has
-// waited longest first.
+// FairOrder orders tasks waiting for a slot: each tenant's by rank
+// (task.WaitRank: priority, raised by waiting; then id), the tenants
+// taking turns, the one whose next task ranks lowest first.
 func FairOrder(ts []task.Task) []task.Task {
 	sorted := slices.Clone(ts)
 	slices.SortFunc(sorted, func(a, b task.Task) int {
-		if c := cmp.Compare(timeOf(a.WaitingSince), timeOf(b.WaitingSince)); c != 0 {
+		if c := cmp.Compare(timeOf(task.WaitRank(&a)), timeOf(task.WaitRank(&b))); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)

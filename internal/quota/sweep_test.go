@@ -59,3 +59,28 @@ func TestAdmit(t *testing.T) {
 		})
 	}
 }
+
+// TestFairOrderByPriority: within a tenant, a higher priority goes first
+// unless the lower one has waited PriorityAging longer per level; the
+// tenants take turns, the one whose next task ranks lowest first.
+func TestFairOrderByPriority(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	ag := task.PriorityAging
+	in := []task.Task{
+		{ID: "a-p5-old", TenantID: "a", Priority: 5, WaitingSince: at(-4*ag - time.Second)}, // rank t0-1s
+		{ID: "a-p5", TenantID: "a", Priority: 5, WaitingSince: at(-time.Minute)},            // rank t0+4ag-1m
+		{ID: "a-p1", TenantID: "a", Priority: 1, WaitingSince: at(0)},                       // rank t0
+		{ID: "a-default", TenantID: "a", WaitingSince: at(-ag - time.Second)},               // priority 3: rank t0+ag-1s
+		{ID: "b-p2", TenantID: "b", Priority: 2, WaitingSince: at(-2 * ag)},                 // rank t0-ag
+		{ID: "b-p4", TenantID: "b", Priority: 4, WaitingSince: at(0)},                       // rank t0+3ag
+	}
+	var got []string
+	for _, tk := range quota.FairOrder([]task.Task{in[3], in[1], in[5], in[0], in[2], in[4]}) {
+		got = append(got, tk.ID)
+	}
+	want := []string{"b-p2", "a-p5-old", "b-p4", "a-p1", "a-default", "a-p5"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}

@@ -40,6 +40,7 @@ type taskDoc struct {
 	Payload         json.RawMessage `firestore:"payload"`
 	Resources       json.RawMessage `firestore:"resources"`
 	IdempotencyKey  string          `firestore:"idempotencyKey"`
+	Priority        int             `firestore:"priority"`
 	OwnRun          bool            `firestore:"ownRun"`
 	RerunOf         string          `firestore:"rerunOf"`
 	ScheduleID      string          `firestore:"scheduleId"`
@@ -68,11 +69,14 @@ type taskDoc struct {
 	ResumeFrom      json.RawMessage `firestore:"resumeFrom"`
 	Quota           *quotaHoldDoc   `firestore:"quota"`
 	WaitingSince    *time.Time      `firestore:"waitingSince"`
-	Live            *liveAttemptDoc `firestore:"live"`
-	Ended           *attemptDoc     `firestore:"endedAttempt"`
-	Recorded        *bool           `firestore:"recorded"`
-	Trace           string          `firestore:"trace"`
-	History         []stepDoc       `firestore:"history"`
+	// WaitRank is task.WaitRank, derived from waitingSince and priority
+	// (not read back): the admit duty's query orders on it.
+	WaitRank *time.Time      `firestore:"waitRank"`
+	Live     *liveAttemptDoc `firestore:"live"`
+	Ended    *attemptDoc     `firestore:"endedAttempt"`
+	Recorded *bool           `firestore:"recorded"`
+	Trace    string          `firestore:"trace"`
+	History  []stepDoc       `firestore:"history"`
 }
 
 // deliveryDoc is an api.Delivery as stored (the task's delivery).
@@ -152,6 +156,7 @@ type transitionDoc struct {
 	WorkspaceID string        `firestore:"workspaceId"`
 	Worker      string        `firestore:"worker"`
 	Attempt     int           `firestore:"attempt"`
+	Priority    int           `firestore:"priority"`
 	From        api.State     `firestore:"from"`
 	To          api.State     `firestore:"to"`
 	Reason      string        `firestore:"reason"`
@@ -344,14 +349,14 @@ func taskDocOf(t *task.Task) taskDoc {
 	d := taskDoc{
 		ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
 		AssetID: t.AssetID, Worker: t.Worker, Payload: t.Payload, Resources: t.Resources,
-		IdempotencyKey: t.IdempotencyKey, OwnRun: t.OwnRun, RerunOf: t.RerunOf,
+		IdempotencyKey: t.IdempotencyKey, Priority: t.Priority, OwnRun: t.OwnRun, RerunOf: t.RerunOf,
 		ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 		State: t.State, Reason: t.Reason, CancelReason: t.CancelReason, Attempt: t.Attempt, Seq: t.Seq,
 		Timing: timingDoc(t.Timing), Retry: retryDocOf(t), Deadline: t.Deadline,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, EndedAt: t.EndedAt, ExpireAt: t.ExpireAt,
 		NotBefore: t.NotBefore, EnqueueAt: t.EnqueueAt, LeaseExpiresAt: t.LeaseExpiresAt, CancelDeadline: t.CancelDeadline,
 		DispatchCheckAt: t.DispatchCheckAt, StartTimeoutAt: t.StartTimeoutAt, Delivery: (*deliveryDoc)(t.Delivery), DueShard: t.DueShard, Redrives: t.Redrives, ResumeFrom: t.ResumeFrom,
-		Quota: (*quotaHoldDoc)(t.Quota), WaitingSince: t.WaitingSince, Live: (*liveAttemptDoc)(t.Live),
+		Quota: (*quotaHoldDoc)(t.Quota), WaitingSince: t.WaitingSince, WaitRank: task.WaitRank(t), Live: (*liveAttemptDoc)(t.Live),
 		Recorded: t.Recorded, Trace: t.Trace, History: stepDocsOf(t.History),
 	}
 	if t.Ended != nil {
@@ -365,7 +370,7 @@ func taskDocOf(t *task.Task) taskDoc {
 func (d *taskDoc) fill(t *task.Task) {
 	t.ID, t.RunID, t.TenantID, t.WorkspaceID, t.TaskKey = d.ID, d.RunID, d.TenantID, d.WorkspaceID, d.TaskKey
 	t.AssetID, t.Worker, t.Payload, t.Resources = d.AssetID, d.Worker, d.Payload, d.Resources
-	t.IdempotencyKey, t.OwnRun, t.RerunOf = d.IdempotencyKey, d.OwnRun, d.RerunOf
+	t.IdempotencyKey, t.Priority, t.OwnRun, t.RerunOf = d.IdempotencyKey, d.Priority, d.OwnRun, d.RerunOf
 	t.ScheduleID, t.ScheduledFireAt = d.ScheduleID, d.ScheduledFireAt
 	t.State, t.Reason, t.CancelReason, t.Attempt, t.Seq = d.State, d.Reason, d.CancelReason, d.Attempt, d.Seq
 	t.Timing, t.Deadline = api.Timing(d.Timing), d.Deadline
@@ -438,7 +443,7 @@ func stepsOf(h []stepDoc) []task.Step {
 func transitionDocOf(tr *task.Transition) transitionDoc {
 	return transitionDoc{
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID, WorkspaceID: tr.WorkspaceID,
-		Worker: tr.Worker, Attempt: tr.Attempt, From: tr.From, To: tr.To, Reason: tr.Reason, Outcome: tr.Outcome,
+		Worker: tr.Worker, Attempt: tr.Attempt, Priority: tr.Priority, From: tr.From, To: tr.To, Reason: tr.Reason, Outcome: tr.Outcome,
 		Error: (*errorInfoDoc)(tr.Error), NextAttempt: tr.NextAttempt, Seq: tr.Seq, OccurredAt: tr.OccurredAt,
 		DeadLetter: tr.DeadLetter, Trace: tr.Trace, ScheduleID: tr.ScheduleID, ScheduledFireAt: tr.ScheduledFireAt,
 	}
@@ -453,7 +458,7 @@ func (d *transitionDoc) fill(tr *task.Transition) {
 func (d *transitionDoc) transition() task.Transition {
 	return task.Transition{
 		EventID: d.EventID, TaskID: d.TaskID, RunID: d.RunID, TenantID: d.TenantID, WorkspaceID: d.WorkspaceID,
-		Worker: d.Worker, Attempt: d.Attempt, From: d.From, To: d.To, Reason: d.Reason, Outcome: d.Outcome,
+		Worker: d.Worker, Attempt: d.Attempt, Priority: d.Priority, From: d.From, To: d.To, Reason: d.Reason, Outcome: d.Outcome,
 		Error: (*api.ErrorInfo)(d.Error), NextAttempt: d.NextAttempt, Seq: d.Seq, OccurredAt: d.OccurredAt,
 		DeadLetter: d.DeadLetter, Trace: d.Trace, ScheduleID: d.ScheduleID, ScheduledFireAt: d.ScheduledFireAt,
 	}

@@ -267,12 +267,12 @@ func TestDocMapping(t *testing.T) {
 // names, and queries, update masks and indexes use them: a rename is a
 // schema change (a migration), not a refactor.
 var storedSchema = map[reflect.Type]string{
-	reflect.TypeFor[taskDoc]():          "taskId runId tenantId workspaceId taskKey assetId worker payload resources idempotencyKey ownRun rerunOf scheduleId scheduledFireAt state reason cancelReason attempt seq timing retry deadline createdAt updatedAt endedAt expireAt notBefore enqueueAt leaseExpiresAt cancelDeadline dispatchCheckAt startTimeoutAt delivery dueShard redrives resumeFrom quota waitingSince live endedAttempt recorded trace history",
+	reflect.TypeFor[taskDoc]():          "taskId runId tenantId workspaceId taskKey assetId worker payload resources idempotencyKey priority ownRun rerunOf scheduleId scheduledFireAt state reason cancelReason attempt seq timing retry deadline createdAt updatedAt endedAt expireAt notBefore enqueueAt leaseExpiresAt cancelDeadline dispatchCheckAt startTimeoutAt delivery dueShard redrives resumeFrom quota waitingSince waitRank live endedAttempt recorded trace history",
 	reflect.TypeFor[deliveryDoc]():      "attempts lastStatus lastError lastAttemptAt nextTryAt checkedAt",
 	reflect.TypeFor[attemptDoc]():       "attempt outcome workerId createdAt scheduledAt startedAt completedAt lastHeartbeatAt heartbeats heartbeatTicks progressPct message checkpoint error output metrics cancelledDuringPhase partialProgress reportedAt expireAt execution completionDigest",
 	reflect.TypeFor[liveAttemptDoc]():   "attempt createdAt scheduledAt workerId startedAt lastHeartbeatAt heartbeats heartbeatTicks progressPct message checkpoint execution",
 	reflect.TypeFor[stepDoc]():          "attempt from to reason outcome error nextAttempt seq occurredAt",
-	reflect.TypeFor[transitionDoc]():    "eventId taskId runId tenantId workspaceId worker attempt from to reason outcome error nextAttempt seq occurredAt deadLetter scheduleId scheduledFireAt trace",
+	reflect.TypeFor[transitionDoc]():    "eventId taskId runId tenantId workspaceId worker attempt priority from to reason outcome error nextAttempt seq occurredAt deadLetter scheduleId scheduledFireAt trace",
 	reflect.TypeFor[quotaHoldDoc]():     "tenant worker tenantShard workerShard slot tenantSlotShard workerSlotShard share shareShard shareSlotShard",
 	reflect.TypeFor[outageSpanDoc]():    "from to",
 	reflect.TypeFor[errorInfoDoc]():     "category message stackTrace retryable",

@@ -85,16 +85,21 @@ const (
 	DueCancel   Due = "cancelDeadline"  // CANCELLING past the grace period
 	DueDispatch Due = "dispatchCheckAt" // PENDING, QUEUED past the start timeout
 	DueDeadline Due = "deadline"        // any active state past the task deadline
-	DueAdmit    Due = "waitingSince"    // QUEUED waiting for a run slot (quotas)
+	DueAdmit    Due = "waitRank"        // QUEUED waiting for a run slot (quotas), by rank (task.WaitRank)
+	// DueAdmitOldest reads the same tasks oldest first: the quota duty's
+	// look, once a repair period, for waiting tasks a build before ranks
+	// wrote without one.
+	DueAdmitOldest Due = "waitingSince"
 )
 
 // DueStates are the states each duty's query selects.
 var DueStates = map[Due][]api.State{
-	DueLease:    {api.Running, api.Cancelling},
-	DueCancel:   {api.Cancelling},
-	DueDispatch: {api.Pending, api.Queued},
-	DueDeadline: task.ActiveStates,
-	DueAdmit:    {api.Queued},
+	DueLease:       {api.Running, api.Cancelling},
+	DueCancel:      {api.Cancelling},
+	DueDispatch:    {api.Pending, api.Queued},
+	DueDeadline:    task.ActiveStates,
+	DueAdmit:       {api.Queued},
+	DueAdmitOldest: {api.Queued},
 }
 
 // DueCursor continues a due query after the last task of a page.
@@ -114,7 +119,7 @@ var dueFields = []string{"taskId", "tenantId", "state", "attempt", "dueShard", "
 // dispatch duty's tell since when an attempt has waited to start (the
 // task's creation, its attempt's schedule time), for the sweeper's
 // servo.queued.oldest_age even when its transaction fails.
-var dueExtra = map[Due][]string{DueDispatch: {"createdAt", "notBefore"}}
+var dueExtra = map[Due][]string{DueDispatch: {"createdAt", "notBefore", "priority"}, DueAdmit: {"waitingSince", "priority"}, DueAdmitOldest: {"priority"}}
 
 // DueTasks returns up to limit tasks of a group of due shards (one of
 // DueGroups(d)) whose duty d is due at now, ordered by the due time and
@@ -192,6 +197,8 @@ func DueTime(d Due, t *task.Task) *time.Time {
 	case DueDeadline:
 		return t.Deadline
 	case DueAdmit:
+		return task.WaitRank(t)
+	case DueAdmitOldest:
 		return t.WaitingSince
 	}
 	return nil

@@ -50,7 +50,10 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("dispatchCheckAt")}},
 	// Sweeper: task deadlines past due (every non-terminal state).
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("deadline")}},
-	// Sweeper: tasks waiting for a run slot (quotas), oldest first.
+	// Sweeper: tasks waiting for a run slot (quotas), lowest rank first
+	// (task.WaitRank: priority and waiting time), and, once a repair
+	// period, oldest first (DueAdmitOldest).
+	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("waitRank")}},
 	{Collection: TasksCollection, Fields: []IndexField{asc("dueShard"), asc("state"), asc("waitingSince")}},
 	// Publisher re-drive: undelivered events due for a (re)try.
 	{Collection: OutboxCollection, Fields: []IndexField{asc("dueShard"), asc("delivered"), asc("nextTryAt")}},
@@ -121,7 +124,7 @@ var FieldExemptions = []FieldExemption{
 	{TasksCollection, "createdAt"}, {TasksCollection, "updatedAt"}, {TasksCollection, "endedAt"}, {TasksCollection, "notBefore"}, {TasksCollection, "enqueueAt"},
 	{TasksCollection, "leaseExpiresAt"}, {TasksCollection, "cancelDeadline"}, {TasksCollection, "dispatchCheckAt"}, {TasksCollection, "deadline"},
 	{TasksCollection, "startTimeoutAt"},
-	{TasksCollection, "waitingSince"},
+	{TasksCollection, "waitingSince"}, {TasksCollection, "waitRank"},
 	{AttemptsCollection, "createdAt"}, {AttemptsCollection, "scheduledAt"}, {AttemptsCollection, "startedAt"},
 	{AttemptsCollection, "completedAt"}, {AttemptsCollection, "lastHeartbeatAt"}, {AttemptsCollection, "reportedAt"},
 	{OutboxCollection, "createdAt"}, {OutboxCollection, "occurredAt"}, {OutboxCollection, "deliveredAt"}, {OutboxCollection, "nextTryAt"},
@@ -159,6 +162,9 @@ var FieldExemptions = []FieldExemption{
 	// task's 63 and 14 of an attempt's 18 (docs/cost.md).
 	{TasksCollection, "timing"}, {TasksCollection, "retry"}, {TasksCollection, "attempt"}, {TasksCollection, "seq"}, {TasksCollection, "reason"}, {TasksCollection, "cancelReason"}, {TasksCollection, "redrives"},
 	{TasksCollection, "idempotencyKey"}, {TasksCollection, "taskKey"}, {TasksCollection, "rerunOf"}, {TasksCollection, "assetId"}, {TasksCollection, "workspaceId"}, {TasksCollection, "trace"}, {TasksCollection, "recorded"}, {TasksCollection, "ownRun"},
+	// A task's priority: shown, and ordered on only behind other fields
+	// (composite indexes); its event's likewise.
+	{TasksCollection, "priority"}, {OutboxCollection, "priority"},
 	{AttemptsCollection, "outcome"}, {AttemptsCollection, "workerId"}, {AttemptsCollection, "message"}, {AttemptsCollection, "progressPct"}, {AttemptsCollection, "heartbeats"}, {AttemptsCollection, "cancelledDuringPhase"}, {AttemptsCollection, "execution"}, {AttemptsCollection, "completionDigest"},
 }
 

@@ -49,24 +49,50 @@ func (s *Store) RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
 	return reps, wrap("quota repair", err)
 }
 
-// WaitingForSlot returns the tasks QUEUED waiting for a run slot (the due
-// query DueAdmit), the oldest limit of every group of due shards, and the
-// number of groups whose query failed (their errors joined): what the
-// sweeper's quota duty admits (quota.Duty).
-func (s *Store) WaitingForSlot(ctx context.Context, now time.Time, limit int) ([]task.Task, int, error) {
+// WaitingForSlot returns the tasks QUEUED waiting for a run slot at now
+// (the due query DueAdmit), the limit of every group of due shards that
+// rank lowest (task.WaitRank), and the number of groups whose query failed
+// (their errors joined): what the sweeper's quota duty admits
+// (quota.Duty). A rank is up to task.MaxWaitRankLead past the time its
+// task waits from, so the query reads ranks up to now plus that lead and
+// drops the tasks that do not wait yet (a delayed start). With oldest, it
+// adds the limit of every group that have waited longest (DueAdmitOldest),
+// which finds the tasks that a build before ranks left waiting without
+// one (the duty ranks every task it reads from its waitingSince and
+// priority).
+func (s *Store) WaitingForSlot(ctx context.Context, now time.Time, limit int, oldest bool) ([]task.Task, int, error) {
 	var (
 		out    []task.Task
 		errs   []error
 		failed int
+		seen   = map[string]bool{}
 	)
+	if oldest {
+		for _, shards := range s.DueGroups(DueAdmitOldest) {
+			page, err := s.DueTasks(ctx, DueAdmitOldest, shards, now, limit, nil)
+			if err != nil {
+				failed++
+				errs = append(errs, fmt.Errorf("shards %v, oldest: %w", shards, err))
+				continue
+			}
+			for _, t := range page {
+				seen[t.ID] = true
+				out = append(out, t)
+			}
+		}
+	}
 	for _, shards := range s.DueGroups(DueAdmit) {
-		page, err := s.DueTasks(ctx, DueAdmit, shards, now, limit, nil)
+		page, err := s.DueTasks(ctx, DueAdmit, shards, now.Add(task.MaxWaitRankLead), limit, nil)
 		if err != nil {
 			failed++
 			errs = append(errs, fmt.Errorf("shards %v: %w", shards, err))
 			continue
 		}
-		out = append(out, page...)
+		for _, t := range page {
+			if t.WaitingSince != nil && !t.WaitingSince.After(now) && !seen[t.ID] {
+				out = append(out, t)
+			}
+		}
 	}
 	return out, failed, errors.Join(errs...)
 }

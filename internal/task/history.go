@@ -119,7 +119,7 @@ func (t Task) Events() []Transition {
 	for _, s := range t.History {
 		out = append(out, Transition{
 			EventID: EventID(t.ID, s.Seq), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
-			WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: s.Attempt, From: s.From, To: s.To,
+			WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: s.Attempt, Priority: t.Priority, From: s.From, To: s.To,
 			Reason: s.Reason, Outcome: s.Outcome, Error: s.Error, NextAttempt: s.NextAttempt, Seq: s.Seq,
 			OccurredAt: s.OccurredAt, DeadLetter: s.To == api.Failed,
 			ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,

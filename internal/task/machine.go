@@ -727,7 +727,7 @@ func (m *machine) transition(to api.State, reason string, outcome api.Outcome) {
 	t.Seq++
 	tr := Transition{
 		EventID: EventID(t.ID, t.Seq), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
-		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, From: from, To: to,
+		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: t.Attempt, Priority: t.Priority, From: from, To: to,
 		Reason: reason, Outcome: outcome, Seq: t.Seq, OccurredAt: m.now, DeadLetter: to == api.Failed,
 		ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 	}
@@ -879,7 +879,7 @@ func NewTask(t Task, now time.Time) (Task, Attempt, Transition) {
 	a := Attempt{Attempt: 1, CreatedAt: now, ScheduledAt: t.NotBefore}
 	tr := Transition{
 		EventID: EventID(t.ID, 1), TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID,
-		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, To: api.Pending, Reason: api.ReasonSubmitted,
+		WorkspaceID: t.WorkspaceID, Worker: t.Worker, Attempt: 1, Priority: t.Priority, To: api.Pending, Reason: api.ReasonSubmitted,
 		Seq: 1, OccurredAt: now, ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 	}
 	t.History = nil

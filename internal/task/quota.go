@@ -1,6 +1,10 @@
 package task
 
-import "github.com/servo-dev/servo/api"
+import (
+	"time"
+
+	"github.com/servo-dev/servo/api"
+)
 
 // QuotaHold records where a task of a limited tenant or worker keeps its
 // counts: the counter shard of each limited scope it was admitted on (its
@@ -62,6 +66,27 @@ func (m *machine) hold() {
 	now := m.now
 	t.WaitingSince, t.DispatchCheckAt = &now, nil
 }
+
+// PriorityAging is how long a task waits to rank with the tasks one
+// priority level above it that begin to wait then (docs/contract.md §12,
+// "Priority"): no waiting task is overtaken for ever.
+const PriorityAging = 5 * time.Minute
+
+// WaitRank is the rank of a task waiting for a run slot (nil when it does
+// not wait): the time it waits from, plus PriorityAging for each level
+// below the highest. Waiting tasks are admitted lowest rank first, so a
+// priority-1 task goes before every priority-5 task that has waited less
+// than 4 × PriorityAging longer.
+func WaitRank(t *Task) *time.Time {
+	if t.WaitingSince == nil {
+		return nil
+	}
+	r := t.WaitingSince.Add(time.Duration(api.PriorityOf(t.Priority)-api.HighestPriority) * PriorityAging)
+	return &r
+}
+
+// MaxWaitRankLead is how far ahead of its WaitingSince a rank may be.
+const MaxWaitRankLead = time.Duration(api.LowestPriority-api.HighestPriority) * PriorityAging
 
 // admit hands a waiting task the run slots the store found free (on the
 // shards ev.Hold names): the task stays QUEUED, gets its dispatch check,

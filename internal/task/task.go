@@ -22,6 +22,9 @@ type Task struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Resources      json.RawMessage `json:"resources,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	// Priority is 1 (highest) to 5 (lowest); 0 in documents written
+	// before priorities existed, which api.PriorityOf reads as the default.
+	Priority int `json:"priority"`
 	// OwnRun: the task is its run's only task, in a run Servo named for it
 	// (a submit without a runId). No run document is written for it: the
 	// runs listing reads the task instead (store.ListRuns). Not in the
@@ -237,6 +240,7 @@ type Transition struct {
 	WorkspaceID string         `json:"workspaceId"`
 	Worker      string         `json:"worker,omitempty"`
 	Attempt     int            `json:"attempt"`
+	Priority    int            `json:"priority"`
 	From        api.State      `json:"from,omitempty"`
 	To          api.State      `json:"to"`
 	Reason      string         `json:"reason,omitempty"`

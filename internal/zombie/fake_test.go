@@ -232,6 +232,6 @@ func (m *memStore) QuotasEnabled() bool { return false }
 
 func (m *memStore) RepairQuotaCounters(context.Context) ([]quota.Repair, error) { return nil, nil }
 
-func (m *memStore) WaitingForSlot(context.Context, time.Time, int) ([]task.Task, int, error) {
+func (m *memStore) WaitingForSlot(context.Context, time.Time, int, bool) ([]task.Task, int, error) {
 	return nil, 0, nil
 }

@@ -50,7 +50,10 @@ func (s *Sweeper) NextDue(ctx context.Context, until time.Time) (next time.Time,
 	}
 	duties := Duties
 	if s.cfg.Store.QuotasEnabled() {
-		duties = append(duties[:len(duties):len(duties)], admitDuty)
+		// The admission by the time a task waits from, not its rank: a
+		// delayed start can be admitted from its start on, ahead of its
+		// rank.
+		duties = append(duties[:len(duties):len(duties)], Duty{Name: admitDuty.Name, Due: store.DueAdmitOldest, Event: admitDuty.Event})
 	}
 	for _, d := range duties {
 		for _, group := range s.cfg.Store.DueGroups(d.Due) {

@@ -689,6 +689,13 @@ func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard []int, now, until
 			}
 		}
 		ds.Due += len(due)
+		if d.Due == store.DueDispatch {
+			// Enqueues and re-drives by priority within the page, so that
+			// a pass cut short by its stop time leaves the lowest behind.
+			// A copy: the page's last task is the query's cursor.
+			due = slices.Clone(due)
+			slices.SortStableFunc(due, func(a, b task.Task) int { return api.PriorityOf(a.Priority) - api.PriorityOf(b.Priority) })
+		}
 		ps, err := s.applyPage(ctx, d, due, stop, tx)
 		ds.add(ps)
 		if firstErr == nil {

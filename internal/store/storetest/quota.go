@@ -80,21 +80,25 @@ func testQuotas(t *testing.T, o Opener) {
 		t.Fatalf("an unlimited tenant's submit: %+v", res)
 	}
 
-	// The admit duty's query lists the waiting tasks, oldest first.
+	// The admit duty's query lists the waiting tasks by rank (of one
+	// priority here: oldest first), reading ranks up to the longest lead.
 	admits := func() []string {
 		t.Helper()
-		got, _ := dueRead(t, s, store.DueAdmit, time.Now().UTC().Add(time.Minute), 10)
+		got, _ := dueRead(t, s, store.DueAdmit, time.Now().UTC().Add(time.Minute+task.MaxWaitRankLead), 10)
 		slices.SortStableFunc(got, func(a, b task.Task) int { return a.WaitingSince.Compare(*b.WaitingSince) })
 		return idsOf(got)
 	}
 	if got := admits(); !slices.Equal(got, waiting) {
 		t.Fatalf("waiting for a slot %v, want %v", got, waiting)
 	}
-	// The quota duty reads the same tasks through WaitingForSlot.
-	if got, failed, err := s.WaitingForSlot(ctx, time.Now().UTC().Add(time.Minute), 10); err != nil || failed != 0 {
-		t.Fatalf("WaitingForSlot: %d groups failed: %v", failed, err)
-	} else if ids := idsOf(got); !sameSet(ids, waiting) {
-		t.Fatalf("WaitingForSlot %v, want %v", ids, waiting)
+	// The quota duty reads the same tasks through WaitingForSlot, with or
+	// without the oldest (each once).
+	for _, oldest := range []bool{false, true} {
+		if got, failed, err := s.WaitingForSlot(ctx, time.Now().UTC().Add(time.Minute), 10, oldest); err != nil || failed != 0 {
+			t.Fatalf("WaitingForSlot: %d groups failed: %v", failed, err)
+		} else if ids := idsOf(got); !sameSet(ids, waiting) || len(ids) != len(waiting) {
+			t.Fatalf("WaitingForSlot (oldest %v) %v, want %v", oldest, ids, waiting)
+		}
 	}
 	// No slot is free: an admit gives nothing.
 	if r := mustAccept(t, s, waiting[0], task.Event{Kind: task.EventAdmit, Now: time.Now().UTC()}); r.Write || r.Enqueue {

@@ -111,9 +111,10 @@ type Store interface {
 	QuotaUsage(ctx context.Context, kind quota.Kind, name string) (quota.Usage, error)
 	// RepairQuotaCounters recounts the counters and rewrites drifted ones.
 	RepairQuotaCounters(ctx context.Context) ([]quota.Repair, error)
-	// WaitingForSlot returns the tasks waiting for a run slot, the oldest
-	// limit of every group of due shards, and how many groups failed.
-	WaitingForSlot(ctx context.Context, now time.Time, limit int) ([]task.Task, int, error)
+	// WaitingForSlot returns the tasks waiting for a run slot, the lowest
+	// ranked limit of every group of due shards (with oldest, the longest
+	// waiting too), and how many groups failed.
+	WaitingForSlot(ctx context.Context, now time.Time, limit int, oldest bool) ([]task.Task, int, error)
 
 	// Schema.
 

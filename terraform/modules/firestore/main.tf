@@ -571,6 +571,23 @@ resource "google_firestore_field" "tasks_own_run" {
   depends_on = [google_firestore_field.tasks_recorded]
 }
 
+resource "google_firestore_field" "tasks_priority" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "tasks"
+  field      = "priority"
+
+  index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.tasks_own_run]
+}
+
 resource "google_firestore_field" "attempts_outcome" {
   project    = var.project_id
   database   = google_firestore_database.this.name
@@ -585,7 +602,7 @@ resource "google_firestore_field" "attempts_outcome" {
     delete = "1h"
   }
 
-  depends_on = [google_firestore_field.tasks_own_run]
+  depends_on = [google_firestore_field.tasks_priority]
 }
 
 resource "google_firestore_field" "attempts_worker_id" {

@@ -47,6 +47,23 @@ resource "google_firestore_index" "schedules_tenant_id_schedule_id" {
 }
 
 # Large, repeated or steadily increasing values no query reads alone.
+resource "google_firestore_field" "outbox_priority" {
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = "outbox"
+  field      = "priority"
+
+  index_config {}
+
+  timeouts {
+    create = "2h"
+    update = "2h"
+    delete = "1h"
+  }
+
+  depends_on = [google_firestore_field.outbox_event_published]
+}
+
 resource "google_firestore_field" "schedules_task" {
   project    = var.project_id
   database   = google_firestore_database.this.name
@@ -61,7 +78,7 @@ resource "google_firestore_field" "schedules_task" {
     delete = "1h"
   }
 
-  depends_on = [google_firestore_field.outbox_event_published]
+  depends_on = [google_firestore_field.outbox_priority]
 }
 
 resource "google_firestore_field" "schedules_recent" {
