@@ -6,6 +6,8 @@ import "time"
 const (
 	// MaxClaimWait caps ClaimRequest.MaxWaitMs.
 	MaxClaimWait = 60 * time.Second
+	// MaxThenPools caps ClaimRequest.ThenPools.
+	MaxThenPools = 9
 	// CodeUnauthenticated: the caller's identity could not be verified
 	// (401): no identity token where the access policy needs one, or one
 	// that is malformed, forged, expired or for another audience.
@@ -29,6 +31,10 @@ type ClaimRequest struct {
 	// MaxWaitMs is how long the claim may wait for work (0 … 60 000;
 	// absent: 20 s).
 	MaxWaitMs *int64 `json:"maxWaitMs,omitempty"`
+	// ThenPools are more pools to claim from, in priority order after the
+	// path's: the claim answers with an attempt of the first of them
+	// (the path's pool first) that has one (docs/contract.md §10).
+	ThenPools []string `json:"thenPools,omitempty"`
 }
 
 // ClaimResponse answers a claim: 200 with Claimed and, when true, the

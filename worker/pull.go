@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,15 @@ type PullConfig struct {
 	API string
 	// Pool is the pull pool's name (required).
 	Pool string
+	// ThenPools are further pull pools to claim from, in priority order
+	// after Pool: each claim takes an attempt of the first of Pool,
+	// ThenPools[0], ThenPools[1], ... that has one (docs/contract.md §10).
+	// At most 9, distinct, none equal to Pool, each one the caller may
+	// claim from: Servo refuses the claim otherwise (400 invalid_request,
+	// or 403 permission_denied for a pool the caller may not claim from;
+	// the field is thenPools[i], or thenPools for too many), and Pull
+	// returns that *[api.Error]. Empty: Pool alone.
+	ThenPools []string
 	// Concurrency is how many attempts run at once (default 1). A claim is
 	// made only while a slot is free.
 	Concurrency int
@@ -109,6 +119,7 @@ func Pull(ctx context.Context, cfg PullConfig, fn Func) error {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultPullGrace
 	}
+	cfg.ThenPools = slices.Clone(cfg.ThenPools) // the caller's slice may change while Pull runs
 	if cfg.Client == nil {
 		var err error
 		if cfg.Client, err = defaultClaimClient(cfg); err != nil {
@@ -141,6 +152,9 @@ type puller struct {
 
 func (p *puller) loop(ctx context.Context) error {
 	log := p.h.cfg.logger.With("pool", p.cfg.Pool, "workerId", p.h.cfg.workerID)
+	if len(p.cfg.ThenPools) > 0 {
+		log = log.With("thenPools", p.cfg.ThenPools)
+	}
 	// Claims and runs outlive ctx by the grace period at most.
 	graceCtx, stopGrace := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGrace()
@@ -277,7 +291,8 @@ type claimResponse struct {
 // out. It returns the envelope (nil when nothing was claimed), a
 // Retry-After to honour, and an error (*api.Error: final).
 func (p *puller) claim(ctx, graceCtx context.Context) (*api.Envelope, time.Duration, error) {
-	body, _ := json.Marshal(api.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds())})
+	body, _ := json.Marshal(api.ClaimRequest{WorkerID: p.h.cfg.workerID, MaxWaitMs: ptr(p.cfg.MaxWait.Milliseconds()),
+		ThenPools: p.cfg.ThenPools})
 	rctx, cancel := context.WithTimeout(graceCtx, p.cfg.MaxWait+p.h.cfg.requestTimeout)
 	defer cancel()
 	var (

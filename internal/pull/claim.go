@@ -109,15 +109,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// An unknown pool is answered as a pool the caller may not claim
 	// from, so that pool names cannot be probed.
-	wk, err := h.cfg.Enqueuer.Workers().Lookup(pool)
-	known := err == nil && wk.Pull
-	if !known || (len(wk.ServiceAccounts) > 0 && !slices.Contains(wk.ServiceAccounts, who)) {
-		log.WarnContext(ctx, "claim refused: no such pull pool, or the caller is not one of its service accounts", "caller", who, "known", known)
+	refuse := func(pool, field string) {
+		log.WarnContext(ctx, "claim refused: no such pull pool, or the caller is not one of its service accounts", "caller", who, "refusedPool", truncate(pool, 64))
 		code, status := api.CodePermissionDenied, http.StatusForbidden
 		if who == "" {
 			code, status = api.CodeUnauthenticated, http.StatusUnauthorized
 		}
-		h.fail(w, status, code, "", "the caller may not claim from pool "+truncate(pool, 64))
+		h.fail(w, status, code, field, "the caller may not claim from pool "+truncate(pool, 64))
+	}
+	if !h.mayClaim(pool, who) {
+		refuse(pool, "")
 		return
 	}
 	var req api.ClaimRequest
@@ -129,7 +130,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, fe.Field, fe.Message)
 		return
 	}
-	env, err := h.claim(ctx, log.With("workerId", req.WorkerID), pool, req)
+	if fe := task.ValidateThenPools(pool, req.ThenPools); fe != nil {
+		h.fail(w, http.StatusBadRequest, api.CodeInvalidRequest, fe.Field, fe.Message)
+		return
+	}
+	for i, p := range req.ThenPools {
+		if !h.mayClaim(p, who) {
+			refuse(p, fmt.Sprintf("thenPools[%d]", i))
+			return
+		}
+	}
+	pools := append([]string{pool}, req.ThenPools...)
+	env, err := h.claim(ctx, log.With("workerId", req.WorkerID), pools, req)
 	if err != nil {
 		log.WarnContext(ctx, "claim failed; the worker retries", "workerId", req.WorkerID, "error", err)
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
@@ -168,11 +180,19 @@ func (h *Handler) handBack(ctx context.Context, log *slog.Logger, workerID strin
 	}
 }
 
-// claim receives the pool's messages until one starts an attempt for the
-// worker or the wait runs out (nil, nil). Messages whose attempt is not
-// claimable are acknowledged and dropped; a retry not due yet is held
-// until it is; a message is acknowledged only after the claim commits.
-func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req api.ClaimRequest) (*api.Envelope, error) {
+// mayClaim reports whether who may claim from pool: a pull pool whose
+// service accounts (when it names any) include who.
+func (h *Handler) mayClaim(pool, who string) bool {
+	wk, err := h.cfg.Enqueuer.Workers().Lookup(pool)
+	return err == nil && wk.Pull && (len(wk.ServiceAccounts) == 0 || slices.Contains(wk.ServiceAccounts, who))
+}
+
+// claim receives the pools' messages until one starts an attempt for the
+// worker or the wait runs out (nil, nil), the first pool's first
+// (receiveFirst). Messages whose attempt is not claimable are acknowledged
+// and dropped; a retry not due yet is held until it is; a message is
+// acknowledged only after the claim commits.
+func (h *Handler) claim(ctx context.Context, log *slog.Logger, pools []string, req api.ClaimRequest) (*api.Envelope, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, task.ClaimWait(req))
 	defer cancel()
 	// A pull cancelled just as Pub/Sub hands it a message hides that
@@ -183,10 +203,11 @@ func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req 
 	pullCtx, cancelPull := context.WithTimeout(context.WithoutCancel(ctx), task.ClaimWait(req)+pullSlack)
 	defer cancelPull()
 	for {
-		m, err := h.cfg.Transport.receive(pullCtx, pool)
+		i, m, err := h.receiveFirst(pullCtx, log, pools)
 		if err != nil {
 			return nil, err
 		}
+		pool := pools[i]
 		if m != nil && ctx.Err() != nil {
 			if herr := h.cfg.Transport.hold(context.WithoutCancel(ctx), pool, m.ackID, 0); herr != nil {
 				log.WarnContext(ctx, "could not hand back a message that came after the caller left", "error", herr)
@@ -216,6 +237,92 @@ func (h *Handler) claim(ctx context.Context, log *slog.Logger, pool string, req 
 		}
 	}
 }
+
+// receiveFirst pulls at once from every pool and returns the message of
+// the first pool, in the claim's order, that had one, and that pool's
+// index; the other pools' messages are handed back at once (hold 0). Once
+// a pool has brought a message, the pools before it get pickWindow to
+// bring theirs; then the pulls still open are cancelled (one cancelled
+// just as Pub/Sub hands it a message hides that message for the ack
+// deadline, as a claimer that leaves does). One pool pulls as before.
+func (h *Handler) receiveFirst(ctx context.Context, log *slog.Logger, pools []string) (int, *received, error) {
+	if len(pools) == 1 {
+		m, err := h.cfg.Transport.receive(ctx, pools[0])
+		return 0, m, err
+	}
+	type result struct {
+		m   *received
+		err error
+	}
+	res := make([]result, len(pools))
+	done := make(chan int, len(pools))
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i, p := range pools {
+		go func() {
+			m, err := h.cfg.Transport.receive(pctx, p)
+			res[i] = result{m, err}
+			done <- i
+		}()
+	}
+	finished, best := make([]bool, len(pools)), -1
+	var window <-chan time.Time
+	decided := func() bool {
+		if best < 0 {
+			return false
+		}
+		for i := range best {
+			if !finished[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 0; n < len(pools) && !decided(); {
+		select {
+		case i := <-done:
+			n++
+			finished[i] = true
+			if res[i].m != nil && (best < 0 || i < best) {
+				best = i
+			}
+			if best >= 0 && window == nil {
+				window = time.After(pickWindow)
+			}
+		case <-window:
+			cancel()
+			window = nil
+		}
+	}
+	cancel()
+	for i := range pools {
+		if !finished[i] {
+			<-done // cancelled: returns at once
+		}
+	}
+	best = -1
+	var errs []error
+	for i, r := range res {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.m != nil && best < 0:
+			best = i
+		case r.m != nil:
+			if err := h.cfg.Transport.hold(context.WithoutCancel(ctx), pools[i], r.m.ackID, 0); err != nil {
+				log.WarnContext(ctx, "could not hand back a lower pool's message; Pub/Sub redelivers it after its ack deadline", "pool", pools[i], "error", err)
+			}
+		}
+	}
+	if best >= 0 {
+		return best, res[best].m, nil
+	}
+	return 0, nil, errors.Join(errs...)
+}
+
+// pickWindow is how long receiveFirst waits, once a pool brought a
+// message, for the pools before it.
+const pickWindow = 100 * time.Millisecond
 
 // claimHook, when set (a test's), is called with the claim request's
 // context once an attempt is claimed for it, before the answer: the

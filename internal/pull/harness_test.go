@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { emulatortest.Main(m, emulator.Firestore, emulator.
 // test (a stack takes seconds to start on a loaded machine).
 var sharedPools = map[string][]string{
 	"succeed": nil, "empty": nil, "concurrent": nil, "duplicate": nil, "cancel": nil, "zombie": nil, "delayed": nil,
-	"sdk": nil, "grace": nil, "bench": nil, "left": nil,
+	"sdk": nil, "grace": nil, "bench": nil, "left": nil, "urgent": nil, "bulk": nil,
 	"pool-a": {"a@servo-test.iam.gserviceaccount.com"}, "pool-b": {"b@servo-test.iam.gserviceaccount.com"},
 }
 

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/servo-dev/servo/api"
@@ -19,6 +20,28 @@ func ValidateClaim(r api.ClaimRequest) *FieldError {
 	}
 	if r.MaxWaitMs != nil && (*r.MaxWaitMs < 0 || *r.MaxWaitMs > api.MaxClaimWait.Milliseconds()) {
 		return fieldErr("maxWaitMs", "must be between 0 and 60000")
+	}
+	if len(r.ThenPools) > api.MaxThenPools {
+		return fieldErr("thenPools", "names at most %d pools", api.MaxThenPools)
+	}
+	return nil
+}
+
+// ValidateThenPools checks a claim's further pools against the path's
+// pool: each named, distinct, and not the path's own.
+func ValidateThenPools(pool string, then []string) *FieldError {
+	seen := map[string]bool{pool: true}
+	for i, p := range then {
+		f := fmt.Sprintf("thenPools[%d]", i)
+		switch {
+		case p == "":
+			return fieldErr(f, "must name a pool")
+		case p == pool:
+			return fieldErr(f, "is the claim's own pool (the path's)")
+		case seen[p]:
+			return fieldErr(f, "names %q twice", p)
+		}
+		seen[p] = true
 	}
 	return nil
 }

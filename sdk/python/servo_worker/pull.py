@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from . import _client
 from ._logs import FieldsAdapter
@@ -125,10 +125,14 @@ class _ClaimGuard:
         self._watcher.join()
 
 
-def _claim(api: str, pool: str, worker_id: str, max_wait: float, timeout: float, dev_identity: Optional[str],
-           id_token: Optional[Callable[[], str]], guard: _ClaimGuard) -> tuple[int, dict[str, str], bytes]:
+def _claim(api: str, pool: str, then_pools: list[str], worker_id: str, max_wait: float, timeout: float,
+           dev_identity: Optional[str], id_token: Optional[Callable[[], str]],
+           guard: _ClaimGuard) -> tuple[int, dict[str, str], bytes]:
     u = urllib.parse.urlsplit(api.rstrip("/") + "/v1/pools/" + urllib.parse.quote(pool, safe="") + "/claim")
-    body = json.dumps({"workerId": worker_id, "maxWaitMs": int(max_wait * 1000)}).encode()
+    req: dict[str, Any] = {"workerId": worker_id, "maxWaitMs": int(max_wait * 1000)}
+    if then_pools:
+        req["thenPools"] = then_pools
+    body = json.dumps(req).encode()
     headers = {"Content-Type": "application/json", "User-Agent": _client.USER_AGENT, "Content-Length": str(len(body))}
     if dev_identity:
         headers[DEV_IDENTITY_HEADER] = dev_identity
@@ -157,6 +161,7 @@ def pull(
     api: str,
     pool: str,
     *,
+    then_pools: Sequence[str] = (),
     concurrency: int = 1,
     max_wait: float = DEFAULT_MAX_WAIT,
     grace: float = DEFAULT_GRACE,
@@ -171,6 +176,16 @@ def pull(
     (heartbeats, checkpoints, cancel, the lease fence, exactly one
     ``completed``). The claim is the attempt's ``started``: no ``started``
     is sent.
+
+    ``then_pools`` names further pull pools to claim from, in priority order
+    after ``pool``: each claim takes an attempt of the first of ``pool``,
+    ``then_pools[0]``, ``then_pools[1]``, ... that has one (docs/contract.md
+    §10). At most 9, distinct, none equal to ``pool``, each one the caller
+    may claim from: Servo refuses the claim otherwise (400
+    ``invalid_request``, or 403 ``permission_denied`` for a pool the caller
+    may not claim from; the field is ``thenPools[i]``, or ``thenPools`` for
+    too many), and :class:`ClaimRefused` is raised. Empty (the default):
+    ``pool`` alone.
 
     Each claim is a long-poll of ``max_wait`` seconds (at most 60), made
     only while a slot is free. An empty claim is followed by a short pause,
@@ -201,6 +216,9 @@ def pull(
     """
     if not api or not pool:
         raise ValueError("servo_worker.pull: api and pool are required")
+    if isinstance(then_pools, (str, bytes)):
+        raise TypeError("servo_worker.pull: then_pools is a sequence of pool names, not one string")
+    pools = [str(p) for p in (then_pools or ())]
     if urllib.parse.urlsplit(api).scheme == "https" and id_token is None:
         raise ValueError(f"servo_worker.pull: id_token is required for the https API {api}: claims need an ID token "
                          "(servo_worker.metadata_id_token(api) on Google Cloud)")
@@ -212,7 +230,10 @@ def pull(
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())  # type: ignore[union-attr]
-    log = FieldsAdapter(app.logger, {"pool": pool, "workerId": app.worker_id})
+    log_fields: dict[str, Any] = {"pool": pool, "workerId": app.worker_id}
+    if pools:
+        log_fields["thenPools"] = pools
+    log = FieldsAdapter(app.logger, log_fields)
     slots = threading.Semaphore(concurrency)
     mu = threading.Lock()
     running: dict[Run, threading.Thread] = {}
@@ -249,8 +270,8 @@ def pull(
             wait = 0.0
             err = ""
             try:
-                status, headers, data = _claim(api, pool, app.worker_id, max_wait, max_wait + app.request_timeout,
-                                               dev_identity, id_token, guard)
+                status, headers, data = _claim(api, pool, pools, app.worker_id, max_wait,
+                                               max_wait + app.request_timeout, dev_identity, id_token, guard)
             except _Abandoned:
                 slots.release()
                 break
@@ -294,7 +315,7 @@ def pull(
                     fatal = ClaimRefused(status, str(b.get("error") or ""), str(b.get("message") or ""),
                                          str(b.get("field") or ""))
                     log.error("claim refused; stopping", fields={"status": status, "code": fatal.code,
-                                                                 "message": fatal.detail})
+                                                                 "field": fatal.field, "message": fatal.detail})
                     slots.release()
                     break
             if env is None:

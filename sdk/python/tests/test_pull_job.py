@@ -258,6 +258,46 @@ class TestPull(unittest.TestCase):
         self.assertEqual((done[0].body["outcome"], err["category"], err["retryable"]), ("FAILED", "INFRASTRUCTURE", True))
         self.assertIn("not started", err["message"])
 
+    def test_then_pools_sent_in_order(self) -> None:
+        # then_pools (docs/contract.md §10): more pools to claim from, in
+        # priority order after the path's pool, on every claim; without
+        # it the body has no thenPools key.
+        for then_pools, want in ((["spot", "cpu", "a/b"], ["spot", "cpu", "a/b"]), (("spot",), ["spot"]),
+                                 (None, None), ([], None)):
+            with self.subTest(then_pools=then_pools):
+                c = self.claims(lambda n, b: EMPTY)
+                stop = threading.Event()
+                kw: dict[str, Any] = {} if then_pools is None else {"then_pools": then_pools}
+                t = self.pull(lambda task: 1, c.url, stop, **kw)
+                c.wait_claims(2)
+                stop.set()
+                t.join(20)
+                self.assertFalse(t.is_alive())
+                self.assertEqual(self.errors, [])
+                for body in c.claims:
+                    self.assertEqual((body["workerId"], body["maxWaitMs"]), ("py-pull", 200))
+                    if want is None:
+                        self.assertNotIn("thenPools", body)
+                    else:
+                        self.assertEqual(body["thenPools"], want)
+
+    def test_then_pools_refused_raises_claim_refused(self) -> None:
+        c = self.claims(lambda n, b: (400, {"disposition": "REJECTED", "error": "invalid_request", "field": "thenPools[1]",
+                                            "message": "a pool named twice"}, {}))
+        t = self.pull(lambda task: 1, c.url, threading.Event(), then_pools=["cpu", "cpu"])
+        t.join(20)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(len(self.errors), 1)
+        e = self.errors[0]
+        assert isinstance(e, sw.ClaimRefused), e
+        self.assertEqual((e.status, e.code, e.field), (400, "invalid_request", "thenPools[1]"))
+        self.assertEqual(len(c.claims), 1, "a refused claim is not retried")
+        self.assertEqual(c.claims[0]["thenPools"], ["cpu", "cpu"])
+
+    def test_then_pools_is_not_one_string(self) -> None:
+        with self.assertRaises(TypeError):
+            sw.pull(lambda t: 1, "http://127.0.0.1:1", "gpu", then_pools="cpu", stop=threading.Event())
+
     def test_https_needs_an_id_token(self) -> None:
         with self.assertRaises(ValueError):
             sw.pull(lambda t: 1, "https://claim.example.com", "gpu", stop=threading.Event())

@@ -6,6 +6,17 @@ export interface PullOptions extends WorkerOptions {
     api: string;
     /** The pull pool's name. */
     pool: string;
+    /**
+     * Further pull pools to claim from, in priority order after pool: each
+     * claim takes an attempt of the first of pool, thenPools[0], thenPools[1],
+     * ... that has one (docs/contract.md §10). At most 9, distinct, none equal
+     * to pool, each one the caller may claim from: Servo refuses the claim
+     * otherwise (400 invalid_request, or 403 permission_denied for a pool the
+     * caller may not claim from; the field is thenPools[i], or thenPools for
+     * too many) and pull rejects with ClaimRefused. Empty (the default): pool
+     * alone.
+     */
+    thenPools?: readonly string[];
     /** Attempts run at once (default 1); a claim is made only while a slot is free. */
     concurrency?: number;
     /** Each claim's long-poll, ms (default 20 000, at most 60 000). */

@@ -50,6 +50,8 @@ const sleep = (ms, signal) => new Promise((resolve) => {
 export async function pull(fn, o) {
     if (!o.api || !o.pool)
         throw new Error("servo worker: pull needs api and pool");
+    if (typeof o.thenPools === "string")
+        throw new TypeError("servo worker: pull's thenPools is an array of pool names, not one string");
     if (new URL(o.api).protocol === "https:" && !o.idToken) {
         throw new Error(`servo worker: idToken is required for the https API ${o.api}: claims need an ID token (metadataIdToken(api) on Google Cloud)`);
     }
@@ -70,7 +72,10 @@ export async function pull(fn, o) {
         };
         stop = ctl.signal;
     }
-    const fields = { pool: o.pool, workerId: cfg.workerId };
+    // A copy: the caller's array may change while pull runs.
+    const thenPools = [...(o.thenPools ?? [])];
+    const fields = { pool: o.pool, workerId: cfg.workerId, ...(thenPools.length > 0 ? { thenPools } : {}) };
+    const claimBody = JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait, ...(thenPools.length > 0 ? { thenPools } : {}) });
     const running = new Set();
     const settled = new Set();
     let free = concurrency;
@@ -120,7 +125,7 @@ export async function pull(fn, o) {
                 res = await fetch(url, {
                     method: "POST",
                     headers,
-                    body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
+                    body: claimBody,
                     signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), abandon.signal]),
                 });
             }
@@ -157,7 +162,7 @@ export async function pull(fn, o) {
             }
             else {
                 fatal = new ClaimRefused(res.status, String(body?.error ?? ""), String(body?.message ?? ""), String(body?.field ?? ""));
-                cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, message: fatal.message });
+                cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, field: fatal.field, message: fatal.message });
                 free++;
                 break;
             }

@@ -13,6 +13,17 @@ export interface PullOptions extends WorkerOptions {
   api: string;
   /** The pull pool's name. */
   pool: string;
+  /**
+   * Further pull pools to claim from, in priority order after pool: each
+   * claim takes an attempt of the first of pool, thenPools[0], thenPools[1],
+   * ... that has one (docs/contract.md §10). At most 9, distinct, none equal
+   * to pool, each one the caller may claim from: Servo refuses the claim
+   * otherwise (400 invalid_request, or 403 permission_denied for a pool the
+   * caller may not claim from; the field is thenPools[i], or thenPools for
+   * too many) and pull rejects with ClaimRefused. Empty (the default): pool
+   * alone.
+   */
+  thenPools?: readonly string[];
   /** Attempts run at once (default 1); a claim is made only while a slot is free. */
   concurrency?: number;
   /** Each claim's long-poll, ms (default 20 000, at most 60 000). */
@@ -75,6 +86,7 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
   o: PullOptions,
 ): Promise<void> {
   if (!o.api || !o.pool) throw new Error("servo worker: pull needs api and pool");
+  if (typeof (o.thenPools as unknown) === "string") throw new TypeError("servo worker: pull's thenPools is an array of pool names, not one string");
   if (new URL(o.api).protocol === "https:" && !o.idToken) {
     throw new Error(`servo worker: idToken is required for the https API ${o.api}: claims need an ID token (metadataIdToken(api) on Google Cloud)`);
   }
@@ -95,7 +107,10 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
     };
     stop = ctl.signal;
   }
-  const fields = { pool: o.pool, workerId: cfg.workerId };
+  // A copy: the caller's array may change while pull runs.
+  const thenPools = [...(o.thenPools ?? [])];
+  const fields = { pool: o.pool, workerId: cfg.workerId, ...(thenPools.length > 0 ? { thenPools } : {}) };
+  const claimBody = JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait, ...(thenPools.length > 0 ? { thenPools } : {}) });
   const running = new Set<Run>();
   const settled = new Set<Promise<unknown>>();
   let free = concurrency;
@@ -141,7 +156,7 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
         res = await fetch(url, {
           method: "POST",
           headers,
-          body: JSON.stringify({ workerId: cfg.workerId, maxWaitMs: maxWait }),
+          body: claimBody,
           signal: AbortSignal.any([AbortSignal.timeout(maxWait + cfg.requestTimeoutMs), abandon.signal]),
         });
       } finally {
@@ -171,7 +186,7 @@ export async function pull<Payload = unknown, Checkpoint = unknown, Output = unk
         wait = parseRetryAfter(res.headers.get("retry-after"));
       } else {
         fatal = new ClaimRefused(res.status, String(body?.error ?? ""), String(body?.message ?? ""), String(body?.field ?? ""));
-        cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, message: fatal.message });
+        cfg.log("error", "claim refused; stopping", { ...fields, status: res.status, code: fatal.code, field: fatal.field, message: fatal.message });
         free++;
         break;
       }

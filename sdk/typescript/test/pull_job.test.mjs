@@ -65,6 +65,44 @@ test("pull: the claim is started; 503 and gateway claims are retried; a claim ca
   assert.deepEqual(claims[0], { body: { workerId: "ts-pull", maxWaitMs: 200 }, identity: "me" });
 });
 
+test("pull: thenPools is sent on every claim, in order; without it the claim body has no thenPools", async (t) => {
+  for (const [thenPools, want] of [[["spot", "cpu", "a/b"], ["spot", "cpu", "a/b"]], [undefined, undefined], [[], undefined]]) {
+    const claims = [];
+    const c = await server((req, body) => {
+      claims.push({ path: req.url, body });
+      return EMPTY;
+    });
+    t.after(c.close);
+    const ctl = new AbortController();
+    const p = sw.pull(() => 1, { api: c.url, pool: "gpu", thenPools, signal: ctl.signal, maxWaitMs: 200, workerId: "ts-pull", logger: quiet, retryBackoffMs: [1, 10] });
+    await until(() => claims.length >= 2);
+    ctl.abort();
+    await p;
+    assert.ok(claims.length >= 2, `${claims.length} claims, want 2 or more`);
+    for (const { path, body } of claims) {
+      assert.equal(path, "/v1/pools/gpu/claim");
+      const expected = { workerId: "ts-pull", maxWaitMs: 200 };
+      if (want) expected.thenPools = want;
+      assert.deepEqual(body, expected, `thenPools ${JSON.stringify(thenPools)}`);
+    }
+  }
+});
+
+test("pull: a claim refused for its thenPools rejects with ClaimRefused naming the field", async (t) => {
+  const claims = [];
+  const c = await server((req, body) => {
+    claims.push(body);
+    return [400, { disposition: "REJECTED", error: "invalid_request", field: "thenPools[1]", message: "a pool named twice" }];
+  });
+  t.after(c.close);
+  await assert.rejects(sw.pull(() => 1, { api: c.url, pool: "gpu", thenPools: ["cpu", "cpu"], signal: new AbortController().signal, logger: quiet }),
+    (e) => e instanceof sw.ClaimRefused && e.status === 400 && e.code === "invalid_request" && e.field === "thenPools[1]");
+  assert.equal(claims.length, 1, "a refused claim is not retried");
+  assert.deepEqual(claims[0].thenPools, ["cpu", "cpu"]);
+  await assert.rejects(sw.pull(() => 1, { api: c.url, pool: "gpu", thenPools: "cpu", signal: new AbortController().signal, logger: quiet }), TypeError);
+  assert.equal(claims.length, 1, "a string thenPools is refused before any claim");
+});
+
 test("pull: a refused claim rejects with ClaimRefused and is not retried", async (t) => {
   let n = 0;
   const c = await server(() => { n++; return [403, { disposition: "REJECTED", error: "forbidden", message: "no" }]; });

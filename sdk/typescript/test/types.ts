@@ -28,6 +28,10 @@ export function typedHandlers(): void {
   };
   http.createServer(pushHandler(handle));
   void pull(handle, { api: "http://localhost:8080", pool: "p" });
+  // More pools, in priority order: a mutable or a readonly array.
+  void pull(handle, { api: "http://localhost:8080", pool: "p", thenPools: ["q", "r"] });
+  const pools: readonly string[] = ["q"];
+  void pull(handle, { api: "http://localhost:8080", pool: "p", thenPools: pools });
   void runJob(handle);
   void mainJob(handle);
 
@@ -42,6 +46,8 @@ export function typedHandlers(): void {
 }
 
 export function wrongTypes(): void {
+  // @ts-expect-error thenPools is an array of pool names, not one name
+  void pull(() => 1, { api: "http://localhost:8080", pool: "p", thenPools: "q" });
   pushHandler<Payload, Checkpoint, Output>((task) => {
     // @ts-expect-error the payload has no field cols
     void task.payload.cols;
