@@ -14,6 +14,14 @@ import (
 // DefaultRepairEvery is how often the quota duty recounts the counters.
 const DefaultRepairEvery = time.Minute
 
+// OldestEvery is how often the quota duty also reads the tasks that have
+// waited longest (store.DueAdmitOldest), beside the lowest ranked: it
+// finds tasks a build before ranks left waiting without one (they have no
+// waitRank to be found by). Rare, since each read is a query per group of
+// due shards at every pass it runs in, and only an upgrade leaves such
+// tasks; the first is OldestEvery after the duty starts.
+const OldestEvery = 10 * time.Minute
+
 // DutyStore is what the sweeper's quota duty needs of the store (part of
 // the sweeper's store contract; *store.Store has it).
 type DutyStore interface {
@@ -40,6 +48,7 @@ type Duty struct {
 
 	mu         sync.Mutex
 	lastRepair time.Time
+	lastOldest time.Time
 }
 
 // NewDuty returns the quota duty over store; repairEvery <= 0 means
@@ -48,7 +57,7 @@ func NewDuty(store DutyStore, repairEvery time.Duration, log *slog.Logger) *Duty
 	if repairEvery <= 0 {
 		repairEvery = DefaultRepairEvery
 	}
-	return &Duty{store: store, repairEvery: repairEvery, log: log}
+	return &Duty{store: store, repairEvery: repairEvery, log: log, lastOldest: time.Now()}
 }
 
 // DutyResult counts what one run of the duty did.
@@ -76,6 +85,10 @@ func (d *Duty) Run(ctx context.Context, now time.Time, limit int, stop func() bo
 	if due {
 		d.lastRepair = time.Now()
 	}
+	oldest := time.Since(d.lastOldest) >= d.oldestEvery()
+	if oldest {
+		d.lastOldest = time.Now()
+	}
 	d.mu.Unlock()
 	if due {
 		reps, err := d.store.RepairQuotaCounters(ctx)
@@ -91,9 +104,9 @@ func (d *Duty) Run(ctx context.Context, now time.Time, limit int, stop func() bo
 			errs = append(errs, fmt.Errorf("quota: repair: %w", err))
 		}
 	}
-	// The longest waiting too, once a repair period: a task left waiting
-	// by a build before ranks has none to be found by.
-	waiting, failed, err := d.store.WaitingForSlot(ctx, now, limit, due)
+	// The longest waiting too, every OldestEvery: a task left waiting by a
+	// build before ranks has none to be found by.
+	waiting, failed, err := d.store.WaitingForSlot(ctx, now, limit, oldest)
 	res.Waiting, res.QueryErrors = len(waiting), failed
 	if err != nil {
 		errs = append(errs, fmt.Errorf("quota: waiting tasks: %w", err))
@@ -101,3 +114,6 @@ func (d *Duty) Run(ctx context.Context, now time.Time, limit int, stop func() bo
 	Admit(waiting, stop, offer)
 	return res, errors.Join(errs...)
 }
+
+// oldestEvery is OldestEvery, or the repair period when that is longer.
+func (d *Duty) oldestEvery() time.Duration { return max(OldestEvery, d.repairEvery) }

@@ -76,13 +76,21 @@ func TestDuty(t *testing.T) {
 	if want := []string{"a1", "b1", "b2"}; !slices.Equal(offered, want) {
 		t.Fatalf("offered %v, want %v (fair order; a skipped once full)", offered, want)
 	}
-	if s.lastLimit != 7 || !s.lastWaitingTime.Equal(now) || !s.lastOldest {
-		t.Fatalf("waiting read with limit %d at %v, oldest %v; want the oldest too with the repair", s.lastLimit, s.lastWaitingTime, s.lastOldest)
+	if s.lastLimit != 7 || !s.lastWaitingTime.Equal(now) || s.lastOldest {
+		t.Fatalf("waiting read with limit %d at %v, oldest %v; want no oldest before OldestEvery", s.lastLimit, s.lastWaitingTime, s.lastOldest)
 	}
 	// Within repairEvery the counters are not recounted again.
 	s.waitErr, s.failed = nil, 0
 	if res, err := d.Run(ctx, now, 7, func() bool { return true }, func(*task.Task) bool { t.Fatal("offered after stop"); return false }); err != nil || res.Repairs != 0 || s.repairCalls != 1 || s.lastOldest {
 		t.Fatalf("second run: %+v %v, %d repairs, oldest %v", res, err, s.repairCalls, s.lastOldest)
+	}
+	// OldestEvery (here the longer repair period) after it started, a pass
+	// reads the longest waiting too, once.
+	d.lastOldest = time.Now().Add(-d.oldestEvery())
+	for _, want := range []bool{true, false} {
+		if _, err := d.Run(ctx, now, 7, func() bool { return true }, func(*task.Task) bool { return false }); err != nil || s.lastOldest != want {
+			t.Fatalf("after OldestEvery: oldest %v (%v), want %v", s.lastOldest, err, want)
+		}
 	}
 	if NewDuty(s, 0, log).repairEvery != DefaultRepairEvery {
 		t.Fatal("no default repair cadence")

@@ -87,7 +87,7 @@ const (
 	DueDeadline Due = "deadline"        // any active state past the task deadline
 	DueAdmit    Due = "waitRank"        // QUEUED waiting for a run slot (quotas), by rank (task.WaitRank)
 	// DueAdmitOldest reads the same tasks oldest first: the quota duty's
-	// look, once a repair period, for waiting tasks a build before ranks
+	// look, every quota.OldestEvery, for waiting tasks a build before ranks
 	// wrote without one.
 	DueAdmitOldest Due = "waitingSince"
 )

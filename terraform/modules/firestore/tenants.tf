@@ -29,7 +29,7 @@ resource "google_firestore_index" "tasks_due_shard_state_wait_rank" {
   depends_on = [google_firestore_index.schedules_tenant_id_schedule_id]
 }
 
-# ... and, once a repair period, oldest first: tasks a build before ranks
+# ... and, every 10 minutes (quota.OldestEvery), oldest first: tasks a build before ranks
 # left waiting have no waitRank.
 resource "google_firestore_index" "tasks_due_shard_state_waiting_since" {
   project    = var.project_id
