@@ -16,8 +16,9 @@
 //     can be killed (SIGKILL) and started again against the same emulators.
 //     Its Cloud Tasks emulator lives inside it, so a kill also loses every
 //     queued Cloud Task.
-//   - Workers: a [Fleet], an HTTP endpoint registered as worker "sim". Each
-//     delivery is acknowledged and worked on in its own goroutine, which
+//   - Workers: a [Fleet], an HTTP endpoint registered as worker "sim" (and,
+//     with the priority workload, as worker "simq" too, which has a
+//     maxRunning quota: [PriorityWorker]). Each delivery is acknowledged and worked on in its own goroutine, which
 //     reports `started`, heartbeats and `completed` over HTTP, retrying
 //     transport errors and 503 (honouring Retry-After) with the same body,
 //     and waiting a heartbeat that reports nothing new for the last
@@ -78,6 +79,16 @@
 //	worker paced                not a fault: plain heartbeats, each when the last answer's pacing hint has
 //	                            passed since it arrived, as the SDKs pace them (interval lease ÷ 6, a grace of
 //	                            twice the lease: the lease bound decides the hint, 4.5 s)
+//	priority workload           not a fault (Config.Priority, TestFaults in both modes): worker simq, served by the
+//	                            same fleet, has a worker quota of maxRunning 2 (servo dev --quotas; "sim" and the
+//	                            tenants stay unlimited); a round submits 12 priority-5 tasks at once, then, once
+//	                            each was answered, bursts of 3 priority-1 tasks at 6, 17 and 21 s (in the short
+//	                            mode: in the Firestore freeze, in the crashes before a Cloud Task is created, and
+//	                            in a calm moment); every task behaves (5 heartbeats, about 2 s) and the run's
+//	                            faults apply to them; each priority-1 task is read every 250 ms from its submit's
+//	                            answer until it no longer waits for a slot (TaskHistory.Slot). The short mode
+//	                            runs one round (about 45 s of a saturated simq, within the load's time), the long
+//	                            mode one every 45 s at least ([PriorityAt], [PriorityBacklog], [PriorityBurst])
 //
 // # Invariants
 //
@@ -122,6 +133,15 @@
 //	                sent within the last answer's hint, or half an interval after it (no outage in between),
 //	                never finds the lease gone: no task_expired outside a cancel's grace, no zombie declared
 //	                before it was sent
+//	priority        for each task P of a worker with a maxRunning quota that outranks another task of it (same
+//	                tenant, lower priority, created before P less than 5 min × the levels between them before it:
+//	                docs/contract.md §12 "Priority"): P starts; and at most maxRunning of the tasks it outranks
+//	                start for the first time while it waits: their first accepted started first sent after P's
+//	                first accepted submit was answered, and answered before the last read that showed P
+//	                waiting for its slot was sent. Only the tasks holding the worker's slots when P came may
+//	                (bounds taken so that such a start falls in P's wait by Servo's clock; a slot given to P
+//	                whose Cloud Task was lost and re-driven while the other slots turned over counts nothing
+//	                against it; a task created after P may take a slot it finds free, waiting or not)
 //
 // A violation is printed with the task's whole history (deliveries, every
 // request and answer, every event, the final state), in time order.
@@ -129,7 +149,9 @@
 // # Modes
 //
 // TestFaults is the short mode, run by `go test ./...`: [ShortSchedule]
-// (every stack fault once) while 135 tasks cycle through [Modes]. The long
+// (every stack fault once) while 135 tasks cycle through [Modes] and one
+// round of the priority workload (21 tasks) runs; it fails if no
+// priority-1 task was seen waiting for a slot. The long
 // mode (-faults.long) submits -faults.rate tasks/s (6), cycling through
 // [AllModes] (every worker fault), for -faults.duration while a random
 // schedule ([RandomSchedule]: every kind of [FaultKinds] once per round) (from the printed seed; -faults.seed replays it)
@@ -139,7 +161,9 @@
 // answers, invariant violations, the recovery time after each fault heals
 // (p50 and max: from the heal to the first callback accepted after it, or
 // for Pub/Sub to the first event delivered after it), the steady load's
-// error rate and p50/p99 latency, and the seed.
+// error rate and p50/p99 latency, the priority workload's figures (the
+// priority-1 tasks judged, those seen waiting for a slot, the most
+// lower-priority tasks that started while one waited), and the seed.
 //
 // # Mutation check
 //
@@ -177,11 +201,13 @@
 //	fire-id-not-derived              ok (the repeated backfill doubles)           schedule-once
 //	fire-made-early                  ok (the duty fires 3 s ahead)                schedule-early
 //	token-logged                     ok                                           token-in-log
+//	wait-rank-ignored                ok, the priority workload (the admit duty    priority
+//	                                 orders by waitingSince, not by rank)
 //
 // `go test ./...` runs the mutants marked CI (attempt-guard-disabled,
 // duplicate-started-accepted, outage-credit-off, heartbeat-skip-greedy,
 // pacing-margin-dropped, start-delay-ignored and fire-id-not-derived: 12
-// to 50 s each here, about three minutes in all); -faults.long runs them all (about 25 minutes), each
+// to 50 s each here, about three minutes in all); -faults.long runs them all (about 27 minutes), each
 // after its focused run against the unmutated servo dev, which must
 // report none.
 //

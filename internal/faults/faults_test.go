@@ -69,7 +69,7 @@ func TestFaults(t *testing.T) {
 	cfg := faults.Config{
 		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
 		Binary: servoBin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
-		Seed: s, Tasks: 135, Rate: 3, Schedule: faults.ShortSchedule, Progress: testWriter{t},
+		Seed: s, Tasks: 135, Rate: 3, Schedule: faults.ShortSchedule, Priority: true, Progress: testWriter{t},
 	}
 	if *long {
 		cfg.Tasks, cfg.Rate, cfg.Duration, cfg.Schedule = 0, *rate, *duration, nil
@@ -98,6 +98,9 @@ func TestFaults(t *testing.T) {
 		if strings.HasPrefix(f.Kind, "crash-") && f.Crashes == 0 {
 			t.Errorf("fault %s crashed servo dev 0 times: its failpoint was never hit", f.Kind)
 		}
+	}
+	if res.Stats.PriorityWaited == 0 {
+		t.Errorf("no priority-1 task of %s was seen waiting for a run slot: the priority workload did not saturate the worker", faults.PriorityWorker)
 	}
 	if res.Stats.Answers503 == 0 {
 		t.Errorf("no 503 answer: the Firestore freeze did not reach the callbacks")

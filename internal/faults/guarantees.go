@@ -58,6 +58,8 @@ var Guarantees = []Guarantee{
 		[]string{InvScheduleOnce}, []string{"fire-id-not-derived"}},
 	{"No schedule fire is made before its time", "§16.3",
 		[]string{InvScheduleEarly}, []string{"fire-made-early"}},
+	{"A task waiting for a run slot of a limited worker gets one before every lower-priority task it outranks: of those, only the ones holding the slots when it came start before it", "§12",
+		[]string{InvPriority}, []string{"wait-rank-ignored"}},
 	{"No task token in any log", "§3, §15",
 		[]string{InvTokenInLog}, []string{"token-logged"}},
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -70,6 +71,18 @@ type TaskHistory struct {
 	// History.Interval); CancelGrace its cancel grace period (0:
 	// History.CancelGrace).
 	Interval, CancelGrace time.Duration
+	// Slot are the reads of a task watched while it waited for a run slot
+	// (the priority workload's priority-1 tasks), in order.
+	Slot []SlotSeen
+}
+
+// SlotSeen is one read of a task (GET /v1/tasks/{id}) answered 200: sent
+// and answered when, and whether it showed the task QUEUED waiting for a
+// run slot (waitingSince set).
+type SlotSeen struct {
+	Sent, Received time.Time
+	State          api.State
+	Waiting        bool
 }
 
 // History is what a run saw, for Check.
@@ -105,6 +118,9 @@ type History struct {
 	MayCredit []Window
 	// Schedules are the run's schedules and their fires' tasks.
 	Schedules []ScheduleRecord
+	// MaxRunning is the maxRunning quota of each limited worker: the
+	// priority invariant judges their tasks' order (none: not checked).
+	MaxRunning map[string]int
 }
 
 // Window is a span of time.
@@ -231,12 +247,13 @@ const (
 	InvScheduleOnce  = "schedule-once"  // each fire time of a schedule made exactly once
 	InvScheduleEarly = "schedule-early" // no schedule fire made before its time
 	InvPacing        = "pacing"         // a worker heartbeating by the pacing hint keeps its lease; the hint keeps its bounds
+	InvPriority      = "priority"       // a waiting task is passed by no lower-priority task but those holding slots when it came
 )
 
 // Invariants are every invariant Check checks.
 var Invariants = []string{InvNotTerminal, InvAnswer, InvLatency, InvCommitted, InvAttemptOrder, InvStaleAttempt, InvZombie, InvEvents,
 	InvServerTime, InvDuplicateTask, InvTokenInLog, InvLease, InvCancelGrace, InvOneWorker, InvEarlyStart, InvScheduleOnce, InvScheduleEarly,
-	InvPacing}
+	InvPacing, InvPriority}
 
 // Violation is one broken invariant.
 type Violation struct {
@@ -258,7 +275,13 @@ type Stats struct {
 	Events, DuplicateEvents                       int
 	// Delayed counts the tasks with a delayed start checked.
 	Delayed int
-	Final   map[api.State]int
+	// Priority counts the tasks the priority invariant judged (each
+	// outranks a task of its limited worker), PriorityWaited those of them
+	// seen waiting for a run slot, and PriorityAhead is the most
+	// lower-priority tasks that started while one of them was seen waiting
+	// (at most the worker's maxRunning).
+	Priority, PriorityWaited, PriorityAhead int
+	Final                                   map[api.State]int
 }
 
 // Check checks h against the invariants and returns every violation (none
@@ -276,6 +299,7 @@ func Check(h *History) ([]Violation, Stats) {
 	c.submits()
 	c.tokens()
 	c.schedules()
+	c.priority()
 	return c.vs, c.st
 }
 
@@ -557,6 +581,100 @@ func (c *checker) pacing(th *TaskHistory, zombie map[int]time.Time, cancelled ti
 		case call.Sent.Add(p.hint).After(p.expHi.Add(-margin + leaseSlack)):
 			c.fail(InvPacing, id, "%s of attempt %d sent at %s answered nextHeartbeatInMs %v: a heartbeat then leaves under %v of the lease, which ends by %s at the latest",
 				call.Kind, call.Attempt, ts(call.Sent), p.hint, margin, ts(p.expHi))
+		}
+	}
+}
+
+// priority checks the order in which the tasks of a worker with a
+// maxRunning quota (History.MaxRunning) get its run slots
+// (docs/contract.md §12, "Priority"). A task P outranks a task X of the
+// same worker and tenant when X's priority is lower and X was created
+// before P, less than task.PriorityAging per level of difference before
+// it (by Servo's createdAt; a task created after P may take a slot it
+// finds free at its creation, waiting or not). For each P that outranks a
+// task of the run:
+//
+//   - P starts: one of its `started` is accepted;
+//   - at most maxRunning of the tasks P outranks start, for the first
+//     time, after P arrived and before P is admitted: their first
+//     accepted `started` was first sent after P's first accepted submit
+//     was answered, and answered before the last read that showed P
+//     waiting for its slot (TaskHistory.Slot) was sent. Only the tasks
+//     that held the worker's slots when P arrived may do that: every slot
+//     freed while P waits is P's. Both bounds are taken so that the start
+//     falls in P's wait by Servo's clock, whatever the network's delays,
+//     and a slot given to P whose Cloud Task was lost (and re-driven
+//     after the start timeout) while the others turned over counts no
+//     task against it.
+func (c *checker) priority() {
+	if len(c.h.MaxRunning) == 0 {
+		return
+	}
+	type info struct {
+		th    *TaskHistory
+		start *Call // the first accepted started, by its answer
+	}
+	var tasks []info
+	for _, id := range slices.Sorted(maps.Keys(c.h.Tasks)) {
+		th := c.h.Tasks[id]
+		if th.Final == nil || c.h.MaxRunning[th.Final.Worker] <= 0 {
+			continue
+		}
+		in := info{th: th}
+		for _, call := range callbacksBySent(th) {
+			if call.Kind == "started" && call.Status == 200 && (in.start == nil || call.Received.Before(in.start.Received)) {
+				in.start = &call
+			}
+		}
+		tasks = append(tasks, in)
+	}
+	outranks := func(p, x *api.Task) bool {
+		pp, xp := api.PriorityOf(p.Priority), api.PriorityOf(x.Priority)
+		return x.Worker == p.Worker && x.TenantID == p.TenantID && xp > pp && x.CreatedAt.Before(p.CreatedAt) &&
+			p.CreatedAt.Sub(x.CreatedAt) < time.Duration(xp-pp)*task.PriorityAging
+	}
+	for _, p := range tasks {
+		f := p.th.Final
+		var lower []info
+		for _, x := range tasks {
+			if outranks(f, x.th.Final) {
+				lower = append(lower, x)
+			}
+		}
+		if len(lower) == 0 {
+			continue
+		}
+		c.st.Priority++
+		id := p.th.TaskID
+		if p.start == nil {
+			c.fail(InvPriority, id, "priority-%d task of worker %s never started (%d tasks of lower priority it outranks)", api.PriorityOf(f.Priority), f.Worker, len(lower))
+			continue
+		}
+		var arrived, waiting time.Time // P's first accepted submit answered; the last read showing it waiting sent
+		for _, call := range p.th.Calls {
+			if call.Kind == KindSubmit && call.Status/100 == 2 && (arrived.IsZero() || call.Received.Before(arrived)) {
+				arrived = call.Received
+			}
+		}
+		for _, s := range p.th.Slot {
+			if s.Waiting && s.Sent.After(waiting) {
+				waiting = s.Sent
+			}
+		}
+		if arrived.IsZero() || !waiting.After(arrived) {
+			continue
+		}
+		c.st.PriorityWaited++
+		var ahead []string
+		for _, x := range lower {
+			if x.start != nil && x.start.FirstSent.After(arrived) && x.start.Received.Before(waiting) {
+				ahead = append(ahead, fmt.Sprintf("%s (priority %d, started %s)", x.th.TaskID, api.PriorityOf(x.th.Final.Priority), ts(x.start.Received)))
+			}
+		}
+		c.st.PriorityAhead = max(c.st.PriorityAhead, len(ahead))
+		if limit := c.h.MaxRunning[f.Worker]; len(ahead) > limit {
+			c.fail(InvPriority, id, "priority-%d task of worker %s (maxRunning %d), submitted by %s and still waiting for a run slot at %s: %d tasks of lower priority, created before it, started in between, more than the %d slots held when it arrived: %s",
+				api.PriorityOf(f.Priority), f.Worker, limit, ts(arrived), ts(waiting), len(ahead), limit, strings.Join(ahead, ", "))
 		}
 	}
 }
@@ -906,6 +1024,13 @@ func (h *History) Describe(id string) string {
 		}
 		ls = append(ls, line{c.Sent, fmt.Sprintf("%s attempt=%d worker=%s: %s in %v%s", c.Kind, c.Attempt, c.WorkerID, ans, c.Received.Sub(c.Sent).Round(time.Millisecond), extra)})
 	}
+	for _, s := range th.Slot {
+		what := "not waiting for a run slot"
+		if s.Waiting {
+			what = "waiting for a run slot"
+		}
+		ls = append(ls, line{s.Sent, fmt.Sprintf("read: %s, %s (answered in %v)", s.State, what, s.Received.Sub(s.Sent).Round(time.Millisecond))})
+	}
 	for _, e := range th.Events {
 		ls = append(ls, line{e.OccurredAt, fmt.Sprintf("event seq=%d attempt=%d %s→%s %s outcome=%s next=%d id=%s", e.Seq, e.Attempt, e.From, e.To, e.Reason, e.Outcome, e.NextAttempt, e.EventID)})
 	}
@@ -916,7 +1041,7 @@ func (h *History) Describe(id string) string {
 		fmt.Fprintf(&b, "  %s %s\n", ts(l.at), l.s)
 	}
 	if f := th.Final; f != nil {
-		fmt.Fprintf(&b, "  final: %s reason=%s attempt=%d\n", f.State, f.Reason, f.Attempt)
+		fmt.Fprintf(&b, "  final: %s reason=%s attempt=%d worker=%s priority=%d created=%s\n", f.State, f.Reason, f.Attempt, f.Worker, api.PriorityOf(f.Priority), ts(f.CreatedAt))
 		for _, a := range f.Attempts {
 			fmt.Fprintf(&b, "    attempt %d: outcome=%s worker=%s\n", a.Attempt, a.Outcome, a.WorkerID)
 		}

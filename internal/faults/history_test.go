@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -389,5 +390,110 @@ func TestCheckSchedules(t *testing.T) {
 				t.Errorf("violations %q, want one saying %q", got, c.want)
 			}
 		})
+	}
+}
+
+// prioritized is a history of the priority workload: worker simq
+// (maxRunning 2), task p of priority 1 submitted (answered) at 1 s, read
+// waiting for a run slot from 1.1 s to 3 s, not at 3.3 s, started at
+// 3.5 s; the priority-5 tasks l1 to l4, created before it: l1 started at
+// 0.5 s (before it came), l2 and l3 at 1.5 s and 2.5 s (the two that held
+// slots when it came), l4 at 4 s (after it).
+func prioritized() *History {
+	h := &History{MaxRunning: map[string]int{"simq": 2}}
+	add := func(id string, prio, createdMs, startMs int) *TaskHistory {
+		th := h.Task(id)
+		th.Final = &api.Task{TaskID: id, TenantID: "faults", Worker: "simq", Priority: prio, CreatedAt: at(createdMs), State: api.Succeeded, Attempt: 1}
+		if startMs >= 0 {
+			c := cb("started", 1, 200, api.Continue, "", startMs)
+			c.TaskID = id
+			th.Calls = append(th.Calls, c)
+		}
+		return th
+	}
+	for i, ms := range []int{500, 1500, 2500, 4000} {
+		add(fmt.Sprintf("l%d", i+1), 5, -1000+i, ms)
+	}
+	p := add("p", 1, 980, 3500)
+	p.Calls = append(p.Calls, Call{TaskID: "p", Kind: KindSubmit, Status: 201, Sent: at(950), Received: at(1000)})
+	for ms := 1100; ms <= 3000; ms += 250 {
+		p.Slot = append(p.Slot, SlotSeen{Sent: at(ms), Received: at(ms + 20), State: api.Queued, Waiting: true})
+	}
+	p.Slot = append(p.Slot, SlotSeen{Sent: at(3300), Received: at(3320), State: api.Queued})
+	return h
+}
+
+// TestCheckPriority: a priority-1 task waiting for a run slot of a
+// limited worker is passed only by the lower-priority tasks that held
+// the slots when it came, and it starts.
+func TestCheckPriority(t *testing.T) {
+	late := func(h *History, id string, prio, createdMs, startMs int) *TaskHistory {
+		th := h.Task(id)
+		th.Final = &api.Task{TaskID: id, TenantID: "faults", Worker: "simq", Priority: prio, CreatedAt: at(createdMs), State: api.Succeeded, Attempt: 1}
+		c := cb("started", 1, 200, api.Continue, "", startMs)
+		c.TaskID = id
+		th.Calls = append(th.Calls, c)
+		return th
+	}
+	for _, c := range []struct {
+		name  string
+		edit  func(h *History)
+		want  string // a violation's text; "" none
+		ahead int    // Stats.PriorityAhead when none
+	}{
+		{"the two slot holders start before it", func(*History) {}, "", 2},
+		{"a third lower-priority task starts while it waits", func(h *History) { late(h, "l5", 5, -500, 2800) },
+			"3 tasks of lower priority, created before it, started in between, more than the 2 slots held when it arrived: l2 (priority 5, started 12:00:01.520), l3", 0},
+		{"the default priority is lower too", func(h *History) { late(h, "l5", 0, -500, 2800) }, "l5 (priority 3, started 12:00:02.820)", 0},
+		{"it never starts", func(h *History) { h.Tasks["p"].Calls = h.Tasks["p"].Calls[1:] }, "priority-1 task of worker simq never started (4 tasks", 0},
+		{"a lower-priority task created after it may take a slot free at its creation", func(h *History) { late(h, "l5", 5, 1200, 2800) }, "", 2},
+		{"another tenant's task is not its rival", func(h *History) { late(h, "l5", 5, -500, 2800).Final.TenantID = "other" }, "", 2},
+		{"an unlimited worker's task is not its rival", func(h *History) { late(h, "l5", 5, -500, 2800).Final.Worker = "sim" }, "", 2},
+		{"a task of its own priority may go first", func(h *History) { late(h, "l5", 1, -500, 2800) }, "", 2},
+		{"a priority-5 task that waited 20 minutes longer outranks it", func(h *History) {
+			late(h, "l5", 5, 980-int(4*task.PriorityAging/time.Millisecond), 2800)
+		}, "", 2},
+		{"a start first sent before it came, answered after", func(h *History) {
+			l := late(h, "l5", 5, -500, 2800)
+			l.Calls[0].FirstSent = at(990)
+		}, "", 2},
+		{"a start after it was admitted, before its own (its Cloud Task re-driven)", func(h *History) { late(h, "l5", 5, -500, 3100) }, "", 2},
+		{"a start answered after the last read that saw it waiting was sent", func(h *History) { late(h, "l5", 5, -500, 2990) }, "", 2},
+		{"not watched: nothing to judge but its start", func(h *History) { h.Tasks["p"].Slot = nil; late(h, "l5", 5, -500, 2800) }, "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := prioritized()
+			c.edit(h)
+			cc := &checker{h: h, st: Stats{Final: map[api.State]int{}}}
+			cc.priority()
+			var got []string
+			for _, v := range cc.vs {
+				if v.Invariant != InvPriority || v.TaskID != "p" {
+					t.Errorf("violation %v, want priority violations of p only", v)
+				}
+				got = append(got, v.Message)
+			}
+			joined := strings.Join(got, "\n")
+			if (c.want == "") != (len(got) == 0) || !strings.Contains(joined, c.want) {
+				t.Fatalf("violations %q, want one saying %q", got, c.want)
+			}
+			if c.want == "" && (cc.st.Priority < 1 || cc.st.PriorityAhead != c.ahead) {
+				t.Errorf("stats %+v, want p judged, %d ahead", cc.st, c.ahead)
+			}
+		})
+	}
+	// Check runs it, and the report shows the reads.
+	h := prioritized()
+	late(h, "l5", 5, -500, 2800)
+	vs, st := Check(h)
+	if st.Priority != 1 || st.PriorityWaited != 1 || st.PriorityAhead != 3 {
+		t.Errorf("stats %+v, want 1 task judged, seen waiting, 3 ahead", st)
+	}
+	found := false
+	for _, v := range vs {
+		found = found || v.Invariant == InvPriority
+	}
+	if rep := Report(h, vs); !found || !strings.Contains(rep, "read: QUEUED, waiting for a run slot") || !strings.Contains(rep, "worker=simq priority=1") {
+		t.Errorf("Check does not report the priority violation with the reads:\n%s", rep)
 	}
 }

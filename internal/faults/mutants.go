@@ -27,6 +27,9 @@ type Mutant struct {
 	Tasks      int
 	Schedule   []Step
 	SweepEvery time.Duration
+	// Priority adds the priority workload (Config.Priority) to the
+	// focused run.
+	Priority bool
 	// CI: run by `go test ./...` (the others with -faults.long only).
 	CI bool
 }
@@ -204,6 +207,17 @@ var Mutants = []Mutant{
 			Old: "\ta.LastHeartbeatAt = &now\n",
 			New: "\ta.LastHeartbeatAt = &now\n\tif m.ev.Heartbeat != nil && m.ev.Heartbeat.HeartbeatAt != nil {\n\t\ta.LastHeartbeatAt = m.ev.Heartbeat.HeartbeatAt\n\t}\n"}},
 		Modes: []string{ModeSkew}, Tasks: 4,
+	},
+	{
+		// The admit duty orders the waiting tasks by waitingSince alone,
+		// not by rank (task.WaitRank): the priority workload's priority-1
+		// tasks wait behind the whole older priority-5 backlog, which
+		// starts while they wait (priority).
+		Name: "wait-rank-ignored",
+		Edits: []Edit{{File: "internal/quota/sweep.go",
+			Old: "\t\tif c := cmp.Compare(timeOf(task.WaitRank(&a)), timeOf(task.WaitRank(&b))); c != 0 {\n",
+			New: "\t\tif c := cmp.Compare(timeOf(a.WaitingSince), timeOf(b.WaitingSince)); c != 0 {\n"}},
+		Modes: []string{ModeOK}, Tasks: 4, Priority: true,
 	},
 	{
 		// The callbacks log the bearer token they verify (token-in-log).

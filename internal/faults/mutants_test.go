@@ -78,7 +78,7 @@ func runMutant(t *testing.T, m faults.Mutant, bin string) *faults.Result {
 	cfg := faults.Config{
 		Firestore: emulatortest.Emulator(t, emulator.Firestore), PubSub: emulatortest.Emulator(t, emulator.PubSub),
 		Binary: bin, Addr: freeAddr(t), Project: emulatortest.ProjectID(t), LogDir: logDir(t),
-		Seed: 1, Tasks: m.Tasks, Rate: 2, Modes: m.Modes, Schedule: m.Schedule, SweepEvery: m.SweepEvery,
+		Seed: 1, Tasks: m.Tasks, Rate: 2, Modes: m.Modes, Schedule: m.Schedule, SweepEvery: m.SweepEvery, Priority: m.Priority,
 		Drain: 2 * time.Minute, Progress: testWriter{t},
 	}
 	res, err := faults.Run(context.Background(), cfg)

@@ -86,6 +86,10 @@ type Config struct {
 	// no fault and reports the error rate and p99 latency.
 	Steady     time.Duration
 	SteadyRate float64
+	// Priority runs the priority workload alongside the load (see
+	// PriorityWorker): servo dev gets the worker PriorityWorker with its
+	// quota, and the priority invariant has tasks to judge.
+	Priority bool
 	// Drain bounds the wait for every task to end and every event to
 	// arrive once the faults healed.
 	Drain time.Duration
@@ -269,9 +273,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}()
 	defer func() { stopReceive(); <-received }()
 
-	r.servo = NewServo(ServoConfig{Binary: cfg.Binary, Addr: cfg.Addr, Project: cfg.Project,
+	sc := ServoConfig{Binary: cfg.Binary, Addr: cfg.Addr, Project: cfg.Project,
 		FirestoreHost: cfg.Firestore.Host, PubSub: cfg.PubSub.Host, Workers: map[string]string{"sim": r.fleet.URL()},
-		SweepEvery: cfg.SweepEvery, StartTimeout: StartTimeout, StoreTimeout: StoreTimeout, KeysJSON: keysJSON, LogDir: cfg.LogDir})
+		SweepEvery: cfg.SweepEvery, StartTimeout: StartTimeout, StoreTimeout: StoreTimeout, KeysJSON: keysJSON, LogDir: cfg.LogDir}
+	if cfg.Priority {
+		// The same fleet serves the limited worker.
+		sc.Workers[PriorityWorker] = r.fleet.URL()
+		if sc.QuotasFile, err = priorityQuotas(cfg.LogDir); err != nil {
+			return nil, err
+		}
+	}
+	r.servo = NewServo(sc)
 	if err := r.servo.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -298,6 +310,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	go r.progress(pctx, t0)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.submitLoad(ctx, rng, t0) })
+	if cfg.Priority {
+		wg.Go(func() { r.priorityLoad(ctx, t0) })
+	}
 	for _, st := range schedule {
 		select {
 		case <-ctx.Done():
@@ -335,6 +350,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		hh.MaxLatency = StoreTimeout + 20*time.Second
 		hh.Start, hh.End = start, time.Now()
 		hh.Lease, hh.CancelGrace, hh.Interval = leaseMs*time.Millisecond, cancelGraceMs*time.Millisecond, heartbeatMs*time.Millisecond
+		if cfg.Priority {
+			hh.MaxRunning = map[string]int{PriorityWorker: PriorityMaxRunning}
+		}
 		r.mu.Lock()
 		hh.Outages, hh.MayCredit = slices.Clone(r.outages), slices.Clone(r.mayCredits)
 		hh.Schedules = recs
@@ -380,17 +398,24 @@ func (r *run) submitLoad(ctx context.Context, rng *rand.Rand, t0 time.Time) {
 	}
 }
 
-// submit posts one task until it is accepted, with the same idempotency
-// key, as a conforming client does.
-func (r *run) submit(ctx context.Context, key string, p Payload) {
+// submit posts one task to the worker "sim" until it is accepted, with
+// the same idempotency key, as a conforming client does.
+func (r *run) submit(ctx context.Context, key string, p Payload) { r.submitTo(ctx, key, p, "sim", 0) }
+
+// submitTo is submit to worker, with priority (0: the default); it returns
+// the task's id, "" if no submit was accepted.
+func (r *run) submitTo(ctx context.Context, key string, p Payload, worker string, priority int) string {
 	payload, _ := json.Marshal(p)
 	fields := map[string]any{
-		"tenantId": "faults", "workspaceId": "ws", "taskKey": key, "worker": "sim", "payload": json.RawMessage(payload),
+		"tenantId": "faults", "workspaceId": "ws", "taskKey": key, "worker": worker, "payload": json.RawMessage(payload),
 		"idempotencyKey": key, "heartbeatIntervalMs": intervalMs(p.Mode), "heartbeatTimeoutMs": leaseMs, "cancelGracePeriodMs": graceMs(p.Mode),
 		"retry": map[string]any{"maxAttempts": maxAttempts, "initialBackoffMs": initialBackoff, "maxBackoffMs": 2000},
 	}
 	if p.Mode == ModeDelayed {
 		fields["startDelayMs"] = DelayedStart.Milliseconds()
+	}
+	if priority != 0 {
+		fields["priority"] = priority
 	}
 	body, _ := json.Marshal(fields)
 	backoff := 200 * time.Millisecond
@@ -403,7 +428,7 @@ func (r *run) submit(ctx context.Context, key string, p Payload) {
 		c.Received = time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return ""
 			}
 			c.TransportErr = err.Error()
 		} else {
@@ -424,14 +449,15 @@ func (r *run) submit(ctx context.Context, key string, p Payload) {
 				r.ids = append(r.ids, c.TaskID)
 			}
 			r.mu.Unlock()
-			return
+			return c.TaskID
 		}
 		if c.Status != 0 && c.Status != http.StatusServiceUnavailable {
-			return // a violation the checker reports
+			return "" // a violation the checker reports
 		}
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 2*time.Second)
 	}
+	return ""
 }
 
 // inject applies one fault, holds it, heals it.
@@ -808,6 +834,10 @@ func (res *Result) Report() string {
 		}
 		fmt.Fprintf(&b, "  steady load (no fault) over %v: %d callbacks, %.1f callbacks/s, error rate %.4f%%, p50 %v, p99 %v\n",
 			s.Duration.Round(time.Second), s.Callbacks, s.Rate, 100*errRate, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+	}
+	if st.Priority > 0 {
+		fmt.Fprintf(&b, "  priority: %d tasks outranking others judged, %d seen waiting for a run slot; at most %d lower-priority tasks started while one waited (bound: maxRunning %d)\n",
+			st.Priority, st.PriorityWaited, st.PriorityAhead, PriorityMaxRunning)
 	}
 	fmt.Fprintf(&b, "  invariant violations: %d\n", len(res.Violations))
 	return b.String()

@@ -44,6 +44,9 @@ type ServoConfig struct {
 	KeysJSON []byte
 	// LogDir receives one log file per start.
 	LogDir string
+	// QuotasFile, when set, is servo dev's --quotas file (per-tenant and
+	// per-worker limits).
+	QuotasFile string
 }
 
 // Servo is `servo dev` run as a child process that can be killed and
@@ -89,6 +92,9 @@ func (s *Servo) StartEnv(ctx context.Context, env ...string) error {
 		"--store-timeout", s.cfg.StoreTimeout.String(), "--log", logFile}
 	for name, u := range s.cfg.Workers {
 		args = append(args, "--worker", name+"="+u)
+	}
+	if s.cfg.QuotasFile != "" {
+		args = append(args, "--quotas", s.cfg.QuotasFile)
 	}
 	cmd := exec.Command(s.cfg.Binary, args...)
 	cmd.Env = append(append(os.Environ(), "SERVO_TOKEN_KEYS="+string(s.cfg.KeysJSON)), env...)
