@@ -60,7 +60,8 @@ type RetryRequest struct {
 	// (absent: the largest maxAttempts of the policies in force).
 	MaxTotalAttempts *int `json:"maxTotalAttempts,omitempty"`
 	// ByCategory gives a retryable category a policy of its own; its
-	// absent fields are the task's (CONFLICT's: DefaultConflictRetry's).
+	// absent fields are the task's (CONFLICT's: its default's, 5 s doubling
+	// to a minute, 5 attempts).
 	ByCategory map[Category]*CategoryRetryRequest `json:"byCategory,omitempty"`
 }
 

@@ -57,22 +57,6 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
-// Priorities (docs/contract.md §9.2): 1 is the highest, 5 the lowest.
-const (
-	HighestPriority = 1
-	LowestPriority  = 5
-	DefaultPriority = 3
-)
-
-// PriorityOf is p, or DefaultPriority for 0 (a task stored before
-// priorities existed).
-func PriorityOf(p int) int {
-	if p == 0 {
-		return DefaultPriority
-	}
-	return p
-}
-
 // MaxAttemptsLimit bounds RetryPolicy.MaxAttempts.
 const MaxAttemptsLimit = 100
 
@@ -98,15 +82,14 @@ func (t Timing) StartTimeout() time.Duration {
 
 // RetryPolicy decides when a failed attempt is retried (docs/contract.md
 // §6.2). Its own four fields are the policy of every category without an
-// entry in ByCategory (CONFLICT excepted: DefaultConflictRetry).
+// entry in ByCategory (CONFLICT excepted: it has a default of its own).
 type RetryPolicy struct {
 	MaxAttempts        int     `json:"maxAttempts"`
 	InitialBackoffMs   int64   `json:"initialBackoffMs"`
 	BackoffCoefficient float64 `json:"backoffCoefficient"`
 	MaxBackoffMs       int64   `json:"maxBackoffMs"`
 	// MaxTotalAttempts bounds the task's attempts whatever their
-	// categories; 0 means the largest MaxAttempts of the policies in force
-	// (TotalAttempts).
+	// categories; 0 means the largest MaxAttempts of the policies in force.
 	MaxTotalAttempts int `json:"maxTotalAttempts,omitempty"`
 	// ByCategory is a category's own policy, complete (the fields a submit
 	// left out filled in).
@@ -120,44 +103,6 @@ type CategoryRetry struct {
 	InitialBackoffMs   int64   `json:"initialBackoffMs"`
 	BackoffCoefficient float64 `json:"backoffCoefficient"`
 	MaxBackoffMs       int64   `json:"maxBackoffMs"`
-}
-
-// DefaultConflictRetry is CONFLICT's policy when the task gives it none:
-// 5 s, doubling, capped at a minute, 5 attempts.
-var DefaultConflictRetry = CategoryRetry{MaxAttempts: 5, InitialBackoffMs: 5_000, BackoffCoefficient: 2, MaxBackoffMs: 60_000}
-
-// Base is the policy of the categories without one of their own.
-func (p RetryPolicy) Base() CategoryRetry {
-	return CategoryRetry{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
-		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}
-}
-
-// For is the policy in force for category c, and whether it is c's own
-// (an entry in ByCategory, or CONFLICT's default) rather than Base.
-func (p RetryPolicy) For(c Category) (CategoryRetry, bool) {
-	if e, ok := p.ByCategory[c]; ok {
-		return e, true
-	}
-	if c == CategoryConflict {
-		return DefaultConflictRetry, true
-	}
-	return p.Base(), false
-}
-
-// TotalAttempts is the bound on the task's attempts overall:
-// MaxTotalAttempts, or when it is 0 the largest MaxAttempts of Base,
-// every ByCategory entry and CONFLICT's policy.
-func (p RetryPolicy) TotalAttempts() int {
-	if p.MaxTotalAttempts > 0 {
-		return p.MaxTotalAttempts
-	}
-	n := p.MaxAttempts
-	c, _ := p.For(CategoryConflict)
-	n = max(n, c.MaxAttempts)
-	for _, e := range p.ByCategory {
-		n = max(n, e.MaxAttempts)
-	}
-	return n
 }
 
 // Retry defaults.

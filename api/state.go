@@ -82,7 +82,7 @@ const (
 	CategoryCancelled      Category = "CANCELLED"
 	// CategoryConflict is a compare-and-swap or optimistic-concurrency
 	// conflict: retryable, with a policy of its own by default
-	// (DefaultConflictRetry).
+	// (5 s doubling to a minute, 5 attempts).
 	CategoryConflict Category = "CONFLICT"
 )
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/servo-dev/servo/api"
 	"github.com/servo-dev/servo/client"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // clientFlags are the flags every client command takes.
@@ -337,7 +338,7 @@ func printTask(w io.Writer, t *api.Task) error {
 	if t.Reason != "" {
 		fields = append(fields, struct{ k, v string }{"Reason:", t.Reason})
 	}
-	fields = append(fields, struct{ k, v string }{"Priority:", fmt.Sprintf("%d (1 highest, 5 lowest)", api.PriorityOf(t.Priority))})
+	fields = append(fields, struct{ k, v string }{"Priority:", fmt.Sprintf("%d (1 highest, 5 lowest)", task.PriorityOf(t.Priority))})
 	fields = append(fields, struct{ k, v string }{"Attempt:", fmt.Sprintf("%d of %d", t.Attempt, t.Retry.MaxAttempts)})
 	if t.Retry.MaxTotalAttempts > 0 || len(t.Retry.ByCategory) > 0 {
 		fields = append(fields, struct{ k, v string }{"Retry:", retryText(t.Retry)})
@@ -518,7 +519,7 @@ func listPages(ctx context.Context, c *client.Client, q url.Values, limit, pageS
 		}
 		t := newTable("TASK", "RUN", "KEY", "WORKER", "PRI", "STATE", "ATTEMPT", "REASON").shrink(7, 2, 3, 1).colorState(5)
 		for _, tk := range buf[:n] {
-			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, fmt.Sprint(api.PriorityOf(tk.Priority)), string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
+			t.add(tk.TaskID, tk.RunID, tk.TaskKey, tk.Worker, fmt.Sprint(task.PriorityOf(tk.Priority)), string(tk.State), fmt.Sprint(tk.Attempt), dash(tk.Reason))
 		}
 		lines := t.lines(ti)
 		if !header {
@@ -759,6 +760,6 @@ func retryText(p api.RetryPolicy) string {
 		e := p.ByCategory[api.Category(c)]
 		parts = append(parts, fmt.Sprintf("%s %d attempts, %s ×%g up to %s", c, e.MaxAttempts, ms(e.InitialBackoffMs), e.BackoffCoefficient, ms(e.MaxBackoffMs)))
 	}
-	parts = append(parts, fmt.Sprintf("at most %d attempts in all", p.TotalAttempts()))
+	parts = append(parts, fmt.Sprintf("at most %d attempts in all", task.TotalAttempts(p)))
 	return strings.Join(parts, "; ")
 }

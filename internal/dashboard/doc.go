@@ -29,7 +29,7 @@
 //	                                                 their attempt history; transitions per minute by to-state over
 //	                                                 the last hour
 //
-// A task's priority (1 highest, 5 lowest) is shown as api.PriorityOf
+// A task's priority (1 highest, 5 lowest) is shown as task.PriorityOf
 // gives it: 3, the default, for a task stored before priorities existed.
 //
 // The task page's attempt timeline is SVG ([Bar]): one bar per attempt

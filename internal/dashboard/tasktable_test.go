@@ -64,8 +64,8 @@ func TestTaskTableColumns(t *testing.T) {
 	for i := range tasks {
 		v.Rows = append(v.Rows, rowOf(&tasks[i], now))
 	}
-	if got := v.Rows[1].Priority; got != api.DefaultPriority {
-		t.Errorf("rowOf a task stored without a priority: %d, want %d", got, api.DefaultPriority)
+	if got := v.Rows[1].Priority; got != task.DefaultPriority {
+		t.Errorf("rowOf a task stored without a priority: %d, want %d", got, task.DefaultPriority)
 	}
 	pri, reason := slices.Index(taskColumns, "Priority"), slices.Index(taskColumns, "Reason")
 	for _, page := range []string{"tasks", "run"} {
@@ -100,7 +100,7 @@ func TestTaskPagePriority(t *testing.T) {
 		want   string
 	}{{1, "1"}, {0, "3"}, {5, "5"}} {
 		tk := task.Task{ID: "task_p", RunID: "run_r", TenantID: "acme", Worker: "w", State: api.Queued, Priority: c.stored}
-		v := &TaskView{Task: tk, Priority: api.PriorityOf(tk.Priority)}
+		v := &TaskView{Task: tk, Priority: task.PriorityOf(tk.Priority)}
 		doc, frag := renderPage(t, "task", v)
 		for where, d := range map[string]string{"page": doc, "fragment": frag} {
 			if got := `<span id="task-priority">` + c.want + `</span>`; !strings.Contains(d, got) {

@@ -270,7 +270,7 @@ func (d *Dashboard) usage(ctx context.Context, tenant string, counts map[api.Sta
 }
 
 func rowOf(t *task.Task, now time.Time) Row {
-	r := Row{ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, TaskKey: t.TaskKey, Worker: t.Worker, Priority: api.PriorityOf(t.Priority),
+	r := Row{ID: t.ID, RunID: t.RunID, TenantID: t.TenantID, TaskKey: t.TaskKey, Worker: t.Worker, Priority: task.PriorityOf(t.Priority),
 		State: t.State, Attempt: t.Attempt, Reason: t.Reason, Age: fmtAge(now.Sub(t.CreatedAt))}
 	if l := t.Live; l != nil && l.Attempt == t.Attempt {
 		r.Progress, r.Message = l.ProgressPct, l.Message
@@ -304,7 +304,7 @@ type EventRow struct {
 // TaskView is the task page.
 type TaskView struct {
 	Task task.Task
-	// Priority is the task's priority (api.PriorityOf: the default for a
+	// Priority is the task's priority (task.PriorityOf: the default for a
 	// task stored before priorities existed).
 	Priority   int
 	Attempts   []AttemptView
@@ -345,7 +345,7 @@ func (d *Dashboard) loadTask(ctx context.Context, id string, c *caller) (any, er
 		return nil, errs[1]
 	}
 	now := d.cfg.Now()
-	v := &TaskView{Task: t, Priority: api.PriorityOf(t.Priority), Payload: prettyJSON(t.Payload), Resources: prettyJSON(t.Resources), Active: !t.State.Terminal(),
+	v := &TaskView{Task: t, Priority: task.PriorityOf(t.Priority), Payload: prettyJSON(t.Payload), Resources: prettyJSON(t.Resources), Active: !t.State.Terminal(),
 		Timeline: timelineOf(t.Attempts, now), Age: fmtAge(now.Sub(t.CreatedAt)), ServerTime: now.UTC(),
 		Trace: traceOf(&t, d.cfg.Traces, d.cfg.CloudTraceProject)}
 	v.Task.ResumeFrom = nil

@@ -18,7 +18,7 @@ func viewOf(t *task.Task) api.Task {
 	v := api.Task{
 		TaskID: t.ID, RunID: t.RunID, TenantID: t.TenantID, WorkspaceID: t.WorkspaceID, TaskKey: t.TaskKey,
 		AssetID: t.AssetID, Worker: t.Worker, State: t.State, Reason: t.Reason, CancelReason: t.CancelReason,
-		Attempt: t.Attempt, Priority: api.PriorityOf(t.Priority), Payload: t.Payload, Resources: t.Resources, IdempotencyKey: t.IdempotencyKey,
+		Attempt: t.Attempt, Priority: task.PriorityOf(t.Priority), Payload: t.Payload, Resources: t.Resources, IdempotencyKey: t.IdempotencyKey,
 		RerunOf: t.RerunOf, ScheduleID: t.ScheduleID, ScheduledFireAt: t.ScheduledFireAt,
 		HeartbeatIntervalMs: t.Timing.HeartbeatIntervalMs, HeartbeatTimeoutMs: t.Timing.HeartbeatTimeoutMs,
 		CancelGracePeriodMs: t.Timing.CancelGracePeriodMs, StartTimeoutMs: t.Timing.StartTimeoutMs,
@@ -31,7 +31,7 @@ func viewOf(t *task.Task) api.Task {
 	for _, a := range t.Attempts {
 		av := a.View()
 		if e := a.Error; e != nil && task.RetryableByDefault(e.Category) {
-			p, _ := t.Retry.For(e.Category)
+			p, _ := task.RetryFor(t.Retry, e.Category)
 			av.RetryPolicy = &p
 		}
 		v.Attempts = append(v.Attempts, av)

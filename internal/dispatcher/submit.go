@@ -301,10 +301,10 @@ func (h *handler) prepare(req *api.SubmitRequest, defaultRunID string, now time.
 	if fe := task.ValidateRetry(retry, h.cfg.MinTimer); fe != nil {
 		return task.Task{}, fromFieldError(prefix, fe)
 	}
-	priority := api.DefaultPriority
+	priority := task.DefaultPriority
 	if req.Priority != nil {
-		if p := *req.Priority; p < api.HighestPriority || p > api.LowestPriority {
-			return task.Task{}, pf(invalid("priority", "must be between %d (highest) and %d (lowest); the default is %d", api.HighestPriority, api.LowestPriority, api.DefaultPriority))
+		if p := *req.Priority; p < task.HighestPriority || p > task.LowestPriority {
+			return task.Task{}, pf(invalid("priority", "must be between %d (highest) and %d (lowest); the default is %d", task.HighestPriority, task.LowestPriority, task.DefaultPriority))
 		}
 		priority = *req.Priority
 	}
@@ -450,8 +450,8 @@ func retryPolicy(r *api.RetryRequest) api.RetryPolicy {
 // c's policy without an entry (the task's, CONFLICT's default). A null
 // entry gives nothing of its own.
 func categoryRetry(c api.Category, p api.RetryPolicy, e *api.CategoryRetryRequest) api.CategoryRetry {
-	base, _ := api.RetryPolicy{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
-		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}.For(c)
+	base, _ := task.RetryFor(api.RetryPolicy{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
+		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}, c)
 	if e == nil {
 		return base
 	}

@@ -135,7 +135,7 @@ func TestSubmitPriority(t *testing.T) {
 	for _, c := range []struct {
 		id   string
 		want int
-	}{{plain.TaskID, api.DefaultPriority}, {urgent.TaskID, 1}} {
+	}{{plain.TaskID, task.DefaultPriority}, {urgent.TaskID, 1}} {
 		if got := e.storedTask(c.id).Priority; got != c.want {
 			t.Errorf("%s: stored priority %d, want %d", c.id, got, c.want)
 		}

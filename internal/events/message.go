@@ -56,7 +56,7 @@ const (
 func EventOf(tr task.Transition) api.Event {
 	return api.Event{
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID,
-		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, Attempt: tr.Attempt, Priority: api.PriorityOf(tr.Priority), From: tr.From, To: tr.To,
+		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, Attempt: tr.Attempt, Priority: task.PriorityOf(tr.Priority), From: tr.From, To: tr.To,
 		Reason: tr.Reason, OccurredAt: stamp(tr.OccurredAt), Outcome: tr.Outcome, Error: tr.Error,
 		NextAttempt: tr.NextAttempt, Seq: tr.Seq, ScheduleID: tr.ScheduleID, ScheduledFireAt: tr.ScheduledFireAt,
 	}
@@ -94,7 +94,7 @@ func DeadLetterOf(tr task.Transition, attempts []task.Attempt) api.DeadLetter {
 	d := api.DeadLetter{
 		EventID: tr.EventID, TaskID: tr.TaskID, RunID: tr.RunID, TenantID: tr.TenantID,
 		WorkspaceID: tr.WorkspaceID, Worker: tr.Worker, State: tr.To, Reason: tr.Reason,
-		Attempt: tr.Attempt, Priority: api.PriorityOf(tr.Priority), Outcome: tr.Outcome, OccurredAt: stamp(tr.OccurredAt), Error: tr.Error,
+		Attempt: tr.Attempt, Priority: task.PriorityOf(tr.Priority), Outcome: tr.Outcome, OccurredAt: stamp(tr.OccurredAt), Error: tr.Error,
 		Attempts: make([]api.Attempt, 0, len(attempts)),
 	}
 	for _, a := range attempts {

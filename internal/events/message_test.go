@@ -56,8 +56,8 @@ func TestEventMessage(t *testing.T) {
 		t.Errorf("body has %d fields, want 16: %s", len(raw), msg.Data)
 	}
 	// A transition of a task stored before priorities shows the default.
-	if raw["priority"] != float64(api.DefaultPriority) {
-		t.Errorf("priority = %v, want %d", raw["priority"], api.DefaultPriority)
+	if raw["priority"] != float64(task.DefaultPriority) {
+		t.Errorf("priority = %v, want %d", raw["priority"], task.DefaultPriority)
 	}
 	if raw["occurredAt"] != "2025-11-21T09:30:00.123Z" {
 		t.Errorf("occurredAt = %v", raw["occurredAt"])

@@ -629,7 +629,7 @@ func (c *checker) priority() {
 		tasks = append(tasks, in)
 	}
 	outranks := func(p, x *api.Task) bool {
-		pp, xp := api.PriorityOf(p.Priority), api.PriorityOf(x.Priority)
+		pp, xp := task.PriorityOf(p.Priority), task.PriorityOf(x.Priority)
 		return x.Worker == p.Worker && x.TenantID == p.TenantID && xp > pp && x.CreatedAt.Before(p.CreatedAt) &&
 			p.CreatedAt.Sub(x.CreatedAt) < time.Duration(xp-pp)*task.PriorityAging
 	}
@@ -647,7 +647,7 @@ func (c *checker) priority() {
 		c.st.Priority++
 		id := p.th.TaskID
 		if p.start == nil {
-			c.fail(InvPriority, id, "priority-%d task of worker %s never started (%d tasks of lower priority it outranks)", api.PriorityOf(f.Priority), f.Worker, len(lower))
+			c.fail(InvPriority, id, "priority-%d task of worker %s never started (%d tasks of lower priority it outranks)", task.PriorityOf(f.Priority), f.Worker, len(lower))
 			continue
 		}
 		var arrived, waiting time.Time // P's first accepted submit answered; the last read showing it waiting sent
@@ -668,13 +668,13 @@ func (c *checker) priority() {
 		var ahead []string
 		for _, x := range lower {
 			if x.start != nil && x.start.FirstSent.After(arrived) && x.start.Received.Before(waiting) {
-				ahead = append(ahead, fmt.Sprintf("%s (priority %d, started %s)", x.th.TaskID, api.PriorityOf(x.th.Final.Priority), ts(x.start.Received)))
+				ahead = append(ahead, fmt.Sprintf("%s (priority %d, started %s)", x.th.TaskID, task.PriorityOf(x.th.Final.Priority), ts(x.start.Received)))
 			}
 		}
 		c.st.PriorityAhead = max(c.st.PriorityAhead, len(ahead))
 		if limit := c.h.MaxRunning[f.Worker]; len(ahead) > limit {
 			c.fail(InvPriority, id, "priority-%d task of worker %s (maxRunning %d), submitted by %s and still waiting for a run slot at %s: %d tasks of lower priority, created before it, started in between, more than the %d slots held when it arrived: %s",
-				api.PriorityOf(f.Priority), f.Worker, limit, ts(arrived), ts(waiting), len(ahead), limit, strings.Join(ahead, ", "))
+				task.PriorityOf(f.Priority), f.Worker, limit, ts(arrived), ts(waiting), len(ahead), limit, strings.Join(ahead, ", "))
 		}
 	}
 }
@@ -1041,7 +1041,7 @@ func (h *History) Describe(id string) string {
 		fmt.Fprintf(&b, "  %s %s\n", ts(l.at), l.s)
 	}
 	if f := th.Final; f != nil {
-		fmt.Fprintf(&b, "  final: %s reason=%s attempt=%d worker=%s priority=%d created=%s\n", f.State, f.Reason, f.Attempt, f.Worker, api.PriorityOf(f.Priority), ts(f.CreatedAt))
+		fmt.Fprintf(&b, "  final: %s reason=%s attempt=%d worker=%s priority=%d created=%s\n", f.State, f.Reason, f.Attempt, f.Worker, task.PriorityOf(f.Priority), ts(f.CreatedAt))
 		for _, a := range f.Attempts {
 			fmt.Fprintf(&b, "    attempt %d: outcome=%s worker=%s\n", a.Attempt, a.Outcome, a.WorkerID)
 		}

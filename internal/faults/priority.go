@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/servo-dev/servo/api"
+	"github.com/servo-dev/servo/internal/task"
 )
 
 // The priority workload (Config.Priority, docs/contract.md §12
@@ -40,7 +41,7 @@ const (
 	PriorityRoundEvery = 45 * time.Second
 	// priorityLow and priorityHigh are the backlog's and the urgent
 	// tasks' priorities.
-	priorityLow, priorityHigh = api.LowestPriority, api.HighestPriority
+	priorityLow, priorityHigh = task.LowestPriority, task.HighestPriority
 	// prioritySubmitters is how many backlog submits are in flight at once.
 	prioritySubmitters = 4
 )

@@ -21,8 +21,8 @@ func ValidateClaim(r api.ClaimRequest) *FieldError {
 	if r.MaxWaitMs != nil && (*r.MaxWaitMs < 0 || *r.MaxWaitMs > api.MaxClaimWait.Milliseconds()) {
 		return fieldErr("maxWaitMs", "must be between 0 and 60000")
 	}
-	if len(r.ThenPools) > api.MaxThenPools {
-		return fieldErr("thenPools", "names at most %d pools", api.MaxThenPools)
+	if len(r.ThenPools) > MaxThenPools {
+		return fieldErr("thenPools", "names at most %d pools", MaxThenPools)
 	}
 	return nil
 }

@@ -648,9 +648,9 @@ func (m *machine) retryOrFail(retryable bool, cat api.Category, exhaustedReason 
 		m.transition(api.Failed, api.ReasonNonRetryable, outcome)
 		return
 	}
-	p, own := t.Retry.For(cat)
+	p, own := RetryFor(t.Retry, cat)
 	n := t.FailedIn(cat, own) + 1
-	if n >= p.MaxAttempts || t.Attempt >= t.Retry.TotalAttempts() {
+	if n >= p.MaxAttempts || t.Attempt >= TotalAttempts(t.Retry) {
 		m.transition(api.Failed, exhaustedReason, outcome)
 		return
 	}

@@ -87,7 +87,7 @@ func ValidateTiming(t api.Timing, min time.Duration) *FieldError {
 
 // ValidateRetry checks the policy; min is the smallest accepted backoff.
 func ValidateRetry(p api.RetryPolicy, min time.Duration) *FieldError {
-	if fe := validateCategoryRetry("retry.", p.Base(), min); fe != nil {
+	if fe := validateCategoryRetry("retry.", RetryBase(p), min); fe != nil {
 		return fe
 	}
 	if p.MaxTotalAttempts < 0 || p.MaxTotalAttempts > api.MaxAttemptsLimit {
@@ -185,4 +185,61 @@ func Backoff(p api.CategoryRetry, n int, r float64) time.Duration {
 		r = math.Nextafter(1, 0)
 	}
 	return time.Duration(r * float64(BackoffCap(p, n)))
+}
+
+// Priorities (docs/contract.md §9.2): 1 is the highest, 5 the lowest.
+const (
+	HighestPriority = 1
+	LowestPriority  = 5
+	DefaultPriority = 3
+)
+
+// PriorityOf is p, or DefaultPriority for 0 (a task stored before
+// priorities existed).
+func PriorityOf(p int) int {
+	if p == 0 {
+		return DefaultPriority
+	}
+	return p
+}
+
+// MaxThenPools caps a claim's thenPools (docs/contract.md §10).
+const MaxThenPools = 9
+
+// DefaultConflictRetry is CONFLICT's policy when the task gives it none:
+// 5 s, doubling, capped at a minute, 5 attempts.
+var DefaultConflictRetry = api.CategoryRetry{MaxAttempts: 5, InitialBackoffMs: 5_000, BackoffCoefficient: 2, MaxBackoffMs: 60_000}
+
+// RetryBase is the policy of p's categories without one of their own.
+func RetryBase(p api.RetryPolicy) api.CategoryRetry {
+	return api.CategoryRetry{MaxAttempts: p.MaxAttempts, InitialBackoffMs: p.InitialBackoffMs,
+		BackoffCoefficient: p.BackoffCoefficient, MaxBackoffMs: p.MaxBackoffMs}
+}
+
+// RetryFor is p's policy in force for category c, and whether it is c's
+// own (an entry in ByCategory, or CONFLICT's default) rather than
+// RetryBase.
+func RetryFor(p api.RetryPolicy, c api.Category) (api.CategoryRetry, bool) {
+	if e, ok := p.ByCategory[c]; ok {
+		return e, true
+	}
+	if c == api.CategoryConflict {
+		return DefaultConflictRetry, true
+	}
+	return RetryBase(p), false
+}
+
+// TotalAttempts is p's bound on a task's attempts overall:
+// MaxTotalAttempts, or when it is 0 the largest MaxAttempts of RetryBase,
+// every ByCategory entry and CONFLICT's policy.
+func TotalAttempts(p api.RetryPolicy) int {
+	if p.MaxTotalAttempts > 0 {
+		return p.MaxTotalAttempts
+	}
+	c, _ := RetryFor(p, api.CategoryConflict)
+	n := max(p.MaxAttempts, c.MaxAttempts)
+	for _, e := range p.ByCategory {
+		n = max(n, e.MaxAttempts)
+	}
+	return n
 }

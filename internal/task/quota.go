@@ -81,12 +81,12 @@ func WaitRank(t *Task) *time.Time {
 	if t.WaitingSince == nil {
 		return nil
 	}
-	r := t.WaitingSince.Add(time.Duration(api.PriorityOf(t.Priority)-api.HighestPriority) * PriorityAging)
+	r := t.WaitingSince.Add(time.Duration(PriorityOf(t.Priority)-HighestPriority) * PriorityAging)
 	return &r
 }
 
 // MaxWaitRankLead is how far ahead of its WaitingSince a rank may be.
-const MaxWaitRankLead = time.Duration(api.LowestPriority-api.HighestPriority) * PriorityAging
+const MaxWaitRankLead = time.Duration(LowestPriority-HighestPriority) * PriorityAging
 
 // admit hands a waiting task the run slots the store found free (on the
 // shards ev.Hold names): the task stays QUEUED, gets its dispatch check,

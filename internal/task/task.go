@@ -23,7 +23,7 @@ type Task struct {
 	Resources      json.RawMessage `json:"resources,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
 	// Priority is 1 (highest) to 5 (lowest); 0 in documents written
-	// before priorities existed, which api.PriorityOf reads as the default.
+	// before priorities existed, which PriorityOf reads as the default.
 	Priority int `json:"priority"`
 	// OwnRun: the task is its run's only task, in a run Servo named for it
 	// (a submit without a runId). No run document is written for it: the

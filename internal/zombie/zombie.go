@@ -694,7 +694,7 @@ func (s *Sweeper) dutyShard(ctx context.Context, d Duty, shard []int, now, until
 			// a pass cut short by its stop time leaves the lowest behind.
 			// A copy: the page's last task is the query's cursor.
 			due = slices.Clone(due)
-			slices.SortStableFunc(due, func(a, b task.Task) int { return api.PriorityOf(a.Priority) - api.PriorityOf(b.Priority) })
+			slices.SortStableFunc(due, func(a, b task.Task) int { return task.PriorityOf(a.Priority) - task.PriorityOf(b.Priority) })
 		}
 		ps, err := s.applyPage(ctx, d, due, stop, tx)
 		ds.add(ps)
