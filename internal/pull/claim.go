@@ -240,11 +240,12 @@ func (h *Handler) claim(ctx context.Context, log *slog.Logger, pools []string, r
 
 // receiveFirst pulls at once from every pool and returns the message of
 // the first pool, in the claim's order, that had one, and that pool's
-// index; the other pools' messages are handed back at once (hold 0). Once
-// a pool has brought a message, the pools before it get pickWindow to
-// bring theirs; then the pulls still open are cancelled (one cancelled
-// just as Pub/Sub hands it a message hides that message for the ack
-// deadline, as a claimer that leaves does). One pool pulls as before.
+// index. Once a pool has brought a message, the pools before it get
+// pickWindow to bring theirs. Every other message is handed back at once
+// (hold 0), those of pulls still open when it returns too: such a pull
+// goes on, to its deadline, and hands back what it brings, rather than
+// being cancelled (a pull cancelled just as Pub/Sub hands it a message
+// hides that message for the ack deadline). One pool pulls as before.
 func (h *Handler) receiveFirst(ctx context.Context, log *slog.Logger, pools []string) (int, *received, error) {
 	if len(pools) == 1 {
 		m, err := h.cfg.Transport.receive(ctx, pools[0])
@@ -256,8 +257,11 @@ func (h *Handler) receiveFirst(ctx context.Context, log *slog.Logger, pools []st
 	}
 	res := make([]result, len(pools))
 	done := make(chan int, len(pools))
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The pulls outlive this call, not the claim's pull deadline.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		pctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
 	for i, p := range pools {
 		go func() {
 			m, err := h.cfg.Transport.receive(pctx, p)
@@ -265,20 +269,17 @@ func (h *Handler) receiveFirst(ctx context.Context, log *slog.Logger, pools []st
 			done <- i
 		}()
 	}
-	finished, best := make([]bool, len(pools)), -1
-	var window <-chan time.Time
-	decided := func() bool {
-		if best < 0 {
-			return false
-		}
-		for i := range best {
-			if !finished[i] {
-				return false
+	handBack := func(i int) {
+		if m := res[i].m; m != nil {
+			if err := h.cfg.Transport.hold(context.WithoutCancel(ctx), pools[i], m.ackID, 0); err != nil {
+				log.WarnContext(ctx, "could not hand back a lower pool's message; Pub/Sub redelivers it after its ack deadline", "pool", pools[i], "error", err)
 			}
 		}
-		return true
 	}
-	for n := 0; n < len(pools) && !decided(); {
+	finished, n, best := make([]bool, len(pools)), 0, -1
+	var window <-chan time.Time
+wait:
+	for n < len(pools) && (best < 0 || slices.Contains(finished[:best], false)) {
 		select {
 		case i := <-done:
 			n++
@@ -290,30 +291,25 @@ func (h *Handler) receiveFirst(ctx context.Context, log *slog.Logger, pools []st
 				window = time.After(pickWindow)
 			}
 		case <-window:
-			cancel()
-			window = nil
+			break wait
 		}
 	}
-	cancel()
-	for i := range pools {
-		if !finished[i] {
-			<-done // cancelled: returns at once
-		}
-	}
-	best = -1
 	var errs []error
-	for i, r := range res {
+	for i := range pools {
 		switch {
-		case r.err != nil:
-			errs = append(errs, r.err)
-		case r.m != nil && best < 0:
-			best = i
-		case r.m != nil:
-			if err := h.cfg.Transport.hold(context.WithoutCancel(ctx), pools[i], r.m.ackID, 0); err != nil {
-				log.WarnContext(ctx, "could not hand back a lower pool's message; Pub/Sub redelivers it after its ack deadline", "pool", pools[i], "error", err)
-			}
+		case !finished[i] || i == best:
+		case res[i].err != nil:
+			errs = append(errs, res[i].err)
+		default:
+			handBack(i)
 		}
 	}
+	go func(open int) {
+		for range open {
+			handBack(<-done)
+		}
+		cancel()
+	}(len(pools) - n)
 	if best >= 0 {
 		return best, res[best].m, nil
 	}
