@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"reflect"
@@ -106,12 +107,7 @@ func checkFields(raw []byte, typ reflect.Type, prefix string) *apiError {
 		return invalid(orBody(strings.TrimSuffix(prefix, ".")), "must be a JSON object")
 	}
 	fields := jsonFields(typ)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		ft, ok := fields[k]
 		if !ok {
 			if k == "" {
@@ -123,15 +119,18 @@ func checkFields(raw []byte, typ reflect.Type, prefix string) *apiError {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		if ft.Kind() == reflect.Struct && string(m[k]) != "null" {
-			if e := checkFields(m[k], ft, prefix+k+"."); e != nil {
-				return e
-			}
+		if string(m[k]) == "null" {
+			continue
 		}
-		if ft.Kind() == reflect.Map && string(m[k]) != "null" {
-			if e := checkMapFields(m[k], ft, prefix+k+"."); e != nil {
-				return e
-			}
+		var e *apiError
+		switch ft.Kind() {
+		case reflect.Struct:
+			e = checkFields(m[k], ft, prefix+k+".")
+		case reflect.Map:
+			e = checkMapFields(m[k], ft, prefix+k+".")
+		}
+		if e != nil {
+			return e
 		}
 	}
 	return nil
@@ -152,12 +151,7 @@ func checkMapFields(raw []byte, typ reflect.Type, prefix string) *apiError {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil // not an object: Unmarshal names the type error
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if string(m[k]) == "null" {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +21,19 @@ import (
 // it: the same document without the fields those layouts did not have.
 func asEarlierLayout(t *testing.T, s *Store, name string, drop ...string) {
 	t.Helper()
+	rewriteDoc(t, s, name, nil, drop...)
+}
+
+// rewriteDoc rewrites a document with the fields of set changed and those
+// of drop removed, the others as they are.
+func rewriteDoc(t *testing.T, s *Store, name string, set map[string]*pb.Value, drop ...string) {
+	t.Helper()
 	docs, _, err := s.batchGet(context.Background(), []string{name}, nil)
 	if err != nil || docs[name] == nil {
 		t.Fatalf("read %s: %v", name, err)
 	}
 	f := docs[name].GetFields()
+	maps.Copy(f, set)
 	for _, k := range drop {
 		delete(f, k)
 	}

@@ -67,33 +67,26 @@ func (s *Store) WaitingForSlot(ctx context.Context, now time.Time, limit int, ol
 		failed int
 		seen   = map[string]bool{}
 	)
-	if oldest {
-		for _, shards := range s.DueGroups(DueAdmitOldest) {
-			page, err := s.DueTasks(ctx, DueAdmitOldest, shards, now, limit, nil)
+	read := func(d Due, until time.Time) {
+		for _, shards := range s.DueGroups(d) {
+			page, err := s.DueTasks(ctx, d, shards, until, limit, nil)
 			if err != nil {
 				failed++
-				errs = append(errs, fmt.Errorf("shards %v, oldest: %w", shards, err))
+				errs = append(errs, fmt.Errorf("%s, shards %v: %w", d, shards, err))
 				continue
 			}
 			for _, t := range page {
-				seen[t.ID] = true
-				out = append(out, t)
+				if t.WaitingSince != nil && !t.WaitingSince.After(now) && !seen[t.ID] {
+					seen[t.ID] = true
+					out = append(out, t)
+				}
 			}
 		}
 	}
-	for _, shards := range s.DueGroups(DueAdmit) {
-		page, err := s.DueTasks(ctx, DueAdmit, shards, now.Add(task.MaxWaitRankLead), limit, nil)
-		if err != nil {
-			failed++
-			errs = append(errs, fmt.Errorf("shards %v: %w", shards, err))
-			continue
-		}
-		for _, t := range page {
-			if t.WaitingSince != nil && !t.WaitingSince.After(now) && !seen[t.ID] {
-				out = append(out, t)
-			}
-		}
+	if oldest {
+		read(DueAdmitOldest, now)
 	}
+	read(DueAdmit, now.Add(task.MaxWaitRankLead))
 	return out, failed, errors.Join(errs...)
 }
 

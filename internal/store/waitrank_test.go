@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,22 +43,7 @@ func TestWaitingWithoutRank(t *testing.T) {
 		} else {
 			drop = append(drop, "waitRank", "priority")
 		}
-		docName := s.taskName(tk.ID)
-		docs, _, err := s.batchGet(ctx, []string{docName}, nil)
-		if err != nil || docs[docName] == nil {
-			t.Fatalf("read %s: %v", docName, err)
-		}
-		f := docs[docName].GetFields()
-		for k, v := range fields {
-			f[k] = v
-		}
-		for _, k := range drop {
-			delete(f, k)
-		}
-		w := &pb.Write{Operation: &pb.Write_Update{Update: &pb.Document{Name: docName, Fields: f}}}
-		if _, err := s.client.Commit(ctx, &pb.CommitRequest{Database: s.db, Writes: []*pb.Write{w}}); err != nil {
-			t.Fatal(err)
-		}
+		rewriteDoc(t, s, s.taskName(tk.ID), fields, drop...)
 	}
 	for _, c := range []struct {
 		oldest bool
@@ -74,24 +60,8 @@ func TestWaitingWithoutRank(t *testing.T) {
 				t.Errorf("the legacy task ranks %v, want its waitingSince + 2 levels", r)
 			}
 		}
-		if len(gotIDs) != len(c.want) || !sameElems(gotIDs, c.want) {
+		if slices.Sort(gotIDs); !slices.Equal(gotIDs, slices.Sorted(slices.Values(c.want))) {
 			t.Errorf("oldest %v: waiting %v, want %v", c.oldest, gotIDs, c.want)
 		}
 	}
-}
-
-func sameElems(a, b []string) bool {
-	m := map[string]int{}
-	for _, x := range a {
-		m[x]++
-	}
-	for _, x := range b {
-		m[x]--
-	}
-	for _, n := range m {
-		if n != 0 {
-			return false
-		}
-	}
-	return true
 }
